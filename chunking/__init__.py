@@ -1,0 +1,1 @@
+"""Key ranges and chunk planning: pure Python, no Spark, no Airflow."""

@@ -1,0 +1,421 @@
+"""Pipeline config: YAML in, validated frozen dataclasses out.
+
+Every problem found is collected and reported together as one `ConfigError`,
+each line naming the file, the key path, what was expected and what was found.
+Secrets are held in `Secret`, whose repr never shows the value.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from orchestrator.errors import ConfigError
+
+PIPELINE_NAME = re.compile(r"^[a-z0-9_]+$")
+IDENTIFIER = re.compile(r"^[A-Za-z0-9_$]+$")
+TABLE_NAME = re.compile(r"^[A-Za-z0-9_$]+\.[A-Za-z0-9_$]+$")
+
+DEFAULT_JDBC_JAR = "/usr/share/java/mariadb-java-client.jar"
+
+
+class Secret:
+    """A password that never prints. ``reveal()`` is the only way to read it."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Secret('***')"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+
+@dataclass(frozen=True, slots=True)
+class SourceConfig:
+    host: str
+    port: int
+    user: str
+    server_id: int
+    password: Secret | None = None
+    password_env: str | None = None
+    airflow_conn_id: str | None = None
+    jdbc_driver_jar: str = DEFAULT_JDBC_JAR
+    jdbc_url_params: Mapping[str, str] = field(default_factory=dict)
+    time_zone: str = "+00:00"
+    connect_timeout: int = 10
+
+
+@dataclass(frozen=True, slots=True)
+class SparkConfig:
+    master: str = "local[*]"
+    conf: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class OutputConfig:
+    path: str
+    staging: str | None = None  # default: <path>/_staging
+    keep_versions: int = 5
+
+
+@dataclass(frozen=True, slots=True)
+class StateConfig:
+    url: str
+
+
+@dataclass(frozen=True, slots=True)
+class Defaults:
+    chunk_size: int = 50000
+    batch_chunks: int = 16
+    fetch_size: int = 10000
+    read_margin_seconds: float = 0.5
+    even_distribution_factor: tuple[float, float] = (0.05, 100.0)
+    expected_run_hours: float = 6.0
+
+
+@dataclass(frozen=True, slots=True)
+class TableConfig:
+    name: str
+    chunk_size: int
+    batch_chunks: int
+    chunk_key: tuple[str, ...] | None = None
+    where: str | None = None
+
+    @property
+    def database(self) -> str:
+        return self.name.split(".", 1)[0]
+
+    @property
+    def table(self) -> str:
+        return self.name.split(".", 1)[1]
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineConfig:
+    pipeline: str
+    source: SourceConfig
+    spark: SparkConfig
+    output: OutputConfig
+    state: StateConfig
+    defaults: Defaults
+    tables: tuple[TableConfig, ...]
+    schedule: str | None = None
+    path: Path | None = None
+
+    def table(self, name: str) -> TableConfig:
+        for table in self.tables:
+            if table.name == name:
+                return table
+        known = ", ".join(t.name for t in self.tables)
+        raise ConfigError(f"table `{name}` is not in pipeline `{self.pipeline}`; configured: {known}")
+
+    def select_tables(self, names: list[str] | None) -> tuple[TableConfig, ...]:
+        """The configured tables named (all when ``names`` is empty), in config order."""
+        if not names:
+            return self.tables
+        missing = [n for n in names if n not in {t.name for t in self.tables}]
+        if missing:
+            known = ", ".join(t.name for t in self.tables)
+            raise ConfigError(
+                f"table(s) {', '.join(missing)} not in pipeline `{self.pipeline}`; configured: {known}"
+            )
+        return tuple(t for t in self.tables if t.name in names)
+
+    def with_chunk_size(self, chunk_size: int | None) -> PipelineConfig:
+        """A copy whose tables all use ``chunk_size`` (a run-time override)."""
+        if chunk_size is None:
+            return self
+        if chunk_size < 1:
+            raise ConfigError(f"--chunk-size must be a positive integer, got {chunk_size}")
+        tables = tuple(replace(t, chunk_size=chunk_size) for t in self.tables)
+        return replace(self, tables=tables)
+
+    @property
+    def staging_path(self) -> str:
+        return self.output.staging or self.output.path.rstrip("/") + "/_staging"
+
+    def resolve_password(self) -> str:
+        """The source password, from the config, an env var or an Airflow connection."""
+        return resolve_password(self.source)
+
+
+def resolve_password(source: SourceConfig) -> str:
+    if source.password is not None:
+        return source.password.reveal()
+    if source.password_env is not None:
+        value = os.environ.get(source.password_env)
+        if value is None:
+            raise ConfigError(
+                f"source.password_env: environment variable {source.password_env} is not set; "
+                "export it before running"
+            )
+        return value
+    if source.airflow_conn_id is not None:
+        return _airflow_password(source.airflow_conn_id)
+    return ""
+
+
+def _airflow_password(conn_id: str) -> str:
+    try:
+        from airflow.sdk import BaseHook
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise ConfigError(
+            f"source.airflow_conn_id `{conn_id}` needs Airflow; "
+            "outside Airflow use source.password_env instead"
+        ) from exc
+    return BaseHook.get_connection(conn_id).password or ""
+
+
+# --------------------------------------------------------------------------- loading
+
+
+class _Reader:
+    """Walks a parsed YAML mapping, collecting problems instead of stopping at the first."""
+
+    def __init__(self, origin: str) -> None:
+        self.origin = origin
+        self.problems: list[str] = []
+
+    def problem(self, key: str, message: str) -> None:
+        self.problems.append(f"{self.origin}: {key}: {message}")
+
+    def mapping(self, data: Any, key: str, allowed: set[str], required: set[str]) -> dict[str, Any]:
+        if not isinstance(data, dict):
+            self.problem(key, f"expected a mapping, found {_kind(data)}")
+            return {}
+        for unknown in sorted(set(data) - allowed, key=str):
+            self.problem(f"{key}.{unknown}" if key else str(unknown),
+                         f"unknown key; expected one of {', '.join(sorted(allowed))}")
+        for missing in sorted(required - set(data)):
+            self.problem(f"{key}.{missing}" if key else missing, "missing required key")
+        return data
+
+    def value(
+        self,
+        data: Mapping[str, Any],
+        key: str,
+        path: str,
+        kind: type | tuple[type, ...],
+        default: Any = None,
+        check: Callable[[Any], str | None] | None = None,
+    ) -> Any:
+        if key not in data or data[key] is None:
+            return default
+        value = data[key]
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        if isinstance(value, bool) and bool not in kinds:
+            self.problem(path, f"expected {_names(kinds)}, found boolean {value}")
+            return default
+        if float in kinds and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, kinds):
+            self.problem(path, f"expected {_names(kinds)}, found {_kind(value)} {value!r}")
+            return default
+        if check is not None:
+            message = check(value)
+            if message:
+                self.problem(path, message)
+                return default
+        return value
+
+
+def _kind(value: Any) -> str:
+    return {dict: "a mapping", list: "a list", str: "a string", int: "an integer",
+            float: "a number", bool: "a boolean", type(None): "nothing"}.get(type(value), type(value).__name__)
+
+
+def _names(kinds: tuple[type, ...]) -> str:
+    return " or ".join({int: "an integer", str: "a string", float: "a number", bool: "a boolean",
+                        dict: "a mapping", list: "a list"}.get(k, k.__name__) for k in kinds)
+
+
+def _positive(value: Any) -> str | None:
+    return None if value > 0 else f"must be a positive integer, found {value}"
+
+
+def _port(value: int) -> str | None:
+    return None if 0 < value < 65536 else f"must be a TCP port 1..65535, found {value}"
+
+
+def load_config(path: str | os.PathLike[str], *, check_env: bool = True) -> PipelineConfig:
+    """Read and validate a pipeline YAML file.
+
+    Args:
+        path: the YAML file.
+        check_env: also check that ``source.password_env`` is set (off at DAG parse time).
+
+    Raises:
+        ConfigError: with every problem found, each naming file and key path.
+    """
+    file = Path(path)
+    try:
+        text = file.read_text()
+    except OSError as exc:
+        raise ConfigError(f"{file}: cannot read config file: {exc.strerror}") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(f"{file}: not valid YAML{where}: {getattr(exc, 'problem', exc)}") from exc
+    return parse_config(data, origin=str(file), path=file, check_env=check_env)
+
+
+def parse_config(
+    data: Any, *, origin: str = "<config>", path: Path | None = None, check_env: bool = True
+) -> PipelineConfig:
+    """Validate an already parsed config mapping (see `load_config`)."""
+    r = _Reader(origin)
+    top = r.mapping(data, "", {"pipeline", "schedule", "source", "spark", "output", "state",
+                               "defaults", "tables"},
+                    {"pipeline", "source", "output", "state", "tables"})
+    pipeline = r.value(top, "pipeline", "pipeline", str, "",
+                       lambda v: None if PIPELINE_NAME.match(v)
+                       else f"must match [a-z0-9_]+ (it names the DAG tidemark_<pipeline>), found {v!r}")
+    schedule = r.value(top, "schedule", "schedule", str)
+    source = _source(r, top.get("source"), check_env) if "source" in top else None
+    spark = _spark(r, top.get("spark", {}))
+    output = _output(r, top.get("output")) if "output" in top else None
+    state = _state(r, top.get("state")) if "state" in top else None
+    defaults = _defaults(r, top.get("defaults", {}))
+    tables = _tables(r, top.get("tables"), defaults) if "tables" in top else ()
+    if r.problems or source is None or output is None or state is None:
+        raise ConfigError(r.problems or [f"{origin}: incomplete config"])
+    return PipelineConfig(pipeline=pipeline, source=source, spark=spark, output=output,
+                          state=state, defaults=defaults, tables=tables, schedule=schedule,
+                          path=path)
+
+
+def _source(r: _Reader, data: Any, check_env: bool) -> SourceConfig | None:
+    keys = {"host", "port", "user", "password", "password_env", "airflow_conn_id", "server_id",
+            "jdbc_driver_jar", "jdbc_url_params", "time_zone", "connect_timeout"}
+    m = r.mapping(data, "source", keys, {"host", "user", "server_id"})
+    secrets = [k for k in ("password", "password_env", "airflow_conn_id") if m.get(k) is not None]
+    if len(secrets) > 1:
+        r.problem("source", f"give only one of password, password_env, airflow_conn_id; found {', '.join(secrets)}")
+    password = m.get("password")
+    if password is not None and not isinstance(password, str):
+        r.problem("source.password", f"expected a string, found {_kind(password)}")
+        password = None
+    env = r.value(m, "password_env", "source.password_env", str)
+    if env and check_env and env not in os.environ:
+        r.problem("source.password_env",
+                  f"environment variable {env} is not set; export it (or use source.password)")
+    params = r.value(m, "jdbc_url_params", "source.jdbc_url_params", dict, {})
+    if not all(isinstance(k, str) for k in params):
+        r.problem("source.jdbc_url_params", "keys must be strings")
+    host = r.value(m, "host", "source.host", str, "")
+    user = r.value(m, "user", "source.user", str, "")
+    server_id = r.value(m, "server_id", "source.server_id", int, 0, _positive)
+    if not isinstance(data, dict):
+        return None
+    return _source_obj(r, m, host, user, server_id, password, env, params)
+
+
+def _source_obj(r: _Reader, m: dict[str, Any], host: str, user: str, server_id: int,
+                password: str | None, env: str | None, params: dict[str, Any]) -> SourceConfig:
+    return SourceConfig(
+        host=host,
+        port=r.value(m, "port", "source.port", int, 3306, _port),
+        user=user,
+        server_id=server_id,
+        password=Secret(password) if password is not None else None,
+        password_env=env,
+        airflow_conn_id=r.value(m, "airflow_conn_id", "source.airflow_conn_id", str),
+        jdbc_driver_jar=r.value(m, "jdbc_driver_jar", "source.jdbc_driver_jar", str, DEFAULT_JDBC_JAR),
+        jdbc_url_params={str(k): str(v) for k, v in params.items()},
+        time_zone=r.value(m, "time_zone", "source.time_zone", str, "+00:00"),
+        connect_timeout=r.value(m, "connect_timeout", "source.connect_timeout", int, 10, _positive),
+    )
+
+
+def _spark(r: _Reader, data: Any) -> SparkConfig:
+    m = r.mapping(data, "spark", {"master", "conf"}, set())
+    conf = r.value(m, "conf", "spark.conf", dict, {})
+    return SparkConfig(master=r.value(m, "master", "spark.master", str, "local[*]"),
+                       conf={str(k): str(v) for k, v in conf.items()})
+
+
+def _output(r: _Reader, data: Any) -> OutputConfig:
+    m = r.mapping(data, "output", {"path", "staging", "keep_versions"}, {"path"})
+    return OutputConfig(path=r.value(m, "path", "output.path", str, ""),
+                        staging=r.value(m, "staging", "output.staging", str),
+                        keep_versions=r.value(m, "keep_versions", "output.keep_versions", int, 5, _positive))
+
+
+def _state(r: _Reader, data: Any) -> StateConfig:
+    m = r.mapping(data, "state", {"url"}, {"url"})
+    return StateConfig(url=r.value(m, "url", "state.url", str, ""))
+
+
+def _defaults(r: _Reader, data: Any) -> Defaults:
+    m = r.mapping(data, "defaults", {"chunk_size", "batch_chunks", "fetch_size",
+                                     "read_margin_seconds", "even_distribution_factor",
+                                     "expected_run_hours"}, set())
+    factor = r.value(m, "even_distribution_factor", "defaults.even_distribution_factor", list, [0.05, 100.0])
+    if len(factor) != 2 or not all(isinstance(x, int | float) and x > 0 for x in factor) or factor[0] > factor[1]:
+        r.problem("defaults.even_distribution_factor", f"expected [low, high] positive numbers, low <= high, found {factor}")
+        factor = [0.05, 100.0]
+    margin = r.value(m, "read_margin_seconds", "defaults.read_margin_seconds", float, 0.5,
+                     lambda v: None if v >= 0 else f"must be >= 0, found {v}")
+    return Defaults(
+        chunk_size=r.value(m, "chunk_size", "defaults.chunk_size", int, 50000, _positive),
+        batch_chunks=r.value(m, "batch_chunks", "defaults.batch_chunks", int, 16, _positive),
+        fetch_size=r.value(m, "fetch_size", "defaults.fetch_size", int, 10000, _positive),
+        read_margin_seconds=margin,
+        even_distribution_factor=(float(factor[0]), float(factor[1])),
+        expected_run_hours=r.value(m, "expected_run_hours", "defaults.expected_run_hours", float, 6.0,
+                                   lambda v: None if v > 0 else f"must be > 0, found {v}"),
+    )
+
+
+def _tables(r: _Reader, data: Any, defaults: Defaults) -> tuple[TableConfig, ...]:
+    if not isinstance(data, list) or not data:
+        r.problem("tables", f"expected a non-empty list of tables, found {_kind(data)}")
+        return ()
+    tables: list[TableConfig] = []
+    seen: set[str] = set()
+    for i, item in enumerate(data):
+        key = f"tables[{i}]"
+        m = r.mapping(item, key, {"name", "chunk_key", "chunk_size", "batch_chunks", "where"}, {"name"})
+        name = r.value(m, "name", f"{key}.name", str, "",
+                       lambda v: None if TABLE_NAME.match(v)
+                       else f"expected `database.table` (letters, digits, _ and $), found {v!r}")
+        if name and name in seen:
+            r.problem(f"{key}.name", f"table {name} is listed twice")
+        seen.add(name)
+        chunk_key = m.get("chunk_key")
+        if isinstance(chunk_key, str):
+            chunk_key = [chunk_key]
+        if chunk_key is not None and (
+            not isinstance(chunk_key, list) or not chunk_key
+            or not all(isinstance(c, str) and IDENTIFIER.match(c) for c in chunk_key)
+        ):
+            r.problem(f"{key}.chunk_key", f"expected a column name or a list of column names, found {chunk_key!r}")
+            chunk_key = None
+        tables.append(TableConfig(
+            name=name,
+            chunk_size=r.value(m, "chunk_size", f"{key}.chunk_size", int, defaults.chunk_size, _positive),
+            batch_chunks=r.value(m, "batch_chunks", f"{key}.batch_chunks", int, defaults.batch_chunks, _positive),
+            chunk_key=tuple(chunk_key) if chunk_key else None,
+            where=r.value(m, "where", f"{key}.where", str),
+        ))
+    return tuple(tables)

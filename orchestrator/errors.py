@@ -1,0 +1,49 @@
+"""Every error Tidemark raises on purpose, with the CLI exit code it maps to.
+
+Messages name the culprit (file, key, table, column, setting) and say the fix.
+They never contain a secret: build them from names, never from URLs or DSNs.
+"""
+
+from __future__ import annotations
+
+
+class TidemarkError(Exception):
+    """Base class. ``exit_code`` is what the CLI exits with (CONTRACT.md)."""
+
+    exit_code = 1
+
+
+class ConfigError(TidemarkError):
+    """The pipeline config or the command-line arguments are wrong (exit 2).
+
+    Carries every problem found, so a user fixes them all in one pass.
+    """
+
+    exit_code = 2
+
+    def __init__(self, problems: list[str] | str) -> None:
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        super().__init__("\n".join(self.problems))
+
+
+class SourceNotReady(TidemarkError):
+    """The source MySQL cannot be used as configured (exit 3): unreachable,
+    bad credentials, binlog settings, privileges, missing tables."""
+
+    exit_code = 3
+
+
+class StateError(TidemarkError):
+    """The state store is unreachable, or its schema is newer than this code."""
+
+
+class RunLocked(StateError):
+    """Another run of the same pipeline is active."""
+
+
+class RunFailed(TidemarkError):
+    """A run step failed; state is kept and a rerun resumes (exit 1)."""
+
+
+class BinlogPurged(RunFailed):
+    """Binlog files a run needs are gone from the server."""
