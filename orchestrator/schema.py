@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,3 +70,29 @@ class TableInfo:
             if column.name.lower() == name.lower():
                 return column
         raise KeyError(name)
+
+
+def table_info_to_json(info: TableInfo) -> dict[str, Any]:
+    """A JSON-able form of `TableInfo`, stored with a run so later steps need not re-query."""
+    return {
+        "database": info.database,
+        "table": info.table,
+        "columns": [asdict(c) for c in info.columns],
+        "primary_key": list(info.primary_key),
+        "unique_not_null_keys": [list(k) for k in info.unique_not_null_keys],
+        "row_estimate": info.row_estimate,
+        "engine": info.engine,
+    }
+
+
+def table_info_from_json(data: dict[str, Any]) -> TableInfo:
+    """Inverse of `table_info_to_json`."""
+    return TableInfo(
+        database=data["database"],
+        table=data["table"],
+        columns=tuple(ColumnInfo(**c) for c in data["columns"]),
+        primary_key=tuple(data["primary_key"]),
+        unique_not_null_keys=tuple(tuple(k) for k in data["unique_not_null_keys"]),
+        row_estimate=int(data["row_estimate"]),
+        engine=data.get("engine"),
+    )
