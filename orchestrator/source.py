@@ -10,6 +10,7 @@ port and user and says what to check. The password never appears in a message.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 from collections.abc import Sequence
@@ -90,11 +91,9 @@ class Source:
     def close(self) -> None:
         """Close the connection (a later call opens a new one)."""
         conn, self._conn = self._conn, None
-        if conn is not None and conn.open:
-            try:
+        if conn is not None:
+            with contextlib.suppress(pymysql.err.Error):  # already closed, or a dead socket
                 conn.close()
-            except pymysql.err.Error:  # pragma: no cover - closing a dead socket
-                pass
 
     # ------------------------------------------------------------------ connection
 
@@ -138,16 +137,8 @@ class Source:
                 return names, [tuple(r) for r in cur.fetchall()]
         except pymysql.err.MySQLError as exc:
             if is_connection_lost(exc):
-                self._drop_connection()
+                self.close()
             raise
-
-    def _drop_connection(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            try:
-                conn.close()
-            except pymysql.err.Error:
-                pass
 
     def _execute(self, sql: str, params: Sequence[Any] | None = None) -> tuple[list[str], list[Row]]:
         """Run one statement under the retry policy; returns column names and rows."""
