@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator import storage
+from orchestrator import faults, storage
 from orchestrator.config import PipelineConfig, TableConfig
 from orchestrator.errors import ConfigError, RunFailed
 from orchestrator.positions import BinlogPosition
@@ -268,6 +268,7 @@ def read_batch(config: PipelineConfig, run_id: str, batch: int, *, spark: Any = 
             store.mark_chunk_done(run_id, table, chunk.index, high=high.to_json(), rows=n, bytes=b,
                                   path=paths[chunk.index])
             rows, nbytes = rows + n, nbytes + b
+        faults.point("read.batch_done")
         if holder:
             store.refresh_lock(config.pipeline, holder)
         log.info("batch %d (%s, %d chunks): %d rows, %d bytes, L=%s Hb=%s", batch, table,
@@ -343,6 +344,7 @@ def reconcile(config: PipelineConfig, run_id: str, *, spark: Any = None) -> dict
                                    storage.join(run_dir(config, run_id), "changes", record.table),
                                    storage.join(run_dir(config, run_id), "reconciled", record.table))
             store.set_table_status(run_id, record.table, "reconciled", rows=rows)
+            faults.point("reconcile.table_done")
             out[record.table] = rows
             log.info("table %s: reconciled, %d rows at H", record.table, rows)
         return {"rows": out}
@@ -369,6 +371,7 @@ def publish(config: PipelineConfig, run_id: str, *, holder: str) -> list[Publish
                 manifest = publish_table(config, _table_info(record), tuple(record.chunk_key),
                                          storage.join(run_dir(config, run_id), "reconciled", record.table),
                                          high, run_id)
+                faults.point("publish.files_written")
                 store.save_table_checkpoint(TableCheckpoint(
                     pipeline=config.pipeline, table=record.table, version=manifest["version"],
                     position=high.to_json(), rows=manifest["rows"],
@@ -376,6 +379,7 @@ def publish(config: PipelineConfig, run_id: str, *, holder: str) -> list[Publish
                     published_at=_now()))
                 store.set_table_status(run_id, record.table, "published", rows=manifest["rows"],
                                        version=manifest["version"])
+                faults.point("publish.table_done")
                 log.info("table %s: published version %d, %d rows at %s", record.table,
                          manifest["version"], manifest["rows"], high)
             elif record.status != "published":

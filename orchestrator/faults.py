@@ -1,0 +1,29 @@
+"""Failpoints: deterministic crash injection for the kill/resume tests.
+
+``TIDEMARK_FAILPOINT=name[:n]`` makes the process SIGKILL itself the n-th time
+(default 1st) it passes `point(name)`: a crash at an exact step boundary, as a
+power cut or an OOM kill would cause. Unset (always, in production) it costs
+one dictionary lookup.
+
+Points: ``read.batch_done``, ``capture.checkpoint``, ``reconcile.table_done``,
+``publish.files_written``, ``publish.table_done``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+_passed: dict[str, int] = {}
+
+
+def point(name: str) -> None:
+    spec = os.environ.get("TIDEMARK_FAILPOINT")
+    if not spec:
+        return
+    target, _, count = spec.partition(":")
+    if target != name:
+        return
+    _passed[name] = _passed.get(name, 0) + 1
+    if _passed[name] >= int(count or 1):
+        os.kill(os.getpid(), signal.SIGKILL)
