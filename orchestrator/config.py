@@ -89,6 +89,8 @@ class Defaults:
     read_margin_seconds: float = 0.5
     even_distribution_factor: tuple[float, float] = (0.05, 100.0)
     expected_run_hours: float = 6.0
+    capture_batch_rows: int = 50000
+    read_attempts: int = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -369,7 +371,8 @@ def _state(r: _Reader, data: Any) -> StateConfig:
 def _defaults(r: _Reader, data: Any) -> Defaults:
     m = r.mapping(data, "defaults", {"chunk_size", "batch_chunks", "fetch_size",
                                      "read_margin_seconds", "even_distribution_factor",
-                                     "expected_run_hours"}, set())
+                                     "expected_run_hours", "capture_batch_rows", "read_attempts"},
+                    set())
     factor = r.value(m, "even_distribution_factor", "defaults.even_distribution_factor", list, [0.05, 100.0])
     if len(factor) != 2 or not all(isinstance(x, int | float) and x > 0 for x in factor) or factor[0] > factor[1]:
         r.problem("defaults.even_distribution_factor", f"expected [low, high] positive numbers, low <= high, found {factor}")
@@ -384,6 +387,9 @@ def _defaults(r: _Reader, data: Any) -> Defaults:
         even_distribution_factor=(float(factor[0]), float(factor[1])),
         expected_run_hours=r.value(m, "expected_run_hours", "defaults.expected_run_hours", float, 6.0,
                                    lambda v: None if v > 0 else f"must be > 0, found {v}"),
+        capture_batch_rows=r.value(m, "capture_batch_rows", "defaults.capture_batch_rows", int, 50000,
+                                   _positive),
+        read_attempts=r.value(m, "read_attempts", "defaults.read_attempts", int, 3, _positive),
     )
 
 

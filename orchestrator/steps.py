@@ -255,12 +255,24 @@ def read_batch(config: PipelineConfig, run_id: str, batch: int, *, spark: Any = 
         base = storage.join(run_dir(config, run_id), "snapshot", table)
         paths = {c.index: storage.join(base, f"chunk-{c.index:06d}") for c in pending}
         spark = spark or _spark(config)
+        attempts = config.defaults.read_attempts
         with _source(config) as source:
-            low = source.current_position()
-            store.mark_batch_started(run_id, batch, low.to_json())
-            time.sleep(config.defaults.read_margin_seconds)
-            results = spark_read(spark, config, info, [(c.index, c.where) for c in pending],
-                                 lambda index: paths[index])
+            for attempt in range(1, attempts + 1):
+                # A retried batch records a fresh L: its reads start again after it.
+                low = source.current_position()
+                store.mark_batch_started(run_id, batch, low.to_json())
+                time.sleep(config.defaults.read_margin_seconds)
+                try:
+                    results = spark_read(spark, config, info, [(c.index, c.where) for c in pending],
+                                         lambda index: paths[index])
+                    break
+                except Exception as exc:
+                    if attempt == attempts:
+                        raise
+                    wait = min(2.0 ** attempt, 30.0)
+                    log.warning("batch %d (%s): read failed (%s); retry %d/%d in %.0fs", batch, table,
+                                _first_line(exc), attempt, attempts - 1, wait)
+                    time.sleep(wait)
             high = source.current_position()
         rows = nbytes = 0
         for chunk in pending:
@@ -276,6 +288,11 @@ def read_batch(config: PipelineConfig, run_id: str, batch: int, *, spark: Any = 
         return {"rows": rows, "bytes": nbytes, "chunks": len(pending), "skipped": False}
     finally:
         store.close()
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return (lines[0] if lines else type(exc).__name__)[:300]
 
 
 def _spark(config: PipelineConfig) -> Any:
