@@ -327,7 +327,8 @@ def capture(config: PipelineConfig, run_id: str, *, progress: Callable[[int], No
         stop = _position(run.high_position)
         tables = {r.table: CaptureTable(info=_table_info(r), key=tuple(r.chunk_key),
                                         start=_position(r.info["from_position"])) for r in records}
-        result = capture_changes(config, store, run_id, tables, stop, progress=progress)
+        result = capture_changes(config, store, run_id, tables, stop,
+                                 batch_rows=config.defaults.capture_batch_rows, progress=progress)
         for r in records:
             store.set_table_status(run_id, r.table, "captured")
         log.info("capture up to H=%s: %s", stop, result)
