@@ -226,6 +226,7 @@ METADATA = MetaData()
 _NAME = String(255)
 _RUN_ID = String(64)
 _LONG_TEXT = Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb")
+_MYSQL: dict[str, Any] = {"mysql_charset": "utf8mb4"}  # names, paths and predicates may be any unicode
 
 
 def _run_fk() -> Column[str]:
@@ -237,11 +238,13 @@ SCHEMA = Table(
     Column("id", Integer, primary_key=True, autoincrement=False),
     Column("version", Integer, nullable=False),
     Column("updated_at", _UTCDateTime, nullable=False),
+    **_MYSQL,
 )
 PIPELINES = Table(
     "tm_pipelines", METADATA,
     Column("name", _NAME, primary_key=True),
     Column("created_at", _UTCDateTime, nullable=False),
+    **_MYSQL,
 )
 RUNS = Table(
     "tm_runs", METADATA,
@@ -256,6 +259,7 @@ RUNS = Table(
     Column("finished_at", _UTCDateTime),
     Column("error", _LONG_TEXT),
     Index("tm_runs_pipeline_created", "pipeline", "created_at"),
+    **_MYSQL,
 )
 RUN_TABLES = Table(
     "tm_run_tables", METADATA,
@@ -268,6 +272,7 @@ RUN_TABLES = Table(
     Column("info", _JsonText, nullable=False),
     Column("row_count", BigInteger),
     Column("version", Integer),
+    **_MYSQL,
 )
 CHUNKS = Table(
     "tm_chunks", METADATA,
@@ -286,6 +291,7 @@ CHUNKS = Table(
     Column("path", _LONG_TEXT),
     Column("attempts", Integer, nullable=False),
     Index("tm_chunks_run_batch", "run_id", "batch_no"),
+    **_MYSQL,
 )
 CAPTURE_CHECKPOINTS = Table(
     "tm_capture_checkpoints", METADATA,
@@ -294,6 +300,7 @@ CAPTURE_CHECKPOINTS = Table(
     Column("segments", Integer, nullable=False),
     Column("row_count", BigInteger, nullable=False),
     Column("updated_at", _UTCDateTime, nullable=False),
+    **_MYSQL,
 )
 TABLE_CHECKPOINTS = Table(
     "tm_table_checkpoints", METADATA,
@@ -305,6 +312,7 @@ TABLE_CHECKPOINTS = Table(
     Column("manifest", _LONG_TEXT, nullable=False),
     Column("run_id", _RUN_ID, nullable=False),  # no FK: a checkpoint outlives its run's rows
     Column("published_at", _UTCDateTime, nullable=False),
+    **_MYSQL,
 )
 LOCKS = Table(
     "tm_locks", METADATA,
@@ -315,6 +323,7 @@ LOCKS = Table(
     Column("token", String(32), nullable=False),  # changes on every takeover: compare-and-swap
     Column("acquired_at", _UTCDateTime, nullable=False),
     Column("refreshed_at", _UTCDateTime, nullable=False),
+    **_MYSQL,
 )
 
 FORGET_KINDS = ("runs", "run_tables", "chunks", "capture_checkpoints", "table_checkpoints", "locks")
@@ -379,6 +388,14 @@ def _insert_ignore(conn: Connection, table: Table, values: dict[str, Any]) -> No
             return
         statement = insert(table).values(values)
     conn.execute(statement)
+
+
+def _chunk_rows(chunks: list[ChunkRecord]) -> list[dict[str, Any]]:
+    return [{"run_id": c.run_id, "table_name": c.table, "chunk_index": c.index,
+             "batch_no": c.batch, "start_bound": c.start, "end_bound": c.end,
+             "where_sql": c.where, "status": c.status, "low_position": c.low,
+             "high_position": c.high, "row_count": c.rows, "byte_count": c.bytes,
+             "path": c.path, "attempts": c.attempts} for c in chunks]
 
 
 def _run_record(r: Row[Any]) -> RunRecord:
@@ -659,14 +676,25 @@ class StateStore:
 
     # --- tables in a run -------------------------------------------------------
     def add_run_table(self, run_id: str, table: str, mode: TableMode, *, strategy: str | None,
-                      chunk_key: list[str], info: dict[str, Any]) -> None:
-        """Add a table to the run as planned; if it is there, replace its plan, keep its status."""
+                      chunk_key: list[str], info: dict[str, Any],
+                      chunks: list[ChunkRecord] | None = None) -> None:
+        """Add a table to the run as planned; if it is there, replace its plan, keep its status.
+
+        ``chunks`` are inserted in the same transaction, so a crash never leaves a
+        table planned without its chunks (or chunks without their table).
+        """
         key = and_(RUN_TABLES.c.run_id == run_id, RUN_TABLES.c.table_name == table)
         plan = {"mode": mode, "strategy": strategy, "chunk_key": chunk_key, "info": info}
-        with self._tx() as conn:
-            if conn.execute(update(RUN_TABLES).where(key).values(plan)).rowcount == 0:
-                conn.execute(insert(RUN_TABLES).values(run_id=run_id, table_name=table,
-                                                       status="planned", **plan))
+        try:
+            with self._tx() as conn:
+                if conn.execute(update(RUN_TABLES).where(key).values(plan)).rowcount == 0:
+                    conn.execute(insert(RUN_TABLES).values(run_id=run_id, table_name=table,
+                                                           status="planned", **plan))
+                if chunks:
+                    conn.execute(insert(CHUNKS), _chunk_rows(chunks))
+        except IntegrityError as exc:
+            raise StateError(f"cannot plan {table} in run {run_id}: its chunks are already planned, "
+                             f"or the run does not exist ({self._scrub(exc.orig)})") from None
 
     def run_tables(self, run_id: str) -> list[RunTableRecord]:
         query = select(RUN_TABLES).where(RUN_TABLES.c.run_id == run_id).order_by(RUN_TABLES.c.table_name)
@@ -700,14 +728,9 @@ class StateStore:
         """
         if not chunks:
             return
-        rows = [{"run_id": c.run_id, "table_name": c.table, "chunk_index": c.index,
-                 "batch_no": c.batch, "start_bound": c.start, "end_bound": c.end,
-                 "where_sql": c.where, "status": c.status, "low_position": c.low,
-                 "high_position": c.high, "row_count": c.rows, "byte_count": c.bytes,
-                 "path": c.path, "attempts": c.attempts} for c in chunks]
         try:
             with self._tx() as conn:
-                conn.execute(insert(CHUNKS), rows)
+                conn.execute(insert(CHUNKS), _chunk_rows(chunks))
         except IntegrityError as exc:
             first = chunks[0]
             raise StateError(f"cannot plan chunks of {first.table} in run {first.run_id}: "
@@ -806,6 +829,8 @@ class StateStore:
     def save_table_checkpoint(self, checkpoint: TableCheckpoint) -> None:
         """Record (replacing the table's earlier one) a published version."""
         c = checkpoint
+        if c.published_at.tzinfo is None:
+            raise ValueError(f"published_at of {c.table} has no time zone; pass an aware UTC datetime")
         key = and_(TABLE_CHECKPOINTS.c.pipeline == c.pipeline, TABLE_CHECKPOINTS.c.table_name == c.table)
         values = {"version": c.version, "position": c.position, "row_count": c.rows,
                   "manifest": c.manifest, "run_id": c.run_id, "published_at": c.published_at}

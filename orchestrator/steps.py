@@ -134,7 +134,10 @@ def plan(config: PipelineConfig, *, tables: list[str] | None = None, snapshot: b
     """
     store = open_store(config)
     try:
-        store.acquire_lock(config.pipeline, holder)
+        # A CLI run's lock is bound to its process (taken over once the pid is gone); an
+        # Airflow run's tasks are many processes, so only the lease expires it.
+        store.acquire_lock(config.pipeline, holder, config_path=str(config.path or ""),
+                           track_pid=holder.startswith("cli:"))
         run = store.unfinished_run(config.pipeline)
         resumed = run is not None
         if run is None:
@@ -148,6 +151,8 @@ def plan(config: PipelineConfig, *, tables: list[str] | None = None, snapshot: b
         else:
             log.info("run %s: resuming the unfinished run started %s (status %s)",
                      run.run_id, run.created_at.isoformat(timespec="seconds"), run.status)
+            if run.status != "running":
+                store.finish_run(run.run_id, "running")
         _plan_tables(config, store, run)
         records = store.run_tables(run.run_id)
         return RunHandle(
