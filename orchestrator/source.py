@@ -105,11 +105,11 @@ class Source:
                 connect_timeout=cfg.connect_timeout, charset="utf8mb4", autocommit=True,
             )
         except pymysql.err.MySQLError as exc:
-            first = not self._connected_once
-            if is_connection_lost(exc) and not first:
-                raise  # a source that worked before: let the retry policy wait for it
-            if error_code(exc) in (1040, 2013) and first:
-                raise  # too many connections / dropped handshake: worth another try
+            # Too many connections, or a handshake cut short: worth another try. Can't
+            # connect: only for a source that worked before (it is restarting); on the
+            # first connection a wrong host or port should fail at once.
+            if error_code(exc) in (1040, 2013) or (is_connection_lost(exc) and self._connected_once):
+                raise
             raise SourceNotReady(login_problem(cfg, exc)) from exc
         try:
             with conn.cursor() as cur:

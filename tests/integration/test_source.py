@@ -1,0 +1,273 @@
+"""`orchestrator.source.Source` against private MariaDB servers: shapes, positions, errors, retries."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any
+
+import pymysql
+import pytest
+import tenacity
+
+from orchestrator.config import SourceConfig
+from orchestrator.errors import RunFailed, SourceNotReady
+from orchestrator.localdb import LocalMariaDB, free_port
+from orchestrator.positions import BinlogPosition
+from orchestrator.retry import is_transient, transient_retry
+from orchestrator.source import Source
+from tests.conftest import HAVE_MARIADB
+
+pytestmark = pytest.mark.integration
+
+DB = "tm_source"
+
+
+def config_for(server: LocalMariaDB, user: str = "root", **changes: Any) -> SourceConfig:
+    return replace(SourceConfig(host="127.0.0.1", port=server.port, user=user, server_id=54001), **changes)
+
+
+@pytest.fixture(scope="module")
+def shop(mariadb: LocalMariaDB) -> LocalMariaDB:
+    mariadb.execute(
+        f"DROP DATABASE IF EXISTS {DB}",
+        f"CREATE DATABASE {DB}",
+        f"""CREATE TABLE {DB}.orders (
+            id BIGINT UNSIGNED NOT NULL,
+            code VARCHAR(20) NOT NULL,
+            alt INT NULL,
+            note VARCHAR(200) NOT NULL,
+            amount DECIMAL(12, 2),
+            flag TINYINT(1) NOT NULL DEFAULT 0,
+            created DATETIME(3) NOT NULL,
+            PRIMARY KEY (id),
+            UNIQUE KEY u_code (code),
+            UNIQUE KEY u_alt (alt),
+            UNIQUE KEY u_note_prefix (note(5)),
+            UNIQUE KEY u_pair (created, code),
+            KEY k_amount (amount)
+        ) ENGINE=InnoDB""",
+        f"CREATE TABLE {DB}.items (order_id INT NOT NULL, line_no SMALLINT NOT NULL, sku CHAR(8),"
+        " PRIMARY KEY (order_id, line_no))",
+        f"CREATE TABLE {DB}.loose (a INT, b INT)",
+        f"INSERT INTO {DB}.orders VALUES (1, 'a', NULL, 'n1', 1.50, 1, NOW(3)), (2, 'b', 7, 'n2', NULL, 0, NOW(3))",
+        f"ANALYZE TABLE {DB}.orders",
+    )
+    return mariadb
+
+
+@pytest.fixture
+def source(shop: LocalMariaDB) -> Iterator[Source]:
+    with Source(config_for(shop), "") as src:
+        yield src
+
+
+# --------------------------------------------------------------------------- shapes
+
+
+def test_table_info_columns_keys_and_estimate(source: Source) -> None:
+    info = source.table_info(f"{DB}.orders")
+    assert info.name == f"{DB}.orders" and info.engine == "InnoDB"
+    assert [c.name for c in info.columns] == ["id", "code", "alt", "note", "amount", "flag", "created"]
+    id_, code, alt, _note, amount, flag, created = info.columns
+    assert (id_.data_type, id_.unsigned, id_.nullable) == ("bigint", True, False)
+    assert code.data_type == "varchar" and code.charset is not None and code.collation is not None
+    assert alt.nullable and not code.nullable
+    assert (amount.precision, amount.scale) == (12, 2)
+    assert flag.display_width == 1
+    assert (created.data_type, created.datetime_precision) == ("datetime", 3)
+    assert info.primary_key == ("id",)
+    # u_alt allows NULL, u_note_prefix indexes only a prefix: neither identifies a row.
+    assert info.unique_not_null_keys == (("id",), ("code",), ("created", "code"))
+    assert info.row_estimate >= 1
+
+
+def test_table_info_composite_and_missing_keys(source: Source) -> None:
+    items = source.table_info(f"{DB}.items")
+    assert items.primary_key == ("order_id", "line_no")
+    assert items.unique_not_null_keys == (("order_id", "line_no"),)
+    loose = source.table_info(f"{DB}.loose")
+    assert loose.primary_key == () and loose.unique_not_null_keys == ()
+
+
+def test_table_info_missing_table_names_it(source: Source, shop: LocalMariaDB) -> None:
+    with pytest.raises(SourceNotReady, match=rf"table {DB}.nope does not exist on 127.0.0.1:{shop.port}"):
+        source.table_info(f"{DB}.nope")
+
+
+# --------------------------------------------------------------------------- server and binlog
+
+
+def test_version_and_variables(source: Source) -> None:
+    assert source.is_mariadb() and "MariaDB" in source.server_version()
+    found = source.variables("log_bin", "binlog_format", "binlog_row_image", "no_such_variable_x")
+    assert found == {"log_bin": "ON", "binlog_format": "ROW", "binlog_row_image": "FULL",
+                     "no_such_variable_x": None}
+    assert source.variables() == {}
+
+
+def test_query_params_are_escaped(source: Source) -> None:
+    hostile = "it's a \\ \"test\" \x00 ünï; DROP TABLE x; --"
+    assert source.query("SELECT %s, %s", (hostile, 18446744073709551615)) == [(hostile, 18446744073709551615)]
+
+
+def test_session_time_zone_and_charset(shop: LocalMariaDB) -> None:
+    with Source(config_for(shop, time_zone="+02:00"), "") as src:
+        assert src.query("SELECT @@session.time_zone, @@character_set_client, @@autocommit") == [
+            ("+02:00", "utf8mb4", 1)]
+
+
+def test_unknown_time_zone_is_one_clear_error(shop: LocalMariaDB) -> None:
+    with (Source(config_for(shop, time_zone="Mars/Olympus"), "") as src,
+          pytest.raises(SourceNotReady, match=r"source\.time_zone 'Mars/Olympus' is unknown")):
+        src.query("SELECT 1")
+
+
+def test_current_position_moves_with_writes(source: Source, shop: LocalMariaDB) -> None:
+    before = source.current_position()
+    assert before.file == source.binlogs()[-1][0]
+    shop.execute(f"INSERT INTO {DB}.items VALUES (1, 1, 'x')")
+    after = source.current_position()
+    assert after > before
+    assert after.gtid_set is not None
+    assert after.gtid_set == shop.execute("SELECT @@gtid_binlog_pos")[0][0]
+    assert BinlogPosition.from_json(after.to_json()) == after
+
+
+# --------------------------------------------------------------------------- login errors
+
+
+def test_wrong_password_is_one_line_without_the_password(shop: LocalMariaDB) -> None:
+    shop.create_user("tm_src_user", "right-password")
+    secret = "Wr0ng-Pa55-xyzzy"
+    with (Source(config_for(shop, "tm_src_user", password_env="TM_SRC_PW"), secret) as src,
+          pytest.raises(SourceNotReady) as caught):
+        src.query("SELECT 1")
+    message = str(caught.value)
+    assert message == (f"cannot log in to MySQL at 127.0.0.1:{shop.port} as user `tm_src_user`: access "
+                       "denied; check source.user and the password (source.password_env TM_SRC_PW)")
+    assert secret not in message and "\n" not in message
+
+
+def test_unreachable_port_fails_fast_without_retrying() -> None:
+    port = free_port()
+    retry = transient_retry(attempts=50, max_wait=5.0)
+    with (Source(SourceConfig(host="127.0.0.1", port=port, user="snap", server_id=1), "pw", retry=retry) as src,
+          pytest.raises(SourceNotReady, match=rf"cannot reach MySQL at 127.0.0.1:{port}: .*refused; "
+                                              "check source.host and source.port")):
+        src.server_version()
+    assert retry.statistics["attempt_number"] == 1
+
+
+# --------------------------------------------------------------------------- retries
+
+
+@pytest.mark.parametrize(("exc", "transient"), [
+    (pymysql.err.OperationalError(2013, "Lost connection to MySQL server during query"), True),
+    (pymysql.err.OperationalError(2006, "MySQL server has gone away"), True),
+    (pymysql.err.OperationalError(2003, "Can't connect to MySQL server"), True),
+    (pymysql.err.OperationalError(1205, "Lock wait timeout exceeded"), True),
+    (pymysql.err.OperationalError(1213, "Deadlock found when trying to get lock"), True),
+    (pymysql.err.OperationalError(1040, "Too many connections"), True),
+    (pymysql.err.InterfaceError(0, ""), True),
+    (pymysql.err.OperationalError(1045, "Access denied"), False),
+    (pymysql.err.OperationalError(1049, "Unknown database 'x'"), False),
+    (pymysql.err.ProgrammingError(1146, "Table 'x.y' doesn't exist"), False),
+    (pymysql.err.ProgrammingError(1064, "You have an error in your SQL syntax"), False),
+    (pymysql.err.OperationalError(1142, "SELECT command denied"), False),
+    (ValueError("not a database error"), False),
+])
+def test_is_transient(exc: BaseException, transient: bool) -> None:
+    assert is_transient(exc) is transient
+
+
+@pytest.fixture(scope="module")
+def crashy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalMariaDB]:
+    """A server of our own, killed and restarted by the tests below."""
+    if not HAVE_MARIADB:
+        pytest.skip("mariadbd is not installed")
+    server = LocalMariaDB.create(base_dir=tmp_path_factory.mktemp("crashy"))
+    server.start()
+    server.execute("CREATE DATABASE d", "CREATE TABLE d.t (id INT PRIMARY KEY)",
+                   "INSERT INTO d.t VALUES (1), (2), (3)")
+    yield server
+    server.destroy()
+
+
+def test_query_survives_a_server_crash_and_restart(crashy: LocalMariaDB) -> None:
+    retry = transient_retry(attempts=120, max_wait=1.0, initial_wait=0.1)
+    with Source(config_for(crashy), "", retry=retry) as src:
+        first_connection = src.query("SELECT CONNECTION_ID()")[0][0]
+        crashy.kill()
+        errors: list[BaseException] = []
+
+        def restart() -> None:
+            try:
+                crashy.start()
+            except BaseException as exc:  # reported by the assertion below
+                errors.append(exc)
+
+        thread = threading.Thread(target=restart)
+        thread.start()
+        try:
+            rows = src.query("SELECT COUNT(*), CONNECTION_ID() FROM d.t")
+        finally:
+            thread.join()
+        assert not errors
+        assert rows[0][0] == 3
+        assert rows[0][1] != first_connection  # a new connection after the crash
+        assert retry.statistics["attempt_number"] >= 2
+
+
+def test_lost_server_gives_up_with_a_clear_error(crashy: LocalMariaDB) -> None:
+    crashy.start()
+    retry = transient_retry(attempts=2, max_wait=0.1, initial_wait=0.05)
+    with Source(config_for(crashy), "", retry=retry) as src:
+        src.query("SELECT 1")
+        crashy.kill()
+        try:
+            with pytest.raises(SourceNotReady, match=rf"lost the connection to MySQL at 127.0.0.1:{crashy.port}"
+                                                     r" and could not get it back after 2 attempt"):
+                src.query("SELECT 1")
+        finally:
+            crashy.start()
+
+
+def test_lock_wait_is_retried_then_reported(crashy: LocalMariaDB) -> None:
+    crashy.start()
+    holder = crashy.connect()
+    holder.autocommit(False)
+    holder.cursor().execute("SELECT * FROM d.t WHERE id = 1 FOR UPDATE")
+
+    def release_lock(state: tenacity.RetryCallState) -> None:
+        holder.rollback()
+
+    retry = tenacity.Retrying(stop=tenacity.stop_after_attempt(3), reraise=True, before_sleep=release_lock,
+                              retry=tenacity.retry_if_exception(is_transient))
+    with Source(config_for(crashy), "", retry=retry) as src:
+        src.query("SET SESSION innodb_lock_wait_timeout = 1")
+        assert src.query("SELECT id FROM d.t WHERE id = 1 FOR UPDATE") == [(1,)]
+        assert retry.statistics["attempt_number"] == 2
+
+        holder.cursor().execute("SELECT * FROM d.t WHERE id = 2 FOR UPDATE")
+        never = tenacity.Retrying(stop=tenacity.stop_after_attempt(2), reraise=True,
+                                  retry=tenacity.retry_if_exception(is_transient))
+        stuck = Source(config_for(crashy), "", retry=never)
+        stuck.query("SET SESSION innodb_lock_wait_timeout = 1")
+        with pytest.raises(RunFailed, match="kept failing after 2 attempt"):
+            stuck.query("SELECT id FROM d.t WHERE id = 2 FOR UPDATE")
+        stuck.close()
+    holder.close()
+
+
+def test_binlogs_oldest_first(crashy: LocalMariaDB) -> None:
+    crashy.start()
+    crashy.execute("FLUSH BINARY LOGS", "FLUSH BINARY LOGS")
+    with Source(config_for(crashy), "") as src:
+        logs = src.binlogs()
+        assert len(logs) >= 3
+        assert [name for name, _ in logs] == sorted(name for name, _ in logs)
+        assert all(size > 0 for _, size in logs)
+        assert src.oldest_binlog() == logs[0][0]
+        assert src.current_position().file == logs[-1][0]

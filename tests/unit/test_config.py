@@ -1,0 +1,193 @@
+"""Pipeline config validation: each bad config is a ConfigError naming the file and key path."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from orchestrator.config import PipelineConfig, Secret, load_config, parse_config
+from orchestrator.errors import ConfigError
+
+DELETE = object()
+
+GOOD: dict[str, Any] = {
+    "pipeline": "shop",
+    "source": {"host": "db.internal", "port": 3307, "user": "snap",
+               "password_env": "TM_TEST_PASSWORD", "server_id": 54001},
+    "spark": {"master": "local[2]", "conf": {"spark.driver.memory": "1g"}},
+    "output": {"path": "/tmp/lake"},
+    "state": {"url": "sqlite:////tmp/state.db"},
+    "defaults": {"chunk_size": 1000, "batch_chunks": 4},
+    "tables": [
+        {"name": "shop.orders"},
+        {"name": "shop.order_items", "chunk_key": ["order_id", "line_no"], "chunk_size": 200,
+         "where": "created_at >= '2020-01-01'"},
+    ],
+}
+
+
+@pytest.fixture(autouse=True)
+def _password_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TM_TEST_PASSWORD", "s3cr3t-Pa55word")
+
+
+def mutated(*changes: tuple[str, Any]) -> dict[str, Any]:
+    """GOOD with ``("a.b[1].c", value)`` changes applied; DELETE removes the key."""
+    data = copy.deepcopy(GOOD)
+    for path, value in changes:
+        keys: list[str | int] = []
+        for part in path.split("."):
+            name, _, index = part.partition("[")
+            keys.append(name)
+            if index:
+                keys.append(int(index.rstrip("]")))
+        target: Any = data
+        for key in keys[:-1]:
+            target = target[key]
+        if value is DELETE:
+            del target[keys[-1]]
+        else:
+            target[keys[-1]] = value
+    return data
+
+
+def problems(data: Any) -> list[str]:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(data, origin="shop.yaml")
+    return caught.value.problems
+
+
+BAD = [
+    ("missing source", [("source", DELETE)], "source: missing required key"),
+    ("missing tables", [("tables", DELETE)], "tables: missing required key"),
+    ("missing source.user", [("source.user", DELETE)], "source.user: missing required key"),
+    ("unknown top-level key", [("sources", {})], "sources: unknown key"),
+    ("unknown nested key", [("source.hots", "x")], "source.hots: unknown key"),
+    ("unknown table key", [("tables[1].chunk_keys", ["id"])], "tables[1].chunk_keys: unknown key"),
+    ("unknown defaults key", [("defaults.chunksize", 5)], "defaults.chunksize: unknown key"),
+    ("chunk_size 0", [("defaults.chunk_size", 0)], "defaults.chunk_size: must be a positive integer"),
+    ("table chunk_size 0", [("tables[1].chunk_size", 0)], "tables[1].chunk_size: must be a positive"),
+    ("negative batch_chunks", [("defaults.batch_chunks", -1)], "defaults.batch_chunks"),
+    ("table name without database", [("tables[0].name", "orders")], "tables[0].name: expected `database.table`"),
+    ("table name with a space", [("tables[0].name", "shop.my orders")], "tables[0].name"),
+    ("duplicate table", [("tables[1]", {"name": "shop.orders"})], "tables[1].name: table shop.orders is listed twice"),
+    ("empty tables", [("tables", [])], "tables: expected a non-empty list"),
+    ("tables not a list", [("tables", {"name": "shop.orders"})], "tables: expected a non-empty list"),
+    ("table not a mapping", [("tables[0]", "shop.orders")], "tables[0]: expected a mapping"),
+    ("bad chunk_key", [("tables[1].chunk_key", [1, 2])], "tables[1].chunk_key: expected a column name"),
+    ("pipeline with capitals", [("pipeline", "Shop")], "pipeline: must match [a-z0-9_]+"),
+    ("pipeline with a dash", [("pipeline", "shop-eu")], "pipeline: must match"),
+    ("pipeline not a string", [("pipeline", 7)], "pipeline: expected a string"),
+    ("port as text", [("source.port", "3306x")], "source.port: expected an integer, found a string"),
+    ("port out of range", [("source.port", 70000)], "source.port: must be a TCP port"),
+    ("port as boolean", [("source.port", True)], "source.port: expected an integer, found boolean"),
+    ("server_id 0", [("source.server_id", 0)], "source.server_id: must be a positive integer"),
+    ("chunk_size as text", [("defaults.chunk_size", "big")], "defaults.chunk_size: expected an integer"),
+    ("chunk_size as float", [("defaults.chunk_size", 10.5)], "defaults.chunk_size: expected an integer"),
+    ("spark.conf a list", [("spark.conf", ["a"])], "spark.conf: expected a mapping"),
+    ("source a string", [("source", "db.internal")], "source: expected a mapping"),
+    ("host an integer", [("source.host", 5)], "source.host: expected a string"),
+    ("two password sources", [("source.password", "x")], "source: give only one of password"),
+    ("password an integer", [("source.password_env", DELETE), ("source.password", 1234)],
+     "source.password: expected a string"),
+    ("unset password env", [("source.password_env", "TM_TEST_UNSET_VARIABLE")],
+     "source.password_env: environment variable TM_TEST_UNSET_VARIABLE is not set"),
+    ("negative read margin", [("defaults.read_margin_seconds", -1)], "defaults.read_margin_seconds: must be >= 0"),
+    ("expected_run_hours 0", [("defaults.expected_run_hours", 0)], "defaults.expected_run_hours: must be > 0"),
+    ("bad distribution factor", [("defaults.even_distribution_factor", [5, 1])],
+     "defaults.even_distribution_factor"),
+    ("keep_versions text", [("output.keep_versions", "all")], "output.keep_versions: expected an integer"),
+]
+
+
+@pytest.mark.parametrize(("changes", "expected"), [(c, e) for _, c, e in BAD], ids=[i for i, _, _ in BAD])
+def test_bad_config_names_the_key(changes: list[tuple[str, Any]], expected: str) -> None:
+    found = problems(mutated(*changes))
+    assert any(expected in p for p in found), found
+    assert all(p.startswith("shop.yaml: ") for p in found), found
+
+
+def test_good_config_is_accepted_as_is() -> None:
+    assert isinstance(parse_config(mutated(), origin="shop.yaml"), PipelineConfig)
+
+
+def test_not_a_mapping_at_all() -> None:
+    assert any("expected a mapping, found a list" in p for p in problems(["pipeline: shop"]))
+
+
+def test_several_errors_are_reported_together() -> None:
+    found = problems(mutated(("pipeline", "Bad Name"), ("source.hots", 1), ("defaults.chunk_size", 0),
+                             ("tables[0].name", "orders"), ("state", DELETE)))
+    for key in ("pipeline:", "source.hots:", "defaults.chunk_size:", "tables[0].name:", "state:"):
+        assert any(f"shop.yaml: {key}" in p for p in found), (key, found)
+    assert len(found) >= 5
+
+
+def test_unset_env_is_allowed_when_not_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TM_TEST_PASSWORD")
+    config = parse_config(mutated(), check_env=False)
+    with pytest.raises(ConfigError, match="TM_TEST_PASSWORD is not set"):
+        config.resolve_password()
+
+
+def test_good_config_round_trips_with_defaults_and_overrides(tmp_path: Path) -> None:
+    path = tmp_path / "shop.yaml"
+    path.write_text(yaml.safe_dump(GOOD, sort_keys=False))
+    config = load_config(path)
+
+    assert config.path == path
+    assert config.pipeline == "shop"
+    assert (config.source.host, config.source.port, config.source.user) == ("db.internal", 3307, "snap")
+    assert config.source.time_zone == "+00:00" and config.source.connect_timeout == 10
+    assert config.spark.conf == {"spark.driver.memory": "1g"}
+    assert config.staging_path == "/tmp/lake/_staging"
+    assert config.defaults.fetch_size == 10000  # not in the file: the default
+    orders, items = config.tables
+    assert (orders.name, orders.chunk_size, orders.batch_chunks, orders.chunk_key) == ("shop.orders", 1000, 4, None)
+    assert (items.database, items.table) == ("shop", "order_items")
+    assert (items.chunk_size, items.batch_chunks) == (200, 4)
+    assert items.chunk_key == ("order_id", "line_no")
+    assert items.where == "created_at >= '2020-01-01'"
+    assert config.resolve_password() == "s3cr3t-Pa55word"
+    assert config.select_tables(["shop.order_items"]) == (items,)
+    assert all(t.chunk_size == 7 for t in config.with_chunk_size(7).tables)
+    assert load_config(path) == config
+
+
+def test_single_column_chunk_key_may_be_a_string() -> None:
+    config = parse_config(mutated(("tables[0].chunk_key", "order_id")))
+    assert config.tables[0].chunk_key == ("order_id",)
+
+
+@pytest.mark.parametrize("call", [
+    lambda c: c.table("shop.nope"),
+    lambda c: c.select_tables(["shop.orders", "shop.nope"]),
+    lambda c: c.with_chunk_size(0),
+])
+def test_runtime_lookups_raise_config_error(call: Any) -> None:
+    with pytest.raises(ConfigError):
+        call(parse_config(mutated()))
+
+
+def test_missing_file_and_bad_yaml(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        load_config(tmp_path / "absent.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("pipeline: shop\nsource: [unclosed\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml: not valid YAML at line \d+"):
+        load_config(bad)
+
+
+def test_secret_never_printed() -> None:
+    secret = "s3cr3t-Pa55word"
+    config = parse_config(mutated(("source.password_env", DELETE), ("source.password", secret)))
+    assert config.source.password == Secret(secret)
+    assert config.resolve_password() == secret
+    for text in (repr(config), str(config), repr(config.source), str(config.source),
+                 repr(config.source.password), f"{config.source.password}"):
+        assert secret not in text
+    assert "***" in repr(config.source)
