@@ -26,7 +26,7 @@ import pytest
 from sqlalchemy import Connection, create_engine, inspect, select, text, update
 from sqlalchemy.engine import make_url
 
-from orchestrator import state
+from orchestrator import state, state_schema
 from orchestrator.errors import RunLocked, StateError
 from orchestrator.localdb import free_port
 from orchestrator.state import ChunkRecord, StateStore, TableCheckpoint
@@ -141,7 +141,7 @@ def test_older_schema_runs_the_migrations(store: StateStore, url: str,
         conn.execute(text("CREATE TABLE tm_test_notes (id INTEGER PRIMARY KEY)"))
         ran.append(1)
 
-    monkeypatch.setattr(state, "MIGRATIONS", [add_notes_table])
+    monkeypatch.setattr(state_schema, "MIGRATIONS", [add_notes_table])  # where it is read
     StateStore(url).close()
     StateStore(url).close()  # already migrated: nothing runs twice
     assert ran == [1]
@@ -307,6 +307,23 @@ def test_add_chunks_is_all_or_nothing(store: StateStore) -> None:
     assert store.chunks(run_id) == []
     with pytest.raises(StateError, match="the run does not exist"):  # foreign keys are on
         store.add_chunks([chunk("no-such-run", "shop.a", 0, 0, None, None)])
+
+
+def test_add_run_table_with_chunks_is_one_transaction(store: StateStore) -> None:
+    run_id = store.create_run("shop", {}).run_id
+    store.add_run_table(run_id, "shop.b", "snapshot", strategy="even", chunk_key=["id"], info={},
+                        chunks=[chunk(run_id, "shop.b", i, 0, None, None) for i in range(2)])
+    assert [t.table for t in store.run_tables(run_id)] == ["shop.b"]
+    assert [(c.table, c.index) for c in store.chunks(run_id)] == [("shop.b", 0), ("shop.b", 1)]
+
+    duplicate = [chunk(run_id, "shop.a", 0, 1, None, [5]), chunk(run_id, "shop.a", 1, 1, [5], None),
+                 chunk(run_id, "shop.a", 0, 1, None, [5])]
+    with pytest.raises(StateError, match=re.escape(f"cannot plan shop.a in run {run_id}")):
+        store.add_run_table(run_id, "shop.a", "snapshot", strategy="even", chunk_key=["id"],
+                            info={}, chunks=duplicate)
+    assert [t.table for t in store.run_tables(run_id)] == ["shop.b"]  # no shop.a left behind
+    assert store.chunks(run_id, table="shop.a") == []
+    assert len(store.chunks(run_id)) == 2
 
 
 def test_status_rows_summarise_the_latest_run(store: StateStore) -> None:
