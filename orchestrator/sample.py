@@ -137,7 +137,7 @@ class Writer:
             conn = connect(self.host, self.port, self.user, self.password, self.db)
             with conn.cursor() as cur:
                 cur.execute("SELECT COALESCE(MAX(id), 0) FROM orders")
-                next_id = int(cur.fetchone()[0]) + 1  # type: ignore[index]
+                next_id = int(cur.fetchone()[0]) + 1
                 while not self._stop.is_set():
                     next_id = self._one(cur, rng, next_id)
                     self.changes += 1

@@ -318,8 +318,8 @@ def capture(config: PipelineConfig, run_id: str, *, progress: Callable[[int], No
     try:
         unread = store.chunks(run_id, status="pending")
         if unread:
-            tables = sorted({c.table for c in unread})
-            raise RunFailed(f"run {run_id}: {len(unread)} chunk(s) of {', '.join(tables)} are not "
+            names = sorted({c.table for c in unread})
+            raise RunFailed(f"run {run_id}: {len(unread)} chunk(s) of {', '.join(names)} are not "
                             "read yet; capture runs after every read batch is done")
         run = store.get_run(run_id)
         records = [r for r in store.run_tables(run_id) if r.status == "planned"]

@@ -77,9 +77,19 @@ def arrow_type(column: ColumnInfo) -> pa.DataType:
     )
 
 
+#: Types whose zero value ('0000-00-00') is published as null, even in a NOT NULL column.
+ZERO_DATE_TYPES = frozenset({"date", "datetime", "timestamp"})
+
+
+def published_nullable(column: ColumnInfo) -> bool:
+    """Whether a published column may hold nulls: NULL-able columns, and dates (zero dates)."""
+    return column.nullable or column.data_type in ZERO_DATE_TYPES
+
+
 def arrow_schema(columns: tuple[ColumnInfo, ...] | list[ColumnInfo]) -> pa.Schema:
     """The published schema of a table, with each column's MySQL type in its field metadata."""
     return pa.schema(
-        pa.field(c.name, arrow_type(c), nullable=c.nullable, metadata={"mysql_type": c.column_type})
+        pa.field(c.name, arrow_type(c), nullable=published_nullable(c),
+                 metadata={"mysql_type": c.column_type})
         for c in columns
     )
