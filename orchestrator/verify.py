@@ -134,7 +134,9 @@ def published_rows(table_dir: str) -> list[dict[str, Any]]:
 
 def verify_table(conn: Any, info: TableInfo, key: tuple[str, ...], table_dir: str) -> Comparison:
     """Compare the source table (read through ``conn``, a PyMySQL connection) with its published version."""
-    columns = ", ".join(f"`{c.name}`" for c in info.columns)
+    # FLOAT over the text protocol has 6 significant digits; the lake holds the exact float32.
+    columns = ", ".join(f"CAST(`{c.name}` AS DOUBLE)" if c.data_type == "float" else f"`{c.name}`"
+                        for c in info.columns)
     with conn.cursor() as cur:
         cur.execute("SET time_zone = '+00:00'")
         cur.execute(f"SELECT {columns} FROM `{info.database}`.`{info.table}`")
