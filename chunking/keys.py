@@ -94,11 +94,11 @@ _DECODERS: dict[str, Any] = {
 
 def _decode_value(data: Any) -> KeyValue:
     if data is None or isinstance(data, bool | int | str | float):
-        return data  # type: ignore[no-any-return]
+        return data
     if isinstance(data, dict) and len(data) == 1:
         ((tag, text),) = data.items()
         if tag in _DECODERS and isinstance(text, str):
-            return _DECODERS[tag](text)  # type: ignore[no-any-return]
+            return _DECODERS[tag](text)
     raise ValueError(f"not an encoded chunk-key value: {data!r}")
 
 
@@ -172,12 +172,12 @@ def key_order(a: Key, b: Key) -> int:
 
 
 def short(key: Key | None, limit: int = 60) -> str:
-    """A key for a log line: ``None`` as ``-inf``/``+inf`` is up to the caller; long values cut.
+    """A key for a log line or a table cell: one value bare, long text cut.
 
     >>> short((1, 'abc'))
     "(1, 'abc')"
     >>> short(('x' * 100,), limit=12)
-    "('xxxxxxxx..."
+    "'xxxxxxxx..."
     >>> short((7,))
     '7'
     """

@@ -87,7 +87,7 @@ class Defaults:
     batch_chunks: int = 16
     fetch_size: int = 10000
     read_margin_seconds: float = 0.5
-    even_distribution_factor: tuple[float, float] = (0.05, 100.0)
+    even_distribution_factor: tuple[float, float] = (0.05, 2.0)
     expected_run_hours: float = 6.0
     capture_batch_rows: int = 50000
     read_attempts: int = 3
@@ -373,10 +373,10 @@ def _defaults(r: _Reader, data: Any) -> Defaults:
                                      "read_margin_seconds", "even_distribution_factor",
                                      "expected_run_hours", "capture_batch_rows", "read_attempts"},
                     set())
-    factor = r.value(m, "even_distribution_factor", "defaults.even_distribution_factor", list, [0.05, 100.0])
+    factor = r.value(m, "even_distribution_factor", "defaults.even_distribution_factor", list, [0.05, 2.0])
     if len(factor) != 2 or not all(isinstance(x, int | float) and x > 0 for x in factor) or factor[0] > factor[1]:
         r.problem("defaults.even_distribution_factor", f"expected [low, high] positive numbers, low <= high, found {factor}")
-        factor = [0.05, 100.0]
+        factor = [0.05, 2.0]
     margin = r.value(m, "read_margin_seconds", "defaults.read_margin_seconds", float, 0.5,
                      lambda v: None if v >= 0 else f"must be >= 0, found {v}")
     return Defaults(

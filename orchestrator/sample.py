@@ -152,7 +152,7 @@ class Writer:
         k = rng.randrange(1, top)
         action = rng.random()
         if action < 0.25:
-            cur.execute("INSERT INTO orders (id, customer_id, status, amount, weight, created_at, paid,"
+            cur.execute("INSERT IGNORE INTO orders (id, customer_id, status, amount, weight, created_at, paid,"
                         " tags, note) VALUES (%s, %s, 'new', %s, NULL, NOW(6), 0, 'gift', %s)",
                         (next_id, rng.randrange(1, 1000), rng.randrange(1, 10**6) / 100, f"w{next_id}"))
             cur.execute("INSERT IGNORE INTO order_items VALUES (%s, 1, %s, 1, 9.5)",
