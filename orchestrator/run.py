@@ -41,12 +41,14 @@ class Progress:
         elapsed = max(time.monotonic() - self.started, 1e-6)
         rate = self.rows / elapsed
         eta = (elapsed / self.done * (self.total - self.done)) if self.done and self.total else 0.0
-        text = (f"{self.step:<9} {self.done}/{self.total} {self.unit}  {self.rows:,} rows  "
-                f"{rate:,.0f} rows/s  ETA {_clock(eta)}")
+        count = f"{self.done}/{self.total} {self.unit}  " if self.total else ""
+        until = f"  ETA {_clock(eta)}" if self.total else ""
+        text = f"{self.step:<9} {count}{self.rows:,} rows  {rate:,.0f} rows/s{until}"
         if self.bars:
             width = 24
-            filled = int(width * self.done / self.total) if self.total else width
-            self.stream.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {text}\x1b[K")
+            filled = int(width * self.done / self.total) if self.total else 0
+            bar = f"[{'#' * filled}{'.' * (width - filled)}] " if self.total else ""
+            self.stream.write(f"\r{bar}{text}\x1b[K")
             self.stream.flush()
         else:
             log.info("%s", text)
