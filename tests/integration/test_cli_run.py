@@ -1,0 +1,93 @@
+"""`tidemark run`, `status` and `reset` as a user runs them: real processes, real exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from orchestrator.config import load_config
+from orchestrator.localdb import LocalMariaDB
+from orchestrator.state import StateStore
+from tests.conftest import pipeline_config, write_config
+
+pytestmark = pytest.mark.integration
+
+PASSWORD = "s3cr3t-Pa55-word"
+
+
+def tidemark(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "orchestrator", *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=600, check=False)
+
+
+@pytest.fixture(scope="module")
+def config_path(mariadb: LocalMariaDB, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("cli")
+    mariadb.execute("CREATE DATABASE cli_db")
+    mariadb.execute(
+        "CREATE TABLE items (id INT PRIMARY KEY, name VARCHAR(20), price DECIMAL(8,2))",
+        "INSERT INTO items SELECT seq, CONCAT('item', seq), seq / 4 FROM seq_1_to_3000",
+        database="cli_db",
+    )
+    mariadb.create_user("cli_user", PASSWORD)
+    config = pipeline_config(tmp, mariadb, [{"name": "cli_db.items"}], name="cli")
+    config["source"] = {**mariadb.source_config(user="cli_user"), "password_env": "CLI_TEST_PASSWORD"}
+    return write_config(tmp / "cli.yaml", config)
+
+
+def test_run_status_reset(config_path: Path, mariadb: LocalMariaDB) -> None:
+    env = {"CLI_TEST_PASSWORD": PASSWORD}
+    first = tidemark("run", "--config", str(config_path), "--no-progress", env=env)
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert "cli_db.items" in first.stdout and "3,000" in first.stdout
+    mariadb.execute("UPDATE cli_db.items SET price = 0 WHERE id <= 10", "DELETE FROM cli_db.items WHERE id = 3000")
+    second = tidemark("run", "--config", str(config_path), "--no-progress", env=env)
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert "2,999" in second.stdout
+    table_dir = Path(load_config(config_path, check_env=False).output.path) / "cli_db" / "items"
+    manifest = json.loads((table_dir / "_tidemark" / "current.json").read_text())
+    assert manifest["version"] == 2 and manifest["rows"] == 2999
+
+    status = tidemark("status", "--config", str(config_path), env=env)
+    assert status.returncode == 0, status.stderr
+    assert "succeeded" in status.stdout and "v2" in status.stdout and "binlog bytes behind" in status.stdout
+
+    dry = tidemark("reset", "--config", str(config_path), "--purge-output", env=env)
+    assert dry.returncode == 0 and "add --yes" in dry.stdout
+    assert (table_dir / "_tidemark" / "current.json").exists(), "reset without --yes must change nothing"
+    done = tidemark("reset", "--config", str(config_path), "--purge-output", "--yes", env=env)
+    assert done.returncode == 0, done.stderr
+    assert not table_dir.exists()
+    status = tidemark("status", "--config", str(config_path), env=env)
+    assert "nothing published yet" in status.stdout
+    for result in (first, second, status, dry, done):
+        assert PASSWORD not in result.stdout + result.stderr
+
+
+def test_second_run_is_refused_while_one_is_active(config_path: Path) -> None:
+    config = load_config(config_path, check_env=False)
+    store = StateStore(config.state.url)
+    holder = f"cli:{socket.gethostname()}:{os.getpid()}"  # this live process holds the lock
+    store.acquire_lock(config.pipeline, holder)
+    try:
+        refused = tidemark("run", "--config", str(config_path), "--no-progress",
+                           env={"CLI_TEST_PASSWORD": PASSWORD})
+        assert refused.returncode == 1
+        assert holder in refused.stderr and "Traceback" not in refused.stderr
+    finally:
+        store.release_lock(config.pipeline, holder)
+        store.close()
+
+
+def test_unset_password_env_is_a_config_error(config_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "CLI_TEST_PASSWORD"}
+    result = subprocess.run([sys.executable, "-m", "orchestrator", "run", "--config", str(config_path)],
+                            capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert result.returncode == 2
+    assert "CLI_TEST_PASSWORD" in result.stderr and "source.password_env" in result.stderr
