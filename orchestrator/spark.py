@@ -1,0 +1,161 @@
+"""The SparkSession factory, and the Arrow -> Spark type correspondence of staging files.
+
+Every Spark job of Tidemark runs on a session made by `get_session`, which
+fixes what the output contract depends on, whatever else the pipeline's
+``spark.conf`` says:
+
+- session time zone UTC (JVMs too, ``-Duser.timezone=UTC``), so casts between
+  instants and wall clocks never shift a value;
+- Parquet timestamps written as INT64 ``TIMESTAMP_MICROS`` (never INT96), and no
+  Julian/Gregorian rebasing (``CORRECTED``): MySQL, Arrow and Spark 3+ all use the
+  proleptic Gregorian calendar, so ``1000-01-01`` stays ``1000-01-01``;
+- the JDBC driver jar on ``spark.jars`` and the driver class path;
+- failed tasks are retried in local mode too (`local_with_retries`).
+
+The rest of ``spark.conf`` passes through (``spark.driver.memory``, S3 settings, ...).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Mapping
+
+import pyarrow as pa
+from pyspark.sql import SparkSession
+from pyspark.sql import types as T
+
+from orchestrator.config import PipelineConfig
+from orchestrator.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+UTC_JAVA_OPTION = "-Duser.timezone=UTC"
+
+#: SQL settings Tidemark's output depends on; applied on every session it uses.
+REQUIRED_SQL_CONF: Mapping[str, str] = {
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    "spark.sql.parquet.datetimeRebaseModeInWrite": "CORRECTED",
+    "spark.sql.parquet.datetimeRebaseModeInRead": "CORRECTED",
+    "spark.sql.parquet.int96RebaseModeInWrite": "CORRECTED",
+    "spark.sql.parquet.int96RebaseModeInRead": "CORRECTED",
+    "spark.sql.files.maxRecordsPerFile": "0",
+}
+
+#: Defaults a pipeline's ``spark.conf`` may override.
+DEFAULT_CONF: Mapping[str, str] = {
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.parquet.compression.codec": "snappy",
+    "spark.log.level": "WARN",
+}
+
+
+def session_conf(config: PipelineConfig) -> dict[str, str]:
+    """Every setting `get_session` starts a session with (for logs and tests)."""
+    conf = dict(DEFAULT_CONF)
+    conf.update(config.spark.conf)
+    jar = config.source.jdbc_driver_jar
+    conf["spark.master"] = local_with_retries(config.spark.master, conf.get("spark.task.maxFailures", "4"))
+    conf.setdefault("spark.app.name", f"tidemark-{config.pipeline}")
+    conf["spark.jars"] = _append(conf.get("spark.jars"), jar, ",")
+    conf["spark.driver.extraClassPath"] = _append(conf.get("spark.driver.extraClassPath"), jar, ":")
+    for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
+        conf[key] = _append(conf.get(key), UTC_JAVA_OPTION, " ")
+    conf.update(REQUIRED_SQL_CONF)
+    return conf
+
+
+def local_with_retries(master: str, attempts: str) -> str:
+    """A local master that retries failed tasks, as cluster masters do.
+
+    Local mode ignores ``spark.task.maxFailures``; its ``local[N,F]`` form is
+    the only way to retry, e.g. a chunk whose connection dropped mid-read.
+
+    >>> local_with_retries("local[*]", "4")
+    'local[*,4]'
+    >>> local_with_retries("local", "3")
+    'local[1,3]'
+    >>> local_with_retries("local[2,1]", "4"), local_with_retries("spark://m:7077", "4")
+    ('local[2,1]', 'spark://m:7077')
+    """
+    match = re.fullmatch(r"local(?:\[(\d+|\*)\])?", master.strip())
+    if match is None:
+        return master
+    return f"local[{match.group(1) or 1},{attempts}]"
+
+
+def _append(current: str | None, item: str, sep: str) -> str:
+    if not current:
+        return item
+    return current if item in current.split(sep) else f"{current}{sep}{item}"
+
+
+def get_session(config: PipelineConfig) -> SparkSession:
+    """The SparkSession for a pipeline; an already running session is reused.
+
+    A reused session keeps its static settings (master, jars, memory); the SQL
+    settings of `REQUIRED_SQL_CONF` are applied to it anyway.
+
+    Raises:
+        ConfigError: when the JDBC driver jar does not exist.
+    """
+    jar = config.source.jdbc_driver_jar
+    if not os.path.exists(jar):
+        raise ConfigError(f"source.jdbc_driver_jar: {jar} does not exist; install Debian's "
+                          "libmariadb-java or point it at a MySQL/MariaDB Connector/J jar")
+    builder = SparkSession.builder
+    for key, value in session_conf(config).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    apply_required_conf(spark)
+    return spark
+
+
+def apply_required_conf(spark: SparkSession) -> None:
+    """Set `REQUIRED_SQL_CONF` on ``spark`` (they are runtime settings)."""
+    for key, value in REQUIRED_SQL_CONF.items():
+        if spark.conf.get(key) != value:
+            spark.conf.set(key, value)
+
+
+# --------------------------------------------------------------------------- types
+
+_SIMPLE: dict[pa.DataType, T.DataType] = {
+    pa.bool_(): T.BooleanType(),
+    pa.int8(): T.ByteType(),
+    pa.int16(): T.ShortType(),
+    pa.int32(): T.IntegerType(),
+    pa.int64(): T.LongType(),
+    pa.float32(): T.FloatType(),
+    pa.float64(): T.DoubleType(),
+    pa.string(): T.StringType(),
+    pa.binary(): T.BinaryType(),
+    pa.date32(): T.DateType(),
+    pa.timestamp("us"): T.TimestampNTZType(),
+    pa.timestamp("us", tz="UTC"): T.TimestampType(),
+    # A published TIME column is Parquet INT64; Spark reads it back as micros.
+    pa.duration("us"): T.LongType(),
+}
+
+
+def spark_type(arrow: pa.DataType) -> T.DataType:
+    """The Spark type that writes (and reads) a staging Arrow type in Parquet.
+
+    >>> spark_type(pa.decimal128(20, 0))
+    DecimalType(20,0)
+    >>> spark_type(pa.timestamp("us", tz="UTC"))
+    TimestampType()
+    """
+    if pa.types.is_decimal(arrow):
+        return T.DecimalType(arrow.precision, arrow.scale)
+    try:
+        return _SIMPLE[arrow]
+    except KeyError:
+        raise TypeError(f"no Spark type for staging Arrow type {arrow}") from None
+
+
+def spark_schema(schema: pa.Schema) -> T.StructType:
+    """A Spark schema with the names and `spark_type` of an Arrow schema (all nullable)."""
+    return T.StructType([T.StructField(f.name, spark_type(f.type), True) for f in schema])

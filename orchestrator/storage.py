@@ -1,0 +1,270 @@
+"""Where staging and output live: local paths and ``file://``, ``s3a://``, ``hdfs://`` URIs.
+
+One URI names a place for both sides of the engine: Python-side IO goes through
+`pyarrow.fs` (`filesystem`), Spark gets the same place as a Hadoop URI
+(`spark_uri`). Plain paths are local; ``file://`` URIs are local and are not
+percent-decoded (``file:///tmp/a b`` is the directory ``/tmp/a b``), which is
+also how Hadoop reads them.
+
+Small files that readers must never see half-written (manifests) go through
+`write_atomic`:
+
+- local: write ``.<name>.tmp-<random>`` in the same directory, fsync, then
+  ``os.replace`` over the target (atomic on POSIX) and fsync the directory;
+- ``s3a://``: a single PUT; S3 makes an object visible whole or not at all, so
+  readers see the old or the new manifest, never a mix;
+- ``hdfs://``: write a temporary file, then delete the target and rename
+  (HDFS rename does not overwrite), so a reader can briefly find no file; it
+  must then retry. Data files are immutable and never need this.
+
+>>> join("s3a://lake/warehouse/", "shop", "orders")
+'s3a://lake/warehouse/shop/orders'
+>>> join("/var/lake", "shop/", "/orders")
+'/var/lake/shop/orders'
+>>> spark_uri("s3a://lake/x")
+'s3a://lake/x'
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import uuid
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pyarrow.fs as pafs
+
+#: Schemes this module knows; anything else is refused with a message naming it.
+SCHEMES = ("file", "s3a", "s3", "hdfs")
+
+
+def _split(uri: str) -> tuple[str, str]:
+    """(scheme, rest) with scheme "" for a plain path."""
+    if "://" not in uri:
+        return "", uri
+    scheme, rest = uri.split("://", 1)
+    scheme = scheme.lower()
+    if scheme not in SCHEMES:
+        raise ValueError(f"unsupported storage URI scheme `{scheme}://` in {uri!r}; "
+                         f"use a local path or one of {', '.join(s + '://' for s in SCHEMES)}")
+    return scheme, rest
+
+
+def is_local(uri: str) -> bool:
+    """True for plain paths and ``file://`` URIs."""
+    return _split(uri)[0] in ("", "file")
+
+
+def local_path(uri: str) -> str:
+    """The absolute local path of a plain path or ``file://`` URI.
+
+    >>> local_path("file:///tmp/a b")
+    '/tmp/a b'
+    """
+    scheme, rest = _split(uri)
+    if scheme == "":
+        return os.path.abspath(rest)
+    if scheme != "file":
+        raise ValueError(f"{uri!r} is not a local path")
+    if rest.startswith("localhost/"):
+        rest = rest[len("localhost"):]
+    if not rest.startswith("/"):
+        raise ValueError(f"file URI must be absolute (file:///...), got {uri!r}")
+    return os.path.normpath(rest)
+
+
+def join(base: str, *parts: str) -> str:
+    """Join path segments onto a path or URI with ``/``, keeping the scheme."""
+    out = base.rstrip("/") if base not in ("/", "") else base
+    for part in parts:
+        part = part.strip("/")
+        if part:
+            out = f"{out}/{part}" if not out.endswith("/") else out + part
+    return out
+
+
+def parent(uri: str) -> str:
+    """The directory holding ``uri``.
+
+    >>> parent("s3a://lake/a/b/")
+    's3a://lake/a'
+    """
+    stripped = uri.rstrip("/")
+    head, _, _ = stripped.rpartition("/")
+    if not head:
+        return "/" if stripped.startswith("/") else "."
+    return head if not head.endswith(":/") else stripped
+
+
+def basename(uri: str) -> str:
+    """The last segment of ``uri``.
+
+    >>> basename("hdfs://nn:8020/lake/t/data/v000001-c0000.parquet")
+    'v000001-c0000.parquet'
+    """
+    return uri.rstrip("/").rpartition("/")[2]
+
+
+def spark_uri(uri: str) -> str:
+    """The same place as a Hadoop URI for Spark (local paths become ``file://``)."""
+    if is_local(uri):
+        return "file://" + local_path(uri)
+    scheme, rest = _split(uri)
+    return f"s3a://{rest}" if scheme == "s3" else uri
+
+
+@functools.lru_cache(maxsize=16)
+def _remote_filesystem(scheme: str, authority: str) -> pafs.FileSystem:
+    if scheme in ("s3", "s3a"):
+        # Built directly: from_uri would look the bucket's region up over the network.
+        return pafs.S3FileSystem()
+    fs, _ = pafs.FileSystem.from_uri(f"hdfs://{authority}/")
+    return fs
+
+
+def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
+    """The `pyarrow.fs` filesystem and the path inside it for ``uri``.
+
+    S3 takes its credentials, region and endpoint from the environment as
+    pyarrow does (``AWS_ACCESS_KEY_ID``, ``AWS_REGION``, ``AWS_ENDPOINT_URL``,
+    ...); HDFS needs libhdfs.
+    """
+    scheme, rest = _split(uri)
+    if scheme in ("", "file"):
+        return pafs.LocalFileSystem(), local_path(uri)
+    authority = urlsplit(f"{scheme}://{rest}").netloc
+    fs = _remote_filesystem(scheme, authority)
+    if scheme == "hdfs":
+        return fs, urlsplit(uri).path or "/"
+    return fs, rest.rstrip("/")
+
+
+def _uri_for(base: str, base_path: str, path: str) -> str:
+    """Map a path found under ``base_path`` back to the URI style of ``base``."""
+    relative = path[len(base_path):].lstrip("/")
+    return join(base, relative)
+
+
+def exists(uri: str) -> bool:
+    """Whether a file or directory exists at ``uri``."""
+    fs, path = filesystem(uri)
+    return bool(fs.get_file_info(path).type != pafs.FileType.NotFound)
+
+
+def is_file(uri: str) -> bool:
+    fs, path = filesystem(uri)
+    return bool(fs.get_file_info(path).type == pafs.FileType.File)
+
+
+def list_files(uri: str, *, suffix: str = "", recursive: bool = False) -> list[str]:
+    """Data files under a directory, sorted; ``[]`` when it does not exist.
+
+    Hidden and bookkeeping files (names starting with ``.`` or ``_``, such as
+    Spark's ``_SUCCESS`` and ``.crc`` files) are left out.
+    """
+    fs, path = filesystem(uri)
+    selector = pafs.FileSelector(path, allow_not_found=True, recursive=recursive)
+    found = []
+    for info in fs.get_file_info(selector):
+        relative = info.path[len(path):].lstrip("/")
+        if info.type != pafs.FileType.File or not info.base_name.endswith(suffix):
+            continue
+        if any(part.startswith((".", "_")) for part in relative.split("/")):
+            continue
+        found.append(_uri_for(uri, path, info.path))
+    return sorted(found)
+
+
+def list_dirs(uri: str) -> list[str]:
+    """Names of the directories directly under ``uri``, sorted; ``[]`` when it does not exist."""
+    fs, path = filesystem(uri)
+    selector = pafs.FileSelector(path, allow_not_found=True, recursive=False)
+    return sorted(i.base_name for i in fs.get_file_info(selector) if i.type == pafs.FileType.Directory)
+
+
+def size(uri: str) -> int:
+    """Size of a file in bytes."""
+    fs, path = filesystem(uri)
+    info = fs.get_file_info(path)
+    if info.type != pafs.FileType.File:
+        raise FileNotFoundError(uri)
+    return int(info.size or 0)
+
+
+def read_bytes(uri: str) -> bytes:
+    fs, path = filesystem(uri)
+    with fs.open_input_stream(path) as stream:
+        return bytes(stream.read())
+
+
+def makedirs(uri: str) -> None:
+    fs, path = filesystem(uri)
+    fs.create_dir(path, recursive=True)
+
+
+def delete_tree(uri: str) -> None:
+    """Remove a directory and everything under it; nothing happens when it is absent."""
+    fs, path = filesystem(uri)
+    info = fs.get_file_info(path)
+    if info.type == pafs.FileType.Directory:
+        fs.delete_dir(path)
+    elif info.type == pafs.FileType.File:
+        fs.delete_file(path)
+
+
+def delete_file(uri: str) -> None:
+    """Remove one file; nothing happens when it is absent."""
+    fs, path = filesystem(uri)
+    with contextlib.suppress(FileNotFoundError):
+        fs.delete_file(path)
+
+
+def move(source: str, target: str) -> None:
+    """Rename a file or directory (a copy on object stores); the target's parent is created."""
+    fs, src = filesystem(source)
+    _, dst = filesystem(target)
+    fs.create_dir(parent(dst), recursive=True)
+    fs.move(src, dst)
+
+
+def write_atomic(uri: str, data: bytes) -> None:
+    """Write a small file so readers see either the old or the new content whole.
+
+    See the module docstring for how each store does it.
+    """
+    scheme, _ = _split(uri)
+    if scheme in ("", "file"):
+        _write_atomic_local(Path(local_path(uri)), data)
+        return
+    fs, path = filesystem(uri)
+    if scheme in ("s3", "s3a"):
+        with fs.open_output_stream(path) as out:
+            out.write(data)
+        return
+    tmp = f"{parent(path)}/_{basename(path)}.tmp-{uuid.uuid4().hex}"
+    with fs.open_output_stream(tmp) as out:
+        out.write(data)
+    with contextlib.suppress(FileNotFoundError):
+        fs.delete_file(path)
+    fs.move(tmp, path)
+
+
+def _write_atomic_local(target: Path, data: bytes) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex}"
+    try:
+        with open(tmp, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, target)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+    fd = os.open(target.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

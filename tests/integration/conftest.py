@@ -1,0 +1,51 @@
+"""Integration fixtures: one local SparkSession for the whole test session.
+
+The machine is small and shared, so every Spark test uses this one session
+(``local[2]``, no UI, few shuffle partitions, 1 GB driver) made by the same
+factory the engine uses, `orchestrator.spark.get_session`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.config import DEFAULT_JDBC_JAR, PipelineConfig, parse_config
+
+SPARK_CONF = {
+    "spark.ui.enabled": "false",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.default.parallelism": "2",
+    "spark.driver.memory": "1g",
+    "spark.sql.adaptive.enabled": "true",
+}
+
+
+def spark_test_config(tmp_path: Path, source: dict[str, Any] | None = None,
+                      tables: list[dict[str, Any]] | None = None, **output: Any) -> PipelineConfig:
+    """A pipeline config for Spark tests: output under ``tmp_path``, the test Spark settings."""
+    return parse_config({
+        "pipeline": "spark_tests",
+        "source": source or {"host": "127.0.0.1", "port": 1, "user": "nobody", "server_id": 1},
+        "spark": {"master": "local[2]", "conf": dict(SPARK_CONF)},
+        "output": {"path": str(tmp_path / "lake"), **output},
+        "state": {"url": f"sqlite:///{tmp_path / 'state.db'}"},
+        "tables": tables or [{"name": "x.y"}],
+    }, check_env=False)
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The session's SparkSession (skips when Java or the JDBC driver jar is missing)."""
+    if not os.path.exists(DEFAULT_JDBC_JAR):
+        pytest.skip(f"{DEFAULT_JDBC_JAR} missing (Debian package libmariadb-java)")
+    from orchestrator.spark import get_session
+
+    config = spark_test_config(tmp_path_factory.mktemp("spark"))
+    session = get_session(config)
+    yield session
+    session.stop()

@@ -1,0 +1,135 @@
+"""Manifest shape, published schema and retention arithmetic (no Spark; pyarrow only)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import pytest
+
+from orchestrator import publish
+from orchestrator.config import parse_config
+from orchestrator.positions import BinlogPosition
+from orchestrator.publish import (
+    Manifest,
+    apply_retention,
+    column_entries,
+    data_file,
+    files_to_drop,
+    publish_table,
+    published_schema,
+    to_published,
+)
+from orchestrator.schema import ColumnInfo, TableInfo
+from orchestrator.values import staging_schema
+
+COLUMNS = (
+    ColumnInfo("id", "int", "int(10) unsigned", False),
+    ColumnInfo("d", "date", "date", False),
+    ColumnInfo("t", "time", "time(3)", True, datetime_precision=3),
+    ColumnInfo("big", "decimal", "decimal(50,2)", True, precision=50, scale=2),
+)
+TABLE = TableInfo("db", "t", COLUMNS, ("id",), (), 0)
+
+
+def manifest(version: int, files: list[str]) -> Manifest:
+    return Manifest(table="db.t", version=version, files=files,
+                    position={"file": "binlog.000001", "pos": 4, "gtid_set": None}, rows=0,
+                    columns=[], chunk_key=["id"], published_at="2026-01-01T00:00:00Z", run_id=f"r{version}")
+
+
+@pytest.mark.parametrize(("files", "keep", "dropped", "garbage"), [
+    ({1: ["a"], 2: ["b"], 3: ["c"]}, 2, [1], ["a"]),
+    ({1: ["a", "shared"], 2: ["shared", "b"], 3: ["shared", "c"]}, 1, [1, 2], ["a", "b"]),
+    ({1: ["a"], 2: ["b"]}, 5, [], []),
+    ({1: ["a"]}, 1, [], []),
+    ({4: ["x", "y"], 7: ["y"], 9: ["z"]}, 2, [4], ["x"]),
+])
+def test_files_to_drop(files: dict[int, list[str]], keep: int, dropped: list[int], garbage: list[str]) -> None:
+    manifests = {v: manifest(v, f) for v, f in files.items()}
+    assert files_to_drop(manifests, keep) == (dropped, garbage)
+
+
+def test_data_file_names() -> None:
+    assert data_file(1, 0) == "data/v000001-c0000.parquet"
+    assert data_file(123456, 42) == "data/v123456-c0042.parquet"
+
+
+def test_published_schema_and_column_entries() -> None:
+    schema = published_schema(COLUMNS)
+    assert schema.types == [pa.int64(), pa.date32(), pa.duration("us"), pa.string()]
+    assert schema.field("id").nullable is False
+    assert schema.field("d").nullable is True  # a NOT NULL DATE can hold a zero date -> NULL
+    assert schema.field("t").metadata == {b"mysql_type": b"time(3)"}
+    assert column_entries(COLUMNS) == [
+        {"name": "id", "mysql_type": "int(10) unsigned", "arrow_type": "int64", "nullable": False},
+        {"name": "d", "mysql_type": "date", "arrow_type": "date32[day]", "nullable": True},
+        {"name": "t", "mysql_type": "time(3)", "arrow_type": "duration[us]", "nullable": True},
+        {"name": "big", "mysql_type": "decimal(50,2)", "arrow_type": "string", "nullable": True},
+    ]
+
+
+def test_to_published_casts_time_and_keeps_nulls() -> None:
+    staging = pa.schema(pa.field(f.name, f.type) for f in staging_schema(COLUMNS))
+    batch = pa.RecordBatch.from_pylist([
+        {"id": 4294967295, "d": dt.date(1000, 1, 1), "t": -3020399000000, "big": "-1.50"},
+        {"id": 0, "d": None, "t": None, "big": None},
+    ], schema=staging)
+    out = to_published(batch, published_schema(COLUMNS))
+    assert out.schema == published_schema(COLUMNS)
+    assert out.column("t").to_pylist() == [dt.timedelta(microseconds=-3020399000000), None]
+    assert out.column("id").to_pylist() == [4294967295, 0]
+
+
+def write_staging(directory: Path, rows: list[dict[str, Any]]) -> str:
+    directory.mkdir(parents=True)
+    staging = pa.schema(pa.field(f.name, f.type) for f in staging_schema(COLUMNS))
+    pq.write_table(pa.Table.from_pylist(rows, schema=staging), directory / "part-00000.parquet",
+                   row_group_size=2)
+    return str(directory)
+
+
+def test_publish_streams_batches_and_keeps_versions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without Spark: staging files written by pyarrow, in small record batches."""
+    monkeypatch.setattr(publish, "BATCH_ROWS", 2)
+    config = parse_config({
+        "pipeline": "p", "source": {"host": "h", "user": "u", "server_id": 1},
+        "output": {"path": str(tmp_path / "lake"), "keep_versions": 2},
+        "state": {"url": "sqlite://"}, "tables": [{"name": "db.t"}]}, check_env=False)
+    tdir = tmp_path / "lake" / "db" / "t"
+    for n in range(1, 5):
+        times = [i * n for i in range(5 * n)]
+        rows = [{"id": i, "d": None, "t": t, "big": f"{i}.{n:02d}"} for i, t in enumerate(times)]
+        result = publish_table(config, TABLE, ("id",), write_staging(tmp_path / f"s{n}", rows),
+                               BinlogPosition(f"binlog.{n:06d}", 4), f"run-{n}")
+        assert result["version"] == n and result["rows"] == len(rows)
+        table = ds.dataset([str(tdir / f) for f in result["files"]], format="parquet").to_table()
+        assert table.column("t").to_pylist() == [dt.timedelta(microseconds=t) for t in times]
+        assert json.loads((tdir / "_tidemark" / "current.json").read_text())["version"] == n
+    assert sorted(p.name for p in (tdir / "_tidemark" / "versions").iterdir()) == ["000003.json", "000004.json"]
+    assert sorted(p.name for p in (tdir / "data").iterdir()) == ["v000003-c0000.parquet", "v000004-c0000.parquet"]
+
+
+def test_retention_never_drops_files_a_kept_version_shares(tmp_path: Path) -> None:
+    tdir = tmp_path / "t"
+    (tdir / "_tidemark" / "versions").mkdir(parents=True)
+    (tdir / "data").mkdir()
+    plan = {1: ["data/v000001-c0000.parquet", "data/v000001-c0001.parquet"],
+            2: ["data/v000001-c0001.parquet", "data/v000002-c0000.parquet"],
+            3: ["data/v000001-c0001.parquet", "data/v000003-c0000.parquet"]}
+    for version, files in plan.items():
+        for f in files:
+            (tdir / f).write_bytes(b"x")
+        body = publish.manifest_json(manifest(version, files))
+        (tdir / "_tidemark" / "versions" / f"{version:06d}.json").write_bytes(body)
+    (tdir / "_tidemark" / "current.json").write_bytes(publish.manifest_json(manifest(3, plan[3])))
+
+    assert apply_retention(str(tdir), 1) == [1, 2]
+    assert sorted(p.name for p in (tdir / "data").iterdir()) == ["v000001-c0001.parquet", "v000003-c0000.parquet"]
+    assert [p.name for p in (tdir / "_tidemark" / "versions").iterdir()] == ["000003.json"]
+    assert apply_retention(str(tdir), 1) == []
