@@ -105,6 +105,10 @@ def get_session(config: PipelineConfig) -> SparkSession:
     if not os.path.exists(jar):
         raise ConfigError(f"source.jdbc_driver_jar: {jar} does not exist; install Debian's "
                           "libmariadb-java or point it at a MySQL/MariaDB Connector/J jar")
+    if config.spark.master.startswith("local"):
+        # A local JVM talks to itself only; this also spares the "resolves to a loopback
+        # address" warning on machines whose hostname maps to 127.0.0.1.
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = SparkSession.builder
     for key, value in session_conf(config).items():
         builder = builder.config(key, value)

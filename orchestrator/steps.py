@@ -272,7 +272,8 @@ def read_batch(config: PipelineConfig, run_id: str, batch: int, *, spark: Any = 
                                          lambda index: paths[index])
                     break
                 except Exception as exc:
-                    if attempt == attempts:
+                    # Lost or refused connections are worth another try; a bad predicate is not.
+                    if attempt == attempts or not getattr(exc, "transient", False):
                         raise
                     wait = min(2.0 ** attempt, 30.0)
                     log.warning("batch %d (%s): read failed (%s); retry %d/%d in %.0fs", batch, table,
