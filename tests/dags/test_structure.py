@@ -1,0 +1,106 @@
+"""The shape of a pipeline's DAG: tasks and their order, mapping, pool, params, assets, retries."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.dags.sources import REPO
+from tests.dags.test_parsing import config, parse, write
+
+pytestmark = pytest.mark.usefixtures("airflow_home")
+
+ORDER = ["preflight", "plan", "read", "capture", "reconcile", "publish"]
+
+
+@pytest.fixture
+def dag(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    folder = tmp_path / "configs"
+    write(folder, "shop.yaml", config("shop", tmp_path, schedule="15 3 * * *"))
+    bag = parse(monkeypatch, folder)
+    assert bag.import_errors == {}
+    return bag.dags["tidemark_shop"]
+
+
+def test_tasks_run_in_order(dag: Any) -> None:
+    assert sorted(dag.task_ids) == sorted(ORDER)
+    assert [t.task_id for t in dag.topological_sort()] == ORDER
+    for upstream, downstream in itertools.pairwise(ORDER):
+        assert downstream in dag.get_task(upstream).downstream_task_ids
+    assert dag.get_task("preflight").upstream_task_ids == set()
+
+
+def test_read_is_mapped_over_batches_and_labelled(dag: Any) -> None:
+    from airflow.sdk.definitions.mappedoperator import MappedOperator
+
+    read = dag.get_task("read")
+    assert isinstance(read, MappedOperator)
+    assert list(read.op_kwargs_expand_input.value) == ["batch"]
+    assert [t.task_id for t in read.iter_mapped_dependencies()] == ["plan"]
+    assert read.map_index_template == "{{ task.op_kwargs['batch']['label'] }}"
+    assert not isinstance(dag.get_task("capture"), MappedOperator)
+    assert dag.get_task("capture").trigger_rule == "none_failed"  # zero batches skip read
+
+
+def test_source_tasks_share_the_pipeline_pool(dag: Any) -> None:
+    pools = {t.task_id: t.pool for t in dag.tasks}
+    for task_id in ("preflight", "plan", "read", "capture"):
+        assert pools[task_id] == "tidemark_shop_source"
+    assert pools["reconcile"] == pools["publish"] == "default_pool"
+
+
+def test_dag_settings_come_from_the_config(dag: Any) -> None:
+    assert dag.max_active_runs == 1
+    assert dag.catchup is False
+    assert dag.timetable.expression == "15 3 * * *"
+    assert set(dag.tags) == {"tidemark", "shop"}
+    assert "`shop.orders`" in dag.doc_md and "`shop.customers`" in dag.doc_md
+    for task in dag.tasks:
+        assert task.retries == 2 and task.retry_delay == timedelta(minutes=1)
+        assert task.retry_policy is not None
+
+
+def test_params_have_form_metadata_and_the_tables_as_choices(dag: Any) -> None:
+    params = {name: dag.params.get_param(name) for name in ("tables", "snapshot", "chunk_size")}
+    tables = params["tables"].schema
+    assert "array" in tables["type"]
+    assert tables["items"] == {"type": "string", "enum": ["shop.orders", "shop.customers"]}
+    assert tables["examples"] == ["shop.orders", "shop.customers"]
+    assert params["tables"].value == []
+    assert params["snapshot"].schema["type"] == "boolean" and params["snapshot"].value is False
+    assert params["chunk_size"].schema["type"] == ["null", "integer"]
+    assert params["chunk_size"].schema["minimum"] == 1 and params["chunk_size"].value is None
+    for param in params.values():
+        assert param.schema["title"] and param.description
+
+
+@pytest.mark.parametrize("conf", [
+    {"tables": ["nope.nope"]}, {"tables": "shop.orders"}, {"chunk_size": 0},
+    {"chunk_size": "big"}, {"snapshot": "yes"},
+])
+def test_invalid_params_are_refused_by_the_serialized_dag(dag: Any, conf: dict[str, Any]) -> None:
+    """What the API server validates a trigger against is the serialized DAG's params."""
+    from airflow.exceptions import ParamValidationError
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    served = DagSerialization.deserialize_dag(DagSerialization.serialize_dag(dag))
+    served.params.deep_merge({"tables": ["shop.orders"], "chunk_size": 10}).validate()
+    with pytest.raises(ParamValidationError):
+        served.params.deep_merge(conf).validate()
+
+
+def test_publish_declares_one_asset_per_table(dag: Any, tmp_path: Path) -> None:
+    outlets = dag.get_task("publish").outlets
+    assert [a.uri for a in outlets] == [f"file://{tmp_path}/lake/shop/orders",
+                                        f"file://{tmp_path}/lake/shop/customers"]
+    assert all(not t.outlets for t in dag.tasks if t.task_id != "publish")
+
+
+def test_the_shipped_example_parses(monkeypatch: pytest.MonkeyPatch) -> None:
+    bag = parse(monkeypatch, REPO / "configs")
+    shop = bag.dags["tidemark_shop"]
+    assert all(a.uri.startswith("file:///") for a in shop.get_task("publish").outlets)

@@ -1,0 +1,80 @@
+"""`orchestrator.airflow_support`: the Airflow-free half of the DAG layer (no Airflow import here)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.airflow_support import (
+    asset_uri,
+    config_dir,
+    params_schema,
+    pool_name,
+    run_holder,
+    run_request,
+)
+from orchestrator.config import PipelineConfig, parse_config
+from orchestrator.errors import ConfigError
+
+
+def make(**overrides: Any) -> PipelineConfig:
+    data: dict[str, Any] = {
+        "pipeline": "shop", "source": {"host": "h", "user": "u", "server_id": 1},
+        "output": {"path": "/lake"}, "state": {"url": "sqlite:////s.db"},
+        "tables": [{"name": "shop.orders"}, {"name": "shop.items"}],
+    }
+    data.update(overrides)
+    return parse_config(data)
+
+
+def test_names() -> None:
+    config = make()
+    assert pool_name(config) == "tidemark_shop_source"
+    assert run_holder("tidemark_shop", "manual__1") == "airflow:tidemark_shop/manual__1"
+
+
+@pytest.mark.parametrize("params, expected", [
+    ({}, (None, False, None)),
+    ({"tables": [], "snapshot": False, "chunk_size": None}, (None, False, None)),
+    ({"tables": None}, (None, False, None)),
+    ({"tables": ["shop.items"], "snapshot": True, "chunk_size": 7}, (["shop.items"], True, 7)),
+])
+def test_run_request_reads_params(params: dict[str, Any], expected: tuple[Any, ...]) -> None:
+    request = run_request(make(), params)
+    assert (request.tables, request.snapshot, request.chunk_size) == expected
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"tables": ["shop.nope"]}, "shop.nope not in pipeline `shop`"),
+    ({"tables": "shop.items"}, "param tables"),
+    ({"snapshot": "yes"}, "param snapshot"),
+    ({"chunk_size": 0}, "param chunk_size"),
+    ({"chunk_size": True}, "param chunk_size"),
+])
+def test_run_request_refuses_what_the_schema_refuses(params: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        run_request(make(), params)
+
+
+def test_params_schema_lists_the_tables() -> None:
+    schema = params_schema(make())
+    assert schema["tables"]["items"]["enum"] == ["shop.orders", "shop.items"]
+    assert set(schema) == {"tables", "snapshot", "chunk_size"}
+
+
+@pytest.mark.parametrize("path, uri", [
+    ("/lake", "file:///lake/shop/orders"),
+    ("file:///lake/x/", "file:///lake/x/shop/orders"),
+    ("s3a://bucket/lake", "s3a://bucket/lake/shop/orders"),
+])
+def test_asset_uri_is_the_output_directory(path: str, uri: str) -> None:
+    assert asset_uri(make(output={"path": path}), "shop.orders") == uri
+
+
+def test_config_dir_default_and_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TIDEMARK_CONFIG_DIR", raising=False)
+    assert config_dir(tmp_path / "dags" / "x.py") == tmp_path / "configs"
+    monkeypatch.setenv("TIDEMARK_CONFIG_DIR", str(tmp_path / "elsewhere"))
+    assert config_dir(tmp_path / "dags" / "x.py") == tmp_path / "elsewhere"
