@@ -60,18 +60,25 @@ class Source:
     """
 
     def __init__(self, config: SourceConfig, password: str, *,
-                 retry: tenacity.Retrying | None = None) -> None:
+                 retry: tenacity.Retrying | None = None, known_good: bool = False) -> None:
         self.config = config
         self._password = password
         self._retry = retry if retry is not None else transient_retry()
         self._conn: pymysql.connections.Connection[Any] | None = None
-        self._connected_once = False
+        # known_good: the source worked earlier in this run, so "can't connect" means it is
+        # restarting and is retried like a lost connection.
+        self._connected_once = known_good
         self._version: str | None = None
 
     @classmethod
-    def from_pipeline(cls, config: PipelineConfig) -> Source:
-        """A `Source` for a pipeline, with the password resolved from its config."""
-        return cls(config.source, config.resolve_password())
+    def from_pipeline(cls, config: PipelineConfig, *, known_good: bool = False) -> Source:
+        """A `Source` for a pipeline, with the password resolved from its config.
+
+        Args:
+            config: the pipeline.
+            known_good: the source was reached earlier in this run (a later step).
+        """
+        return cls(config.source, config.resolve_password(), known_good=known_good)
 
     def __enter__(self) -> Source:
         return self

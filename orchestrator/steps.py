@@ -71,9 +71,23 @@ def open_store(config: PipelineConfig) -> StateStore:
 
 
 def _source(config: PipelineConfig) -> Any:
+    """The source, for steps that run after preflight reached it: a source that cannot be
+    reached now is restarting, and is retried like a lost connection."""
     from orchestrator.source import Source
 
-    return Source.from_pipeline(config)
+    return Source.from_pipeline(config, known_good=True)
+
+
+def take_lock(store: StateStore, config: PipelineConfig, holder: str) -> None:
+    """Take (or re-take, refreshing it) the pipeline lock for ``holder``.
+
+    A CLI run's lock is bound to its process (taken over once the pid is gone);
+    an Airflow run's tasks are many processes, so only the lease expires it.
+    Re-taking lets a single cleared Airflow task continue after the failed run
+    released the lock.
+    """
+    store.acquire_lock(config.pipeline, holder, config_path=str(config.path or ""),
+                       track_pid=holder.startswith("cli:"))
 
 
 def run_dir(config: PipelineConfig, run_id: str) -> str:
@@ -134,10 +148,7 @@ def plan(config: PipelineConfig, *, tables: list[str] | None = None, snapshot: b
     """
     store = open_store(config)
     try:
-        # A CLI run's lock is bound to its process (taken over once the pid is gone); an
-        # Airflow run's tasks are many processes, so only the lease expires it.
-        store.acquire_lock(config.pipeline, holder, config_path=str(config.path or ""),
-                           track_pid=holder.startswith("cli:"))
+        take_lock(store, config, holder)
         run = store.unfinished_run(config.pipeline)
         resumed = run is not None
         if run is None:
@@ -288,7 +299,7 @@ def read_batch(config: PipelineConfig, run_id: str, batch: int, *, spark: Any = 
             rows, nbytes = rows + n, nbytes + b
         faults.point("read.batch_done")
         if holder:
-            store.refresh_lock(config.pipeline, holder)
+            take_lock(store, config, holder)
         log.info("batch %d (%s, %d chunks): %d rows, %d bytes, L=%s Hb=%s", batch, table,
                  len(pending), rows, nbytes, low, high)
         return {"rows": rows, "bytes": nbytes, "chunks": len(pending), "skipped": False}
