@@ -83,10 +83,13 @@ class LocalMariaDB:
         """Make a fresh data directory (about a second) and return a stopped server."""
         root = Path(tempfile.mkdtemp(prefix="tidemark-mariadb-", dir=base_dir))
         datadir = root / "data"
+        # A private tmpdir: servers sharing /tmp have collided on their temporary tables.
+        (root / "tmp").mkdir()
         cmd = [
             _find(("/usr/bin/mariadb-install-db", "/usr/bin/mysql_install_db"), "mariadb-install-db"),
             "--no-defaults",
             f"--datadir={datadir}",
+            f"--tmpdir={root / 'tmp'}",
             "--auth-root-authentication-method=normal",
             "--skip-test-db",
         ]
@@ -120,6 +123,7 @@ class LocalMariaDB:
             f"--socket={self.socket_path}",
             f"--pid-file={self.datadir.parent / 'mysqld.pid'}",
             f"--log-error={self.log_path}",
+            f"--tmpdir={self.datadir.parent / 'tmp'}",
             f"--server-id={self.server_id}",
             "--skip-name-resolve",
             "--innodb-buffer-pool-size=256M",
@@ -136,6 +140,7 @@ class LocalMariaDB:
         """Start the server and wait until it accepts connections."""
         if self.running:
             return self
+        (self.datadir.parent / "tmp").mkdir(exist_ok=True)
         self.process = subprocess.Popen(
             self.command(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True,
