@@ -433,6 +433,21 @@ class StateStore(PipelineLockMixin):
                 conn.execute(delete(PIPELINES).where(PIPELINES.c.name == pipeline))
         return counts
 
+    def restart_run(self, run_id: str, tables: list[str]) -> None:
+        """Forget the plan of ``tables`` in a run and its positions and capture checkpoint,
+        in one transaction: the next `plan` of the run records a new start and replans them.
+
+        Used when binlog the run needs was purged: their snapshot must be read again.
+        """
+        with self._tx() as conn:
+            conn.execute(delete(CHUNKS).where(and_(CHUNKS.c.run_id == run_id,
+                                                   CHUNKS.c.table_name.in_(tables))))
+            conn.execute(delete(RUN_TABLES).where(and_(RUN_TABLES.c.run_id == run_id,
+                                                       RUN_TABLES.c.table_name.in_(tables))))
+            conn.execute(delete(CAPTURE_CHECKPOINTS).where(CAPTURE_CHECKPOINTS.c.run_id == run_id))
+            conn.execute(update(RUNS).where(RUNS.c.run_id == run_id)
+                         .values(start_position=None, high_position=None))
+
     def close(self) -> None:
         """Close the store's connections."""
         self._engine.dispose()

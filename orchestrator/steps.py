@@ -24,8 +24,8 @@ from typing import Any
 
 from orchestrator import faults, storage
 from orchestrator.config import PipelineConfig, TableConfig
-from orchestrator.errors import ConfigError, RunFailed
-from orchestrator.positions import BinlogPosition
+from orchestrator.errors import BinlogPurged, ConfigError, RunFailed
+from orchestrator.positions import BinlogPosition, file_index
 from orchestrator.schema import TableInfo, table_info_from_json, table_info_to_json
 from orchestrator.state import ChunkRecord, RunRecord, RunTableRecord, StateStore
 
@@ -192,9 +192,16 @@ def _plan_tables(config: PipelineConfig, store: StateStore, run: RunRecord) -> N
             log.info("run %s: start position P0 = %s", run.run_id, start)
             run = store.get_run(run.run_id)
         next_batch = max(store.batches(run.run_id), default=-1) + 1
+        oldest = source.oldest_binlog()
         for table in todo:
             info = source.table_info(table.name)
             checkpoint = store.table_checkpoint(config.pipeline, table.name)
+            if checkpoint is not None and oldest is not None and \
+                    file_index(checkpoint.position["file"]) < file_index(oldest):
+                log.warning("table %s: the binlog since its version %d (%s) was purged (oldest kept: "
+                            "%s); it is snapshotted again", table.name, checkpoint.version,
+                            checkpoint.position["file"], oldest)
+                checkpoint = None
             if checkpoint is not None and not options.get("snapshot"):
                 _plan_incremental(config, store, run, table, info, checkpoint.position)
             else:
@@ -337,10 +344,11 @@ def capture(config: PipelineConfig, run_id: str, *, progress: Callable[[int], No
         records = [r for r in store.run_tables(run_id) if r.status == "planned"]
         if not records:
             return {"rows": 0, "skipped": True}
-        if run.high_position is None:
-            with _source(config) as source:
+        with _source(config) as source:
+            _check_binlog_kept(store, run, records, source.oldest_binlog())
+            if run.high_position is None:
                 store.set_run_positions(run_id, high=source.current_position().to_json())
-            run = store.get_run(run_id)
+                run = store.get_run(run_id)
         stop = _position(run.high_position)
         tables = {r.table: CaptureTable(info=_table_info(r), key=tuple(r.chunk_key),
                                         start=_position(r.info["from_position"])) for r in records}

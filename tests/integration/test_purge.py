@@ -1,0 +1,99 @@
+"""Binlog purged under a pipeline: a clear error naming the file and what must be read again, and
+a rerun that recovers. Runs on its own MariaDB: purging binlogs would disturb other tests."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestrator.config import load_config
+from orchestrator.localdb import LocalMariaDB
+from orchestrator.sample import connect
+from orchestrator.source import Source
+from orchestrator.steps import table_dir
+from orchestrator.verify import verify_table
+from tests.conftest import pipeline_config, write_config
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def tidemark(config: Path, failpoint: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "TIDEMARK_FAILPOINT"}
+    if failpoint:
+        env["TIDEMARK_FAILPOINT"] = failpoint
+    return subprocess.run([sys.executable, "-m", "orchestrator", "run", "--config", str(config), "--no-progress"],
+                          capture_output=True, text=True, env=env, timeout=600, check=False)
+
+
+def purge_all_but_current(server: LocalMariaDB) -> str:
+    """Rotate and purge every older binlog. MariaDB keeps a file until its transactions are
+    checkpointed in InnoDB (a moment after commit), so PURGE is repeated until it took."""
+    server.execute("FLUSH BINARY LOGS")
+    current = str(server.execute("SHOW MASTER STATUS")[0][0])
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        server.execute(f"PURGE BINARY LOGS TO '{current}'")
+        if server.execute("SHOW BINARY LOGS")[0][0] == current:
+            return current
+        time.sleep(0.2)
+    raise AssertionError(f"could not purge the binlogs before {current}")
+
+
+def assert_equal(config_path: Path, server: LocalMariaDB) -> None:
+    config = load_config(config_path)
+    conn = connect("127.0.0.1", server.port, "root", "")
+    try:
+        with Source.from_pipeline(config) as source:
+            info = source.table_info("purge_db.t")
+            result = verify_table(conn, info, info.primary_key, table_dir(config, info.name))
+            assert result.equal, result.summary()
+    finally:
+        conn.close()
+
+
+@pytest.fixture()
+def setup(tmp_path: Path) -> tuple[LocalMariaDB, Path]:
+    server = LocalMariaDB.create(base_dir=tmp_path)
+    server.start()
+    server.execute("CREATE DATABASE purge_db")
+    server.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20))",
+                   "INSERT INTO t SELECT seq, CONCAT('v', seq) FROM seq_1_to_4000", database="purge_db")
+    config_path = write_config(tmp_path / "p.yaml", pipeline_config(
+        tmp_path, server, [{"name": "purge_db.t"}], name="purge",
+        defaults={"chunk_size": 500, "batch_chunks": 2, "read_margin_seconds": 0.0}))
+    yield server, config_path
+    server.destroy()
+
+
+def test_published_table_whose_binlog_was_purged_is_snapshotted_again(setup: tuple[LocalMariaDB, Path]) -> None:
+    server, config_path = setup
+    assert tidemark(config_path).returncode == 0
+    server.execute("UPDATE purge_db.t SET v = 'lost?' WHERE id <= 100", "DELETE FROM purge_db.t WHERE id > 3900")
+    purge_all_but_current(server)
+    result = tidemark(config_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "was purged" in result.stderr and "snapshotted again" in result.stderr
+    assert_equal(config_path, server)
+
+
+def test_binlog_purged_during_a_run_names_file_and_chunks_and_rerun_recovers(
+        setup: tuple[LocalMariaDB, Path]) -> None:
+    server, config_path = setup
+    killed = tidemark(config_path, failpoint="read.batch_done:1")
+    assert killed.returncode != 0
+    server.execute("UPDATE purge_db.t SET v = 'during' WHERE id % 7 = 0", "INSERT INTO purge_db.t VALUES (9999, 'new')")
+    first_kept = purge_all_but_current(server)
+    failed = tidemark(config_path)
+    assert failed.returncode == 1, failed.stderr[-3000:]
+    message = failed.stderr
+    assert "binlog.000001" in message and "was purged" in message and first_kept in message
+    assert "purge_db.t (8 chunks)" in message and "rerun" in message
+    assert "Traceback" not in message
+    recovered = tidemark(config_path)
+    assert recovered.returncode == 0, recovered.stderr[-3000:]
+    assert_equal(config_path, server)
