@@ -362,6 +362,35 @@ def capture(config: PipelineConfig, run_id: str, *, progress: Callable[[int], No
         store.close()
 
 
+def _check_binlog_kept(store: StateStore, run: RunRecord, records: list[RunTableRecord],
+                       oldest: str | None) -> None:
+    """Raise BinlogPurged if binlog the capture needs is gone, after resetting what must be read again.
+
+    The run's snapshot tables need the binlog from the run's start (or the capture's
+    checkpoint); an incremental table needs it from its published position. The tables
+    that lost it are dropped from the run's plan, so the rerun replans them with a new
+    start: snapshot tables are read again, incremental ones are re-snapshotted.
+    """
+    if oldest is None:
+        return
+    checkpoint = store.capture_checkpoint(run.run_id)
+    resume = _position(checkpoint["position"]) if checkpoint else None
+    lost = [r for r in records
+            if file_index((resume or _position(r.info["from_position"])).file) < file_index(oldest)]
+    if not lost:
+        return
+    chunks = {r.table: len(store.chunks(run.run_id, table=r.table)) for r in lost}
+    needed = resume or min(_position(r.info["from_position"]) for r in lost)
+    store.restart_run(run.run_id, [r.table for r in lost])
+    described = ", ".join(f"{t} ({n} chunks)" if n else f"{t} (published; will be re-snapshotted)"
+                          for t, n in chunks.items())
+    raise BinlogPurged(
+        f"binlog {needed.file} (needed from {needed}) was purged; the server keeps binlogs from "
+        f"{oldest}. These tables must be read again: {described}. Their plan was reset: rerun "
+        "`tidemark run` to read them again, and keep binlogs longer (`tidemark doctor` checks retention)"
+    )
+
+
 # ------------------------------------------------------------------ reconcile
 
 
