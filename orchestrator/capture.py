@@ -18,6 +18,14 @@ segment number: segments up to it hold every kept change up to the boundary
 and nothing after it. A resumed capture deletes higher-numbered segments
 (written after the last checkpoint) and reads on from the boundary, so every
 change lands in exactly one durable segment.
+
+Rows events arrive undecoded (`orchestrator.binlog.BinlogReader.events`); only
+the run's tables' are kept, and rows at or before a table's start are dropped a
+whole event at a time where they can be. Each table's events are decoded by
+`orchestrator.binlogfast.batch.FastDecoding` into tuples of raw values, which
+become Arrow column by column when a segment is written; ``decoder="library"``
+decodes with python-mysql-replication instead (the reference, for tests and
+benchmarks), into the same segments.
 """
 
 from __future__ import annotations
@@ -28,21 +36,29 @@ import logging
 import os
 import re
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from orchestrator import faults
-from orchestrator.binlog import BinlogReader, Record, RowChange
+from orchestrator.binlog import (
+    BinlogReader,
+    Boundary,
+    LibraryDecoding,
+    LibraryRows,
+    RowsEvent,
+    parse_mysql_json,
+)
+from orchestrator.binlogfast.batch import Decoding, FastDecoding
 from orchestrator.config import PipelineConfig
 from orchestrator.positions import BinlogPosition, file_index
 from orchestrator.schema import TableInfo
 from orchestrator.state import StateStore
-from orchestrator.values import BatchConverter, staging_type
+from orchestrator.values import staging_schema, staging_type
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +70,9 @@ LOG_SECONDS = 10.0
 META_COLUMNS = ("_tm_file", "_tm_pos", "_tm_row", "_tm_op")
 
 _file_index = functools.lru_cache(maxsize=256)(file_index)
+
+#: How rows events are decoded: Tidemark's own decoder, or python-mysql-replication's.
+Decoder = Literal["fast", "library"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,14 +157,24 @@ def read_changes(staging: str, run_id: str, table: str) -> pa.Table:
 # --------------------------------------------------------------------------- segment writing
 
 
-class _TableBuffer:
-    """Buffered changes of one table and how to write them as a segment."""
+def key_indexes(table: CaptureTable) -> list[int]:
+    """The positions of the table's chunk-key columns among its columns."""
+    names = [c.name for c in table.info.columns]
+    return [names.index(table.info.column(k).name) for k in table.key]
 
-    def __init__(self, table: CaptureTable) -> None:
+
+class _TableBuffer:
+    """Buffered changes of one table and how to write them as a segment.
+
+    Rows stay tuples (as the decoding gives them) until the segment is written;
+    then each run of rows decoded under one TABLE_MAP shape becomes Arrow
+    column by column.
+    """
+
+    def __init__(self, table: CaptureTable, decoding: Decoding) -> None:
         self.table = table
-        self.converter = BatchConverter(table.info.columns)
-        names = [c.name for c in table.info.columns]
-        self.key_index = [names.index(table.info.column(k).name) for k in table.key]
+        self.decoding = decoding
+        self.key_index = key_indexes(table)
         self.schema = self._schema()
         self.clear()
 
@@ -155,35 +184,46 @@ class _TableBuffer:
         self.rows: list[int] = []
         self.ops: list[str] = []
         self.images: list[tuple[Any, ...]] = []
-        self.befores: list[tuple[Any, ...] | None] = []
+        self.keys: list[tuple[Any, ...]] = []
+        self.shapes: list[tuple[Hashable, int]] = []  # (shape, index of its first row)
 
     def _schema(self) -> pa.Schema:
         meta = [pa.field(name, pa.string() if name == "_tm_op" else pa.int64(), False)
                 for name in META_COLUMNS]
         old = [pa.field(f"_tm_old_{self.table.info.columns[i].name}",
                         staging_type(self.table.info.columns[i]), True) for i in self.key_index]
-        return pa.schema([*meta, *self.converter.schema, *old])
+        return pa.schema([*meta, *staging_schema(self.table.info.columns), *old])
 
-    def add(self, change: RowChange, file: int) -> None:
-        position = change.position
-        self.files.append(file)
-        self.positions.append(position.pos)
-        self.rows.append(position.row)
-        self.ops.append(change.op)
-        self.images.append(change.image)
-        self.befores.append(change.before)
+    def add(self, event: RowsEvent, file: int, first: int) -> int:
+        """Decode the event's rows from index ``first`` on; returns how many were added."""
+        shape, images, keys = self.decoding.rows(event)
+        if first:
+            images, keys = images[first:], keys[first:]
+        count = len(images)
+        if not self.shapes or self.shapes[-1][0] != shape:
+            self.shapes.append((shape, len(self.images)))
+        self.images += images
+        self.keys += keys
+        self.files += [file] * count
+        self.positions += [event.end] * count
+        self.rows += range(first, first + count)
+        self.ops += [event.op] * count
+        return count
 
     def __len__(self) -> int:
         return len(self.ops)
 
     def to_arrow(self) -> pa.Table:
-        conv = self.converter
+        ends = [start for _, start in self.shapes[1:]] + [len(self.images)]
+        if len(self.shapes) == 1:
+            data: list[pa.Array | pa.ChunkedArray] = self.decoding.arrays(
+                self.shapes[0][0], self.images, self.keys)
+        else:
+            parts = [self.decoding.arrays(shape, self.images[start:end], self.keys[start:end])
+                     for (shape, start), end in zip(self.shapes, ends, strict=True)]
+            data = [pa.chunked_array([part[i] for part in parts]) for i in range(len(parts[0]))]
         arrays = [pa.array(self.files, pa.int64()), pa.array(self.positions, pa.int64()),
-                  pa.array(self.rows, pa.int64()), pa.array(self.ops, pa.string()),
-                  *conv.arrays(self.images)]
-        for i in self.key_index:
-            arrays.append(pa.array(conv.column_values(self.befores, i),
-                                   type=staging_type(conv.columns[i])))
+                  pa.array(self.rows, pa.int64()), pa.array(self.ops, pa.string()), *data]
         return pa.Table.from_arrays(arrays, schema=self.schema)
 
 
@@ -229,18 +269,26 @@ class _Capture:
     captured: int = 0  # changes kept by this call
     starts: dict[str, tuple[int, int, int]] = field(default_factory=dict)
 
+    decoder: Decoder = "fast"
+
     def __post_init__(self) -> None:
-        self.buffers = {name: _TableBuffer(t) for name, t in self.tables.items()}
+        library = LibraryRows({name: t.info for name, t in self.tables.items()})
+        for name, table in self.tables.items():
+            key = key_indexes(table)
+            decoding: Decoding = FastDecoding(table.info, key, parse_mysql_json) \
+                if self.decoder == "fast" else LibraryDecoding(table.info, key, library)
+            self.buffers[name] = _TableBuffer(table, decoding)
         self.starts = {name: t.start.key for name, t in self.tables.items()}
 
-    def add(self, change: RowChange) -> None:
-        position = change.position
-        file = _file_index(position.file)
-        if (file, position.pos, position.row) <= self.starts[change.table]:
-            return  # its table's snapshot (or published version) already has it
-        self.buffers[change.table].add(change, file)
-        self.buffered += 1
-        self.captured += 1
+    def add(self, event: RowsEvent) -> None:
+        file = _file_index(event.file)
+        start_file, start_pos, start_row = self.starts[event.table]
+        if (file, event.end) < (start_file, start_pos):
+            return  # its table's snapshot (or published version) already has these rows
+        first = start_row + 1 if (file, event.end) == (start_file, start_pos) else 0
+        added = self.buffers[event.table].add(event, file, first)
+        self.buffered += added
+        self.captured += added
         if self.buffered >= 2 * self.batch_rows:  # a huge transaction: write, checkpoint later
             self.flush()
 
@@ -309,8 +357,8 @@ def _resume_point(store: StateStore, run_id: str, fs: pafs.FileSystem, root: str
 
 def capture_changes(config: PipelineConfig, store: StateStore, run_id: str,
                     tables: Mapping[str, CaptureTable], stop: BinlogPosition, *,
-                    batch_rows: int = 50_000, progress: Callable[[int], None] | None = None
-                    ) -> CaptureResult:
+                    batch_rows: int = 50_000, progress: Callable[[int], None] | None = None,
+                    decoder: Decoder = "fast") -> CaptureResult:
     """Capture the tables' binlog changes up to ``stop`` into the run's staging (resumable).
 
     Args:
@@ -322,6 +370,8 @@ def capture_changes(config: PipelineConfig, store: StateStore, run_id: str,
         batch_rows: buffered changes (all tables) that trigger writing segments at the
             next boundary; a transaction bigger than twice this is written in parts.
         progress: called after each checkpoint with the changes written since its last call.
+        decoder: ``fast`` (`orchestrator.binlogfast`) or ``library`` (python-mysql-replication,
+            the reference; for tests and benchmarks). Both write the same segments.
 
     Raises:
         BinlogPurged: the binlog to start from is no longer on the server.
@@ -333,7 +383,7 @@ def capture_changes(config: PipelineConfig, store: StateStore, run_id: str,
     begin = checkpoint or min((t.start for t in tables.values()), default=stop)
     capture = _Capture(store=store, run_id=run_id, fs=fs, root=root, tables=tables, stop=stop,
                        batch_rows=max(1, batch_rows), progress=progress, segments=segments,
-                       rows=rows, reported=sum(rows.values()))
+                       rows=rows, reported=sum(rows.values()), decoder=decoder)
     if checkpoint is not None:
         log.info("capture %s: resuming from checkpoint %s (%d segments, %d changes)", run_id,
                  checkpoint, segments, sum(rows.values()))
@@ -341,7 +391,7 @@ def capture_changes(config: PipelineConfig, store: StateStore, run_id: str,
         reader = BinlogReader(config.source, config.resolve_password(), begin,
                               {name: t.info for name, t in tables.items()}, stop=stop)
         with reader:
-            _run(capture, reader)
+            _run(capture, reader.events())
     elif checkpoint is None or checkpoint < stop:
         capture.boundary(stop, final=True)
     return CaptureResult(rows={name: capture.rows.get(name, 0) for name in tables},
@@ -349,11 +399,11 @@ def capture_changes(config: PipelineConfig, store: StateStore, run_id: str,
                          seconds=time.monotonic() - started)
 
 
-def _run(capture: _Capture, records: Iterable[Record]) -> None:
-    """The hot loop: route records to the buffers, checkpoint at boundaries."""
+def _run(capture: _Capture, records: Iterable[RowsEvent | Boundary]) -> None:
+    """The hot loop: route rows events to the buffers, checkpoint at boundaries."""
     add, boundary = capture.add, capture.boundary
     for record in records:
-        if isinstance(record, RowChange):
+        if isinstance(record, RowsEvent):
             add(record)
         elif record.kind == "stop":
             boundary(record.position, final=True)

@@ -135,6 +135,24 @@ def time2_from_bytes(raw: bytes, fsp: int) -> dt.timedelta:
     return -total if value < 0 else total
 
 
+def time2_micros(raw: bytes, fsp: int) -> int:
+    """A TIME(fsp) value from its binlog bytes as signed microseconds, without a timedelta:
+    ``time_micros(time2_from_bytes(raw, fsp))``, exactly.
+
+    >>> time2_micros(bytes.fromhex("7ffffef6"), 2)  # -00:00:01.10
+    -1100000
+    >>> time2_micros(bytes.fromhex("b46efb0f423f"), 6)  # 838:59:59.999999
+    3020399999999
+    """
+    frac_bytes = (fsp + 1) // 2
+    value = int.from_bytes(raw, "big") - (1 << (8 * len(raw) - 1))
+    magnitude = -value if value < 0 else value
+    hms = magnitude >> (8 * frac_bytes)
+    micros = ((((hms >> 12) & 0x3FF) * 60 + ((hms >> 6) & 0x3F)) * 60 + (hms & 0x3F)) * 1_000_000 \
+        + (magnitude & ((1 << (8 * frac_bytes)) - 1)) * 10 ** (6 - 2 * frac_bytes)
+    return -micros if value < 0 else micros
+
+
 def decimal_text(value: Decimal | int | str, scale: int) -> str:
     """A DECIMAL as the server prints it: plain digits, exactly ``scale`` decimals.
 
@@ -245,7 +263,12 @@ def _unsigned(bits: int) -> Converter:
     return convert
 
 
-def _decoder(column: ColumnInfo) -> Callable[[bytes], str]:
+def text_decoder(column: ColumnInfo) -> Callable[[bytes], str]:
+    """The function decoding a text column's bytes with its character set, as the server does.
+
+    Raises:
+        ValueError: Python has no codec for the column's character set.
+    """
     charset = (column.charset or "utf8mb4").lower()
     if charset == "latin1":
         return lambda raw: raw.decode("cp1252", "tidemark-latin1")
@@ -260,7 +283,7 @@ def _decoder(column: ColumnInfo) -> Callable[[bytes], str]:
 
 
 def _text(column: ColumnInfo, *, strip_pad: bool) -> Converter:
-    decode = _decoder(column)
+    decode = text_decoder(column)
 
     def convert(value: Any) -> str:
         text = decode(value) if isinstance(value, bytes) else str(value)
@@ -271,7 +294,7 @@ def _text(column: ColumnInfo, *, strip_pad: bool) -> Converter:
 
 
 def _json(column: ColumnInfo) -> Converter:
-    decode = _decoder(column)
+    decode = text_decoder(column)
 
     def convert(value: Any) -> str:
         if isinstance(value, str):
@@ -339,16 +362,16 @@ def column_converter(column: ColumnInfo) -> Converter | None:
     if t == "json":
         return _json(column)
     if t == "binary":
-        return _binary_padded(_binary_length(column.column_type))
+        return _binary_padded(binary_length(column.column_type))
     if t in _BINARY_TYPES:
         return bytes
     return {"date": _date, "datetime": _datetime, "timestamp": _timestamp, "time": _time}.get(t)
 
 
-def _binary_length(column_type: str) -> int:
+def binary_length(column_type: str) -> int:
     """The n of ``binary(n)``.
 
-    >>> _binary_length("binary(16)")
+    >>> binary_length("binary(16)")
     16
     """
     head = column_type.split("(", 1)

@@ -1,0 +1,232 @@
+"""Binlog events as bytes: the common header and the bodies the capture reads.
+
+An event, as the replication stream sends it, is one packet: a 0x00 byte, the
+19-byte common header (timestamp, type, server id, size, next position,
+flags), the body, and 4 bytes of CRC32 when ``binlog_checksum`` is on. Offsets
+below are into that packet, so no event is ever copied.
+
+Layouts follow the MySQL and MariaDB replication protocol documentation
+(``Rotate_event``, ``Query_event``, ``Gtid_event``, ``Table_map_event``,
+``Rows_event``).
+"""
+
+from __future__ import annotations
+
+import functools
+import struct
+import zlib
+from dataclasses import dataclass
+from typing import Literal
+
+#: Offset of the body in a stream packet: the 0x00 byte, then the common header.
+BODY = 20
+
+# Event types (Log_event_type), the ones the reader acts on.
+QUERY = 2
+ROTATE = 4
+FORMAT_DESCRIPTION = 15
+XID = 16
+TABLE_MAP = 19
+WRITE_ROWS_V1, UPDATE_ROWS_V1, DELETE_ROWS_V1 = 23, 24, 25
+WRITE_ROWS, UPDATE_ROWS, DELETE_ROWS = 30, 31, 32
+XA_PREPARE = 38
+PARTIAL_UPDATE_ROWS = 39
+MARIADB_GTID = 162
+#: MariaDB's compressed QUERY and rows events (log_bin_compress=ON).
+MARIADB_COMPRESSED = frozenset(range(165, 172))
+
+#: Rows event type -> the change it carries.
+ROWS_OPS: dict[int, Literal["I", "U", "D"]] = {WRITE_ROWS_V1: "I", WRITE_ROWS: "I", UPDATE_ROWS_V1: "U", UPDATE_ROWS: "U",
+            DELETE_ROWS_V1: "D", DELETE_ROWS: "D"}
+
+_HEADER = struct.Struct("<xIBIIIH")
+_MARIADB_FL_STANDALONE = 0x01
+
+
+def header(packet: bytes) -> tuple[int, int]:
+    """``(event type, next position)`` of a stream packet (next position 0 for fake events)."""
+    _, kind, _, _, end, _ = _HEADER.unpack_from(packet)
+    return kind, end
+
+
+def lenenc(data: bytes, pos: int) -> tuple[int, int]:
+    """A length-encoded integer at ``pos``: ``(value, position after it)``.
+
+    >>> lenenc(bytes([250]), 0), lenenc(bytes([252, 1, 2]), 0)
+    ((250, 1), (513, 3))
+    """
+    first = data[pos]
+    if first < 251:
+        return first, pos + 1
+    width = {252: 2, 253: 3, 254: 8}.get(first)
+    if width is None:
+        raise ValueError(f"bad length-encoded integer 0x{first:02x} at offset {pos}")
+    return int.from_bytes(data[pos + 1 : pos + 1 + width], "little"), pos + 1 + width
+
+
+@dataclass(frozen=True, slots=True)
+class Format:
+    """What the format description event says about the events after it.
+
+    Attributes:
+        post_headers: the post-header length of each event type (index ``type - 1``).
+        checksum: bytes of checksum at the end of every event of the file (0 or 4; each
+            file has its own, from ``binlog_checksum`` when it was written).
+        server_version: the version of the server that wrote the binlog.
+    """
+
+    post_headers: bytes = b""
+    checksum: int = 4
+    server_version: str = ""
+
+    def post_header(self, kind: int, default: int) -> int:
+        index = kind - 1
+        return self.post_headers[index] if 0 <= index < len(self.post_headers) else default
+
+    def end(self, packet: bytes) -> int:
+        """The offset where the event's body ends (its checksum excluded)."""
+        return len(packet) - self.checksum
+
+    @classmethod
+    def parse(cls, packet: bytes) -> Format:
+        """The format description event: version (2), server version (50), created (4),
+        header length (1), the post-header lengths, then the checksum algorithm of the
+        file's events (1: 0 is none, 1 is CRC32) and this event's checksum (4, always)."""
+        start = BODY + 2 + 50 + 4 + 1
+        version = bytes(packet[BODY + 2 : BODY + 52]).rstrip(b"\0").decode("ascii", "replace")
+        checksum = 0 if packet[-5] == 0 else 4
+        return cls(bytes(packet[start : len(packet) - 5]), checksum, version)
+
+
+def rotate(packet: bytes) -> tuple[str, int]:
+    """``(next file, position in it)`` of a ROTATE event.
+
+    The one the server makes up on connecting comes before any format
+    description, so whether it has a checksum is read off the event itself.
+    """
+    end = len(packet) - 4 if has_checksum(packet) else len(packet)
+    position = int.from_bytes(packet[BODY : BODY + 8], "little")
+    return bytes(packet[BODY + 8 : end]).decode(), position
+
+
+def has_checksum(packet: bytes) -> bool:
+    """Whether the event ends with the CRC32 of the rest of it."""
+    return len(packet) >= BODY + 4 and zlib.crc32(packet[1:-4]) == int.from_bytes(packet[-4:], "little")
+
+
+def query_text(packet: bytes, fmt: Format) -> str:
+    """The statement of a QUERY event, stripped and upper-cased (``BEGIN``, ``COMMIT``, DDL)."""
+    post = fmt.post_header(QUERY, 13)
+    schema_length = packet[BODY + 8]
+    status_length = int.from_bytes(packet[BODY + 11 : BODY + 13], "little")
+    start = BODY + post + status_length + schema_length + 1
+    return bytes(packet[start : fmt.end(packet)]).decode("utf-8", "replace").strip().upper()
+
+
+def gtid_standalone(packet: bytes) -> bool:
+    """Whether a MariaDB GTID event starts a standalone event group (DDL: no BEGIN/COMMIT)."""
+    return bool(packet[BODY + 12] & _MARIADB_FL_STANDALONE)
+
+
+def table_id(packet: bytes, fmt: Format, kind: int) -> int:
+    """The table id of a TABLE_MAP or rows event (6 bytes; 4 in ancient formats)."""
+    width = 4 if fmt.post_header(kind, 8) == 6 else 6
+    return int.from_bytes(packet[BODY : BODY + width], "little")
+
+
+# --------------------------------------------------------------------------- table maps
+
+# Column types (enum_field_types) whose TABLE_MAP metadata is 1 or 2 bytes; others have none.
+_META_ONE = frozenset({4, 5, 17, 18, 19, 245, 252, 255, 141})  # float double *2 json blob geometry
+_META_TWO = frozenset({15, 16, 246, 247, 248, 253, 254, 140})  # varchar bit newdecimal enum set strings
+
+
+@dataclass(frozen=True, slots=True)
+class TableMap:
+    """A TABLE_MAP event: which table a table id stands for, and its columns' binlog types.
+
+    Attributes:
+        table_id: the id rows events refer to (valid until the next rotation).
+        name: ``database.table``.
+        types: the binlog type of each column (enum_field_types).
+        meta: each column's metadata bytes (lengths, precision, fsp...), b"" if none.
+        packet: the whole event, for python-mysql-replication's decoder.
+    """
+
+    table_id: int
+    name: str
+    types: bytes
+    meta: tuple[bytes, ...]
+    packet: bytes
+
+    @property
+    def signature(self) -> tuple[str, bytes, tuple[bytes, ...]]:
+        """Equal for table maps of the same table shape (a row decoder can be reused)."""
+        return self.name, self.types, self.meta
+
+
+def table_map_name(packet: bytes, fmt: Format) -> str:
+    """The ``database.table`` of a TABLE_MAP event (read before deciding to parse the rest)."""
+    pos = BODY + fmt.post_header(TABLE_MAP, 8)
+    schema = bytes(packet[pos + 1 : pos + 1 + packet[pos]])
+    pos += 2 + len(schema)
+    table = bytes(packet[pos + 1 : pos + 1 + packet[pos]])
+    return f"{schema.decode()}.{table.decode()}"
+
+
+def parse_table_map(packet: bytes, fmt: Format) -> TableMap:
+    """A TABLE_MAP event: ids, names, column types and their metadata."""
+    pos = BODY + fmt.post_header(TABLE_MAP, 8)
+    pos += 2 + packet[pos]  # schema length, schema, NUL
+    pos += 2 + packet[pos]  # table length, table, NUL
+    count, pos = lenenc(packet, pos)
+    types = bytes(packet[pos : pos + count])
+    _, pos = lenenc(packet, pos + count)  # the metadata block's length
+    meta = []
+    for kind in types:
+        width = 1 if kind in _META_ONE else 2 if kind in _META_TWO else 0
+        meta.append(bytes(packet[pos : pos + width]))
+        pos += width
+    return TableMap(table_id(packet, fmt, TABLE_MAP), table_map_name(packet, fmt), types,
+                    tuple(meta), bytes(packet))
+
+
+@dataclass(frozen=True, slots=True)
+class RowsLayout:
+    """Where the rows of a rows event are.
+
+    Attributes:
+        columns: the number of columns of the table.
+        full: whether every column is present in every image (``binlog_row_image=FULL``).
+        start: offset of the first row.
+        end: offset after the last row.
+    """
+
+    columns: int
+    full: bool
+    start: int
+    end: int
+
+
+def rows_layout(packet: bytes, fmt: Format, kind: int) -> RowsLayout:
+    """Parse a rows event's header: table id, flags, (v2) extra data, columns, present bitmaps."""
+    version1 = kind in (WRITE_ROWS_V1, UPDATE_ROWS_V1, DELETE_ROWS_V1)
+    pos = BODY + fmt.post_header(kind, 8 if version1 else 10)
+    if not version1:  # v2: the post-header ends with the length of the extra data (itself included)
+        pos += int.from_bytes(packet[BODY + 8 : BODY + 10], "little") - 2
+    count, pos = lenenc(packet, pos)
+    width = (count + 7) // 8
+    images = 2 if kind in (UPDATE_ROWS_V1, UPDATE_ROWS) else 1
+    start = pos + images * width
+    full = packet[pos:start] == _all_ones(count) * images
+    return RowsLayout(count, full, start, fmt.end(packet))
+
+
+@functools.lru_cache(maxsize=64)
+def _all_ones(count: int) -> bytes:
+    """The bitmap of ``count`` columns all set.
+
+    >>> _all_ones(10).hex()
+    'ff03'
+    """
+    return ((1 << count) - 1).to_bytes((count + 7) // 8, "little")
