@@ -1,22 +1,37 @@
 """Snapshot throughput: `tidemark run` end to end vs a raw `mariadb --quick` scan, side by side.
 
-Both read the same 10-column table in the same private MariaDB on this machine;
-the ratio (Tidemark rows/s ÷ client rows/s) is the figure the README reports.
+Both read the same 10-column table (``shop.orders``) in the same private
+MariaDB on this machine; the ratio (Tidemark rows/s ÷ client rows/s) is the
+figure the README reports. Each repetition runs the scan and a fresh snapshot
+(new state and output) one after the other, and the medians are printed, with
+the run split into its steps (from the CLI's log lines) so the figure says
+where the time goes. ``--compare-with DIR`` also times another checkout of
+Tidemark (say ``git archive HEAD | tar -x -C DIR``) in the same repetitions,
+on the same data: a baseline measured side by side.
 
-    .venv/bin/python bench/bench_snapshot.py --rows 1000000
+    .venv/bin/python bench/bench_snapshot.py --rows 1000000 --repeat 3
+    .venv/bin/python bench/bench_snapshot.py --rows 1000000 --repeat 3 --compare-with /tmp/tidemark-head
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import os
+import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+import psutil
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -25,56 +40,242 @@ sys.path.insert(0, str(ROOT))
 from orchestrator.localdb import LocalMariaDB  # noqa: E402
 from orchestrator.sample import connect, load_shop  # noqa: E402
 
+TABLE = "shop.orders"
 
-def timed(cmd: list[str], **kwargs: object) -> float:
+#: Log lines that end a step of `tidemark run`, in order: (step, pattern); the last match counts.
+STEP_ENDS = (
+    ("start+plan", re.compile(r"orchestrator\.steps: table \S+: snapshot, ")),
+    ("spark start", re.compile(r"orchestrator\.spark: spark session ")),
+    ("read", re.compile(r"orchestrator\.steps: batch \d+ ")),
+    ("capture", re.compile(r"orchestrator\.steps: capture up to H")),
+    ("reconcile", re.compile(r"orchestrator\.steps: table \S+: reconciled")),
+    ("publish", re.compile(r"orchestrator\.steps: table \S+: published")),
+)
+_STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
+
+
+@dataclass
+class Timing:
+    """One `tidemark run`: wall seconds, seconds per step (the rest is process exit), CPU, memory."""
+
+    seconds: float
+    steps: dict[str, float] = field(default_factory=dict)
+    cpu: float = 0.0  # CPU seconds of the run's process tree (not of the MariaDB server)
+    peak_rss: int = 0  # bytes, the whole tree at one instant
+    peak_jvm: int = 0
+    peak_python: int = 0
+
+
+class TreeSampler:
+    """Samples a process and its descendants every ``every`` seconds, from a thread, until closed.
+
+    Records the peak resident memory (summed over the tree at one instant, and its
+    JVM and Python parts) and the CPU seconds each process had used when last seen.
+    """
+
+    def __init__(self, pid: int, every: float = 0.05) -> None:
+        self.root = psutil.Process(pid)
+        self.every = every
+        self.cpu: dict[int, float] = {}
+        self.peak_rss = self.peak_jvm = self.peak_python = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.sample()
+            self._stop.wait(self.every)
+
+    def sample(self) -> None:
+        try:
+            members = [self.root, *self.root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return
+        jvm = python = 0
+        for member in members:
+            try:
+                with member.oneshot():
+                    rss, name, times = member.memory_info().rss, member.name(), member.cpu_times()
+            except psutil.NoSuchProcess:
+                continue
+            self.cpu[member.pid] = times.user + times.system
+            if name == "java":
+                jvm += rss
+            else:
+                python += rss
+        self.peak_rss = max(self.peak_rss, jvm + python)
+        self.peak_jvm = max(self.peak_jvm, jvm)
+        self.peak_python = max(self.peak_python, python)
+
+    def close(self, timing: Timing) -> Timing:
+        """Stop sampling and put the figures into ``timing``."""
+        self._stop.set()
+        self._thread.join()
+        timing.cpu = sum(self.cpu.values())
+        timing.peak_rss, timing.peak_jvm, timing.peak_python = self.peak_rss, self.peak_jvm, self.peak_python
+        return timing
+
+
+def pipeline(work: Path, server: LocalMariaDB, *, master: str, chunk_size: int | None,
+             batch_chunks: int | None, conf: dict[str, str] | None = None) -> dict[str, Any]:
+    """A pipeline config snapshotting `TABLE` into ``work``; Tidemark's defaults unless given."""
+    defaults = {k: v for k, v in (("chunk_size", chunk_size), ("batch_chunks", batch_chunks)) if v}
+    config: dict[str, Any] = {
+        "pipeline": "bench",
+        "source": server.source_config(),
+        "spark": {"master": master, "conf": {"spark.ui.enabled": "false", **(conf or {})}},
+        "output": {"path": str(work / "lake")},
+        "state": {"url": f"sqlite:///{work / 'state.db'}"},
+        "tables": [{"name": TABLE}],
+    }
+    if defaults:
+        config["defaults"] = defaults
+    return config
+
+
+def fresh_config(work: Path, config: dict[str, Any]) -> Path:
+    """``work`` emptied and holding ``config`` as ``bench.yaml``: the next run starts from nothing."""
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    config = {**config, "output": {"path": str(work / "lake")},
+              "state": {"url": f"sqlite:///{work / 'state.db'}"}}
+    path = work / "bench.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def run_command(config_path: Path) -> list[str]:
+    """``tidemark run``, as a user runs it (the checkout is the working directory)."""
+    return [sys.executable, "-m", "orchestrator", "run", "--config", str(config_path), "--no-progress"]
+
+
+def run_env(code: Path) -> dict[str, str]:
+    """The environment of a run of the checkout at ``code`` (it comes first on the path)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(code), env.get("PYTHONPATH")]))
+    return env
+
+
+def step_times(log: str, started: float) -> dict[str, float]:
+    """Seconds per step from the CLI's log lines (``asctime`` is local time, ms resolution)."""
+    ends: dict[str, float] = {}
+    for line in log.splitlines():
+        stamp = _STAMP.match(line)
+        if not stamp:
+            continue
+        for step, pattern in STEP_ENDS:
+            if pattern.search(line):
+                ends[step] = dt.datetime.strptime(stamp.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+    steps, previous = {}, started
+    for step, _ in STEP_ENDS:
+        if step in ends:
+            steps[step] = max(0.0, ends[step] - previous)
+            previous = ends[step]
+    return steps
+
+
+def timed_run(code: Path, config_path: Path) -> Timing:
+    """One `tidemark run` of the checkout at ``code``, timed and sampled; exits when it fails."""
+    started_wall = time.time()
     start = time.perf_counter()
-    subprocess.run(cmd, check=True, **kwargs)  # type: ignore[call-overload]
+    child = subprocess.Popen(run_command(config_path), env=run_env(code), cwd=code,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    sampler = TreeSampler(child.pid)
+    try:
+        _, stderr = child.communicate()
+    finally:
+        seconds = time.perf_counter() - start
+        timing = sampler.close(Timing(seconds))
+    if child.returncode != 0:
+        raise SystemExit(f"tidemark run ({code}) failed with {child.returncode}:\n{stderr[-3000:]}")
+    timing.steps = step_times(stderr, started_wall)
+    return timing
+
+
+def timed_scan(server: LocalMariaDB) -> float:
+    client = shutil.which("mariadb") or shutil.which("mysql") or "mariadb"
+    cmd = [client, "--no-defaults", "--quick", "-h127.0.0.1", f"-P{server.port}", "-uroot",
+           "-e", f"SELECT * FROM {TABLE}"]
+    start = time.perf_counter()
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     return time.perf_counter() - start
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--rows", type=int, default=1_000_000)
-    parser.add_argument("--chunk-size", type=int, default=100_000)
-    parser.add_argument("--batch-chunks", type=int, default=16)
-    parser.add_argument("--master", default="local[2]")
-    parser.add_argument("--repeat", type=int, default=1, help="scan repetitions (best is kept)")
-    args = parser.parse_args()
-
-    work = Path(tempfile.mkdtemp(prefix="tidemark-bench-"))
+def start_server(work: Path, rows: int) -> LocalMariaDB:
     server = LocalMariaDB.create(base_dir=work)
     server.start()
+    conn = connect("127.0.0.1", server.port, "root", "")
     try:
-        conn = connect("127.0.0.1", server.port, "root", "")
-        t0 = time.perf_counter()
-        load_shop(conn, args.rows)
+        started = time.perf_counter()
+        load_shop(conn, rows)
+        print(f"loaded {rows:,} rows into {TABLE} in {time.perf_counter() - started:.1f}s", flush=True)
+    finally:
         conn.close()
-        print(f"loaded {args.rows:,} rows into shop.orders in {time.perf_counter() - t0:.1f}s")
-        config = {
-            "pipeline": "bench",
-            "source": server.source_config(),
-            "spark": {"master": args.master, "conf": {"spark.driver.memory": "4g", "spark.ui.enabled": "false",
-                                                       "spark.sql.shuffle.partitions": "4"}},
-            "output": {"path": str(work / "lake")},
-            "state": {"url": f"sqlite:///{work / 'state.db'}"},
-            "defaults": {"chunk_size": args.chunk_size, "batch_chunks": args.batch_chunks},
-            "tables": [{"name": "shop.orders"}],
-        }
-        config_path = work / "bench.yaml"
-        config_path.write_text(yaml.safe_dump(config))
+    return server
 
-        client = shutil.which("mariadb") or shutil.which("mysql") or "mariadb"
-        scan_cmd = [client, "--no-defaults", "--quick", "-h127.0.0.1", f"-P{server.port}", "-uroot",
-                    "-e", "SELECT * FROM shop.orders"]
-        scan = min(timed(scan_cmd, stdout=subprocess.DEVNULL) for _ in range(args.repeat))
-        env = dict(os.environ)
-        run = timed([sys.executable, "-m", "orchestrator", "run", "--config", str(config_path),
-                     "--no-progress"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        scan_rate, run_rate = args.rows / scan, args.rows / run
-        print(f"raw scan (mariadb --quick)   {scan:7.2f}s  {scan_rate:12,.0f} rows/s")
-        print(f"tidemark run (end to end)    {run:7.2f}s  {run_rate:12,.0f} rows/s")
-        print(f"ratio tidemark/scan          {run_rate / scan_rate:7.2f}x   (machine: {os.cpu_count()} cores,"
-              f" master {args.master}, chunk {args.chunk_size:,}, {args.batch_chunks} chunks/batch)")
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def report(rows: int, scans: list[float], runs: dict[str, list[Timing]]) -> None:
+    scan = median(scans)
+    scan_rate = rows / scan
+    print(f"\nmedians of {len(scans)} side-by-side repetition(s), {rows:,} rows:")
+    print(f"  {'raw scan (mariadb --quick)':<34} {scan:7.2f}s {scan_rate:12,.0f} rows/s")
+    for label, timings in runs.items():
+        seconds = median([t.seconds for t in timings])
+        rate = rows / seconds
+        print(f"  {'tidemark run ' + label:<34} {seconds:7.2f}s {rate:12,.0f} rows/s"
+              f"   ratio {rate / scan_rate:5.2f}x   (each: {', '.join(f'{t.seconds:.1f}' for t in timings)})")
+        cpu = median([t.cpu for t in timings])
+        peak = median([t.peak_rss for t in timings]) / 2**20
+        print(f"  {'':<34} CPU {cpu:.1f}s (Python + JVM), peak RSS {peak:,.0f} MiB")
+        steps = [s for s, _ in STEP_ENDS if all(s in t.steps for t in timings)]
+        parts = [f"{s} {median([t.steps[s] for t in timings]):.1f}" for s in steps]
+        print(f"  {'':<34} steps (s): {', '.join(parts)}")
+        if "read" in steps:
+            # A checkout that does not log its session start counts it in the read step.
+            what = "read step" if "spark start" in steps else "read step (with spark start)"
+            read = median([t.steps["read"] for t in timings])
+            print(f"  {'':<34} {what} {rows / read:12,.0f} rows/s   ratio {rows / read / scan_rate:5.2f}x")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--chunk-size", type=int, default=None, help="default: Tidemark's default")
+    parser.add_argument("--batch-chunks", type=int, default=None, help="default: Tidemark's default")
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="extra spark.conf for both checkouts")
+    parser.add_argument("--repeat", type=int, default=1, help="side-by-side repetitions (medians are printed)")
+    parser.add_argument("--compare-with", type=Path, default=None, metavar="DIR",
+                        help="another Tidemark checkout, timed in the same repetitions")
+    args = parser.parse_args()
+    conf = dict(item.split("=", 1) for item in args.conf)
+    codes = {"(this checkout)": ROOT}
+    if args.compare_with:
+        codes[f"({args.compare_with})"] = args.compare_with.resolve()
+
+    work = Path(tempfile.mkdtemp(prefix="tidemark-bench-"))
+    server = start_server(work, args.rows)
+    try:
+        config = pipeline(work, server, master=args.master, chunk_size=args.chunk_size,
+                          batch_chunks=args.batch_chunks, conf=conf)
+        scans: list[float] = []
+        runs: dict[str, list[Timing]] = {label: [] for label in codes}
+        for repetition in range(args.repeat):
+            scans.append(timed_scan(server))
+            for label, code in codes.items():
+                timing = timed_run(code, fresh_config(work / "run", config))
+                runs[label].append(timing)
+                print(f"repetition {repetition + 1}: scan {scans[-1]:.2f}s, run {label} {timing.seconds:.2f}s",
+                      flush=True)
+        report(args.rows, scans, runs)
+        print(f"(machine: {os.cpu_count()} cores, shared; master {args.master}, chunk size "
+              f"{args.chunk_size or 'default'}, batch chunks {args.batch_chunks or 'default'})")
         return 0
     finally:
         server.destroy()

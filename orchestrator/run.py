@@ -7,6 +7,7 @@ import os
 import socket
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
@@ -15,6 +16,11 @@ from orchestrator.config import PipelineConfig
 from orchestrator.errors import RunFailed, TidemarkError
 
 log = logging.getLogger(__name__)
+
+#: Batches read at once, as an Airflow run's mapped read tasks would: while one batch's Spark
+#: job runs, the next records its low position and waits out the read margin, and a batch
+#: with fewer chunks than cores (a small table, the last batch) does not leave cores idle.
+READ_CONCURRENCY = 2
 
 
 def cli_holder() -> str:
@@ -106,9 +112,16 @@ def execute(config: PipelineConfig, handle: steps.RunHandle, *, holder: str, bar
 
         spark = spark or get_session(config)
         bar = Progress("read", sum(b.chunks for b in handle.batches), bars=bars)
-        for batch in handle.batches:
-            result = steps.read_batch(config, handle.run_id, batch.batch, spark=spark, holder=holder)
-            bar.update(done=result["chunks"], rows=result["rows"])
+        with ThreadPoolExecutor(READ_CONCURRENCY, thread_name_prefix="tidemark-read") as pool:
+            futures = [pool.submit(steps.read_batch, config, handle.run_id, batch.batch, spark=spark,
+                                   holder=holder) for batch in handle.batches]
+            try:
+                for future in as_completed(futures):
+                    result = future.result()
+                    bar.update(done=result["chunks"], rows=result["rows"])
+            finally:  # on a failure, batches not started yet are not started
+                for future in futures:
+                    future.cancel()
         bar.close()
     cap = Progress("capture", 0, unit="changes", bars=bars)
     steps.capture(config, handle.run_id, progress=lambda rows: cap.update(rows=rows))

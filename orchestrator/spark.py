@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import time
 from collections.abc import Mapping
 
 import pyarrow as pa
@@ -112,7 +113,12 @@ def get_session(config: PipelineConfig) -> SparkSession:
     builder = SparkSession.builder
     for key, value in session_conf(config).items():
         builder = builder.config(key, value)
+    fresh = SparkSession.getActiveSession() is None
+    started = time.monotonic()
     spark = builder.getOrCreate()
+    if fresh:
+        log.info("spark session started in %.1fs (master %s, %d cores)", time.monotonic() - started,
+                 spark.sparkContext.master, spark.sparkContext.defaultParallelism)
     apply_required_conf(spark)
     return spark
 
