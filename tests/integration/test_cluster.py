@@ -1,0 +1,151 @@
+"""The consistency scenario on a real Spark standalone cluster: a master and two workers on localhost.
+
+`tidemark run` runs as its own process (as a user runs it) with ``spark.master``
+pointing at the cluster, so reads, reconcile and publish run in executors on
+the workers, not in the driver: the JDBC driver jar reaches them through
+``spark.jars``, staging and output are a local directory every worker reaches
+(one machine). Writers change the tables during the first run; a second run
+applies what came after; then every table equals its source.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from orchestrator.config import load_config
+from orchestrator.localdb import LocalMariaDB
+from orchestrator.sample import SHOP_TABLES, Writer, connect, load_shop
+from orchestrator.state import StateStore
+from tests.conftest import pipeline_config, write_config
+from tests.integration.test_consistency import (
+    _COLUMNS,
+    ALL_TYPES,
+    TypesWriter,
+    _verify_all,
+    type_row,
+)
+from tests.spark_cluster import StandaloneCluster, cluster_env
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+PIPELINE = "on_cluster"
+
+#: Modest memory: a 1 GB driver, one 768 MB executor per 1 GB worker, one core each.
+CLUSTER_CONF = {
+    "spark.driver.memory": "1g",
+    "spark.executor.memory": "768m",
+    "spark.executor.cores": "1",
+    "spark.cores.max": "2",
+    "spark.ui.enabled": "false",
+    "spark.sql.shuffle.partitions": "4",
+}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
+    started = StandaloneCluster.start(tmp_path_factory.mktemp("spark-cluster"), workers=2, cores=1,
+                                      memory="1g")
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+def _tidemark(config_path: Path, cluster: StandaloneCluster, *args: str,
+              failpoint: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = cluster_env(cluster.root / "driver-logs")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    env.pop("TIDEMARK_FAILPOINT", None)
+    if failpoint:
+        env["TIDEMARK_FAILPOINT"] = failpoint
+    return subprocess.run([sys.executable, "-m", "orchestrator", "run", "--config", str(config_path),
+                           "--no-progress", *args], env=env, cwd=ROOT, capture_output=True, text=True,
+                          timeout=900, check=False)
+
+
+def _tidemark_run(config_path: Path, cluster: StandaloneCluster) -> None:
+    result = _tidemark(config_path, cluster)
+    assert result.returncode == 0, f"tidemark run failed:\n{result.stderr[-4000:]}"
+
+
+def test_snapshot_on_standalone_cluster_equals_source(mariadb: LocalMariaDB, cluster: StandaloneCluster,
+                                                     tmp_path: Path) -> None:
+    db = "clu_shop"
+    root = connect("127.0.0.1", mariadb.port, "root", "")
+    load_shop(root, 3000, db=db)
+    with root.cursor() as cur:
+        cur.execute(ALL_TYPES.format(db=db))
+        cur.execute("SET time_zone = '+00:00', sql_mode = ''")
+        rng = random.Random(3)
+        cur.executemany(f"INSERT INTO {db}.all_types ({_COLUMNS}) VALUES ({', '.join(['%s'] * 32)})",
+                        [type_row(i, rng) for i in range(1, 600)])
+    root.close()
+    tables = [f"{db}.{t}" for t in (*SHOP_TABLES, "all_types")]
+    lake = tmp_path / "lake"  # staging is <lake>/_staging: one directory both workers reach
+    config_path = write_config(tmp_path / "p.yaml", pipeline_config(
+        tmp_path, mariadb, [{"name": t} for t in tables], name=PIPELINE,
+        spark={"master": cluster.master_url, "conf": dict(CLUSTER_CONF)},
+        output={"path": lake.as_uri()},
+        defaults={"chunk_size": 1000, "batch_chunks": 2, "read_margin_seconds": 0.05}))
+
+    shop_writer = Writer("127.0.0.1", mariadb.port, "root", "", db=db, pause=0.002).start()
+    types_writer = TypesWriter(mariadb, db, 600)
+    types_writer.start()
+    try:
+        _tidemark_run(config_path, cluster)
+    finally:
+        changes = shop_writer.stop()
+        types_writer.stop_event.set()
+        types_writer.join(30)
+    assert types_writer.error is None, types_writer.error
+    assert changes > 50, "the writer must have changed the tables during the snapshot"
+    _tidemark_run(config_path, cluster)  # applies what was written after H
+    _verify_all(config_path, tables)
+
+    apps = [a for a in cluster.state()["completedapps"] if a["name"] == f"tidemark-{PIPELINE}"]
+    assert len(apps) == 2, "both runs must have been applications of the cluster"
+    ran = cluster.executor_dirs()
+    assert len(ran) == 2 and all(ran.values()), f"every worker must have run executors: {ran}"
+
+
+@pytest.mark.parametrize("failpoint", ["read.batch_done:2", "publish.files_written:1"])
+def test_killed_run_on_cluster_resumes(mariadb: LocalMariaDB, cluster: StandaloneCluster,
+                                       tmp_path: Path, failpoint: str) -> None:
+    """A driver killed mid-run leaves the cluster's executors orphaned; the rerun resumes."""
+    db = "clu_resume_" + failpoint.split(".")[0]
+    root = connect("127.0.0.1", mariadb.port, "root", "")
+    load_shop(root, 4000, db=db)
+    root.close()
+    tables = [f"{db}.{t}" for t in SHOP_TABLES]
+    config_path = write_config(tmp_path / "p.yaml", pipeline_config(
+        tmp_path, mariadb, [{"name": t} for t in tables], name=f"{PIPELINE}_resume",
+        spark={"master": cluster.master_url, "conf": dict(CLUSTER_CONF)},
+        output={"path": (tmp_path / "lake").as_uri()},
+        defaults={"chunk_size": 1000, "batch_chunks": 2, "read_margin_seconds": 0.0}))
+    killed = _tidemark(config_path, cluster, failpoint=failpoint)
+    assert killed.returncode == -signal.SIGKILL, (killed.returncode, killed.stderr[-3000:])
+    store = StateStore(load_config(config_path).state.url)
+    run = store.unfinished_run(f"{PIPELINE}_resume")
+    assert run is not None, "the killed run must be left unfinished"
+    done_before = {(c.table, c.index) for c in store.chunks(run.run_id, status="done")}
+    assert done_before, "the crash comes after some chunks were read"
+    mariadb.execute(f"UPDATE {db}.orders SET note = 'after crash' WHERE id % 7 = 0",
+                    f"DELETE FROM {db}.orders WHERE id % 11 = 0")
+    resumed = _tidemark(config_path, cluster)
+    assert resumed.returncode == 0, resumed.stderr[-4000:]
+    assert f"resuming unfinished run {run.run_id}" in resumed.stderr
+    assert all(c.attempts == 1 for c in store.chunks(run.run_id) if (c.table, c.index) in done_before), \
+        "chunks done before the crash must not be read again"
+    assert store.get_run(run.run_id).status == "succeeded"
+    store.close()
+    _tidemark_run(config_path, cluster)  # catches up with the changes made after the crash
+    _verify_all(config_path, tables)
