@@ -24,7 +24,7 @@ and, when the rewrite reads little (`LOCAL_REWRITE_BYTES`) and every key column 
 NOT NULL of a type pyarrow orders as Spark does (integers, decimals, text and
 binary bytewise, TIME), pyarrow in the driver: a fresh JVM's start and warm-up
 cost far more than the rewrite of a small change set, so such a run never starts
-Spark.
+Spark (`orchestrator.rewrite_local`).
 """
 
 from __future__ import annotations
@@ -32,10 +32,8 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Literal
 
-import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
@@ -53,7 +51,7 @@ log = logging.getLogger(__name__)
 #: A snapshot is cut into at least this many bytes of input per file, however small the target.
 MIN_FILE_BYTES = 1024 * 1024
 #: An incremental rewrite reading at most this many bytes (changes, then base files) runs in the
-#: driver with pyarrow (`rewrite_locally`): a fresh JVM's start and warm-up cost far more than
+#: driver with pyarrow (`orchestrator.rewrite_local`): a fresh JVM's start and warm-up cost far more than
 #: the work of a small change set.
 LOCAL_REWRITE_BYTES = 128 * 1024 * 1024
 
@@ -62,8 +60,8 @@ Engine = Literal["auto", "spark", "local"]
 POSITION = ("_tm_file", "_tm_pos", "_tm_row")
 OP = "_tm_op"
 OLD_PREFIX = "_tm_old_"
-_KIND = "_tm_kind"  # 1 = put the row, 0 = delete the key
-_PUT, _DELETE = 1, 0
+KIND = "_tm_kind"  # 1 = put the row, 0 = delete the key
+PUT, DELETE = 1, 0
 
 
 def changes_schema(table: TableInfo, key: Sequence[str]) -> T.StructType:
@@ -107,7 +105,7 @@ def events(changes: DataFrame, table: TableInfo, key: Sequence[str]) -> DataFram
 
     def event(keys: Sequence[Column], kind: int, rows: Sequence[Column]) -> list[Column]:
         named = [k.alias(f"_tm_k{i}") for i, k in enumerate(keys)]
-        return [*named, *position, F.lit(kind).alias(_KIND), *rows]
+        return [*named, *position, F.lit(kind).alias(KIND), *rows]
 
     op = F.col(OP)
     new_key = [F.col(k) for k in key]
@@ -115,16 +113,16 @@ def events(changes: DataFrame, table: TableInfo, key: Sequence[str]) -> DataFram
     same_key = F.lit(True)
     for old, new in zip(old_key, new_key, strict=True):
         same_key = same_key & old.eqNullSafe(new)
-    puts = changes.where(op.isin("I", "U")).select(event(new_key, _PUT, [F.col(c) for c in columns]))
-    deletes = changes.where(op == "D").select(event(new_key, _DELETE, nulls))
-    moves = changes.where((op == "U") & ~same_key).select(event(old_key, _DELETE, nulls))
+    puts = changes.where(op.isin("I", "U")).select(event(new_key, PUT, [F.col(c) for c in columns]))
+    deletes = changes.where(op == "D").select(event(new_key, DELETE, nulls))
+    moves = changes.where((op == "U") & ~same_key).select(event(old_key, DELETE, nulls))
     return puts.unionByName(deletes).unionByName(moves)
 
 
 def last_events(evts: DataFrame, key_count: int) -> DataFrame:
     """The last event of each key (NULL keys compare equal, as a window partition does)."""
     keys = [f"_tm_k{i}" for i in range(key_count)]
-    order = [F.col(p).desc() for p in POSITION] + [F.col(_KIND).desc()]
+    order = [F.col(p).desc() for p in POSITION] + [F.col(KIND).desc()]
     window = Window.partitionBy(*keys).orderBy(*order)
     return evts.withColumn("_tm_rn", F.row_number().over(window)).where(F.col("_tm_rn") == 1)
 
@@ -146,7 +144,7 @@ def _merge(base: DataFrame, last: DataFrame, columns: Sequence[str], key: Sequen
         term = base[k].eqNullSafe(changed[f"_tm_k{i}"])
         condition = term if condition is None else condition & term
     kept = base.join(changed, on=condition, how="left_anti")
-    upserts = last.where(F.col(_KIND) == _PUT).select(*columns)
+    upserts = last.where(F.col(KIND) == PUT).select(*columns)
     return kept.select(*columns).unionByName(upserts)
 
 
@@ -220,6 +218,10 @@ def reconcile_incremental(spark: SparkSession | Callable[[], SparkSession], tabl
         The number of rows of the table at ``H``.
     """
     from orchestrator.publish import read_manifest
+    from orchestrator.rewrite_local import (  # imports this module
+        local_rewrite_allowed,
+        rewrite_locally,
+    )
 
     def session() -> SparkSession:
         active = spark if isinstance(spark, SparkSession) else spark()
@@ -279,154 +281,6 @@ def _rewrite_with_spark(spark: SparkSession, table_info: TableInfo, key: Sequenc
     finally:
         last.unpersist()
     return slots
-
-
-# --------------------------------------------------------------------------- incremental, in the driver
-
-def _locally_orderable(t: pa.DataType) -> bool:
-    """Staging types pyarrow orders as Spark does: numbers by value, text and binary bytewise.
-    Floats are left to Spark (NaN and -0.0 compare differently)."""
-    return bool(pa.types.is_integer(t) or pa.types.is_decimal(t) or pa.types.is_string(t)
-                or pa.types.is_binary(t) or pa.types.is_boolean(t) or pa.types.is_date32(t)
-                or pa.types.is_timestamp(t))
-
-
-def local_rewrite_allowed(table_info: TableInfo, key: Sequence[str]) -> bool:
-    """Whether `rewrite_locally` orders this key exactly as Spark does: NOT NULL key columns
-    of types pyarrow and Spark order alike."""
-    fields = staging_schema(table_info.columns)
-    return all(not fields.field(k).nullable and _locally_orderable(fields.field(k).type) for k in key)
-
-
-def rewrite_locally(table_info: TableInfo, key: Sequence[str], table_dir: str, ranges: Sequence[FileRange],
-                    segments: Sequence[str], out_dir: str, slot: str, limit: int | None) -> list[int] | None:
-    """`_rewrite_with_spark` in the driver, with pyarrow: the same rule, the same output.
-
-    Returns the rewritten slots, or None (nothing written) when the base files to
-    read exceed ``limit`` bytes.
-    """
-    schema = staging_schema(table_info.columns)
-    merge = pa.schema([*(f.with_nullable(True) for f in schema), pa.field("_tm_src", pa.int8()),
-                       pa.field(slot, pa.int32())])
-    last = _local_last_events(pa.concat_tables([_read(u) for u in segments], promote_options="default"),
-                              table_info, key)
-    slot_of = _local_slots([last.column(f"_tm_k{i}") for i in range(len(key))], table_info, key,
-                           layout.territories(ranges))
-    slots = sorted(set(slot_of.to_pylist()))
-    files = [s for s in slots if 0 <= s < len(ranges)]
-    if limit is not None and sum(ranges[s]["bytes"] for s in files) > limit:
-        return None
-    parts = []
-    for s in files:  # base rows (_tm_src 0) of the rewritten files
-        base = _read(storage.join(table_dir, ranges[s]["file"]), schema.names)
-        parts.append(pa.table([*(_staging_array(base.column(f.name)) for f in schema),
-                               _constant(0, base.num_rows, pa.int8()), _constant(s, base.num_rows, pa.int32())],
-                              schema=merge))
-    # the last event of each changed key: 1 puts its row, 2 deletes the key
-    names = [c.name for c in table_info.columns]
-    kind = pc.if_else(pc.equal(last.column(_KIND), _PUT), 1, 2).cast(pa.int8())
-    rows = [last.column(f"_tm_k{key.index(n)}") if n in key else last.column(n) for n in names]
-    parts.append(pa.table([*rows, kind, slot_of], names=merge.names).cast(merge))
-    merged = pa.concat_tables(parts).sort_by([*[(k, "ascending") for k in key], ("_tm_src", "ascending")])
-    merged = merged.filter(_last_of_each_key(merged, key))
-    merged = merged.filter(pc.not_equal(merged.column("_tm_src"), 2))
-    for s in slots:
-        part = merged.filter(pc.equal(merged.column(slot), s)).select(names)
-        if part.num_rows:
-            fs, path = storage.filesystem(storage.join(out_dir, f"{slot}={s}", "part-00000.parquet"))
-            fs.create_dir(storage.parent(path), recursive=True)
-            with fs.open_output_stream(path) as out:
-                pq.write_table(part.cast(schema), out, compression="snappy")
-    return slots
-
-
-def _constant(value: Any, length: int, type_: pa.DataType) -> pa.Array:
-    return pc.fill_null(pa.nulls(length, type_), pa.scalar(value, type_))
-
-
-def _read(uri: str, columns: Sequence[str] | None = None) -> pa.Table:
-    fs, path = storage.filesystem(uri)
-    with fs.open_input_file(path) as handle:
-        return pq.read_table(handle, columns=list(columns) if columns is not None else None)
-
-
-def _staging_array(column: pa.ChunkedArray) -> pa.ChunkedArray:
-    """A published column in its staging type (TIME: duration -> int64 micros)."""
-    return column.cast(pa.int64()) if pa.types.is_duration(column.type) else column
-
-
-def _last_of_each_key(table: pa.Table, key: Sequence[str]) -> pa.Array:
-    """True on the last row of each run of equal keys of a table sorted by key (keys NOT NULL)."""
-    if table.num_rows == 0:
-        return pa.array([], pa.bool_())
-    differs: Any = None
-    for k in key:
-        column = table.column(k).combine_chunks()
-        step = pc.not_equal(column.slice(0, len(column) - 1), column.slice(1))
-        differs = step if differs is None else pc.or_(differs, step)
-    return pa.concat_arrays([differs, pa.array([True], pa.bool_())])
-
-
-def _local_last_events(changes: pa.Table, table_info: TableInfo, key: Sequence[str]) -> pa.Table:
-    """`last_events(events(...))` in pyarrow: ``_tm_k<i>``, position, kind and row columns."""
-    names = [c.name for c in table_info.columns]
-    keys = [f"_tm_k{i}" for i in range(len(key))]
-    op = changes.column(OP)
-
-    def event(rows: pa.Table, key_columns: Sequence[str], kind: int) -> pa.Table:
-        columns = [*(rows.column(k) for k in key_columns), *(rows.column(p) for p in POSITION),
-                   _constant(kind, rows.num_rows, pa.int8())]
-        columns += [rows.column(n) if kind == _PUT else pa.nulls(rows.num_rows, rows.schema.field(n).type)
-                    for n in names]
-        return pa.table(columns, names=[*keys, *POSITION, _KIND, *names])
-
-    updates = changes.filter(pc.equal(op, "U"))
-    moved: Any = pa.array([False] * updates.num_rows, pa.bool_())
-    for k in key:
-        moved = pc.or_(moved, pc.not_equal(updates.column(OLD_PREFIX + k), updates.column(k)))
-    evts = pa.concat_tables([
-        event(changes.filter(pc.is_in(op, pa.array(["I", "U"]))), key, _PUT),
-        event(changes.filter(pc.equal(op, "D")), key, _DELETE),
-        event(updates.filter(moved), [OLD_PREFIX + k for k in key], _DELETE),
-    ])
-    ordered = evts.sort_by([(k, "ascending") for k in [*keys, *POSITION, _KIND]])
-    return ordered.filter(_last_of_each_key(ordered, keys))
-
-
-def _local_slots(keys: Sequence[pa.ChunkedArray], table_info: TableInfo, key: Sequence[str],
-                 territories: Sequence[Territory]) -> pa.Array:
-    """The slot of each key (`assign_slots` in pyarrow); every key must land in exactly one."""
-    columns = [table_info.column(k) for k in key]
-    n = len(keys[0]) if keys else 0
-    slot = pa.array([0] * n, pa.int64())
-    hits = pa.array([0] * n, pa.int64())
-    for t in territories:
-        inside = pa.array([True] * n, pa.bool_())
-        if t.low is not None:
-            low = layout.staging_key(columns, t.low)
-            inside = pc.and_(inside, _key_before(keys, low, after=True, or_equal=t.low_inclusive))
-        if t.high is not None:
-            high = layout.staging_key(columns, t.high)
-            inside = pc.and_(inside, _key_before(keys, high, after=False, or_equal=t.high_inclusive))
-        hit = inside.cast(pa.int64())
-        hits = pc.add(hits, hit)
-        slot = pc.add(slot, pc.multiply(hit, t.slot))
-    if n and pc.min_max(hits).as_py() != {"min": 1, "max": 1}:
-        raise RunFailed(f"internal: a changed key of {table_info.name} fell in no file range or in two; "
-                        "re-snapshot the table with tidemark run --snapshot")
-    return slot.cast(pa.int32())
-
-
-def _key_before(keys: Sequence[pa.ChunkedArray], bound: tuple[Any, ...], *, after: bool, or_equal: bool
-                ) -> pa.ChunkedArray:
-    """Each key sorts before ``bound`` (``after``: ``bound`` sorts before the key), or equals it
-    where ``or_equal``; lexicographic, as `_before` (no NULLs: `local_rewrite_allowed`)."""
-    result: Any = pa.array([or_equal] * len(keys[0]), pa.bool_())
-    for column, value in reversed(list(zip(keys, bound, strict=True))):
-        scalar = pa.scalar(value, type=column.type)
-        less = pc.greater(column, scalar) if after else pc.less(column, scalar)
-        result = pc.or_(less, pc.and_(pc.equal(column, scalar), result))
-    return result
 
 
 def _affected_slots(last: DataFrame, slot: str, table: str) -> list[int]:

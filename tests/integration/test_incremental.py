@@ -34,12 +34,8 @@ from orchestrator.config import load_config
 from orchestrator.localdb import LocalMariaDB
 from orchestrator.positions import BinlogPosition
 from orchestrator.publish import Manifest, publish_table
-from orchestrator.reconcile import (
-    Engine,
-    local_rewrite_allowed,
-    reconcile_incremental,
-    reconcile_table,
-)
+from orchestrator.reconcile import Engine, reconcile_incremental, reconcile_table
+from orchestrator.rewrite_local import local_rewrite_allowed
 from orchestrator.run import run_command
 from orchestrator.sample import connect
 from orchestrator.schema import ColumnInfo, TableInfo
