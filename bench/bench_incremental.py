@@ -36,13 +36,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.shop_lake import load_sample_shop, write_pipeline  # noqa: E402
 from orchestrator.localdb import LocalMariaDB  # noqa: E402
-from orchestrator.sample import connect, load_shop  # noqa: E402
 
 TABLE_DIR = ("shop", "orders")
 _JVM_ONLY = """
@@ -187,22 +185,9 @@ def main() -> int:
     server = LocalMariaDB.create(base_dir=work)
     server.start()
     try:
-        conn = connect("127.0.0.1", server.port, "root", "", None)
-        t0 = time.perf_counter()
-        load_shop(conn, args.rows)
-        print(f"loaded {args.rows:,} rows into shop.orders in {time.perf_counter() - t0:.1f}s")
-        config = {
-            "pipeline": "bench_incr",
-            "source": server.source_config(),
-            "spark": {"master": args.master, "conf": {"spark.driver.memory": "4g", "spark.ui.enabled": "false",
-                                                       "spark.sql.shuffle.partitions": "4"}},
-            "output": {"path": str(work / "lake")},
-            "state": {"url": f"sqlite:///{work / 'state.db'}"},
-            "defaults": {"chunk_size": args.chunk_size},
-            "tables": [{"name": "shop.orders"}],
-        }
-        config_path = work / "bench.yaml"
-        config_path.write_text(yaml.safe_dump(config))
+        conn = load_sample_shop(server, args.rows)
+        config_path = write_pipeline(work, server, name="bench_incr", master=args.master,
+                                     defaults={"chunk_size": args.chunk_size})
 
         from orchestrator import layout
 

@@ -17,13 +17,11 @@ import tempfile
 import time
 from pathlib import Path
 
-import yaml
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.shop_lake import load_sample_shop, write_pipeline  # noqa: E402
 from orchestrator.localdb import LocalMariaDB  # noqa: E402
-from orchestrator.sample import connect, load_shop  # noqa: E402
 
 
 def timed(cmd: list[str], **kwargs: object) -> float:
@@ -45,23 +43,9 @@ def main() -> int:
     server = LocalMariaDB.create(base_dir=work)
     server.start()
     try:
-        conn = connect("127.0.0.1", server.port, "root", "")
-        t0 = time.perf_counter()
-        load_shop(conn, args.rows)
-        conn.close()
-        print(f"loaded {args.rows:,} rows into shop.orders in {time.perf_counter() - t0:.1f}s")
-        config = {
-            "pipeline": "bench",
-            "source": server.source_config(),
-            "spark": {"master": args.master, "conf": {"spark.driver.memory": "4g", "spark.ui.enabled": "false",
-                                                       "spark.sql.shuffle.partitions": "4"}},
-            "output": {"path": str(work / "lake")},
-            "state": {"url": f"sqlite:///{work / 'state.db'}"},
-            "defaults": {"chunk_size": args.chunk_size, "batch_chunks": args.batch_chunks},
-            "tables": [{"name": "shop.orders"}],
-        }
-        config_path = work / "bench.yaml"
-        config_path.write_text(yaml.safe_dump(config))
+        load_sample_shop(server, args.rows).close()
+        config_path = write_pipeline(work, server, name="bench", master=args.master,
+                                     defaults={"chunk_size": args.chunk_size, "batch_chunks": args.batch_chunks})
 
         client = shutil.which("mariadb") or shutil.which("mysql") or "mariadb"
         scan_cmd = [client, "--no-defaults", "--quick", "-h127.0.0.1", f"-P{server.port}", "-uroot",
