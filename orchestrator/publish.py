@@ -2,8 +2,11 @@
 
 Layout and manifest are CONTRACT.md's "Output layout". Order of writes:
 
-1. the version's data files ``data/v000002-c0000.parquet`` ..., converted from
-   staging types to published types with pyarrow, record batch by record batch;
+1. the version's new data files ``data/v000002-c0000.parquet`` ..., converted from
+   staging types to published types with pyarrow, record batch by record batch,
+   each one key range in key order (`orchestrator.layout`); after an incremental
+   reconcile only the rewritten ranges are new and every other file of the
+   previous version is shared (listed again, never copied);
 2. ``_tidemark/versions/000002.json``;
 3. ``_tidemark/current.json``, replaced atomically (`storage.write_atomic`):
    the moment readers switch to the new version;
@@ -23,15 +26,17 @@ import json
 import logging
 import re
 from collections.abc import Sequence
-from typing import Any, TypedDict
+from typing import NotRequired, TypedDict
 
 import pyarrow as pa
 import pyarrow.dataset as ds
-import pyarrow.parquet as pq
 
-from orchestrator import storage
+from orchestrator import layout, storage
 from orchestrator.config import PipelineConfig
 from orchestrator.errors import RunFailed
+from orchestrator.layout import DATA_DIR, FileRange, VersionWriter
+from orchestrator.layout import data_file as data_file  # re-exported: part of the publish API
+from orchestrator.layout import to_published as to_published
 from orchestrator.positions import BinlogPosition
 from orchestrator.schema import ColumnInfo, TableInfo
 from orchestrator.types import arrow_type
@@ -40,8 +45,6 @@ from orchestrator.values import staging_nullable
 log = logging.getLogger(__name__)
 
 META_DIR = "_tidemark"
-DATA_DIR = "data"
-BATCH_ROWS = 65536
 _VERSION_FILE = re.compile(r"^(\d{6})\.json$")
 
 
@@ -59,7 +62,9 @@ class PositionEntry(TypedDict):
 
 
 class Manifest(TypedDict):
-    """CONTRACT.md's ``current.json``, field for field."""
+    """CONTRACT.md's ``current.json``, field for field, plus ``file_ranges`` (README "Output"):
+    per file of ``files``, in the same order, its first and last key, rows and bytes.
+    Manifests written before ``file_ranges`` existed lack it."""
 
     table: str
     version: int
@@ -70,6 +75,7 @@ class Manifest(TypedDict):
     chunk_key: list[str]
     published_at: str
     run_id: str
+    file_ranges: NotRequired[list[FileRange]]
 
 
 # --------------------------------------------------------------------------- paths and schema
@@ -86,15 +92,6 @@ def current_uri(tdir: str) -> str:
 
 def version_uri(tdir: str, version: int) -> str:
     return storage.join(tdir, META_DIR, "versions", f"{version:06d}.json")
-
-
-def data_file(version: int, index: int) -> str:
-    """A data file's path relative to the table dir.
-
-    >>> data_file(2, 0)
-    'data/v000002-c0000.parquet'
-    """
-    return f"{DATA_DIR}/v{version:06d}-c{index:04d}.parquet"
 
 
 def published_field(column: ColumnInfo) -> pa.Field:
@@ -168,7 +165,8 @@ def publish_table(config: PipelineConfig, table_info: TableInfo, key: Sequence[s
         config: the pipeline config (``output.path``, ``output.keep_versions``).
         table_info: the table's columns.
         key: the chunk key, recorded in the manifest.
-        reconciled_dir: staging Parquet files of the table at ``position``.
+        reconciled_dir: staging Parquet files of the table at ``position``, or the
+            rewritten slots and `layout.RewritePlan` of an incremental reconcile.
         position: ``H``, the binlog position the data equals the source at.
         run_id: the run publishing; publishing the same run again returns its manifest.
 
@@ -184,18 +182,37 @@ def publish_table(config: PipelineConfig, table_info: TableInfo, key: Sequence[s
         return current
     version = current["version"] + 1 if current is not None else 1
     _delete_partial(tdir, version)
-    files, rows = write_version(tdir, version, table_info, reconciled_dir)
+    writer = VersionWriter(tdir, version, published_schema(table_info.columns),
+                           [table_info.column(k).name for k in key])
+    plan = layout.read_plan(reconciled_dir)
+    if plan is None:
+        ranges = writer.write_all(reconciled_dir)
+    else:
+        if current is None or current["version"] != plan.base_version:
+            raise RunFailed(f"table {table_info.name}: the run reconciled against version {plan.base_version} "
+                            f"but version {current['version'] if current else 'none'} is current; "
+                            f"re-snapshot it: tidemark run --table {table_info.name} --snapshot")
+        base = layout.usable_ranges(current["files"], current.get("file_ranges"))
+        if base is None:
+            raise RunFailed(f"internal: version {current['version']} of {table_info.name} has no file "
+                            "ranges but the reconcile planned a partial rewrite; rerun with --snapshot")
+        ranges = writer.write_incremental(reconciled_dir, plan, base)
+    if not ranges:
+        ranges = [writer.write_empty()]
+    rows = sum(r["rows"] for r in ranges)
     manifest = Manifest(
-        table=table_info.name, version=version, files=files,
+        table=table_info.name, version=version, files=[r["file"] for r in ranges],
         position=PositionEntry(file=position.file, pos=position.pos, gtid_set=position.gtid_set),
         rows=rows, columns=column_entries(table_info.columns), chunk_key=list(key),
         published_at=dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), run_id=run_id,
+        file_ranges=ranges,
     )
     body = manifest_json(manifest)
     storage.write_atomic(version_uri(tdir, version), body)
     storage.write_atomic(current_uri(tdir), body)
-    log.info("table %s: published version %d (%d rows, %d files) at %s", table_info.name,
-             version, rows, len(files), position)
+    log.info("table %s: published version %d (%d rows, %d files: %d new holding %d rows, %d shared) at %s",
+             table_info.name, version, rows, len(ranges), writer.files_written, writer.rows_written,
+             len(ranges) - writer.files_written, position)
     apply_retention(tdir, config.output.keep_versions)
     return manifest
 
@@ -206,61 +223,6 @@ def _delete_partial(tdir: str, version: int) -> None:
     for uri in storage.list_files(storage.join(tdir, DATA_DIR)):
         if storage.basename(uri).startswith(prefix):
             storage.delete_file(uri)
-
-
-def write_version(tdir: str, version: int, table: TableInfo, reconciled_dir: str
-                  ) -> tuple[list[str], int]:
-    """Convert each non-empty staging file to one published data file; returns (files, rows)."""
-    schema = published_schema(table.columns)
-    files: list[str] = []
-    rows = 0
-    for uri in storage.list_files(reconciled_dir, suffix=".parquet"):
-        fs, path = storage.filesystem(uri)
-        with fs.open_input_file(path) as handle:
-            source = pq.ParquetFile(handle)
-            if source.metadata.num_rows == 0:
-                continue
-            relative = data_file(version, len(files))
-            rows += _convert(source, storage.join(tdir, relative), schema)
-            files.append(relative)
-    if not files:
-        relative = data_file(version, 0)
-        _write_batches(storage.join(tdir, relative), schema, [])
-        files.append(relative)
-    return files, rows
-
-
-def _convert(source: pq.ParquetFile, target: str, schema: pa.Schema) -> int:
-    """Stream a staging file into a published file, record batch by record batch."""
-    batches = (to_published(batch, schema)
-               for batch in source.iter_batches(batch_size=BATCH_ROWS, columns=schema.names))
-    return _write_batches(target, schema, batches)
-
-
-def _write_batches(target: str, schema: pa.Schema, batches: Any) -> int:
-    fs, path = storage.filesystem(target)
-    fs.create_dir(storage.parent(path), recursive=True)
-    rows = 0
-    with fs.open_output_stream(path) as out, pq.ParquetWriter(out, schema, compression="snappy") as writer:
-        for batch in batches:
-            writer.write_batch(batch)
-            rows += batch.num_rows
-        if rows == 0:
-            writer.write_table(schema.empty_table())
-    return rows
-
-
-def to_published(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
-    """A staging record batch in published types (TIME int64 micros -> duration[us])."""
-    arrays = []
-    for field in schema:
-        array = batch.column(field.name)
-        if pa.types.is_duration(field.type) and not pa.types.is_duration(array.type):
-            array = array.cast(pa.int64()).view(field.type)
-        elif array.type != field.type:
-            array = array.cast(field.type)
-        arrays.append(array)
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 # --------------------------------------------------------------------------- retention

@@ -126,10 +126,8 @@ def execute(config: PipelineConfig, handle: steps.RunHandle, *, holder: str, bar
     cap = Progress("capture", 0, unit="changes", bars=bars)
     steps.capture(config, handle.run_id, progress=lambda rows: cap.update(rows=rows))
     cap.close()
-    if spark is None:
-        from orchestrator.spark import get_session
-
-        spark = get_session(config)
+    # No session is started here: reconcile starts one only for a table that needs Spark
+    # (an incremental rewrite small enough for the driver does not).
     steps.reconcile(config, handle.run_id, spark=spark)
     return spark, steps.publish(config, handle.run_id, holder=holder)
 

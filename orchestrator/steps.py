@@ -396,8 +396,7 @@ def _check_binlog_kept(store: StateStore, run: RunRecord, records: list[RunTable
 
 def reconcile(config: PipelineConfig, run_id: str, *, spark: Any = None) -> dict[str, Any]:
     """Per table: base rows (snapshot chunks, or the published version) + changes -> the table at H."""
-    from orchestrator.publish import read_manifest
-    from orchestrator.reconcile import reconcile_table
+    from orchestrator.reconcile import reconcile_incremental, reconcile_table
 
     store = open_store(config)
     try:
@@ -405,16 +404,16 @@ def reconcile(config: PipelineConfig, run_id: str, *, spark: Any = None) -> dict
         for record in store.run_tables(run_id):
             if record.status != "captured":
                 continue
-            spark = spark or _spark(config)
             info = _table_info(record)
+            changes = storage.join(run_dir(config, run_id), "changes", record.table)
+            reconciled = storage.join(run_dir(config, run_id), "reconciled", record.table)
             if record.mode == "snapshot":
+                spark = spark or _spark(config)
                 base = [c.path for c in store.chunks(run_id, table=record.table) if c.path]
-            else:
-                tdir = table_dir(config, record.table)
-                base = [storage.join(tdir, f) for f in read_manifest(tdir)["files"]]
-            rows = reconcile_table(spark, info, tuple(record.chunk_key), base,
-                                   storage.join(run_dir(config, run_id), "changes", record.table),
-                                   storage.join(run_dir(config, run_id), "reconciled", record.table))
+                rows = reconcile_table(spark, info, tuple(record.chunk_key), base, changes, reconciled)
+            else:  # rewrites only the published files that hold changed keys; Spark only if it must
+                rows = reconcile_incremental(spark or (lambda: _spark(config)), info, tuple(record.chunk_key),
+                                             table_dir(config, record.table), changes, reconciled)
             store.set_table_status(run_id, record.table, "reconciled", rows=rows)
             faults.point("reconcile.table_done")
             out[record.table] = rows

@@ -37,6 +37,7 @@ TABLE = TableInfo("shop", "orders", (
 ), ("id",), (), 0)
 
 KEYS = {"table", "version", "files", "position", "rows", "columns", "chunk_key", "published_at", "run_id"}
+ADDED_KEYS = {"file_ranges"}  # README "Output": additions to CONTRACT.md's fields
 H = BinlogPosition("binlog.000007", 1234, gtid_set=None)
 
 
@@ -74,7 +75,10 @@ def test_manifest_and_files_follow_the_contract(spark: Any, tmp_path: Path) -> N
 
     on_disk = json.loads((tdir / "_tidemark" / "current.json").read_text())
     assert on_disk == manifest == json.loads((tdir / "_tidemark" / "versions" / "000001.json").read_text())
-    assert set(on_disk) == KEYS
+    assert set(on_disk) == KEYS | ADDED_KEYS
+    assert on_disk["file_ranges"] == [{"file": "data/v000001-c0000.parquet", "min_key": [{"decimal": "1"}],
+                                       "max_key": [{"decimal": "20"}], "rows": 20,
+                                       "bytes": (tdir / "data" / "v000001-c0000.parquet").stat().st_size}]
     assert on_disk["table"] == "shop.orders" and on_disk["version"] == 1 and on_disk["rows"] == 20
     assert on_disk["position"] == {"file": "binlog.000007", "pos": 1234, "gtid_set": None}
     assert on_disk["chunk_key"] == ["id"] and on_disk["run_id"] == "run-1"

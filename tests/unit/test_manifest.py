@@ -12,7 +12,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
-from orchestrator import publish
+from orchestrator import layout, publish
 from orchestrator.config import parse_config
 from orchestrator.positions import BinlogPosition
 from orchestrator.publish import (
@@ -96,7 +96,7 @@ def write_staging(directory: Path, rows: list[dict[str, Any]]) -> str:
 
 def test_publish_streams_batches_and_keeps_versions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Without Spark: staging files written by pyarrow, in small record batches."""
-    monkeypatch.setattr(publish, "BATCH_ROWS", 2)
+    monkeypatch.setattr(layout, "BATCH_ROWS", 2)
     config = parse_config({
         "pipeline": "p", "source": {"host": "h", "user": "u", "server_id": 1},
         "output": {"path": str(tmp_path / "lake"), "keep_versions": 2},
@@ -110,6 +110,8 @@ def test_publish_streams_batches_and_keeps_versions(tmp_path: Path, monkeypatch:
         assert result["version"] == n and result["rows"] == len(rows)
         table = ds.dataset([str(tdir / f) for f in result["files"]], format="parquet").to_table()
         assert table.column("t").to_pylist() == [dt.timedelta(microseconds=t) for t in times]
+        assert result["file_ranges"] == [{"file": result["files"][0], "min_key": [0], "max_key": [5 * n - 1],
+                                          "rows": 5 * n, "bytes": (tdir / result["files"][0]).stat().st_size}]
         assert json.loads((tdir / "_tidemark" / "current.json").read_text())["version"] == n
     assert sorted(p.name for p in (tdir / "_tidemark" / "versions").iterdir()) == ["000003.json", "000004.json"]
     assert sorted(p.name for p in (tdir / "data").iterdir()) == ["v000003-c0000.parquet", "v000004-c0000.parquet"]

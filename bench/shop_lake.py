@@ -1,0 +1,39 @@
+"""What the shop benchmarks share: the sample shop loaded into a private MariaDB, and a
+pipeline config that snapshots its ``shop.orders`` into a lake under the work dir."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from orchestrator.localdb import LocalMariaDB
+from orchestrator.sample import connect, load_shop
+
+
+def load_sample_shop(server: LocalMariaDB, rows: int) -> Any:
+    """Load ``rows`` orders (`orchestrator.sample.load_shop`), print how long it took; returns the connection."""
+    conn = connect("127.0.0.1", server.port, "root", "", None)
+    start = time.perf_counter()
+    load_shop(conn, rows)
+    print(f"loaded {rows:,} rows into shop.orders in {time.perf_counter() - start:.1f}s")
+    return conn
+
+
+def write_pipeline(work: Path, server: LocalMariaDB, *, name: str, master: str, defaults: dict[str, Any]) -> Path:
+    """``work/bench.yaml``: shop.orders of ``server`` into ``work/lake``, state in ``work/state.db``."""
+    config = {
+        "pipeline": name,
+        "source": server.source_config(),
+        "spark": {"master": master, "conf": {"spark.driver.memory": "4g", "spark.ui.enabled": "false",
+                                             "spark.sql.shuffle.partitions": "4"}},
+        "output": {"path": str(work / "lake")},
+        "state": {"url": f"sqlite:///{work / 'state.db'}"},
+        "defaults": defaults,
+        "tables": [{"name": "shop.orders"}],
+    }
+    path = work / "bench.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
