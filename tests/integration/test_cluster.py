@@ -112,7 +112,8 @@ def test_snapshot_on_standalone_cluster_equals_source(mariadb: LocalMariaDB, clu
     _verify_all(config_path, tables)
 
     apps = [a for a in cluster.state()["completedapps"] if a["name"] == f"tidemark-{PIPELINE}"]
-    assert len(apps) == 2, "both runs must have been applications of the cluster"
+    # The second run's rewrites are small enough for the driver (no Spark session): one app.
+    assert len(apps) == 1, "the snapshot must have been an application of the cluster"
     ran = cluster.executor_dirs()
     assert len(ran) == 2 and all(ran.values()), f"every worker must have run executors: {ran}"
 
