@@ -66,6 +66,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes: check the scripts run")
+    parser.add_argument("--compare-with", metavar="DIR",
+                        help="another checkout, timed side by side by the snapshot benchmark")
     parser.add_argument("--only", action="append", default=[],
                         help="run only this benchmark (snapshot, binlog, incremental, memory)")
     args = parser.parse_args()
@@ -74,6 +76,8 @@ def main() -> int:
     for title, argv in benches(args.quick):
         if args.only and title not in args.only:
             continue
+        if title == "snapshot" and args.compare_with:
+            argv = [*argv, "--compare-with", args.compare_with]
         code, lines = run(title, argv)
         if code != 0:
             failed.append(title)
