@@ -43,6 +43,7 @@ from pymysqlreplication.row_event import (  # noqa: E402
     WriteRowsEvent,
 )
 
+from bench.shop_lake import scratch_server  # noqa: E402
 from orchestrator.capture import CaptureTable, capture_changes  # noqa: E402
 from orchestrator.config import parse_config  # noqa: E402
 from orchestrator.localdb import LocalMariaDB  # noqa: E402
@@ -170,10 +171,7 @@ def main() -> int:
                         help="skip (d), the capture with the library decoder (slow)")
     args = parser.parse_args()
 
-    work = Path(tempfile.mkdtemp(prefix="tidemark-bench-binlog-"))
-    server = LocalMariaDB.create(base_dir=work)
-    server.start()
-    try:
+    with scratch_server("tidemark-bench-binlog-") as (work, server):
         started = time.perf_counter()
         start, stop = make_binlog(server, args.changes)
         path = server.datadir / start.file
@@ -199,9 +197,6 @@ def main() -> int:
         load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
         print(f"machine: {os.cpu_count()} cores, load average {load}")
         return 0
-    finally:
-        server.destroy()
-        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

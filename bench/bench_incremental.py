@@ -28,10 +28,8 @@ import io
 import json
 import os
 import random
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -39,8 +37,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.shop_lake import load_sample_shop, write_pipeline  # noqa: E402
-from orchestrator.localdb import LocalMariaDB  # noqa: E402
+from bench.shop_lake import load_sample_shop, scratch_server, write_pipeline  # noqa: E402
 
 TABLE_DIR = ("shop", "orders")
 _JVM_ONLY = """
@@ -181,10 +178,7 @@ def main() -> int:
                              "long-lived driver or Spark Connect): no JVM start in either figure")
     args = parser.parse_args()
 
-    work = Path(tempfile.mkdtemp(prefix="tidemark-bench-incr-"))
-    server = LocalMariaDB.create(base_dir=work)
-    server.start()
-    try:
+    with scratch_server("tidemark-bench-incr-") as (work, server):
         conn = load_sample_shop(server, args.rows)
         config_path = write_pipeline(work, server, name="bench_incr", master=args.master,
                                      defaults={"chunk_size": args.chunk_size})
@@ -231,9 +225,6 @@ def main() -> int:
                 return 1
         conn.close()
         return 0
-    finally:
-        server.destroy()
-        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -15,16 +15,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
-import tempfile
 import time
 from pathlib import Path
 
 # bench/ is on the path as the script's directory; bench_snapshot puts the checkout there too.
 from bench_snapshot import ROOT, Timing, fresh_config, pipeline, timed_run
 
-from orchestrator.localdb import LocalMariaDB
+from bench.shop_lake import scratch_server
 from orchestrator.sample import connect, load_shop
 
 MB = 1024 * 1024
@@ -42,10 +40,7 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=1, help="runs per size, alternating (medians printed)")
     args = parser.parse_args()
 
-    work = Path(tempfile.mkdtemp(prefix="tidemark-bench-mem-"))
-    server = LocalMariaDB.create(base_dir=work)
-    server.start()
-    try:
+    with scratch_server("tidemark-bench-mem-") as (work, server):
         sizes = {"small": args.small, "large": args.large}
         conn = connect("127.0.0.1", server.port, "root", "")
         for label, rows in sizes.items():
@@ -76,9 +71,6 @@ def main() -> int:
         print(f"  ratio {args.large:,} / {args.small:,} rows: {ratio:.2f}x"
               f"  (machine: {os.cpu_count()} cores, shared)")
         return 0
-    finally:
-        server.destroy()
-        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -24,6 +22,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.shop_lake import scratch_server  # noqa: E402
 from chunking.splitter import open_splitter  # noqa: E402
 from orchestrator.config import Defaults, SourceConfig, TableConfig  # noqa: E402
 from orchestrator.localdb import LocalMariaDB  # noqa: E402
@@ -72,11 +71,8 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=16, help="chunks in the first batch (lazy splitter)")
     args = parser.parse_args()
 
-    work = Path(tempfile.mkdtemp(prefix="tidemark-bench-plan-"))
     # binlog off (planning does not need it; it only slows the load); a pool the table fits in
-    server = LocalMariaDB.create({"innodb-buffer-pool-size": "2G"}, base_dir=work)
-    server.start()
-    try:
+    with scratch_server("tidemark-bench-plan-", {"innodb-buffer-pool-size": "2G"}) as (_, server):
         loaded = load(server, args.rows, args.gap)
         print(f"loaded {args.rows:,} rows into {TABLE} (ids seq*{args.gap}+jitter) in {loaded:.1f}s")
         config = SourceConfig(host="127.0.0.1", port=server.port, user="root", server_id=1)
@@ -111,9 +107,6 @@ def main() -> int:
         print(f"lazy splitter: first {args.batch} chunks ready after {first_batch:.2f}s "
               f"({first_batch / plan_s:.0%} of the full plan)")
         return 0
-    finally:
-        server.destroy()
-        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

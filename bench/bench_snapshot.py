@@ -23,7 +23,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -37,8 +36,8 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.shop_lake import load_sample_shop, scratch_server  # noqa: E402
 from orchestrator.localdb import LocalMariaDB  # noqa: E402
-from orchestrator.sample import connect, load_shop  # noqa: E402
 
 TABLE = "shop.orders"
 
@@ -202,18 +201,6 @@ def timed_scan(server: LocalMariaDB) -> float:
     return time.perf_counter() - start
 
 
-def start_server(work: Path, rows: int) -> LocalMariaDB:
-    server = LocalMariaDB.create(base_dir=work)
-    server.start()
-    conn = connect("127.0.0.1", server.port, "root", "")
-    try:
-        started = time.perf_counter()
-        load_shop(conn, rows)
-        print(f"loaded {rows:,} rows into {TABLE} in {time.perf_counter() - started:.1f}s", flush=True)
-    finally:
-        conn.close()
-    return server
-
 
 def median(values: Sequence[float]) -> float:
     return statistics.median(values) if values else float("nan")
@@ -259,9 +246,8 @@ def main() -> int:
     if args.compare_with:
         codes[f"({args.compare_with})"] = args.compare_with.resolve()
 
-    work = Path(tempfile.mkdtemp(prefix="tidemark-bench-"))
-    server = start_server(work, args.rows)
-    try:
+    with scratch_server("tidemark-bench-") as (work, server):
+        load_sample_shop(server, args.rows).close()
         config = pipeline(work, server, master=args.master, chunk_size=args.chunk_size,
                           batch_chunks=args.batch_chunks, conf=conf)
         scans: list[float] = []
@@ -277,9 +263,6 @@ def main() -> int:
         print(f"(machine: {os.cpu_count()} cores, shared; master {args.master}, chunk size "
               f"{args.chunk_size or 'default'}, batch chunks {args.batch_chunks or 'default'})")
         return 0
-    finally:
-        server.destroy()
-        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,11 @@ pipeline config that snapshots its ``shop.orders`` into a lake under the work di
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +15,23 @@ import yaml
 
 from orchestrator.localdb import LocalMariaDB
 from orchestrator.sample import connect, load_shop
+
+
+@contextmanager
+def scratch_server(prefix: str, settings: Mapping[str, str | None] | None = None
+                   ) -> Iterator[tuple[Path, LocalMariaDB]]:
+    """A fresh work dir and a private MariaDB started in it (``settings``: as
+    `LocalMariaDB.create`); both are gone when the block ends, however it ends."""
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        server = LocalMariaDB.create(settings, base_dir=work)
+        server.start()
+        try:
+            yield work, server
+        finally:
+            server.destroy()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def load_sample_shop(server: LocalMariaDB, rows: int) -> Any:
