@@ -281,14 +281,7 @@ class BinlogReader(EventReader):
     Iterating connects (non-blocking: the stream ends where the binlog ends),
     yields `RowChange` and `Boundary` records in binlog order, and closes;
     `events` (from `EventReader`) yields the rows events undecoded instead.
-
-    Args:
-        source: the source's connection settings.
-        password: its password.
-        start: a transaction boundary (``SHOW MASTER STATUS`` or a `Boundary`) to read from.
-        tables: the tables to keep, ``{"db.table": TableInfo}``; others are skipped.
-        stop: the last position to read (a boundary); None reads to the end of the binlog.
-        server_id: the replica id to connect as (default ``source.server_id``).
+    Its arguments are `EventReader`'s.
     """
 
     def __iter__(self) -> Iterator[Record]:

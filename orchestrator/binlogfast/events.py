@@ -32,8 +32,8 @@ WRITE_ROWS, UPDATE_ROWS, DELETE_ROWS = 30, 31, 32
 XA_PREPARE = 38
 PARTIAL_UPDATE_ROWS = 39
 MARIADB_GTID = 162
-#: MariaDB's compressed QUERY and rows events (log_bin_compress=ON).
-MARIADB_COMPRESSED = frozenset(range(165, 172))
+#: MariaDB's compressed rows events (log_bin_compress=ON), which Tidemark cannot read.
+MARIADB_COMPRESSED_ROWS = frozenset(range(166, 172))
 
 #: Rows event type -> the change it carries.
 ROWS_OPS: dict[int, Literal["I", "U", "D"]] = {WRITE_ROWS_V1: "I", WRITE_ROWS: "I", UPDATE_ROWS_V1: "U", UPDATE_ROWS: "U",

@@ -36,9 +36,6 @@ log = logging.getLogger(__name__)
 
 Op = Literal["I", "U", "D"]
 
-#: MariaDB's compressed rows events (log_bin_compress=ON), which Tidemark cannot read.
-_COMPRESSED_ROWS_EVENTS = frozenset(range(166, 172))
-
 
 @dataclass(frozen=True, slots=True)
 class Boundary:
@@ -278,7 +275,7 @@ class EventReader:
                 if end:
                     yield Boundary(BinlogPosition(file, position), "rotate")
                 continue
-            elif kind == ev.PARTIAL_UPDATE_ROWS or kind in _COMPRESSED_ROWS_EVENTS:
+            elif kind == ev.PARTIAL_UPDATE_ROWS or kind in ev.MARIADB_COMPRESSED_ROWS:
                 _refuse_unreadable(kind, file, end)
             elif kind == ev.MARIADB_GTID:
                 in_transaction = not ev.gtid_standalone(packet)

@@ -11,7 +11,6 @@ applies what came after; then every table equals its source.
 from __future__ import annotations
 
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -25,13 +24,7 @@ from orchestrator.localdb import LocalMariaDB
 from orchestrator.sample import SHOP_TABLES, Writer, connect, load_shop
 from orchestrator.state import StateStore
 from tests.conftest import pipeline_config, write_config
-from tests.integration.test_consistency import (
-    _COLUMNS,
-    ALL_TYPES,
-    TypesWriter,
-    _verify_all,
-    type_row,
-)
+from tests.integration.test_consistency import TypesWriter, _verify_all, load_tables
 from tests.spark_cluster import StandaloneCluster, cluster_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -80,16 +73,7 @@ def _tidemark_run(config_path: Path, cluster: StandaloneCluster) -> None:
 def test_snapshot_on_standalone_cluster_equals_source(mariadb: LocalMariaDB, cluster: StandaloneCluster,
                                                      tmp_path: Path) -> None:
     db = "clu_shop"
-    root = connect("127.0.0.1", mariadb.port, "root", "")
-    load_shop(root, 3000, db=db)
-    with root.cursor() as cur:
-        cur.execute(ALL_TYPES.format(db=db))
-        cur.execute("SET time_zone = '+00:00', sql_mode = ''")
-        rng = random.Random(3)
-        cur.executemany(f"INSERT INTO {db}.all_types ({_COLUMNS}) VALUES ({', '.join(['%s'] * 32)})",
-                        [type_row(i, rng) for i in range(1, 600)])
-    root.close()
-    tables = [f"{db}.{t}" for t in (*SHOP_TABLES, "all_types")]
+    tables = load_tables(mariadb, db, orders=3000, typed_rows=600, seed=3)
     lake = tmp_path / "lake"  # staging is <lake>/_staging: one directory both workers reach
     config_path = write_config(tmp_path / "p.yaml", pipeline_config(
         tmp_path, mariadb, [{"name": t} for t in tables], name=PIPELINE,

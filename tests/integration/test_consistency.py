@@ -121,17 +121,26 @@ def _verify_all(config_path: Path, tables: list[str]) -> None:
             conn.close()
 
 
+def load_tables(mariadb: LocalMariaDB, db: str, *, orders: int, typed_rows: int, seed: int) -> list[str]:
+    """The shop tables (``orders`` orders) and ``all_types`` (ids 1 to ``typed_rows - 1``,
+    random edge values from ``seed``) in ``db``; returns their names."""
+    root = connect("127.0.0.1", mariadb.port, "root", "")
+    try:
+        load_shop(root, orders, db=db)
+        with root.cursor() as cur:
+            cur.execute(ALL_TYPES.format(db=db))
+            cur.execute("SET time_zone = '+00:00', sql_mode = ''")
+            rng = random.Random(seed)
+            cur.executemany(f"INSERT INTO {db}.all_types ({_COLUMNS}) VALUES ({', '.join(['%s'] * 32)})",
+                            [type_row(i, rng) for i in range(1, typed_rows)])
+    finally:
+        root.close()
+    return [f"{db}.{t}" for t in (*SHOP_TABLES, "all_types")]
+
+
 def test_snapshot_under_concurrent_writes_equals_source(mariadb: LocalMariaDB, tmp_path: Path) -> None:
     db = "cons_shop"
-    root = connect("127.0.0.1", mariadb.port, "root", "")
-    load_shop(root, 12_000, db=db)
-    with root.cursor() as cur:
-        cur.execute(ALL_TYPES.format(db=db))
-        cur.execute("SET time_zone = '+00:00', sql_mode = ''")
-        rng = random.Random(5)
-        cur.executemany(f"INSERT INTO {db}.all_types ({_COLUMNS}) VALUES ({', '.join(['%s'] * 32)})",
-                        [type_row(i, rng) for i in range(1, 1500)])
-    tables = [f"{db}.{t}" for t in (*SHOP_TABLES, "all_types")]
+    tables = load_tables(mariadb, db, orders=12_000, typed_rows=1500, seed=5)
     config_path = write_config(tmp_path / "p.yaml", pipeline_config(
         tmp_path, mariadb, [{"name": t} for t in tables], name="cons",
         defaults={"chunk_size": 700, "batch_chunks": 3, "read_margin_seconds": 0.05}))
@@ -150,4 +159,3 @@ def test_snapshot_under_concurrent_writes_equals_source(mariadb: LocalMariaDB, t
     # One more run applies what was written after H; then the lake equals the quiet source.
     assert run_command(config, tables=[], snapshot=False, chunk_size=None, progress=False) == 0
     _verify_all(config_path, tables)
-    root.close()
