@@ -44,13 +44,13 @@ from pymysqlreplication.row_event import (  # noqa: E402
 )
 
 from bench.shop_lake import scratch_server  # noqa: E402
-from orchestrator.capture import CaptureTable, capture_changes  # noqa: E402
 from orchestrator.config import parse_config  # noqa: E402
-from orchestrator.localdb import LocalMariaDB  # noqa: E402
+from orchestrator.demo.localdb import LocalMariaDB  # noqa: E402
+from orchestrator.demo.sample import connect, load_shop  # noqa: E402
+from orchestrator.pipeline.capture import CaptureTable, capture_changes  # noqa: E402
 from orchestrator.positions import BinlogPosition  # noqa: E402
-from orchestrator.sample import connect, load_shop  # noqa: E402
-from orchestrator.source import Source  # noqa: E402
-from orchestrator.state import StateStore  # noqa: E402
+from orchestrator.source.connection import Source  # noqa: E402
+from orchestrator.state.store import StateStore  # noqa: E402
 
 INSERT = """INSERT INTO shop.orders SELECT 1000000 + seq, seq % 977 + 1,
     ELT(seq % 4 + 1, 'new','paid','shipped','cancelled'), (seq % 100000) / 100,

@@ -1,6 +1,6 @@
 """Incremental run vs initial snapshot: `tidemark run` end to end, side by side on one table.
 
-Loads the sample shop (`orchestrator.sample.load_shop`) into a private MariaDB,
+Loads the sample shop (`orchestrator.demo.sample.load_shop`) into a private MariaDB,
 snapshots ``shop.orders`` (``--rows`` N, default 1,000,000: a few minutes on 2 cores)
 with `tidemark run`, applies 10,000 row changes, and runs again: the second run
 captures the binlog and rewrites only the files holding changed keys. Each run is
@@ -44,7 +44,7 @@ _JVM_ONLY = """
 import sys, time
 sys.path.insert(0, {root!r})
 from orchestrator.config import load_config
-from orchestrator.spark import get_session
+from orchestrator.runtime.spark import get_session
 start = time.perf_counter()
 get_session(load_config({config!r})).range(1).count()
 print(time.perf_counter() - start)
@@ -54,9 +54,9 @@ print(time.perf_counter() - start)
 _CLI = """
 import sys
 sys.path.insert(0, {root!r})
-from orchestrator import layout
+from orchestrator.lake import layout
 layout.TARGET_FILE_BYTES, layout.SMALL_FILE_BYTES = {target}, {target} // 4
-from orchestrator.cli import main
+from orchestrator.runtime.cli import main
 sys.exit(main(["run", "--config", {config!r}, "--no-progress"]))
 """
 
@@ -87,9 +87,9 @@ def rewrite_engine(log: str) -> str:
 
 def warm_run(config: Path, target: int) -> float:
     """Seconds of one `run_command` in this process, whose SparkSession is already running."""
-    from orchestrator import layout
     from orchestrator.config import load_config
-    from orchestrator.run import run_command
+    from orchestrator.lake import layout
+    from orchestrator.runtime.run import run_command
 
     layout.TARGET_FILE_BYTES, layout.SMALL_FILE_BYTES = target, target // 4
     start = time.perf_counter()
@@ -172,7 +172,7 @@ def main() -> int:
     parser.add_argument("--verify", action="store_true", help="compare the published table with the source")
     parser.add_argument("--logs", type=Path, help="save each run's log (snapshot.log, incremental.log) here")
     parser.add_argument("--target-mb", type=float, default=None,
-                        help="target data file size (default: orchestrator.layout.TARGET_FILE_BYTES)")
+                        help="target data file size (default: orchestrator.lake.layout.TARGET_FILE_BYTES)")
     parser.add_argument("--warm", action="store_true",
                         help="both runs in this process on one SparkSession started beforehand (as with a "
                              "long-lived driver or Spark Connect): no JVM start in either figure")
@@ -183,13 +183,13 @@ def main() -> int:
         config_path = write_pipeline(work, server, name="bench_incr", master=args.master,
                                      defaults={"chunk_size": args.chunk_size})
 
-        from orchestrator import layout
+        from orchestrator.lake import layout
 
         target = int(args.target_mb * 2**20) if args.target_mb else layout.TARGET_FILE_BYTES
         engine = "in-process"  # which engine rewrote the files (the log says, when each run is a process)
         if args.warm:
             from orchestrator.config import load_config
-            from orchestrator.spark import get_session
+            from orchestrator.runtime.spark import get_session
 
             t0 = time.perf_counter()
             get_session(load_config(config_path)).range(1).count()
@@ -213,8 +213,8 @@ def main() -> int:
               f" machine: {os.cpu_count()} cores, master {args.master}, chunk {args.chunk_size:,})")
         if args.verify:
             from orchestrator.config import load_config
-            from orchestrator.source import Source
-            from orchestrator.verify import verify_table
+            from orchestrator.demo.verify import verify_table
+            from orchestrator.source.connection import Source
 
             pipeline = load_config(config_path)
             with Source.from_pipeline(pipeline) as source:

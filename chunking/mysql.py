@@ -52,7 +52,7 @@ class Query(Protocol):
 
 
 class ColumnLike(Protocol):
-    """What the dialect needs to know of a column (``orchestrator.schema.ColumnInfo`` fits)."""
+    """What the dialect needs to know of a column (``orchestrator.schema.tables.ColumnInfo`` fits)."""
 
     @property
     def name(self) -> str: ...

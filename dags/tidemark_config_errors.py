@@ -8,10 +8,9 @@ that under "DAG Import Errors". The DAGs of the good configs come from
 
 from __future__ import annotations
 
-from tidemark_factory import collect
-
-from orchestrator.airflow_support import config_dir
 from orchestrator.errors import ConfigError
+from orchestrator.runtime.airflow_dags import collect
+from orchestrator.runtime.airflow_support import config_dir
 
 problems = collect(config_dir(__file__)).problems
 if problems:

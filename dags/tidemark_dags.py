@@ -11,9 +11,9 @@ one, so the good DAGs and the errors live in different files; see docs/airflow.m
 from __future__ import annotations
 
 from airflow.sdk import get_parsing_context
-from tidemark_factory import collect
 
-from orchestrator.airflow_support import config_dir
+from orchestrator.runtime.airflow_dags import collect
+from orchestrator.runtime.airflow_support import config_dir
 
 # When Airflow runs a task it parses this file for one DAG only: build just that one.
 globals().update(collect(config_dir(__file__), only=get_parsing_context().dag_id).dags)

@@ -1,3 +1,3 @@
-from orchestrator.cli import main
+from orchestrator.runtime.cli import main
 
 raise SystemExit(main())

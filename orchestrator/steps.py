@@ -22,12 +22,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator import faults, storage
 from orchestrator.config import PipelineConfig, TableConfig
 from orchestrator.errors import BinlogPurged, ConfigError, RunFailed
+from orchestrator.lake import storage
 from orchestrator.positions import BinlogPosition, file_index
-from orchestrator.schema import TableInfo, table_info_from_json, table_info_to_json
-from orchestrator.state import ChunkRecord, RunRecord, RunTableRecord, StateStore
+from orchestrator.runtime import faults
+from orchestrator.schema.tables import TableInfo, table_info_from_json, table_info_to_json
+from orchestrator.state.store import ChunkRecord, RunRecord, RunTableRecord, StateStore
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +74,7 @@ def open_store(config: PipelineConfig) -> StateStore:
 def _source(config: PipelineConfig) -> Any:
     """The source, for steps that run after preflight reached it: a source that cannot be
     reached now is restarting, and is retried like a lost connection."""
-    from orchestrator.source import Source
+    from orchestrator.source.connection import Source
 
     return Source.from_pipeline(config, known_good=True)
 
@@ -128,8 +129,8 @@ def _pending_batches(store: StateStore, run_id: str) -> list[BatchRef]:
 
 
 def preflight(config: PipelineConfig, tables: list[str] | None = None) -> None:
-    """Raise SourceNotReady with every failed check (see orchestrator.doctor)."""
-    from orchestrator.doctor import preflight as check
+    """Raise SourceNotReady with every failed check (see orchestrator.source.doctor)."""
+    from orchestrator.source.doctor import preflight as check
 
     check(config, [t.name for t in config.select_tables(tables)])
 
@@ -210,7 +211,7 @@ def _plan_tables(config: PipelineConfig, store: StateStore, run: RunRecord) -> N
 
 def _plan_incremental(config: PipelineConfig, store: StateStore, run: RunRecord, table: TableConfig,
                       info: TableInfo, since: dict[str, Any]) -> None:
-    from orchestrator.publish import read_manifest
+    from orchestrator.pipeline.publish import read_manifest
 
     manifest = read_manifest(table_dir(config, table.name))
     published = [(c["name"], c["mysql_type"]) for c in manifest["columns"]]
@@ -232,7 +233,7 @@ def _plan_incremental(config: PipelineConfig, store: StateStore, run: RunRecord,
 def _plan_snapshot(config: PipelineConfig, store: StateStore, run: RunRecord, table: TableConfig,
                    info: TableInfo, source: Any, next_batch: int) -> int:
     from chunking import chunk_predicate, encode_key
-    from orchestrator.planning import plan_table
+    from orchestrator.pipeline.plan import plan_table
 
     table_plan = plan_table(source.query, table, info, config.defaults)
     key = list(table_plan.chunk_key)
@@ -265,7 +266,7 @@ def read_batch(config: PipelineConfig, run_id: str, batch: int, *, spark: Any = 
     transaction can reach the binlog a moment before its rows are visible),
     then runs one Spark job for the batch's chunks and records ``Hb`` after it.
     """
-    from orchestrator.read import read_batch as spark_read
+    from orchestrator.pipeline.read import read_batch as spark_read
 
     store = open_store(config)
     try:
@@ -320,7 +321,7 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _spark(config: PipelineConfig) -> Any:
-    from orchestrator.spark import get_session
+    from orchestrator.runtime.spark import get_session
 
     return get_session(config)
 
@@ -331,7 +332,7 @@ def _spark(config: PipelineConfig) -> Any:
 def capture(config: PipelineConfig, run_id: str, *, progress: Callable[[int], None] | None = None
             ) -> dict[str, Any]:
     """Record ``H`` (once, after every read ended) and capture the binlog up to it."""
-    from orchestrator.capture import CaptureTable, capture_changes
+    from orchestrator.pipeline.capture import CaptureTable, capture_changes
 
     store = open_store(config)
     try:
@@ -396,7 +397,7 @@ def _check_binlog_kept(store: StateStore, run: RunRecord, records: list[RunTable
 
 def reconcile(config: PipelineConfig, run_id: str, *, spark: Any = None) -> dict[str, Any]:
     """Per table: base rows (snapshot chunks, or the published version) + changes -> the table at H."""
-    from orchestrator.reconcile import reconcile_incremental, reconcile_table
+    from orchestrator.pipeline.reconcile import reconcile_incremental, reconcile_table
 
     store = open_store(config)
     try:
@@ -428,8 +429,8 @@ def reconcile(config: PipelineConfig, run_id: str, *, spark: Any = None) -> dict
 
 def publish(config: PipelineConfig, run_id: str, *, holder: str) -> list[Published]:
     """Write versions, switch manifests, checkpoint tables, finish the run, release the lock."""
-    from orchestrator.publish import publish_table
-    from orchestrator.state import TableCheckpoint
+    from orchestrator.pipeline.publish import publish_table
+    from orchestrator.state.store import TableCheckpoint
 
     store = open_store(config)
     try:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from orchestrator.localdb import LocalMariaDB
+from orchestrator.demo.localdb import LocalMariaDB
 
 HAVE_MARIADB = shutil.which("mariadbd") is not None or Path("/usr/sbin/mariadbd").exists()
 

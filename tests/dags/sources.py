@@ -15,15 +15,15 @@ from typing import Any
 
 import pyarrow.dataset as ds
 
-from orchestrator.localdb import LocalMariaDB
+from orchestrator.demo.localdb import LocalMariaDB
 from tests.conftest import pipeline_config, write_config
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCE_USER = "tm_airflow"
 #: Distinctive, so a leak into a log, an XCom or a rendered field is easy to find.
 SOURCE_PASSWORD = "pw-Xq7-never-logged"
-ENGINE_MODULES = ("orchestrator.read", "orchestrator.capture", "orchestrator.reconcile",
-                  "orchestrator.publish")
+ENGINE_MODULES = ("orchestrator.pipeline.read", "orchestrator.pipeline.capture", "orchestrator.pipeline.reconcile",
+                  "orchestrator.pipeline.publish")
 
 
 def engine_missing() -> str | None:

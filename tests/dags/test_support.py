@@ -1,4 +1,4 @@
-"""`orchestrator.airflow_support`: the Airflow-free half of the DAG layer (no Airflow import here)."""
+"""`orchestrator.runtime.airflow_support`: the Airflow-free half of the DAG layer (no Airflow import here)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ from typing import Any
 
 import pytest
 
-from orchestrator.airflow_support import (
+from orchestrator.config import PipelineConfig, parse_config
+from orchestrator.errors import ConfigError
+from orchestrator.runtime.airflow_support import (
     asset_uri,
     config_dir,
     params_schema,
@@ -15,8 +17,6 @@ from orchestrator.airflow_support import (
     run_holder,
     run_request,
 )
-from orchestrator.config import PipelineConfig, parse_config
-from orchestrator.errors import ConfigError
 
 
 def make(**overrides: Any) -> PipelineConfig:

@@ -2,7 +2,7 @@
 
 The machine is small and shared, so every Spark test uses this one session
 (``local[2]``, no UI, few shuffle partitions, 1 GB driver) made by the same
-factory the engine uses, `orchestrator.spark.get_session`.
+factory the engine uses, `orchestrator.runtime.spark.get_session`.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """The session's SparkSession (skips when Java or the JDBC driver jar is missing)."""
     if not os.path.exists(DEFAULT_JDBC_JAR):
         pytest.skip(f"{DEFAULT_JDBC_JAR} missing (Debian package libmariadb-java)")
-    from orchestrator.spark import get_session
+    from orchestrator.runtime.spark import get_session
 
     config = spark_test_config(tmp_path_factory.mktemp("spark"))
     session = get_session(config)

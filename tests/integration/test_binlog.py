@@ -11,16 +11,16 @@ from typing import Any
 
 import pytest
 
-from orchestrator.binlog import BinlogReader, Boundary, Record, RowChange
-from orchestrator.capture import CaptureTable, capture_changes
+from orchestrator.binlog.reference import BinlogReader, Boundary, Record, RowChange
 from orchestrator.config import SourceConfig, parse_config
+from orchestrator.demo.localdb import LocalMariaDB
 from orchestrator.errors import BinlogPurged, RunFailed
-from orchestrator.localdb import LocalMariaDB
+from orchestrator.pipeline.capture import CaptureTable, capture_changes
 from orchestrator.positions import BinlogPosition
-from orchestrator.schema import TableInfo
-from orchestrator.source import Source
-from orchestrator.state import StateStore
-from orchestrator.values import BatchConverter
+from orchestrator.schema.tables import TableInfo
+from orchestrator.schema.values import BatchConverter
+from orchestrator.source.connection import Source
+from orchestrator.state.store import StateStore
 from tests.conftest import pipeline_config
 
 pytestmark = pytest.mark.integration

@@ -1,4 +1,4 @@
-"""The fast decoder (orchestrator.binlogfast) against python-mysql-replication's, value for
+"""The fast decoder (orchestrator.binlog) against python-mysql-replication's, value for
 value, on a real MariaDB: every type of the mapping, edge sizes and random values, key
 changes, multi-row events and a big transaction; plus what the fast path refuses."""
 
@@ -12,12 +12,12 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from orchestrator.capture import CaptureTable, capture_changes, read_changes
 from orchestrator.config import parse_config
+from orchestrator.demo.localdb import LocalMariaDB
 from orchestrator.errors import RunFailed
-from orchestrator.localdb import LocalMariaDB
+from orchestrator.pipeline.capture import CaptureTable, capture_changes, read_changes
 from orchestrator.positions import BinlogPosition
-from orchestrator.state import StateStore
+from orchestrator.state.store import StateStore
 from tests.conftest import pipeline_config
 from tests.integration.test_binlog import (
     NINES,

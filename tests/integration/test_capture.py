@@ -14,11 +14,11 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from orchestrator.capture import CaptureTable, capture_changes, read_changes, segment_paths
 from orchestrator.config import PipelineConfig, parse_config
-from orchestrator.localdb import LocalMariaDB
+from orchestrator.demo.localdb import LocalMariaDB
+from orchestrator.pipeline.capture import CaptureTable, capture_changes, read_changes, segment_paths
 from orchestrator.positions import BinlogPosition
-from orchestrator.state import StateStore
+from orchestrator.state.store import StateStore
 from tests.conftest import pipeline_config, write_config
 from tests.integration.test_binlog import fresh_database, position, table_info
 
@@ -212,11 +212,11 @@ def test_resume_after_interruptions_has_every_change_once(
 
 WORKER = """
 import json, sys
-from orchestrator.capture import CaptureTable, capture_changes
+from orchestrator.pipeline.capture import CaptureTable, capture_changes
 from orchestrator.config import load_config
 from orchestrator.positions import BinlogPosition
-from orchestrator.source import Source
-from orchestrator.state import StateStore
+from orchestrator.source.connection import Source
+from orchestrator.state.store import StateStore
 
 spec = json.load(open(sys.argv[1]))
 config = load_config(spec["config"])

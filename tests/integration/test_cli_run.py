@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.config import load_config
-from orchestrator.localdb import LocalMariaDB
-from orchestrator.state import StateStore
+from orchestrator.demo.localdb import LocalMariaDB
+from orchestrator.state.store import StateStore
 from tests.conftest import pipeline_config, write_config
 
 pytestmark = pytest.mark.integration

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from orchestrator.config import load_config
-from orchestrator.localdb import LocalMariaDB
-from orchestrator.sample import SHOP_TABLES, Writer, connect, load_shop
-from orchestrator.state import StateStore
+from orchestrator.demo.localdb import LocalMariaDB
+from orchestrator.demo.sample import SHOP_TABLES, Writer, connect, load_shop
+from orchestrator.state.store import StateStore
 from tests.conftest import pipeline_config, write_config
 from tests.integration.test_consistency import TypesWriter, _verify_all, load_tables
 from tests.spark_cluster import StandaloneCluster, cluster_env

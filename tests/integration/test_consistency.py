@@ -3,7 +3,7 @@
 Real private MariaDB, real local Spark, the real `tidemark run` code path; a
 writer thread inserts, updates, deletes and changes primary keys throughout
 the snapshot. Values are compared by the independent oracle in
-`orchestrator.verify`, including rows whose values came through the binlog.
+`orchestrator.demo.verify`, including rows whose values came through the binlog.
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 
 from orchestrator.config import load_config
-from orchestrator.localdb import LocalMariaDB
-from orchestrator.run import run_command
-from orchestrator.sample import SHOP_TABLES, Writer, connect, load_shop
-from orchestrator.source import Source
+from orchestrator.demo.localdb import LocalMariaDB
+from orchestrator.demo.sample import SHOP_TABLES, Writer, connect, load_shop
+from orchestrator.demo.verify import verify_table
+from orchestrator.runtime.run import run_command
+from orchestrator.source.connection import Source
 from orchestrator.steps import table_dir
-from orchestrator.verify import verify_table
 from tests.conftest import pipeline_config, write_config
 
 pytestmark = pytest.mark.integration

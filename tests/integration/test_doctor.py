@@ -12,9 +12,16 @@ from typing import Any
 import pytest
 
 from orchestrator.config import PipelineConfig, parse_config
-from orchestrator.doctor import Check, allows, doctor_command, parse_grant, preflight, run_checks
+from orchestrator.demo.localdb import GOOD_BINLOG, LocalMariaDB
 from orchestrator.errors import SourceNotReady
-from orchestrator.localdb import GOOD_BINLOG, LocalMariaDB
+from orchestrator.source.doctor import (
+    Check,
+    allows,
+    doctor_command,
+    parse_grant,
+    preflight,
+    run_checks,
+)
 from tests.conftest import HAVE_MARIADB, pipeline_config, write_config
 
 pytestmark = pytest.mark.integration

@@ -1,4 +1,4 @@
-"""Incremental runs rewrite only the files that hold changed keys (orchestrator.layout).
+"""Incremental runs rewrite only the files that hold changed keys (orchestrator.lake.layout).
 
 Real local Spark for the reconcile, real files for publish, and the whole engine
 against a private MariaDB. Each test checks the new version against a table
@@ -29,20 +29,21 @@ import pyarrow.parquet as pq
 import pytest
 
 from chunking import decode_key
-from orchestrator import layout, reconcile
 from orchestrator.config import load_config
-from orchestrator.localdb import LocalMariaDB
+from orchestrator.demo.localdb import LocalMariaDB
+from orchestrator.demo.sample import connect
+from orchestrator.demo.verify import verify_table
+from orchestrator.lake import layout
+from orchestrator.pipeline import reconcile
+from orchestrator.pipeline.publish import Manifest, publish_table
+from orchestrator.pipeline.reconcile import Engine, reconcile_incremental, reconcile_table
+from orchestrator.pipeline.reconcile_local import local_rewrite_allowed
 from orchestrator.positions import BinlogPosition
-from orchestrator.publish import Manifest, publish_table
-from orchestrator.reconcile import Engine, reconcile_incremental, reconcile_table
-from orchestrator.rewrite_local import local_rewrite_allowed
-from orchestrator.run import run_command
-from orchestrator.sample import connect
-from orchestrator.schema import ColumnInfo, TableInfo
-from orchestrator.source import Source
+from orchestrator.runtime.run import run_command
+from orchestrator.schema.tables import ColumnInfo, TableInfo
+from orchestrator.schema.values import staging_schema
+from orchestrator.source.connection import Source
 from orchestrator.steps import table_dir
-from orchestrator.values import staging_schema
-from orchestrator.verify import verify_table
 from tests.conftest import pipeline_config, write_config
 from tests.integration.conftest import spark_test_config
 from tests.integration.test_reconcile import CASES, Case, Change, D, I, U, write_changes
@@ -560,7 +561,7 @@ def test_engine_runs_share_unchanged_files(mariadb: LocalMariaDB, tmp_path: Path
         "UPDATE tags SET tag = 'TAG00012' WHERE tag = 'Tag00012'",   # only the case changes
         "INSERT INTO tags VALUES ('Zz', 1), ('éé', 2)",
         database=db)
-    caplog.set_level(logging.INFO, logger="orchestrator.reconcile")
+    caplog.set_level(logging.INFO, logger="orchestrator.pipeline.reconcile")
     caplog.clear()
     assert run_command(config, tables=[], snapshot=False, chunk_size=None, progress=False) == 0
     used = "the driver (pyarrow) rewrote" if rewrite == "local" else "Spark rewrote"

@@ -30,10 +30,10 @@ from hypothesis.control import currently_in_test_context
 
 from chunking import TablePlan, chunk_predicate, decode_key, sql_literal
 from orchestrator.config import Defaults, SourceConfig, TableConfig
+from orchestrator.demo.localdb import LocalMariaDB
 from orchestrator.errors import SourceNotReady
-from orchestrator.localdb import LocalMariaDB
-from orchestrator.planning import check_escaping, plan_table
-from orchestrator.source import Source
+from orchestrator.pipeline.plan import check_escaping, plan_table
+from orchestrator.source.connection import Source
 from tests.conftest import pipeline_config, write_config
 
 pytestmark = pytest.mark.integration

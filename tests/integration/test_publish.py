@@ -16,12 +16,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from orchestrator.errors import RunFailed
+from orchestrator.pipeline.publish import publish_table, read_manifest, read_published
+from orchestrator.pipeline.reconcile import reconcile_table
 from orchestrator.positions import BinlogPosition
-from orchestrator.publish import publish_table, read_manifest, read_published
-from orchestrator.reconcile import reconcile_table
-from orchestrator.schema import ColumnInfo, TableInfo
-from orchestrator.types import arrow_type
-from orchestrator.values import staging_schema
+from orchestrator.schema.tables import ColumnInfo, TableInfo
+from orchestrator.schema.types import arrow_type
+from orchestrator.schema.values import staging_schema
 from tests.integration.conftest import spark_test_config
 
 pytestmark = pytest.mark.integration

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from orchestrator.config import load_config
-from orchestrator.localdb import LocalMariaDB
-from orchestrator.sample import connect
-from orchestrator.source import Source
+from orchestrator.demo.localdb import LocalMariaDB
+from orchestrator.demo.sample import connect
+from orchestrator.demo.verify import verify_table
+from orchestrator.source.connection import Source
 from orchestrator.steps import table_dir
-from orchestrator.verify import verify_table
 from tests.conftest import pipeline_config, write_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

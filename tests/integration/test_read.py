@@ -14,13 +14,13 @@ import pyarrow.dataset as ds
 import pytest
 
 from orchestrator.config import PipelineConfig
+from orchestrator.demo.localdb import LocalMariaDB
 from orchestrator.errors import RunFailed
-from orchestrator.localdb import LocalMariaDB
-from orchestrator.read import jdbc_properties, jdbc_url, read_batch
-from orchestrator.schema import ColumnInfo, TableInfo
-from orchestrator.source import Source
-from orchestrator.types import is_boolean
-from orchestrator.values import staging_schema
+from orchestrator.pipeline.read import jdbc_properties, jdbc_url, read_batch
+from orchestrator.schema.tables import ColumnInfo, TableInfo
+from orchestrator.schema.types import is_boolean
+from orchestrator.schema.values import staging_schema
+from orchestrator.source.connection import Source
 from tests.integration.conftest import spark_test_config
 
 pytestmark = pytest.mark.integration

@@ -12,9 +12,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from orchestrator.reconcile import reconcile_table
-from orchestrator.schema import ColumnInfo, TableInfo
-from orchestrator.values import staging_schema
+from orchestrator.pipeline.reconcile import reconcile_table
+from orchestrator.schema.tables import ColumnInfo, TableInfo
+from orchestrator.schema.values import staging_schema
 
 pytestmark = pytest.mark.integration
 

@@ -1,6 +1,6 @@
 """Kill a real `tidemark run` process at each phase; the next run resumes and the result is right.
 
-The crash is a SIGKILL at an exact step boundary (`orchestrator.faults`), the
+The crash is a SIGKILL at an exact step boundary (`orchestrator.runtime.faults`), the
 closest thing to a power cut. After each crash the source is changed a bit,
 then a plain `tidemark run` must resume the same run (done chunks not re-read)
 and publish tables equal to the source.
@@ -19,12 +19,12 @@ from pathlib import Path
 import pytest
 
 from orchestrator.config import load_config
-from orchestrator.localdb import LocalMariaDB
-from orchestrator.sample import SHOP_TABLES, connect, load_shop
-from orchestrator.source import Source
-from orchestrator.state import StateStore
+from orchestrator.demo.localdb import LocalMariaDB
+from orchestrator.demo.sample import SHOP_TABLES, connect, load_shop
+from orchestrator.demo.verify import verify_table
+from orchestrator.source.connection import Source
+from orchestrator.state.store import StateStore
 from orchestrator.steps import table_dir
-from orchestrator.verify import verify_table
 from tests.conftest import pipeline_config, write_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

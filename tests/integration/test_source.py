@@ -1,4 +1,4 @@
-"""`orchestrator.source.Source` against private MariaDB servers: shapes, positions, errors, retries."""
+"""`orchestrator.source.connection.Source` against private MariaDB servers: shapes, positions, errors, retries."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ import pytest
 import tenacity
 
 from orchestrator.config import SourceConfig
+from orchestrator.demo.localdb import LocalMariaDB, free_port
 from orchestrator.errors import RunFailed, SourceNotReady
-from orchestrator.localdb import LocalMariaDB, free_port
 from orchestrator.positions import BinlogPosition
-from orchestrator.retry import is_transient, transient_retry
-from orchestrator.source import Source
+from orchestrator.source.connection import Source
+from orchestrator.source.retry import is_transient, transient_retry
 from tests.conftest import HAVE_MARIADB
 
 pytestmark = pytest.mark.integration

@@ -16,7 +16,7 @@ from __future__ import annotations
 import sys
 
 from orchestrator.errors import RunLocked
-from orchestrator.state import StateStore
+from orchestrator.state.store import StateStore
 
 
 def main(argv: list[str]) -> int:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from orchestrator.cli import main
+from orchestrator.runtime.cli import main
 
 TIDEMARK = Path(sys.executable).parent / "tidemark"
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import doctest
 
-from orchestrator import layout, publish
+from orchestrator.lake import layout
+from orchestrator.pipeline import publish
 
 
 def test_doctests_of_the_layout_helpers() -> None:

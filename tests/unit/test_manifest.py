@@ -12,10 +12,10 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
-from orchestrator import layout, publish
 from orchestrator.config import parse_config
-from orchestrator.positions import BinlogPosition
-from orchestrator.publish import (
+from orchestrator.lake import layout
+from orchestrator.pipeline import publish
+from orchestrator.pipeline.publish import (
     Manifest,
     apply_retention,
     column_entries,
@@ -25,8 +25,9 @@ from orchestrator.publish import (
     published_schema,
     to_published,
 )
-from orchestrator.schema import ColumnInfo, TableInfo
-from orchestrator.values import staging_schema
+from orchestrator.positions import BinlogPosition
+from orchestrator.schema.tables import ColumnInfo, TableInfo
+from orchestrator.schema.values import staging_schema
 
 COLUMNS = (
     ColumnInfo("id", "int", "int(10) unsigned", False),

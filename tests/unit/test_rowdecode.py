@@ -15,12 +15,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator.binlogfast import columns, events, rowdecode, temporal
-from orchestrator.binlogfast import rowdecode as rd
-from orchestrator.binlogfast.events import Format, TableMap
+from orchestrator.binlog import columns, events, rowdecode, temporal
+from orchestrator.binlog import rowdecode as rd
+from orchestrator.binlog.events import Format, TableMap
 from orchestrator.errors import RunFailed
-from orchestrator.schema import ColumnInfo, TableInfo
-from orchestrator.values import time2_from_bytes, time2_micros, time_micros
+from orchestrator.schema.tables import ColumnInfo, TableInfo
+from orchestrator.schema.values import time2_from_bytes, time2_micros, time_micros
 
 DIGIT_BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)
 

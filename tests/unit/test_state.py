@@ -26,10 +26,11 @@ import pytest
 from sqlalchemy import Connection, create_engine, inspect, select, text, update
 from sqlalchemy.engine import make_url
 
-from orchestrator import state, state_schema
+from orchestrator.demo.localdb import free_port
 from orchestrator.errors import RunLocked, StateError
-from orchestrator.localdb import free_port
-from orchestrator.state import ChunkRecord, StateStore, TableCheckpoint
+from orchestrator.state import schema as state_schema
+from orchestrator.state import store as state
+from orchestrator.state.store import ChunkRecord, StateStore, TableCheckpoint
 
 ROOT = Path(__file__).resolve().parents[2]
 PG_ADMIN = "host=127.0.0.1 port=5432 user=postgres dbname=postgres connect_timeout=5"

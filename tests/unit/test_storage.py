@@ -8,7 +8,7 @@ from pathlib import Path
 import pyarrow.fs as pafs
 import pytest
 
-from orchestrator import storage
+from orchestrator.lake import storage
 
 
 @pytest.mark.parametrize(("base", "parts", "joined"), [

@@ -11,9 +11,9 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from orchestrator import values
-from orchestrator.schema import ColumnInfo
-from orchestrator.values import (
+from orchestrator.schema import values
+from orchestrator.schema.tables import ColumnInfo
+from orchestrator.schema.values import (
     BatchConverter,
     column_converter,
     definition_labels,

@@ -24,7 +24,7 @@ from chunking.mysql import (
     unsupported_key_reason,
 )
 from chunking.ranges import KeyRange
-from orchestrator.schema import ColumnInfo
+from orchestrator.schema.tables import ColumnInfo
 
 LITERALS: list[tuple[KeyValue, str]] = [
     ("plain", "'plain'"),

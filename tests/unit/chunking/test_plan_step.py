@@ -1,4 +1,4 @@
-"""orchestrator.planning without a server: key choice, refusals, the outputs."""
+"""orchestrator.pipeline.plan without a server: key choice, refusals, the outputs."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ import pytest
 from chunking import Chunk, KeyRange, TablePlan
 from orchestrator.config import TableConfig
 from orchestrator.errors import ConfigError, SourceNotReady
-from orchestrator.planning import (
+from orchestrator.pipeline.plan import (
     check_escaping,
     choose_chunk_key,
     describe_decision,
     plan_document,
     render_plans,
 )
-from orchestrator.schema import ColumnInfo, TableInfo
+from orchestrator.schema.tables import ColumnInfo, TableInfo
 
 
 def col(name: str, data_type: str = "int", nullable: bool = False) -> ColumnInfo:

@@ -1,0 +1,335 @@
+"""Framing the binlog: rows events of chosen tables and transaction boundaries.
+
+`EventReader` reads the replication stream (`orchestrator.binlog.stream`)
+from a start position to a stop position, follows rotations, keeps the
+TABLE_MAPs of the chosen tables (checking each against the planned shape), and
+yields their rows events undecoded (`RowsEvent`) together with `Boundary`
+records at transaction ends - the only safe places to resume: resuming inside a
+transaction loses its TABLE_MAP events. Rows events of other tables are skipped
+without reading their rows.
+
+Positions: a row's position is the end of its rows event (what ``SHOW MASTER
+STATUS`` would have said right after it) and its index within the event; a
+boundary's is the end of the event that closes the transaction (XID, COMMIT, a
+standalone DDL), the start of the next file after a rotation, or the stop.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Literal, Self
+
+import pymysql
+
+from orchestrator.binlog import events as ev
+from orchestrator.binlog import rowdecode as rd
+from orchestrator.binlog.stream import DumpStream
+from orchestrator.config import SourceConfig
+from orchestrator.errors import BinlogPurged, RunFailed
+from orchestrator.positions import BinlogPosition, file_index
+from orchestrator.schema.tables import ColumnInfo, TableInfo
+
+log = logging.getLogger(__name__)
+
+Op = Literal["I", "U", "D"]
+
+
+@dataclass(frozen=True, slots=True)
+class Boundary:
+    """A place where no transaction is open: a stream may resume from ``position``.
+
+    ``kind`` is ``commit`` (end of an XID/COMMIT/DDL event), ``rotate`` (start of
+    the next binlog file) or ``stop`` (the stop position was reached).
+    """
+
+    position: BinlogPosition
+    kind: Literal["commit", "rotate", "stop"]
+
+
+@dataclass(frozen=True, slots=True)
+class RowsEvent:
+    """A rows event of a chosen table, undecoded.
+
+    Attributes:
+        table: ``database.table``.
+        op: ``I``, ``U`` or ``D``; an UPDATE's rows are (before, after) image pairs.
+        file: the binlog file.
+        end: the event's end position (a row's position is ``(file, end, index)``).
+        packet: the event as the stream sent it.
+        rows: where its row images are in ``packet``.
+        table_map: the TABLE_MAP it refers to.
+        format: the format of the binlog it is in.
+    """
+
+    table: str
+    op: Op
+    file: str
+    end: int
+    packet: bytes
+    rows: ev.RowsLayout
+    table_map: ev.TableMap
+    format: ev.Format
+
+
+# --------------------------------------------------------------------------- table shapes
+
+#: information_schema DATA_TYPE -> the binlog field types it can appear as.
+_FIELD_TYPES: dict[str, frozenset[int]] = {
+    data_type: frozenset(kinds)
+    for data_types, kinds in (
+        ("tinyint", [rd.TINY]), ("smallint", [rd.SHORT]), ("mediumint", [rd.INT24]),
+        ("int integer", [rd.LONG]), ("bigint", [rd.LONGLONG]),
+        ("decimal numeric", [rd.NEWDECIMAL]), ("float", [rd.FLOAT]),
+        ("double real", [rd.DOUBLE]), ("bit", [rd.BIT]), ("year", [rd.YEAR]),
+        ("char binary", [rd.STRING]), ("varchar varbinary", [rd.VARCHAR, rd.VAR_STRING]),
+        ("enum", [rd.ENUM]), ("set", [rd.SET]), ("date", [rd.DATE, rd.NEWDATE]),
+        ("datetime", [rd.DATETIME, rd.DATETIME2]), ("timestamp", [rd.TIMESTAMP, rd.TIMESTAMP2]),
+        ("time", [rd.TIME, rd.TIME2]), ("json", [rd.JSON, rd.BLOB]),
+        ("tinytext text mediumtext longtext tinyblob blob mediumblob longblob",
+         [rd.BLOB, rd.TINY_BLOB, rd.MEDIUM_BLOB, rd.LONG_BLOB]),
+    )
+    for data_type in data_types.split()
+}
+
+
+def check_shape(info: TableInfo, table_map: ev.TableMap) -> None:
+    """Check a TABLE_MAP against the planned `TableInfo`.
+
+    Raises:
+        RunFailed: the table in the binlog does not have the planned shape.
+    """
+    if len(table_map.types) != len(info.columns):
+        raise RunFailed(
+            f"table {info.name} has {len(table_map.types)} columns in the binlog but "
+            f"{len(info.columns)} when the run was planned; its shape changed during the run: "
+            f"re-snapshot it (tidemark run --table {info.name} --snapshot)")
+    for kind, meta, ours in zip(table_map.types, table_map.meta, info.columns, strict=True):
+        expected = _FIELD_TYPES.get(ours.data_type)
+        if (expected is not None and rd.real_type(kind, meta) not in expected) or \
+                _sizes(kind, meta) not in (None, _planned_sizes(ours)):
+            raise RunFailed(
+                f"column `{ours.name}` of {info.name} is {ours.column_type} in "
+                "information_schema but has another type in the binlog; the table changed "
+                f"during the run: re-snapshot it (tidemark run --table {info.name} --snapshot)")
+
+
+def _sizes(kind: int, meta: bytes) -> tuple[int, ...] | None:
+    """What a TABLE_MAP says of a column's size: DECIMAL's precision and scale, BIT's bits,
+    the fractional digits of TIME2/DATETIME2/TIMESTAMP2 (None for other types)."""
+    if kind == rd.NEWDECIMAL:
+        return meta[0], meta[1]
+    if kind == rd.BIT:
+        return (meta[1] * 8 + meta[0],)
+    if kind in (rd.TIME2, rd.DATETIME2, rd.TIMESTAMP2):
+        return (meta[0],)
+    return None
+
+
+def _planned_sizes(column: ColumnInfo) -> tuple[int, ...]:
+    """The same sizes as ``information_schema`` gave them when the run was planned."""
+    if column.data_type in ("decimal", "numeric"):
+        return column.precision or 10, column.scale or 0
+    if column.data_type == "bit":
+        return (column.precision or column.display_width or 1,)
+    return (column.datetime_precision or 0,)
+
+
+# --------------------------------------------------------------------------- the reader
+
+
+class EventReader:
+    """The rows events of some tables between two binlog positions, undecoded.
+
+    `events` connects (non-blocking: the stream ends where the binlog ends),
+    yields `RowsEvent` and `Boundary` records in binlog order, and closes.
+
+    Args:
+        source: the source's connection settings.
+        password: its password.
+        start: a transaction boundary (``SHOW MASTER STATUS`` or a `Boundary`) to read from.
+        tables: the tables to keep, ``{"db.table": TableInfo}``; others are skipped.
+        stop: the last position to read (a boundary); None reads to the end of the binlog.
+        server_id: the replica id to connect as (default ``source.server_id``).
+    """
+
+    def __init__(self, source: SourceConfig, password: str, start: BinlogPosition,
+                 tables: Mapping[str, TableInfo], *, stop: BinlogPosition | None = None,
+                 server_id: int | None = None) -> None:
+        self.source = source
+        self.start = start
+        self.stop = stop
+        self.server_id = server_id if server_id is not None else source.server_id
+        self.tables = dict(tables)
+        self._password = password
+        self._stream: DumpStream | None = None
+        self._stream_connections = 0
+        self._maps: dict[bytes, ev.TableMap] = {}  # TABLE_MAP bodies already parsed and checked
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def close(self) -> None:
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            stream.close()
+
+    @property
+    def address(self) -> str:
+        return f"{self.source.host}:{self.source.port}"
+
+    def _settings(self) -> dict[str, Any]:
+        return {"host": self.source.host, "port": self.source.port, "user": self.source.user,
+                "password": self._password, "connect_timeout": self.source.connect_timeout,
+                "charset": "utf8mb4"}
+
+    def _connect(self, **settings: Any) -> pymysql.connections.Connection[Any]:
+        """Open a connection; refuses to open a second stream connection.
+
+        A stream resumed after a lost connection at the last event's position
+        may be inside a transaction whose TABLE_MAP it then never sees (and
+        would drop that transaction's rows). Failing lets the caller resume
+        from its last boundary instead.
+        """
+        if "db" not in settings:  # the stream connection (control ones name a database)
+            self._stream_connections += 1
+            if self._stream_connections > 1:
+                raise RunFailed(f"lost the binlog connection to {self.address}; "
+                                "a rerun resumes the capture from its last checkpoint")
+        return pymysql.connect(**settings)
+
+    def check_available(self) -> None:
+        """Fail early when the binlog needed is gone or the stop lies beyond the binlog.
+
+        Raises:
+            BinlogPurged: ``start.file`` is no longer on the server.
+            RunFailed: ``stop`` is after the server's current position.
+        """
+        conn = pymysql.connect(**self._settings())
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SHOW BINARY LOGS")
+                files = [str(row[0]) for row in cur.fetchall()]
+                try:
+                    cur.execute("SHOW MASTER STATUS")
+                except pymysql.err.ProgrammingError:  # MySQL 8.4 has only the new name
+                    cur.execute("SHOW BINARY LOG STATUS")
+                status = cur.fetchone()
+        finally:
+            conn.close()
+        if self.start.file not in files:
+            oldest = files[0] if files else "(none)"
+            raise BinlogPurged(
+                f"binlog file {self.start.file} (needed from {self.start}) is no longer on "
+                f"{self.address}; the oldest binlog there is {oldest}. Changes since {self.start} "
+                "are lost to this run: the chunks read before it must be read again, and keep "
+                "binlogs longer (binlog_expire_logs_seconds / expire_logs_days)")
+        if self.stop is not None and status is not None:
+            current = BinlogPosition(str(status[0]), int(status[1]))
+            if self.stop > current:
+                raise RunFailed(f"stop position {self.stop} is after the binlog end {current} "
+                                f"on {self.address}; was the server's binlog reset?")
+
+    def events(self) -> Iterator[RowsEvent | Boundary]:
+        """The chosen tables' rows events, undecoded, and the boundaries, in binlog order."""
+        self.check_available()
+        log.info("binlog of %s: reading %s to %s for %d table(s)", self.address, self.start,
+                 self.stop or "its end", len(self.tables))
+        self._stream = stream = DumpStream(self._connect, self._settings(), self.server_id,
+                                           self.start.file, self.start.pos, self.address)
+        try:
+            yield from self._frame(stream)
+        finally:
+            self.close()
+
+    def _frame(self, stream: DumpStream) -> Iterator[RowsEvent | Boundary]:
+        file = self.start.file
+        index = file_index(file)  # (index, end) of an event compares with the stop's
+        stop = (file_index(self.stop.file), self.stop.pos) if self.stop is not None else None
+        fmt = ev.Format()
+        maps: dict[int, ev.TableMap | None] = {}  # table id -> map (None: not a chosen table)
+        in_transaction = False
+        for packet in stream:
+            kind, end = ev.header(packet)  # end is 0 for the fake events sent on connecting
+            if kind == ev.FORMAT_DESCRIPTION:
+                fmt = ev.Format.parse(packet)
+                continue
+            if end and stop is not None and (index, end) > stop:
+                break
+            if kind in ev.ROWS_OPS:
+                event = self._rows(packet, fmt, kind, maps, file, end)
+                if event is not None:
+                    yield event
+            elif kind == ev.TABLE_MAP:
+                self._table_map(packet, fmt, maps)
+            elif kind == ev.ROTATE:
+                maps.clear()  # table ids are reused after a server restart
+                file, position = ev.rotate(packet)
+                index = file_index(file)
+                if end:
+                    yield Boundary(BinlogPosition(file, position), "rotate")
+                continue
+            elif kind == ev.PARTIAL_UPDATE_ROWS or kind in ev.MARIADB_COMPRESSED_ROWS:
+                _refuse_unreadable(kind, file, end)
+            elif kind == ev.MARIADB_GTID:
+                in_transaction = not ev.gtid_standalone(packet)
+            elif kind in (ev.XID, ev.XA_PREPARE):
+                in_transaction = False
+                yield Boundary(BinlogPosition(file, end), "commit")
+            elif kind == ev.QUERY:
+                query = ev.query_text(packet, fmt)
+                if query == "BEGIN":
+                    in_transaction = True
+                elif query in ("COMMIT", "ROLLBACK") or not in_transaction:
+                    in_transaction = False
+                    yield Boundary(BinlogPosition(file, end), "commit")
+            if end and (index, end) == stop:
+                break
+        if self.stop is not None:
+            yield Boundary(self.stop, "stop")
+
+    def _table_map(self, packet: bytes, fmt: ev.Format, maps: dict[int, ev.TableMap | None]
+                   ) -> None:
+        body = bytes(packet[ev.BODY : fmt.end(packet)])
+        known = self._maps.get(body)
+        if known is not None:
+            maps[known.table_id] = known
+            return
+        name = ev.table_map_name(packet, fmt)
+        info = self.tables.get(name)
+        if info is None:
+            maps[ev.table_id(packet, fmt, ev.TABLE_MAP)] = None
+            return
+        table_map = ev.parse_table_map(packet, fmt)
+        check_shape(info, table_map)
+        if len(self._maps) > 1000:
+            self._maps.clear()
+        self._maps[body] = maps[table_map.table_id] = table_map
+
+    def _rows(self, packet: bytes, fmt: ev.Format, kind: int,
+              maps: Mapping[int, ev.TableMap | None], file: str, end: int) -> RowsEvent | None:
+        table_map = maps.get(ev.table_id(packet, fmt, kind))
+        if table_map is None:
+            return None
+        rows = ev.rows_layout(packet, fmt, kind)
+        if not rows.full:
+            raise RunFailed(f"{file}:{end} holds a rows event of {table_map.name} without full "
+                            "row images; set binlog_row_image=FULL on the source and "
+                            "re-snapshot the run's tables")
+        return RowsEvent(table_map.name, ev.ROWS_OPS[kind], file, end, packet, rows, table_map,
+                         fmt)
+
+
+def _refuse_unreadable(kind: int, file: str, end: int) -> None:
+    """Fail on row events neither decoder reads (never lose rows silently)."""
+    if kind == ev.PARTIAL_UPDATE_ROWS:
+        raise RunFailed(f"{file}:{end} holds a partial JSON update; set "
+                        "binlog_row_value_options='' on the source so row images are full")
+    raise RunFailed(f"{file}:{end} holds a compressed rows event, which Tidemark cannot read; "
+                    "set log_bin_compress=OFF on the source and re-snapshot the run's tables")

@@ -1,0 +1,271 @@
+"""What the Airflow layer derives from pipeline configs, without importing Airflow.
+
+`dags/` stays thin: it turns these plain values into Airflow objects. Everything
+here is ordinary Python over `PipelineConfig`, usable (and tested) without an
+Airflow install:
+
+- which config files a configs folder holds and which of them are broken
+  (`scan_configs`), with every problem naming the file and the key;
+- names: DAG id, pool, the lock holder of a DAG run;
+- the trigger params' JSON schemas and how a run request is read from them;
+- Asset URIs and asset event extras; the DAG's ``doc_md``.
+
+>>> run_holder("tidemark_shop", "manual__2026-01-01T00:00:00+00:00")
+'airflow:tidemark_shop/manual__2026-01-01T00:00:00+00:00'
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestrator.config import PipelineConfig, load_config
+from orchestrator.errors import ConfigError
+from orchestrator.lake import storage
+from orchestrator.steps import BatchRef, Published, table_dir
+
+#: Env var naming the folder of pipeline YAML files the DAGs are built from.
+CONFIG_DIR_ENV = "TIDEMARK_CONFIG_DIR"
+CONFIG_SUFFIXES = (".yaml", ".yml")
+DAG_ID_PREFIX = "tidemark_"
+#: Slots to give a pipeline's source pool when nothing else is known (docs/airflow.md).
+DEFAULT_POOL_SLOTS = 4
+
+
+def dag_id(config: PipelineConfig) -> str:
+    """The DAG id of a pipeline: ``tidemark_<pipeline>``."""
+    return DAG_ID_PREFIX + config.pipeline
+
+
+def pool_name(config: PipelineConfig) -> str:
+    """The Airflow pool capping the pipeline's concurrent source connections."""
+    return f"{DAG_ID_PREFIX}{config.pipeline}_source"
+
+
+def run_holder(dag_id: str, run_id: str) -> str:
+    """The state-store lock holder of one DAG run.
+
+    Every task of a run, and every retry or clear of it, uses the same holder,
+    so a resumed run keeps its lock while a different run is refused.
+    """
+    return f"airflow:{dag_id}/{run_id}"
+
+
+# ------------------------------------------------------------------ configs folder
+
+
+def config_dir(dags_file: str | os.PathLike[str]) -> Path:
+    """``$TIDEMARK_CONFIG_DIR``, else the ``configs/`` folder next to the dags folder.
+
+    Args:
+        dags_file: the DAG file asking (its real location, symlinks resolved, anchors
+            the default).
+    """
+    configured = os.environ.get(CONFIG_DIR_ENV)
+    if configured:
+        return Path(configured).expanduser()
+    return Path(dags_file).resolve().parent.parent / "configs"
+
+
+def config_files(folder: Path) -> list[Path]:
+    """The pipeline YAML files of a folder, sorted by name (hidden files skipped)."""
+    return sorted(p for p in folder.iterdir()
+                  if p.is_file() and p.suffix.lower() in CONFIG_SUFFIXES and not p.name.startswith("."))
+
+
+@dataclass
+class ConfigScan:
+    """The outcome of reading a configs folder: the good configs and every problem."""
+
+    folder: Path
+    configs: list[PipelineConfig] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+def scan_configs(folder: Path) -> ConfigScan:
+    """Load every pipeline config in ``folder`` the way the CLI does, collecting problems.
+
+    No database or network is touched (``check_env=False``: a password env var is
+    only needed where the tasks run). A config with a problem is left out of
+    ``configs``; so is a second config reusing a pipeline name (both would make the
+    same DAG id).
+    """
+    scan = ConfigScan(folder=folder)
+    if not folder.is_dir():
+        scan.problems.append(f"{folder}: the Tidemark configs folder does not exist; "
+                             f"create it or set {CONFIG_DIR_ENV}")
+        return scan
+    owners: dict[str, Path] = {}
+    for path in config_files(folder):
+        try:
+            config = load_config(path, check_env=False)
+        except ConfigError as exc:
+            scan.problems.extend(exc.problems)
+            continue
+        problems = airflow_problems(config, path)
+        if config.pipeline in owners:
+            problems.append(f"{path}: pipeline: `{config.pipeline}` is already the pipeline of "
+                            f"{owners[config.pipeline]}; DAG ids must be unique, rename one")
+        if problems:
+            scan.problems.extend(problems)
+            continue
+        owners[config.pipeline] = path
+        scan.configs.append(config)
+    return scan
+
+
+def airflow_problems(config: PipelineConfig, path: Path) -> list[str]:
+    """What makes a valid config unusable under Airflow: relative local paths.
+
+    Every Airflow task runs in its own working directory, so a relative output path
+    or SQLite file would land somewhere different for each task.
+    """
+    problems = []
+    for key, value in (("output.path", config.output.path), ("output.staging", config.output.staging)):
+        if value and "://" not in value and not os.path.isabs(os.path.expanduser(value)):
+            problems.append(f"{path}: {key}: relative path {value!r} is ambiguous under Airflow "
+                            "(each task has its own working directory); use an absolute path or URI")
+    url = config.state.url
+    if url.startswith("sqlite:///") and not url.startswith("sqlite:////") and url != "sqlite:///:memory:":
+        problems.append(f"{path}: state.url: relative SQLite file {url!r} is ambiguous under Airflow; "
+                        "use sqlite:////absolute/path.db")
+    return problems
+
+
+# ------------------------------------------------------------------ params
+
+
+def params_schema(config: PipelineConfig) -> dict[str, dict[str, Any]]:
+    """The trigger params as ``{name: {"default": ..., **json_schema}}`` (keyword args of ``Param``).
+
+    ``tables`` also lists the table names as ``examples``: that is what turns an
+    array param into a multi-select in the Airflow 3 trigger form, while
+    ``items.enum`` makes Airflow refuse any other name. It accepts ``null`` because
+    the form sends ``null`` when a selection is cleared.
+    """
+    names = [t.name for t in config.tables]
+    return {
+        "tables": {
+            "default": [],
+            "type": ["array", "null"],
+            "items": {"type": "string", "enum": names},
+            "uniqueItems": True,
+            "examples": names,
+            "title": "Tables",
+            "description": ("Snapshot only these tables (an ad hoc run). Empty: the normal run, "
+                            "which snapshots unpublished tables and applies the binlog to the others."),
+        },
+        "snapshot": {
+            "default": False,
+            "type": "boolean",
+            "title": "Re-snapshot",
+            "description": "Snapshot the chosen tables again even if they are already published.",
+        },
+        "chunk_size": {
+            "default": None,
+            "type": ["null", "integer"],
+            "minimum": 1,
+            "title": "Chunk size",
+            "description": "Target rows per chunk for this run's snapshots. Empty: the config's sizes.",
+        },
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class RunRequest:
+    """What a DAG run was asked to do, read from its params."""
+
+    tables: list[str] | None
+    snapshot: bool
+    chunk_size: int | None
+
+
+def run_request(config: PipelineConfig, params: Mapping[str, Any]) -> RunRequest:
+    """Read and check the run's params (Airflow validated them at trigger time already).
+
+    Raises:
+        ConfigError: a value the schema should have refused, naming the param.
+    """
+    tables = params.get("tables") or None
+    if tables is not None:
+        if not isinstance(tables, list) or not all(isinstance(t, str) for t in tables):
+            raise ConfigError(f"param tables: expected a list of table names, found {tables!r}")
+        config.select_tables(tables)
+    snapshot = params.get("snapshot", False)
+    if not isinstance(snapshot, bool):
+        raise ConfigError(f"param snapshot: expected true or false, found {snapshot!r}")
+    chunk_size = params.get("chunk_size")
+    if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int)
+                                   or chunk_size < 1):
+        raise ConfigError(f"param chunk_size: expected a positive integer or null, found {chunk_size!r}")
+    return RunRequest(tables=list(tables) if tables else None, snapshot=snapshot, chunk_size=chunk_size)
+
+
+# ------------------------------------------------------------------ XCom and assets
+
+
+def batch_xcom(batch: BatchRef) -> dict[str, Any]:
+    """A batch as the JSON a mapped read task gets (ids and a label only, no secrets)."""
+    return asdict(batch)
+
+
+def asset_uri(config: PipelineConfig, table: str) -> str:
+    """The Asset URI of a table: its output directory; ``file://`` + absolute path when local.
+
+    >>> from orchestrator.config import parse_config
+    >>> c = parse_config({"pipeline": "p", "source": {"host": "h", "user": "u", "server_id": 1},
+    ...                   "output": {"path": "/lake/"}, "state": {"url": "sqlite://"},
+    ...                   "tables": [{"name": "shop.orders"}]})
+    >>> asset_uri(c, "shop.orders")
+    'file:///lake/shop/orders'
+    """
+    directory = table_dir(config, table)
+    if storage.is_local(directory):
+        return "file://" + storage.local_path(directory)
+    return directory
+
+
+def asset_extra(published: Published, run_id: str) -> dict[str, Any]:
+    """The extra of a table's asset event: what was published, at which binlog position."""
+    return {"published": True, "table": published.table, "version": published.version,
+            "rows": published.rows, "position": dict(published.position), "run_id": run_id}
+
+
+def not_published_extra(table: str, run_id: str) -> dict[str, Any]:
+    """The extra of an asset event for a table the run did not publish (an ad hoc run of others).
+
+    Airflow records an event for every declared outlet of a successful task; this
+    one tells consumers that the table did not change.
+    """
+    return {"published": False, "table": table, "run_id": run_id}
+
+
+def doc_md(config: PipelineConfig) -> str:
+    """The DAG's documentation: where it comes from, what it snapshots, where to."""
+    lines = [
+        f"# Tidemark pipeline `{config.pipeline}`",
+        "",
+        f"Built from `{config.path}`. Consistent, lock-free snapshots of the tables below into "
+        f"`{config.output.path}`, kept current from the binlog by later runs.",
+        "",
+        "| table | chunk key | chunk size | chunks per batch | filter |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for t in config.tables:
+        key = ", ".join(t.chunk_key) if t.chunk_key else "primary key"
+        lines.append(f"| `{t.name}` | {key} | {t.chunk_size:,} | {t.batch_chunks} | "
+                     f"{'`' + t.where + '`' if t.where else ''} |")
+    lines += [
+        "",
+        f"Source `{config.source.host}:{config.source.port}` as `{config.source.user}`; "
+        f"schedule: {config.schedule or 'none (manual)'}; source connections capped by the pool "
+        f"`{pool_name(config)}`.",
+        "",
+        "Trigger with **Tables** to snapshot only those tables, **Re-snapshot** to snapshot "
+        "published tables again, **Chunk size** to override chunk sizes for the run. "
+        "A failed run resumes when cleared or triggered again.",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,135 @@
+"""`tidemark` command line: parse, dispatch, map errors to exit codes.
+
+Each verb is a thin function over the same engine calls the Airflow DAG makes.
+Errors print as one line each on stderr (no traceback unless ``--debug``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+
+from orchestrator.config import PipelineConfig, load_config
+from orchestrator.errors import ConfigError, TidemarkError
+
+log = logging.getLogger("tidemark")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise ConfigError(f"{self.prog}: {message}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="tidemark", description="Consistent, lock-free MySQL snapshots into a data lake.")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
+    verbs = parser.add_subparsers(dest="verb", required=True, parser_class=_Parser)
+
+    def verb(name: str, help: str, needs_config: bool = True) -> argparse.ArgumentParser:
+        p = verbs.add_parser(name, help=help, description=help)
+        if needs_config:
+            p.add_argument("--config", required=True, help="pipeline YAML file")
+        p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        return p
+
+    verb("validate", "check the config; exit 0, or 2 with every problem found")
+    verb("doctor", "check the live source: binlog settings, privileges, keys, retention")
+    p = verb("plan", "print the chunk plan without reading data")
+    p.add_argument("--table", action="append", default=[], metavar="DB.TABLE")
+    p.add_argument("--json", action="store_true", help="machine-readable plan")
+    p = verb("run", "snapshot new tables, apply the binlog to published ones, publish")
+    p.add_argument("--table", action="append", default=[], metavar="DB.TABLE")
+    p.add_argument("--chunk-size", type=int, default=None)
+    p.add_argument("--snapshot", action="store_true", help="re-snapshot even if published")
+    p.add_argument("--no-progress", action="store_true", help="plain log lines, no progress bars")
+    verb("status", "runs, tables, chunks done/total, positions, lag")
+    p = verb("reset", "forget state (and published output with --purge-output)")
+    p.add_argument("--table", action="append", default=[], metavar="DB.TABLE")
+    p.add_argument("--purge-output", action="store_true")
+    p.add_argument("--unlock", action="store_true", help="only release a stale pipeline lock")
+    p.add_argument("--yes", action="store_true", help="do it (without: only show what would go)")
+    p = verb("demo", "start a throwaway MariaDB with sample data and snapshot it", needs_config=False)
+    p.add_argument("--dir", default=".tidemark-demo", help="where the demo keeps its files")
+    p.add_argument("--rows", type=int, default=200_000)
+    p.add_argument("--keep", action="store_true", help="leave the demo MariaDB running")
+    return parser
+
+
+def _validate(args: argparse.Namespace, config: PipelineConfig) -> int:
+    names = ", ".join(t.name for t in config.tables)
+    print(f"{config.path}: ok — pipeline {config.pipeline}, {len(config.tables)} table(s): {names}")
+    return 0
+
+
+def _doctor(args: argparse.Namespace, config: PipelineConfig) -> int:
+    from orchestrator.source.doctor import doctor_command
+
+    return doctor_command(config)
+
+
+def _plan(args: argparse.Namespace, config: PipelineConfig) -> int:
+    from orchestrator.pipeline.plan import plan_command
+
+    return plan_command(config, args.table, as_json=args.json)
+
+
+def _run(args: argparse.Namespace, config: PipelineConfig) -> int:
+    from orchestrator.runtime.run import run_command
+
+    return run_command(config, tables=args.table, snapshot=args.snapshot,
+                       chunk_size=args.chunk_size, progress=not args.no_progress)
+
+
+def _status(args: argparse.Namespace, config: PipelineConfig) -> int:
+    from orchestrator.runtime.status import status_command
+
+    return status_command(config)
+
+
+def _reset(args: argparse.Namespace, config: PipelineConfig) -> int:
+    from orchestrator.runtime.status import reset_command
+
+    return reset_command(config, tables=args.table, purge_output=args.purge_output,
+                         unlock=args.unlock, yes=args.yes)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from orchestrator.demo.command import demo_command
+
+    return demo_command(args.dir, rows=args.rows, keep=args.keep)
+
+
+VERBS: dict[str, Callable[[argparse.Namespace, PipelineConfig], int]] = {
+    "validate": _validate, "doctor": _doctor, "plan": _plan, "run": _run,
+    "status": _status, "reset": _reset,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    debug = "--debug" in (argv if argv is not None else sys.argv[1:])
+    logging.basicConfig(level=logging.DEBUG if debug else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    for noisy in ("py4j", "pyspark", "urllib3"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    try:
+        args = build_parser().parse_args(argv)
+        if args.verb == "demo":
+            return _demo(args)
+        config = load_config(args.config)
+        return VERBS[args.verb](args, config)
+    except TidemarkError as exc:
+        if debug:
+            traceback.print_exc()
+        for line in str(exc).splitlines() or [type(exc).__name__]:
+            print(f"tidemark: error: {line}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("tidemark: interrupted; state is kept and a rerun resumes", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

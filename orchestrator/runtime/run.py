@@ -1,0 +1,155 @@
+"""`tidemark run`: the whole pipeline in one process, through the same steps as the DAG."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from orchestrator import steps
+from orchestrator.config import PipelineConfig
+from orchestrator.errors import RunFailed, TidemarkError
+
+log = logging.getLogger(__name__)
+
+#: Batches read at once, as an Airflow run's mapped read tasks would: while one batch's Spark
+#: job runs, the next records its low position and waits out the read margin, and a batch
+#: with fewer chunks than cores (a small table, the last batch) does not leave cores idle.
+READ_CONCURRENCY = 2
+
+
+def cli_holder() -> str:
+    """The lock holder name of this process."""
+    return f"cli:{socket.gethostname()}:{os.getpid()}"
+
+
+@dataclass
+class Progress:
+    """Progress of one step: a redrawn bar on a terminal, a log line per update otherwise."""
+
+    step: str
+    total: int
+    unit: str = "chunks"
+    stream: TextIO = field(default_factory=lambda: sys.stderr)
+    bars: bool = True
+    done: int = 0
+    rows: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+    def update(self, done: int = 0, rows: int = 0) -> None:
+        self.done += done
+        self.rows += rows
+        elapsed = max(time.monotonic() - self.started, 1e-6)
+        rate = self.rows / elapsed
+        eta = (elapsed / self.done * (self.total - self.done)) if self.done and self.total else 0.0
+        count = f"{self.done}/{self.total} {self.unit}  " if self.total else ""
+        until = f"  ETA {_clock(eta)}" if self.total else ""
+        text = f"{self.step:<9} {count}{self.rows:,} rows  {rate:,.0f} rows/s{until}"
+        if self.bars:
+            width = 24
+            filled = int(width * self.done / self.total) if self.total else 0
+            bar = f"[{'#' * filled}{'.' * (width - filled)}] " if self.total else ""
+            self.stream.write(f"\r{bar}{text}\x1b[K")
+            self.stream.flush()
+        else:
+            log.info("%s", text)
+
+    def close(self) -> None:
+        if self.bars:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def _clock(seconds: float) -> str:
+    s = int(seconds)
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+def run_command(config: PipelineConfig, *, tables: list[str], snapshot: bool, chunk_size: int | None,
+                progress: bool = True) -> int:
+    """The CLI verb. Resumes an unfinished run first, then does what was asked if that differs."""
+    bars = progress and sys.stderr.isatty()
+    started = time.monotonic()
+    holder = cli_holder()
+    steps.preflight(config, tables or None)
+    request = {"tables": [t.name for t in config.select_tables(tables or None)],
+               "snapshot": snapshot, "chunk_size": chunk_size}
+    results = []
+    spark: Any = None
+    for _ in range(2):
+        handle = steps.plan(config, tables=tables or None, snapshot=snapshot, chunk_size=chunk_size,
+                            holder=holder)
+        if handle.resumed:
+            print(f"resuming unfinished run {handle.run_id} ({len(handle.batches)} batch(es) to read)",
+                  file=sys.stderr)
+        try:
+            spark, published = execute(config, handle, holder=holder, bars=bars, spark=spark)
+        except TidemarkError as exc:
+            steps.fail_run(config, handle.run_id, str(exc), holder=holder)
+            raise
+        except Exception as exc:  # Spark/JDBC/IO errors: one line, state kept
+            message = _one_line(exc)
+            steps.fail_run(config, handle.run_id, message, holder=holder)
+            raise RunFailed(f"run {handle.run_id} failed: {message}; state is kept, rerun "
+                            "`tidemark run` to resume (--debug shows the traceback)") from exc
+        results.extend(published)
+        if not handle.resumed or _same_request(config, handle.run_id, request):
+            break
+    _summary(results, time.monotonic() - started)
+    return 0
+
+
+def execute(config: PipelineConfig, handle: steps.RunHandle, *, holder: str, bars: bool,
+            spark: Any = None) -> tuple[Any, list[steps.Published]]:
+    """Read every pending batch, capture, reconcile and publish one planned run."""
+    if handle.batches:
+        from orchestrator.runtime.spark import get_session
+
+        spark = spark or get_session(config)
+        bar = Progress("read", sum(b.chunks for b in handle.batches), bars=bars)
+        with ThreadPoolExecutor(READ_CONCURRENCY, thread_name_prefix="tidemark-read") as pool:
+            futures = [pool.submit(steps.read_batch, config, handle.run_id, batch.batch, spark=spark,
+                                   holder=holder) for batch in handle.batches]
+            try:
+                for future in as_completed(futures):
+                    result = future.result()
+                    bar.update(done=result["chunks"], rows=result["rows"])
+            finally:  # on a failure, batches not started yet are not started
+                for future in futures:
+                    future.cancel()
+        bar.close()
+    cap = Progress("capture", 0, unit="changes", bars=bars)
+    steps.capture(config, handle.run_id, progress=lambda rows: cap.update(rows=rows))
+    cap.close()
+    # No session is started here: reconcile starts one only for a table that needs Spark
+    # (an incremental rewrite small enough for the driver does not).
+    steps.reconcile(config, handle.run_id, spark=spark)
+    return spark, steps.publish(config, handle.run_id, holder=holder)
+
+
+def _same_request(config: PipelineConfig, run_id: str, request: dict[str, Any]) -> bool:
+    store = steps.open_store(config)
+    try:
+        options = store.get_run(run_id).options
+    finally:
+        store.close()
+    return all(options.get(k) == v for k, v in request.items())
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    first = text[0] if text else type(exc).__name__
+    return first[:500]
+
+
+def _summary(published: list[steps.Published], seconds: float) -> None:
+    print(f"{'table':<32} {'version':>7} {'rows':>12}  position", file=sys.stdout)
+    for p in published:
+        pos = f"{p.position['file']}:{p.position['pos']}"
+        print(f"{p.table:<32} {p.version:>7} {p.rows:>12,}  {pos}", file=sys.stdout)
+    print(f"done in {seconds:.1f}s: {len(published)} table(s) published", file=sys.stdout)

@@ -1,0 +1,114 @@
+"""`tidemark status` and `tidemark reset`."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+from orchestrator import steps
+from orchestrator.config import PipelineConfig
+from orchestrator.errors import TidemarkError
+from orchestrator.lake import storage
+from orchestrator.positions import BinlogPosition, file_index
+
+log = logging.getLogger(__name__)
+
+
+def bytes_behind(position: BinlogPosition, binlogs: list[tuple[str, int]]) -> int:
+    """How many binlog bytes the server has written after ``position``.
+
+    >>> bytes_behind(BinlogPosition("b.000002", 100), [("b.000001", 500), ("b.000002", 400), ("b.000003", 50)])
+    350
+    """
+    behind = 0
+    for name, size in binlogs:
+        if file_index(name) == file_index(position.file):
+            behind += max(size - position.pos, 0)
+        elif file_index(name) > file_index(position.file):
+            behind += size
+    return behind
+
+
+def status_command(config: PipelineConfig) -> int:
+    """Print runs, tables of the latest run, chunk progress, published positions and lag."""
+    store = steps.open_store(config)
+    try:
+        runs = store.runs(config.pipeline, limit=5)
+        checkpoints = store.table_checkpoints(config.pipeline)
+        out = sys.stdout
+        print(f"pipeline {config.pipeline}", file=out)
+        if not runs:
+            print("  no runs yet", file=out)
+        for run in runs:
+            finished = run.finished_at.isoformat(timespec="seconds") if run.finished_at else "-"
+            print(f"  run {run.run_id}  {run.status:<9} started {run.created_at.isoformat(timespec='seconds')}"
+                  f"  finished {finished}" + (f"  error: {run.error}" if run.error else ""), file=out)
+        if runs:
+            latest = runs[0]
+            for record in store.run_tables(latest.run_id):
+                chunks = store.chunks(latest.run_id, table=record.table)
+                done = sum(1 for c in chunks if c.status == "done")
+                rows = sum(c.rows or 0 for c in chunks)
+                detail = f"chunks {done}/{len(chunks)}, {rows:,} rows read" if chunks else "binlog only"
+                print(f"    {record.table:<32} {record.mode:<11} {record.status:<10} {detail}", file=out)
+        lag = _binlogs(config) if checkpoints else None
+        print("published:", file=out)
+        if not checkpoints:
+            print("  nothing published yet", file=out)
+        for cp in checkpoints:
+            position = BinlogPosition.from_json(cp.position)
+            behind = f"{bytes_behind(position, lag):,} binlog bytes behind" if lag is not None else "lag unknown"
+            print(f"  {cp.table:<32} v{cp.version:<5} {cp.rows:>12,} rows  at {position}  "
+                  f"{cp.published_at.isoformat(timespec='seconds')}  {behind}", file=out)
+        return 0
+    finally:
+        store.close()
+
+
+def _binlogs(config: PipelineConfig) -> list[tuple[str, int]] | None:
+    """The source's binlog list, or None when the source cannot be reached (status still prints)."""
+    try:
+        from orchestrator.source.connection import Source
+
+        with Source.from_pipeline(config) as source:
+            return source.binlogs()
+    except TidemarkError as exc:
+        log.warning("cannot compute lag: %s", exc)
+        return None
+
+
+def reset_command(config: PipelineConfig, *, tables: list[str], purge_output: bool, unlock: bool,
+                  yes: bool) -> int:
+    """Show what would be forgotten; with ``yes``, forget it."""
+    names = [t.name for t in config.select_tables(tables)] if tables else None
+    store = steps.open_store(config)
+    try:
+        if unlock:
+            if yes:
+                store.force_unlock(config.pipeline)
+                print(f"released the lock of pipeline {config.pipeline}")
+            else:
+                print(f"would release the lock of pipeline {config.pipeline}; add --yes to do it")
+            return 0
+        counts = store.forget(config.pipeline, names, dry_run=True)
+        scope = ", ".join(names) if names else f"every table of pipeline {config.pipeline}"
+        print(f"reset {scope}:")
+        for kind, n in counts.items():
+            print(f"  {n:>6} {kind}")
+        dirs = [steps.table_dir(config, t.name) for t in config.select_tables(names)]
+        if purge_output:
+            for d in dirs:
+                print(f"  output {d}{'' if storage.exists(d) else ' (absent)'}")
+        if not yes:
+            print("nothing changed; add --yes to do it")
+            return 0
+        store.forget(config.pipeline, names)
+        if purge_output:
+            for d in dirs:
+                storage.delete_tree(d)
+        if names is None:
+            storage.delete_tree(config.staging_path)
+        print("done")
+        return 0
+    finally:
+        store.close()

@@ -1,0 +1,98 @@
+"""What Tidemark knows about a source table's shape (filled by `orchestrator.source.connection`)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnInfo:
+    """One column, as ``information_schema.COLUMNS`` describes it.
+
+    Attributes:
+        name: column name.
+        data_type: lower-case base type, e.g. ``"bigint"``, ``"varchar"``, ``"datetime"``.
+        column_type: full lower-case type, e.g. ``"bigint(20) unsigned"``, ``"enum('a','b')"``.
+        nullable: whether NULL is allowed.
+        precision: NUMERIC_PRECISION (decimal digits; bits for BIT), or None.
+        scale: NUMERIC_SCALE, or None.
+        datetime_precision: fractional seconds digits for TIME/DATETIME/TIMESTAMP, or None.
+        charset: character set for text columns, or None.
+        collation: collation for text columns, or None.
+    """
+
+    name: str
+    data_type: str
+    column_type: str
+    nullable: bool
+    precision: int | None = None
+    scale: int | None = None
+    datetime_precision: int | None = None
+    charset: str | None = None
+    collation: str | None = None
+
+    @property
+    def unsigned(self) -> bool:
+        return "unsigned" in self.column_type
+
+    @property
+    def display_width(self) -> int | None:
+        """The ``(n)`` of ``tinyint(1)`` or ``bit(8)``; None when absent."""
+        head = self.column_type.split(" ", 1)[0]
+        if "(" in head and head.endswith(")") and self.data_type in _WIDTH_TYPES:
+            inner = head[head.index("(") + 1 : -1]
+            return int(inner) if inner.isdigit() else None
+        return None
+
+
+_WIDTH_TYPES = {"tinyint", "smallint", "mediumint", "int", "bigint", "bit", "year"}
+
+
+@dataclass(frozen=True, slots=True)
+class TableInfo:
+    """A source table: columns in ordinal order, keys, and the server's row estimate."""
+
+    database: str
+    table: str
+    columns: tuple[ColumnInfo, ...]
+    primary_key: tuple[str, ...]
+    unique_not_null_keys: tuple[tuple[str, ...], ...]
+    row_estimate: int
+    engine: str | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.database}.{self.table}"
+
+    def column(self, name: str) -> ColumnInfo:
+        for column in self.columns:
+            if column.name.lower() == name.lower():
+                return column
+        raise KeyError(name)
+
+
+def table_info_to_json(info: TableInfo) -> dict[str, Any]:
+    """A JSON-able form of `TableInfo`, stored with a run so later steps need not re-query."""
+    return {
+        "database": info.database,
+        "table": info.table,
+        "columns": [asdict(c) for c in info.columns],
+        "primary_key": list(info.primary_key),
+        "unique_not_null_keys": [list(k) for k in info.unique_not_null_keys],
+        "row_estimate": info.row_estimate,
+        "engine": info.engine,
+    }
+
+
+def table_info_from_json(data: dict[str, Any]) -> TableInfo:
+    """Inverse of `table_info_to_json`."""
+    return TableInfo(
+        database=data["database"],
+        table=data["table"],
+        columns=tuple(ColumnInfo(**c) for c in data["columns"]),
+        primary_key=tuple(data["primary_key"]),
+        unique_not_null_keys=tuple(tuple(k) for k in data["unique_not_null_keys"]),
+        row_estimate=int(data["row_estimate"]),
+        engine=data.get("engine"),
+    )

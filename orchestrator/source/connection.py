@@ -1,0 +1,378 @@
+"""The source MySQL/MariaDB: one PyMySQL connection, retried on transient errors.
+
+Everything Tidemark asks the source outside Spark and the binlog reader goes
+through `Source`: table shapes from ``information_schema``, binlog positions,
+server variables. A `Source` is not thread-safe; open one per thread.
+
+Connection problems become `SourceNotReady` with one line that names the host,
+port and user and says what to check. The password never appears in a message.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any
+
+import pymysql
+import tenacity
+
+from orchestrator.config import PipelineConfig, SourceConfig
+from orchestrator.errors import RunFailed, SourceNotReady
+from orchestrator.positions import BinlogPosition
+from orchestrator.schema.tables import ColumnInfo, TableInfo
+from orchestrator.source.retry import error_code, is_connection_lost, transient_retry
+
+log = logging.getLogger(__name__)
+
+Row = tuple[Any, ...]
+
+_COLUMNS_SQL = (
+    "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE, NUMERIC_PRECISION, NUMERIC_SCALE,"
+    " DATETIME_PRECISION, CHARACTER_SET_NAME, COLLATION_NAME"
+    " FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s"
+    " ORDER BY ORDINAL_POSITION"
+)
+_INDEXES_SQL = (
+    "SELECT INDEX_NAME, NON_UNIQUE, COLUMN_NAME, SUB_PART"
+    " FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s"
+    " ORDER BY INDEX_NAME, SEQ_IN_INDEX"
+)
+_TABLE_SQL = (
+    "SELECT TABLE_ROWS, ENGINE FROM information_schema.TABLES"
+    " WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s"
+)
+_SYNTAX_ERROR = 1064
+_NO_BINLOG = 1381  # ER_NO_BINARY_LOGGING: "You are not using binary logging"
+_UNKNOWN_TIME_ZONE = 1298
+
+
+class Source:
+    """A connection to the source server, opened on first use and reopened after a loss.
+
+    Args:
+        config: the pipeline's ``source:`` section.
+        password: the resolved password (see `PipelineConfig.resolve_password`).
+        retry: the policy for transient errors; default `transient_retry()`.
+    """
+
+    def __init__(self, config: SourceConfig, password: str, *,
+                 retry: tenacity.Retrying | None = None, known_good: bool = False) -> None:
+        self.config = config
+        self._password = password
+        self._retry = retry if retry is not None else transient_retry()
+        self._conn: pymysql.connections.Connection[Any] | None = None
+        # known_good: the source worked earlier in this run, so "can't connect" means it is
+        # restarting and is retried like a lost connection.
+        self._connected_once = known_good
+        self._version: str | None = None
+
+    @classmethod
+    def from_pipeline(cls, config: PipelineConfig, *, known_good: bool = False) -> Source:
+        """A `Source` for a pipeline, with the password resolved from its config.
+
+        Args:
+            config: the pipeline.
+            known_good: the source was reached earlier in this run (a later step).
+        """
+        return cls(config.source, config.resolve_password(), known_good=known_good)
+
+    def __enter__(self) -> Source:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Source({self.address} as {self.config.user})"
+
+    @property
+    def address(self) -> str:
+        """``host:port``, for messages."""
+        return f"{self.config.host}:{self.config.port}"
+
+    def close(self) -> None:
+        """Close the connection (a later call opens a new one)."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(pymysql.err.Error):  # already closed, or a dead socket
+                conn.close()
+
+    # ------------------------------------------------------------------ connection
+
+    def _connect(self) -> pymysql.connections.Connection[Any]:
+        cfg = self.config
+        try:
+            conn = pymysql.connect(
+                host=cfg.host, port=cfg.port, user=cfg.user, password=self._password,
+                connect_timeout=cfg.connect_timeout, charset="utf8mb4", autocommit=True,
+            )
+        except pymysql.err.MySQLError as exc:
+            # Too many connections, or a handshake cut short: worth another try. Can't
+            # connect: only for a source that worked before (it is restarting); on the
+            # first connection a wrong host or port should fail at once.
+            if error_code(exc) in (1040, 2013) or (is_connection_lost(exc) and self._connected_once):
+                raise
+            raise SourceNotReady(login_problem(cfg, exc)) from exc
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SET time_zone = %s", (cfg.time_zone,))
+        except pymysql.err.MySQLError as exc:
+            conn.close()
+            if error_code(exc) == _UNKNOWN_TIME_ZONE:
+                raise SourceNotReady(
+                    f"source.time_zone {cfg.time_zone!r} is unknown to MySQL at {self.address}; "
+                    "use an offset such as +00:00, or load the server's time zone tables "
+                    "(mariadb-tzinfo-to-sql / mysql_tzinfo_to_sql)") from exc
+            raise
+        if not self._connected_once:
+            log.debug("connected to %s as %s", self.address, cfg.user)
+        self._connected_once = True
+        return conn
+
+    def _execute_once(self, sql: str, params: Sequence[Any] | None) -> tuple[list[str], list[Row]]:
+        if self._conn is None:
+            self._conn = self._connect()
+        try:
+            with self._conn.cursor() as cur:
+                cur.execute(sql, tuple(params) if params is not None else None)
+                names = [d[0] for d in cur.description] if cur.description else []
+                return names, [tuple(r) for r in cur.fetchall()]
+        except pymysql.err.MySQLError as exc:
+            if is_connection_lost(exc):
+                self.close()
+            raise
+
+    def _execute(self, sql: str, params: Sequence[Any] | None = None) -> tuple[list[str], list[Row]]:
+        """Run one statement under the retry policy; returns column names and rows."""
+        try:
+            result: tuple[list[str], list[Row]] = self._retry(self._execute_once, sql, params)
+        except pymysql.err.MySQLError as exc:
+            attempts = self._retry.statistics.get("attempt_number", 1)
+            if not self._connected_once and (is_connection_lost(exc) or error_code(exc) == 1040):
+                raise SourceNotReady(login_problem(self.config, exc)) from exc
+            if is_connection_lost(exc):
+                raise SourceNotReady(
+                    f"lost the connection to MySQL at {self.address} and could not get it back "
+                    f"after {attempts} attempt(s) ({exc}); check that the server is up and reachable"
+                ) from exc
+            if error_code(exc) in (1040, 1205, 1213):
+                raise RunFailed(
+                    f"query on {self.address} kept failing after {attempts} attempt(s) ({exc}); "
+                    "a rerun resumes where this one stopped") from exc
+            raise
+        return result
+
+    # ------------------------------------------------------------------ queries
+
+    def query(self, sql: str, params: Sequence[Any] | None = None) -> list[Row]:
+        """Run one statement and return its rows; retried (and reconnected) on transient errors.
+
+        Args:
+            sql: the statement, with ``%s`` placeholders.
+            params: values for the placeholders, escaped by PyMySQL.
+        """
+        return self._execute(sql, params)[1]
+
+    def server_version(self) -> str:
+        """``SELECT VERSION()``, e.g. ``10.11.6-MariaDB-0+deb12u1-log``."""
+        if self._version is None:
+            self._version = str(self.query("SELECT VERSION()")[0][0])
+        return self._version
+
+    def is_mariadb(self) -> bool:
+        """Whether the server is MariaDB (not MySQL)."""
+        return "mariadb" in self.server_version().lower()
+
+    def variables(self, *names: str) -> dict[str, str | None]:
+        """Global variables by name; None for a variable this server does not have.
+
+        Args:
+            names: variable names, e.g. ``"binlog_format"``.
+        """
+        found: dict[str, str | None] = {}
+        if names:
+            marks = ", ".join(["%s"] * len(names))
+            rows = self.query(f"SHOW GLOBAL VARIABLES WHERE Variable_name IN ({marks})", names)
+            found = {str(name).lower(): None if value is None else str(value) for name, value in rows}
+        return {name: found.get(name.lower()) for name in names}
+
+    def current_user(self) -> str:
+        """The account the server matched, as ``user@host`` (``CURRENT_USER()``)."""
+        return str(self.query("SELECT CURRENT_USER()")[0][0])
+
+    # ------------------------------------------------------------------ binlog
+
+    def current_position(self) -> BinlogPosition:
+        """The server's current binlog position, with its GTID set when GTIDs are on.
+
+        Uses ``SHOW MASTER STATUS``, or ``SHOW BINARY LOG STATUS`` on MySQL 8.4+.
+
+        Raises:
+            SourceNotReady: the binlog is off.
+        """
+        try:
+            names, rows = self._execute("SHOW MASTER STATUS")
+        except pymysql.err.ProgrammingError as exc:
+            if error_code(exc) != _SYNTAX_ERROR:
+                raise
+            names, rows = self._execute("SHOW BINARY LOG STATUS")
+        if not rows:
+            raise self._binlog_off()
+        row = dict(zip((n.lower() for n in names), rows[0], strict=True))
+        file, pos = str(row["file"]), int(row["position"])
+        gtid: str | None
+        if self.is_mariadb():
+            found = self.query("SELECT BINLOG_GTID_POS(%s, %s)", (file, pos))
+            gtid = str(found[0][0]) if found and found[0][0] else None
+        else:
+            executed = row.get("executed_gtid_set")
+            gtid = str(executed).replace("\n", "") if executed else None
+        return BinlogPosition(file, pos, gtid_set=gtid)
+
+    def binlogs(self) -> list[tuple[str, int]]:
+        """The binlog files still on the server, ``(name, size)``, oldest first.
+
+        Raises:
+            SourceNotReady: the binlog is off.
+        """
+        try:
+            rows = self.query("SHOW BINARY LOGS")
+        except pymysql.err.MySQLError as exc:
+            if error_code(exc) == _NO_BINLOG:
+                raise self._binlog_off() from exc
+            raise
+        return [(str(r[0]), int(r[1])) for r in rows]
+
+    def oldest_binlog(self) -> str | None:
+        """The oldest binlog file still on the server, or None if there is none."""
+        logs = self.binlogs()
+        return logs[0][0] if logs else None
+
+    def _binlog_off(self) -> SourceNotReady:
+        return SourceNotReady(
+            f"the binlog is off on {self.address} (log_bin = OFF); start the server with "
+            "log_bin enabled (my.cnf: log_bin = binlog) and a server_id")
+
+    # ------------------------------------------------------------------ tables
+
+    def table_info(self, name: str) -> TableInfo:
+        """A table's columns (ordinal order), keys and row estimate from ``information_schema``.
+
+        ``unique_not_null_keys`` lists every unique index whose columns are all NOT
+        NULL and fully indexed (no prefix), the primary key first when there is one.
+
+        Args:
+            name: ``database.table``.
+
+        Raises:
+            SourceNotReady: the table does not exist (or the user cannot see it).
+        """
+        database, _, table = name.partition(".")
+        found = self.query(_TABLE_SQL, (database, table))
+        if not found:
+            raise SourceNotReady(
+                f"table {name} does not exist on {self.address} (as seen by user "
+                f"`{self.config.user}`); check the table name in the config's tables list "
+                "and that the user has SELECT on it")
+        rows, engine = found[0]
+        columns = tuple(_column(r) for r in self.query(_COLUMNS_SQL, (database, table)))
+        primary, uniques = _keys(self.query(_INDEXES_SQL, (database, table)), columns)
+        return TableInfo(database=database, table=table, columns=columns, primary_key=primary,
+                         unique_not_null_keys=uniques, row_estimate=int(rows or 0),
+                         engine=None if engine is None else str(engine))
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def _column(row: Row) -> ColumnInfo:
+    name, data_type, column_type, nullable, precision, scale, dt_precision, charset, collation = row
+    return ColumnInfo(
+        name=_text(name) or "",
+        data_type=(_text(data_type) or "").lower(),
+        column_type=_text(column_type) or "",
+        nullable=_text(nullable) == "YES",
+        precision=_int(precision),
+        scale=_int(scale),
+        datetime_precision=_int(dt_precision),
+        charset=_text(charset),
+        collation=_text(collation),
+    )
+
+
+def _keys(rows: list[Row], columns: tuple[ColumnInfo, ...]
+          ) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]:
+    """The primary key and the unique NOT NULL keys from ``information_schema.STATISTICS`` rows."""
+    not_null = {c.name for c in columns if not c.nullable}
+    indexes: dict[str, list[str | None]] = {}
+    unique: set[str] = set()
+    for index, non_unique, column, sub_part in rows:
+        index = _text(index) or ""
+        # A prefix (sub_part) or expression (no column) index says nothing about whole values.
+        indexes.setdefault(index, []).append(None if sub_part is not None else _text(column))
+        if int(non_unique) == 0:
+            unique.add(index)
+    primary: tuple[str, ...] = ()
+    keys: list[tuple[str, ...]] = []
+    for index in sorted(unique, key=lambda i: (i != "PRIMARY", i)):
+        cols = indexes[index]
+        if any(c is None or c not in not_null for c in cols):
+            continue
+        key = tuple(c for c in cols if c is not None)
+        if index == "PRIMARY":
+            primary = key
+        keys.append(key)
+    return primary, tuple(keys)
+
+
+def _password_source(cfg: SourceConfig) -> str:
+    if cfg.password_env is not None:
+        return f"source.password_env {cfg.password_env}"
+    if cfg.password is not None:
+        return "source.password in the config"
+    if cfg.airflow_conn_id is not None:
+        return f"Airflow connection `{cfg.airflow_conn_id}`"
+    return "none is configured: set source.password_env"
+
+
+_REASON = re.compile(r"\((.*)\)\s*$")
+
+
+def login_problem(cfg: SourceConfig, exc: pymysql.err.MySQLError) -> str:
+    """One line saying why connecting failed and what to check; never the password.
+
+    Args:
+        cfg: the source config (host, port, user, where the password comes from).
+        exc: the PyMySQL error from ``connect``.
+    """
+    where = f"MySQL at {cfg.host}:{cfg.port}"
+    code = error_code(exc)
+    message = str(exc.args[1]) if len(exc.args) > 1 else str(exc)
+    if code == 1045:
+        return (f"cannot log in to {where} as user `{cfg.user}`: access denied; "
+                f"check source.user and the password ({_password_source(cfg)})")
+    if code == 1130:
+        return (f"cannot log in to {where} as user `{cfg.user}`: the server does not allow this "
+                f"user from this machine; create the user for this client host (e.g. '{cfg.user}'@'%')")
+    if code in (2002, 2003):
+        match = _REASON.search(message)
+        reason = match.group(1) if match else message
+        return (f"cannot reach {where}: {reason}; check source.host and source.port, that the "
+                "server is running and listening on TCP, and that no firewall blocks it")
+    if code == 2013:
+        return (f"cannot connect to {where}: the server dropped the connection during login "
+                f"({message}); check source.port points at a MySQL server")
+    return (f"cannot connect to {where} as user `{cfg.user}`: {message} (error {code}); "
+            "check the source section of the config")

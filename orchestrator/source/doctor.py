@@ -1,0 +1,418 @@
+"""`tidemark doctor` and the run's preflight: is the source ready for Tidemark?
+
+Each check is one `Check` naming the setting, what was found and the fix. The
+checks: the server is reachable; the binlog is on, ROW, with full row images
+(and full row metadata where the server has the variable); the user holds
+SELECT on every table, REPLICATION SLAVE and REPLICATION CLIENT; every table
+exists, has a chunk key and only mappable column types; the configured
+``source.server_id`` differs from the server's own; binlog retention outlasts a
+run (``defaults.expected_run_hours``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from orchestrator.config import PipelineConfig, TableConfig
+from orchestrator.errors import SourceNotReady
+from orchestrator.schema.tables import TableInfo
+from orchestrator.schema.types import UnsupportedType, arrow_type
+from orchestrator.source.connection import Source
+from orchestrator.source.retry import transient_retry
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """The outcome of one check.
+
+    Attributes:
+        name: what was checked, e.g. ``"binlog_format"`` or ``"chunk key shop.orders"``.
+        ok: whether it passed.
+        detail: what was found.
+        fix: what to do about a failure ("" when passed).
+    """
+
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+
+    def line(self) -> str:
+        """One printable line: ``PASS name: detail`` or ``FAIL name: detail; fix: ...``."""
+        text = f"{'PASS' if self.ok else 'FAIL'}  {self.name}: {self.detail}"
+        return text if self.ok or not self.fix else f"{text}; fix: {self.fix}"
+
+
+# --------------------------------------------------------------------------- entry points
+
+
+def run_checks(config: PipelineConfig, tables: list[str] | None = None) -> list[Check]:
+    """Every check against the live source; stops after the first if it cannot connect.
+
+    Args:
+        config: the pipeline.
+        tables: the tables to check (all configured ones when empty or None).
+
+    Raises:
+        ConfigError: a named table is not configured, or the password env var is unset.
+    """
+    selected = config.select_tables(tables)
+    source = Source(config.source, config.resolve_password(), retry=transient_retry(attempts=3, max_wait=2.0))
+    with source:
+        try:
+            checks = [_reachable(source)]
+        except SourceNotReady as exc:
+            return [Check("reachable", False, str(exc))]
+        checks += _binlog_settings(source)
+        checks.append(_retention(source, config.defaults.expected_run_hours))
+        checks.append(_server_id(source, config.source.server_id))
+        checks += _privileges(source, selected)
+        for table in selected:
+            checks += _table_checks(source, table, config.tables.index(table))
+    return checks
+
+
+def preflight(config: PipelineConfig, tables: list[str] | None = None) -> None:
+    """Raise `SourceNotReady` listing every failed check, one per line.
+
+    Args:
+        config: the pipeline.
+        tables: the run's tables (all configured ones when empty or None).
+    """
+    failed = [c for c in run_checks(config, tables) if not c.ok]
+    if failed:
+        raise SourceNotReady("\n".join(c.line().removeprefix("FAIL  ") for c in failed))
+
+
+def doctor_command(config: PipelineConfig) -> int:
+    """Print one line per check on stdout; return 0 if all pass, 3 otherwise.
+
+    When some fail, stderr gets one summary line (or the connection error itself).
+    """
+    checks = run_checks(config)
+    for check in checks:
+        print(check.line())
+    failed = [c for c in checks if not c.ok]
+    if not failed:
+        print(f"doctor: all {len(checks)} checks passed; {config.source.host}:{config.source.port} "
+              f"is ready for pipeline {config.pipeline}")
+        return 0
+    if failed[0].name == "reachable":
+        print(f"tidemark: error: {failed[0].detail}", file=sys.stderr)
+    else:
+        names = ", ".join(c.name for c in failed)
+        print(f"tidemark: error: doctor: {len(failed)} of {len(checks)} checks failed: {names}",
+              file=sys.stderr)
+    return SourceNotReady.exit_code
+
+
+# --------------------------------------------------------------------------- server
+
+
+def _reachable(source: Source) -> Check:
+    version = source.server_version()
+    flavor = "MariaDB" if source.is_mariadb() else "MySQL"
+    return Check("reachable", True, f"{flavor} {version} at {source.address} as {source.current_user()}")
+
+
+@dataclass(frozen=True, slots=True)
+class _Setting:
+    name: str
+    wanted: str
+    fix: str
+    optional: bool = False  # absent on older servers: skip
+
+
+def _dynamic_fix(name: str, value: str) -> str:
+    return (f"SET GLOBAL {name} = '{value}' and in my.cnf: {name} = {value} "
+            "(sessions already open keep the old value until they reconnect)")
+
+
+_SETTINGS = (
+    _Setting("log_bin", "ON", "in my.cnf set log_bin = binlog (with a server_id), then restart the server"),
+    _Setting("binlog_format", "ROW", _dynamic_fix("binlog_format", "ROW")),
+    _Setting("binlog_row_image", "FULL", _dynamic_fix("binlog_row_image", "FULL")),
+    _Setting("binlog_row_metadata", "FULL", _dynamic_fix("binlog_row_metadata", "FULL"), optional=True),
+)
+
+
+def _binlog_settings(source: Source) -> list[Check]:
+    found = source.variables(*(s.name for s in _SETTINGS))
+    checks = []
+    for setting in _SETTINGS:
+        value = found[setting.name]
+        if value is None and setting.optional:
+            checks.append(Check(setting.name, True, f"{setting.name}: not on this server version; skipped"))
+        elif (value or "").upper() == setting.wanted:
+            checks.append(Check(setting.name, True, f"{setting.name} = {value}"))
+        else:
+            checks.append(Check(setting.name, False,
+                                f"{setting.name} = {value}; Tidemark needs {setting.wanted}", setting.fix))
+    return checks
+
+
+def _duration(seconds: float) -> str:
+    """Short human form of a duration.
+
+    >>> _duration(3600), _duration(90), _duration(2 * 86400 + 3 * 3600)
+    ('1h', '1m30s', '2d3h')
+    """
+    left = round(seconds)
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if left >= size:
+            parts.append(f"{left // size}{unit}")
+            left %= size
+    return "".join(parts) or "0s"
+
+
+def _retention(source: Source, expected_hours: float) -> Check:
+    found = source.variables("binlog_expire_logs_seconds", "expire_logs_days")
+    seconds = float(found["binlog_expire_logs_seconds"] or 0)
+    days = float(found["expire_logs_days"] or 0)
+    has_seconds = found["binlog_expire_logs_seconds"] is not None
+    if seconds > 0:
+        retention, setting = seconds, f"binlog_expire_logs_seconds = {int(seconds)}"
+    elif days > 0:
+        retention, setting = days * 86400, f"expire_logs_days = {days:g}"
+    else:
+        name = "binlog_expire_logs_seconds" if has_seconds else "expire_logs_days"
+        return Check("binlog retention", True,
+                     f"{name} = 0: binlogs are kept until purged by hand, nothing expires mid-run")
+    needed = expected_hours * 3600
+    if retention >= needed:
+        return Check("binlog retention", True,
+                     f"binlogs expire after {_duration(retention)} ({setting}); "
+                     f"a run is expected to take {_duration(needed)}")
+    suggest = max(math.ceil(2 * needed / 3600) * 3600, 86400)
+    if has_seconds:
+        fix = (f"SET GLOBAL binlog_expire_logs_seconds = {suggest} and in my.cnf: "
+               f"binlog_expire_logs_seconds = {suggest}")
+    else:
+        fix = (f"SET GLOBAL expire_logs_days = {math.ceil(suggest / 86400)} and in my.cnf: "
+               f"expire_logs_days = {math.ceil(suggest / 86400)}")
+    return Check("binlog retention", False,
+                 f"binlogs expire after {_duration(retention)} ({setting}), shorter than a run is "
+                 f"expected to take ({_duration(needed)}, defaults.expected_run_hours); the binlog a "
+                 "run needs could be purged before it is read",
+                 f"{fix}; or lower defaults.expected_run_hours if runs are shorter")
+
+
+def _server_id(source: Source, replica_id: int) -> Check:
+    own = source.variables("server_id")["server_id"]
+    if own is not None and int(own) == replica_id:
+        return Check("server_id", False,
+                     f"source.server_id {replica_id} is the server's own server_id; "
+                     "the server refuses a binlog reader with its own id",
+                     "set source.server_id to a number no server or replica in the topology uses")
+    return Check("server_id", True, f"source.server_id {replica_id} (the server's is {own})")
+
+
+# --------------------------------------------------------------------------- privileges
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """One ``GRANT ... ON ... TO`` line of ``SHOW GRANTS``.
+
+    Attributes:
+        privileges: upper-case privilege names; column-level ones (``SELECT (a)``) are left out.
+        database: database name or ``LIKE`` pattern; None for ``*``.
+        table: table name; None for ``*``.
+    """
+
+    privileges: frozenset[str]
+    database: str | None
+    table: str | None
+
+
+def _split_top(text: str, sep: str) -> list[str]:
+    """Split on ``sep`` outside backquotes and parentheses."""
+    parts, depth, quoted, start, i = [], 0, False, 0, 0
+    while i < len(text):
+        ch = text[i]
+        if ch == "`":
+            quoted = not quoted
+        elif not quoted and ch in "()":
+            depth += 1 if ch == "(" else -1
+        elif not quoted and depth == 0 and text.startswith(sep, i):
+            parts.append(text[start:i])
+            start = i + len(sep)
+            i = start
+            continue
+        i += 1
+    parts.append(text[start:])
+    return parts
+
+
+def _ident(text: str) -> str | None:
+    text = text.strip()
+    if text == "*":
+        return None
+    if text.startswith("`") and text.endswith("`"):
+        return text[1:-1].replace("``", "`")
+    return text
+
+
+def parse_grant(line: str) -> Grant | None:
+    """Parse a ``SHOW GRANTS`` line; None for role grants, PROXY and routines.
+
+    >>> g = parse_grant("GRANT SELECT, REPLICATION SLAVE, BINLOG MONITOR ON *.* TO `snap`@`%`")
+    >>> sorted(g.privileges), g.database, g.table
+    (['BINLOG MONITOR', 'REPLICATION SLAVE', 'SELECT'], None, None)
+    >>> parse_grant("GRANT SELECT (`id`), INSERT ON `shop`.`orders` TO `u`@`%`")
+    Grant(privileges=frozenset({'INSERT'}), database='shop', table='orders')
+    >>> parse_grant("GRANT `r1` TO `u`@`%`") is None
+    True
+    """
+    if not line.upper().startswith("GRANT "):
+        return None
+    head = _split_top(line[len("GRANT "):], " TO ")[0]
+    parts = _split_top(head, " ON ")
+    if len(parts) != 2:
+        return None
+    privileges_text, target = parts
+    on = _split_top(target.strip(), ".")
+    if len(on) != 2 or " " in target.strip().split("`")[0]:
+        return None  # PROXY ON ''@'%', PROCEDURE db.p, FUNCTION db.f
+    privileges = frozenset(
+        " ".join(p.split()).upper() for p in _split_top(privileges_text, ",") if "(" not in p
+    )
+    return Grant(privileges, _ident(on[0]), _ident(on[1]))
+
+
+def _like(pattern: str, name: str) -> bool:
+    """MySQL ``LIKE`` match as used by database-level grants (``_``, ``%``, backslash escapes)."""
+    regex, i = "", 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\" and i + 1 < len(pattern):
+            i += 1
+            regex += re.escape(pattern[i])
+        else:
+            regex += ".*" if ch == "%" else "." if ch == "_" else re.escape(ch)
+        i += 1
+    return re.fullmatch(regex, name, flags=re.DOTALL) is not None
+
+
+def allows(grants: Iterable[Grant], wanted: Iterable[str], database: str | None = None,
+           table: str | None = None) -> bool:
+    """Whether the grants give one of ``wanted`` on ``database.table`` (globally when None).
+
+    ``ALL`` / ``ALL PRIVILEGES`` count at any level they cover.
+    """
+    accepted = {*wanted, "ALL", "ALL PRIVILEGES"}
+    for grant in grants:
+        if not accepted & grant.privileges:
+            continue
+        if grant.database is None:
+            return True
+        if database is None or not _like(grant.database, database):
+            continue
+        if grant.table is None or grant.table == table:
+            return True
+    return False
+
+
+def _grant_lines(source: Source) -> list[str]:
+    lines = [str(r[0]) for r in source.query("SHOW GRANTS")]
+    if not source.is_mariadb():  # MySQL shows active roles' privileges only when asked with USING
+        roles = source.query("SELECT CURRENT_ROLE()")[0][0]
+        if roles and str(roles) != "NONE":
+            lines = [str(r[0]) for r in source.query(f"SHOW GRANTS FOR CURRENT_USER() USING {roles}")]
+    return lines  # MariaDB includes the active (default) role's grants already
+
+
+def _account(user_at_host: str) -> str:
+    user, _, host = user_at_host.rpartition("@")
+    return f"'{user}'@'{host}'"
+
+
+def _privileges(source: Source, tables: Iterable[TableConfig]) -> list[Check]:
+    grants = [g for g in map(parse_grant, _grant_lines(source)) if g is not None]
+    account = _account(source.current_user())
+    # MariaDB 10.5+ prints REPLICATION CLIENT as BINLOG MONITOR; SUPER implies it on MySQL.
+    client = {"REPLICATION CLIENT", "BINLOG MONITOR"} | (set() if source.is_mariadb() else {"SUPER"})
+    checks = []
+    for name, accepted, why in (
+        ("REPLICATION SLAVE", {"REPLICATION SLAVE"}, "to read the binlog"),
+        ("REPLICATION CLIENT", client, "to read binlog positions (SHOW MASTER STATUS, SHOW BINARY LOGS)"),
+    ):
+        if allows(grants, accepted):
+            checks.append(Check(f"privilege {name}", True, f"{account} has {name}"))
+        else:
+            checks.append(Check(f"privilege {name}", False, f"{account} lacks {name}, needed {why}",
+                                f"GRANT {name} ON *.* TO {account}"))
+    tables = list(tables)
+    missing = [t for t in tables if not allows(grants, {"SELECT"}, t.database, t.table)]
+    if missing:
+        names = ", ".join(t.name for t in missing)
+        fix = "; ".join(f"GRANT SELECT ON `{t.database}`.`{t.table}` TO {account}" for t in missing)
+        checks.append(Check("privilege SELECT", False, f"{account} lacks SELECT on {names}", fix))
+    else:
+        checks.append(Check("privilege SELECT", True, f"{account} has SELECT on all {len(tables)} table(s)"))
+    return checks
+
+
+# --------------------------------------------------------------------------- tables
+
+
+def _table_checks(source: Source, table: TableConfig, index: int) -> list[Check]:
+    try:
+        info = source.table_info(table.name)
+    except SourceNotReady:
+        return [Check(f"table {table.name}", False,
+                      f"table {table.name} does not exist on {source.address} "
+                      f"(as seen by user `{source.config.user}`)",
+                      f"check tables[{index}].name, and that the user has SELECT on the table")]
+    return [Check(f"table {table.name}", True,
+                  f"{len(info.columns)} columns, about {info.row_estimate} rows, engine {info.engine}"),
+            _chunk_key(table, index, info), _types(info)]
+
+
+def _cols(key: Iterable[str]) -> str:
+    return "(" + ", ".join(key) + ")"
+
+
+def _chunk_key(table: TableConfig, index: int, info: TableInfo) -> Check:
+    name = f"chunk key {table.name}"
+    setting = f"tables[{index}].chunk_key"
+    candidates = [k for k in info.unique_not_null_keys if k != info.primary_key]
+    hint = ("; unique NOT NULL keys on the table: " + ", ".join(_cols(k) for k in candidates)
+            if candidates else "; or add a primary key")
+    if table.chunk_key is None:
+        if info.primary_key:
+            return Check(name, True, f"primary key {_cols(info.primary_key)}")
+        return Check(name, False, f"table {table.name} has no primary key",
+                     f"set {setting} to a unique NOT NULL column list{hint}")
+    known = {c.name.lower(): c for c in info.columns}
+    absent = [c for c in table.chunk_key if c.lower() not in known]
+    nullable = [c for c in table.chunk_key if c.lower() in known and known[c.lower()].nullable]
+    wanted = {c.lower() for c in table.chunk_key}
+    unique = any({c.lower() for c in k} == wanted for k in info.unique_not_null_keys)
+    if absent:
+        problem = f"{setting} names column(s) {', '.join(absent)} that {table.name} does not have"
+    elif nullable:
+        problem = f"{setting} column(s) {', '.join(nullable)} of {table.name} allow NULL"
+    elif not unique:
+        problem = f"{table.name} has no unique index on exactly {_cols(table.chunk_key)} ({setting})"
+    else:
+        return Check(name, True, f"{_cols(table.chunk_key)} from {setting}, a unique NOT NULL key")
+    return Check(name, False, problem, f"set {setting} to a unique NOT NULL column list{hint}")
+
+
+def _types(info: TableInfo) -> Check:
+    problems = []
+    for column in info.columns:
+        try:
+            arrow_type(column)
+        except UnsupportedType as exc:
+            problems.append(str(exc).split(";")[0])
+    if problems:
+        return Check(f"types {info.name}", False, f"{info.name}: " + "; ".join(problems),
+                     "leave the table out of the pipeline, or change the column to a mappable type")
+    return Check(f"types {info.name}", True, f"all {len(info.columns)} column types map to Arrow")

@@ -1,0 +1,448 @@
+"""The state store's schema: records, column types, tables, migrations, backends.
+
+``orchestrator.state.store`` re-exports every public name here; import them from there.
+This module also holds what differs per backend: the engine (SQLite pragmas and
+``BEGIN IMMEDIATE``), an INSERT that ignores an existing key, and creating or
+migrating the schema (``ensure_schema``).
+
+Positions, key bounds, option and info dicts are stored as JSON text
+(``_JsonText``): the caller hands in JSON-able values and gets the same values
+back (big integers and nested lists included). Timestamps (``_UTCDateTime``)
+are timezone-aware UTC.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Connection,
+    DateTime,
+    Dialect,
+    Engine,
+    ForeignKey,
+    Index,
+    Insert,
+    Integer,
+    MetaData,
+    Row,
+    String,
+    Table,
+    Text,
+    TypeDecorator,
+    create_engine,
+    event,
+    func,
+    insert,
+    inspect,
+    select,
+    text,
+    update,
+)
+from sqlalchemy.dialects import mysql, postgresql, sqlite
+from sqlalchemy.engine import URL
+from sqlalchemy.types import TypeEngine
+
+from orchestrator.errors import StateError
+
+log = logging.getLogger("tidemark.state")
+
+RunStatus = Literal["running", "failed", "succeeded"]
+TableMode = Literal["snapshot", "incremental"]
+TableStatus = Literal["planned", "read", "captured", "reconciled", "published"]
+ChunkStatus = Literal["pending", "done"]
+
+#: ``MIGRATIONS[i]`` upgrades a store from schema version ``i + 1`` to ``i + 2``,
+#: inside the transaction that then records the new version.
+MIGRATIONS: list[Callable[[Connection], None]] = []
+
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+_PG_SCHEMA_LOCK_KEY = 0x7469_6465  # pg_advisory_xact_lock key serialising schema creation
+
+
+def code_schema_version() -> int:
+    """The schema version this code writes: 1 plus one per migration."""
+    return 1 + len(MIGRATIONS)
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    run_id: str
+    pipeline: str
+    status: RunStatus
+    options: dict[str, Any]  # {"tables": [...], "snapshot": bool, "chunk_size": int|None}
+    start_position: dict[str, Any] | None  # P0, BinlogPosition.to_json()
+    high_position: dict[str, Any] | None  # H
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+    error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class RunTableRecord:
+    run_id: str
+    table: str  # "db.table"
+    mode: TableMode
+    status: TableStatus
+    strategy: str | None
+    chunk_key: list[str]
+    info: dict[str, Any]  # columns, planning numbers, from_position for incremental, ...
+    rows: int | None
+    version: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkRecord:
+    run_id: str
+    table: str
+    index: int  # 0.. within the table
+    batch: int  # batch number within the run (a batch spans one table)
+    start: Any  # JSON-encoded key bound (list of values) or None = unbounded
+    end: Any
+    where: str  # SQL predicate for the chunk
+    status: ChunkStatus
+    low: dict[str, Any] | None  # L, recorded before the batch's reads started
+    high: dict[str, Any] | None  # Hb, recorded after they ended
+    rows: int | None
+    bytes: int | None
+    path: str | None
+    attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class TableCheckpoint:
+    pipeline: str
+    table: str
+    version: int
+    position: dict[str, Any]  # H of the published version
+    rows: int
+    manifest: str  # path/URI of the version's manifest
+    run_id: str
+    published_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class LockRecord:
+    """Who holds a pipeline's lock. ``pid`` is None when the holder asked for lease-only."""
+
+    pipeline: str
+    holder: str
+    hostname: str
+    pid: int | None
+    acquired_at: datetime
+    refreshed_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class TableProgress:
+    """One table of a run, for ``tidemark status``: ``rows_read`` sums the done chunks."""
+
+    run_id: str
+    run_status: RunStatus
+    table: str
+    mode: TableMode
+    status: TableStatus
+    chunks_done: int
+    chunks_total: int
+    rows_read: int
+    rows: int | None
+    version: int | None
+
+
+# --- column types --------------------------------------------------------------
+
+
+class _UTCDateTime(TypeDecorator[datetime]):
+    """Aware UTC datetimes everywhere; stored naive-UTC where the column has no zone."""
+
+    impl = DateTime
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        if dialect.name in ("mysql", "mariadb"):
+            return dialect.type_descriptor(mysql.DATETIME(fsp=6))
+        return dialect.type_descriptor(DateTime(timezone=dialect.name == "postgresql"))
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"timestamp {value.isoformat()} has no time zone; pass an aware UTC datetime")
+        value = value.astimezone(UTC)
+        return value if dialect.name == "postgresql" else value.replace(tzinfo=None)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class _JsonText(TypeDecorator[Any]):
+    """A JSON-able value as ``json.dumps`` text; Python None is SQL NULL."""
+
+    impl = Text
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        if dialect.name in ("mysql", "mariadb"):
+            return dialect.type_descriptor(mysql.LONGTEXT())
+        return dialect.type_descriptor(Text())
+
+    def process_bind_param(self, value: Any, dialect: Dialect) -> str | None:
+        return None if value is None else json.dumps(value, allow_nan=False)
+
+    def process_result_value(self, value: str | None, dialect: Dialect) -> Any:
+        return None if value is None else json.loads(value)
+
+
+# --- schema --------------------------------------------------------------------
+
+METADATA = MetaData()
+_NAME = String(255)
+_RUN_ID = String(64)
+_LONG_TEXT = Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb")
+_MYSQL: dict[str, Any] = {"mysql_charset": "utf8mb4"}  # names, paths and predicates may be any unicode
+
+
+def _run_fk() -> Column[str]:
+    return Column("run_id", _RUN_ID, ForeignKey("tm_runs.run_id"), primary_key=True)
+
+
+SCHEMA = Table(
+    "tm_schema_version", METADATA,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("version", Integer, nullable=False),
+    Column("updated_at", _UTCDateTime, nullable=False),
+    **_MYSQL,
+)
+PIPELINES = Table(
+    "tm_pipelines", METADATA,
+    Column("name", _NAME, primary_key=True),
+    Column("created_at", _UTCDateTime, nullable=False),
+    **_MYSQL,
+)
+RUNS = Table(
+    "tm_runs", METADATA,
+    Column("run_id", _RUN_ID, primary_key=True),
+    Column("pipeline", _NAME, ForeignKey("tm_pipelines.name"), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("options", _JsonText, nullable=False),
+    Column("start_position", _JsonText),
+    Column("high_position", _JsonText),
+    Column("created_at", _UTCDateTime, nullable=False),
+    Column("updated_at", _UTCDateTime, nullable=False),
+    Column("finished_at", _UTCDateTime),
+    Column("error", _LONG_TEXT),
+    Index("tm_runs_pipeline_created", "pipeline", "created_at"),
+    **_MYSQL,
+)
+RUN_TABLES = Table(
+    "tm_run_tables", METADATA,
+    _run_fk(),
+    Column("table_name", _NAME, primary_key=True),
+    Column("mode", String(16), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("strategy", String(64)),
+    Column("chunk_key", _JsonText, nullable=False),
+    Column("info", _JsonText, nullable=False),
+    Column("row_count", BigInteger),
+    Column("version", Integer),
+    **_MYSQL,
+)
+CHUNKS = Table(
+    "tm_chunks", METADATA,
+    _run_fk(),
+    Column("table_name", _NAME, primary_key=True),
+    Column("chunk_index", Integer, primary_key=True, autoincrement=False),
+    Column("batch_no", Integer, nullable=False),
+    Column("start_bound", _JsonText),
+    Column("end_bound", _JsonText),
+    Column("where_sql", _LONG_TEXT, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("low_position", _JsonText),
+    Column("high_position", _JsonText),
+    Column("row_count", BigInteger),
+    Column("byte_count", BigInteger),
+    Column("path", _LONG_TEXT),
+    Column("attempts", Integer, nullable=False),
+    Index("tm_chunks_run_batch", "run_id", "batch_no"),
+    **_MYSQL,
+)
+CAPTURE_CHECKPOINTS = Table(
+    "tm_capture_checkpoints", METADATA,
+    _run_fk(),
+    Column("position", _JsonText, nullable=False),
+    Column("segments", Integer, nullable=False),
+    Column("row_count", BigInteger, nullable=False),
+    Column("updated_at", _UTCDateTime, nullable=False),
+    **_MYSQL,
+)
+TABLE_CHECKPOINTS = Table(
+    "tm_table_checkpoints", METADATA,
+    Column("pipeline", _NAME, ForeignKey("tm_pipelines.name"), primary_key=True),
+    Column("table_name", _NAME, primary_key=True),
+    Column("version", Integer, nullable=False),
+    Column("position", _JsonText, nullable=False),
+    Column("row_count", BigInteger, nullable=False),
+    Column("manifest", _LONG_TEXT, nullable=False),
+    Column("run_id", _RUN_ID, nullable=False),  # no FK: a checkpoint outlives its run's rows
+    Column("published_at", _UTCDateTime, nullable=False),
+    **_MYSQL,
+)
+LOCKS = Table(
+    "tm_locks", METADATA,
+    Column("pipeline", _NAME, primary_key=True),
+    Column("holder", _NAME, nullable=False),
+    Column("hostname", _NAME, nullable=False),
+    Column("pid", Integer),
+    Column("token", String(32), nullable=False),  # changes on every takeover: compare-and-swap
+    Column("acquired_at", _UTCDateTime, nullable=False),
+    Column("refreshed_at", _UTCDateTime, nullable=False),
+    **_MYSQL,
+)
+
+FORGET_KINDS = ("runs", "run_tables", "chunks", "capture_checkpoints", "table_checkpoints", "locks")
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+# --- rows <-> records ------------------------------------------------------------
+
+
+def _chunk_rows(chunks: list[ChunkRecord]) -> list[dict[str, Any]]:
+    return [{"run_id": c.run_id, "table_name": c.table, "chunk_index": c.index,
+             "batch_no": c.batch, "start_bound": c.start, "end_bound": c.end,
+             "where_sql": c.where, "status": c.status, "low_position": c.low,
+             "high_position": c.high, "row_count": c.rows, "byte_count": c.bytes,
+             "path": c.path, "attempts": c.attempts} for c in chunks]
+
+
+def _run_record(r: Row[Any]) -> RunRecord:
+    return RunRecord(r.run_id, r.pipeline, r.status, r.options, r.start_position, r.high_position,
+                     r.created_at, r.updated_at, r.finished_at, r.error)
+
+
+def _run_table_record(r: Row[Any]) -> RunTableRecord:
+    return RunTableRecord(r.run_id, r.table_name, r.mode, r.status, r.strategy, r.chunk_key,
+                          r.info, r.row_count, r.version)
+
+
+def _chunk_record(r: Row[Any]) -> ChunkRecord:
+    return ChunkRecord(r.run_id, r.table_name, r.chunk_index, r.batch_no, r.start_bound,
+                       r.end_bound, r.where_sql, r.status, r.low_position, r.high_position,
+                       r.row_count, r.byte_count, r.path, r.attempts)
+
+
+def _table_checkpoint(r: Row[Any]) -> TableCheckpoint:
+    return TableCheckpoint(r.pipeline, r.table_name, r.version, r.position, r.row_count,
+                           r.manifest, r.run_id, r.published_at)
+
+
+def _lock_record(r: Row[Any]) -> LockRecord:
+    return LockRecord(r.pipeline, r.holder, r.hostname, r.pid, r.acquired_at, r.refreshed_at)
+
+
+# --- backends: engine, insert-or-ignore, creating and migrating the schema ------------
+
+
+def _sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
+    dbapi_connection.isolation_level = None  # SQLAlchemy's "begin" hook emits BEGIN instead
+    cursor = dbapi_connection.cursor()
+    cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+    cursor.execute("PRAGMA journal_mode = WAL")
+    cursor.execute("PRAGMA synchronous = NORMAL")
+    cursor.execute("PRAGMA foreign_keys = ON")
+    cursor.close()
+
+
+def _sqlite_begin(conn: Connection) -> None:
+    write = conn.get_execution_options().get("tm_write", False)
+    conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+
+def _make_engine(url: URL) -> Engine:
+    if url.get_backend_name() != "sqlite":
+        return create_engine(url, pool_pre_ping=True)
+    database = url.database or ""
+    if database and database != ":memory:" and not database.startswith("file:"):
+        Path(database).parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(url)
+    event.listen(engine, "connect", _sqlite_connect)
+    event.listen(engine, "begin", _sqlite_begin)
+    return engine
+
+
+def _insert_ignore(conn: Connection, table: Table, values: dict[str, Any]) -> None:
+    """INSERT that does nothing when the primary key exists (race-free where the dialect can)."""
+    statement: Insert
+    name = conn.dialect.name
+    if name == "sqlite":
+        statement = sqlite.insert(table).values(values).on_conflict_do_nothing()
+    elif name == "postgresql":
+        statement = postgresql.insert(table).values(values).on_conflict_do_nothing()
+    elif name in ("mysql", "mariadb"):
+        statement = insert(table).values(values).prefix_with("IGNORE")
+    else:
+        keys = [table.c[c.name] == values[c.name] for c in table.primary_key.columns]
+        if conn.scalar(select(func.count()).select_from(table).where(*keys)):
+            return
+        statement = insert(table).values(values)
+    conn.execute(statement)
+
+
+def _stored_version(conn: Connection) -> int | None:
+    if not inspect(conn).has_table(SCHEMA.name):
+        return None
+    return conn.scalar(select(SCHEMA.c.version).where(SCHEMA.c.id == 1))
+
+
+def _too_new(url: str, found: int, code: int) -> StateError:
+    return StateError(f"state store at {url} has schema version {found}, newer than "
+                      f"this Tidemark ({code}); upgrade Tidemark")
+
+
+def ensure_schema(tx: Callable[..., AbstractContextManager[Connection]], url: str) -> None:
+    """Create the schema on an empty store, or run ``MIGRATIONS`` on an older one.
+
+    Args:
+        tx: the store's transaction factory; ``tx(write=False)`` opens a read.
+        url: the store's URL with its password masked, for messages and logs.
+
+    Raises:
+        StateError: the stored schema is newer than this code.
+    """
+    code = code_schema_version()
+    with tx(write=False) as conn:
+        found = _stored_version(conn)
+    if found == code:
+        return
+    if found is not None and found > code:
+        raise _too_new(url, found, code)
+    with tx() as conn:
+        if conn.dialect.name == "postgresql":
+            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_SCHEMA_LOCK_KEY})
+        found = _stored_version(conn)
+        if found is None:
+            METADATA.create_all(conn)
+            conn.execute(insert(SCHEMA).values(id=1, version=code, updated_at=_now()))
+            log.info("created the state store schema (version %d) at %s", code, url)
+        elif found > code:
+            raise _too_new(url, found, code)
+        elif found < code:
+            for version in range(found, code):
+                log.info("migrating the state store at %s from schema version %d to %d",
+                         url, version, version + 1)
+                MIGRATIONS[version - 1](conn)
+            conn.execute(update(SCHEMA).values(version=code, updated_at=_now()))
