@@ -47,3 +47,19 @@ class RunFailed(TidemarkError):
 
 class BinlogPurged(RunFailed):
     """Binlog files a run needs are gone from the server."""
+
+
+class TransientReadError(RunFailed):
+    """A read lost or could not open its connection to the source: worth another try."""
+
+
+def resnapshot_hint(table: str, config_path: object = None) -> str:
+    """The one piece of advice for a table that must be read again from the source.
+
+    >>> resnapshot_hint("shop.orders")
+    're-snapshot it: tidemark run --table shop.orders --snapshot'
+    >>> resnapshot_hint("shop.orders", "p.yaml")
+    're-snapshot it: tidemark run --config p.yaml --table shop.orders --snapshot'
+    """
+    config = f" --config {config_path}" if config_path else ""
+    return f"re-snapshot it: tidemark run{config} --table {table} --snapshot"

@@ -15,82 +15,13 @@ from typing import Any
 
 from chunking import ChunkingError, TablePlan, chunk_predicate, encode_key, plan_key_space
 from chunking.keys import decode_key, short
-from chunking.mysql import SQL_MODE_QUERY, Query, backslash_escapes_off, unsupported_key_reason
+from chunking.mysql import SQL_MODE_QUERY, Query, backslash_escapes_off
 from orchestrator.config import Defaults, PipelineConfig, TableConfig
 from orchestrator.errors import ConfigError, SourceNotReady, TidemarkError
+from orchestrator.schema.keys import choose_chunk_key
 from orchestrator.schema.tables import ColumnInfo, TableInfo
 
 log = logging.getLogger("tidemark.planning")
-
-
-def _names(key: Sequence[str]) -> str:
-    return "[" + ", ".join(key) + "]"
-
-
-def _same(a: Sequence[str], b: Sequence[str]) -> bool:
-    return [c.lower() for c in a] == [c.lower() for c in b]
-
-
-def _configured_key(table_config: TableConfig, info: TableInfo) -> tuple[str, ...]:
-    wanted = table_config.chunk_key or ()
-    names = {c.name.lower(): c.name for c in info.columns}
-    missing = [c for c in wanted if c.lower() not in names]
-    if missing:
-        raise ConfigError(f"table `{info.name}`: chunk_key column(s) {', '.join(missing)} do not exist; "
-                          f"columns are {', '.join(c.name for c in info.columns)}")
-    key = tuple(names[c.lower()] for c in wanted)
-    candidates = ([info.primary_key] if info.primary_key else []) + list(info.unique_not_null_keys)
-    for candidate in candidates:
-        if _same(key, candidate):
-            return tuple(candidate)
-    for candidate in candidates:
-        if sorted(c.lower() for c in key) == sorted(c.lower() for c in candidate):
-            raise ConfigError(f"table `{info.name}`: chunk_key {_names(key)} must list the key's columns in "
-                              f"index order: chunk_key: {_names(candidate)}")
-    usable = ", ".join(_names(c) for c in candidates) or "none"
-    raise ConfigError(
-        f"table `{info.name}`: chunk_key {_names(key)} is not the primary key or a unique NOT NULL key, "
-        f"so chunks could share rows; use one of: {usable} "
-        f"(or add one: ALTER TABLE {info.name} ADD UNIQUE KEY ({', '.join(key)}) with the columns NOT NULL)"
-    )
-
-
-def choose_chunk_key(table_config: TableConfig, table_info: TableInfo) -> tuple[str, ...]:
-    """The columns a table is chunked on: the configured ``chunk_key``, else the primary key.
-
-    A configured key must be the primary key or a unique NOT NULL key, columns in
-    index order (so each index walk reads the index in order).
-
-    Raises:
-        ConfigError: the configured key is not usable, or the table has no primary
-            key but a unique NOT NULL key to configure.
-        SourceNotReady: the table has no usable key at all, or its key's type cannot be chunked.
-    """
-    info = table_info
-    if table_config.chunk_key:
-        key = _configured_key(table_config, info)
-    elif info.primary_key:
-        key = tuple(info.primary_key)
-    elif info.unique_not_null_keys:
-        options = " or ".join(f"chunk_key: {_names(k)}" for k in info.unique_not_null_keys)
-        raise ConfigError(f"table `{info.name}` has no primary key; set {options} for it in the config "
-                          "(a unique NOT NULL key, so every row falls in exactly one chunk)")
-    else:
-        raise SourceNotReady(
-            f"table `{info.name}` has no primary key and no unique NOT NULL key, so it cannot be split "
-            f"into chunks without duplicates; add one (ALTER TABLE {info.name} ADD PRIMARY KEY (...)) "
-            "or remove the table from the config"
-        )
-    for name in key:
-        column = info.column(name)
-        reason = unsupported_key_reason(column.data_type, column.collation)
-        if reason:
-            message = f"table `{info.name}`: chunk-key column `{name}` cannot be chunked: {reason}"
-            others = [k for k in info.unique_not_null_keys if not _same(k, key)]
-            if others:
-                message += f"; try chunk_key: {_names(others[0])}"
-            raise (ConfigError(message) if table_config.chunk_key else SourceNotReady(message))
-    return key
 
 
 def check_escaping(query: Query) -> None:
