@@ -25,13 +25,13 @@ from typing import Any, Literal, Protocol
 
 from chunking.keys import Key, KeyValue, format_timedelta
 from chunking.ranges import KeyRange
+from orchestrator.schema.families import FAMILIES, Family
 
-INTEGER_TYPES = frozenset({"tinyint", "smallint", "mediumint", "int", "integer", "bigint", "year"})
-TEXT_TYPES = frozenset({"char", "varchar", "tinytext", "text", "mediumtext", "longtext"})
-BINARY_TYPES = frozenset({"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"})
-DECIMAL_TYPES = frozenset({"decimal", "numeric"})
-FLOAT_TYPES = frozenset({"float", "double", "real"})
-TEMPORAL_TYPES = frozenset({"date", "datetime", "timestamp", "time"})
+#: The type families a chunk key may have (ENUM, SET, BIT and JSON are refused below).
+KEY_FAMILIES: frozenset[Family] = frozenset({"integer", "year", "decimal", "float", "text", "binary",
+                                             "temporal"})
+#: The families whose key values are Python ints (YEAR too): ranges of them can be computed.
+INTEGER_FAMILIES: frozenset[Family] = frozenset({"integer", "year"})
 
 _UNSUPPORTED = {
     "enum": "ENUM sorts by member number but compares as text, so ranges would not partition it",
@@ -85,8 +85,7 @@ def unsupported_key_reason(data_type: str, collation: str | None = None) -> str 
         return (f"CHAR with the NO PAD collation {collation} is ordered by the index and compared by "
                 "expressions differently (padded vs unpadded), so ranges would not partition it; "
                 "use VARCHAR or a PAD SPACE collation for the column, or another unique key")
-    known = INTEGER_TYPES | TEXT_TYPES | BINARY_TYPES | DECIMAL_TYPES | FLOAT_TYPES | TEMPORAL_TYPES
-    return None if data_type in known else f"{data_type} is not a supported chunk-key type"
+    return None if FAMILIES.get(data_type) in KEY_FAMILIES else f"{data_type} is not a supported chunk-key type"
 
 
 def quote_identifier(name: str) -> str:
@@ -170,15 +169,16 @@ def sql_literal(value: KeyValue | bool) -> str:
 
 
 def _fits(data_type: str, value: KeyValue) -> bool:
-    if isinstance(value, str) and data_type in TEMPORAL_TYPES:
+    family = FAMILIES.get(data_type)
+    if isinstance(value, str) and family == "temporal":
         return True  # zero dates ('0000-00-00') come back from PyMySQL as text
-    if data_type in INTEGER_TYPES:
+    if family in INTEGER_FAMILIES:
         return isinstance(value, int) and not isinstance(value, bool)
-    if data_type in TEXT_TYPES:
+    if family == "text":
         return isinstance(value, str)
-    if data_type in BINARY_TYPES:
+    if family == "binary":
         return isinstance(value, bytes | bytearray | memoryview)
-    if data_type in DECIMAL_TYPES | FLOAT_TYPES:
+    if family in ("decimal", "float"):
         return isinstance(value, int | Decimal | float) and not isinstance(value, bool)
     checks = {"date": lambda v: isinstance(v, date) and not isinstance(v, datetime),
               "datetime": lambda v: isinstance(v, datetime), "timestamp": lambda v: isinstance(v, datetime),

@@ -24,6 +24,7 @@ from chunking.keys import Key, encode_key
 from chunking.mysql import ColumnLike, Query
 from chunking.ranges import Chunk, KeyRange, Strategy, TablePlan
 from chunking.uneven import UnevenSplitter
+from orchestrator.schema.families import FAMILIES
 
 #: Below this many estimated rows the estimate is replaced by an exact COUNT(*):
 #: InnoDB's TABLE_ROWS is often 0 or stale for small and freshly loaded tables.
@@ -186,7 +187,7 @@ def open_splitter(
 def _decide(query: Query, table: str, chunk_key: Sequence[str], data_types: Sequence[str],
             low: Key, high: Key, row_estimate: int, factor_bounds: tuple[float, float],
             exact_count_below: int) -> Decision:
-    if len(chunk_key) > 1 or data_types[0] not in mysql.INTEGER_TYPES:
+    if len(chunk_key) > 1 or FAMILIES.get(data_types[0]) not in mysql.INTEGER_FAMILIES:
         return Decision("uneven", _key_kind(chunk_key, data_types))
     lo, hi = _as_int(low[0]), _as_int(high[0])
     rows, exact = row_estimate, False
@@ -199,27 +200,17 @@ def _decide(query: Query, table: str, chunk_key: Sequence[str], data_types: Sequ
     return choose_strategy(lo, hi, rows, exact, factor_bounds)
 
 
-def plan_key_space(
-    query: Query,
-    table: str,
-    chunk_key: Sequence[str],
-    columns: Sequence[ColumnLike | str],
-    chunk_size: int,
-    *,
-    row_estimate: int = 0,
-    factor_bounds: tuple[float, float] = (0.05, 100.0),
-    exact_count_below: int = EXACT_COUNT_BELOW,
-) -> TablePlan:
+def plan_key_space(query: Query, table: str, chunk_key: Sequence[str], columns: Sequence[ColumnLike | str],
+                   chunk_size: int, **options: Any) -> TablePlan:
     """Plan a whole table: `open_splitter` run to the end, with the numbers in ``stats``.
 
     ``stats["queries"]`` counts every statement planning ran. For the uneven
     strategy ``stats["rows"]`` is exact (the walk counts rows); for the even one
-    it is the count or estimate the strides were computed from.
+    it is the count or estimate the strides were computed from. ``options`` are
+    `open_splitter`'s keyword arguments (``row_estimate``, ``factor_bounds``, ...).
     """
     counting = CountingQuery(query)
-    splitter, stats = open_splitter(counting, table, chunk_key, columns, chunk_size,
-                                    row_estimate=row_estimate, factor_bounds=factor_bounds,
-                                    exact_count_below=exact_count_below)
+    splitter, stats = open_splitter(counting, table, chunk_key, columns, chunk_size, **options)
     chunks = tuple(splitter.chunks()) if splitter is not None else ()
     if stats["strategy"] == "uneven":
         stats.update(rows=sum(c.estimated_rows or 0 for c in chunks), rows_exact=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +51,7 @@ class Secret:
 @dataclass(frozen=True, slots=True)
 class SourceConfig:
     host: str
-    port: int
+    port: int = field(default=3306, kw_only=True)  # keyword-only: a default before required fields
     user: str
     server_id: int
     password: Secret | None = None
@@ -210,6 +210,13 @@ class _Reader:
             self.problem(f"{key}.{missing}" if key else missing, "missing required key")
         return data
 
+    def setting(self, data: Mapping[str, Any], path: str, section: type[Any], kind: type | tuple[type, ...],
+                check: Callable[[Any], str | None] | None = None) -> Any:
+        """`value` at ``path`` (e.g. ``source.time_zone``), defaulting to what the section's
+        dataclass (e.g. `SourceConfig`) declares for the field the path ends in."""
+        key = path.rpartition(".")[2]
+        return self.value(data, key, path, kind, field_default(section, key), check)
+
     def value(
         self,
         data: Mapping[str, Any],
@@ -237,6 +244,26 @@ class _Reader:
                 self.problem(path, message)
                 return default
         return value
+
+
+def field_default(cls: type[Any], name: str) -> Any:
+    """The default a config dataclass declares for a field: the one place each default is written.
+
+    >>> field_default(Defaults, "chunk_size"), field_default(SparkConfig, "conf")
+    (50000, {})
+    """
+    for declared in fields(cls):
+        if declared.name == name:
+            if declared.default_factory is not MISSING:
+                return declared.default_factory()
+            if declared.default is not MISSING:
+                return declared.default
+    raise TypeError(f"{cls.__name__}.{name} declares no default")
+
+
+def _keys(cls: type[Any]) -> set[str]:
+    """The keys a config section takes: its dataclass's fields."""
+    return {declared.name for declared in fields(cls)}
 
 
 def _kind(value: Any) -> str:
@@ -307,9 +334,7 @@ def parse_config(
 
 
 def _source(r: _Reader, data: Any, check_env: bool) -> SourceConfig | None:
-    keys = {"host", "port", "user", "password", "password_env", "airflow_conn_id", "server_id",
-            "jdbc_driver_jar", "jdbc_url_params", "time_zone", "connect_timeout"}
-    m = r.mapping(data, "source", keys, {"host", "user", "server_id"})
+    m = r.mapping(data, "source", _keys(SourceConfig), {"host", "user", "server_id"})
     secrets = [k for k in ("password", "password_env", "airflow_conn_id") if m.get(k) is not None]
     if len(secrets) > 1:
         r.problem("source", f"give only one of password, password_env, airflow_conn_id; found {', '.join(secrets)}")
@@ -321,7 +346,7 @@ def _source(r: _Reader, data: Any, check_env: bool) -> SourceConfig | None:
     if env and check_env and env not in os.environ:
         r.problem("source.password_env",
                   f"environment variable {env} is not set; export it (or use source.password)")
-    params = r.value(m, "jdbc_url_params", "source.jdbc_url_params", dict, {})
+    params = r.setting(m, "source.jdbc_url_params", SourceConfig, dict)
     if not all(isinstance(k, str) for k in params):
         r.problem("source.jdbc_url_params", "keys must be strings")
     host = r.value(m, "host", "source.host", str, "")
@@ -336,60 +361,55 @@ def _source_obj(r: _Reader, m: dict[str, Any], host: str, user: str, server_id: 
                 password: str | None, env: str | None, params: dict[str, Any]) -> SourceConfig:
     return SourceConfig(
         host=host,
-        port=r.value(m, "port", "source.port", int, 3306, _port),
+        port=r.setting(m, "source.port", SourceConfig, int, _port),
         user=user,
         server_id=server_id,
         password=Secret(password) if password is not None else None,
         password_env=env,
         airflow_conn_id=r.value(m, "airflow_conn_id", "source.airflow_conn_id", str),
-        jdbc_driver_jar=r.value(m, "jdbc_driver_jar", "source.jdbc_driver_jar", str, DEFAULT_JDBC_JAR),
+        jdbc_driver_jar=r.setting(m, "source.jdbc_driver_jar", SourceConfig, str),
         jdbc_url_params={str(k): str(v) for k, v in params.items()},
-        time_zone=r.value(m, "time_zone", "source.time_zone", str, "+00:00"),
-        connect_timeout=r.value(m, "connect_timeout", "source.connect_timeout", int, 10, _positive),
+        time_zone=r.setting(m, "source.time_zone", SourceConfig, str),
+        connect_timeout=r.setting(m, "source.connect_timeout", SourceConfig, int, _positive),
     )
 
 
 def _spark(r: _Reader, data: Any) -> SparkConfig:
-    m = r.mapping(data, "spark", {"master", "conf"}, set())
-    conf = r.value(m, "conf", "spark.conf", dict, {})
-    return SparkConfig(master=r.value(m, "master", "spark.master", str, "local[*]"),
+    m = r.mapping(data, "spark", _keys(SparkConfig), set())
+    conf = r.setting(m, "spark.conf", SparkConfig, dict)
+    return SparkConfig(master=r.setting(m, "spark.master", SparkConfig, str),
                        conf={str(k): str(v) for k, v in conf.items()})
 
 
 def _output(r: _Reader, data: Any) -> OutputConfig:
-    m = r.mapping(data, "output", {"path", "staging", "keep_versions"}, {"path"})
+    m = r.mapping(data, "output", _keys(OutputConfig), {"path"})
     return OutputConfig(path=r.value(m, "path", "output.path", str, ""),
-                        staging=r.value(m, "staging", "output.staging", str),
-                        keep_versions=r.value(m, "keep_versions", "output.keep_versions", int, 5, _positive))
+                        staging=r.setting(m, "output.staging", OutputConfig, str),
+                        keep_versions=r.setting(m, "output.keep_versions", OutputConfig, int, _positive))
 
 
 def _state(r: _Reader, data: Any) -> StateConfig:
-    m = r.mapping(data, "state", {"url"}, {"url"})
+    m = r.mapping(data, "state", _keys(StateConfig), {"url"})
     return StateConfig(url=r.value(m, "url", "state.url", str, ""))
 
 
 def _defaults(r: _Reader, data: Any) -> Defaults:
-    m = r.mapping(data, "defaults", {"chunk_size", "batch_chunks", "fetch_size",
-                                     "read_margin_seconds", "even_distribution_factor",
-                                     "expected_run_hours", "capture_batch_rows", "read_attempts"},
-                    set())
-    factor = r.value(m, "even_distribution_factor", "defaults.even_distribution_factor", list, [0.05, 2.0])
+    m = r.mapping(data, "defaults", _keys(Defaults), set())
+    factor = r.setting(m, "defaults.even_distribution_factor", Defaults, list)
     if len(factor) != 2 or not all(isinstance(x, int | float) and x > 0 for x in factor) or factor[0] > factor[1]:
         r.problem("defaults.even_distribution_factor", f"expected [low, high] positive numbers, low <= high, found {factor}")
-        factor = [0.05, 2.0]
-    margin = r.value(m, "read_margin_seconds", "defaults.read_margin_seconds", float, 0.5,
-                     lambda v: None if v >= 0 else f"must be >= 0, found {v}")
+        factor = field_default(Defaults, "even_distribution_factor")
     return Defaults(
-        chunk_size=r.value(m, "chunk_size", "defaults.chunk_size", int, 50000, _positive),
-        batch_chunks=r.value(m, "batch_chunks", "defaults.batch_chunks", int, 16, _positive),
-        fetch_size=r.value(m, "fetch_size", "defaults.fetch_size", int, 10000, _positive),
-        read_margin_seconds=margin,
+        chunk_size=r.setting(m, "defaults.chunk_size", Defaults, int, _positive),
+        batch_chunks=r.setting(m, "defaults.batch_chunks", Defaults, int, _positive),
+        fetch_size=r.setting(m, "defaults.fetch_size", Defaults, int, _positive),
+        read_margin_seconds=r.setting(m, "defaults.read_margin_seconds", Defaults, float,
+                                      lambda v: None if v >= 0 else f"must be >= 0, found {v}"),
         even_distribution_factor=(float(factor[0]), float(factor[1])),
-        expected_run_hours=r.value(m, "expected_run_hours", "defaults.expected_run_hours", float, 6.0,
-                                   lambda v: None if v > 0 else f"must be > 0, found {v}"),
-        capture_batch_rows=r.value(m, "capture_batch_rows", "defaults.capture_batch_rows", int, 50000,
-                                   _positive),
-        read_attempts=r.value(m, "read_attempts", "defaults.read_attempts", int, 3, _positive),
+        expected_run_hours=r.setting(m, "defaults.expected_run_hours", Defaults, float,
+                                     lambda v: None if v > 0 else f"must be > 0, found {v}"),
+        capture_batch_rows=r.setting(m, "defaults.capture_batch_rows", Defaults, int, _positive),
+        read_attempts=r.setting(m, "defaults.read_attempts", Defaults, int, _positive),
     )
 
 
@@ -401,7 +421,7 @@ def _tables(r: _Reader, data: Any, defaults: Defaults) -> tuple[TableConfig, ...
     seen: set[str] = set()
     for i, item in enumerate(data):
         key = f"tables[{i}]"
-        m = r.mapping(item, key, {"name", "chunk_key", "chunk_size", "batch_chunks", "where"}, {"name"})
+        m = r.mapping(item, key, _keys(TableConfig), {"name"})
         name = r.value(m, "name", f"{key}.name", str, "",
                        lambda v: None if TABLE_NAME.match(v)
                        else f"expected `database.table` (letters, digits, _ and $), found {v!r}")

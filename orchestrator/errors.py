@@ -63,3 +63,15 @@ def resnapshot_hint(table: str, config_path: object = None) -> str:
     """
     config = f" --config {config_path}" if config_path else ""
     return f"re-snapshot it: tidemark run{config} --table {table} --snapshot"
+
+
+def first_line(exc: BaseException, limit: int = 500) -> str:
+    """An error's first line (its type's name when it has no text), cut at ``limit`` characters.
+
+    >>> first_line(ValueError("bad value\\n  at line 3"))
+    'bad value'
+    >>> first_line(KeyError())
+    'KeyError'
+    """
+    lines = str(exc).strip().splitlines()
+    return (lines[0] if lines else type(exc).__name__)[:limit]

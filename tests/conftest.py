@@ -1,8 +1,14 @@
-"""Shared fixtures: a private MariaDB (session-scoped) and helpers to build configs."""
+"""Shared fixtures: a private MariaDB (session-scoped) and helpers to build configs.
+
+Also the throwaway Airflow home of the whole pytest process (``pytest_configure``).
+"""
 
 from __future__ import annotations
 
+import os
 import shutil
+import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,8 +17,41 @@ import pytest
 import yaml
 
 from orchestrator.demo.localdb import LocalMariaDB
+from tests.dags.airflow_home import SESSION_HOME, airflow_env
 
 HAVE_MARIADB = shutil.which("mariadbd") is not None or Path("/usr/sbin/mariadbd").exists()
+
+_SAVED_ENV = pytest.StashKey[dict[str, str | None]]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Give Airflow a throwaway home before collection can import it.
+
+    ``--doctest-modules`` (setup.cfg) imports every module of ``orchestrator``,
+    ``orchestrator.runtime.airflow_dags`` (hence Airflow) included, and Airflow
+    reads its configuration once, at first import: without this it would use
+    (and create) ``~/airflow`` or the developer's own ``$AIRFLOW_HOME``, and the
+    tests/dags fixture could no longer choose its home.
+    """
+    if "airflow" in sys.modules:
+        return  # too late to redirect; the tests/dags fixture reports it
+    home = Path(tempfile.mkdtemp(prefix="tidemark-airflow-"))
+    env = airflow_env(home)
+    config.stash[_SAVED_ENV] = {key: os.environ.get(key) for key in env}
+    config.stash[SESSION_HOME] = home
+    os.environ.update(env)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    saved = config.stash.get(_SAVED_ENV, {})
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    home = config.stash.get(SESSION_HOME, None)
+    if home is not None:
+        shutil.rmtree(home, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 
 from orchestrator.binlog import rowdecode as rd
 from orchestrator.binlog.temporal import big_endian, temporal_finisher, u64
+from orchestrator.schema.families import BINARY_TYPES, DECIMAL_TYPES, TEMPORAL_TYPES, TEXT_TYPES
 from orchestrator.schema.tables import ColumnInfo
 from orchestrator.schema.types import is_boolean
 from orchestrator.schema.values import (
@@ -253,9 +254,6 @@ def _binary(column: ColumnInfo) -> Finisher:
 
 # --------------------------------------------------------------------------- per column
 
-_TEXT = frozenset({"char", "varchar", "tinytext", "text", "mediumtext", "longtext"})
-_BINARY = frozenset({"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"})
-
 
 def finisher(column: ColumnInfo, field: rd.Field, parse_json: JsonParser) -> Finisher:
     """The function taking a column of raw values (None for NULL) to its staging Arrow array.
@@ -276,11 +274,11 @@ def finisher(column: ColumnInfo, field: rd.Field, parse_json: JsonParser) -> Fin
         return _each(_unsigned_int if column.unsigned else _signed_int, arrow)
     if t == "year":
         return _each(lambda year: year + 1900 if year else 0, arrow)
-    if t in ("decimal", "numeric"):
+    if t in DECIMAL_TYPES:
         return _decimal(column, field)
     if t == "bit":
         return _each(_bits(field.meta[1] * 8 + field.meta[0]), arrow)
-    if t in _TEXT:
+    if t in TEXT_TYPES:
         return _text(column, strip_pad=t == "char")
     if t == "enum":
         return _enum(column)
@@ -288,8 +286,8 @@ def finisher(column: ColumnInfo, field: rd.Field, parse_json: JsonParser) -> Fin
         return _set(column)
     if t == "json":
         return _json(column, field, parse_json)
-    if t in _BINARY:
+    if t in BINARY_TYPES:
         return _binary(column)
-    if t in ("date", "datetime", "timestamp", "time"):
+    if t in TEMPORAL_TYPES:
         return temporal_finisher(field, arrow)
     return lambda values: pa.array(values, arrow)  # integers and floats, as struct read them

@@ -28,9 +28,11 @@ from orchestrator.binlog import events as ev
 from orchestrator.binlog import rowdecode as rd
 from orchestrator.binlog.stream import DumpStream
 from orchestrator.config import SourceConfig
-from orchestrator.errors import BinlogPurged, RunFailed
+from orchestrator.errors import BinlogPurged, RunFailed, resnapshot_hint
 from orchestrator.positions import BinlogPosition, file_index
+from orchestrator.schema.families import BINARY_TYPES, DECIMAL_TYPES, INTEGER_BITS, TEXT_TYPES
 from orchestrator.schema.tables import ColumnInfo, TableInfo
+from orchestrator.source.dialect import Dialect
 
 log = logging.getLogger(__name__)
 
@@ -76,22 +78,23 @@ class RowsEvent:
 
 # --------------------------------------------------------------------------- table shapes
 
-#: information_schema DATA_TYPE -> the binlog field types it can appear as.
+#: Integer storage bits -> the binlog field type.
+_INTEGER_FIELDS = {8: rd.TINY, 16: rd.SHORT, 24: rd.INT24, 32: rd.LONG, 64: rd.LONGLONG}
+_BLOBS = frozenset({rd.BLOB, rd.TINY_BLOB, rd.MEDIUM_BLOB, rd.LONG_BLOB})
+
+#: information_schema DATA_TYPE -> the binlog field types it can appear as: by family, except
+#: where a family has several (FLOAT/DOUBLE, CHAR/VARCHAR/TEXT, each temporal type).
 _FIELD_TYPES: dict[str, frozenset[int]] = {
-    data_type: frozenset(kinds)
-    for data_types, kinds in (
-        ("tinyint", [rd.TINY]), ("smallint", [rd.SHORT]), ("mediumint", [rd.INT24]),
-        ("int integer", [rd.LONG]), ("bigint", [rd.LONGLONG]),
-        ("decimal numeric", [rd.NEWDECIMAL]), ("float", [rd.FLOAT]),
-        ("double real", [rd.DOUBLE]), ("bit", [rd.BIT]), ("year", [rd.YEAR]),
+    **{t: frozenset({_INTEGER_FIELDS[bits]}) for t, bits in INTEGER_BITS.items()},
+    **dict.fromkeys(DECIMAL_TYPES, frozenset({rd.NEWDECIMAL})),
+    **dict.fromkeys(TEXT_TYPES | BINARY_TYPES, _BLOBS),  # the TEXTs and BLOBs; CHAR, VARCHAR below
+    **{data_type: frozenset(kinds) for data_types, kinds in (
         ("char binary", [rd.STRING]), ("varchar varbinary", [rd.VARCHAR, rd.VAR_STRING]),
-        ("enum", [rd.ENUM]), ("set", [rd.SET]), ("date", [rd.DATE, rd.NEWDATE]),
-        ("datetime", [rd.DATETIME, rd.DATETIME2]), ("timestamp", [rd.TIMESTAMP, rd.TIMESTAMP2]),
-        ("time", [rd.TIME, rd.TIME2]), ("json", [rd.JSON, rd.BLOB]),
-        ("tinytext text mediumtext longtext tinyblob blob mediumblob longblob",
-         [rd.BLOB, rd.TINY_BLOB, rd.MEDIUM_BLOB, rd.LONG_BLOB]),
-    )
-    for data_type in data_types.split()
+        ("float", [rd.FLOAT]), ("double real", [rd.DOUBLE]), ("bit", [rd.BIT]), ("year", [rd.YEAR]),
+        ("enum", [rd.ENUM]), ("set", [rd.SET]), ("json", [rd.JSON, rd.BLOB]),
+        ("date", [rd.DATE, rd.NEWDATE]), ("datetime", [rd.DATETIME, rd.DATETIME2]),
+        ("timestamp", [rd.TIMESTAMP, rd.TIMESTAMP2]), ("time", [rd.TIME, rd.TIME2]),
+    ) for data_type in data_types.split()},
 }
 
 
@@ -105,7 +108,7 @@ def check_shape(info: TableInfo, table_map: ev.TableMap) -> None:
         raise RunFailed(
             f"table {info.name} has {len(table_map.types)} columns in the binlog but "
             f"{len(info.columns)} when the run was planned; its shape changed during the run: "
-            f"re-snapshot it (tidemark run --table {info.name} --snapshot)")
+            f"{resnapshot_hint(info.name)}")
     for kind, meta, ours in zip(table_map.types, table_map.meta, info.columns, strict=True):
         expected = _FIELD_TYPES.get(ours.data_type)
         if (expected is not None and rd.real_type(kind, meta) not in expected) or \
@@ -113,7 +116,7 @@ def check_shape(info: TableInfo, table_map: ev.TableMap) -> None:
             raise RunFailed(
                 f"column `{ours.name}` of {info.name} is {ours.column_type} in "
                 "information_schema but has another type in the binlog; the table changed "
-                f"during the run: re-snapshot it (tidemark run --table {info.name} --snapshot)")
+                f"during the run: {resnapshot_hint(info.name)}")
 
 
 def _sizes(kind: int, meta: bytes) -> tuple[int, ...] | None:
@@ -130,7 +133,7 @@ def _sizes(kind: int, meta: bytes) -> tuple[int, ...] | None:
 
 def _planned_sizes(column: ColumnInfo) -> tuple[int, ...]:
     """The same sizes as ``information_schema`` gave them when the run was planned."""
-    if column.data_type in ("decimal", "numeric"):
+    if column.data_type in DECIMAL_TYPES:
         return column.precision or 10, column.scale or 0
     if column.data_type == "bit":
         return (column.precision or column.display_width or 1,)
@@ -216,10 +219,7 @@ class EventReader:
             with conn.cursor() as cur:
                 cur.execute("SHOW BINARY LOGS")
                 files = [str(row[0]) for row in cur.fetchall()]
-                try:
-                    cur.execute("SHOW MASTER STATUS")
-                except pymysql.err.ProgrammingError:  # MySQL 8.4 has only the new name
-                    cur.execute("SHOW BINARY LOG STATUS")
+                cur.execute(Dialect.from_version(conn.get_server_info()).binlog_status_sql)
                 status = cur.fetchone()
         finally:
             conn.close()

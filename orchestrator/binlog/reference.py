@@ -52,6 +52,7 @@ from orchestrator.binlog.reader import Boundary, EventReader, Op, RowsEvent
 from orchestrator.positions import BinlogPosition
 from orchestrator.schema.tables import ColumnInfo, TableInfo
 from orchestrator.schema.values import BatchConverter, definition_labels, time2_from_bytes
+from orchestrator.source.dialect import Dialect
 
 __all__ = ["BinlogReader", "Boundary", "LibraryDecoding", "Record", "RowChange", "RowsEvent",
            "parse_mysql_json"]
@@ -205,7 +206,7 @@ class LibraryRows:
         self._tables: dict[ev.TableMap, Any] = {}
 
     def _event(self, packet: bytes, fmt: ev.Format, table_map: dict[int, Any]) -> Any:
-        dbms = "mariadb" if "mariadb" in fmt.server_version.lower() else "mysql"
+        dbms = Dialect.from_version(fmt.server_version).flavor
         wrapper = BinLogPacketWrapper(
             from_packet=MysqlPacket(packet, "utf8"), table_map=table_map,
             ctl_connection=_Control(dbms), mysql_version=(0, 0, 0),

@@ -82,11 +82,6 @@ class Field:
     def size(self) -> int:
         return struct.calcsize("<" + self.code) if self.code else 0
 
-    @property
-    def fsp_bytes(self) -> int:
-        """Bytes of fractional seconds of TIME2/DATETIME2/TIMESTAMP2."""
-        return (self.meta[0] + 1) // 2
-
 
 def real_type(kind: int, meta: bytes) -> int:
     """The type a STRING column really has: ENUM and SET are STRING with the type in metadata."""

@@ -53,9 +53,9 @@ def write_demo_config(base: Path, server: LocalMariaDB) -> Path:
 
 def demo_command(directory: str, *, rows: int = 200_000, keep: bool = False) -> int:
     from orchestrator.demo.verify import verify_table
+    from orchestrator.pipeline.context import table_dir
     from orchestrator.runtime.run import run_command
     from orchestrator.source.doctor import doctor_command
-    from orchestrator.steps import table_dir
 
     base = Path(directory).resolve()
     if base.exists():

@@ -18,7 +18,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.dataset as ds
 
+from chunking.mysql import quote_identifier, quote_table
 from orchestrator.lake import storage
+from orchestrator.lake.manifest import read_manifest
+from orchestrator.schema.families import BINARY_TYPES, DECIMAL_TYPES, ZERO_DATE_TYPES
 from orchestrator.schema.tables import ColumnInfo, TableInfo
 from orchestrator.schema.types import arrow_type, is_boolean
 
@@ -73,11 +76,11 @@ def normalize(column: ColumnInfo, value: Any) -> Any:
         return int.from_bytes(value, "big") if isinstance(value, bytes) else int(value)
     if t == "float":
         return struct.unpack("f", struct.pack("f", float(value)))[0]
-    if t in ("decimal", "numeric"):
+    if t in DECIMAL_TYPES:
         return str(Decimal(value)) if arrow_type(column) == pa.string() else Decimal(value)
     if t == "bigint" and column.unsigned:
         return int(value)
-    if t in ("date", "datetime", "timestamp") and isinstance(value, str):
+    if t in ZERO_DATE_TYPES and isinstance(value, str):
         return None  # zero dates come back as text from PyMySQL; the mapping makes them null
     if t == "timestamp" and isinstance(value, dt.datetime):
         return value.replace(tzinfo=None) if value.tzinfo is None else value.astimezone(dt.UTC).replace(tzinfo=None)
@@ -85,7 +88,7 @@ def normalize(column: ColumnInfo, value: Any) -> Any:
         return dt.timedelta(microseconds=value)
     if t == "set" and isinstance(value, set):
         return ",".join(sorted(value))
-    if isinstance(value, bytes) and t not in ("binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"):
+    if isinstance(value, bytes) and t not in BINARY_TYPES:
         return value.decode(column.charset or "utf8", errors="replace")
     return value
 
@@ -125,8 +128,6 @@ def compare(info: TableInfo, key: tuple[str, ...], source_rows: Iterable[tuple[A
 
 def published_rows(table_dir: str) -> list[dict[str, Any]]:
     """Every row of the current published version of a table, as dicts."""
-    from orchestrator.pipeline.publish import read_manifest
-
     manifest = read_manifest(table_dir)
     files = [storage.local_path(storage.join(table_dir, f)) for f in manifest["files"]]
     return ds.dataset(files, format="parquet").to_table().to_pylist() if files else []
@@ -135,10 +136,10 @@ def published_rows(table_dir: str) -> list[dict[str, Any]]:
 def verify_table(conn: Any, info: TableInfo, key: tuple[str, ...], table_dir: str) -> Comparison:
     """Compare the source table (read through ``conn``, a PyMySQL connection) with its published version."""
     # FLOAT over the text protocol has 6 significant digits; the lake holds the exact float32.
-    columns = ", ".join(f"CAST(`{c.name}` AS DOUBLE)" if c.data_type == "float" else f"`{c.name}`"
-                        for c in info.columns)
+    columns = ", ".join(f"CAST({quote_identifier(c.name)} AS DOUBLE)" if c.data_type == "float"
+                        else quote_identifier(c.name) for c in info.columns)
     with conn.cursor() as cur:
         cur.execute("SET time_zone = '+00:00'")
-        cur.execute(f"SELECT {columns} FROM `{info.database}`.`{info.table}`")
+        cur.execute(f"SELECT {columns} FROM {quote_table(info.name)}")
         rows = cur.fetchall()
     return compare(info, key, rows, published_rows(table_dir))

@@ -35,6 +35,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 
 #: Schemes this module knows; anything else is refused with a message naming it.
 SCHEMES = ("file", "s3a", "s3", "hdfs")
@@ -139,6 +140,24 @@ def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
     if scheme == "hdfs":
         return fs, urlsplit(uri).path or "/"
     return fs, rest.rstrip("/")
+
+
+def parquet_rows(uri: str, fs: pafs.FileSystem | None = None) -> int:
+    """The row count of a Parquet file, from its footer (``uri`` is a path in ``fs`` when given)."""
+    if fs is None:
+        fs, uri = filesystem(uri)
+    with fs.open_input_file(uri) as handle:
+        return int(pq.read_metadata(handle).num_rows)
+
+
+def table_dir(root: str, table: str) -> str:
+    """A table's directory under the output root (CONTRACT.md "Output layout").
+
+    >>> table_dir("s3a://lake", "shop.orders")
+    's3a://lake/shop/orders'
+    """
+    database, name = table.split(".", 1)
+    return join(root, database, name)
 
 
 def _uri_for(base: str, base_path: str, path: str) -> str:

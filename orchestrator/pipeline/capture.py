@@ -30,11 +30,8 @@ benchmarks), into the same segments.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
-import os
-import re
 import time
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -42,7 +39,6 @@ from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.fs as pafs
-import pyarrow.parquet as pq
 
 from orchestrator.binlog.batch import Decoding, FastDecoding
 from orchestrator.binlog.reference import (
@@ -54,20 +50,23 @@ from orchestrator.binlog.reference import (
     parse_mysql_json,
 )
 from orchestrator.config import PipelineConfig
+from orchestrator.errors import BinlogPurged, RunFailed
+from orchestrator.lake import storage
+from orchestrator.pipeline.changes import META_COLUMNS, OLD_PREFIX, OP
+from orchestrator.pipeline.context import open_source, open_store, position, table_info
+from orchestrator.pipeline.segments import resume_point, segment_name, write_segment
 from orchestrator.positions import BinlogPosition, file_index
 from orchestrator.runtime import faults
 from orchestrator.schema.tables import TableInfo
 from orchestrator.schema.values import staging_schema, staging_type
-from orchestrator.state.store import StateStore
+from orchestrator.state.store import RunRecord, RunTableRecord, StateStore
 
 log = logging.getLogger(__name__)
 
-SEGMENT = re.compile(r"^seg-(\d{6,})\.parquet$")
 #: Checkpoint at a boundary at least this often, even with little to write.
 CHECKPOINT_SECONDS = 30.0
 #: Log a progress line at most this often.
 LOG_SECONDS = 10.0
-META_COLUMNS = ("_tm_file", "_tm_pos", "_tm_row", "_tm_op")
 
 _file_index = functools.lru_cache(maxsize=256)(file_index)
 
@@ -109,49 +108,11 @@ class CaptureResult:
     resumed: bool = False
     seconds: float = 0.0
 
-
-# --------------------------------------------------------------------------- staging paths
-
-
-def _filesystem(staging: str) -> tuple[pafs.FileSystem, str]:
-    """The filesystem and root path of a staging location (local path or URI)."""
-    if "://" not in staging and not os.path.isabs(staging):
-        staging = os.path.abspath(staging)
-    return pafs.FileSystem.from_uri(staging)
-
-
-def segment_name(number: int) -> str:
-    """The file name of segment ``number``.
-
-    >>> segment_name(12)
-    'seg-000012.parquet'
-    """
-    return f"seg-{number:06d}.parquet"
-
-
-def _segments(fs: pafs.FileSystem, directory: str) -> list[tuple[int, str, str]]:
-    """``(number, table, path)`` of every segment under ``directory``, in number order."""
-    found = []
-    for info in fs.get_file_info(pafs.FileSelector(directory, recursive=True, allow_not_found=True)):
-        match = SEGMENT.match(info.base_name)
-        if info.type == pafs.FileType.File and match:
-            table = info.path.rstrip("/").rsplit("/", 2)[-2]
-            found.append((int(match.group(1)), table, info.path))
-    return sorted(found)
-
-
-def segment_paths(staging: str, run_id: str, table: str) -> list[str]:
-    """The paths (within the staging filesystem) of a table's segments, in number order."""
-    fs, root = _filesystem(staging)
-    return [p for _, t, p in _segments(fs, f"{root}/{run_id}/changes") if t == table]
-
-
-def read_changes(staging: str, run_id: str, table: str) -> pa.Table:
-    """All of a table's captured changes in segment order (an empty table if there are none)."""
-    fs, root = _filesystem(staging)
-    parts = [pq.read_table(p, filesystem=fs) for n, t, p in _segments(fs, f"{root}/{run_id}/changes")
-             if t == table]
-    return pa.concat_tables(parts) if parts else pa.table({})
+    def __str__(self) -> str:
+        per_table = ", ".join(f"{t} {n}" for t, n in sorted(self.rows.items())) or "no tables"
+        how = "resumed, " if self.resumed else ""
+        return (f"{sum(self.rows.values())} changes up to {self.end} ({per_table}; {how}"
+                f"{self.segments} segments, {self.seconds:.1f}s)")
 
 
 # --------------------------------------------------------------------------- segment writing
@@ -188,9 +149,9 @@ class _TableBuffer:
         self.shapes: list[tuple[Hashable, int]] = []  # (shape, index of its first row)
 
     def _schema(self) -> pa.Schema:
-        meta = [pa.field(name, pa.string() if name == "_tm_op" else pa.int64(), False)
+        meta = [pa.field(name, pa.string() if name == OP else pa.int64(), False)
                 for name in META_COLUMNS]
-        old = [pa.field(f"_tm_old_{self.table.info.columns[i].name}",
+        old = [pa.field(f"{OLD_PREFIX}{self.table.info.columns[i].name}",
                         staging_type(self.table.info.columns[i]), True) for i in self.key_index]
         return pa.schema([*meta, *staging_schema(self.table.info.columns), *old])
 
@@ -225,21 +186,6 @@ class _TableBuffer:
         arrays = [pa.array(self.files, pa.int64()), pa.array(self.positions, pa.int64()),
                   pa.array(self.rows, pa.int64()), pa.array(self.ops, pa.string()), *data]
         return pa.Table.from_arrays(arrays, schema=self.schema)
-
-
-def _write_atomic(fs: pafs.FileSystem, path: str, table: pa.Table) -> None:
-    """Write a Parquet file under a temporary name and rename it into place."""
-    directory, _, name = path.rpartition("/")
-    fs.create_dir(directory, recursive=True)
-    temp = f"{directory}/.{name}.tmp"
-    if isinstance(fs, pafs.LocalFileSystem):
-        with open(temp, "wb") as out:
-            pq.write_table(table, out)
-            out.flush()
-            os.fsync(out.fileno())
-    else:
-        pq.write_table(table, temp, filesystem=fs)
-    fs.move(temp, path)
 
 
 # --------------------------------------------------------------------------- the capture
@@ -307,7 +253,7 @@ class _Capture:
                 continue
             self.segments += 1
             path = f"{self.root}/{self.run_id}/changes/{name}/{segment_name(self.segments)}"
-            _write_atomic(self.fs, path, buffer.to_arrow())
+            write_segment(self.fs, path, buffer.to_arrow())
             self.rows[name] = self.rows.get(name, 0) + len(buffer)
             buffer.clear()
             self.unsaved = True
@@ -328,31 +274,6 @@ class _Capture:
         rate = self.captured / max(now - self.started, 1e-6)
         log.info("capture %s: %d changes (%.0f/s), %d segments, at %s of stop %s", self.run_id,
                  sum(self.rows.values()) + self.buffered, rate, self.segments, position, self.stop)
-
-
-def _resume_point(store: StateStore, run_id: str, fs: pafs.FileSystem, root: str
-                  ) -> tuple[BinlogPosition | None, int, dict[str, int]]:
-    """The run's checkpoint (position, segments) and rows per table in durable segments.
-
-    Segments numbered above the checkpoint, and temporary files, are deleted.
-    """
-    saved = store.capture_checkpoint(run_id)
-    position = BinlogPosition.from_json(saved["position"]) if saved else None
-    durable = int(saved["segments"]) if saved else 0
-    directory = f"{root}/{run_id}/changes"
-    rows: dict[str, int] = {}
-    for number, table, path in _segments(fs, directory):
-        if number > durable:
-            log.info("capture %s: deleting %s, written after the last checkpoint", run_id, path)
-            fs.delete_file(path)
-        else:
-            with fs.open_input_file(path) as handle:
-                rows[table] = rows.get(table, 0) + pq.read_metadata(handle).num_rows
-    for info in fs.get_file_info(pafs.FileSelector(directory, recursive=True, allow_not_found=True)):
-        if info.type == pafs.FileType.File and info.base_name.endswith(".tmp"):
-            with contextlib.suppress(FileNotFoundError):
-                fs.delete_file(info.path)
-    return position, durable, rows
 
 
 def capture_changes(config: PipelineConfig, store: StateStore, run_id: str,
@@ -378,8 +299,8 @@ def capture_changes(config: PipelineConfig, store: StateStore, run_id: str,
         RunFailed: the binlog connection was lost, or a table's shape changed.
     """
     started = time.monotonic()
-    fs, root = _filesystem(config.staging_path)
-    checkpoint, segments, rows = _resume_point(store, run_id, fs, root)
+    fs, root = storage.filesystem(config.staging_path)
+    checkpoint, segments, rows = resume_point(store, run_id, fs, root)
     begin = checkpoint or min((t.start for t in tables.values()), default=stop)
     capture = _Capture(store=store, run_id=run_id, fs=fs, root=root, tables=tables, stop=stop,
                        batch_rows=max(1, batch_rows), progress=progress, segments=segments,
@@ -409,3 +330,70 @@ def _run(capture: _Capture, records: Iterable[RowsEvent | Boundary]) -> None:
             boundary(record.position, final=True)
         else:
             boundary(record.position)
+
+
+# --------------------------------------------------------------------------- the step
+
+
+def capture(config: PipelineConfig, run_id: str, *, progress: Callable[[int], None] | None = None
+            ) -> CaptureResult | None:
+    """Record ``H`` (once, after every read ended) and capture the binlog up to it.
+
+    Returns None when every table of the run is already captured (a rerun).
+    """
+    store = open_store(config)
+    try:
+        unread = store.chunks(run_id, status="pending")
+        if unread:
+            names = sorted({c.table for c in unread})
+            raise RunFailed(f"run {run_id}: {len(unread)} chunk(s) of {', '.join(names)} are not "
+                            "read yet; capture runs after every read batch is done")
+        run = store.get_run(run_id)
+        records = [r for r in store.run_tables(run_id) if r.status == "planned"]
+        if not records:
+            return None
+        with open_source(config) as source:
+            _check_binlog_kept(store, run, records, source.oldest_binlog())
+            if run.high_position is None:
+                store.set_run_positions(run_id, high=source.current_position().to_json())
+                run = store.get_run(run_id)
+        stop = position(run.high_position)
+        tables = {r.table: CaptureTable(info=table_info(r), key=tuple(r.chunk_key),
+                                        start=position(r.info["from_position"])) for r in records}
+        result = capture_changes(config, store, run_id, tables, stop,
+                                 batch_rows=config.defaults.capture_batch_rows, progress=progress)
+        for r in records:
+            store.set_table_status(run_id, r.table, "captured")
+        log.info("capture: %s", result)
+        return result
+    finally:
+        store.close()
+
+
+def _check_binlog_kept(store: StateStore, run: RunRecord, records: list[RunTableRecord],
+                       oldest: str | None) -> None:
+    """Raise BinlogPurged if binlog the capture needs is gone, after resetting what must be read again.
+
+    The run's snapshot tables need the binlog from the run's start (or the capture's
+    checkpoint); an incremental table needs it from its published position. The tables
+    that lost it are dropped from the run's plan, so the rerun replans them with a new
+    start: snapshot tables are read again, incremental ones are re-snapshotted.
+    """
+    if oldest is None:
+        return
+    checkpoint = store.capture_checkpoint(run.run_id)
+    resume = position(checkpoint["position"]) if checkpoint else None
+    lost = [r for r in records
+            if file_index((resume or position(r.info["from_position"])).file) < file_index(oldest)]
+    if not lost:
+        return
+    chunks = {r.table: len(store.chunks(run.run_id, table=r.table)) for r in lost}
+    needed = resume or min(position(r.info["from_position"]) for r in lost)
+    store.restart_run(run.run_id, [r.table for r in lost])
+    described = ", ".join(f"{t} ({n} chunks)" if n else f"{t} (published; will be re-snapshotted)"
+                          for t, n in chunks.items())
+    raise BinlogPurged(
+        f"binlog {needed.file} (needed from {needed}) was purged; the server keeps binlogs from "
+        f"{oldest}. These tables must be read again: {described}. Their plan was reset: rerun "
+        "`tidemark run` to read them again, and keep binlogs longer (`tidemark doctor` checks retention)"
+    )

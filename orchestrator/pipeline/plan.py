@@ -1,9 +1,12 @@
-"""The plan step: choose each table's chunk key, plan its chunks, show plans (`tidemark plan`).
+"""The plan step: start or resume a run, record ``P0``, plan each table's chunks.
 
-The chunk math lives in `chunking`; this module adds what needs the pipeline:
-the table's config and schema, the errors users see, the decision log line,
-and the CLI output. Planning reads only key bounds and index walks, never
-row data, and it never prints connection settings.
+`plan` is the step (the CLI and the DAG call it through `orchestrator.steps`):
+it takes the pipeline lock, records the run's start position ``P0`` before any
+key bound is read, and plans every table to snapshot; a table already published
+is incremental. `plan_table` plans one table (the chunk math lives in
+`chunking`; the key choice in `orchestrator.schema.keys`) and logs the decision
+with its numbers; `plan_command` is ``tidemark plan``. Planning reads only key
+bounds and index walks, never row data, and never prints connection settings.
 """
 
 from __future__ import annotations
@@ -11,17 +14,187 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from chunking import ChunkingError, TablePlan, chunk_predicate, encode_key, plan_key_space
 from chunking.keys import decode_key, short
 from chunking.mysql import SQL_MODE_QUERY, Query, backslash_escapes_off
 from orchestrator.config import Defaults, PipelineConfig, TableConfig
-from orchestrator.errors import ConfigError, SourceNotReady, TidemarkError
+from orchestrator.errors import ConfigError, SourceNotReady, TidemarkError, resnapshot_hint
+from orchestrator.lake.manifest import read_manifest
+from orchestrator.pipeline.context import open_source, open_store, table_dir, take_lock
+from orchestrator.positions import BinlogPosition, file_index
 from orchestrator.schema.keys import choose_chunk_key
-from orchestrator.schema.tables import ColumnInfo, TableInfo
+from orchestrator.schema.tables import ColumnInfo, TableInfo, table_info_to_json
+from orchestrator.source.connection import Source
+from orchestrator.state.store import ChunkRecord, RunRecord, StateStore
 
 log = logging.getLogger("tidemark.planning")
+
+
+@dataclass(frozen=True, slots=True)
+class BatchRef:
+    """One unit of parallel reading: some chunks of one table, one Spark job."""
+
+    batch: int
+    table: str
+    chunks: int
+    label: str  # e.g. "shop.orders chunks 0-15 [1 .. 400001)": the Airflow map index label
+
+    def __str__(self) -> str:
+        return f"batch {self.batch}: {self.label}"
+
+
+@dataclass(frozen=True, slots=True)
+class RunHandle:
+    """The run `plan` started or resumed, and what is left to read."""
+
+    run_id: str
+    resumed: bool  # True when an unfinished run was picked up instead of a new one
+    tables: list[str]  # every table of the run
+    snapshot_tables: list[str]  # those being snapshotted (the rest are incremental)
+    batches: list[BatchRef]  # batches with chunks still to read
+
+    def __str__(self) -> str:
+        how = "resumed" if self.resumed else "started"
+        incremental = len(self.tables) - len(self.snapshot_tables)
+        return (f"run {self.run_id} {how}: {len(self.snapshot_tables)} table(s) to snapshot, "
+                f"{incremental} incremental, {len(self.batches)} batch(es) to read")
+
+
+# --------------------------------------------------------------------------- the step
+
+
+def plan(config: PipelineConfig, *, tables: list[str] | None = None, snapshot: bool = False,
+         chunk_size: int | None = None, holder: str) -> RunHandle:
+    """Resume the pipeline's unfinished run, or start a new one.
+
+    Takes the pipeline lock for ``holder``, records ``P0``, then plans the
+    chunks of every table to snapshot. Tables already published and not asked
+    to be re-snapshotted are incremental: their binlog is applied from their
+    checkpoint. A rerun of the same run reuses what was planned.
+    """
+    store = open_store(config)
+    try:
+        take_lock(store, config, holder)
+        run = store.unfinished_run(config.pipeline)
+        resumed = run is not None
+        if run is None:
+            selected = [t.name for t in config.select_tables(tables)]
+            if chunk_size is not None and chunk_size < 1:
+                raise ConfigError(f"chunk_size must be a positive integer, got {chunk_size}")
+            run = store.create_run(config.pipeline, {"tables": selected, "snapshot": snapshot,
+                                                     "chunk_size": chunk_size})
+            log.info("run %s: new, tables %s%s", run.run_id, ", ".join(selected),
+                     " (re-snapshot)" if snapshot else "")
+        else:
+            log.info("run %s: resuming the unfinished run started %s (status %s)",
+                     run.run_id, run.created_at.isoformat(timespec="seconds"), run.status)
+            if run.status != "running":
+                store.finish_run(run.run_id, "running")
+        _plan_tables(config, store, run)
+        records = store.run_tables(run.run_id)
+        return RunHandle(
+            run_id=run.run_id,
+            resumed=resumed,
+            tables=[r.table for r in records],
+            snapshot_tables=[r.table for r in records if r.mode == "snapshot"],
+            batches=pending_batches(store, run.run_id),
+        )
+    finally:
+        store.close()
+
+
+def pending_batches(store: StateStore, run_id: str) -> list[BatchRef]:
+    """The run's batches that still have chunks to read, in batch order."""
+    by_batch: dict[int, list[ChunkRecord]] = {}
+    for chunk in store.chunks(run_id, status="pending"):
+        by_batch.setdefault(chunk.batch, []).append(chunk)
+    return [BatchRef(batch=b, table=cs[0].table, chunks=len(cs), label=_batch_label(cs[0].table, cs))
+            for b, cs in sorted(by_batch.items())]
+
+
+def _batch_label(table: str, chunks: list[ChunkRecord]) -> str:
+    first, last = chunks[0], chunks[-1]
+    start = "-inf" if first.start is None else str(first.start)
+    end = "max" if last.end is None else str(last.end)
+    return f"{table} chunks {first.index}-{last.index} [{start} .. {end})"
+
+
+def _plan_tables(config: PipelineConfig, store: StateStore, run: RunRecord) -> None:
+    """Plan every table of the run not planned yet (all of them on a fresh run)."""
+    options = run.options
+    effective = config.with_chunk_size(options.get("chunk_size"))
+    planned = {r.table for r in store.run_tables(run.run_id)}
+    todo = [t for t in effective.select_tables(options["tables"]) if t.name not in planned]
+    if not todo:
+        return
+    with open_source(config) as source:
+        if run.start_position is None:
+            start = source.current_position()
+            store.set_run_positions(run.run_id, start=start.to_json())
+            log.info("run %s: start position P0 = %s", run.run_id, start)
+            run = store.get_run(run.run_id)
+        next_batch = max(store.batches(run.run_id), default=-1) + 1
+        oldest = source.oldest_binlog()
+        for table in todo:
+            info = source.table_info(table.name)
+            checkpoint = store.table_checkpoint(config.pipeline, table.name)
+            if checkpoint is not None and oldest is not None and \
+                    file_index(checkpoint.position["file"]) < file_index(oldest):
+                log.warning("table %s: the binlog since its version %d (%s) was purged (oldest kept: "
+                            "%s); it is snapshotted again", table.name, checkpoint.version,
+                            checkpoint.position["file"], oldest)
+                checkpoint = None
+            if checkpoint is not None and not options.get("snapshot"):
+                _plan_incremental(config, store, run, table, info, checkpoint.position)
+            else:
+                next_batch = _plan_snapshot(config, store, run, table, info, source, next_batch)
+
+
+def _plan_incremental(config: PipelineConfig, store: StateStore, run: RunRecord, table: TableConfig,
+                      info: TableInfo, since: dict[str, Any]) -> None:
+    manifest = read_manifest(table_dir(config, table.name))
+    published = [(c["name"], c["mysql_type"]) for c in manifest["columns"]]
+    current = [(c.name, c.column_type) for c in info.columns]
+    if published != current:
+        raise ConfigError(
+            f"table {table.name} changed shape since version {manifest['version']} was published "
+            f"(columns {published} -> {current}); {resnapshot_hint(table.name, config.path)}"
+        )
+    store.add_run_table(run.run_id, table.name, "incremental", strategy=None,
+                        chunk_key=list(manifest["chunk_key"]),
+                        info={"table_info": table_info_to_json(info), "from_position": since,
+                              "base_version": manifest["version"]})
+    log.info("table %s: incremental from %s (published version %s)", table.name,
+             BinlogPosition.from_json(since), manifest["version"])
+
+
+def _plan_snapshot(config: PipelineConfig, store: StateStore, run: RunRecord, table: TableConfig,
+                   info: TableInfo, source: Source, next_batch: int) -> int:
+    table_plan = plan_table(source.query, table, info, config.defaults)
+    chunks = [
+        ChunkRecord(
+            run_id=run.run_id, table=table.name, index=chunk.index,
+            batch=next_batch + i // table.batch_chunks,
+            start=encode_key(chunk.range.start), end=encode_key(chunk.range.end),
+            where=chunk_predicate(table_plan.chunk_key, chunk.range, info.columns, table.where),
+            status="pending", low=None, high=None, rows=None, bytes=None, path=None, attempts=0,
+        )
+        for i, chunk in enumerate(table_plan.chunks)
+    ]
+    store.add_run_table(run.run_id, table.name, "snapshot", strategy=table_plan.strategy,
+                        chunk_key=list(table_plan.chunk_key),
+                        info={"table_info": table_info_to_json(info),
+                              "from_position": run.start_position, "stats": table_plan.stats},
+                        chunks=chunks)
+    batches = (len(chunks) + table.batch_chunks - 1) // table.batch_chunks
+    log.info("table %s: snapshot, %d chunks in %d batches", table.name, len(chunks), batches)
+    return next_batch + batches
+
+
+# --------------------------------------------------------------------------- one table
 
 
 def check_escaping(query: Query) -> None:
@@ -131,8 +304,6 @@ def plan_command(config: PipelineConfig, tables: list[str], as_json: bool) -> in
 
     Every table's key problems are reported together before any planning query runs.
     """
-    from orchestrator.source.connection import Source
-
     selected = config.select_tables(tables)
     with Source.from_pipeline(config) as source:
         infos = [source.table_info(t.name) for t in selected]

@@ -22,137 +22,34 @@ run id) and returns the published manifest.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
-import re
 from collections.abc import Sequence
-from typing import NotRequired, TypedDict
-
-import pyarrow as pa
-import pyarrow.dataset as ds
+from dataclasses import dataclass
+from typing import Any
 
 from orchestrator.config import PipelineConfig
-from orchestrator.errors import RunFailed
+from orchestrator.errors import RunFailed, resnapshot_hint
 from orchestrator.lake import layout, storage
-from orchestrator.lake.layout import DATA_DIR, FileRange, VersionWriter
-from orchestrator.lake.layout import data_file as data_file  # re-exported: part of the publish API
-from orchestrator.lake.layout import to_published as to_published
+from orchestrator.lake.layout import DATA_DIR
+from orchestrator.lake.manifest import (
+    Manifest,
+    PositionEntry,
+    apply_retention,
+    column_entries,
+    current_uri,
+    find_manifest,
+    manifest_json,
+    published_schema,
+    version_uri,
+)
+from orchestrator.lake.writer import VersionWriter
+from orchestrator.pipeline.context import open_store, position, run_dir, table_dir, table_info
 from orchestrator.positions import BinlogPosition
-from orchestrator.schema.tables import ColumnInfo, TableInfo
-from orchestrator.schema.types import arrow_type
-from orchestrator.schema.values import staging_nullable
+from orchestrator.runtime import faults
+from orchestrator.schema.tables import TableInfo
+from orchestrator.state.store import TableCheckpoint
 
 log = logging.getLogger(__name__)
-
-META_DIR = "_tidemark"
-_VERSION_FILE = re.compile(r"^(\d{6})\.json$")
-
-
-class ColumnEntry(TypedDict):
-    name: str
-    mysql_type: str
-    arrow_type: str
-    nullable: bool
-
-
-class PositionEntry(TypedDict):
-    file: str
-    pos: int
-    gtid_set: str | None
-
-
-class Manifest(TypedDict):
-    """CONTRACT.md's ``current.json``, field for field, plus ``file_ranges`` (README "Output"):
-    per file of ``files``, in the same order, its first and last key, rows and bytes.
-    Manifests written before ``file_ranges`` existed lack it."""
-
-    table: str
-    version: int
-    files: list[str]
-    position: PositionEntry
-    rows: int
-    columns: list[ColumnEntry]
-    chunk_key: list[str]
-    published_at: str
-    run_id: str
-    file_ranges: NotRequired[list[FileRange]]
-
-
-# --------------------------------------------------------------------------- paths and schema
-
-
-def table_dir(config: PipelineConfig, table: TableInfo) -> str:
-    """``<output.path>/<database>/<table>``."""
-    return storage.join(config.output.path, table.database, table.table)
-
-
-def current_uri(tdir: str) -> str:
-    return storage.join(tdir, META_DIR, "current.json")
-
-
-def version_uri(tdir: str, version: int) -> str:
-    return storage.join(tdir, META_DIR, "versions", f"{version:06d}.json")
-
-
-def published_field(column: ColumnInfo) -> pa.Field:
-    """A published column: CONTRACT type, MySQL type in metadata; zero dates make it nullable."""
-    return pa.field(column.name, arrow_type(column), nullable=staging_nullable(column),
-                    metadata={"mysql_type": column.column_type})
-
-
-def published_schema(columns: Sequence[ColumnInfo]) -> pa.Schema:
-    return pa.schema(published_field(c) for c in columns)
-
-
-def column_entries(columns: Sequence[ColumnInfo]) -> list[ColumnEntry]:
-    return [ColumnEntry(name=c.name, mysql_type=c.column_type, arrow_type=str(arrow_type(c)),
-                        nullable=staging_nullable(c)) for c in columns]
-
-
-# --------------------------------------------------------------------------- manifests
-
-
-def find_manifest(tdir: str) -> Manifest | None:
-    """The current manifest of a table dir, or None when nothing is published there."""
-    uri = current_uri(tdir)
-    if not storage.exists(uri):
-        return None
-    return _load(uri)
-
-
-def read_manifest(tdir: str) -> Manifest:
-    """The current manifest of a table dir.
-
-    Raises:
-        RunFailed: nothing is published there.
-    """
-    manifest = find_manifest(tdir)
-    if manifest is None:
-        raise RunFailed(f"{tdir} holds no published table ({META_DIR}/current.json is missing); "
-                        "snapshot it with tidemark run --snapshot")
-    return manifest
-
-
-def _load(uri: str) -> Manifest:
-    try:
-        data: Manifest = json.loads(storage.read_bytes(uri))
-    except (ValueError, OSError) as exc:
-        raise RunFailed(f"cannot read manifest {uri}: {exc}") from exc
-    return data
-
-
-def manifest_json(manifest: Manifest) -> bytes:
-    return (json.dumps(manifest, indent=2, ensure_ascii=False) + "\n").encode()
-
-
-def read_published(tdir: str) -> pa.Table:
-    """The current version of a table as one Arrow table (reads every file of the manifest)."""
-    manifest = read_manifest(tdir)
-    uris = [storage.join(tdir, f) for f in manifest["files"]]
-    fs, _ = storage.filesystem(tdir)
-    dataset = ds.dataset([storage.filesystem(u)[1] for u in uris], format="parquet", filesystem=fs)
-    return dataset.to_table()
-
 
 # --------------------------------------------------------------------------- publish
 
@@ -173,7 +70,7 @@ def publish_table(config: PipelineConfig, table_info: TableInfo, key: Sequence[s
     Returns:
         The manifest now in ``current.json``.
     """
-    tdir = table_dir(config, table_info)
+    tdir = table_dir(config, table_info.name)
     current = find_manifest(tdir)
     if current is not None and current["run_id"] == run_id:
         log.info("table %s: version %d of run %s is already published", table_info.name,
@@ -191,7 +88,7 @@ def publish_table(config: PipelineConfig, table_info: TableInfo, key: Sequence[s
         if current is None or current["version"] != plan.base_version:
             raise RunFailed(f"table {table_info.name}: the run reconciled against version {plan.base_version} "
                             f"but version {current['version'] if current else 'none'} is current; "
-                            f"re-snapshot it: tidemark run --table {table_info.name} --snapshot")
+                            + resnapshot_hint(table_info.name))
         base = layout.usable_ranges(current["files"], current.get("file_ranges"))
         if base is None:
             raise RunFailed(f"internal: version {current['version']} of {table_info.name} has no file "
@@ -225,46 +122,60 @@ def _delete_partial(tdir: str, version: int) -> None:
             storage.delete_file(uri)
 
 
-# --------------------------------------------------------------------------- retention
 
 
-def version_numbers(tdir: str) -> list[int]:
-    """Versions with a manifest under ``_tidemark/versions``, ascending."""
-    found = []
-    for uri in storage.list_files(storage.join(tdir, META_DIR, "versions"), suffix=".json"):
-        match = _VERSION_FILE.match(storage.basename(uri))
-        if match:
-            found.append(int(match.group(1)))
-    return sorted(found)
+# --------------------------------------------------------------------------- the step
 
 
-def files_to_drop(manifests: dict[int, Manifest], keep: int) -> tuple[list[int], list[str]]:
-    """Which versions retention drops and which of their files no kept version uses.
+@dataclass(frozen=True, slots=True)
+class Published:
+    """A table's current version after the run."""
 
-    >>> m = lambda v, files: {"version": v, "files": files}
-    >>> files_to_drop({1: m(1, ["a", "b"]), 2: m(2, ["b", "c"]), 3: m(3, ["c", "d"])}, 2)
-    ([1], ['a'])
-    """
-    versions = sorted(manifests)
-    dropped = versions[:-keep] if keep < len(versions) else []
-    kept_files = {f for v in versions if v not in dropped for f in manifests[v]["files"]}
-    garbage = sorted({f for v in dropped for f in manifests[v]["files"]} - kept_files)
-    return dropped, garbage
+    table: str
+    uri: str  # the table's output directory (the Airflow Asset URI)
+    version: int
+    rows: int
+    position: dict[str, Any]
+
+    def __str__(self) -> str:
+        at = BinlogPosition.from_json(self.position)
+        return f"{self.table}: version {self.version}, {self.rows} rows at {at}"
 
 
-def apply_retention(tdir: str, keep: int) -> list[int]:
-    """Keep the newest ``keep`` versions (the current one always); returns the dropped versions."""
-    current = find_manifest(tdir)
-    manifests = {v: _load(version_uri(tdir, v)) for v in version_numbers(tdir)}
-    if current is not None:
-        manifests[current["version"]] = current
-        manifests = {v: m for v, m in manifests.items() if v <= current["version"]}
-    dropped, garbage = files_to_drop(manifests, max(1, keep))
-    for relative in garbage:
-        storage.delete_file(storage.join(tdir, relative))
-    for version in dropped:
-        storage.delete_file(version_uri(tdir, version))
-    if dropped:
-        log.info("%s: retention dropped version(s) %s and %d file(s)", tdir,
-                 ", ".join(map(str, dropped)), len(garbage))
-    return dropped
+def publish(config: PipelineConfig, run_id: str, *, holder: str) -> list[Published]:
+    """Write versions, switch manifests, checkpoint tables, finish the run, release the lock."""
+    store = open_store(config)
+    try:
+        run = store.get_run(run_id)
+        high = position(run.high_position)
+        published: list[Published] = []
+        for record in store.run_tables(run_id):
+            tdir = table_dir(config, record.table)
+            if record.status == "reconciled":
+                manifest = publish_table(config, table_info(record), tuple(record.chunk_key),
+                                         run_dir(config, run_id, "reconciled", record.table), high, run_id)
+                faults.point("publish.files_written")
+                store.save_table_checkpoint(TableCheckpoint(
+                    pipeline=config.pipeline, table=record.table, version=manifest["version"],
+                    position=high.to_json(), rows=manifest["rows"], manifest=current_uri(tdir),
+                    run_id=run_id, published_at=dt.datetime.now(dt.UTC)))
+                store.set_table_status(run_id, record.table, "published", rows=manifest["rows"],
+                                       version=manifest["version"])
+                faults.point("publish.table_done")
+                log.info("table %s: published version %d, %d rows at %s", record.table,
+                         manifest["version"], manifest["rows"], high)
+            elif record.status != "published":
+                raise RunFailed(f"table {record.table} is {record.status}, not reconciled; "
+                                "rerun to resume")
+            checkpoint = store.table_checkpoint(config.pipeline, record.table)
+            if checkpoint is None:
+                raise RunFailed(f"internal: table {record.table} is published but has no checkpoint; "
+                                "rerun to resume")
+            published.append(Published(table=record.table, uri=tdir, version=checkpoint.version,
+                                       rows=checkpoint.rows, position=checkpoint.position))
+        store.finish_run(run_id, "succeeded")
+        storage.delete_tree(run_dir(config, run_id))
+        store.release_lock(config.pipeline, holder)
+        return published
+    finally:
+        store.close()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -29,18 +30,30 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from chunking.mysql import quote_identifier, quote_table
 from orchestrator.config import PipelineConfig
-from orchestrator.errors import ConfigError, RunFailed
+from orchestrator.errors import ConfigError, RunFailed, TransientReadError
 from orchestrator.lake import storage
+from orchestrator.pipeline.context import (
+    open_source,
+    open_store,
+    run_dir,
+    spark_session,
+    table_info,
+    take_lock,
+)
+from orchestrator.positions import BinlogPosition
+from orchestrator.runtime import faults
 from orchestrator.runtime.spark import apply_required_conf, spark_type
+from orchestrator.schema.families import DECIMAL_TYPES
 from orchestrator.schema.tables import ColumnInfo, TableInfo
 from orchestrator.schema.types import is_boolean
 from orchestrator.schema.values import staging_schema, staging_type
+from orchestrator.source.dialect import MARIADB_DRIVER, MYSQL_DRIVER
+from orchestrator.source.retry import read_retry
 
 log = logging.getLogger(__name__)
 
-MARIADB_DRIVER = "org.mariadb.jdbc.Driver"
-MYSQL_DRIVER = "com.mysql.cj.jdbc.Driver"
 
 #: Seconds the server waits on a slow reader of a streamed result before dropping it.
 NET_WRITE_TIMEOUT = 600
@@ -77,15 +90,6 @@ class ColumnRead:
     to_staging: Callable[[Column], Column]
 
 
-def quote_identifier(name: str) -> str:
-    """A MySQL identifier in backticks.
-
-    >>> quote_identifier("we`ird")
-    '`we``ird`'
-    """
-    return "`" + name.replace("`", "``") + "`"
-
-
 def _same(c: Column) -> Column:
     return c
 
@@ -110,7 +114,7 @@ def column_read(column: ColumnInfo) -> ColumnRead:
     if t == "bit":
         # BIT(64) with the top bit set wraps to a negative int64 (two's complement).
         return ColumnRead(f"CAST({q} AS SIGNED)", T.LongType(), _same)
-    if t in ("decimal", "numeric") and isinstance(staged, T.StringType):
+    if t in DECIMAL_TYPES and isinstance(staged, T.StringType):
         return ColumnRead(f"CAST({q} AS CHAR)", T.StringType(), _same)
     if t == "float":
         # The text protocol prints FLOAT with 6 digits; widened to DOUBLE it is exact.
@@ -208,7 +212,7 @@ def _aliases(columns: Sequence[ColumnInfo]) -> list[str]:
 def source_query(table: TableInfo, aliases: Sequence[str], reads: Sequence[ColumnRead]) -> str:
     """The derived table Spark reads from: raw columns plus one converted column per column."""
     converted = ", ".join(f"{r.sql} AS {quote_identifier(a)}" for r, a in zip(reads, aliases, strict=True))
-    name = f"{quote_identifier(table.database)}.{quote_identifier(table.table)}"
+    name = quote_table(table.name)
     return f"(SELECT {name}.*, {converted} FROM {name}) AS tm_src"
 
 
@@ -229,9 +233,9 @@ def batch_frame(spark: SparkSession, config: PipelineConfig, table: TableInfo,
     ])
 
 
-def read_batch(spark: SparkSession, config: PipelineConfig, table_info: TableInfo,
-               chunks: Sequence[tuple[int, str]], out_dir_for: Callable[[int], str]
-               ) -> dict[int, tuple[int, int]]:
+def read_chunks(spark: SparkSession, config: PipelineConfig, table_info: TableInfo,
+                chunks: Sequence[tuple[int, str]], out_dir_for: Callable[[int], str]
+                ) -> dict[int, tuple[int, int]]:
     """Read a batch of chunks of one table in one Spark job into staging Parquet.
 
     Args:
@@ -245,6 +249,7 @@ def read_batch(spark: SparkSession, config: PipelineConfig, table_info: TableInf
         ``{chunk index: (rows, bytes)}`` for every chunk given.
 
     Raises:
+        TransientReadError: the connection was lost or refused; worth another try.
         RunFailed: the job failed; the message names the table and chunks, never a password.
             Chunk directories of this batch are then left as they were before the call.
     """
@@ -289,9 +294,7 @@ def _place_chunks(attempt_dir: str, indexes: Sequence[int], out_dir_for: Callabl
         for n, uri in enumerate(files):
             target = storage.join(out_dir, f"part-{n:05d}.parquet")
             storage.move(uri, target)
-            fs, path = storage.filesystem(target)
-            with fs.open_input_file(path) as handle:
-                rows += pq.read_metadata(handle).num_rows
+            rows += storage.parquet_rows(target)
             nbytes += storage.size(target)
         if not files:
             nbytes = write_empty(storage.join(out_dir, "part-00000.parquet"), table)
@@ -337,17 +340,13 @@ def is_transient_read_error(exc: BaseException) -> bool:
 
 
 def _read_error(config: PipelineConfig, label: str, exc: BaseException) -> RunFailed:
-    """A one-line RunFailed for a failed read job, with any credential scrubbed.
-
-    The error carries ``transient`` (connection lost or refused, worth a retry).
-    """
+    """A one-line error for a failed read job, with any credential scrubbed: a
+    `TransientReadError` when the connection was lost or refused (worth a retry)."""
     chain = error_chain(exc)
     sql = [m for m in chain[1:] if m.startswith("java.sql.")]
     cause = (sql[0] if sql else chain[-1]).strip().splitlines()[0]
     message = scrub(f"read of {label} failed: {cause[:500]}", config.resolve_password())
-    error = RunFailed(message)
-    error.transient = is_transient_read_error(exc)  # type: ignore[attr-defined]
-    return error
+    return TransientReadError(message) if is_transient_read_error(exc) else RunFailed(message)
 
 
 def scrub(text: str, secret: str) -> str:
@@ -357,3 +356,68 @@ def scrub(text: str, secret: str) -> str:
     'login *** failed'
     """
     return text.replace(secret, "***") if secret else text
+
+
+# --------------------------------------------------------------------------- the step
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResult:
+    """What one read batch did."""
+
+    batch: int
+    table: str
+    chunks: int  # chunks read by this call (0 when the batch was already done)
+    rows: int
+    bytes: int
+    low: BinlogPosition | None = None  # L
+    high: BinlogPosition | None = None  # Hb
+
+    def __str__(self) -> str:
+        if not self.chunks:
+            return f"batch {self.batch}: already read"
+        return (f"batch {self.batch} ({self.table}, {self.chunks} chunks): {self.rows} rows, "
+                f"{self.bytes} bytes, L={self.low} Hb={self.high}")
+
+
+def read_batch(config: PipelineConfig, run_id: str, batch: int, *, spark: SparkSession | None = None,
+               holder: str | None = None) -> ReadResult:
+    """Read one batch of chunks between its low and high position (skips done chunks).
+
+    Records ``L`` before the reads start and waits ``read_margin_seconds`` (a
+    transaction can reach the binlog a moment before its rows are visible),
+    then runs one Spark job for the batch's chunks and records ``Hb`` after it.
+    A read that lost its connection is tried again, with a fresh ``L``.
+    """
+    store = open_store(config)
+    try:
+        pending = store.chunks(run_id, batch=batch, status="pending")
+        if not pending:
+            return ReadResult(batch, "", 0, 0, 0)
+        table = pending[0].table
+        info = table_info(next(r for r in store.run_tables(run_id) if r.table == table))
+        paths = {c.index: run_dir(config, run_id, "snapshot", table, f"chunk-{c.index:06d}") for c in pending}
+        session = spark or spark_session(config)
+        with open_source(config) as source:
+            for attempt in read_retry(config.defaults.read_attempts, f"batch {batch} ({table})"):
+                with attempt:
+                    # A retried batch records a fresh L: its reads start again after it.
+                    low = source.current_position()
+                    store.mark_batch_started(run_id, batch, low.to_json())
+                    time.sleep(config.defaults.read_margin_seconds)
+                    results = read_chunks(session, config, info, [(c.index, c.where) for c in pending],
+                                          paths.__getitem__)
+            high = source.current_position()
+        for chunk in pending:
+            rows, nbytes = results[chunk.index]
+            store.mark_chunk_done(run_id, table, chunk.index, high=high.to_json(), rows=rows, bytes=nbytes,
+                                  path=paths[chunk.index])
+        faults.point("read.batch_done")
+        if holder:
+            take_lock(store, config, holder)
+        result = ReadResult(batch, table, len(pending), sum(n for n, _ in results.values()),
+                            sum(b for _, b in results.values()), low, high)
+        log.info("%s", result)
+        return result
+    finally:
+        store.close()

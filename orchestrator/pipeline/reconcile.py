@@ -32,16 +32,22 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Literal
 
-import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from orchestrator.config import PipelineConfig
 from orchestrator.errors import RunFailed
 from orchestrator.lake import layout, storage
 from orchestrator.lake.layout import FileRange, RewritePlan, Territory
+from orchestrator.lake.manifest import read_manifest
+from orchestrator.pipeline.changes import DELETE, KIND, OLD_PREFIX, OP, POSITION, PUT, event_key
+from orchestrator.pipeline.context import open_store, run_dir, spark_session, table_dir, table_info
+from orchestrator.pipeline.reconcile_local import local_rewrite_allowed, rewrite_locally
+from orchestrator.runtime import faults
 from orchestrator.runtime.spark import apply_required_conf, spark_schema, spark_type
 from orchestrator.schema.tables import TableInfo
 from orchestrator.schema.values import staging_schema, staging_type
@@ -56,12 +62,25 @@ MIN_FILE_BYTES = 1024 * 1024
 LOCAL_REWRITE_BYTES = 128 * 1024 * 1024
 
 Engine = Literal["auto", "spark", "local"]
+#: Who rewrites an incremental run's files: nobody (no change), pyarrow in the driver, or Spark.
+Rewriter = Literal["none", "local", "spark"]
 
-POSITION = ("_tm_file", "_tm_pos", "_tm_row")
-OP = "_tm_op"
-OLD_PREFIX = "_tm_old_"
-KIND = "_tm_kind"  # 1 = put the row, 0 = delete the key
-PUT, DELETE = 1, 0
+
+
+def _choose_rewriter(table_info: TableInfo, key: Sequence[str], segments: Sequence[str],
+                     engine: Engine) -> Rewriter:
+    """The local engine when the key types allow it and the changes are small (or it is asked
+    for), Spark otherwise; nobody when there are no changes."""
+    if not segments:
+        return "none"
+    if engine == "spark":
+        return "spark"
+    local = local_rewrite_allowed(table_info, key)
+    if engine == "local" and not local:
+        raise ValueError(f"table {table_info.name}: key {tuple(key)} needs the Spark rewrite")
+    if local and (engine == "local" or _input_bytes(segments) <= LOCAL_REWRITE_BYTES):
+        return "local"
+    return "spark"
 
 
 def changes_schema(table: TableInfo, key: Sequence[str]) -> T.StructType:
@@ -104,7 +123,7 @@ def events(changes: DataFrame, table: TableInfo, key: Sequence[str]) -> DataFram
     nulls = [F.lit(None).cast(schema[c].dataType).alias(c) for c in columns]
 
     def event(keys: Sequence[Column], kind: int, rows: Sequence[Column]) -> list[Column]:
-        named = [k.alias(f"_tm_k{i}") for i, k in enumerate(keys)]
+        named = [k.alias(event_key(i)) for i, k in enumerate(keys)]
         return [*named, *position, F.lit(kind).alias(KIND), *rows]
 
     op = F.col(OP)
@@ -121,7 +140,7 @@ def events(changes: DataFrame, table: TableInfo, key: Sequence[str]) -> DataFram
 
 def last_events(evts: DataFrame, key_count: int) -> DataFrame:
     """The last event of each key (NULL keys compare equal, as a window partition does)."""
-    keys = [f"_tm_k{i}" for i in range(key_count)]
+    keys = [event_key(i) for i in range(key_count)]
     order = [F.col(p).desc() for p in POSITION] + [F.col(KIND).desc()]
     window = Window.partitionBy(*keys).orderBy(*order)
     return evts.withColumn("_tm_rn", F.row_number().over(window)).where(F.col("_tm_rn") == 1)
@@ -138,10 +157,10 @@ def apply_changes(base: DataFrame, changes: DataFrame | None, table: TableInfo,
 
 def _merge(base: DataFrame, last: DataFrame, columns: Sequence[str], key: Sequence[str]) -> DataFrame:
     """Base rows whose key has no last event, plus the puts among the last events."""
-    changed = last.select([f"_tm_k{i}" for i in range(len(key))])
+    changed = last.select([event_key(i) for i in range(len(key))])
     condition = None
     for i, k in enumerate(key):
-        term = base[k].eqNullSafe(changed[f"_tm_k{i}"])
+        term = base[k].eqNullSafe(changed[event_key(i)])
         condition = term if condition is None else condition & term
     kept = base.join(changed, on=condition, how="left_anti")
     upserts = last.where(F.col(KIND) == PUT).select(*columns)
@@ -217,12 +236,6 @@ def reconcile_incremental(spark: SparkSession | Callable[[], SparkSession], tabl
     Returns:
         The number of rows of the table at ``H``.
     """
-    from orchestrator.pipeline.publish import read_manifest
-    from orchestrator.pipeline.reconcile_local import (  # imports this module
-        local_rewrite_allowed,
-        rewrite_locally,
-    )
-
     def session() -> SparkSession:
         active = spark if isinstance(spark, SparkSession) else spark()
         apply_required_conf(active)
@@ -240,14 +253,14 @@ def reconcile_incremental(spark: SparkSession | Callable[[], SparkSession], tabl
     slot = layout.slot_column([c.name for c in table_info.columns])
     storage.delete_tree(out_dir)
     segments = storage.list_files(changes_dir, suffix=".parquet")
-    slots: list[int] | None = [] if not segments else None
-    used = "no change:"
-    if slots is None and engine != "spark":
-        local = local_rewrite_allowed(table_info, key)
-        if engine == "local" and not local:
-            raise ValueError(f"table {table_info.name}: key {key} needs the Spark rewrite")
-        if local and (engine == "local" or _input_bytes(segments) <= LOCAL_REWRITE_BYTES):
+    rewriter = _choose_rewriter(table_info, key, segments, engine)
+    slots: list[int] | None = None
+    match rewriter:
+        case "none":
+            slots, used = [], "no change:"
+        case "local":
             limit = None if engine == "local" else LOCAL_REWRITE_BYTES
+            # None: the base files to read are over the limit after all; Spark does it.
             slots = rewrite_locally(table_info, key, table_dir, ranges, segments, out_dir, slot, limit)
             used = "the driver (pyarrow)"
     if slots is None:
@@ -333,7 +346,7 @@ def assign_slots(spark: SparkSession, last: DataFrame, table_info: TableInfo, ke
         high = layout.staging_key(columns, t.high) if t.high is not None else (None,) * n
         rows.append((t.slot, t.low is None, t.low_inclusive, t.high is None, t.high_inclusive, *low, *high))
     bounds = spark.createDataFrame(rows, T.StructType(fields))
-    keys = [F.col(f"_tm_k{i}") for i in range(n)]
+    keys = [F.col(event_key(i)) for i in range(n)]
     lo = [bounds[f"_tm_lo{i}"] for i in range(n)]
     hi = [bounds[f"_tm_hi{i}"] for i in range(n)]
     inside = ((bounds["_tm_lo_open"] | _before(lo, keys, bounds["_tm_lo_incl"]))
@@ -346,7 +359,48 @@ def count_rows(directory: str, *, recursive: bool = False) -> int:
     """Rows in the Parquet files of a directory, from their footers."""
     total = 0
     for uri in storage.list_files(directory, suffix=".parquet", recursive=recursive):
-        fs, path = storage.filesystem(uri)
-        with fs.open_input_file(path) as handle:
-            total += pq.read_metadata(handle).num_rows
+        total += storage.parquet_rows(uri)
     return total
+
+
+# --------------------------------------------------------------------------- the step
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcileResult:
+    """Rows per table at ``H``, for the tables this call reconciled."""
+
+    rows: dict[str, int]
+
+    def __str__(self) -> str:
+        if not self.rows:
+            return "nothing to reconcile"
+        return "reconciled " + ", ".join(f"{t} ({n} rows)" for t, n in sorted(self.rows.items()))
+
+
+def reconcile(config: PipelineConfig, run_id: str, *, spark: SparkSession | None = None) -> ReconcileResult:
+    """Per table: base rows (snapshot chunks, or the published version) + changes -> the table at H."""
+    store = open_store(config)
+    try:
+        out: dict[str, int] = {}
+        for record in store.run_tables(run_id):
+            if record.status != "captured":
+                continue
+            info = table_info(record)
+            changes = run_dir(config, run_id, "changes", record.table)
+            reconciled = run_dir(config, run_id, "reconciled", record.table)
+            if record.mode == "snapshot":
+                spark = spark or spark_session(config)
+                base = [c.path for c in store.chunks(run_id, table=record.table) if c.path]
+                rows = reconcile_table(spark, info, tuple(record.chunk_key), base, changes, reconciled)
+            else:  # rewrites only the published files that hold changed keys; Spark only if it must
+                rows = reconcile_incremental(spark or (lambda: spark_session(config)), info,
+                                             tuple(record.chunk_key), table_dir(config, record.table),
+                                             changes, reconciled)
+            store.set_table_status(run_id, record.table, "reconciled", rows=rows)
+            faults.point("reconcile.table_done")
+            out[record.table] = rows
+            log.info("table %s: reconciled, %d rows at H", record.table, rows)
+        return ReconcileResult(out)
+    finally:
+        store.close()

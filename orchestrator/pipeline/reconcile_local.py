@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 from orchestrator.errors import RunFailed
 from orchestrator.lake import layout, storage
 from orchestrator.lake.layout import FileRange, Territory
-from orchestrator.pipeline.reconcile import DELETE, KIND, OLD_PREFIX, OP, POSITION, PUT
+from orchestrator.pipeline.changes import DELETE, KIND, OLD_PREFIX, OP, POSITION, PUT, event_key
 from orchestrator.schema.tables import TableInfo
 from orchestrator.schema.values import staging_schema
 
@@ -53,7 +53,7 @@ def rewrite_locally(table_info: TableInfo, key: Sequence[str], table_dir: str, r
                        pa.field(slot, pa.int32())])
     last = _local_last_events(pa.concat_tables([_read(u) for u in segments], promote_options="default"),
                               table_info, key)
-    slot_of = _local_slots([last.column(f"_tm_k{i}") for i in range(len(key))], table_info, key,
+    slot_of = _local_slots([last.column(event_key(i)) for i in range(len(key))], table_info, key,
                            layout.territories(ranges))
     slots = sorted(set(slot_of.to_pylist()))
     files = [s for s in slots if 0 <= s < len(ranges)]
@@ -68,7 +68,7 @@ def rewrite_locally(table_info: TableInfo, key: Sequence[str], table_dir: str, r
     # the last event of each changed key: 1 puts its row, 2 deletes the key
     names = [c.name for c in table_info.columns]
     kind = pc.if_else(pc.equal(last.column(KIND), PUT), 1, 2).cast(pa.int8())
-    rows = [last.column(f"_tm_k{key.index(n)}") if n in key else last.column(n) for n in names]
+    rows = [last.column(event_key(key.index(n))) if n in key else last.column(n) for n in names]
     parts.append(pa.table([*rows, kind, slot_of], names=merge.names).cast(merge))
     merged = pa.concat_tables(parts).sort_by([*[(k, "ascending") for k in key], ("_tm_src", "ascending")])
     merged = merged.filter(_last_of_each_key(merged, key))
@@ -113,7 +113,7 @@ def _last_of_each_key(table: pa.Table, key: Sequence[str]) -> pa.Array:
 def _local_last_events(changes: pa.Table, table_info: TableInfo, key: Sequence[str]) -> pa.Table:
     """`last_events(events(...))` in pyarrow: ``_tm_k<i>``, position, kind and row columns."""
     names = [c.name for c in table_info.columns]
-    keys = [f"_tm_k{i}" for i in range(len(key))]
+    keys = [event_key(i) for i in range(len(key))]
     op = changes.column(OP)
 
     def event(rows: pa.Table, key_columns: Sequence[str], kind: int) -> pa.Table:

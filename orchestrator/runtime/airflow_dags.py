@@ -2,9 +2,8 @@
 
 Each task calls exactly one `orchestrator.steps` function, the same the CLI
 calls; everything else comes from `orchestrator.runtime.airflow_support`. This module
-defines no DAG itself (``.airflowignore`` keeps Airflow from parsing it); the
-two DAG files next to it import it from the dags folder, which Airflow puts on
-``sys.path``.
+defines no DAG itself; the two thin DAG files in ``dags/`` import it from the
+installed package, so a plain ``DagBag(dag_folder="dags")`` loads them.
 
     preflight >> plan >> read (mapped over batches) >> capture >> reconcile >> publish
 """
@@ -114,31 +113,31 @@ def build_dag(config: PipelineConfig) -> DAG:
             request = _request(config)
             handle = steps.plan(config, tables=request.tables, snapshot=request.snapshot,
                                 chunk_size=request.chunk_size, holder=_holder())
-            log.info("run %s%s: tables %s, %d batch(es) to read", handle.run_id,
-                     " (resumed)" if handle.resumed else "", ", ".join(handle.tables),
-                     len(handle.batches))
+            log.info("%s; tables %s", handle, ", ".join(handle.tables))
             get_current_context()["ti"].xcom_push(key="run_id", value=handle.run_id)
             return [support.batch_xcom(b) for b in handle.batches]
 
         @task(pool=pool, map_index_template=MAP_INDEX_TEMPLATE)
         def read(run: str, batch: dict[str, Any]) -> None:
             _mask_password(config)
-            result = steps.read_batch(config, run, int(batch["batch"]), holder=_holder())
-            log.info("batch %s: %s", batch["label"], result)
+            log.info("%s", steps.read_batch(config, run, int(batch["batch"]), holder=_holder()))
 
         # Zero batches (only incremental tables) skip `read`; capture still runs.
         @task(pool=pool, trigger_rule="none_failed")
         def capture(run: str) -> None:
             _mask_password(config)
-            log.info("capture: %s", steps.capture(config, run))
+            result = steps.capture(config, run)
+            log.info("capture: %s", result or "every table already captured")
 
         @task
         def reconcile(run: str) -> None:
-            log.info("reconcile: %s", steps.reconcile(config, run))
+            log.info("%s", steps.reconcile(config, run))
 
         @task(outlets=list(assets.values()))
         def publish(run: str) -> Iterator[Metadata]:
             published = {p.table: p for p in steps.publish(config, run, holder=_holder())}
+            for p in published.values():
+                log.info("published %s", p)
             for table, asset in assets.items():
                 if table in published:
                     yield Metadata(asset, support.asset_extra(published[table], run))

@@ -25,7 +25,9 @@ from typing import Any
 from orchestrator.config import PipelineConfig, load_config
 from orchestrator.errors import ConfigError
 from orchestrator.lake import storage
-from orchestrator.steps import BatchRef, Published, table_dir
+from orchestrator.pipeline.context import table_dir
+from orchestrator.pipeline.plan import BatchRef
+from orchestrator.pipeline.publish import Published
 
 #: Env var naming the folder of pipeline YAML files the DAGs are built from.
 CONFIG_DIR_ENV = "TIDEMARK_CONFIG_DIR"

@@ -13,7 +13,8 @@ from typing import Any, TextIO
 
 from orchestrator import steps
 from orchestrator.config import PipelineConfig
-from orchestrator.errors import RunFailed, TidemarkError
+from orchestrator.errors import RunFailed, TidemarkError, first_line
+from orchestrator.pipeline.context import open_store, spark_session
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +94,7 @@ def run_command(config: PipelineConfig, *, tables: list[str], snapshot: bool, ch
             steps.fail_run(config, handle.run_id, str(exc), holder=holder)
             raise
         except Exception as exc:  # Spark/JDBC/IO errors: one line, state kept
-            message = _one_line(exc)
+            message = first_line(exc)
             steps.fail_run(config, handle.run_id, message, holder=holder)
             raise RunFailed(f"run {handle.run_id} failed: {message}; state is kept, rerun "
                             "`tidemark run` to resume (--debug shows the traceback)") from exc
@@ -108,9 +109,7 @@ def execute(config: PipelineConfig, handle: steps.RunHandle, *, holder: str, bar
             spark: Any = None) -> tuple[Any, list[steps.Published]]:
     """Read every pending batch, capture, reconcile and publish one planned run."""
     if handle.batches:
-        from orchestrator.runtime.spark import get_session
-
-        spark = spark or get_session(config)
+        spark = spark or spark_session(config)
         bar = Progress("read", sum(b.chunks for b in handle.batches), bars=bars)
         with ThreadPoolExecutor(READ_CONCURRENCY, thread_name_prefix="tidemark-read") as pool:
             futures = [pool.submit(steps.read_batch, config, handle.run_id, batch.batch, spark=spark,
@@ -118,7 +117,7 @@ def execute(config: PipelineConfig, handle: steps.RunHandle, *, holder: str, bar
             try:
                 for future in as_completed(futures):
                     result = future.result()
-                    bar.update(done=result["chunks"], rows=result["rows"])
+                    bar.update(done=result.chunks, rows=result.rows)
             finally:  # on a failure, batches not started yet are not started
                 for future in futures:
                     future.cancel()
@@ -133,18 +132,12 @@ def execute(config: PipelineConfig, handle: steps.RunHandle, *, holder: str, bar
 
 
 def _same_request(config: PipelineConfig, run_id: str, request: dict[str, Any]) -> bool:
-    store = steps.open_store(config)
+    store = open_store(config)
     try:
         options = store.get_run(run_id).options
     finally:
         store.close()
     return all(options.get(k) == v for k, v in request.items())
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    first = text[0] if text else type(exc).__name__
-    return first[:500]
 
 
 def _summary(published: list[steps.Published], seconds: float) -> None:

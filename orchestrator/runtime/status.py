@@ -5,11 +5,12 @@ from __future__ import annotations
 import logging
 import sys
 
-from orchestrator import steps
 from orchestrator.config import PipelineConfig
 from orchestrator.errors import TidemarkError
 from orchestrator.lake import storage
+from orchestrator.pipeline.context import open_store, table_dir
 from orchestrator.positions import BinlogPosition, file_index
+from orchestrator.source.connection import Source
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +32,7 @@ def bytes_behind(position: BinlogPosition, binlogs: list[tuple[str, int]]) -> in
 
 def status_command(config: PipelineConfig) -> int:
     """Print runs, tables of the latest run, chunk progress, published positions and lag."""
-    store = steps.open_store(config)
+    store = open_store(config)
     try:
         runs = store.runs(config.pipeline, limit=5)
         checkpoints = store.table_checkpoints(config.pipeline)
@@ -43,14 +44,14 @@ def status_command(config: PipelineConfig) -> int:
             finished = run.finished_at.isoformat(timespec="seconds") if run.finished_at else "-"
             print(f"  run {run.run_id}  {run.status:<9} started {run.created_at.isoformat(timespec='seconds')}"
                   f"  finished {finished}" + (f"  error: {run.error}" if run.error else ""), file=out)
-        if runs:
-            latest = runs[0]
-            for record in store.run_tables(latest.run_id):
-                chunks = store.chunks(latest.run_id, table=record.table)
-                done = sum(1 for c in chunks if c.status == "done")
-                rows = sum(c.rows or 0 for c in chunks)
-                detail = f"chunks {done}/{len(chunks)}, {rows:,} rows read" if chunks else "binlog only"
-                print(f"    {record.table:<32} {record.mode:<11} {record.status:<10} {detail}", file=out)
+        for t in store.status_rows(config.pipeline):  # the latest run's tables, one query
+            detail = (f"chunks {t.chunks_done}/{t.chunks_total}, {t.rows_read:,} rows read"
+                      if t.chunks_total else "binlog only")
+            print(f"    {t.table:<32} {t.mode:<11} {t.status:<10} {detail}", file=out)
+        lock = store.lock_info(config.pipeline)
+        if lock is not None:
+            print(f"  locked by {lock.holder} on {lock.hostname} (pid {lock.pid}) since "
+                  f"{lock.acquired_at.isoformat(timespec='seconds')}", file=out)
         lag = _binlogs(config) if checkpoints else None
         print("published:", file=out)
         if not checkpoints:
@@ -68,8 +69,6 @@ def status_command(config: PipelineConfig) -> int:
 def _binlogs(config: PipelineConfig) -> list[tuple[str, int]] | None:
     """The source's binlog list, or None when the source cannot be reached (status still prints)."""
     try:
-        from orchestrator.source.connection import Source
-
         with Source.from_pipeline(config) as source:
             return source.binlogs()
     except TidemarkError as exc:
@@ -81,7 +80,7 @@ def reset_command(config: PipelineConfig, *, tables: list[str], purge_output: bo
                   yes: bool) -> int:
     """Show what would be forgotten; with ``yes``, forget it."""
     names = [t.name for t in config.select_tables(tables)] if tables else None
-    store = steps.open_store(config)
+    store = open_store(config)
     try:
         if unlock:
             if yes:
@@ -95,7 +94,7 @@ def reset_command(config: PipelineConfig, *, tables: list[str], purge_output: bo
         print(f"reset {scope}:")
         for kind, n in counts.items():
             print(f"  {n:>6} {kind}")
-        dirs = [steps.table_dir(config, t.name) for t in config.select_tables(names)]
+        dirs = [table_dir(config, t.name) for t in config.select_tables(names)]
         if purge_output:
             for d in dirs:
                 print(f"  output {d}{'' if storage.exists(d) else ' (absent)'}")

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from orchestrator.schema.families import FAMILIES
+
 
 @dataclass(frozen=True, slots=True)
 class ColumnInfo:
@@ -40,13 +42,14 @@ class ColumnInfo:
     def display_width(self) -> int | None:
         """The ``(n)`` of ``tinyint(1)`` or ``bit(8)``; None when absent."""
         head = self.column_type.split(" ", 1)[0]
-        if "(" in head and head.endswith(")") and self.data_type in _WIDTH_TYPES:
+        if "(" in head and head.endswith(")") and FAMILIES.get(self.data_type) in _WIDTH_FAMILIES:
             inner = head[head.index("(") + 1 : -1]
             return int(inner) if inner.isdigit() else None
         return None
 
 
-_WIDTH_TYPES = {"tinyint", "smallint", "mediumint", "int", "bigint", "bit", "year"}
+#: The families whose COLUMN_TYPE may carry a display width or a bit count: ``int(11)``, ``bit(8)``.
+_WIDTH_FAMILIES = ("integer", "bit", "year")
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,14 +8,11 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from orchestrator.schema.families import FAMILIES, INTEGER_BITS, ZERO_DATE_TYPES
 from orchestrator.schema.tables import ColumnInfo
 
-_SIGNED = {"tinyint": pa.int8(), "smallint": pa.int16(), "mediumint": pa.int32(),
-           "int": pa.int32(), "integer": pa.int32(), "bigint": pa.int64()}
-_UNSIGNED = {"tinyint": pa.int16(), "smallint": pa.int32(), "mediumint": pa.int32(),
-             "int": pa.int64(), "integer": pa.int64()}
-_TEXT = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set", "json"}
-_BINARY = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
+_TEMPORAL = {"date": pa.date32(), "datetime": pa.timestamp("us"),
+             "timestamp": pa.timestamp("us", tz="UTC"), "time": pa.duration("us")}
 
 
 class UnsupportedType(ValueError):
@@ -27,6 +24,22 @@ def is_boolean(column: ColumnInfo) -> bool:
     return (column.data_type == "bit" and (column.precision or column.display_width) == 1) or (
         column.data_type == "tinyint" and column.display_width == 1
     )
+
+
+def _integer_type(bits: int, *, unsigned: bool) -> pa.DataType:
+    """The narrowest Arrow integer holding every value (unsigned ones need a bit more);
+    no Arrow integer holds BIGINT UNSIGNED, so it is a DECIMAL(20, 0).
+
+    >>> _integer_type(24, unsigned=False), _integer_type(8, unsigned=True)
+    (DataType(int32), DataType(int16))
+    >>> _integer_type(64, unsigned=True)
+    Decimal128Type(decimal128(20, 0))
+    """
+    needed = bits + 1 if unsigned else bits
+    for width, arrow in ((8, pa.int8()), (16, pa.int16()), (32, pa.int32()), (64, pa.int64())):
+        if needed <= width:
+            return arrow
+    return pa.decimal128(20, 0)
 
 
 def arrow_type(column: ColumnInfo) -> pa.DataType:
@@ -43,53 +56,31 @@ def arrow_type(column: ColumnInfo) -> pa.DataType:
     t = column.data_type
     if is_boolean(column):
         return pa.bool_()
-    if t in _SIGNED:
-        if column.unsigned:
-            return pa.decimal128(20, 0) if t == "bigint" else _UNSIGNED[t]
-        return _SIGNED[t]
-    if t == "year":
-        return pa.int16()
-    if t in ("decimal", "numeric"):
-        precision = column.precision or 10
-        scale = column.scale or 0
-        return pa.decimal128(precision, scale) if precision <= 38 else pa.string()
-    if t == "float":
-        return pa.float32()
-    if t in ("double", "real"):
-        return pa.float64()
-    if t == "bit":
-        return pa.int64()
-    if t in _TEXT:
-        return pa.string()
-    if t in _BINARY:
-        return pa.binary()
-    if t == "date":
-        return pa.date32()
-    if t == "datetime":
-        return pa.timestamp("us")
-    if t == "timestamp":
-        return pa.timestamp("us", tz="UTC")
-    if t == "time":
-        return pa.duration("us")
+    match FAMILIES.get(t):
+        case "integer":
+            return _integer_type(INTEGER_BITS[t], unsigned=column.unsigned)
+        case "year":
+            return pa.int16()
+        case "decimal":
+            precision = column.precision or 10
+            return pa.decimal128(precision, column.scale or 0) if precision <= 38 else pa.string()
+        case "float":
+            return pa.float32() if t == "float" else pa.float64()
+        case "bit":
+            return pa.int64()
+        case "text" | "enum" | "set" | "json":
+            return pa.string()
+        case "binary":
+            return pa.binary()
+        case "temporal":
+            return _TEMPORAL[t]
     raise UnsupportedType(
         f"column `{column.name}` has type {column.column_type}, which Tidemark does not map; "
         "exclude the table or cast the column in a view"
     )
 
 
-#: Types whose zero value ('0000-00-00') is published as null, even in a NOT NULL column.
-ZERO_DATE_TYPES = frozenset({"date", "datetime", "timestamp"})
-
-
 def published_nullable(column: ColumnInfo) -> bool:
     """Whether a published column may hold nulls: NULL-able columns, and dates (zero dates)."""
     return column.nullable or column.data_type in ZERO_DATE_TYPES
 
-
-def arrow_schema(columns: tuple[ColumnInfo, ...] | list[ColumnInfo]) -> pa.Schema:
-    """The published schema of a table, with each column's MySQL type in its field metadata."""
-    return pa.schema(
-        pa.field(c.name, arrow_type(c), nullable=published_nullable(c),
-                 metadata={"mysql_type": c.column_type})
-        for c in columns
-    )

@@ -25,6 +25,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from orchestrator.schema.families import BINARY_TYPES, DECIMAL_TYPES, INTEGER_BITS, TEXT_TYPES
 from orchestrator.schema.tables import ColumnInfo
 from orchestrator.schema.types import arrow_type, is_boolean, published_nullable
 
@@ -32,10 +33,6 @@ Converter = Callable[[Any], Any]
 
 _UTC = dt.UTC
 _US_PER_DAY = 86_400_000_000
-#: Columns whose zero value ('0000-00-00') becomes NULL, so they are nullable in staging.
-_INT_BITS = {"tinyint": 8, "smallint": 16, "mediumint": 24, "int": 32, "integer": 32, "bigint": 64}
-_TEXT_TYPES = frozenset({"char", "varchar", "tinytext", "text", "mediumtext", "longtext"})
-_BINARY_TYPES = frozenset({"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"})
 
 #: MySQL character set -> Python codec, where the names differ.
 _CODECS = {
@@ -347,14 +344,14 @@ def column_converter(column: ColumnInfo) -> Converter | None:
     t = column.data_type
     if is_boolean(column):
         return _to_bool
-    if t in _INT_BITS:
-        return _unsigned(_INT_BITS[t]) if column.unsigned else None
-    if t in ("decimal", "numeric") and (column.precision or 10) > 38:
+    if t in INTEGER_BITS:
+        return _unsigned(INTEGER_BITS[t]) if column.unsigned else None
+    if t in DECIMAL_TYPES and (column.precision or 10) > 38:
         scale = column.scale or 0
         return lambda value: decimal_text(value, scale)
     if t == "bit":
         return _to_bits
-    if t in _TEXT_TYPES:
+    if t in TEXT_TYPES:
         return _text(column, strip_pad=t == "char")
     if t in ("enum", "set"):
         labels = definition_labels(column.column_type)
@@ -363,7 +360,7 @@ def column_converter(column: ColumnInfo) -> Converter | None:
         return _json(column)
     if t == "binary":
         return _binary_padded(binary_length(column.column_type))
-    if t in _BINARY_TYPES:
+    if t in BINARY_TYPES:
         return bytes
     return {"date": _date, "datetime": _datetime, "timestamp": _timestamp, "time": _time}.get(t)
 

@@ -24,6 +24,7 @@ from orchestrator.config import PipelineConfig, SourceConfig
 from orchestrator.errors import RunFailed, SourceNotReady
 from orchestrator.positions import BinlogPosition
 from orchestrator.schema.tables import ColumnInfo, TableInfo
+from orchestrator.source.dialect import Dialect
 from orchestrator.source.retry import error_code, is_connection_lost, transient_retry
 
 log = logging.getLogger(__name__)
@@ -45,7 +46,6 @@ _TABLE_SQL = (
     "SELECT TABLE_ROWS, ENGINE FROM information_schema.TABLES"
     " WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s"
 )
-_SYNTAX_ERROR = 1064
 _NO_BINLOG = 1381  # ER_NO_BINARY_LOGGING: "You are not using binary logging"
 _UNKNOWN_TIME_ZONE = 1298
 
@@ -184,9 +184,10 @@ class Source:
             self._version = str(self.query("SELECT VERSION()")[0][0])
         return self._version
 
-    def is_mariadb(self) -> bool:
-        """Whether the server is MariaDB (not MySQL)."""
-        return "mariadb" in self.server_version().lower()
+    @property
+    def dialect(self) -> Dialect:
+        """What this server does its own way: MariaDB or MySQL, and which version."""
+        return Dialect.from_version(self.server_version())
 
     def variables(self, *names: str) -> dict[str, str | None]:
         """Global variables by name; None for a variable this server does not have.
@@ -210,24 +211,21 @@ class Source:
     def current_position(self) -> BinlogPosition:
         """The server's current binlog position, with its GTID set when GTIDs are on.
 
-        Uses ``SHOW MASTER STATUS``, or ``SHOW BINARY LOG STATUS`` on MySQL 8.4+.
+        Asks the dialect's binlog status statement (``SHOW BINARY LOG STATUS`` on MySQL 8.4+,
+        ``SHOW MASTER STATUS`` elsewhere).
 
         Raises:
             SourceNotReady: the binlog is off.
         """
-        try:
-            names, rows = self._execute("SHOW MASTER STATUS")
-        except pymysql.err.ProgrammingError as exc:
-            if error_code(exc) != _SYNTAX_ERROR:
-                raise
-            names, rows = self._execute("SHOW BINARY LOG STATUS")
+        dialect = self.dialect
+        names, rows = self._execute(dialect.binlog_status_sql)
         if not rows:
             raise self._binlog_off()
         row = dict(zip((n.lower() for n in names), rows[0], strict=True))
         file, pos = str(row["file"]), int(row["position"])
         gtid: str | None
-        if self.is_mariadb():
-            found = self.query("SELECT BINLOG_GTID_POS(%s, %s)", (file, pos))
+        if dialect.gtid_position_sql is not None:
+            found = self.query(dialect.gtid_position_sql, (file, pos))
             gtid = str(found[0][0]) if found and found[0][0] else None
         else:
             executed = row.get("executed_gtid_set")

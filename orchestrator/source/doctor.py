@@ -3,10 +3,11 @@
 Each check is one `Check` naming the setting, what was found and the fix. The
 checks: the server is reachable; the binlog is on, ROW, with full row images
 (and full row metadata where the server has the variable); the user holds
-SELECT on every table, REPLICATION SLAVE and REPLICATION CLIENT; every table
-exists, has a chunk key and only mappable column types; the configured
-``source.server_id`` differs from the server's own; binlog retention outlasts a
-run (``defaults.expected_run_hours``).
+SELECT on every table, REPLICATION SLAVE and REPLICATION CLIENT (in the
+server's dialect); every table exists, has a chunk key the planner accepts
+(`choose_chunk_key`, so doctor and run never disagree) and only mappable column
+types; the configured ``source.server_id`` differs from the server's own; binlog
+retention outlasts a run (``defaults.expected_run_hours``).
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from chunking.mysql import quote_identifier
 from orchestrator.config import PipelineConfig, TableConfig
-from orchestrator.errors import SourceNotReady
+from orchestrator.errors import ConfigError, SourceNotReady
+from orchestrator.schema.keys import choose_chunk_key
 from orchestrator.schema.tables import TableInfo
 from orchestrator.schema.types import UnsupportedType, arrow_type
 from orchestrator.source.connection import Source
@@ -115,8 +118,8 @@ def doctor_command(config: PipelineConfig) -> int:
 
 def _reachable(source: Source) -> Check:
     version = source.server_version()
-    flavor = "MariaDB" if source.is_mariadb() else "MySQL"
-    return Check("reachable", True, f"{flavor} {version} at {source.address} as {source.current_user()}")
+    return Check("reachable", True,
+                 f"{source.dialect.name} {version} at {source.address} as {source.current_user()}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -320,11 +323,11 @@ def allows(grants: Iterable[Grant], wanted: Iterable[str], database: str | None 
 
 def _grant_lines(source: Source) -> list[str]:
     lines = [str(r[0]) for r in source.query("SHOW GRANTS")]
-    if not source.is_mariadb():  # MySQL shows active roles' privileges only when asked with USING
+    if not source.dialect.grants_include_active_roles:  # MySQL: only when asked USING the roles
         roles = source.query("SELECT CURRENT_ROLE()")[0][0]
         if roles and str(roles) != "NONE":
             lines = [str(r[0]) for r in source.query(f"SHOW GRANTS FOR CURRENT_USER() USING {roles}")]
-    return lines  # MariaDB includes the active (default) role's grants already
+    return lines
 
 
 def _account(user_at_host: str) -> str:
@@ -335,12 +338,12 @@ def _account(user_at_host: str) -> str:
 def _privileges(source: Source, tables: Iterable[TableConfig]) -> list[Check]:
     grants = [g for g in map(parse_grant, _grant_lines(source)) if g is not None]
     account = _account(source.current_user())
-    # MariaDB 10.5+ prints REPLICATION CLIENT as BINLOG MONITOR; SUPER implies it on MySQL.
-    client = {"REPLICATION CLIENT", "BINLOG MONITOR"} | (set() if source.is_mariadb() else {"SUPER"})
+    dialect = source.dialect
     checks = []
     for name, accepted, why in (
-        ("REPLICATION SLAVE", {"REPLICATION SLAVE"}, "to read the binlog"),
-        ("REPLICATION CLIENT", client, "to read binlog positions (SHOW MASTER STATUS, SHOW BINARY LOGS)"),
+        ("REPLICATION SLAVE", frozenset({"REPLICATION SLAVE"}), "to read the binlog"),
+        ("REPLICATION CLIENT", dialect.binlog_monitor_privileges,
+         f"to read binlog positions ({dialect.binlog_status_sql}, SHOW BINARY LOGS)"),
     ):
         if allows(grants, accepted):
             checks.append(Check(f"privilege {name}", True, f"{account} has {name}"))
@@ -351,7 +354,8 @@ def _privileges(source: Source, tables: Iterable[TableConfig]) -> list[Check]:
     missing = [t for t in tables if not allows(grants, {"SELECT"}, t.database, t.table)]
     if missing:
         names = ", ".join(t.name for t in missing)
-        fix = "; ".join(f"GRANT SELECT ON `{t.database}`.`{t.table}` TO {account}" for t in missing)
+        fix = "; ".join(f"GRANT SELECT ON {quote_identifier(t.database)}.{quote_identifier(t.table)} "
+                        f"TO {account}" for t in missing)
         checks.append(Check("privilege SELECT", False, f"{account} lacks SELECT on {names}", fix))
     else:
         checks.append(Check("privilege SELECT", True, f"{account} has SELECT on all {len(tables)} table(s)"))
@@ -371,38 +375,32 @@ def _table_checks(source: Source, table: TableConfig, index: int) -> list[Check]
                       f"check tables[{index}].name, and that the user has SELECT on the table")]
     return [Check(f"table {table.name}", True,
                   f"{len(info.columns)} columns, about {info.row_estimate} rows, engine {info.engine}"),
-            _chunk_key(table, index, info), _types(info)]
+            chunk_key_check(table, index, info), _types(info)]
 
 
 def _cols(key: Iterable[str]) -> str:
     return "(" + ", ".join(key) + ")"
 
 
-def _chunk_key(table: TableConfig, index: int, info: TableInfo) -> Check:
+def chunk_key_check(table: TableConfig, index: int, info: TableInfo) -> Check:
+    """The table's chunk key, chosen by the planner's own rule (`choose_chunk_key`).
+
+    Args:
+        table: the table's config.
+        index: its place in the config's ``tables`` list, to name the setting.
+        info: the table as the source describes it.
+    """
     name = f"chunk key {table.name}"
     setting = f"tables[{index}].chunk_key"
-    candidates = [k for k in info.unique_not_null_keys if k != info.primary_key]
-    hint = ("; unique NOT NULL keys on the table: " + ", ".join(_cols(k) for k in candidates)
-            if candidates else "; or add a primary key")
+    try:
+        key = choose_chunk_key(table, info)
+    except ConfigError as exc:
+        return Check(name, False, str(exc), f"{'change' if table.chunk_key else 'set'} {setting}")
+    except SourceNotReady as exc:
+        return Check(name, False, str(exc))
     if table.chunk_key is None:
-        if info.primary_key:
-            return Check(name, True, f"primary key {_cols(info.primary_key)}")
-        return Check(name, False, f"table {table.name} has no primary key",
-                     f"set {setting} to a unique NOT NULL column list{hint}")
-    known = {c.name.lower(): c for c in info.columns}
-    absent = [c for c in table.chunk_key if c.lower() not in known]
-    nullable = [c for c in table.chunk_key if c.lower() in known and known[c.lower()].nullable]
-    wanted = {c.lower() for c in table.chunk_key}
-    unique = any({c.lower() for c in k} == wanted for k in info.unique_not_null_keys)
-    if absent:
-        problem = f"{setting} names column(s) {', '.join(absent)} that {table.name} does not have"
-    elif nullable:
-        problem = f"{setting} column(s) {', '.join(nullable)} of {table.name} allow NULL"
-    elif not unique:
-        problem = f"{table.name} has no unique index on exactly {_cols(table.chunk_key)} ({setting})"
-    else:
-        return Check(name, True, f"{_cols(table.chunk_key)} from {setting}, a unique NOT NULL key")
-    return Check(name, False, problem, f"set {setting} to a unique NOT NULL column list{hint}")
+        return Check(name, True, f"primary key {_cols(key)}")
+    return Check(name, True, f"{_cols(key)} from {setting}, a unique NOT NULL key")
 
 
 def _types(info: TableInfo) -> Check:

@@ -19,6 +19,8 @@ import logging
 import pymysql
 import tenacity
 
+from orchestrator.errors import TransientReadError, first_line
+
 log = logging.getLogger(__name__)
 
 #: Client and server error codes meaning the connection is gone (or not there yet).
@@ -117,6 +119,24 @@ def transient_retry(attempts: int = 5, max_wait: float = 10.0, initial_wait: flo
     )
 
 
-def no_retry() -> tenacity.Retrying:
-    """One try only: for checks that should report the first failure as it is."""
-    return tenacity.Retrying(stop=tenacity.stop_after_attempt(1), reraise=True)
+def read_retry(attempts: int, what: str) -> tenacity.Retrying:
+    """The policy of a snapshot read job: ``TransientReadError`` only (connection lost or
+    refused), backing off 2, 4, 8 ... up to 30 seconds between tries.
+
+    >>> read_retry(3, "batch 0").stop.max_attempt_number
+    3
+    """
+    def log_retry(state: tenacity.RetryCallState) -> None:
+        outcome = state.outcome
+        exc = outcome.exception() if outcome is not None else None
+        wait = state.next_action.sleep if state.next_action is not None else 0.0
+        log.warning("%s: %s; retry %d/%d in %.0fs", what, first_line(exc or RuntimeError()),
+                    state.attempt_number, attempts - 1, wait)
+
+    return tenacity.Retrying(
+        stop=tenacity.stop_after_attempt(max(1, attempts)),
+        wait=tenacity.wait_exponential(multiplier=2, max=30),
+        retry=tenacity.retry_if_exception_type(TransientReadError),
+        before_sleep=log_retry,
+        reraise=True,
+    )

@@ -131,18 +131,6 @@ class PipelineLockMixin:
             row = conn.execute(select(LOCKS).where(LOCKS.c.pipeline == pipeline)).first()
         return None if row is None else _lock_record(row)
 
-    def refresh_lock(self, pipeline: str, holder: str) -> None:
-        """Extend ``holder``'s lease. Raises RunLocked when the lock is no longer its own."""
-        with self._tx() as conn:
-            done = conn.execute(update(LOCKS).where(LOCKS.c.pipeline == pipeline,
-                                                    LOCKS.c.holder == holder)
-                                .values(refreshed_at=_now()))
-        if done.rowcount != 1:
-            now_held = self.lock_info(pipeline)
-            owner = "nobody" if now_held is None else f"run {now_held.holder} on {now_held.hostname}"
-            raise RunLocked(f"pipeline {pipeline}'s lock is no longer held by run {holder} (now: "
-                            f"{owner}); stop this run, it was presumed dead, and rerun")
-
     def release_lock(self, pipeline: str, holder: str) -> None:
         """Drop the lock if ``holder`` has it; a no-op otherwise."""
         with self._tx() as conn:

@@ -248,23 +248,6 @@ class StateStore(PipelineLockMixin):
             conn.execute(update(RUN_TABLES).where(key).values(values))
 
     # --- chunks ----------------------------------------------------------------
-    def add_chunks(self, chunks: list[ChunkRecord]) -> None:
-        """Insert a table's planned chunks in one transaction.
-
-        Raises:
-            StateError: a chunk is already planned, or its run does not exist.
-        """
-        if not chunks:
-            return
-        try:
-            with self._tx() as conn:
-                conn.execute(insert(CHUNKS), _chunk_rows(chunks))
-        except IntegrityError as exc:
-            first = chunks[0]
-            raise StateError(f"cannot plan chunks of {first.table} in run {first.run_id}: "
-                             f"they are already planned, or the run does not exist "
-                             f"({self._scrub(exc.orig)})") from None
-
     def chunks(self, run_id: str, *, table: str | None = None, batch: int | None = None,
                status: ChunkStatus | None = None) -> list[ChunkRecord]:
         """The run's chunks, filtered by whichever of table/batch/status are given,
@@ -304,13 +287,6 @@ class StateStore(PipelineLockMixin):
                                         byte_count=bytes, path=path))
         if done.rowcount != 1:
             raise StateError(f"run {run_id} has no chunk {index} of table {table}")
-
-    def reset_chunks(self, run_id: str, table: str, indexes: list[int]) -> None:
-        """Back to pending (e.g. their L is in a purged binlog); attempts are kept."""
-        with self._tx() as conn:
-            conn.execute(update(CHUNKS).where(*self._chunk_key(run_id, table, indexes))
-                         .values(status="pending", low_position=None, high_position=None,
-                                 row_count=None, byte_count=None, path=None))
 
     @staticmethod
     def _chunk_key(run_id: str, table: str, indexes: list[int]) -> list[ColumnElement[bool]]:

@@ -1,13 +1,19 @@
-"""The settings of a throwaway Airflow used by the tests (in process for tests/dags, as processes for e2e)."""
+"""The settings of a throwaway Airflow used by the tests (in process for tests/dags, as processes for e2e).
+
+Light on purpose: ``tests/conftest.py`` imports it before collection starts.
+"""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-from tests.dags.sources import REPO
+import pytest
 
+REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
+#: The Airflow home ``tests/conftest.py`` gives this pytest process (``config.stash``).
+SESSION_HOME = pytest.StashKey[Path]()
 
 
 def airflow_env(home: Path) -> dict[str, str]:

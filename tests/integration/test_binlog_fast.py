@@ -15,7 +15,8 @@ import pytest
 from orchestrator.config import parse_config
 from orchestrator.demo.localdb import LocalMariaDB
 from orchestrator.errors import RunFailed
-from orchestrator.pipeline.capture import CaptureTable, capture_changes, read_changes
+from orchestrator.pipeline.capture import CaptureTable, capture_changes
+from orchestrator.pipeline.segments import read_changes
 from orchestrator.positions import BinlogPosition
 from orchestrator.state.store import StateStore
 from tests.conftest import pipeline_config

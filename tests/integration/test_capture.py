@@ -16,7 +16,8 @@ import pytest
 
 from orchestrator.config import PipelineConfig, parse_config
 from orchestrator.demo.localdb import LocalMariaDB
-from orchestrator.pipeline.capture import CaptureTable, capture_changes, read_changes, segment_paths
+from orchestrator.pipeline.capture import CaptureTable, capture_changes
+from orchestrator.pipeline.segments import read_changes, segment_paths
 from orchestrator.positions import BinlogPosition
 from orchestrator.state.store import StateStore
 from tests.conftest import pipeline_config, write_config

@@ -21,10 +21,10 @@ import pytest
 
 from orchestrator.config import load_config
 from orchestrator.demo.localdb import LocalMariaDB
-from orchestrator.demo.sample import SHOP_TABLES, Writer, connect, load_shop
+from orchestrator.demo.sample import SHOP_TABLES, connect, load_shop
 from orchestrator.state.store import StateStore
 from tests.conftest import pipeline_config, write_config
-from tests.integration.test_consistency import TypesWriter, _verify_all, load_tables
+from tests.integration.test_consistency import _verify_all, load_tables, run_under_writers
 from tests.spark_cluster import StandaloneCluster, cluster_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -81,17 +81,8 @@ def test_snapshot_on_standalone_cluster_equals_source(mariadb: LocalMariaDB, clu
         output={"path": lake.as_uri()},
         defaults={"chunk_size": 1000, "batch_chunks": 2, "read_margin_seconds": 0.05}))
 
-    shop_writer = Writer("127.0.0.1", mariadb.port, "root", "", db=db, pause=0.002).start()
-    types_writer = TypesWriter(mariadb, db, 600)
-    types_writer.start()
-    try:
-        _tidemark_run(config_path, cluster)
-    finally:
-        changes = shop_writer.stop()
-        types_writer.stop_event.set()
-        types_writer.join(30)
-    assert types_writer.error is None, types_writer.error
-    assert changes > 50, "the writer must have changed the tables during the snapshot"
+    run_under_writers(mariadb, db, typed_rows=600, pause=0.002,
+                      run=lambda: _tidemark_run(config_path, cluster))
     _tidemark_run(config_path, cluster)  # applies what was written after H
     _verify_all(config_path, tables)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +20,9 @@ from orchestrator.config import load_config
 from orchestrator.demo.localdb import LocalMariaDB
 from orchestrator.demo.sample import SHOP_TABLES, Writer, connect, load_shop
 from orchestrator.demo.verify import verify_table
+from orchestrator.pipeline.context import table_dir
 from orchestrator.runtime.run import run_command
 from orchestrator.source.connection import Source
-from orchestrator.steps import table_dir
 from tests.conftest import pipeline_config, write_config
 
 pytestmark = pytest.mark.integration
@@ -138,6 +139,22 @@ def load_tables(mariadb: LocalMariaDB, db: str, *, orders: int, typed_rows: int,
     return [f"{db}.{t}" for t in (*SHOP_TABLES, "all_types")]
 
 
+def run_under_writers(mariadb: LocalMariaDB, db: str, *, typed_rows: int, pause: float,
+                      run: Callable[[], None]) -> None:
+    """Call ``run`` while two writers change every table of ``db``; check they did."""
+    shop_writer = Writer("127.0.0.1", mariadb.port, "root", "", db=db, pause=pause).start()
+    types_writer = TypesWriter(mariadb, db, typed_rows)
+    types_writer.start()
+    try:
+        run()
+    finally:
+        changes = shop_writer.stop()
+        types_writer.stop_event.set()
+        types_writer.join(30)
+    assert types_writer.error is None, types_writer.error
+    assert changes > 50, "the writer must have changed the tables during the snapshot"
+
+
 def test_snapshot_under_concurrent_writes_equals_source(mariadb: LocalMariaDB, tmp_path: Path) -> None:
     db = "cons_shop"
     tables = load_tables(mariadb, db, orders=12_000, typed_rows=1500, seed=5)
@@ -145,17 +162,10 @@ def test_snapshot_under_concurrent_writes_equals_source(mariadb: LocalMariaDB, t
         tmp_path, mariadb, [{"name": t} for t in tables], name="cons",
         defaults={"chunk_size": 700, "batch_chunks": 3, "read_margin_seconds": 0.05}))
     config = load_config(config_path)
-    shop_writer = Writer("127.0.0.1", mariadb.port, "root", "", db=db, pause=0.001).start()
-    types_writer = TypesWriter(mariadb, db, 1500)
-    types_writer.start()
-    try:
+    def snapshot() -> None:
         assert run_command(config, tables=[], snapshot=False, chunk_size=None, progress=False) == 0
-    finally:
-        changes = shop_writer.stop()
-        types_writer.stop_event.set()
-        types_writer.join(30)
-    assert types_writer.error is None, types_writer.error
-    assert changes > 50, "the writer must have changed the tables during the snapshot"
+
+    run_under_writers(mariadb, db, typed_rows=1500, pause=0.001, run=snapshot)
     # One more run applies what was written after H; then the lake equals the quiet source.
     assert run_command(config, tables=[], snapshot=False, chunk_size=None, progress=False) == 0
     _verify_all(config_path, tables)

@@ -55,6 +55,7 @@ def create_shop(server: LocalMariaDB) -> None:
         f"CREATE TABLE IF NOT EXISTS {DB}.nopk (code VARCHAR(10) NOT NULL, alt INT NULL, other INT NOT NULL,"
         " UNIQUE KEY u_code (code), UNIQUE KEY u_alt (alt), KEY k_other (other))",
         f"CREATE TABLE IF NOT EXISTS {DB}.places (id INT PRIMARY KEY, spot POINT)",
+        f"CREATE TABLE IF NOT EXISTS {DB}.pairs (a INT NOT NULL, b INT NOT NULL, UNIQUE KEY u_ab (a, b))",
     )
 
 
@@ -133,10 +134,10 @@ def test_missing_table_and_table_without_key(good: LocalMariaDB, tmp_path: Path)
     assert checks[f"table {DB}.nope"].detail.startswith(f"table {DB}.nope does not exist on 127.0.0.1:{good.port}")
     assert checks[f"table {DB}.nope"].fix.startswith("check tables[1].name")
     nopk = checks[f"chunk key {DB}.nopk"]
-    assert nopk.line().startswith(f"FAIL  chunk key {DB}.nopk: table {DB}.nopk has no primary key; "
-                                  "fix: set tables[2].chunk_key to a unique NOT NULL column list")
-    assert "(code)" in nopk.fix  # the candidate is suggested; the nullable unique `alt` is not
-    assert "(alt)" not in nopk.fix
+    assert nopk.line().startswith(f"FAIL  chunk key {DB}.nopk: table `{DB}.nopk` has no primary key; "
+                                  "set chunk_key: [code] for it in the config")
+    assert nopk.line().endswith("; fix: set tables[2].chunk_key")
+    assert "[alt]" not in nopk.detail  # the candidate is suggested; the nullable unique `alt` is not
 
     with pytest.raises(SourceNotReady) as caught:
         preflight(config)
@@ -151,16 +152,29 @@ def test_missing_table_and_table_without_key(good: LocalMariaDB, tmp_path: Path)
 @pytest.mark.parametrize(("chunk_key", "ok", "expected"), [
     (["code"], True, "(code) from tables[0].chunk_key, a unique NOT NULL key"),
     (["CODE"], True, "a unique NOT NULL key"),
-    (["alt"], False, "tables[0].chunk_key column(s) alt of tm_doctor.nopk allow NULL"),
-    (["other"], False, "tm_doctor.nopk has no unique index on exactly (other)"),
-    (["code", "other"], False, "no unique index on exactly (code, other)"),
-    (["missing"], False, "names column(s) missing that tm_doctor.nopk does not have"),
+    (["alt"], False, "chunk_key [alt] is not the primary key or a unique NOT NULL key"),
+    (["other"], False, "chunk_key [other] is not the primary key or a unique NOT NULL key"),
+    (["code", "other"], False, "chunk_key [code, other] is not the primary key or a unique NOT NULL key, "
+                               "so chunks could share rows; use one of: [code]"),
+    (["missing"], False, "chunk_key column(s) missing do not exist; columns are code, alt, other"),
 ])
 def test_configured_chunk_key(good: LocalMariaDB, tmp_path: Path, chunk_key: list[str], ok: bool,
                               expected: str) -> None:
     config = make_config(tmp_path, good, [{"name": f"{DB}.nopk", "chunk_key": chunk_key}])
     check = by_name(run_checks(config))[f"chunk key {DB}.nopk"]
     assert check.ok is ok and expected in check.detail, check
+
+
+def test_chunk_key_out_of_index_order_fails_as_run_would(good: LocalMariaDB, tmp_path: Path) -> None:
+    """A unique key (a, b) configured as [b, a]: plan refuses it, so doctor does too."""
+    in_order = make_config(tmp_path, good, [{"name": f"{DB}.pairs", "chunk_key": ["a", "b"]}])
+    assert by_name(run_checks(in_order))[f"chunk key {DB}.pairs"].ok
+    reversed_key = make_config(tmp_path, good, [{"name": f"{DB}.pairs", "chunk_key": ["b", "a"]}])
+    check = by_name(run_checks(reversed_key))[f"chunk key {DB}.pairs"]
+    assert not check.ok
+    assert "must list the key's columns in index order: chunk_key: [a, b]" in check.detail
+    with pytest.raises(SourceNotReady, match=r"index order: chunk_key: \[a, b\]"):
+        preflight(reversed_key)
 
 
 def test_unmappable_column_type(good: LocalMariaDB, tmp_path: Path) -> None:

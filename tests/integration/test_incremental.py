@@ -35,6 +35,7 @@ from orchestrator.demo.sample import connect
 from orchestrator.demo.verify import verify_table
 from orchestrator.lake import layout
 from orchestrator.pipeline import reconcile
+from orchestrator.pipeline.context import table_dir
 from orchestrator.pipeline.publish import Manifest, publish_table
 from orchestrator.pipeline.reconcile import Engine, reconcile_incremental, reconcile_table
 from orchestrator.pipeline.reconcile_local import local_rewrite_allowed
@@ -43,7 +44,6 @@ from orchestrator.runtime.run import run_command
 from orchestrator.schema.tables import ColumnInfo, TableInfo
 from orchestrator.schema.values import staging_schema
 from orchestrator.source.connection import Source
-from orchestrator.steps import table_dir
 from tests.conftest import pipeline_config, write_config
 from tests.integration.conftest import spark_test_config
 from tests.integration.test_reconcile import CASES, Case, Change, D, I, U, write_changes

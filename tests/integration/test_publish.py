@@ -16,7 +16,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from orchestrator.errors import RunFailed
-from orchestrator.pipeline.publish import publish_table, read_manifest, read_published
+from orchestrator.lake.manifest import read_manifest, read_published
+from orchestrator.pipeline.publish import publish_table
 from orchestrator.pipeline.reconcile import reconcile_table
 from orchestrator.positions import BinlogPosition
 from orchestrator.schema.tables import ColumnInfo, TableInfo

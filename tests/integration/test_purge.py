@@ -15,8 +15,8 @@ from orchestrator.config import load_config
 from orchestrator.demo.localdb import LocalMariaDB
 from orchestrator.demo.sample import connect
 from orchestrator.demo.verify import verify_table
+from orchestrator.pipeline.context import table_dir
 from orchestrator.source.connection import Source
-from orchestrator.steps import table_dir
 from tests.conftest import pipeline_config, write_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -15,8 +15,8 @@ import pytest
 
 from orchestrator.config import PipelineConfig
 from orchestrator.demo.localdb import LocalMariaDB
-from orchestrator.errors import RunFailed
-from orchestrator.pipeline.read import jdbc_properties, jdbc_url, read_batch
+from orchestrator.errors import RunFailed, TransientReadError
+from orchestrator.pipeline.read import jdbc_properties, jdbc_url, read_chunks
 from orchestrator.schema.tables import ColumnInfo, TableInfo
 from orchestrator.schema.types import is_boolean
 from orchestrator.schema.values import staging_schema
@@ -206,7 +206,7 @@ def test_every_type_reads_as_staging_type_and_value(spark: Any, mariadb: LocalMa
                                                     types_table: TableInfo, tmp_path: Path) -> None:
     config = _config(tmp_path, mariadb)
     dirs = {0: str(tmp_path / "chunk-000000"), 1: str(tmp_path / "chunk-000001")}
-    result = read_batch(spark, config, types_table, [(0, "`id` < 3"), (1, "`id` >= 3")], dirs.__getitem__)
+    result = read_chunks(spark, config, types_table, [(0, "`id` < 3"), (1, "`id` >= 3")], dirs.__getitem__)
     assert result[0][0] == 2 and result[1][0] == ROWS - 2
 
     want = staging_schema(types_table.columns)
@@ -243,7 +243,7 @@ def test_batch_writes_each_chunk_to_its_own_dir(spark: Any, mariadb: LocalMariaD
     stale.write_bytes(b"left by a failed attempt")
 
     for _ in range(2):  # a rerun of the batch replaces its chunk dirs
-        result = read_batch(spark, config, info, chunks, lambda i: str(out / f"chunk-{i:06d}"))
+        result = read_chunks(spark, config, info, chunks, lambda i: str(out / f"chunk-{i:06d}"))
         assert {i: rows for i, (rows, _) in result.items()} == {10: 99, 11: 300, 12: 0, 13: 601}
         assert all(nbytes > 0 for _, nbytes in result.values())
         for index, low, high in [(10, 1, 100), (11, 100, 400), (12, 400, 400), (13, 400, 1001)]:
@@ -269,7 +269,7 @@ def test_predicates_use_raw_columns_and_index(spark: Any, mariadb: LocalMariaDB,
     where = "(created >= '2020-01-01')"
     chunks = [(0, f"((`name` < 'it''s') OR (`name` = 'it''s' AND `n` < 1)) AND {where}"),
               (1, f"((`name` > 'it''s') OR (`name` = 'it''s' AND `n` >= 1)) AND {where}")]
-    result = read_batch(spark, _config(tmp_path, mariadb), info, chunks,
+    result = read_chunks(spark, _config(tmp_path, mariadb), info, chunks,
                         lambda i: str(tmp_path / f"c{i}"))
     assert result[0][0] == 2 and result[1][0] == 2
     first = ds.dataset(str(tmp_path / "c1"), format="parquet").to_table().to_pylist()
@@ -286,18 +286,18 @@ def test_credentials_stay_out_of_url_and_errors(spark: Any, mariadb: LocalMariaD
     info = TableInfo(DB, "many", (ColumnInfo("id", "int", "int(11)", False),), ("id",), (), 0)
 
     with pytest.raises(RunFailed) as bad_sql:
-        read_batch(spark, config, info, [(0, "no_such_column = 1")], lambda i: str(tmp_path / "x"))
+        read_chunks(spark, config, info, [(0, "no_such_column = 1")], lambda i: str(tmp_path / "x"))
     assert f"{DB}.many" in str(bad_sql.value) and "no_such_column" in str(bad_sql.value)
-    assert not getattr(bad_sql.value, "transient", True)
+    assert not isinstance(bad_sql.value, TransientReadError)
 
     refused = _config(tmp_path, mariadb, port=1)
     with pytest.raises(RunFailed) as lost:
-        read_batch(spark, refused, info, [(0, "1 = 1")], lambda i: str(tmp_path / "x"))
-    assert getattr(lost.value, "transient", False)
+        read_chunks(spark, refused, info, [(0, "1 = 1")], lambda i: str(tmp_path / "x"))
+    assert isinstance(lost.value, TransientReadError)
 
     wrong = _config(tmp_path, mariadb, password=PASSWORD + "-nope")
     with pytest.raises(RunFailed) as denied:
-        read_batch(spark, wrong, info, [(0, "1 = 1")], lambda i: str(tmp_path / "x"))
+        read_chunks(spark, wrong, info, [(0, "1 = 1")], lambda i: str(tmp_path / "x"))
     assert "Access denied" in str(denied.value)
     for error in (bad_sql.value, lost.value, denied.value):
         assert PASSWORD not in str(error) and PASSWORD not in repr(error.args)
@@ -330,7 +330,7 @@ def test_connection_killed_mid_read_is_retried_by_spark(spark: Any, mariadb: Loc
     killer = threading.Thread(target=kill_first_reader)
     killer.start()
     try:
-        result = read_batch(spark, _config(tmp_path, mariadb), info,
+        result = read_chunks(spark, _config(tmp_path, mariadb), info,
                             [(0, "`id` <= 20 AND SLEEP(0.1) = 0")], lambda i: str(tmp_path / "c0"))
     finally:
         killer.join()

@@ -22,9 +22,9 @@ from orchestrator.config import load_config
 from orchestrator.demo.localdb import LocalMariaDB
 from orchestrator.demo.sample import SHOP_TABLES, connect, load_shop
 from orchestrator.demo.verify import verify_table
+from orchestrator.pipeline.context import table_dir
 from orchestrator.source.connection import Source
 from orchestrator.state.store import StateStore
-from orchestrator.steps import table_dir
 from tests.conftest import pipeline_config, write_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -100,7 +100,8 @@ def test_table_info_missing_table_names_it(source: Source, shop: LocalMariaDB) -
 
 
 def test_version_and_variables(source: Source) -> None:
-    assert source.is_mariadb() and "MariaDB" in source.server_version()
+    assert source.dialect.flavor == "mariadb" and "MariaDB" in source.server_version()
+    assert source.dialect.binlog_status_sql == "SHOW MASTER STATUS"
     found = source.variables("log_bin", "binlog_format", "binlog_row_image", "no_such_variable_x")
     assert found == {"log_bin": "ON", "binlog_format": "ROW", "binlog_row_image": "FULL",
                      "no_such_variable_x": None}

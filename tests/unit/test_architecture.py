@@ -43,7 +43,7 @@ def import_graph() -> dict[str, set[str]]:
                 # `from pkg import module` imports the module; `from module import name` the module.
                 while target and target not in modules:
                     target = target.rpartition(".")[0]
-                if target and target != name and not modules[target].name == "__init__.py":
+                if target and target != name and modules[target].name != "__init__.py":
                     graph[name].add(target)
     return graph
 

@@ -9,7 +9,16 @@ from typing import Any
 import pytest
 import yaml
 
-from orchestrator.config import PipelineConfig, Secret, load_config, parse_config
+from orchestrator.config import (
+    Defaults,
+    OutputConfig,
+    PipelineConfig,
+    Secret,
+    SourceConfig,
+    SparkConfig,
+    load_config,
+    parse_config,
+)
 from orchestrator.errors import ConfigError
 
 DELETE = object()
@@ -156,6 +165,16 @@ def test_good_config_round_trips_with_defaults_and_overrides(tmp_path: Path) -> 
     assert config.select_tables(["shop.order_items"]) == (items,)
     assert all(t.chunk_size == 7 for t in config.with_chunk_size(7).tables)
     assert load_config(path) == config
+
+
+def test_keys_left_out_take_the_dataclass_defaults() -> None:
+    minimal = mutated(("source.port", DELETE), ("spark", DELETE), ("defaults", DELETE))
+    config = parse_config(minimal)
+    assert config.defaults == Defaults()
+    assert config.spark == SparkConfig()
+    assert config.output == OutputConfig(path="/tmp/lake")
+    assert config.source == SourceConfig(host="db.internal", user="snap", server_id=54001,
+                                         password_env="TM_TEST_PASSWORD")
 
 
 def test_single_column_chunk_key_may_be_a_string() -> None:

@@ -14,17 +14,16 @@ import pytest
 
 from orchestrator.config import parse_config
 from orchestrator.lake import layout
-from orchestrator.pipeline import publish
-from orchestrator.pipeline.publish import (
+from orchestrator.lake.manifest import (
     Manifest,
     apply_retention,
     column_entries,
-    data_file,
     files_to_drop,
-    publish_table,
+    manifest_json,
     published_schema,
-    to_published,
 )
+from orchestrator.lake.writer import data_file, to_published
+from orchestrator.pipeline.publish import publish_table
 from orchestrator.positions import BinlogPosition
 from orchestrator.schema.tables import ColumnInfo, TableInfo
 from orchestrator.schema.values import staging_schema
@@ -128,9 +127,9 @@ def test_retention_never_drops_files_a_kept_version_shares(tmp_path: Path) -> No
     for version, files in plan.items():
         for f in files:
             (tdir / f).write_bytes(b"x")
-        body = publish.manifest_json(manifest(version, files))
+        body = manifest_json(manifest(version, files))
         (tdir / "_tidemark" / "versions" / f"{version:06d}.json").write_bytes(body)
-    (tdir / "_tidemark" / "current.json").write_bytes(publish.manifest_json(manifest(3, plan[3])))
+    (tdir / "_tidemark" / "current.json").write_bytes(manifest_json(manifest(3, plan[3])))
 
     assert apply_retention(str(tdir), 1) == [1, 2]
     assert sorted(p.name for p in (tdir / "data").iterdir()) == ["v000001-c0001.parquet", "v000003-c0000.parquet"]

@@ -267,7 +267,9 @@ def test_chunks_round_trip_batches_and_marking(store: StateStore) -> None:
         chunk(run_id, "shop.a", 0, 0, None, [1]),
         chunk(run_id, "shop.a", 1, 0, [1], [[BIG - 1]]),
     ]
-    store.add_chunks(planned)
+    for table in ("shop.a", "shop.b"):
+        store.add_run_table(run_id, table, "snapshot", strategy="even", chunk_key=["id"], info={},
+                            chunks=[c for c in planned if c.table == table])
     everything = store.chunks(run_id)
     assert [(c.table, c.index) for c in everything] == [
         ("shop.a", 0), ("shop.a", 1), ("shop.a", 2), ("shop.b", 0), ("shop.b", 1)]
@@ -291,23 +293,8 @@ def test_chunks_round_trip_batches_and_marking(store: StateStore) -> None:
         ("shop.a", 1)]
     assert all(c.low is None and c.attempts == 0 for c in store.chunks(run_id, batch=2))
 
-    store.reset_chunks(run_id, "shop.a", [0])
-    again = store.chunks(run_id, table="shop.a")[0]
-    assert (again.status, again.low, again.high, again.rows, again.path, again.attempts) == (
-        "pending", None, None, None, None, 1)
     with pytest.raises(StateError, match=re.escape("no chunk 9 of table shop.a")):
         store.mark_chunk_done(run_id, "shop.a", 9, high=POS, rows=0, bytes=0, path="x")
-
-
-def test_add_chunks_is_all_or_nothing(store: StateStore) -> None:
-    run_id = store.create_run("shop", {}).run_id
-    duplicate = [chunk(run_id, "shop.a", 0, 0, None, [5]), chunk(run_id, "shop.a", 1, 0, [5], None),
-                 chunk(run_id, "shop.a", 0, 0, None, [5])]
-    with pytest.raises(StateError, match=re.escape("chunks of shop.a in run")):
-        store.add_chunks(duplicate)
-    assert store.chunks(run_id) == []
-    with pytest.raises(StateError, match="the run does not exist"):  # foreign keys are on
-        store.add_chunks([chunk("no-such-run", "shop.a", 0, 0, None, None)])
 
 
 def test_add_run_table_with_chunks_is_one_transaction(store: StateStore) -> None:
@@ -322,6 +309,9 @@ def test_add_run_table_with_chunks_is_one_transaction(store: StateStore) -> None
     with pytest.raises(StateError, match=re.escape(f"cannot plan shop.a in run {run_id}")):
         store.add_run_table(run_id, "shop.a", "snapshot", strategy="even", chunk_key=["id"],
                             info={}, chunks=duplicate)
+    with pytest.raises(StateError, match="the run does not exist"):  # foreign keys are on
+        store.add_run_table("no-such-run", "shop.a", "snapshot", strategy="even", chunk_key=["id"],
+                            info={}, chunks=[chunk("no-such-run", "shop.a", 0, 0, None, None)])
     assert [t.table for t in store.run_tables(run_id)] == ["shop.b"]  # no shop.a left behind
     assert store.chunks(run_id, table="shop.a") == []
     assert len(store.chunks(run_id)) == 2
@@ -330,9 +320,9 @@ def test_add_run_table_with_chunks_is_one_transaction(store: StateStore) -> None
 def test_status_rows_summarise_the_latest_run(store: StateStore) -> None:
     assert store.status_rows("shop") == []
     run_id = store.create_run("shop", {}).run_id
-    store.add_run_table(run_id, "shop.a", "snapshot", strategy="even", chunk_key=["id"], info={})
+    store.add_run_table(run_id, "shop.a", "snapshot", strategy="even", chunk_key=["id"], info={},
+                        chunks=[chunk(run_id, "shop.a", i, 0, None, None) for i in range(3)])
     store.add_run_table(run_id, "shop.b", "incremental", strategy=None, chunk_key=["id"], info={})
-    store.add_chunks([chunk(run_id, "shop.a", i, 0, None, None) for i in range(3)])
     store.mark_chunk_done(run_id, "shop.a", 1, high=POS, rows=70, bytes=1, path="p")
     store.mark_chunk_done(run_id, "shop.a", 2, high=POS, rows=5, bytes=1, path="p")
     a, b = store.status_rows("shop")
@@ -387,8 +377,8 @@ def fill_pipeline(store: StateStore, pipeline: str) -> str:
     """A pipeline with two tables in one run, chunks, both checkpoints and its lock."""
     run_id = store.create_run(pipeline, {}).run_id
     for table in ("shop.a", "shop.b"):
-        store.add_run_table(run_id, table, "snapshot", strategy="even", chunk_key=["id"], info={})
-        store.add_chunks([chunk(run_id, table, i, 0, None, None) for i in range(2)])
+        store.add_run_table(run_id, table, "snapshot", strategy="even", chunk_key=["id"], info={},
+                            chunks=[chunk(run_id, table, i, 0, None, None) for i in range(2)])
         store.save_table_checkpoint(TableCheckpoint(pipeline, table, 1, POS, 2, "m", run_id,
                                                     datetime.now(UTC)))
     store.save_capture_checkpoint(run_id, POS, 1, 4)
@@ -448,9 +438,6 @@ def test_lock_is_reentrant_for_its_holder_and_refused_to_others(store: StateStor
                  f"pid {os.getpid()}", f"since {first.acquired_at.isoformat(timespec='seconds')}",
                  "wait for it to finish", "`tidemark reset --config configs/shop.yaml --unlock`"):
         assert part in message
-    with pytest.raises(RunLocked, match="no longer held by run run-B"):
-        store.refresh_lock("shop", "run-B")
-    store.refresh_lock("shop", "run-A")
     store.acquire_lock("other", "run-B")  # one lock per pipeline
 
     store.release_lock("shop", "run-B")  # not its lock: nothing happens
@@ -504,8 +491,8 @@ def test_lock_not_refreshed_within_its_lease_is_taken_over(
     taken = store.lock_info("shop")
     assert taken is not None and taken.holder == "eager"
     assert "not refreshed for more than 1800 s" in caplog.text
-    with pytest.raises(RunLocked, match="no longer held by run slow"):
-        store.refresh_lock("shop", "slow")  # the old holder learns it lost the lock
+    with pytest.raises(RunLocked, match="locked by run eager"):
+        store.acquire_lock("shop", "slow")  # the old holder learns it lost the lock
 
 
 def test_two_processes_race_for_the_lock(store: StateStore, url: str) -> None:

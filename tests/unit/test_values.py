@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import doctest
 import struct
 from decimal import Decimal
 from typing import Any
@@ -11,7 +10,6 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from orchestrator.schema import values
 from orchestrator.schema.tables import ColumnInfo
 from orchestrator.schema.values import (
     BatchConverter,
@@ -200,8 +198,3 @@ def test_definition_labels(column_type: str, labels: tuple[str, ...]) -> None:
 def test_unknown_charset_is_refused_by_name() -> None:
     with pytest.raises(ValueError, match="column `c` uses character set swe7"):
         column_converter(col("varchar(5)", charset="swe7"))
-
-
-def test_doctests_of_the_pure_helpers() -> None:
-    result = doctest.testmod(values)
-    assert result.attempted > 10 and result.failed == 0

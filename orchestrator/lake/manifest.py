@@ -1,0 +1,176 @@
+"""A table's manifests: ``current.json``, the kept versions, and retention.
+
+CONTRACT.md's "Output layout": ``<table dir>/_tidemark/current.json`` names the
+current version's files; ``_tidemark/versions/NNNNNN.json`` every kept version.
+Retention drops old versions and deletes a data file only when no kept version
+lists it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Sequence
+from typing import NotRequired, TypedDict
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+
+from orchestrator.errors import RunFailed
+from orchestrator.lake import storage
+from orchestrator.lake.layout import FileRange
+from orchestrator.schema.tables import ColumnInfo
+from orchestrator.schema.types import arrow_type
+from orchestrator.schema.values import staging_nullable
+
+log = logging.getLogger(__name__)
+
+META_DIR = "_tidemark"
+_VERSION_FILE = re.compile(r"^(\d{6})\.json$")
+
+
+class ColumnEntry(TypedDict):
+    name: str
+    mysql_type: str
+    arrow_type: str
+    nullable: bool
+
+
+class PositionEntry(TypedDict):
+    file: str
+    pos: int
+    gtid_set: str | None
+
+
+class Manifest(TypedDict):
+    """CONTRACT.md's ``current.json``, field for field, plus ``file_ranges`` (README "Output"):
+    per file of ``files``, in the same order, its first and last key, rows and bytes.
+    Manifests written before ``file_ranges`` existed lack it."""
+
+    table: str
+    version: int
+    files: list[str]
+    position: PositionEntry
+    rows: int
+    columns: list[ColumnEntry]
+    chunk_key: list[str]
+    published_at: str
+    run_id: str
+    file_ranges: NotRequired[list[FileRange]]
+
+
+# --------------------------------------------------------------------------- paths and schema
+
+
+def current_uri(tdir: str) -> str:
+    return storage.join(tdir, META_DIR, "current.json")
+
+
+def version_uri(tdir: str, version: int) -> str:
+    return storage.join(tdir, META_DIR, "versions", f"{version:06d}.json")
+
+
+def published_field(column: ColumnInfo) -> pa.Field:
+    """A published column: CONTRACT type, MySQL type in metadata; zero dates make it nullable."""
+    return pa.field(column.name, arrow_type(column), nullable=staging_nullable(column),
+                    metadata={"mysql_type": column.column_type})
+
+
+def published_schema(columns: Sequence[ColumnInfo]) -> pa.Schema:
+    return pa.schema(published_field(c) for c in columns)
+
+
+def column_entries(columns: Sequence[ColumnInfo]) -> list[ColumnEntry]:
+    return [ColumnEntry(name=c.name, mysql_type=c.column_type, arrow_type=str(arrow_type(c)),
+                        nullable=staging_nullable(c)) for c in columns]
+
+
+# --------------------------------------------------------------------------- manifests
+
+
+def find_manifest(tdir: str) -> Manifest | None:
+    """The current manifest of a table dir, or None when nothing is published there."""
+    uri = current_uri(tdir)
+    if not storage.exists(uri):
+        return None
+    return _load(uri)
+
+
+def read_manifest(tdir: str) -> Manifest:
+    """The current manifest of a table dir.
+
+    Raises:
+        RunFailed: nothing is published there.
+    """
+    manifest = find_manifest(tdir)
+    if manifest is None:
+        raise RunFailed(f"{tdir} holds no published table ({META_DIR}/current.json is missing); "
+                        "snapshot it with tidemark run --snapshot")
+    return manifest
+
+
+def _load(uri: str) -> Manifest:
+    try:
+        data: Manifest = json.loads(storage.read_bytes(uri))
+    except (ValueError, OSError) as exc:
+        raise RunFailed(f"cannot read manifest {uri}: {exc}") from exc
+    return data
+
+
+def manifest_json(manifest: Manifest) -> bytes:
+    return (json.dumps(manifest, indent=2, ensure_ascii=False) + "\n").encode()
+
+
+def read_published(tdir: str) -> pa.Table:
+    """The current version of a table as one Arrow table (reads every file of the manifest)."""
+    manifest = read_manifest(tdir)
+    uris = [storage.join(tdir, f) for f in manifest["files"]]
+    fs, _ = storage.filesystem(tdir)
+    dataset = ds.dataset([storage.filesystem(u)[1] for u in uris], format="parquet", filesystem=fs)
+    return dataset.to_table()
+
+
+# --------------------------------------------------------------------------- retention
+
+
+def version_numbers(tdir: str) -> list[int]:
+    """Versions with a manifest under ``_tidemark/versions``, ascending."""
+    found = []
+    for uri in storage.list_files(storage.join(tdir, META_DIR, "versions"), suffix=".json"):
+        match = _VERSION_FILE.match(storage.basename(uri))
+        if match:
+            found.append(int(match.group(1)))
+    return sorted(found)
+
+
+def files_to_drop(manifests: dict[int, Manifest], keep: int) -> tuple[list[int], list[str]]:
+    """Which versions retention drops and which of their files no kept version uses.
+
+    >>> m = lambda v, files: {"version": v, "files": files}
+    >>> files_to_drop({1: m(1, ["a", "b"]), 2: m(2, ["b", "c"]), 3: m(3, ["c", "d"])}, 2)
+    ([1], ['a'])
+    """
+    versions = sorted(manifests)
+    dropped = versions[:-keep] if keep < len(versions) else []
+    kept_files = {f for v in versions if v not in dropped for f in manifests[v]["files"]}
+    garbage = sorted({f for v in dropped for f in manifests[v]["files"]} - kept_files)
+    return dropped, garbage
+
+
+def apply_retention(tdir: str, keep: int) -> list[int]:
+    """Keep the newest ``keep`` versions (the current one always); returns the dropped versions."""
+    current = find_manifest(tdir)
+    manifests = {v: _load(version_uri(tdir, v)) for v in version_numbers(tdir)}
+    if current is not None:
+        manifests[current["version"]] = current
+        manifests = {v: m for v, m in manifests.items() if v <= current["version"]}
+    dropped, garbage = files_to_drop(manifests, max(1, keep))
+    for relative in garbage:
+        storage.delete_file(storage.join(tdir, relative))
+    for version in dropped:
+        storage.delete_file(version_uri(tdir, version))
+    if dropped:
+        log.info("%s: retention dropped version(s) %s and %d file(s)", tdir,
+                 ", ".join(map(str, dropped)), len(garbage))
+    return dropped

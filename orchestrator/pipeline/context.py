@@ -1,0 +1,72 @@
+"""What every step opens for itself: the state store, the source, Spark, the run's staging.
+
+Steps take the pipeline config and a run id and open what they need, so each
+can run in its own process (an Airflow task) as well as in one (`tidemark run`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.config import PipelineConfig
+from orchestrator.errors import RunFailed
+from orchestrator.lake import storage
+from orchestrator.positions import BinlogPosition
+from orchestrator.schema.tables import TableInfo, table_info_from_json
+from orchestrator.state.store import RunTableRecord, StateStore
+
+if TYPE_CHECKING:
+    from orchestrator.source.connection import Source
+
+
+def open_store(config: PipelineConfig) -> StateStore:
+    return StateStore(config.state.url)
+
+
+def open_source(config: PipelineConfig) -> Source:
+    """The source, for steps that run after preflight reached it: a source that cannot be
+    reached now is restarting, and is retried like a lost connection."""
+    from orchestrator.source.connection import Source  # PyMySQL only when a step needs it
+
+    return Source.from_pipeline(config, known_good=True)
+
+
+def spark_session(config: PipelineConfig) -> Any:
+    """The pipeline's SparkSession (started on first use: a JVM costs seconds)."""
+    from orchestrator.runtime.spark import get_session  # pyspark only when a step needs it
+
+    return get_session(config)
+
+
+def take_lock(store: StateStore, config: PipelineConfig, holder: str) -> None:
+    """Take (or re-take, refreshing it) the pipeline lock for ``holder``.
+
+    A CLI run's lock is bound to its process (taken over once the pid is gone);
+    an Airflow run's tasks are many processes, so only the lease expires it.
+    Re-taking lets a single cleared Airflow task continue after the failed run
+    released the lock.
+    """
+    store.acquire_lock(config.pipeline, holder, config_path=str(config.path or ""),
+                       track_pid=holder.startswith("cli:"))
+
+
+def run_dir(config: PipelineConfig, run_id: str, *parts: str) -> str:
+    """The run's staging directory (or a path inside it)."""
+    return storage.join(config.staging_path, run_id, *parts)
+
+
+def table_dir(config: PipelineConfig, table: str) -> str:
+    """The table's output directory."""
+    return storage.table_dir(config.output.path, table)
+
+
+def table_info(record: RunTableRecord) -> TableInfo:
+    """The table's shape as the run planned it."""
+    return table_info_from_json(record.info["table_info"])
+
+
+def position(data: dict[str, Any] | None) -> BinlogPosition:
+    """A position the run recorded; an error if it never was."""
+    if data is None:
+        raise RunFailed("internal: a position the run needs was never recorded; rerun resumes")
+    return BinlogPosition.from_json(data)

@@ -1,0 +1,100 @@
+"""What differs between MariaDB and MySQL, in one place: a source server's `Dialect`.
+
+Tidemark reads both. They differ in how a server names itself, in the statement
+giving the current binlog position (MySQL 8.4 has only ``SHOW BINARY LOG
+STATUS``), in where a position's GTID set comes from, in the privilege names
+``SHOW GRANTS`` prints (MariaDB 10.5+ prints REPLICATION CLIENT as BINLOG
+MONITOR), and in whether ``SHOW GRANTS`` includes the active roles' privileges.
+Everything else Tidemark sends is common SQL. The JDBC driver classes of the
+two Connector/Js live here too (either driver reads either server).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+Flavor = Literal["mariadb", "mysql"]
+
+#: The JDBC driver class of MariaDB Connector/J.
+MARIADB_DRIVER = "org.mariadb.jdbc.Driver"
+#: The JDBC driver class of MySQL Connector/J.
+MYSQL_DRIVER = "com.mysql.cj.jdbc.Driver"
+
+_VERSION = re.compile(r"\d+(?:\.\d+)*")
+
+
+@dataclass(frozen=True, slots=True)
+class Dialect:
+    """A source server's flavor and version, and the SQL and privilege names that follow.
+
+    Attributes:
+        flavor: ``mariadb`` or ``mysql``.
+        version: the release as numbers, e.g. ``(10, 11, 6)``; empty if unreadable.
+    """
+
+    flavor: Flavor
+    version: tuple[int, ...] = ()
+
+    @classmethod
+    def from_version(cls, version: str) -> Dialect:
+        """The dialect of a server from its ``VERSION()`` (or handshake) string.
+
+        >>> Dialect.from_version("10.11.6-MariaDB-0+deb12u1-log")
+        Dialect(flavor='mariadb', version=(10, 11, 6))
+        >>> Dialect.from_version("5.5.5-10.11.6-MariaDB")  # the handshake's prefix for old replicas
+        Dialect(flavor='mariadb', version=(10, 11, 6))
+        >>> Dialect.from_version("8.4.2")
+        Dialect(flavor='mysql', version=(8, 4, 2))
+        """
+        flavor: Flavor = "mariadb" if "mariadb" in version.lower() else "mysql"
+        text = version.removeprefix("5.5.5-") if flavor == "mariadb" else version
+        found = _VERSION.match(text)
+        return cls(flavor, tuple(int(n) for n in found.group().split(".")) if found else ())
+
+    def __str__(self) -> str:
+        """``MariaDB 10.11.6``."""
+        return f"{self.name} {'.'.join(map(str, self.version))}".rstrip()
+
+    @property
+    def name(self) -> str:
+        """The product's name, for messages: ``MariaDB`` or ``MySQL``."""
+        return "MariaDB" if self.flavor == "mariadb" else "MySQL"
+
+    @property
+    def binlog_status_sql(self) -> str:
+        """The statement whose row holds the current binlog ``File`` and ``Position``.
+
+        >>> Dialect("mysql", (8, 4, 0)).binlog_status_sql, Dialect("mariadb", (11, 4)).binlog_status_sql
+        ('SHOW BINARY LOG STATUS', 'SHOW MASTER STATUS')
+        """
+        if self.flavor == "mysql" and self.version >= (8, 4):
+            return "SHOW BINARY LOG STATUS"  # MySQL 8.4 removed SHOW MASTER STATUS
+        return "SHOW MASTER STATUS"
+
+    @property
+    def gtid_position_sql(self) -> str | None:
+        """The query of the GTID set at a binlog position (``%s`` for file and position);
+        None on MySQL, whose binlog status row carries it as ``Executed_Gtid_Set``."""
+        return "SELECT BINLOG_GTID_POS(%s, %s)" if self.flavor == "mariadb" else None
+
+    @property
+    def binlog_monitor_privileges(self) -> frozenset[str]:
+        """The privileges (any one) that let a user read binlog positions (``SHOW BINARY LOGS``
+        and `binlog_status_sql`), as ``SHOW GRANTS`` prints them.
+
+        REPLICATION CLIENT is printed as BINLOG MONITOR by MariaDB 10.5+; on MySQL,
+        SUPER implies it.
+
+        >>> sorted(Dialect("mysql").binlog_monitor_privileges)
+        ['BINLOG MONITOR', 'REPLICATION CLIENT', 'SUPER']
+        """
+        names = {"REPLICATION CLIENT", "BINLOG MONITOR"}
+        return frozenset(names if self.flavor == "mariadb" else names | {"SUPER"})
+
+    @property
+    def grants_include_active_roles(self) -> bool:
+        """Whether plain ``SHOW GRANTS`` includes the active roles' privileges: MariaDB's
+        does; MySQL's shows them only when asked ``USING`` the roles."""
+        return self.flavor == "mariadb"

@@ -1,0 +1,98 @@
+"""orchestrator.schema.families: every MySQL type in one table, and the modules that read it."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from chunking.mysql import unsupported_key_reason
+from orchestrator.binlog import reader
+from orchestrator.schema.families import FAMILIES, INTEGER_BITS, MEMBERS, family_of
+from orchestrator.schema.tables import ColumnInfo
+from orchestrator.schema.types import UnsupportedType, arrow_type
+
+
+def c(data_type: str, column_type: str, precision: int | None = None, scale: int | None = None) -> ColumnInfo:
+    return ColumnInfo("c", data_type, column_type, True, precision=precision, scale=scale)
+
+
+# One row per MySQL type: the column, its family, its published Arrow type.
+TYPES = [
+    (c("tinyint", "tinyint(4)"), "integer", pa.int8()),
+    (c("tinyint", "tinyint(3) unsigned"), "integer", pa.int16()),
+    (c("tinyint", "tinyint(1)"), "integer", pa.bool_()),
+    (c("smallint", "smallint(6)"), "integer", pa.int16()),
+    (c("smallint", "smallint(5) unsigned"), "integer", pa.int32()),
+    (c("mediumint", "mediumint(9)"), "integer", pa.int32()),
+    (c("mediumint", "mediumint(8) unsigned"), "integer", pa.int32()),
+    (c("int", "int(11)"), "integer", pa.int32()),
+    (c("int", "int(10) unsigned"), "integer", pa.int64()),
+    (c("integer", "int(11)"), "integer", pa.int32()),
+    (c("bigint", "bigint(20)"), "integer", pa.int64()),
+    (c("bigint", "bigint(20) unsigned"), "integer", pa.decimal128(20, 0)),
+    (c("year", "year(4)"), "year", pa.int16()),
+    (c("decimal", "decimal(10,2)", 10, 2), "decimal", pa.decimal128(10, 2)),
+    (c("numeric", "decimal(65,30)", 65, 30), "decimal", pa.string()),
+    (c("float", "float"), "float", pa.float32()),
+    (c("double", "double"), "float", pa.float64()),
+    (c("real", "double"), "float", pa.float64()),
+    (c("bit", "bit(1)", 1), "bit", pa.bool_()),
+    (c("bit", "bit(64)", 64), "bit", pa.int64()),
+    (c("char", "char(4)"), "text", pa.string()),
+    (c("varchar", "varchar(10)"), "text", pa.string()),
+    (c("tinytext", "tinytext"), "text", pa.string()),
+    (c("text", "text"), "text", pa.string()),
+    (c("mediumtext", "mediumtext"), "text", pa.string()),
+    (c("longtext", "longtext"), "text", pa.string()),
+    (c("binary", "binary(16)"), "binary", pa.binary()),
+    (c("varbinary", "varbinary(10)"), "binary", pa.binary()),
+    (c("tinyblob", "tinyblob"), "binary", pa.binary()),
+    (c("blob", "blob"), "binary", pa.binary()),
+    (c("mediumblob", "mediumblob"), "binary", pa.binary()),
+    (c("longblob", "longblob"), "binary", pa.binary()),
+    (c("enum", "enum('a','b')"), "enum", pa.string()),
+    (c("set", "set('a','b')"), "set", pa.string()),
+    (c("json", "longtext"), "json", pa.string()),
+    (c("date", "date"), "temporal", pa.date32()),
+    (c("datetime", "datetime(6)"), "temporal", pa.timestamp("us")),
+    (c("timestamp", "timestamp"), "temporal", pa.timestamp("us", tz="UTC")),
+    (c("time", "time(3)"), "temporal", pa.duration("us")),
+]
+
+
+@pytest.mark.parametrize(("column", "family", "arrow"), TYPES, ids=[row[0].column_type for row in TYPES])
+def test_type_row(column: ColumnInfo, family: str, arrow: pa.DataType) -> None:
+    assert family_of(column.data_type) == family
+    assert arrow_type(column) == arrow
+
+
+def test_the_table_covers_every_type_once() -> None:
+    assert {row[0].data_type for row in TYPES} == set(FAMILIES)
+    assert sum(len(types) for types in MEMBERS.values()) == len(FAMILIES)
+    assert set(INTEGER_BITS) == set(MEMBERS["integer"])
+
+
+def test_the_binlog_shape_check_knows_every_type() -> None:
+    assert set(reader._FIELD_TYPES) == set(FAMILIES)
+
+
+@pytest.mark.parametrize("data_type", sorted(FAMILIES))
+def test_chunk_keys_refuse_exactly_enum_set_bit_json(data_type: str) -> None:
+    refused = unsupported_key_reason(data_type) is not None
+    assert refused is (FAMILIES[data_type] in ("enum", "set", "bit", "json"))
+
+
+def test_an_unknown_type_has_no_family_and_no_mapping() -> None:
+    assert family_of("geometry") is None
+    with pytest.raises(UnsupportedType, match="column `c` has type point"):
+        arrow_type(ColumnInfo("c", "geometry", "point", True))
+    assert unsupported_key_reason("geometry") == "geometry is not a supported chunk-key type"
+
+
+@pytest.mark.parametrize(("column_type", "data_type", "width"), [
+    ("int(11)", "int", 11), ("tinyint(1) unsigned", "tinyint", 1), ("bit(8)", "bit", 8),
+    ("year(4)", "year", 4), ("varchar(10)", "varchar", None), ("decimal(10,2)", "decimal", None),
+])
+def test_display_width_of_integer_bit_and_year_only(column_type: str, data_type: str,
+                                                    width: int | None) -> None:
+    assert ColumnInfo("c", data_type, column_type, True).display_width == width
