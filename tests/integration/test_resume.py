@@ -121,7 +121,7 @@ def test_source_restart_during_read(tmp_path: Path) -> None:
         restarted = threading.Event()
 
         def restart_after_first_batch() -> None:
-            deadline = time.monotonic() + 240
+            deadline = time.monotonic() + 900  # a loaded machine takes minutes to the first batch
             while time.monotonic() < deadline:
                 try:
                     store = StateStore(state_url)
