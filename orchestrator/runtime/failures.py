@@ -27,7 +27,8 @@ log = logging.getLogger(__name__)
 
 _LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 _PATH = re.compile(r"(?:file:)?(/[^\s'\"(),:]+)")
-_HOST_PORT = re.compile(r"host=([^)\s]+)\)\(port=(\d+)|to (?:address |host )?'?([\w.-]+)'?[: ](\d{2,5})")
+_HOST_PORT = re.compile(r"host=(?P<h1>[^)\s]+)\)\(port=(?P<p1>\d+)|"
+                        r"\b(?:to|at) (?:address |host )?'?(?P<h2>[\w.-]+)'?:(?P<p2>\d{2,5})\b")
 
 #: The log file of this process (`open_log`); the JVM's stderr goes there too.
 _current_log: str | None = None
@@ -66,7 +67,7 @@ def _not_dir(message: str) -> Cause:
 
 def _connection(message: str) -> Cause:
     match = _HOST_PORT.search(message)
-    where = f" to {match.group(1) or match.group(3)}:{match.group(2) or match.group(4)}" if match else ""
+    where = f" to {match['h1'] or match['h2']}:{match['p1'] or match['p2']}" if match else ""
     return Cause(f"connection lost{where}",
                  "check that the source is up (`tidemark doctor`), then rerun")
 
@@ -139,10 +140,11 @@ def root_cause(exc: BaseException) -> Cause | None:
     ...     print(root_cause(e).what)
     no space left on device
     """
-    for message in reversed(messages(exc)):
+    chain = messages(exc)[::-1]  # innermost first
+    for i, message in enumerate(chain):
         for pattern, cause in CAUSES:
-            if pattern.search(message):
-                return cause(message)
+            if pattern.search(message):  # the details (a path, host:port) from the nearest message
+                return cause("\n".join(chain[i:]))
     return None
 
 

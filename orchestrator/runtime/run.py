@@ -7,7 +7,7 @@ import os
 import socket
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
@@ -23,6 +23,9 @@ log = logging.getLogger(__name__)
 #: job runs, the next records its low position and waits out the read margin, and a batch
 #: with fewer chunks than cores (a small table, the last batch) does not leave cores idle.
 READ_CONCURRENCY = 2
+
+#: A step that waits says so at least this often (seconds), naming what it waits for.
+HEARTBEAT_SECONDS = 30.0
 
 
 def cli_holder() -> str:
@@ -96,6 +99,9 @@ def run_command(config: PipelineConfig, *, tables: list[str], snapshot: bool, ch
                   file=sys.stderr)
         try:
             spark, published = execute(config, handle, holder=holder, bars=bars, spark=spark)
+        except KeyboardInterrupt:  # no ghost: the run is failed and unlocked, a rerun resumes it
+            steps.fail_run(config, handle.run_id, "interrupted", holder=holder)
+            raise
         except Exception as exc:  # Spark/JDBC/IO errors too: one line, state kept
             failure = after_start(config, exc, handle.run_id)
             steps.fail_run(config, handle.run_id, str(failure), holder=holder)
@@ -133,9 +139,15 @@ def execute(config: PipelineConfig, handle: steps.RunHandle, *, holder: str, bar
             futures = [pool.submit(steps.read_batch, config, handle.run_id, batch.batch, spark=spark,
                                    holder=holder) for batch in handle.batches]
             try:
-                for future in as_completed(futures):
-                    result = future.result()
-                    bar.update(done=result.chunks, rows=result.rows)
+                pending = set(futures)
+                while pending:
+                    done, pending = wait(pending, timeout=HEARTBEAT_SECONDS, return_when=FIRST_COMPLETED)
+                    for future in done:
+                        result = future.result()
+                        bar.update(done=result.chunks, rows=result.rows)
+                    if not done:  # a stalled source, a long Spark job: say what is waited for
+                        log.info("still reading: %d/%d chunks done after %s, %d batch(es) in flight or queued",
+                                 bar.done, bar.total, _clock(time.monotonic() - bar.started), len(pending))
             finally:  # on a failure, batches not started yet are not started
                 for future in futures:
                     future.cancel()

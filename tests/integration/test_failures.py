@@ -156,7 +156,7 @@ def test_disk_full(source: LocalMariaDB, tmp_path: Path) -> None:
     source.execute("CREATE TABLE IF NOT EXISTS fail_db.big (id INT PRIMARY KEY, a CHAR(32), b CHAR(32), "
                    "c CHAR(32))",
                    "INSERT IGNORE INTO fail_db.big SELECT seq, MD5(seq), MD5(seq + 1e6), MD5(seq + 2e6) "
-                   "FROM seq_1_to_60000")
+                   "FROM seq_1_to_60000", database="fail_db")
     with small_tmpfs(tmp_path / "small", "1m") as small:
         config = config_for(tmp_path, source, "full", table="fail_db.big", path=str(small / "lake"))
         failed = run(config)
@@ -195,7 +195,7 @@ def test_run_failure_is_recorded_and_unlocked(source: LocalMariaDB, tmp_path: Pa
 def test_source_killed_mid_read_and_not_back_is_exit_1(tmp_path: Path) -> None:
     """A source that dies after preflight is a failed run (exit 1, state kept), not "source not
     ready" (exit 3, which is preflight's). On its own server: the test kills it."""
-    server = LocalMariaDB.create(base_dir=tmp_path / "db")
+    server = LocalMariaDB.create(base_dir=tmp_path)
     server.start()
     try:
         server.execute("CREATE DATABASE kill_db")
@@ -231,3 +231,19 @@ def test_source_killed_mid_read_and_not_back_is_exit_1(tmp_path: Path) -> None:
         assert_equal(config, server, "kill_db.t")
     finally:
         server.destroy()
+
+
+def test_doctor_checks_where_the_run_writes(source: LocalMariaDB, tmp_path: Path) -> None:
+    good = config_for(tmp_path, source, "docgood")
+    passed = tidemark("doctor", "--config", str(good))
+    assert passed.returncode == 0, passed.stdout + passed.stderr
+    for name in ("output", "free space output.path", "state store"):
+        assert f"PASS  {name}:" in passed.stdout, passed.stdout
+    assert not list((tmp_path / "lake").glob(".tidemark-probe-*"))  # the probe is removed again
+    blocker = tmp_path / "blocker"
+    blocker.write_text("x")
+    bad = config_for(tmp_path, source, "docbad", path=str(blocker / "lake"))
+    failed = tidemark("doctor", "--config", str(bad))
+    assert failed.returncode == 3, failed.stdout + failed.stderr
+    assert f"FAIL  output: {blocker / 'lake'} cannot be written" in failed.stdout, failed.stdout
+    assert tidemark("validate", "--config", str(bad)).returncode == 0  # validate stays offline
