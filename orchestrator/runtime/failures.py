@@ -128,8 +128,10 @@ def messages(exc: BaseException) -> list[str]:
     return out
 
 
-def root_cause(exc: BaseException) -> Cause | None:
+def root_cause(exc: BaseException, source: str | None = None) -> Cause | None:
     """The innermost cause of ``exc`` a user can act on, or None when none is known.
+
+    ``source`` (``host:port``) names the server of a lost connection whose messages do not.
 
     >>> err = OSError(28, "No space left on device")
     >>> str(root_cause(RuntimeError("An error occurred while calling o150.parquet")))
@@ -144,7 +146,10 @@ def root_cause(exc: BaseException) -> Cause | None:
     for i, message in enumerate(chain):
         for pattern, cause in CAUSES:
             if pattern.search(message):  # the details (a path, host:port) from the nearest message
-                return cause("\n".join(chain[i:]))
+                found = cause("\n".join(chain[i:]))
+                if found.what == "connection lost" and source:
+                    return Cause(f"connection lost to {source}", found.fix)
+                return found
     return None
 
 

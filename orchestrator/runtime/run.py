@@ -121,7 +121,7 @@ def after_start(config: PipelineConfig, exc: BaseException, run_id: str | None) 
     if isinstance(exc, ConfigError | RunLocked):
         return exc
     what = f"run {run_id} failed" if run_id else "planning failed"
-    cause = root_cause(exc)
+    cause = root_cause(exc, f"{config.source.host}:{config.source.port}")
     text = str(cause) if cause else (str(exc).strip() if isinstance(exc, TidemarkError) else first_line(exc))
     logfile = current_log()
     where = f" (full log: {logfile})" if logfile else " (--debug shows the traceback)"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -192,45 +193,78 @@ def test_run_failure_is_recorded_and_unlocked(source: LocalMariaDB, tmp_path: Pa
     assert_equal(config, source, "fail_db.t")
 
 
-def test_source_killed_mid_read_and_not_back_is_exit_1(tmp_path: Path) -> None:
-    """A source that dies after preflight is a failed run (exit 1, state kept), not "source not
-    ready" (exit 3, which is preflight's). On its own server: the test kills it."""
+@pytest.fixture()
+def own_server(tmp_path: Path) -> Iterator[tuple[LocalMariaDB, Path]]:
+    """A private server (the tests kill it) with kill_db.t and a pipeline config for it."""
     server = LocalMariaDB.create(base_dir=tmp_path)
     server.start()
+    server.execute("CREATE DATABASE kill_db")
+    server.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(40))",
+                   "INSERT INTO t SELECT seq, MD5(seq) FROM seq_1_to_5000", database="kill_db")
+    data = pipeline_config(tmp_path, server, [{"name": "kill_db.t"}], name="killed",
+                           defaults={"chunk_size": 1000, "batch_chunks": 1, "read_margin_seconds": 3.0,
+                                     "read_attempts": 2})
+    yield server, write_config(tmp_path / "killed.yaml", data)
+    server.destroy()
+
+
+def start_run(config: Path, failpoint: str = "") -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if k != "TIDEMARK_FAILPOINT"}
+    if failpoint:
+        env["TIDEMARK_FAILPOINT"] = failpoint
+    return subprocess.Popen([sys.executable, "-m", "orchestrator", "run", "--config", str(config),
+                             "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def wait_for_first_read(config: Path, proc: subprocess.Popen[str]) -> None:
+    """Until the first batch recorded its L (its reads start after the read margin)."""
+    store = StateStore(load_config(config).state.url)
     try:
-        server.execute("CREATE DATABASE kill_db")
-        server.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(40))",
-                       "INSERT INTO t SELECT seq, MD5(seq) FROM seq_1_to_5000", database="kill_db")
-        data = pipeline_config(tmp_path, server, [{"name": "kill_db.t"}], name="killed",
-                               defaults={"chunk_size": 1000, "batch_chunks": 1, "read_margin_seconds": 3.0,
-                                         "read_attempts": 2})
-        config = write_config(tmp_path / "killed.yaml", data)
-        env = {k: v for k, v in os.environ.items() if k != "TIDEMARK_FAILPOINT"}
-        proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "run", "--config", str(config),
-                                 "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, env=env)
-        store = StateStore(load_config(config).state.url)
-        try:
-            deadline = time.monotonic() + 300
-            while time.monotonic() < deadline and proc.poll() is None:  # wait for the first batch's L
-                runs = store.runs("killed")
-                if runs and any(c.low is not None for c in store.chunks(runs[0].run_id)):
-                    break
-                time.sleep(0.2)
-        finally:
-            store.close()
-        server.kill()
-        stdout, stderr = proc.communicate(timeout=600)
-        result = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
-        text = assert_one_clear_line(result, 1, "connection lost", f":{server.port}", "resumes")
-        assert_status_shows(config, text)
-        server.start()
-        rerun = run(config)
-        assert rerun.returncode == 0, rerun.stderr[-3000:]
-        assert "resuming unfinished run" in rerun.stderr
-        assert_equal(config, server, "kill_db.t")
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and proc.poll() is None:
+            runs = store.runs("killed")
+            if runs and any(c.low is not None for c in store.chunks(runs[0].run_id)):
+                return
+            time.sleep(0.2)
     finally:
-        server.destroy()
+        store.close()
+
+
+def finish_killed(config: Path, server: LocalMariaDB, proc: subprocess.Popen[str]) -> None:
+    """The run fails with exit 1 naming the source; the rerun, the source back, resumes it."""
+    stdout, stderr = proc.communicate(timeout=600)
+    result = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+    text = assert_one_clear_line(result, 1, "connection lost", f":{server.port}", "resumes")
+    assert_status_shows(config, text)
+    server.start()
+    rerun = run(config)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert "resuming unfinished run" in rerun.stderr
+    assert_equal(config, server, "kill_db.t")
+
+
+def test_source_killed_mid_read_and_not_back_is_exit_1(own_server: tuple[LocalMariaDB, Path]) -> None:
+    """A source that dies after preflight is a failed run (exit 1, state kept), not "source not
+    ready" (exit 3, which is preflight's)."""
+    server, config = own_server
+    proc = start_run(config)
+    wait_for_first_read(config, proc)
+    server.kill()
+    finish_killed(config, server, proc)
+
+
+def test_source_killed_mid_capture_and_not_back_is_exit_1(own_server: tuple[LocalMariaDB, Path]) -> None:
+    server, config = own_server
+    proc = start_run(config, failpoint="capture.reading:1:stop")
+    wait_for_first_read(config, proc)
+    server.execute("UPDATE kill_db.t SET v = 'changed' WHERE id <= 10")  # something to capture
+    deadline = time.monotonic() + 300
+    while Path(f"/proc/{proc.pid}/stat").read_text().split(") ")[1][0] != "T":  # stopped at the point
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.stderr else ""
+        time.sleep(0.2)
+    server.kill()
+    os.kill(proc.pid, signal.SIGCONT)
+    finish_killed(config, server, proc)
 
 
 def test_doctor_checks_where_the_run_writes(source: LocalMariaDB, tmp_path: Path) -> None:

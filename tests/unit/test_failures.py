@@ -66,3 +66,8 @@ def test_unknown_failure_is_its_first_line() -> None:
 
 def test_out_of_memory_names_the_setting() -> None:
     assert "spark.driver.memory" in describe(RuntimeError("java.lang.OutOfMemoryError: Java heap space"))
+
+
+def test_lost_connection_names_the_source_its_messages_do_not() -> None:
+    exc = RuntimeError("(2003, \"Can't connect to MySQL server on '127.0.0.1' ([Errno 111] Connection refused)\")")
+    assert root_cause(exc, "127.0.0.1:3306").what == "connection lost to 127.0.0.1:3306"
