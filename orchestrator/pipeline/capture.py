@@ -309,6 +309,7 @@ def capture_changes(config: PipelineConfig, store: StateStore, run_id: str,
         log.info("capture %s: resuming from checkpoint %s (%d segments, %d changes)", run_id,
                  checkpoint, segments, sum(rows.values()))
     if begin < stop:
+        faults.point("capture.reading")
         reader = BinlogReader(config.source, config.resolve_password(), begin,
                               {name: t.info for name, t in tables.items()}, stop=stop)
         with reader:

@@ -25,6 +25,7 @@ from orchestrator.errors import ConfigError, SourceNotReady, TidemarkError, resn
 from orchestrator.lake.manifest import read_manifest
 from orchestrator.pipeline.context import open_source, open_store, table_dir, take_lock
 from orchestrator.positions import BinlogPosition, file_index
+from orchestrator.runtime.failures import describe
 from orchestrator.schema.keys import choose_chunk_key
 from orchestrator.schema.tables import ColumnInfo, TableInfo, table_info_to_json
 from orchestrator.source.connection import Source
@@ -67,8 +68,9 @@ class RunHandle:
 
 
 def plan(config: PipelineConfig, *, tables: list[str] | None = None, snapshot: bool = False,
-         chunk_size: int | None = None, holder: str) -> RunHandle:
-    """Resume the pipeline's unfinished run, or start a new one.
+         chunk_size: int | None = None, holder: str, fresh: bool = False) -> RunHandle:
+    """Resume the pipeline's unfinished run, or start a new one (always, with ``fresh``: the
+    unfinished run is marked failed and left behind, as a newer run supersedes it).
 
     Takes the pipeline lock for ``holder``, records ``P0``, then plans the
     chunks of every table to snapshot. Tables already published and not asked
@@ -79,6 +81,11 @@ def plan(config: PipelineConfig, *, tables: list[str] | None = None, snapshot: b
     try:
         take_lock(store, config, holder)
         run = store.unfinished_run(config.pipeline)
+        if run is not None and fresh:
+            log.info("run %s (%s) is left behind: a new run starts afresh", run.run_id, run.status)
+            if run.status == "running":
+                store.finish_run(run.run_id, "failed", error="superseded by a run started afresh")
+            run = None
         resumed = run is not None
         if run is None:
             selected = [t.name for t in config.select_tables(tables)]
@@ -93,7 +100,12 @@ def plan(config: PipelineConfig, *, tables: list[str] | None = None, snapshot: b
                      run.run_id, run.created_at.isoformat(timespec="seconds"), run.status)
             if run.status != "running":
                 store.finish_run(run.run_id, "running")
-        _plan_tables(config, store, run)
+        try:
+            _plan_tables(config, store, run)
+        except Exception as exc:  # no ghost: the run is failed with its reason, the lock released
+            store.finish_run(run.run_id, "failed", error=f"planning failed: {describe(exc)}")
+            store.release_lock(config.pipeline, holder)
+            raise
         records = store.run_tables(run.run_id)
         return RunHandle(
             run_id=run.run_id,

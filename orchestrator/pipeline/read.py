@@ -44,6 +44,7 @@ from orchestrator.pipeline.context import (
 )
 from orchestrator.positions import BinlogPosition
 from orchestrator.runtime import faults
+from orchestrator.runtime.failures import error_chain
 from orchestrator.runtime.spark import apply_required_conf, spark_type
 from orchestrator.schema.families import DECIMAL_TYPES
 from orchestrator.schema.tables import ColumnInfo, TableInfo
@@ -312,23 +313,6 @@ def write_empty(uri: str, table: TableInfo) -> int:
 
 
 # --------------------------------------------------------------------------- errors
-
-
-def error_chain(exc: BaseException) -> list[str]:
-    """The messages of an exception and, for a Spark/Py4J error, of its Java causes.
-
-    PySpark's own message of a JDBC failure can hide the cause ("Couldn't connect
-    to the database" for a missing table), so the Java ``getCause()`` chain is read.
-    """
-    messages = [str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__]
-    throwable = getattr(exc, "_origin", None) or getattr(exc, "java_exception", None)
-    while throwable is not None and len(messages) < 20:
-        try:
-            messages.append(str(throwable.toString()))
-            throwable = throwable.getCause()
-        except Exception:  # the JVM is gone or the object is not a Throwable
-            break
-    return messages
 
 
 def is_transient_read_error(exc: BaseException) -> bool:

@@ -35,6 +35,7 @@ from orchestrator import steps
 from orchestrator.config import PipelineConfig
 from orchestrator.errors import ConfigError, RunLocked, SourceNotReady
 from orchestrator.runtime import airflow_support as support
+from orchestrator.runtime.failures import describe
 
 log = logging.getLogger("tidemark.dag")
 
@@ -63,9 +64,11 @@ def _release_on_failure(config: PipelineConfig) -> Callable[[Context], None]:
         run = context["ti"].xcom_pull(task_ids="plan", key="run_id")
         if not run:  # failed before plan took the lock and started a run
             return
-        error = str(context.get("exception") or "failed").strip().splitlines() or ["failed"]
+        exc = context.get("exception")
+        error = f"task {context['ti'].task_id}: {describe(exc) if isinstance(exc, BaseException) else 'failed'}"
+        log.error("%s", error)  # the same one line as `status` shows, in the task log
         holder = support.run_holder(context["dag"].dag_id, context["run_id"])
-        steps.fail_run(config, str(run), f"task {context['ti'].task_id}: {error[0][:500]}", holder=holder)
+        steps.fail_run(config, str(run), error, holder=holder)
     return callback
 
 

@@ -77,7 +77,11 @@ def _plan(args: argparse.Namespace, config: PipelineConfig) -> int:
 
 
 def _run(args: argparse.Namespace, config: PipelineConfig) -> int:
+    from orchestrator.runtime.failures import open_log
     from orchestrator.runtime.run import run_command
+
+    logfile = open_log(config)
+    log.debug("full log of this run: %s", logfile)
 
     return run_command(config, tables=args.table, snapshot=args.snapshot,
                        chunk_size=args.chunk_size, progress=not args.no_progress)
@@ -118,7 +122,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         if args.verb == "demo":
             return _demo(args)
-        config = load_config(args.config)
+        # status and reset read the state store and the lake: they need no source password
+        config = load_config(args.config, check_env=args.verb not in ("status", "reset"))
         return VERBS[args.verb](args, config)
     except TidemarkError as exc:
         if debug:
@@ -126,6 +131,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         for line in str(exc).splitlines() or [type(exc).__name__]:
             print(f"tidemark: error: {line}", file=sys.stderr)
         return exc.exit_code
+    except Exception as exc:  # not raised on purpose (a state store that cannot be opened, ...)
+        from orchestrator.runtime.failures import describe, record_trace
+
+        record_trace(exc)
+        if debug:
+            traceback.print_exc()
+        print(f"tidemark: error: {describe(exc)} (--debug shows the traceback)", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("tidemark: interrupted; state is kept and a rerun resumes", file=sys.stderr)
         return 1

@@ -2,11 +2,13 @@
 
 ``TIDEMARK_FAILPOINT=name[:n]`` makes the process SIGKILL itself the n-th time
 (default 1st) it passes `point(name)`: a crash at an exact step boundary, as a
-power cut or an OOM kill would cause. Unset (always, in production) it costs
-one dictionary lookup.
+power cut or an OOM kill would cause. ``name:n:stop`` sends SIGSTOP instead: the
+process waits there until a test has broken something (killed the source) and
+sends SIGCONT. Unset (always, in production) it costs one dictionary lookup.
 
 Points: ``read.batch_done``, ``capture.checkpoint``, ``reconcile.table_done``,
-``publish.files_written``, ``publish.table_done``.
+``publish.files_written``, ``publish.table_done``, ``capture.reading`` (before the
+binlog is opened).
 """
 
 from __future__ import annotations
@@ -21,9 +23,10 @@ def point(name: str) -> None:
     spec = os.environ.get("TIDEMARK_FAILPOINT")
     if not spec:
         return
-    target, _, count = spec.partition(":")
+    target, _, rest = spec.partition(":")
     if target != name:
         return
+    count, _, action = rest.partition(":")
     _passed[name] = _passed.get(name, 0) + 1
     if _passed[name] >= int(count or 1):
-        os.kill(os.getpid(), signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGSTOP if action == "stop" else signal.SIGKILL)

@@ -7,14 +7,15 @@ import os
 import socket
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from orchestrator import steps
 from orchestrator.config import PipelineConfig
-from orchestrator.errors import RunFailed, TidemarkError, first_line
+from orchestrator.errors import ConfigError, RunFailed, RunLocked, TidemarkError, first_line
 from orchestrator.pipeline.context import open_store, spark_session
+from orchestrator.runtime.failures import current_log, record_trace, root_cause
 
 log = logging.getLogger(__name__)
 
@@ -22,6 +23,9 @@ log = logging.getLogger(__name__)
 #: job runs, the next records its low position and waits out the read margin, and a batch
 #: with fewer chunks than cores (a small table, the last batch) does not leave cores idle.
 READ_CONCURRENCY = 2
+
+#: A step that waits says so at least this often (seconds), naming what it waits for.
+HEARTBEAT_SECONDS = 30.0
 
 
 def cli_holder() -> str:
@@ -78,31 +82,51 @@ def run_command(config: PipelineConfig, *, tables: list[str], snapshot: bool, ch
     started = time.monotonic()
     holder = cli_holder()
     steps.preflight(config, tables or None)
-    request = {"tables": [t.name for t in config.select_tables(tables or None)],
-               "snapshot": snapshot, "chunk_size": chunk_size}
+    names = [t.name for t in config.select_tables(tables or None)]
+    request = {"tables": names, "snapshot": snapshot, "chunk_size": chunk_size}
+    if snapshot:
+        _announce_fresh(config, names)
     results = []
     spark: Any = None
     for _ in range(2):
-        handle = steps.plan(config, tables=tables or None, snapshot=snapshot, chunk_size=chunk_size,
-                            holder=holder)
+        try:
+            handle = steps.plan(config, tables=tables or None, snapshot=snapshot, chunk_size=chunk_size,
+                                holder=holder, fresh=snapshot)
+        except Exception as exc:  # e.g. a state store that cannot be written
+            raise after_start(config, exc, None) from exc
         if handle.resumed:
             print(f"resuming unfinished run {handle.run_id} ({len(handle.batches)} batch(es) to read)",
                   file=sys.stderr)
         try:
             spark, published = execute(config, handle, holder=holder, bars=bars, spark=spark)
-        except TidemarkError as exc:
-            steps.fail_run(config, handle.run_id, str(exc), holder=holder)
+        except KeyboardInterrupt:  # no ghost: the run is failed and unlocked, a rerun resumes it
+            steps.fail_run(config, handle.run_id, "interrupted", holder=holder)
             raise
-        except Exception as exc:  # Spark/JDBC/IO errors: one line, state kept
-            message = first_line(exc)
-            steps.fail_run(config, handle.run_id, message, holder=holder)
-            raise RunFailed(f"run {handle.run_id} failed: {message}; state is kept, rerun "
-                            "`tidemark run` to resume (--debug shows the traceback)") from exc
+        except Exception as exc:  # Spark/JDBC/IO errors too: one line, state kept
+            failure = after_start(config, exc, handle.run_id)
+            steps.fail_run(config, handle.run_id, str(failure), holder=holder)
+            raise failure from exc
         results.extend(published)
         if not handle.resumed or _same_request(config, handle.run_id, request):
             break
     _summary(results, time.monotonic() - started)
     return 0
+
+
+def after_start(config: PipelineConfig, exc: BaseException, run_id: str | None) -> TidemarkError:
+    """The error a failure after preflight exits with: its root cause in one line, the log
+    file named; exit 1 (state kept, a rerun resumes), even for a source that went away after
+    preflight found it ready. Bad arguments stay exit 2; a locked pipeline is left as it is."""
+    record_trace(exc)
+    if isinstance(exc, ConfigError | RunLocked):
+        return exc
+    what = f"run {run_id} failed" if run_id else "planning failed"
+    cause = root_cause(exc, f"{config.source.host}:{config.source.port}")
+    text = str(cause) if cause else (str(exc).strip() if isinstance(exc, TidemarkError) else first_line(exc))
+    logfile = current_log()
+    where = f" (full log: {logfile})" if logfile else " (--debug shows the traceback)"
+    return RunFailed(f"{what}: {text}; state is kept: `tidemark run --config {config.path}` "
+                     f"resumes{where}")
 
 
 def execute(config: PipelineConfig, handle: steps.RunHandle, *, holder: str, bars: bool,
@@ -115,9 +139,15 @@ def execute(config: PipelineConfig, handle: steps.RunHandle, *, holder: str, bar
             futures = [pool.submit(steps.read_batch, config, handle.run_id, batch.batch, spark=spark,
                                    holder=holder) for batch in handle.batches]
             try:
-                for future in as_completed(futures):
-                    result = future.result()
-                    bar.update(done=result.chunks, rows=result.rows)
+                pending = set(futures)
+                while pending:
+                    done, pending = wait(pending, timeout=HEARTBEAT_SECONDS, return_when=FIRST_COMPLETED)
+                    for future in done:
+                        result = future.result()
+                        bar.update(done=result.chunks, rows=result.rows)
+                    if not done:  # a stalled source, a long Spark job: say what is waited for
+                        log.info("still reading: %d/%d chunks done after %s, %d batch(es) in flight or queued",
+                                 bar.done, bar.total, _clock(time.monotonic() - bar.started), len(pending))
             finally:  # on a failure, batches not started yet are not started
                 for future in futures:
                     future.cancel()
@@ -129,6 +159,18 @@ def execute(config: PipelineConfig, handle: steps.RunHandle, *, holder: str, bar
     # (an incremental rewrite small enough for the driver does not).
     steps.reconcile(config, handle.run_id, spark=spark)
     return spark, steps.publish(config, handle.run_id, holder=holder)
+
+
+def _announce_fresh(config: PipelineConfig, tables: list[str]) -> None:
+    """Say that ``--snapshot`` starts afresh instead of resuming the unfinished run."""
+    store = open_store(config)
+    try:
+        run = store.unfinished_run(config.pipeline)
+    finally:
+        store.close()
+    if run is not None:
+        print(f"run {run.run_id} ({run.status}) is not resumed: --snapshot starts a new run that reads "
+              f"{', '.join(tables)} afresh", file=sys.stderr)
 
 
 def _same_request(config: PipelineConfig, run_id: str, request: dict[str, Any]) -> bool:

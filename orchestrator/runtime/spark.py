@@ -29,6 +29,7 @@ from pyspark.sql import types as T
 
 from orchestrator.config import PipelineConfig
 from orchestrator.errors import ConfigError
+from orchestrator.runtime.failures import stderr_to_log
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +116,8 @@ def get_session(config: PipelineConfig) -> SparkSession:
         builder = builder.config(key, value)
     fresh = SparkSession.getActiveSession() is None
     started = time.monotonic()
-    spark = builder.getOrCreate()
+    with stderr_to_log():  # the JVM's console (log4j, task stack traces) goes to the run's log
+        spark = builder.getOrCreate()
     if fresh:
         log.info("spark session started in %.1fs (master %s, %d cores)", time.monotonic() - started,
                  spark.sparkContext.master, spark.sparkContext.defaultParallelism)

@@ -30,6 +30,23 @@ def bytes_behind(position: BinlogPosition, binlogs: list[tuple[str, int]]) -> in
     return behind
 
 
+def lag_text(position: BinlogPosition, binlogs: list[tuple[str, int]] | None) -> str:
+    """How far a published table is behind the source, as `status` prints it.
+
+    >>> lag_text(BinlogPosition("b.000002", 100), [("b.000002", 400)])
+    '300 binlog bytes behind'
+    >>> lag_text(BinlogPosition("b.000001", 100), [("b.000002", 400)])
+    'needs a re-read: binlog b.000001 was purged (the next run snapshots it again)'
+    >>> lag_text(BinlogPosition("b.000001", 100), None)
+    'lag unknown (source not reachable)'
+    """
+    if binlogs is None:
+        return "lag unknown (source not reachable)"
+    if binlogs and position.file not in {name for name, _ in binlogs}:
+        return f"needs a re-read: binlog {position.file} was purged (the next run snapshots it again)"
+    return f"{bytes_behind(position, binlogs):,} binlog bytes behind"
+
+
 def status_command(config: PipelineConfig) -> int:
     """Print runs, tables of the latest run, chunk progress, published positions and lag."""
     store = open_store(config)
@@ -40,14 +57,15 @@ def status_command(config: PipelineConfig) -> int:
         print(f"pipeline {config.pipeline}", file=out)
         if not runs:
             print("  no runs yet", file=out)
-        for run in runs:
+        for i, run in enumerate(runs):  # newest first; the latest run's tables under it
             finished = run.finished_at.isoformat(timespec="seconds") if run.finished_at else "-"
             print(f"  run {run.run_id}  {run.status:<9} started {run.created_at.isoformat(timespec='seconds')}"
                   f"  finished {finished}" + (f"  error: {run.error}" if run.error else ""), file=out)
-        for t in store.status_rows(config.pipeline):  # the latest run's tables, one query
-            detail = (f"chunks {t.chunks_done}/{t.chunks_total}, {t.rows_read:,} rows read"
-                      if t.chunks_total else "binlog only")
-            print(f"    {t.table:<32} {t.mode:<11} {t.status:<10} {detail}", file=out)
+            if i == 0:
+                for t in store.status_rows(config.pipeline):  # the latest run's tables, one query
+                    detail = (f"chunks {t.chunks_done}/{t.chunks_total}, {t.rows_read:,} rows read"
+                              if t.chunks_total else "binlog only")
+                    print(f"    {t.table:<32} {t.mode:<11} {t.status:<10} {detail}", file=out)
         lock = store.lock_info(config.pipeline)
         if lock is not None:
             print(f"  locked by {lock.holder} on {lock.hostname} (pid {lock.pid}) since "
@@ -58,7 +76,7 @@ def status_command(config: PipelineConfig) -> int:
             print("  nothing published yet", file=out)
         for cp in checkpoints:
             position = BinlogPosition.from_json(cp.position)
-            behind = f"{bytes_behind(position, lag):,} binlog bytes behind" if lag is not None else "lag unknown"
+            behind = lag_text(position, lag)
             print(f"  {cp.table:<32} v{cp.version:<5} {cp.rows:>12,} rows  at {position}  "
                   f"{cp.published_at.isoformat(timespec='seconds')}  {behind}", file=out)
         return 0
@@ -71,8 +89,8 @@ def _binlogs(config: PipelineConfig) -> list[tuple[str, int]] | None:
     try:
         with Source.from_pipeline(config) as source:
             return source.binlogs()
-    except TidemarkError as exc:
-        log.warning("cannot compute lag: %s", exc)
+    except TidemarkError as exc:  # no password here, or the source is down
+        log.debug("lag unknown: %s", exc)
         return None
 
 

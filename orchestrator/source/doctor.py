@@ -7,7 +7,9 @@ SELECT on every table, REPLICATION SLAVE and REPLICATION CLIENT (in the
 server's dialect); every table exists, has a chunk key the planner accepts
 (`choose_chunk_key`, so doctor and run never disagree) and only mappable column
 types; the configured ``source.server_id`` differs from the server's own; binlog
-retention outlasts a run (``defaults.expected_run_hours``).
+retention outlasts a run (``defaults.expected_run_hours``). `doctor` (not the run's
+preflight, whose failures mean "source not ready") also checks where a run writes:
+output and staging writable, their free space, the state store (`orchestrator.lake.preflight`).
 """
 
 from __future__ import annotations
@@ -21,34 +23,13 @@ from dataclasses import dataclass
 from chunking.mysql import quote_identifier
 from orchestrator.config import PipelineConfig, TableConfig
 from orchestrator.errors import ConfigError, SourceNotReady
+from orchestrator.lake.preflight import lake_checks
 from orchestrator.schema.keys import choose_chunk_key
 from orchestrator.schema.tables import TableInfo
 from orchestrator.schema.types import UnsupportedType, arrow_type
+from orchestrator.source.check import Check
 from orchestrator.source.connection import Source
 from orchestrator.source.retry import transient_retry
-
-
-@dataclass(frozen=True, slots=True)
-class Check:
-    """The outcome of one check.
-
-    Attributes:
-        name: what was checked, e.g. ``"binlog_format"`` or ``"chunk key shop.orders"``.
-        ok: whether it passed.
-        detail: what was found.
-        fix: what to do about a failure ("" when passed).
-    """
-
-    name: str
-    ok: bool
-    detail: str
-    fix: str = ""
-
-    def line(self) -> str:
-        """One printable line: ``PASS name: detail`` or ``FAIL name: detail; fix: ...``."""
-        text = f"{'PASS' if self.ok else 'FAIL'}  {self.name}: {self.detail}"
-        return text if self.ok or not self.fix else f"{text}; fix: {self.fix}"
-
 
 # --------------------------------------------------------------------------- entry points
 
@@ -97,6 +78,9 @@ def doctor_command(config: PipelineConfig) -> int:
     When some fail, stderr gets one summary line (or the connection error itself).
     """
     checks = run_checks(config)
+    if checks[0].ok:  # reachable: where the run writes is checked too (not by run's preflight)
+        with Source.from_pipeline(config) as source:
+            checks += lake_checks(config, source)
     for check in checks:
         print(check.line())
     failed = [c for c in checks if not c.ok]

@@ -92,7 +92,9 @@ def test_good_server_and_minimal_grants_pass(good: LocalMariaDB, tmp_path: Path,
 
     assert doctor_command(config) == 0
     out, err = capsys.readouterr()
-    assert len(out.strip().splitlines()) == len(checks) + 1
+    # the source's checks, then where the run writes (output, its free space, the state store), the summary
+    assert len(out.strip().splitlines()) == len(checks) + 3 + 1
+    assert "PASS  output:" in out and "PASS  state store:" in out
     assert all(line.startswith("PASS  ") for line in out.splitlines()[:-1])
     assert "all" in out.splitlines()[-1] and err == ""
     preflight(config)  # does not raise
@@ -110,7 +112,7 @@ def test_select_only_user_fails_naming_the_privileges(good: LocalMariaDB, tmp_pa
     assert doctor_command(config) == 3
     out, err = capsys.readouterr()
     assert "FAIL  privilege REPLICATION SLAVE: 'tm_doc_select'@'%' lacks REPLICATION SLAVE" in out
-    assert err.strip() == ("tidemark: error: doctor: 2 of 16 checks failed: "
+    assert err.strip() == ("tidemark: error: doctor: 2 of 19 checks failed: "
                            "privilege REPLICATION SLAVE, privilege REPLICATION CLIENT")
 
 

@@ -1,0 +1,115 @@
+"""`doctor`'s checks of where a run writes: the output and staging locations, their free space,
+and the state store. Each is one `Check`, like the source's.
+
+A location passes when it can be created and a probe file written to it and removed again;
+free space (local paths only: an object store has none to run out of) passes when it holds
+the tables still to snapshot, estimated from information_schema's ``data_length`` times
+`SPACE_MARGIN` (staging and output each hold a compressed copy, usually smaller than InnoDB's).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+from orchestrator.config import PipelineConfig
+from orchestrator.lake import storage
+from orchestrator.lake.manifest import current_uri
+from orchestrator.source.check import Check
+from orchestrator.source.connection import Source
+from orchestrator.state.store import StateStore
+
+#: Free space wanted per byte of InnoDB data still to snapshot.
+SPACE_MARGIN = 1.5
+
+
+def _why(exc: BaseException) -> str:
+    """An OS error in a few words ("Permission denied: '/x'"), never a traceback."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
+def writable(name: str, key: str, uri: str) -> Check:
+    """Whether ``uri`` can be created and written: a probe file, removed again."""
+    probe = storage.join(uri, f".tidemark-probe-{os.getpid()}")
+    try:
+        storage.makedirs(uri)
+        storage.write_atomic(probe, b"probe\n")
+        storage.delete_file(probe)
+    except Exception as exc:  # any storage error is what the check reports
+        return Check(name, False, f"{uri} cannot be written ({_why(exc)})",
+                     f"make it writable for this user, or point {key} elsewhere")
+    return Check(name, True, f"{uri} is writable")
+
+
+def _published(config: PipelineConfig, table: str) -> bool:
+    try:
+        return storage.exists(current_uri(storage.table_dir(config.output.path, table)))
+    except OSError:  # an output path that cannot be listed: `writable` says why
+        return False
+
+
+def to_snapshot_bytes(config: PipelineConfig, source: Source) -> int:
+    """InnoDB data length of the configured tables not published yet."""
+    names = [t.name for t in config.tables if not _published(config, t.name)]
+    if not names:
+        return 0
+    marks = ", ".join(["%s"] * len(names))
+    rows = source.query("SELECT COALESCE(SUM(data_length), 0) FROM information_schema.TABLES "
+                        f"WHERE CONCAT(table_schema, '.', table_name) IN ({marks})", names)
+    return int(rows[0][0] or 0)
+
+
+def free_space(config: PipelineConfig, needed: int) -> list[Check]:
+    """One check per local file system that output and staging live on."""
+    checks = []
+    seen: set[int] = set()
+    for key, uri in (("output.path", config.output.path), ("output.staging", config.staging_path)):
+        if not storage.is_local(uri):
+            continue
+        path = storage.local_path(uri)
+        while not os.path.exists(path) and os.path.dirname(path) != path:
+            path = os.path.dirname(path)
+        device = os.stat(path).st_dev
+        if device in seen:
+            continue
+        seen.add(device)
+        free = shutil.disk_usage(path).free
+        want = int(needed * SPACE_MARGIN)
+        detail = f"{free / 2**20:,.0f} MiB free at {path}, about {want / 2**20:,.0f} MiB needed"
+        checks.append(Check(f"free space {key}", free >= want, detail,
+                            "free space there or point it at a larger volume" if free < want else ""))
+    return checks
+
+
+def state_store(config: PipelineConfig) -> Check:
+    """Whether the state store opens (its tables created when new) and, for SQLite, whether
+    its directory takes the journal files it writes next to the database."""
+    try:
+        store = StateStore(config.state.url)
+        try:
+            store.runs(config.pipeline, limit=1)
+        finally:
+            store.close()
+        url = config.state.url
+        if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
+            directory = os.path.dirname(url[len("sqlite:///"):]) or "."
+            check = writable("state store", "state.url", directory)
+            if not check.ok:
+                return check
+    except Exception as exc:  # any failure to open is what the check reports
+        return Check("state store", False, f"cannot be opened ({_why(exc)})",
+                     "make state.url's database (and, for SQLite, its directory) writable")
+    return Check("state store", True, "opens and is writable")
+
+
+def lake_checks(config: PipelineConfig, source: Source) -> list[Check]:
+    """Every check of where a run writes."""
+    checks = [writable("output", "output.path", config.output.path)]
+    if config.staging_path != storage.join(config.output.path, "_staging") or not checks[0].ok:
+        checks.append(writable("staging", "output.staging", config.staging_path))
+    checks += free_space(config, to_snapshot_bytes(config, source))
+    checks.append(state_store(config))
+    return checks

@@ -1,0 +1,232 @@
+"""What a failed run tells its user: one line with the root cause and the fix, the rest in a log.
+
+A Spark job that fails writing Parquet raises ``An error occurred while calling o150.parquet``;
+the cause ("No space left on device") is several Java causes deep, and the JVM prints every
+task's stack trace on its stderr. `describe` walks the Python and Java cause chains and
+reduces them to the innermost cause a user can act on (`CAUSES`, a table: the first row
+matching the innermost message wins); `open_log` gives the run a log file that takes the full
+log, every traceback and the JVM's own stderr, so the terminal shows only the one line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import tempfile
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from orchestrator.config import PipelineConfig
+from orchestrator.lake import storage
+
+log = logging.getLogger(__name__)
+
+_LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+_PATH = re.compile(r"(?:file:)?(/[^\s'\"(),:]+)")
+_HOST_PORT = re.compile(r"host=(?P<h1>[^)\s]+)\)\(port=(?P<p1>\d+)|"
+                        r"\b(?:to|at) (?:address |host )?'?(?P<h2>[\w.-]+)'?:(?P<p2>\d{2,5})\b")
+
+#: The log file of this process (`open_log`); the JVM's stderr goes there too.
+_current_log: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Cause:
+    """A failure reduced to what happened and what to do about it."""
+
+    what: str
+    fix: str
+
+    def __str__(self) -> str:
+        return f"{self.what}; {self.fix}"
+
+
+def _path_in(message: str) -> str:
+    match = _PATH.search(message)
+    return f" on {match.group(1)}" if match else ""
+
+
+def _no_space(message: str) -> Cause:
+    return Cause(f"no space left on device{_path_in(message)}",
+                 "free space there (or point output.path / output.staging at a larger volume), then rerun")
+
+
+def _denied(message: str) -> Cause:
+    return Cause(f"permission denied{_path_in(message)}",
+                 "make it writable for this user (or change output.path / state.url), then rerun")
+
+
+def _not_dir(message: str) -> Cause:
+    return Cause(f"a parent of the path is a regular file, not a directory{_path_in(message)}",
+                 "move that file away (or change output.path), then rerun")
+
+
+def _connection(message: str) -> Cause:
+    match = _HOST_PORT.search(message)
+    where = f" to {match['h1'] or match['h2']}:{match['p1'] or match['p2']}" if match else ""
+    return Cause(f"connection lost{where}",
+                 "check that the source is up (`tidemark doctor`), then rerun")
+
+
+def _out_of_memory(message: str) -> Cause:
+    side = "executor" if "executor" in message.lower() else "driver"
+    return Cause(f"the Spark {side} ran out of memory (Java OutOfMemoryError)",
+                 f"raise spark.conf spark.{side}.memory (or lower chunk_size), then rerun")
+
+
+def _readonly_state(message: str) -> Cause:
+    return Cause("the state store cannot be written (read-only database file or directory)",
+                 "make state.url's file and its directory writable, then rerun")
+
+
+#: (pattern on one message of the chain, what it means): the first row that matches wins.
+CAUSES: tuple[tuple[re.Pattern[str], Callable[[str], Cause]], ...] = (
+    (re.compile(r"No space left on device|ENOSPC|Errno 28\b|Disk quota exceeded", re.I), _no_space),
+    (re.compile(r"ParentNotDirectoryException|Not a directory|ENOTDIR|Errno 20\b|is not a directory", re.I),
+     _not_dir),
+    (re.compile(r"readonly database|read-only database|unable to open database file", re.I), _readonly_state),
+    (re.compile(r"Permission denied|AccessDeniedException|EACCES|Errno 13\b|Mkdirs failed to create", re.I),
+     _denied),
+    (re.compile(r"OutOfMemoryError|Java heap space|GC overhead limit", re.I), _out_of_memory),
+    (re.compile(r"Communications link failure|Connection refused|Socket fail to connect|Connection reset|"
+                r"Lost connection|Server has gone away|Can't connect to|Could not connect|"
+                r"unexpected end of stream|Connection timed out", re.I), _connection),
+)
+
+
+def error_chain(exc: BaseException) -> list[str]:
+    """The messages of an exception and, for a Spark/Py4J error, of its Java causes.
+
+    PySpark's own message of a JDBC failure can hide the cause ("Couldn't connect
+    to the database" for a missing table), so the Java ``getCause()`` chain is read.
+    """
+    messages = [str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__]
+    throwable = getattr(exc, "_origin", None) or getattr(exc, "java_exception", None)
+    while throwable is not None and len(messages) < 20:
+        try:
+            messages.append(str(throwable.toString()))
+            throwable = throwable.getCause()
+        except Exception:  # the JVM is gone or the object is not a Throwable
+            break
+    return messages
+
+
+def messages(exc: BaseException) -> list[str]:
+    """Every message of ``exc``'s cause chain, outermost first: Python causes and Java causes."""
+    out: list[str] = []
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen and len(out) < 50:
+        seen.add(id(current))
+        out.append(f"{type(current).__name__}: {current}")
+        out.extend(error_chain(current)[1:])
+        current = current.__cause__ or current.__context__
+    return out
+
+
+def root_cause(exc: BaseException, source: str | None = None) -> Cause | None:
+    """The innermost cause of ``exc`` a user can act on, or None when none is known.
+
+    ``source`` (``host:port``) names the server of a lost connection whose messages do not.
+
+    >>> err = OSError(28, "No space left on device")
+    >>> str(root_cause(RuntimeError("An error occurred while calling o150.parquet")))
+    'None'
+    >>> try:
+    ...     raise RuntimeError("An error occurred while calling o150.parquet") from err
+    ... except RuntimeError as e:
+    ...     print(root_cause(e).what)
+    no space left on device
+    """
+    chain = messages(exc)[::-1]  # innermost first
+    for i, message in enumerate(chain):
+        for pattern, cause in CAUSES:
+            if pattern.search(message):  # the details (a path, host:port) from the nearest message
+                found = cause("\n".join(chain[i:]))
+                if found.what == "connection lost" and source:
+                    return Cause(f"connection lost to {source}", found.fix)
+                return found
+    return None
+
+
+def describe(exc: BaseException) -> str:
+    """One line for ``exc``: its root cause and the fix, else its first line.
+
+    >>> describe(ValueError("bad value\\n  at line 3"))
+    'bad value'
+    """
+    cause = root_cause(exc)
+    if cause is not None:
+        return str(cause)
+    lines = str(exc).strip().splitlines()
+    return (lines[0] if lines else type(exc).__name__)[:500]
+
+
+# --------------------------------------------------------------------------- the log file
+
+
+def _log_dirs(config: PipelineConfig) -> list[str]:
+    """Where a run's log may go, best first: next to a SQLite state store, in the local
+    staging directory, in the system's temporary directory."""
+    dirs = []
+    url = config.state.url
+    if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
+        dirs.append(os.path.join(os.path.dirname(url[len("sqlite:///"):]) or ".", "logs"))
+    if storage.is_local(config.staging_path):
+        dirs.append(os.path.join(storage.local_path(config.staging_path), "logs"))
+    dirs.append(os.path.join(tempfile.gettempdir(), "tidemark-logs"))
+    return dirs
+
+
+def open_log(config: PipelineConfig) -> str | None:
+    """Open this process's log file and send every log record (INFO and up) to it; its path."""
+    global _current_log
+    name = f"{config.pipeline}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{os.getpid()}.log"
+    for directory in _log_dirs(config):
+        try:
+            os.makedirs(directory, exist_ok=True)
+            handler = logging.FileHandler(os.path.join(directory, name), encoding="utf-8")
+        except OSError:
+            continue
+        handler.setFormatter(logging.Formatter(_LOG_FORMAT))
+        handler.setLevel(logging.INFO)
+        logging.getLogger().addHandler(handler)
+        _current_log = handler.baseFilename
+        return _current_log
+    return None
+
+
+def current_log() -> str | None:
+    """The path `open_log` opened, if any."""
+    return _current_log
+
+
+def record_trace(exc: BaseException) -> None:
+    """Append ``exc``'s full traceback (Java's included) to the log file."""
+    if _current_log is None:
+        return
+    with contextlib.suppress(OSError), open(_current_log, "a", encoding="utf-8") as out:
+        out.write("".join(traceback.format_exception(exc)))
+
+
+@contextlib.contextmanager
+def stderr_to_log() -> Iterator[None]:
+    """Point file descriptor 2 at the log file while a child process (the JVM) starts, so
+    that its stderr (log4j's console, every task's stack trace) lands there, not on the terminal.
+    Without a log file, nothing changes."""
+    if _current_log is None:
+        yield
+        return
+    saved = os.dup(2)
+    target = os.open(_current_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.dup2(target, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(target)

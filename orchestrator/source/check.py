@@ -1,0 +1,27 @@
+"""`Check`: the outcome of one preflight check, as `doctor` prints it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """The outcome of one check.
+
+    Attributes:
+        name: what was checked, e.g. ``"binlog_format"`` or ``"chunk key shop.orders"``.
+        ok: whether it passed.
+        detail: what was found.
+        fix: what to do about a failure ("" when passed).
+    """
+
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+
+    def line(self) -> str:
+        """One printable line: ``PASS name: detail`` or ``FAIL name: detail; fix: ...``."""
+        text = f"{'PASS' if self.ok else 'FAIL'}  {self.name}: {self.detail}"
+        return text if self.ok or not self.fix else f"{text}; fix: {self.fix}"
