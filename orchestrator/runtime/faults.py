@@ -6,7 +6,7 @@ power cut or an OOM kill would cause. Unset (always, in production) it costs
 one dictionary lookup.
 
 Points: ``read.batch_done``, ``capture.checkpoint``, ``reconcile.table_done``,
-``publish.files_written``, ``publish.table_done``.
+``publish.iceberg_committed``, ``publish.files_written``, ``publish.table_done``.
 """
 
 from __future__ import annotations
