@@ -182,10 +182,12 @@ class Published:
     version: int
     rows: int
     position: dict[str, Any]
+    iceberg: IcebergEntry | None = None  # the version's Iceberg snapshot (None: published before Iceberg)
 
     def __str__(self) -> str:
         at = BinlogPosition.from_json(self.position)
-        return f"{self.table}: version {self.version}, {self.rows} rows at {at}"
+        snapshot = f", Iceberg snapshot {self.iceberg['snapshot_id']}" if self.iceberg else ""
+        return f"{self.table}: version {self.version}, {self.rows} rows at {at}{snapshot}"
 
 
 def publish(config: PipelineConfig, run_id: str, *, holder: str) -> list[Published]:
@@ -217,8 +219,10 @@ def publish(config: PipelineConfig, run_id: str, *, holder: str) -> list[Publish
             if checkpoint is None:
                 raise RunFailed(f"internal: table {record.table} is published but has no checkpoint; "
                                 "rerun to resume")
+            found = find_manifest(tdir)
             published.append(Published(table=record.table, uri=tdir, version=checkpoint.version,
-                                       rows=checkpoint.rows, position=checkpoint.position))
+                                       rows=checkpoint.rows, position=checkpoint.position,
+                                       iceberg=found.get("iceberg") if found else None))
         store.finish_run(run_id, "succeeded")
         storage.delete_tree(run_dir(config, run_id))
         store.release_lock(config.pipeline, holder)

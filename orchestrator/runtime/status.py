@@ -8,6 +8,7 @@ import sys
 from orchestrator.config import PipelineConfig
 from orchestrator.errors import TidemarkError
 from orchestrator.lake import storage
+from orchestrator.lake.manifest import load_manifest
 from orchestrator.pipeline.context import open_store, table_dir
 from orchestrator.positions import BinlogPosition, file_index
 from orchestrator.source.connection import Source
@@ -60,10 +61,16 @@ def status_command(config: PipelineConfig) -> int:
             position = BinlogPosition.from_json(cp.position)
             behind = f"{bytes_behind(position, lag):,} binlog bytes behind" if lag is not None else "lag unknown"
             print(f"  {cp.table:<32} v{cp.version:<5} {cp.rows:>12,} rows  at {position}  "
-                  f"{cp.published_at.isoformat(timespec='seconds')}  {behind}", file=out)
+                  f"{cp.published_at.isoformat(timespec='seconds')}  {behind}  {_snapshot(cp.manifest)}", file=out)
         return 0
     finally:
         store.close()
+
+
+def _snapshot(manifest_uri: str) -> str:
+    """The Iceberg snapshot id ``current.json`` names, as status prints it."""
+    entry = load_manifest(manifest_uri).get("iceberg") if storage.exists(manifest_uri) else None
+    return f"iceberg snapshot {entry['snapshot_id']}" if entry else "no iceberg snapshot"
 
 
 def _binlogs(config: PipelineConfig) -> list[tuple[str, int]] | None:

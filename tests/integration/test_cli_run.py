@@ -57,6 +57,7 @@ def test_run_status_reset(config_path: Path, mariadb: LocalMariaDB) -> None:
     status = tidemark("status", "--config", str(config_path), env=env)
     assert status.returncode == 0, status.stderr
     assert "succeeded" in status.stdout and "v2" in status.stdout and "binlog bytes behind" in status.stdout
+    assert f"iceberg snapshot {manifest['iceberg']['snapshot_id']}" in status.stdout
 
     dry = tidemark("reset", "--config", str(config_path), "--purge-output", env=env)
     assert dry.returncode == 0 and "add --yes" in dry.stdout

@@ -8,14 +8,19 @@ import multiprocessing
 import os
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from orchestrator.config import PipelineConfig, parse_config
+from orchestrator.demo.command import duckdb_query
 from orchestrator.errors import ConfigError
 from orchestrator.lake import iceberg
 from orchestrator.pipeline.publish import publish_table
 from orchestrator.positions import BinlogPosition
-from tests.iceberg_readers import duckdb_table, field_ids, pyiceberg_table
+from orchestrator.schema.tables import ColumnInfo, TableInfo
+from orchestrator.schema.values import staging_schema
+from tests.iceberg_readers import duckdb_connection, duckdb_table, field_ids, pyiceberg_table
 from tests.unit.test_manifest import TABLE, write_staging
 
 
@@ -92,6 +97,16 @@ def test_a_crash_between_the_iceberg_commit_and_the_manifest_switch_commits_once
     assert by_id(duckdb_table(str(tdir)).to_pylist()) == by_id(rows_of(2))
 
 
+def test_the_demo_duckdb_line_reads_the_table(tmp_path: Path) -> None:
+    config = config_for(tmp_path)
+    manifest = publish(config, tmp_path, 3)
+    line = duckdb_query(manifest["iceberg"]["metadata_location"])  # type: ignore[index]
+    select = line.split("LOAD iceberg; ", 1)[1].rstrip('"')  # offline: the extension is loaded from its package
+    con = duckdb_connection()
+    assert con.execute(select).fetchall() == [(15,)]
+    con.close()
+
+
 @pytest.mark.parametrize(("properties", "problem"), [
     ({"type": "nessie"}, "output.catalog.type: expected one of"),
     ({"name": "bad name"}, "output.catalog.name: expected letters"),
@@ -116,3 +131,20 @@ def test_the_default_catalog_is_sql_in_the_state_store(tmp_path: Path) -> None:
     assert rest.output.catalog.name == "prod"
     assert iceberg.catalog_properties(rest) == {"type": "rest", "uri": "http://c:8181", "s3.region": "eu-west-1",
                                                 "rest.sigv4-enabled": "true"}
+
+
+def test_a_new_column_gets_a_new_field_id_and_old_ids_stay(tmp_path: Path) -> None:
+    config = config_for(tmp_path)
+    publish(config, tmp_path, 1)
+    wider = TableInfo("db", "t", (*TABLE.columns[:2], *TABLE.columns[3:], ColumnInfo("note", "varchar", "varchar(9)", True)),
+                      ("id",), (), 0)
+    staging = tmp_path / "wide"
+    staging.mkdir()
+    schema = pa.schema(pa.field(f.name, f.type) for f in staging_schema(wider.columns))
+    rows = [{"id": i, "d": None, "big": f"{i}.5", "note": f"n{i}"} for i in range(3)]
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), staging / "part-00000.parquet")
+    publish_table(config, wider, ("id",), str(staging), BinlogPosition("binlog.000009", 4), "run-wide")
+    table = iceberg.open_catalog(config).load_table("db.t")
+    assert {f.name: f.field_id for f in table.schema().fields} == {"id": 1, "d": 2, "big": 4, "note": 5}
+    assert by_id(pyiceberg_table(config, "db.t").to_pylist()) == rows
+    assert by_id(duckdb_table(str(tmp_path / "lake" / "db" / "t")).to_pylist()) == rows
