@@ -104,6 +104,15 @@ def _evolve(iceberg: Table, table: str, schema: pa.Schema) -> Table:
     return iceberg.refresh()
 
 
+def drop_table(config: PipelineConfig, table: str) -> bool:
+    """Remove ``table`` from the catalog (its files are the caller's); False when it was not there."""
+    try:
+        open_catalog(config).drop_table(table)
+    except NoSuchTableError:
+        return False
+    return True
+
+
 def find_run(catalog: Catalog, table: str, run_id: str) -> IcebergEntry | None:
     """The snapshot a run committed for ``table``, if it did (the rerun of a crashed publish)."""
     try:

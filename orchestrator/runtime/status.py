@@ -7,7 +7,7 @@ import sys
 
 from orchestrator.config import PipelineConfig
 from orchestrator.errors import TidemarkError
-from orchestrator.lake import storage
+from orchestrator.lake import iceberg, storage
 from orchestrator.lake.manifest import load_manifest
 from orchestrator.pipeline.context import open_store, table_dir
 from orchestrator.positions import BinlogPosition, file_index
@@ -101,16 +101,17 @@ def reset_command(config: PipelineConfig, *, tables: list[str], purge_output: bo
         print(f"reset {scope}:")
         for kind, n in counts.items():
             print(f"  {n:>6} {kind}")
-        dirs = [table_dir(config, t.name) for t in config.select_tables(names)]
+        dirs = {t.name: table_dir(config, t.name) for t in config.select_tables(names)}
         if purge_output:
-            for d in dirs:
-                print(f"  output {d}{'' if storage.exists(d) else ' (absent)'}")
+            for name, d in dirs.items():
+                print(f"  output {d}{'' if storage.exists(d) else ' (absent)'} and Iceberg table {name}")
         if not yes:
             print("nothing changed; add --yes to do it")
             return 0
         store.forget(config.pipeline, names)
         if purge_output:
-            for d in dirs:
+            for name, d in dirs.items():
+                iceberg.drop_table(config, name)
                 storage.delete_tree(d)
         if names is None:
             storage.delete_tree(config.staging_path)
