@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from orchestrator.credentials import Secret, resolve_password
 from orchestrator.errors import ConfigError
 
 PIPELINE_NAME = re.compile(r"^[a-z0-9_]+$")
@@ -23,29 +24,6 @@ IDENTIFIER = re.compile(r"^[A-Za-z0-9_$]+$")
 TABLE_NAME = re.compile(r"^[A-Za-z0-9_$]+\.[A-Za-z0-9_$]+$")
 
 DEFAULT_JDBC_JAR = "/usr/share/java/mariadb-java-client.jar"
-
-
-class Secret:
-    """A password that never prints. ``reveal()`` is the only way to read it."""
-
-    __slots__ = ("_value",)
-
-    def __init__(self, value: str) -> None:
-        self._value = value
-
-    def reveal(self) -> str:
-        return self._value
-
-    def __repr__(self) -> str:
-        return "Secret('***')"
-
-    __str__ = __repr__
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Secret) and other._value == self._value
-
-    def __hash__(self) -> int:
-        return hash(self._value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,10 +48,21 @@ class SparkConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class CatalogConfig:
+    """``output.catalog``: the Iceberg catalog every table is committed to. ``properties`` are
+    pyiceberg catalog properties (``type``, ``uri``, ...); none means a SQL catalog in the
+    state store's database (`orchestrator.lake.iceberg.catalog_properties`)."""
+
+    name: str = "tidemark"
+    properties: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class OutputConfig:
     path: str
     staging: str | None = None  # default: <path>/_staging
     keep_versions: int = 5
+    catalog: CatalogConfig = field(default_factory=CatalogConfig)
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,34 +145,7 @@ class PipelineConfig:
 
     def resolve_password(self) -> str:
         """The source password, from the config, an env var or an Airflow connection."""
-        return resolve_password(self.source)
-
-
-def resolve_password(source: SourceConfig) -> str:
-    if source.password is not None:
-        return source.password.reveal()
-    if source.password_env is not None:
-        value = os.environ.get(source.password_env)
-        if value is None:
-            raise ConfigError(
-                f"source.password_env: environment variable {source.password_env} is not set; "
-                "export it before running"
-            )
-        return value
-    if source.airflow_conn_id is not None:
-        return _airflow_password(source.airflow_conn_id)
-    return ""
-
-
-def _airflow_password(conn_id: str) -> str:
-    try:
-        from airflow.sdk import BaseHook
-    except ImportError as exc:  # pragma: no cover - depends on the install
-        raise ConfigError(
-            f"source.airflow_conn_id `{conn_id}` needs Airflow; "
-            "outside Airflow use source.password_env instead"
-        ) from exc
-    return BaseHook.get_connection(conn_id).password or ""
+        return resolve_password(self.source.password, self.source.password_env, self.source.airflow_conn_id)
 
 
 # --------------------------------------------------------------------------- loading
@@ -385,7 +347,26 @@ def _output(r: _Reader, data: Any) -> OutputConfig:
     m = r.mapping(data, "output", _keys(OutputConfig), {"path"})
     return OutputConfig(path=r.value(m, "path", "output.path", str, ""),
                         staging=r.setting(m, "output.staging", OutputConfig, str),
-                        keep_versions=r.setting(m, "output.keep_versions", OutputConfig, int, _positive))
+                        keep_versions=r.setting(m, "output.keep_versions", OutputConfig, int, _positive),
+                        catalog=_catalog(r, m.get("catalog", {})))
+
+
+#: pyiceberg catalog types `output.catalog.type` takes.
+CATALOG_TYPES = ("sql", "rest", "glue", "hive", "dynamodb", "bigquery", "in-memory")
+
+
+def _catalog(r: _Reader, data: Any) -> CatalogConfig:
+    """``name`` and any pyiceberg catalog property, scalars only, ``type`` one pyiceberg knows."""
+    m = r.mapping(data, "output.catalog", set(data) if isinstance(data, dict) else set(), set())
+    name = r.value(m, "name", "output.catalog.name", str, field_default(CatalogConfig, "name"),
+                   lambda v: None if IDENTIFIER.match(v) else f"expected letters, digits and _, found {v!r}")
+    properties: dict[str, str] = {}
+    for key, value in m.items():
+        if key != "name" and r.value(m, key, f"output.catalog.{key}", (str, int, float, bool)) is not None:
+            properties[str(key)] = str(value).lower() if isinstance(value, bool) else str(value)
+    if properties.get("type", "sql") not in CATALOG_TYPES:
+        r.problem("output.catalog.type", f"expected one of {', '.join(CATALOG_TYPES)}, found {properties['type']!r}")
+    return CatalogConfig(name=name, properties=properties)
 
 
 def _state(r: _Reader, data: Any) -> StateConfig:

@@ -51,8 +51,19 @@ def write_demo_config(base: Path, server: LocalMariaDB) -> Path:
     return path
 
 
+def duckdb_query(metadata_location: str) -> str:
+    """One shell line reading a published Iceberg table with DuckDB (its iceberg extension).
+
+    >>> print(duckdb_query("file:///d/lake/shop/orders/metadata/00001-a.metadata.json"))
+    duckdb -c "INSTALL iceberg; LOAD iceberg; SELECT count(*) AS rows FROM iceberg_scan('file:///d/lake/shop/orders/metadata/00001-a.metadata.json')"
+    """
+    return (f"duckdb -c \"INSTALL iceberg; LOAD iceberg; SELECT count(*) AS rows "
+            f"FROM iceberg_scan('{metadata_location}')\"")
+
+
 def demo_command(directory: str, *, rows: int = 200_000, keep: bool = False) -> int:
     from orchestrator.demo.verify import verify_table
+    from orchestrator.lake.manifest import read_manifest
     from orchestrator.pipeline.context import table_dir
     from orchestrator.runtime.run import run_command
     from orchestrator.source.doctor import doctor_command
@@ -95,6 +106,9 @@ def demo_command(directory: str, *, rows: int = 200_000, keep: bool = False) -> 
                 ok = ok and result.equal
         root.close()
         print(f"demo: {'OK — the lake equals the source' if ok else 'FAILED'}; output in {base / 'lake'}")
+        orders = read_manifest(table_dir(config, "shop.orders")).get("iceberg")
+        if orders is not None:
+            print(f"demo: query the Iceberg table with DuckDB: {duckdb_query(orders['metadata_location'])}")
         return 0 if ok else 1
     finally:
         if keep:

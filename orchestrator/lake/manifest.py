@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NotRequired, TypedDict
 
 import pyarrow as pa
@@ -43,10 +43,19 @@ class PositionEntry(TypedDict):
     gtid_set: str | None
 
 
+class IcebergEntry(TypedDict):
+    """Where the version is an Iceberg snapshot (CONTRACT.md "Every table is an Apache Iceberg table")."""
+
+    catalog: str
+    identifier: str
+    metadata_location: str
+    snapshot_id: int
+
+
 class Manifest(TypedDict):
     """CONTRACT.md's ``current.json``, field for field, plus ``file_ranges`` (README "Output"):
     per file of ``files``, in the same order, its first and last key, rows and bytes.
-    Manifests written before ``file_ranges`` existed lack it."""
+    Manifests written before ``file_ranges`` (or ``iceberg``) existed lack it."""
 
     table: str
     version: int
@@ -58,6 +67,7 @@ class Manifest(TypedDict):
     published_at: str
     run_id: str
     file_ranges: NotRequired[list[FileRange]]
+    iceberg: NotRequired[IcebergEntry]
 
 
 # --------------------------------------------------------------------------- paths and schema
@@ -94,7 +104,7 @@ def find_manifest(tdir: str) -> Manifest | None:
     uri = current_uri(tdir)
     if not storage.exists(uri):
         return None
-    return _load(uri)
+    return load_manifest(uri)
 
 
 def read_manifest(tdir: str) -> Manifest:
@@ -110,7 +120,8 @@ def read_manifest(tdir: str) -> Manifest:
     return manifest
 
 
-def _load(uri: str) -> Manifest:
+def load_manifest(uri: str) -> Manifest:
+    """A manifest file (``current.json`` or a version's)."""
     try:
         data: Manifest = json.loads(storage.read_bytes(uri))
     except (ValueError, OSError) as exc:
@@ -158,14 +169,21 @@ def files_to_drop(manifests: dict[int, Manifest], keep: int) -> tuple[list[int],
     return dropped, garbage
 
 
-def apply_retention(tdir: str, keep: int) -> list[int]:
-    """Keep the newest ``keep`` versions (the current one always); returns the dropped versions."""
+def apply_retention(tdir: str, keep: int,
+                    expire: Callable[[list[int]], set[str]] = lambda dropped: set()) -> list[int]:
+    """Keep the newest ``keep`` versions (the current one always); returns the dropped versions.
+
+    ``expire`` is called with the versions about to be dropped, before any file is deleted, and
+    returns files still needed elsewhere (those the kept Iceberg snapshots list): never deleted."""
     current = find_manifest(tdir)
-    manifests = {v: _load(version_uri(tdir, v)) for v in version_numbers(tdir)}
+    manifests = {v: load_manifest(version_uri(tdir, v)) for v in version_numbers(tdir)}
     if current is not None:
         manifests[current["version"]] = current
         manifests = {v: m for v, m in manifests.items() if v <= current["version"]}
     dropped, garbage = files_to_drop(manifests, max(1, keep))
+    if dropped:
+        needed = expire(dropped)
+        garbage = [f for f in garbage if f not in needed]
     for relative in garbage:
         storage.delete_file(storage.join(tdir, relative))
     for version in dropped:

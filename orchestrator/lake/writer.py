@@ -206,13 +206,14 @@ def _write_files(tdir: str, version: int, first_index: int, schema: pa.Schema, k
 
 
 def to_published(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
-    """A staging record batch in published types (TIME int64 micros -> duration[us])."""
+    """A staging record batch in published types (a file of an older version may hold TIME
+    as duration[us]: it is read as its int64 microseconds)."""
     arrays = []
     for field in schema:
         array = batch.column(field.name)
-        if pa.types.is_duration(field.type) and not pa.types.is_duration(array.type):
-            array = array.cast(pa.int64()).view(field.type)
-        elif array.type != field.type:
+        if pa.types.is_duration(array.type):
+            array = array.view(pa.int64())
+        if array.type != field.type:
             array = array.cast(field.type)
         arrays.append(array)
     return pa.RecordBatch.from_arrays(arrays, schema=schema)

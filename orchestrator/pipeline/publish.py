@@ -1,22 +1,27 @@
 """Publish: a reconciled table becomes a new immutable version behind an atomic manifest switch.
 
-Layout and manifest are CONTRACT.md's "Output layout". Order of writes:
+Layout and manifest are CONTRACT.md's "Output layout"; every version is also an
+Iceberg snapshot (`orchestrator.lake.iceberg`). Order of writes:
 
-1. the version's new data files ``data/v000002-c0000.parquet`` ..., converted from
+1. the Iceberg table is created or its schema evolved, which fixes the field IDs;
+2. the version's new data files ``data/v000002-c0000.parquet`` ..., converted from
    staging types to published types with pyarrow, record batch by record batch,
    each one key range in key order (`orchestrator.lake.layout`); after an incremental
    reconcile only the rewritten ranges are new and every other file of the
    previous version is shared (listed again, never copied);
-2. ``_tidemark/versions/000002.json``;
-3. ``_tidemark/current.json``, replaced atomically (`storage.write_atomic`):
-   the moment readers switch to the new version;
-4. retention: versions beyond ``output.keep_versions`` are dropped, with the
-   files no kept version references.
+3. ``_tidemark/versions/000002.json`` (without its ``iceberg`` entry yet);
+4. the Iceberg snapshot: the files of the version, the run id in its summary;
+5. ``_tidemark/versions/000002.json`` again and ``_tidemark/current.json``, replaced
+   atomically (`storage.write_atomic`): the moment Tidemark's readers switch;
+6. retention: versions beyond ``output.keep_versions`` are dropped, their Iceberg
+   snapshots expired, with the files no kept version or snapshot references.
 
-A crash before 3 leaves the previous version current and some unreferenced
+A crash before 4 leaves the previous version current and some unreferenced
 files of the new version number; the rerun deletes those and writes them again.
-A crash after 3 is detected by the rerun (``current.json`` already carries the
-run id) and returns the published manifest.
+A crash between 4 and 5 is found by the rerun (a snapshot carries its run id):
+it completes 5 from the version file of 3 without committing again. A crash
+after 5 is detected by the rerun (``current.json`` already carries the run id)
+and returns the published manifest.
 """
 
 from __future__ import annotations
@@ -27,17 +32,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pyiceberg.catalog import Catalog
+
 from orchestrator.config import PipelineConfig
 from orchestrator.errors import RunFailed, resnapshot_hint
-from orchestrator.lake import layout, storage
+from orchestrator.lake import iceberg, layout, storage
 from orchestrator.lake.layout import DATA_DIR
 from orchestrator.lake.manifest import (
+    IcebergEntry,
     Manifest,
     PositionEntry,
     apply_retention,
     column_entries,
     current_uri,
     find_manifest,
+    load_manifest,
     manifest_json,
     published_schema,
     version_uri,
@@ -71,20 +80,29 @@ def publish_table(config: PipelineConfig, table_info: TableInfo, key: Sequence[s
         The manifest now in ``current.json``.
     """
     tdir = table_dir(config, table_info.name)
+    catalog = iceberg.open_catalog(config)
     current = find_manifest(tdir)
     if current is not None and current["run_id"] == run_id:
         log.info("table %s: version %d of run %s is already published", table_info.name,
                  current["version"], run_id)
-        apply_retention(tdir, config.output.keep_versions)
+        _retain(config, catalog, tdir, current)
         return current
     version = current["version"] + 1 if current is not None else 1
+    committed = iceberg.find_run(catalog, table_info.name, run_id)
+    if committed is not None and storage.exists(version_uri(tdir, version)):
+        log.info("table %s: Iceberg snapshot %d of run %s is committed; switching the manifest to it",
+                 table_info.name, committed["snapshot_id"], run_id)
+        return _switch(config, catalog, tdir, load_manifest(version_uri(tdir, version)), committed)
     _delete_partial(tdir, version)
-    writer = VersionWriter(tdir, version, published_schema(table_info.columns),
-                           [table_info.column(k).name for k in key])
+    schema = iceberg.prepare(catalog, table_info.name, tdir, published_schema(table_info.columns))
+    writer = VersionWriter(tdir, version, schema, [table_info.column(k).name for k in key])
     plan = layout.read_plan(reconciled_dir)
     if plan is None:
         ranges = writer.write_all(reconciled_dir)
     else:
+        if current is not None and "iceberg" not in current:
+            raise RunFailed(f"table {table_info.name}: version {current['version']} was published before "
+                            "Tidemark wrote Iceberg tables; " + resnapshot_hint(table_info.name))
         if current is None or current["version"] != plan.base_version:
             raise RunFailed(f"table {table_info.name}: the run reconciled against version {plan.base_version} "
                             f"but version {current['version'] if current else 'none'} is current; "
@@ -104,14 +122,42 @@ def publish_table(config: PipelineConfig, table_info: TableInfo, key: Sequence[s
         published_at=dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), run_id=run_id,
         file_ranges=ranges,
     )
-    body = manifest_json(manifest)
-    storage.write_atomic(version_uri(tdir, version), body)
-    storage.write_atomic(current_uri(tdir), body)
-    log.info("table %s: published version %d (%d rows, %d files: %d new holding %d rows, %d shared) at %s",
+    storage.write_atomic(version_uri(tdir, version), manifest_json(manifest))
+    snapshot = iceberg.commit_version(catalog, table_info.name, tdir, manifest["files"], version=version,
+                                      run_id=run_id, position=position)
+    faults.point("publish.iceberg_committed")
+    log.info("table %s: publishing version %d (%d rows, %d files: %d new holding %d rows, %d shared) at %s",
              table_info.name, version, rows, len(ranges), writer.files_written, writer.rows_written,
              len(ranges) - writer.files_written, position)
-    apply_retention(tdir, config.output.keep_versions)
+    return _switch(config, catalog, tdir, manifest, snapshot)
+
+
+def _switch(config: PipelineConfig, catalog: Catalog, tdir: str, manifest: Manifest, snapshot: IcebergEntry
+            ) -> Manifest:
+    """Record the Iceberg snapshot in the version's manifest, make it current, apply retention."""
+    manifest["iceberg"] = snapshot
+    _write_current(tdir, manifest)
+    _retain(config, catalog, tdir, manifest)
     return manifest
+
+
+def _write_current(tdir: str, manifest: Manifest) -> None:
+    body = manifest_json(manifest)
+    storage.write_atomic(version_uri(tdir, manifest["version"]), body)
+    storage.write_atomic(current_uri(tdir), body)
+
+
+def _retain(config: PipelineConfig, catalog: Catalog, tdir: str, manifest: Manifest) -> None:
+    """Retention; expiring snapshots writes new Iceberg metadata, which ``current.json`` then names."""
+    def expire(dropped: list[int]) -> set[str]:
+        needed, location = iceberg.expire_versions(catalog, manifest["table"], tdir, dropped)
+        entry = manifest.get("iceberg")
+        if entry is not None and location is not None and location != entry["metadata_location"]:
+            entry["metadata_location"] = location
+            _write_current(tdir, manifest)
+        return needed
+
+    apply_retention(tdir, config.output.keep_versions, expire)
 
 
 def _delete_partial(tdir: str, version: int) -> None:
@@ -136,10 +182,12 @@ class Published:
     version: int
     rows: int
     position: dict[str, Any]
+    iceberg: IcebergEntry | None = None  # the version's Iceberg snapshot (None: published before Iceberg)
 
     def __str__(self) -> str:
         at = BinlogPosition.from_json(self.position)
-        return f"{self.table}: version {self.version}, {self.rows} rows at {at}"
+        snapshot = f", Iceberg snapshot {self.iceberg['snapshot_id']}" if self.iceberg else ""
+        return f"{self.table}: version {self.version}, {self.rows} rows at {at}{snapshot}"
 
 
 def publish(config: PipelineConfig, run_id: str, *, holder: str) -> list[Published]:
@@ -171,8 +219,10 @@ def publish(config: PipelineConfig, run_id: str, *, holder: str) -> list[Publish
             if checkpoint is None:
                 raise RunFailed(f"internal: table {record.table} is published but has no checkpoint; "
                                 "rerun to resume")
+            found = find_manifest(tdir)
             published.append(Published(table=record.table, uri=tdir, version=checkpoint.version,
-                                       rows=checkpoint.rows, position=checkpoint.position))
+                                       rows=checkpoint.rows, position=checkpoint.position,
+                                       iceberg=found.get("iceberg") if found else None))
         store.finish_run(run_id, "succeeded")
         storage.delete_tree(run_dir(config, run_id))
         store.release_lock(config.pipeline, holder)

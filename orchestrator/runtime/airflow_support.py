@@ -215,7 +215,8 @@ def batch_xcom(batch: BatchRef) -> dict[str, Any]:
 
 
 def asset_uri(config: PipelineConfig, table: str) -> str:
-    """The Asset URI of a table: its output directory; ``file://`` + absolute path when local.
+    """The Asset URI of a table: its output directory, the Iceberg table's location;
+    ``file://`` + absolute path when local.
 
     >>> from orchestrator.config import parse_config
     >>> c = parse_config({"pipeline": "p", "source": {"host": "h", "user": "u", "server_id": 1},
@@ -231,9 +232,11 @@ def asset_uri(config: PipelineConfig, table: str) -> str:
 
 
 def asset_extra(published: Published, run_id: str) -> dict[str, Any]:
-    """The extra of a table's asset event: what was published, at which binlog position."""
+    """The extra of a table's asset event: what was published, at which binlog position, and
+    the Iceberg snapshot (``iceberg``: catalog, identifier, metadata_location, snapshot_id)."""
     return {"published": True, "table": published.table, "version": published.version,
-            "rows": published.rows, "position": dict(published.position), "run_id": run_id}
+            "rows": published.rows, "position": dict(published.position), "run_id": run_id,
+            "iceberg": dict(published.iceberg) if published.iceberg else None}
 
 
 def not_published_extra(table: str, run_id: str) -> dict[str, Any]:

@@ -7,8 +7,8 @@ process waits there until a test has broken something (killed the source) and
 sends SIGCONT. Unset (always, in production) it costs one dictionary lookup.
 
 Points: ``read.batch_done``, ``capture.checkpoint``, ``reconcile.table_done``,
-``publish.files_written``, ``publish.table_done``, ``capture.reading`` (before the
-binlog is opened).
+``publish.iceberg_committed``, ``publish.files_written``, ``publish.table_done``,
+``capture.reading`` (before the binlog is opened).
 """
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ import sys
 
 from orchestrator.config import PipelineConfig
 from orchestrator.errors import TidemarkError
-from orchestrator.lake import storage
+from orchestrator.lake import iceberg, storage
+from orchestrator.lake.manifest import load_manifest
 from orchestrator.pipeline.context import open_store, table_dir
 from orchestrator.positions import BinlogPosition, file_index
 from orchestrator.source.connection import Source
@@ -78,10 +79,16 @@ def status_command(config: PipelineConfig) -> int:
             position = BinlogPosition.from_json(cp.position)
             behind = lag_text(position, lag)
             print(f"  {cp.table:<32} v{cp.version:<5} {cp.rows:>12,} rows  at {position}  "
-                  f"{cp.published_at.isoformat(timespec='seconds')}  {behind}", file=out)
+                  f"{cp.published_at.isoformat(timespec='seconds')}  {behind}  {_snapshot(cp.manifest)}", file=out)
         return 0
     finally:
         store.close()
+
+
+def _snapshot(manifest_uri: str) -> str:
+    """The Iceberg snapshot id ``current.json`` names, as status prints it."""
+    entry = load_manifest(manifest_uri).get("iceberg") if storage.exists(manifest_uri) else None
+    return f"iceberg snapshot {entry['snapshot_id']}" if entry else "no iceberg snapshot"
 
 
 def _binlogs(config: PipelineConfig) -> list[tuple[str, int]] | None:
@@ -112,16 +119,17 @@ def reset_command(config: PipelineConfig, *, tables: list[str], purge_output: bo
         print(f"reset {scope}:")
         for kind, n in counts.items():
             print(f"  {n:>6} {kind}")
-        dirs = [table_dir(config, t.name) for t in config.select_tables(names)]
+        dirs = {t.name: table_dir(config, t.name) for t in config.select_tables(names)}
         if purge_output:
-            for d in dirs:
-                print(f"  output {d}{'' if storage.exists(d) else ' (absent)'}")
+            for name, d in dirs.items():
+                print(f"  output {d}{'' if storage.exists(d) else ' (absent)'} and Iceberg table {name}")
         if not yes:
             print("nothing changed; add --yes to do it")
             return 0
         store.forget(config.pipeline, names)
         if purge_output:
-            for d in dirs:
+            for name, d in dirs.items():
+                iceberg.drop_table(config, name)
                 storage.delete_tree(d)
         if names is None:
             storage.delete_tree(config.staging_path)

@@ -12,7 +12,7 @@ from orchestrator.schema.families import FAMILIES, INTEGER_BITS, ZERO_DATE_TYPES
 from orchestrator.schema.tables import ColumnInfo
 
 _TEMPORAL = {"date": pa.date32(), "datetime": pa.timestamp("us"),
-             "timestamp": pa.timestamp("us", tz="UTC"), "time": pa.duration("us")}
+             "timestamp": pa.timestamp("us", tz="UTC"), "time": pa.int64()}  # TIME: signed microseconds (Iceberg has no duration)
 
 
 class UnsupportedType(ValueError):
@@ -51,7 +51,7 @@ def arrow_type(column: ColumnInfo) -> pa.DataType:
     >>> arrow_type(C("n", "int", "int(10) unsigned", True))
     DataType(int64)
     >>> arrow_type(C("t", "time", "time(3)", True, datetime_precision=3))
-    DurationType(duration[us])
+    DataType(int64)
     """
     t = column.data_type
     if is_boolean(column):

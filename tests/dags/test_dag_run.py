@@ -99,6 +99,7 @@ def test_ad_hoc_snapshot_then_binlog_run(mariadb: LocalMariaDB, tmp_path: Path,
     assert len(stored["labels"]) == 2 and all(label.startswith(t1) for label in stored["labels"])
     uri1, uri2 = (f"file://{lake}/{DB}/{t}" for t in ("t1", "t2"))
     assert stored["events"][uri1]["rows"] == 300
+    assert stored["events"][uri1]["iceberg"] == manifest(lake, t1)["iceberg"]  # type: ignore[index]
     position = manifest(lake, t1)["position"]  # type: ignore[index]
     assert {k: stored["events"][uri1]["position"][k] for k in ("file", "pos")} == {
         k: position[k] for k in ("file", "pos")}

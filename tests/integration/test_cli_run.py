@@ -13,6 +13,7 @@ import pytest
 
 from orchestrator.config import load_config
 from orchestrator.demo.localdb import LocalMariaDB
+from orchestrator.lake.iceberg import open_catalog
 from orchestrator.state.store import StateStore
 from tests.conftest import pipeline_config, write_config
 
@@ -57,6 +58,7 @@ def test_run_status_reset(config_path: Path, mariadb: LocalMariaDB) -> None:
     status = tidemark("status", "--config", str(config_path), env=env)
     assert status.returncode == 0, status.stderr
     assert "succeeded" in status.stdout and "v2" in status.stdout and "binlog bytes behind" in status.stdout
+    assert f"iceberg snapshot {manifest['iceberg']['snapshot_id']}" in status.stdout
 
     dry = tidemark("reset", "--config", str(config_path), "--purge-output", env=env)
     assert dry.returncode == 0 and "add --yes" in dry.stdout
@@ -64,6 +66,7 @@ def test_run_status_reset(config_path: Path, mariadb: LocalMariaDB) -> None:
     done = tidemark("reset", "--config", str(config_path), "--purge-output", "--yes", env=env)
     assert done.returncode == 0, done.stderr
     assert not table_dir.exists()
+    assert not open_catalog(load_config(config_path, check_env=False)).table_exists("cli_db.items")
     status = tidemark("status", "--config", str(config_path), env=env)
     assert "nothing published yet" in status.stdout
     for result in (first, second, status, dry, done):

@@ -23,6 +23,7 @@ from orchestrator.positions import BinlogPosition
 from orchestrator.schema.tables import ColumnInfo, TableInfo
 from orchestrator.schema.types import arrow_type
 from orchestrator.schema.values import staging_schema
+from tests.iceberg_readers import duckdb_table, pyiceberg_table
 from tests.integration.conftest import spark_test_config
 
 pytestmark = pytest.mark.integration
@@ -37,7 +38,8 @@ TABLE = TableInfo("shop", "orders", (
     ColumnInfo("day", "date", "date", True),
 ), ("id",), (), 0)
 
-KEYS = {"table", "version", "files", "position", "rows", "columns", "chunk_key", "published_at", "run_id"}
+KEYS = {"table", "version", "files", "position", "rows", "columns", "chunk_key", "published_at", "run_id",
+        "iceberg"}
 ADDED_KEYS = {"file_ranges"}  # README "Output": additions to CONTRACT.md's fields
 H = BinlogPosition("binlog.000007", 1234, gtid_set=None)
 
@@ -48,7 +50,7 @@ def staged(i: int, name: str) -> dict[str, Any]:
 
 
 def published(row: dict[str, Any]) -> dict[str, Any]:
-    return {**row, "took": dt.timedelta(microseconds=row["took"])}
+    return dict(row)  # TIME stays signed int64 microseconds
 
 
 def staging_dir(spark: Any, tmp_path: Path, rows: list[dict[str, Any]], name: str) -> str:
@@ -92,10 +94,14 @@ def test_manifest_and_files_follow_the_contract(spark: Any, tmp_path: Path) -> N
 
     table = ds.dataset([str(tdir / f) for f in on_disk["files"]], format="parquet").to_table()
     assert [f.type for f in table.schema] == [arrow_type(c) for c in TABLE.columns]
-    assert table.schema.field("took").metadata == {b"mysql_type": b"time(6)"}
+    assert table.schema.field("took").metadata == {b"mysql_type": b"time(6)", b"PARQUET:field_id": b"3"}
     assert sorted(table.to_pylist(), key=lambda x: x["id"]) == [published(x) for x in rows]
+    assert on_disk["iceberg"]["identifier"] == "shop.orders"
+    for reader in (duckdb_table(str(tdir)), pyiceberg_table(config, "shop.orders")):
+        assert sorted(reader.to_pylist(), key=lambda x: x["id"]) == [published(x) for x in rows]
     assert read_published(str(tdir)).num_rows == 20
     assert sorted(os.listdir(tdir / "_tidemark")) == ["current.json", "versions"]
+    assert sorted(os.listdir(tdir)) == ["_tidemark", "data", "metadata"]
 
 
 def test_versions_increment_and_retention_drops_old_files(spark: Any, tmp_path: Path) -> None:
@@ -162,6 +168,7 @@ def test_failed_switch_leaves_the_previous_version_current(spark: Any, tmp_path:
     assert read_manifest(str(tdir))["run_id"] == "run-1"
     assert [x["name"] for x in rows_of(tdir)] == ["old"]
     assert sorted(os.listdir(tdir / "_tidemark")) == ["current.json", "versions"]
+    assert sorted(os.listdir(tdir)) == ["_tidemark", "data", "metadata"]
 
     assert publish_table(config, TABLE, ("id",), reconciled, H, "run-2")["version"] == 2
     assert [x["name"] for x in rows_of(tdir)] == ["new"]

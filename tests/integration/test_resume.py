@@ -26,6 +26,7 @@ from orchestrator.pipeline.context import table_dir
 from orchestrator.source.connection import Source
 from orchestrator.state.store import StateStore
 from tests.conftest import pipeline_config, write_config
+from tests.integration.test_consistency import snapshots_per_version
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -74,7 +75,7 @@ def shop(mariadb: LocalMariaDB) -> str:
 
 @pytest.mark.parametrize("failpoint", [
     "read.batch_done:2", "capture.checkpoint:1", "reconcile.table_done:1",
-    "publish.files_written:1", "publish.table_done:1",
+    "publish.iceberg_committed:1", "publish.files_written:1", "publish.table_done:1",
 ])
 def test_killed_run_resumes(mariadb: LocalMariaDB, shop: str, tmp_path: Path, failpoint: str) -> None:
     config_path = write_config(tmp_path / "p.yaml", pipeline_config(
@@ -103,6 +104,8 @@ def test_killed_run_resumes(mariadb: LocalMariaDB, shop: str, tmp_path: Path, fa
     # The resumed run published the orders snapshot at its H; one more run catches up to now.
     assert tidemark(config_path).returncode == 0
     _assert_equal(config_path, mariadb, shop)
+    # Exactly one Iceberg snapshot per version, none twice for a run (publish.iceberg_committed).
+    snapshots_per_version(config_path, [f"{shop}.{t}" for t in SHOP_TABLES])
 
 
 def test_source_restart_during_read(tmp_path: Path) -> None:

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
+from pyiceberg.io.pyarrow import pyarrow_to_schema
 
 from chunking.mysql import unsupported_key_reason
 from orchestrator.binlog import reader
+from orchestrator.lake.iceberg import with_field_ids
+from orchestrator.lake.manifest import published_schema
 from orchestrator.schema.families import FAMILIES, INTEGER_BITS, MEMBERS, family_of
 from orchestrator.schema.tables import ColumnInfo
 from orchestrator.schema.types import UnsupportedType, arrow_type
@@ -16,54 +19,56 @@ def c(data_type: str, column_type: str, precision: int | None = None, scale: int
     return ColumnInfo("c", data_type, column_type, True, precision=precision, scale=scale)
 
 
-# One row per MySQL type: the column, its family, its published Arrow type.
+# One row per MySQL type: the column, its family, its published Arrow type, its Iceberg type.
 TYPES = [
-    (c("tinyint", "tinyint(4)"), "integer", pa.int8()),
-    (c("tinyint", "tinyint(3) unsigned"), "integer", pa.int16()),
-    (c("tinyint", "tinyint(1)"), "integer", pa.bool_()),
-    (c("smallint", "smallint(6)"), "integer", pa.int16()),
-    (c("smallint", "smallint(5) unsigned"), "integer", pa.int32()),
-    (c("mediumint", "mediumint(9)"), "integer", pa.int32()),
-    (c("mediumint", "mediumint(8) unsigned"), "integer", pa.int32()),
-    (c("int", "int(11)"), "integer", pa.int32()),
-    (c("int", "int(10) unsigned"), "integer", pa.int64()),
-    (c("integer", "int(11)"), "integer", pa.int32()),
-    (c("bigint", "bigint(20)"), "integer", pa.int64()),
-    (c("bigint", "bigint(20) unsigned"), "integer", pa.decimal128(20, 0)),
-    (c("year", "year(4)"), "year", pa.int16()),
-    (c("decimal", "decimal(10,2)", 10, 2), "decimal", pa.decimal128(10, 2)),
-    (c("numeric", "decimal(65,30)", 65, 30), "decimal", pa.string()),
-    (c("float", "float"), "float", pa.float32()),
-    (c("double", "double"), "float", pa.float64()),
-    (c("real", "double"), "float", pa.float64()),
-    (c("bit", "bit(1)", 1), "bit", pa.bool_()),
-    (c("bit", "bit(64)", 64), "bit", pa.int64()),
-    (c("char", "char(4)"), "text", pa.string()),
-    (c("varchar", "varchar(10)"), "text", pa.string()),
-    (c("tinytext", "tinytext"), "text", pa.string()),
-    (c("text", "text"), "text", pa.string()),
-    (c("mediumtext", "mediumtext"), "text", pa.string()),
-    (c("longtext", "longtext"), "text", pa.string()),
-    (c("binary", "binary(16)"), "binary", pa.binary()),
-    (c("varbinary", "varbinary(10)"), "binary", pa.binary()),
-    (c("tinyblob", "tinyblob"), "binary", pa.binary()),
-    (c("blob", "blob"), "binary", pa.binary()),
-    (c("mediumblob", "mediumblob"), "binary", pa.binary()),
-    (c("longblob", "longblob"), "binary", pa.binary()),
-    (c("enum", "enum('a','b')"), "enum", pa.string()),
-    (c("set", "set('a','b')"), "set", pa.string()),
-    (c("json", "longtext"), "json", pa.string()),
-    (c("date", "date"), "temporal", pa.date32()),
-    (c("datetime", "datetime(6)"), "temporal", pa.timestamp("us")),
-    (c("timestamp", "timestamp"), "temporal", pa.timestamp("us", tz="UTC")),
-    (c("time", "time(3)"), "temporal", pa.duration("us")),
+    (c("tinyint", "tinyint(4)"), "integer", pa.int8(), "int"),
+    (c("tinyint", "tinyint(3) unsigned"), "integer", pa.int16(), "int"),
+    (c("tinyint", "tinyint(1)"), "integer", pa.bool_(), "boolean"),
+    (c("smallint", "smallint(6)"), "integer", pa.int16(), "int"),
+    (c("smallint", "smallint(5) unsigned"), "integer", pa.int32(), "int"),
+    (c("mediumint", "mediumint(9)"), "integer", pa.int32(), "int"),
+    (c("mediumint", "mediumint(8) unsigned"), "integer", pa.int32(), "int"),
+    (c("int", "int(11)"), "integer", pa.int32(), "int"),
+    (c("int", "int(10) unsigned"), "integer", pa.int64(), "long"),
+    (c("integer", "int(11)"), "integer", pa.int32(), "int"),
+    (c("bigint", "bigint(20)"), "integer", pa.int64(), "long"),
+    (c("bigint", "bigint(20) unsigned"), "integer", pa.decimal128(20, 0), "decimal(20, 0)"),
+    (c("year", "year(4)"), "year", pa.int16(), "int"),
+    (c("decimal", "decimal(10,2)", 10, 2), "decimal", pa.decimal128(10, 2), "decimal(10, 2)"),
+    (c("numeric", "decimal(65,30)", 65, 30), "decimal", pa.string(), "string"),
+    (c("float", "float"), "float", pa.float32(), "float"),
+    (c("double", "double"), "float", pa.float64(), "double"),
+    (c("real", "double"), "float", pa.float64(), "double"),
+    (c("bit", "bit(1)", 1), "bit", pa.bool_(), "boolean"),
+    (c("bit", "bit(64)", 64), "bit", pa.int64(), "long"),
+    (c("char", "char(4)"), "text", pa.string(), "string"),
+    (c("varchar", "varchar(10)"), "text", pa.string(), "string"),
+    (c("tinytext", "tinytext"), "text", pa.string(), "string"),
+    (c("text", "text"), "text", pa.string(), "string"),
+    (c("mediumtext", "mediumtext"), "text", pa.string(), "string"),
+    (c("longtext", "longtext"), "text", pa.string(), "string"),
+    (c("binary", "binary(16)"), "binary", pa.binary(), "binary"),
+    (c("varbinary", "varbinary(10)"), "binary", pa.binary(), "binary"),
+    (c("tinyblob", "tinyblob"), "binary", pa.binary(), "binary"),
+    (c("blob", "blob"), "binary", pa.binary(), "binary"),
+    (c("mediumblob", "mediumblob"), "binary", pa.binary(), "binary"),
+    (c("longblob", "longblob"), "binary", pa.binary(), "binary"),
+    (c("enum", "enum('a','b')"), "enum", pa.string(), "string"),
+    (c("set", "set('a','b')"), "set", pa.string(), "string"),
+    (c("json", "longtext"), "json", pa.string(), "string"),
+    (c("date", "date"), "temporal", pa.date32(), "date"),
+    (c("datetime", "datetime(6)"), "temporal", pa.timestamp("us"), "timestamp"),
+    (c("timestamp", "timestamp"), "temporal", pa.timestamp("us", tz="UTC"), "timestamptz"),
+    (c("time", "time(3)"), "temporal", pa.int64(), "long"),
 ]
 
 
-@pytest.mark.parametrize(("column", "family", "arrow"), TYPES, ids=[row[0].column_type for row in TYPES])
-def test_type_row(column: ColumnInfo, family: str, arrow: pa.DataType) -> None:
+@pytest.mark.parametrize(("column", "family", "arrow", "iceberg"), TYPES, ids=[row[0].column_type for row in TYPES])
+def test_type_row(column: ColumnInfo, family: str, arrow: pa.DataType, iceberg: str) -> None:
     assert family_of(column.data_type) == family
     assert arrow_type(column) == arrow
+    published = with_field_ids(published_schema([column]), {"c": 1})
+    assert str(pyarrow_to_schema(published).find_field(1).field_type) == iceberg
 
 
 def test_the_table_covers_every_type_once() -> None:

@@ -62,19 +62,19 @@ def test_data_file_names() -> None:
 
 def test_published_schema_and_column_entries() -> None:
     schema = published_schema(COLUMNS)
-    assert schema.types == [pa.int64(), pa.date32(), pa.duration("us"), pa.string()]
+    assert schema.types == [pa.int64(), pa.date32(), pa.int64(), pa.string()]
     assert schema.field("id").nullable is False
     assert schema.field("d").nullable is True  # a NOT NULL DATE can hold a zero date -> NULL
     assert schema.field("t").metadata == {b"mysql_type": b"time(3)"}
     assert column_entries(COLUMNS) == [
         {"name": "id", "mysql_type": "int(10) unsigned", "arrow_type": "int64", "nullable": False},
         {"name": "d", "mysql_type": "date", "arrow_type": "date32[day]", "nullable": True},
-        {"name": "t", "mysql_type": "time(3)", "arrow_type": "duration[us]", "nullable": True},
+        {"name": "t", "mysql_type": "time(3)", "arrow_type": "int64", "nullable": True},
         {"name": "big", "mysql_type": "decimal(50,2)", "arrow_type": "string", "nullable": True},
     ]
 
 
-def test_to_published_casts_time_and_keeps_nulls() -> None:
+def test_to_published_keeps_time_as_micros_and_nulls() -> None:
     staging = pa.schema(pa.field(f.name, f.type) for f in staging_schema(COLUMNS))
     batch = pa.RecordBatch.from_pylist([
         {"id": 4294967295, "d": dt.date(1000, 1, 1), "t": -3020399000000, "big": "-1.50"},
@@ -82,8 +82,11 @@ def test_to_published_casts_time_and_keeps_nulls() -> None:
     ], schema=staging)
     out = to_published(batch, published_schema(COLUMNS))
     assert out.schema == published_schema(COLUMNS)
-    assert out.column("t").to_pylist() == [dt.timedelta(microseconds=-3020399000000), None]
+    assert out.column("t").to_pylist() == [-3020399000000, None]
     assert out.column("id").to_pylist() == [4294967295, 0]
+    # A file of a version published before TIME was int64 holds duration[us]: same microseconds.
+    older = batch.set_column(2, "t", batch.column("t").view(pa.duration("us")))
+    assert to_published(older, published_schema(COLUMNS)).column("t").to_pylist() == [-3020399000000, None]
 
 
 def write_staging(directory: Path, rows: list[dict[str, Any]]) -> str:
@@ -109,7 +112,7 @@ def test_publish_streams_batches_and_keeps_versions(tmp_path: Path, monkeypatch:
                                BinlogPosition(f"binlog.{n:06d}", 4), f"run-{n}")
         assert result["version"] == n and result["rows"] == len(rows)
         table = ds.dataset([str(tdir / f) for f in result["files"]], format="parquet").to_table()
-        assert table.column("t").to_pylist() == [dt.timedelta(microseconds=t) for t in times]
+        assert table.column("t").to_pylist() == times
         assert result["file_ranges"] == [{"file": result["files"][0], "min_key": [0], "max_key": [5 * n - 1],
                                           "rows": 5 * n, "bytes": (tdir / result["files"][0]).stat().st_size}]
         assert json.loads((tdir / "_tidemark" / "current.json").read_text())["version"] == n

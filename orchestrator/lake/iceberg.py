@@ -1,0 +1,192 @@
+"""Every published table is an Apache Iceberg table: one snapshot per published version.
+
+CONTRACT.md "Every table is an Apache Iceberg table". The data files `VersionWriter`
+writes are registered as they are (never rewritten): the first version appends
+them, a later one replaces exactly the files it rewrote, in one atomic snapshot
+whose summary carries ``tidemark.run-id``, ``tidemark.version`` and
+``tidemark.position``. A rerun finds the snapshot of its run and does not commit
+twice. Field IDs are the Iceberg schema's: `prepare` creates or evolves the table
+and gives the Arrow schema the files are written with, ``PARQUET:field_id`` on
+every field, before any file is written.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Sequence
+
+import pyarrow as pa
+from pyiceberg.catalog import Catalog, load_catalog
+from pyiceberg.exceptions import NoSuchTableError
+from pyiceberg.io.pyarrow import parquet_file_to_data_file, pyarrow_to_schema
+from pyiceberg.manifest import DataFile
+from pyiceberg.table import Table, TableProperties
+
+from orchestrator.config import PipelineConfig
+from orchestrator.errors import RunFailed, resnapshot_hint
+from orchestrator.lake import storage
+from orchestrator.lake.manifest import IcebergEntry
+from orchestrator.positions import BinlogPosition
+
+log = logging.getLogger(__name__)
+
+FIELD_ID = b"PARQUET:field_id"
+RUN_ID, VERSION, POSITION = "tidemark.run-id", "tidemark.version", "tidemark.position"
+#: Table properties set at creation: old metadata files are deleted as new ones are written.
+_TABLE_PROPERTIES = {TableProperties.METADATA_DELETE_AFTER_COMMIT_ENABLED: "true",
+                     TableProperties.METADATA_PREVIOUS_VERSIONS_MAX: "10"}
+
+
+def catalog_properties(config: PipelineConfig) -> dict[str, str]:
+    """``output.catalog``'s pyiceberg properties; by default a SQL catalog in ``state.url``'s
+    database (on PostgreSQL its tables are those of Iceberg's JDBC catalog)."""
+    return dict(config.output.catalog.properties) or {"type": "sql", "uri": config.state.url}
+
+
+def open_catalog(config: PipelineConfig) -> Catalog:
+    """The configured catalog (open it once per publish: an in-memory one lives as long as it)."""
+    name = config.output.catalog.name
+    try:
+        return load_catalog(name, **catalog_properties(config))
+    except Exception as exc:  # pyiceberg raises ValueError, ImportError, driver errors...
+        raise RunFailed(f"cannot open the Iceberg catalog `{name}` (output.catalog): "
+                        f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}; "
+                        "check output.catalog's type and uri") from exc
+
+
+def table_uri(tdir: str) -> str:
+    """A table dir as the full URI Iceberg records (local paths become ``file://``).
+
+    >>> table_uri("/lake/shop/orders"), table_uri("s3://lake/shop/orders")
+    ('file:///lake/shop/orders', 's3://lake/shop/orders')
+    """
+    return "file://" + storage.local_path(tdir) if storage.is_local(tdir) else tdir
+
+
+def with_field_ids(schema: pa.Schema, ids: dict[str, int]) -> pa.Schema:
+    """``schema`` with each field's Iceberg field ID in its ``PARQUET:field_id`` metadata."""
+    return pa.schema(f.with_metadata({**(f.metadata or {}), FIELD_ID: str(ids[f.name]).encode()})
+                     for f in schema)
+
+
+def prepare(catalog: Catalog, table: str, tdir: str, schema: pa.Schema) -> pa.Schema:
+    """Create the Iceberg table, or evolve its schema to ``schema`` (new columns get new field
+    IDs, existing IDs never change, widenings Iceberg allows evolve in place); returns ``schema``
+    with the table's field IDs, the schema the version's files are written with."""
+    namespace = table.split(".", 1)[0]
+    try:
+        iceberg = catalog.load_table(table)
+    except NoSuchTableError:
+        catalog.create_namespace_if_not_exists(namespace)
+        first = with_field_ids(schema, {f.name: i for i, f in enumerate(schema, start=1)})
+        iceberg = catalog.create_table(table, schema=pyarrow_to_schema(first), location=table_uri(tdir),
+                                       properties=_TABLE_PROPERTIES)
+        log.info("table %s: created Iceberg table %s at %s", table, table, table_uri(tdir))
+    ids = {f.name: f.field_id for f in iceberg.schema().fields}
+    if set(ids) != set(schema.names) or (
+            pyarrow_to_schema(with_field_ids(schema, ids)).as_struct() != iceberg.schema().as_struct()):
+        iceberg = _evolve(iceberg, table, schema)
+    return with_field_ids(schema, {f.name: f.field_id for f in iceberg.schema().fields})
+
+
+def _evolve(iceberg: Table, table: str, schema: pa.Schema) -> Table:
+    try:
+        with iceberg.update_schema(allow_incompatible_changes=False) as update:
+            update.union_by_name(schema)
+            for name in {f.name for f in iceberg.schema().fields} - set(schema.names):
+                update.delete_column(name)
+    except ValueError as exc:
+        raise RunFailed(f"table {table}: the source's columns changed in a way Iceberg cannot evolve "
+                        f"({exc}); drop the Iceberg table {table} from output.catalog and "
+                        + resnapshot_hint(table)) from exc
+    log.info("table %s: evolved the Iceberg schema to %s", table, ", ".join(schema.names))
+    return iceberg.refresh()
+
+
+def drop_table(config: PipelineConfig, table: str) -> bool:
+    """Remove ``table`` from the catalog (its files are the caller's); False when it was not there."""
+    try:
+        open_catalog(config).drop_table(table)
+    except NoSuchTableError:
+        return False
+    return True
+
+
+def find_run(catalog: Catalog, table: str, run_id: str) -> IcebergEntry | None:
+    """The snapshot a run committed for ``table``, if it did (the rerun of a crashed publish)."""
+    try:
+        iceberg = catalog.load_table(table)
+    except NoSuchTableError:
+        return None
+    for snapshot in iceberg.snapshots():
+        if snapshot.summary is not None and snapshot.summary.get(RUN_ID) == run_id:
+            return _entry(catalog, table, iceberg, snapshot.snapshot_id)
+    return None
+
+
+def commit_version(catalog: Catalog, table: str, tdir: str, files: Sequence[str], *,
+                   version: int, run_id: str, position: BinlogPosition) -> IcebergEntry:
+    """Make ``files`` (relative to ``tdir``) the table's current Iceberg snapshot, atomically:
+    the files not in the current snapshot are added, those no longer listed are removed.
+    Committing the same run again returns its snapshot."""
+    done = find_run(catalog, table, run_id)
+    if done is not None:
+        return done
+    iceberg = catalog.load_table(table)
+    listed = {f.file_path: f for f in _data_files(iceberg)}
+    wanted = [storage.join(table_uri(tdir), f) for f in files]
+    properties = {RUN_ID: run_id, VERSION: str(version), POSITION: json.dumps(position.to_json(), sort_keys=True)}
+    with iceberg.transaction() as tx:
+        update = tx.update_snapshot(snapshot_properties=properties)
+        with (update.overwrite() if listed else update.fast_append()) as snapshot:
+            for path in listed.keys() - set(wanted):
+                snapshot.delete_data_file(listed[path])
+            for path in wanted:
+                if path not in listed:
+                    snapshot.append_data_file(parquet_file_to_data_file(iceberg.io, tx.table_metadata, path))
+    iceberg = iceberg.refresh()
+    current = iceberg.current_snapshot()
+    assert current is not None, "a commit makes a snapshot"
+    log.info("table %s: Iceberg snapshot %d for version %d (%d files added, %d removed)", table,
+             current.snapshot_id, version, len(set(wanted) - listed.keys()), len(listed.keys() - set(wanted)))
+    return _entry(catalog, table, iceberg, current.snapshot_id)
+
+
+def _data_files(iceberg: Table, snapshot_id: int | None = None) -> Iterable[DataFile]:
+    snapshot = iceberg.snapshot_by_id(snapshot_id) if snapshot_id is not None else iceberg.current_snapshot()
+    if snapshot is None:
+        return []
+    return [entry.data_file for manifest in snapshot.manifests(iceberg.io)
+            for entry in manifest.fetch_manifest_entry(iceberg.io, discard_deleted=True)]
+
+
+def _entry(catalog: Catalog, table: str, iceberg: Table, snapshot_id: int) -> IcebergEntry:
+    return IcebergEntry(catalog=catalog.name, identifier=table,
+                        metadata_location=iceberg.metadata_location, snapshot_id=snapshot_id)
+
+
+def expire_versions(catalog: Catalog, table: str, tdir: str, versions: Sequence[int]) -> tuple[set[str], str | None]:
+    """Expire the snapshots of the dropped ``versions`` (Iceberg's expiry deletes no file).
+
+    Returns:
+        The files (relative to ``tdir``) the kept snapshots still list, which retention must
+        not delete, and the table's metadata location after the expiry (None: not an Iceberg table).
+    """
+    try:
+        iceberg = catalog.load_table(table)
+    except NoSuchTableError:
+        return set(), None
+    current = iceberg.current_snapshot()
+    dropped = {str(v) for v in versions}
+    expire = [s.snapshot_id for s in iceberg.snapshots()
+              if s.summary is not None and s.summary.get(VERSION) in dropped
+              and (current is None or s.snapshot_id != current.snapshot_id)]
+    if expire:
+        iceberg.maintenance.expire_snapshots().by_ids(expire).commit()
+        iceberg = iceberg.refresh()
+        log.info("table %s: expired Iceberg snapshot(s) %s", table, ", ".join(map(str, expire)))
+    prefix = table_uri(tdir).rstrip("/") + "/"
+    needed = {f.file_path[len(prefix):] for s in iceberg.snapshots() for f in _data_files(iceberg, s.snapshot_id)
+              if f.file_path.startswith(prefix)}
+    return needed, iceberg.metadata_location

@@ -1,0 +1,150 @@
+"""orchestrator.lake.iceberg: every published version is an Iceberg snapshot (pyarrow, pyiceberg,
+DuckDB; a SQLite catalog, no server)."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from orchestrator.config import PipelineConfig, parse_config
+from orchestrator.demo.command import duckdb_query
+from orchestrator.errors import ConfigError
+from orchestrator.lake import iceberg
+from orchestrator.pipeline.publish import publish_table
+from orchestrator.positions import BinlogPosition
+from orchestrator.schema.tables import ColumnInfo, TableInfo
+from orchestrator.schema.values import staging_schema
+from tests.iceberg_readers import duckdb_connection, duckdb_table, field_ids, pyiceberg_table
+from tests.unit.test_manifest import TABLE, write_staging
+
+
+def config_for(tmp_path: Path, keep: int = 2) -> PipelineConfig:
+    return parse_config({
+        "pipeline": "p", "source": {"host": "h", "user": "u", "server_id": 1},
+        "output": {"path": str(tmp_path / "lake"), "keep_versions": keep},
+        "state": {"url": f"sqlite:///{tmp_path / 'state.db'}"}, "tables": [{"name": "db.t"}]}, check_env=False)
+
+
+def rows_of(n: int) -> list[dict[str, object]]:
+    return [{"id": i, "d": None, "t": -i * n, "big": f"{i}.{n:02d}"} for i in range(5 * n)]
+
+
+def publish(config: PipelineConfig, tmp_path: Path, n: int) -> dict[str, object]:
+    staging = tmp_path / f"s{n}"
+    directory = str(staging) if staging.exists() else write_staging(staging, rows_of(n))
+    return dict(publish_table(config, TABLE, ("id",), directory, BinlogPosition(f"binlog.{n:06d}", 4), f"run-{n}"))
+
+
+def by_id(rows: list[dict[str, object]]) -> list[dict[str, object]]:
+    return sorted(rows, key=lambda r: int(str(r["id"])))
+
+
+def test_each_version_is_a_snapshot_and_retention_expires_the_dropped_ones(tmp_path: Path) -> None:
+    config = config_for(tmp_path)
+    tdir = tmp_path / "lake" / "db" / "t"
+    for n in range(1, 5):
+        manifest = publish(config, tmp_path, n)
+        entry = manifest["iceberg"]
+        assert isinstance(entry, dict) and entry["catalog"] == "tidemark" and entry["identifier"] == "db.t"
+        table = iceberg.open_catalog(config).load_table("db.t")
+        assert entry["metadata_location"] == table.metadata_location
+        assert entry["snapshot_id"] == table.current_snapshot().snapshot_id  # type: ignore[union-attr]
+        summary = table.current_snapshot().summary  # type: ignore[union-attr]
+        assert summary is not None and summary["tidemark.run-id"] == f"run-{n}"
+        assert summary["tidemark.version"] == str(n)
+        assert json.loads(summary["tidemark.position"])["file"] == f"binlog.{n:06d}"
+        expected = by_id(rows_of(n))
+        assert by_id(pyiceberg_table(config, "db.t").to_pylist()) == expected
+        assert by_id(duckdb_table(str(tdir)).to_pylist()) == expected
+        assert json.loads((tdir / "_tidemark" / "current.json").read_text())["iceberg"] == entry
+    table = iceberg.open_catalog(config).load_table("db.t")
+    assert [s.summary["tidemark.version"] for s in table.snapshots() if s.summary] == ["3", "4"]
+    listed = {t.file.file_path for s in table.snapshots() for t in table.scan(snapshot_id=s.snapshot_id).plan_files()}
+    on_disk = {f"file://{p}" for p in (tdir / "data").iterdir()}
+    assert listed == on_disk, "retention keeps exactly the files a kept snapshot lists"
+    first = sorted((tdir / "data").iterdir())[0]
+    assert field_ids(str(first)) == {f.name: f.field_id for f in table.schema().fields}
+    assert {f.name: str(f.field_type) for f in table.schema().fields} == {
+        "id": "long", "d": "date", "t": "long", "big": "string"}
+
+
+def _publish_and_crash(tmp_path: Path) -> None:
+    os.environ["TIDEMARK_FAILPOINT"] = "publish.iceberg_committed"
+    publish(config_for(tmp_path), tmp_path, 2)
+
+
+def test_a_crash_between_the_iceberg_commit_and_the_manifest_switch_commits_once(tmp_path: Path) -> None:
+    config = config_for(tmp_path)
+    publish(config, tmp_path, 1)
+    write_staging(tmp_path / "s2", rows_of(2))
+    child = multiprocessing.get_context("fork").Process(target=_publish_and_crash, args=(tmp_path,))
+    child.start()
+    child.join(120)
+    assert child.exitcode == -9, "the failpoint kills the publish after the Iceberg commit"
+    tdir = tmp_path / "lake" / "db" / "t"
+    assert json.loads((tdir / "_tidemark" / "current.json").read_text())["version"] == 1
+    manifest = publish(config, tmp_path, 2)
+    table = iceberg.open_catalog(config).load_table("db.t")
+    runs = [s.summary["tidemark.run-id"] for s in table.snapshots() if s.summary]
+    assert runs == ["run-1", "run-2"], "the rerun found its snapshot and did not commit again"
+    assert manifest["version"] == 2 and manifest["iceberg"]["snapshot_id"] == table.current_snapshot().snapshot_id  # type: ignore[index,union-attr]
+    assert by_id(duckdb_table(str(tdir)).to_pylist()) == by_id(rows_of(2))
+
+
+def test_the_demo_duckdb_line_reads_the_table(tmp_path: Path) -> None:
+    config = config_for(tmp_path)
+    manifest = publish(config, tmp_path, 3)
+    line = duckdb_query(manifest["iceberg"]["metadata_location"])  # type: ignore[index]
+    select = line.split("LOAD iceberg; ", 1)[1].rstrip('"')  # offline: the extension is loaded from its package
+    con = duckdb_connection()
+    assert con.execute(select).fetchall() == [(15,)]
+    con.close()
+
+
+@pytest.mark.parametrize(("properties", "problem"), [
+    ({"type": "nessie"}, "output.catalog.type: expected one of"),
+    ({"name": "bad name"}, "output.catalog.name: expected letters"),
+    ({"uri": ["a"]}, "output.catalog.uri: expected"),
+])
+def test_catalog_config_errors_name_the_key(properties: dict[str, object], problem: str) -> None:
+    with pytest.raises(ConfigError, match=problem):
+        parse_config({
+            "pipeline": "p", "source": {"host": "h", "user": "u", "server_id": 1},
+            "output": {"path": "/lake", "catalog": properties},
+            "state": {"url": "sqlite://"}, "tables": [{"name": "db.t"}]}, check_env=False)
+
+
+def test_the_default_catalog_is_sql_in_the_state_store(tmp_path: Path) -> None:
+    config = config_for(tmp_path)
+    assert iceberg.catalog_properties(config) == {"type": "sql", "uri": config.state.url}
+    rest = parse_config({
+        "pipeline": "p", "source": {"host": "h", "user": "u", "server_id": 1},
+        "output": {"path": "/lake", "catalog": {"name": "prod", "type": "rest", "uri": "http://c:8181",
+                                                "s3.region": "eu-west-1", "rest.sigv4-enabled": True}},
+        "state": {"url": "sqlite://"}, "tables": [{"name": "db.t"}]}, check_env=False)
+    assert rest.output.catalog.name == "prod"
+    assert iceberg.catalog_properties(rest) == {"type": "rest", "uri": "http://c:8181", "s3.region": "eu-west-1",
+                                                "rest.sigv4-enabled": "true"}
+
+
+def test_a_new_column_gets_a_new_field_id_and_old_ids_stay(tmp_path: Path) -> None:
+    config = config_for(tmp_path)
+    publish(config, tmp_path, 1)
+    wider = TableInfo("db", "t", (*TABLE.columns[:2], *TABLE.columns[3:], ColumnInfo("note", "varchar", "varchar(9)", True)),
+                      ("id",), (), 0)
+    staging = tmp_path / "wide"
+    staging.mkdir()
+    schema = pa.schema(pa.field(f.name, f.type) for f in staging_schema(wider.columns))
+    rows = [{"id": i, "d": None, "big": f"{i}.5", "note": f"n{i}"} for i in range(3)]
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), staging / "part-00000.parquet")
+    publish_table(config, wider, ("id",), str(staging), BinlogPosition("binlog.000009", 4), "run-wide")
+    table = iceberg.open_catalog(config).load_table("db.t")
+    assert {f.name: f.field_id for f in table.schema().fields} == {"id": 1, "d": 2, "big": 4, "note": 5}
+    assert by_id(pyiceberg_table(config, "db.t").to_pylist()) == rows
+    assert by_id(duckdb_table(str(tmp_path / "lake" / "db" / "t")).to_pylist()) == rows
