@@ -114,13 +114,17 @@ def has_checksum(packet: bytes) -> bool:
     return len(packet) >= BODY + 4 and zlib.crc32(packet[1:-4]) == int.from_bytes(packet[-4:], "little")
 
 
-def query_text(packet: bytes, fmt: Format) -> str:
-    """The statement of a QUERY event, stripped and upper-cased (``BEGIN``, ``COMMIT``, DDL)."""
+def query_event(packet: bytes, fmt: Format) -> tuple[str, str]:
+    """``(default database, statement)`` of a QUERY event: thread id (4), exec time (4),
+    database length (1), error code (2), status variables' length (2), then the status
+    variables, the database and a NUL, and the statement."""
     post = fmt.post_header(QUERY, 13)
     schema_length = packet[BODY + 8]
     status_length = int.from_bytes(packet[BODY + 11 : BODY + 13], "little")
-    start = BODY + post + status_length + schema_length + 1
-    return bytes(packet[start : fmt.end(packet)]).decode("utf-8", "replace").strip().upper()
+    schema = BODY + post + status_length
+    database = bytes(packet[schema : schema + schema_length]).decode("utf-8", "replace")
+    statement = bytes(packet[schema + schema_length + 1 : fmt.end(packet)])
+    return database, statement.decode("utf-8", "replace").strip()
 
 
 def gtid_standalone(packet: bytes) -> bool:

@@ -47,6 +47,7 @@ from orchestrator.binlog.reference import (
     LibraryDecoding,
     LibraryRows,
     RowsEvent,
+    TableChange,
     parse_mysql_json,
 )
 from orchestrator.config import PipelineConfig
@@ -54,6 +55,7 @@ from orchestrator.errors import BinlogPurged, RunFailed
 from orchestrator.lake import storage
 from orchestrator.pipeline.changes import META_COLUMNS, OLD_PREFIX, OP
 from orchestrator.pipeline.context import open_source, open_store, position, table_info
+from orchestrator.pipeline.reread import MAX_REREAD_ROUNDS, pending_rereads, prepare_rereads
 from orchestrator.pipeline.segments import resume_point, segment_name, write_segment
 from orchestrator.positions import BinlogPosition, file_index
 from orchestrator.runtime import faults
@@ -69,6 +71,8 @@ CHECKPOINT_SECONDS = 30.0
 LOG_SECONDS = 10.0
 
 _file_index = functools.lru_cache(maxsize=256)(file_index)
+#: The start of a table whose rows are no longer kept (it waits for a re-read).
+_NEVER = (1 << 62, 0, 0)
 
 #: How rows events are decoded: Tidemark's own decoder, or python-mysql-replication's.
 Decoder = Literal["fast", "library"]
@@ -238,6 +242,21 @@ class _Capture:
         if self.buffered >= 2 * self.batch_rows:  # a huge transaction: write, checkpoint later
             self.flush()
 
+    def change(self, change: TableChange) -> None:
+        """A change the binlog has no row images of: record the re-read, keep no more rows.
+
+        Recorded before any checkpoint past it, so a resumed capture still re-reads.
+        """
+        at = (_file_index(change.file), change.end)
+        for table in sorted(change.tables):
+            start = self.starts.get(table)
+            if start is None or at <= start[:2]:
+                continue  # not captured here, or its snapshot (or version) already has it
+            log.warning("table %s: %s at %s: re-read", table, change.what, change.position)
+            self.store.set_table_status(self.run_id, table, "planned", info={"reread_pending": {
+                "what": change.what, "position": change.position.to_json()}})
+            self.starts[table] = _NEVER
+
     def boundary(self, position: BinlogPosition, *, final: bool = False) -> None:
         now = time.monotonic()
         if final or self.unsaved or self.buffered >= self.batch_rows or \
@@ -320,12 +339,14 @@ def capture_changes(config: PipelineConfig, store: StateStore, run_id: str,
                          seconds=time.monotonic() - started)
 
 
-def _run(capture: _Capture, records: Iterable[RowsEvent | Boundary]) -> None:
+def _run(capture: _Capture, records: Iterable[RowsEvent | Boundary | TableChange]) -> None:
     """The hot loop: route rows events to the buffers, checkpoint at boundaries."""
     add, boundary = capture.add, capture.boundary
     for record in records:
         if isinstance(record, RowsEvent):
             add(record)
+        elif isinstance(record, TableChange):
+            capture.change(record)
         elif record.kind == "stop":
             boundary(record.position, final=True)
         else:
@@ -339,32 +360,37 @@ def capture(config: PipelineConfig, run_id: str, *, progress: Callable[[int], No
             ) -> CaptureResult | None:
     """Record ``H`` (once, after every read ended) and capture the binlog up to it.
 
-    Returns None when every table of the run is already captured (a rerun).
+    A table with a change the binlog cannot apply exactly is re-read inside the run
+    (`orchestrator.pipeline.reread`) and the capture goes on to a new ``H``, at most
+    `MAX_REREAD_ROUNDS` times. Returns None when every table of the run is already
+    captured (a rerun).
     """
     store = open_store(config)
     try:
-        unread = store.chunks(run_id, status="pending")
-        if unread:
-            names = sorted({c.table for c in unread})
-            raise RunFailed(f"run {run_id}: {len(unread)} chunk(s) of {', '.join(names)} are not "
-                            "read yet; capture runs after every read batch is done")
-        run = store.get_run(run_id)
-        records = [r for r in store.run_tables(run_id) if r.status == "planned"]
-        if not records:
-            return None
-        with open_source(config) as source:
-            _check_binlog_kept(store, run, records, source.oldest_binlog())
-            if run.high_position is None:
-                store.set_run_positions(run_id, high=source.current_position().to_json())
-                run = store.get_run(run_id)
-        stop = position(run.high_position)
-        tables = {r.table: CaptureTable(info=table_info(r), key=tuple(r.chunk_key),
-                                        start=position(r.info["from_position"])) for r in records}
-        result = capture_changes(config, store, run_id, tables, stop,
-                                 batch_rows=config.defaults.capture_batch_rows, progress=progress)
+        result = None
+        for round_ in range(MAX_REREAD_ROUNDS + 1):
+            records = [r for r in store.run_tables(run_id) if r.status == "planned"]
+            if not records:
+                return result
+            pending = pending_rereads(store, run_id)
+            if pending and round_ == MAX_REREAD_ROUNDS:
+                raise RunFailed(f"run {run_id}: {', '.join(sorted(pending))} changed again during "
+                                f"each of {MAX_REREAD_ROUNDS} re-reads; rerun `tidemark run` when "
+                                "the table's schema changes have settled")
+            with open_source(config) as source:
+                _check_binlog_kept(store, store.get_run(run_id), records, source.oldest_binlog())
+            prepare_rereads(config, store, run_id)
+            records = [r for r in store.run_tables(run_id) if r.status == "planned"]
+            stop = position(store.get_run(run_id).high_position)
+            tables = {r.table: CaptureTable(info=table_info(r), key=tuple(r.chunk_key),
+                                            start=position(r.info["from_position"])) for r in records}
+            result = capture_changes(config, store, run_id, tables, stop,
+                                     batch_rows=config.defaults.capture_batch_rows, progress=progress)
+            log.info("capture: %s", result)
+            if not pending_rereads(store, run_id):
+                break
         for r in records:
             store.set_table_status(run_id, r.table, "captured")
-        log.info("capture: %s", result)
         return result
     finally:
         store.close()
