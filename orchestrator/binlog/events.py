@@ -41,6 +41,7 @@ ROWS_OPS: dict[int, Literal["I", "U", "D"]] = {WRITE_ROWS_V1: "I", WRITE_ROWS: "
 
 _HEADER = struct.Struct("<xIBIIIH")
 _MARIADB_FL_STANDALONE = 0x01
+_MARIADB_FL_PREPARED_XA = 0x40
 
 
 def header(packet: bytes) -> tuple[int, int]:
@@ -125,6 +126,11 @@ def query_event(packet: bytes, fmt: Format) -> tuple[str, str]:
     database = bytes(packet[schema : schema + schema_length]).decode("utf-8", "replace")
     statement = bytes(packet[schema + schema_length + 1 : fmt.end(packet)])
     return database, statement.decode("utf-8", "replace").strip()
+
+
+def gtid_prepared_xa(packet: bytes) -> bool:
+    """Whether a MariaDB GTID event starts the event group of an XA transaction (XA START)."""
+    return bool(packet[BODY + 12] & _MARIADB_FL_PREPARED_XA)
 
 
 def gtid_standalone(packet: bytes) -> bool:

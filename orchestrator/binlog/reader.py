@@ -29,7 +29,7 @@ import pymysql
 
 from orchestrator.binlog import events as ev
 from orchestrator.binlog import rowdecode as rd
-from orchestrator.binlog.statements import classify, fold
+from orchestrator.binlog.statements import Xid, classify, fold
 from orchestrator.binlog.stream import DumpStream
 from orchestrator.config import SourceConfig
 from orchestrator.errors import BinlogPurged, RunFailed
@@ -101,7 +101,25 @@ class TableChange:
         return BinlogPosition(self.file, self.end)
 
 
-Record = RowsEvent | Boundary | TableChange
+@dataclass(frozen=True, slots=True)
+class XaEvent:
+    """A step of an XA transaction.
+
+    ``start``: the rows events up to its ``end`` belong to it (MariaDB names the xid only
+    at ``end``); ``end``: XA END, naming the xid (the group then ends with XA PREPARE, or
+    with ``commit`` for ``XA COMMIT ... ONE PHASE``); ``commit``/``rollback``: its outcome.
+    ``group_start`` is the boundary its event group began at (a capture that must keep a
+    prepared transaction's rows resumes from there).
+    """
+
+    kind: Literal["start", "end", "commit", "rollback"]
+    xid: Xid | None
+    file: str
+    end: int
+    group_start: BinlogPosition
+
+
+Record = RowsEvent | Boundary | TableChange | XaEvent
 
 # --------------------------------------------------------------------------- table shapes
 
@@ -282,6 +300,7 @@ class EventReader:
         fmt = ev.Format()
         maps: dict[int, ev.TableMap | None] = {}  # table id -> map (None: not a chosen table)
         in_transaction = False
+        last = self.start  # the last boundary: where the current event group began
         for packet in stream:
             kind, end = ev.header(packet)  # end is 0 for the fake events sent on connecting
             if kind == ev.FORMAT_DESCRIPTION:
@@ -302,46 +321,61 @@ class EventReader:
                 file, position = ev.rotate(packet)
                 index = file_index(file)
                 if end:
-                    yield Boundary(BinlogPosition(file, position), "rotate")
+                    last = BinlogPosition(file, position)
+                    yield Boundary(last, "rotate")
                 continue
             elif kind == ev.PARTIAL_UPDATE_ROWS or kind in ev.MARIADB_COMPRESSED_ROWS:
                 _refuse_unreadable(kind, file, end)
             elif kind == ev.MARIADB_GTID:
                 in_transaction = not ev.gtid_standalone(packet)
+                if ev.gtid_prepared_xa(packet):  # MariaDB's XA START: the group's rows are XA's
+                    yield XaEvent("start", None, file, end, last)
             elif kind in (ev.XID, ev.XA_PREPARE):
                 in_transaction = False
-                yield Boundary(BinlogPosition(file, end), "commit")
+                last = BinlogPosition(file, end)
+                yield Boundary(last, "commit")
             elif kind == ev.QUERY:
-                database, query = ev.query_event(packet, fmt)
-                framing = query.upper()
-                if framing == "BEGIN":
+                records, framing = self._query(packet, fmt, file, end, last)
+                yield from records
+                if framing == "begin":
                     in_transaction = True
-                    continue
-                if framing not in ("COMMIT", "ROLLBACK"):
-                    change = self._query(database, query, file, end)
-                    if change is not None:
-                        yield change
-                if framing in ("COMMIT", "ROLLBACK") or not in_transaction:
+                elif framing == "end" or not in_transaction:
                     in_transaction = False
-                    yield Boundary(BinlogPosition(file, end), "commit")
+                    last = BinlogPosition(file, end)
+                    yield Boundary(last, "commit")
             if end and (index, end) == stop:
                 break
         if self.stop is not None:
             yield Boundary(self.stop, "stop")
 
-    def _query(self, database: str, query: str, file: str, end: int) -> TableChange | None:
-        """The chosen tables a statement changes, if any."""
+    def _query(self, packet: bytes, fmt: ev.Format, file: str, end: int, last: BinlogPosition
+               ) -> tuple[list[Record], Literal["begin", "end"] | None]:
+        """What a QUERY event means for the chosen tables, and whether it opens or closes
+        a transaction (``XA COMMIT``/``XA ROLLBACK`` of a prepared one close their own group)."""
+        database, query = ev.query_event(packet, fmt)
+        framing = query.upper()
+        if framing == "BEGIN":
+            return [], "begin"
+        if framing in ("COMMIT", "ROLLBACK"):
+            return [], "end"
         statement = classify(query, database, lower_case_table_names=self._lower_case_table_names)
+        if statement.kind == "xa" and statement.xa is not None:
+            verb, xid = statement.xa
+            step = {"START": "start", "END": "end", "COMMIT": "commit", "ROLLBACK": "rollback"}.get(verb)
+            if step is None:
+                return [], None
+            record = XaEvent(step, xid, file, end, last)  # type: ignore[arg-type]
+            return [record], "end" if step in ("commit", "rollback") else None
         if statement.kind in ("begin", "commit", "rollback", "other", "xa"):
-            return None
+            return [], None
         touched = frozenset(name for folded, name in self._folded.items() if statement.touches(folded))
         if not touched:
-            return None
+            return [], None
         what = " ".join(query.split())
         what = what if len(what) <= 120 else what[:117] + "..."
         how = {"truncate": "TRUNCATE", "dml": "a statement-format change",
                "ddl": "DDL" if statement.parsed else "an unparsed statement"}[statement.kind]
-        return TableChange(touched, f"{how} `{what}`", file, end)
+        return [TableChange(touched, f"{how} `{what}`", file, end)], None
 
     def _table_map(self, packet: bytes, fmt: ev.Format, maps: dict[int, ev.TableMap | None]
                    ) -> tuple[str, str] | None:

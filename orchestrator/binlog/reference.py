@@ -48,7 +48,7 @@ from pymysqlreplication.row_event import RowsEvent as _LibraryRowsEvent
 
 from orchestrator.binlog import events as ev
 from orchestrator.binlog.batch import getter
-from orchestrator.binlog.reader import Boundary, EventReader, Op, RowsEvent, TableChange
+from orchestrator.binlog.reader import Boundary, EventReader, Op, RowsEvent, TableChange, XaEvent
 from orchestrator.positions import BinlogPosition
 from orchestrator.schema.tables import ColumnInfo, TableInfo
 from orchestrator.schema.values import BatchConverter, definition_labels, time2_from_bytes
@@ -89,7 +89,7 @@ class RowChange:
         return image
 
 
-Record = RowChange | Boundary | TableChange
+Record = RowChange | Boundary | TableChange | XaEvent
 
 
 # --------------------------------------------------------------------------- library fixes

@@ -25,12 +25,13 @@ import logging
 from typing import Any
 
 from orchestrator.config import PipelineConfig
-from orchestrator.errors import RunFailed
+from orchestrator.errors import BinlogPurged, RunFailed
 from orchestrator.pipeline.context import open_source, position, spark_session
 from orchestrator.pipeline.plan import replan_snapshot
 from orchestrator.pipeline.read import read_batch
 from orchestrator.pipeline.segments import drop_segments
-from orchestrator.state.store import StateStore
+from orchestrator.positions import file_index
+from orchestrator.state.store import RunRecord, RunTableRecord, StateStore
 
 log = logging.getLogger("orchestrator.pipeline.capture")
 
@@ -77,3 +78,32 @@ def prepare_rereads(config: PipelineConfig, store: StateStore, run_id: str) -> b
             log.info("run %s: re-read %s; capture goes on to H = %s", run_id,
                      ", ".join(sorted(pending) or sorted({c.table for c in unread})), high)
         return True
+
+
+def check_binlog_kept(store: StateStore, run: RunRecord, records: list[RunTableRecord],
+                       oldest: str | None) -> None:
+    """Raise BinlogPurged if binlog the capture needs is gone, after resetting what must be read again.
+
+    The run's snapshot tables need the binlog from the run's start (or the capture's
+    checkpoint); an incremental table needs it from its published position. The tables
+    that lost it are dropped from the run's plan, so the rerun replans them with a new
+    start: snapshot tables are read again, incremental ones are re-snapshotted.
+    """
+    if oldest is None:
+        return
+    checkpoint = store.capture_checkpoint(run.run_id)
+    resume = position(checkpoint["position"]) if checkpoint else None
+    lost = [r for r in records
+            if file_index((resume or position(r.info["from_position"])).file) < file_index(oldest)]
+    if not lost:
+        return
+    chunks = {r.table: len(store.chunks(run.run_id, table=r.table)) for r in lost}
+    needed = resume or min(position(r.info["from_position"]) for r in lost)
+    store.restart_run(run.run_id, [r.table for r in lost])
+    described = ", ".join(f"{t} ({n} chunks)" if n else f"{t} (published; will be re-snapshotted)"
+                          for t, n in chunks.items())
+    raise BinlogPurged(
+        f"binlog {needed.file} (needed from {needed}) was purged; the server keeps binlogs from "
+        f"{oldest}. These tables must be read again: {described}. Their plan was reset: rerun "
+        "`tidemark run` to read them again, and keep binlogs longer (`tidemark doctor` checks retention)"
+    )

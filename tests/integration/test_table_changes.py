@@ -163,3 +163,37 @@ def test_ddl_after_the_reads_re_reads_inside_the_run(mariadb: LocalMariaDB, tmp_
     assert [c["name"] for c in _manifest(config, f"{db}.t")["columns"]] == ["id", "v", "n", "x"]
     assert any(r.getMessage().startswith(f"table {db}.t: DDL `ALTER TABLE t ADD COLUMN x")
                for r in caplog.records)
+
+
+def test_xa_rows_count_at_commit_and_a_prepared_one_waits(mariadb: LocalMariaDB, tmp_path: Path,
+                                                           caplog: pytest.LogCaptureFixture) -> None:
+    """Rolled back: never published; committed (two-phase or ONE PHASE): published; prepared but
+    not committed at H: not published, and published by the run that sees its commit."""
+    db = "chg_xa"
+    config = _setup(mariadb, tmp_path, db)
+    _run(config)
+    mariadb.execute("XA START 'a'", f"INSERT INTO {db}.t VALUES (5001, 'xa a', 1)",
+                    f"UPDATE {db}.t SET v = 'xa a' WHERE id = 1", "XA END 'a'", "XA PREPARE 'a'",
+                    "XA ROLLBACK 'a'")
+    mariadb.execute("XA START 'b'", f"INSERT INTO {db}.t VALUES (5002, 'xa b', 2)",
+                    f"UPDATE {db}.t SET v = 'xa b' WHERE id = 2", "XA END 'b'", "XA PREPARE 'b'")
+    mariadb.execute(f"INSERT INTO {db}.other VALUES (3001, 'between', 1)")
+    mariadb.execute("XA COMMIT 'b'")
+    mariadb.execute("XA START 'c'", f"INSERT INTO {db}.t VALUES (5003, 'xa c', 3)", "XA END 'c'",
+                    "XA COMMIT 'c' ONE PHASE")
+    mariadb.execute("XA START 'd'", f"INSERT INTO {db}.t VALUES (5004, 'xa d', 4)",
+                    f"UPDATE {db}.t SET v = 'xa d' WHERE id = 3", "XA END 'd'", "XA PREPARE 'd'")
+    try:
+        mariadb.execute(f"INSERT INTO {db}.t VALUES (5005, 'after d', 5)")
+        caplog.set_level(logging.INFO)
+        _run(config)
+        _assert_lake_equals_source(mariadb, config, [f"{db}.t", f"{db}.other"])
+        assert any(r.getMessage().startswith(f"table {db}.t: an XA transaction begun at ")
+                   for r in caplog.records)
+        mariadb.execute(f"UPDATE {db}.t SET n = -1 WHERE id = 4")
+    finally:
+        mariadb.execute("XA COMMIT 'd'")
+    _run(config)
+    _assert_lake_equals_source(mariadb, config, [f"{db}.t", f"{db}.other"])
+    rows = {r[0]: r[1] for r in mariadb.execute(f"SELECT id, v FROM {db}.t WHERE id IN (1, 2, 3, 5004)")}
+    assert rows == {1: "row 1", 2: "xa b", 3: "xa d", 5004: "xa d"}
