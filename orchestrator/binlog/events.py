@@ -31,9 +31,12 @@ WRITE_ROWS_V1, UPDATE_ROWS_V1, DELETE_ROWS_V1 = 23, 24, 25
 WRITE_ROWS, UPDATE_ROWS, DELETE_ROWS = 30, 31, 32
 XA_PREPARE = 38
 PARTIAL_UPDATE_ROWS = 39
+#: MySQL's compressed transaction (binlog_transaction_compression=ON), which Tidemark cannot read.
+TRANSACTION_PAYLOAD = 40
 MARIADB_GTID = 162
 #: MariaDB's compressed rows events (log_bin_compress=ON), which Tidemark cannot read.
 MARIADB_COMPRESSED_ROWS = frozenset(range(166, 172))
+MARIADB_COMPRESSED_QUERY = 165
 
 #: Rows event type -> the change it carries.
 ROWS_OPS: dict[int, Literal["I", "U", "D"]] = {WRITE_ROWS_V1: "I", WRITE_ROWS: "I", UPDATE_ROWS_V1: "U", UPDATE_ROWS: "U",

@@ -324,7 +324,8 @@ class EventReader:
                     last = BinlogPosition(file, position)
                     yield Boundary(last, "rotate")
                 continue
-            elif kind == ev.PARTIAL_UPDATE_ROWS or kind in ev.MARIADB_COMPRESSED_ROWS:
+            elif kind in (ev.PARTIAL_UPDATE_ROWS, ev.TRANSACTION_PAYLOAD, ev.MARIADB_COMPRESSED_QUERY) \
+                    or kind in ev.MARIADB_COMPRESSED_ROWS:
                 _refuse_unreadable(kind, file, end)
             elif kind == ev.MARIADB_GTID:
                 in_transaction = not ev.gtid_standalone(packet)
@@ -423,5 +424,12 @@ def _refuse_unreadable(kind: int, file: str, end: int) -> None:
     if kind == ev.PARTIAL_UPDATE_ROWS:
         raise RunFailed(f"{file}:{end} holds a partial JSON update; set "
                         "binlog_row_value_options='' on the source so row images are full")
+    if kind == ev.TRANSACTION_PAYLOAD:
+        raise RunFailed(f"{file}:{end} holds a compressed transaction, which Tidemark cannot read "
+                        "yet; set binlog_transaction_compression=OFF on the source and re-snapshot "
+                        "the run's tables")
+    if kind == ev.MARIADB_COMPRESSED_QUERY:
+        raise RunFailed(f"{file}:{end} holds a compressed statement, which Tidemark cannot read "
+                        "yet; set log_bin_compress=OFF on the source and re-snapshot the run's tables")
     raise RunFailed(f"{file}:{end} holds a compressed rows event, which Tidemark cannot read; "
                     "set log_bin_compress=OFF on the source and re-snapshot the run's tables")
