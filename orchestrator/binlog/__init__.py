@@ -10,8 +10,10 @@ The modules, from the wire up:
 * `columns` (and `temporal` for dates and times) - columns of raw values to Arrow
   arrays in staging types, equal value for value to what `orchestrator.schema.values`
   makes of the library's values;
+* `statements` - what a QUERY event's statement does to a table (sqlglot's MySQL parser);
 * `reader` - the framing: positions, transaction boundaries, rotation, stop,
-  TABLE_MAPs checked against the planned shape, rows events of chosen tables;
+  TABLE_MAPs checked against the planned shape, rows events of chosen tables, the changes
+  that need a re-read (`TableChange`) and the steps of XA transactions (`XaEvent`);
 * `batch` - the capture's decoding strategy per table (`FastDecoding`).
 
 `orchestrator.binlog.reference` keeps python-mysql-replication's decoding on the same

@@ -31,9 +31,12 @@ WRITE_ROWS_V1, UPDATE_ROWS_V1, DELETE_ROWS_V1 = 23, 24, 25
 WRITE_ROWS, UPDATE_ROWS, DELETE_ROWS = 30, 31, 32
 XA_PREPARE = 38
 PARTIAL_UPDATE_ROWS = 39
+#: MySQL's compressed transaction (binlog_transaction_compression=ON), which Tidemark cannot read.
+TRANSACTION_PAYLOAD = 40
 MARIADB_GTID = 162
 #: MariaDB's compressed rows events (log_bin_compress=ON), which Tidemark cannot read.
 MARIADB_COMPRESSED_ROWS = frozenset(range(166, 172))
+MARIADB_COMPRESSED_QUERY = 165
 
 #: Rows event type -> the change it carries.
 ROWS_OPS: dict[int, Literal["I", "U", "D"]] = {WRITE_ROWS_V1: "I", WRITE_ROWS: "I", UPDATE_ROWS_V1: "U", UPDATE_ROWS: "U",
@@ -41,6 +44,7 @@ ROWS_OPS: dict[int, Literal["I", "U", "D"]] = {WRITE_ROWS_V1: "I", WRITE_ROWS: "
 
 _HEADER = struct.Struct("<xIBIIIH")
 _MARIADB_FL_STANDALONE = 0x01
+_MARIADB_FL_PREPARED_XA = 0x40
 
 
 def header(packet: bytes) -> tuple[int, int]:
@@ -114,13 +118,22 @@ def has_checksum(packet: bytes) -> bool:
     return len(packet) >= BODY + 4 and zlib.crc32(packet[1:-4]) == int.from_bytes(packet[-4:], "little")
 
 
-def query_text(packet: bytes, fmt: Format) -> str:
-    """The statement of a QUERY event, stripped and upper-cased (``BEGIN``, ``COMMIT``, DDL)."""
+def query_event(packet: bytes, fmt: Format) -> tuple[str, str]:
+    """``(default database, statement)`` of a QUERY event: thread id (4), exec time (4),
+    database length (1), error code (2), status variables' length (2), then the status
+    variables, the database and a NUL, and the statement."""
     post = fmt.post_header(QUERY, 13)
     schema_length = packet[BODY + 8]
     status_length = int.from_bytes(packet[BODY + 11 : BODY + 13], "little")
-    start = BODY + post + status_length + schema_length + 1
-    return bytes(packet[start : fmt.end(packet)]).decode("utf-8", "replace").strip().upper()
+    schema = BODY + post + status_length
+    database = bytes(packet[schema : schema + schema_length]).decode("utf-8", "replace")
+    statement = bytes(packet[schema + schema_length + 1 : fmt.end(packet)])
+    return database, statement.decode("utf-8", "replace").strip()
+
+
+def gtid_prepared_xa(packet: bytes) -> bool:
+    """Whether a MariaDB GTID event starts the event group of an XA transaction (XA START)."""
+    return bool(packet[BODY + 12] & _MARIADB_FL_PREPARED_XA)
 
 
 def gtid_standalone(packet: bytes) -> bool:

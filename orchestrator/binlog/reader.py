@@ -6,7 +6,10 @@ TABLE_MAPs of the chosen tables (checking each against the planned shape), and
 yields their rows events undecoded (`RowsEvent`) together with `Boundary`
 records at transaction ends - the only safe places to resume: resuming inside a
 transaction loses its TABLE_MAP events. Rows events of other tables are skipped
-without reading their rows.
+without reading their rows. A QUERY event whose statement changes a chosen table
+(TRUNCATE, DDL, statement-format DML, anything unparseable naming it; see
+`orchestrator.binlog.statements`) and a TABLE_MAP whose shape differs from the
+planned one are yielded as `TableChange`: the table's rows must be read again.
 
 Positions: a row's position is the end of its rows event (what ``SHOW MASTER
 STATUS`` would have said right after it) and its index within the event; a
@@ -18,7 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import Any, Literal, Self
 
@@ -26,9 +29,10 @@ import pymysql
 
 from orchestrator.binlog import events as ev
 from orchestrator.binlog import rowdecode as rd
+from orchestrator.binlog.statements import Xid, classify, fold
 from orchestrator.binlog.stream import DumpStream
 from orchestrator.config import SourceConfig
-from orchestrator.errors import BinlogPurged, RunFailed, resnapshot_hint
+from orchestrator.errors import BinlogPurged, RunFailed
 from orchestrator.positions import BinlogPosition, file_index
 from orchestrator.schema.families import BINARY_TYPES, DECIMAL_TYPES, INTEGER_BITS, TEXT_TYPES
 from orchestrator.schema.tables import ColumnInfo, TableInfo
@@ -76,6 +80,47 @@ class RowsEvent:
     format: ev.Format
 
 
+@dataclass(frozen=True, slots=True)
+class TableChange:
+    """A change of chosen tables the binlog holds no row images of: their rows must be re-read.
+
+    Attributes:
+        tables: the chosen tables it changes (``database.table`` as configured).
+        what: what happened, for the log (``TRUNCATE TABLE t``, ``a TABLE_MAP of another shape``).
+        file: the binlog file.
+        end: the event's end position: the change is in effect from ``(file, end)`` on.
+    """
+
+    tables: frozenset[str]
+    what: str
+    file: str
+    end: int
+
+    @property
+    def position(self) -> BinlogPosition:
+        return BinlogPosition(self.file, self.end)
+
+
+@dataclass(frozen=True, slots=True)
+class XaEvent:
+    """A step of an XA transaction.
+
+    ``start``: the rows events up to its ``end`` belong to it (MariaDB names the xid only
+    at ``end``); ``end``: XA END, naming the xid (the group then ends with XA PREPARE, or
+    with ``commit`` for ``XA COMMIT ... ONE PHASE``); ``commit``/``rollback``: its outcome.
+    ``group_start`` is the boundary its event group began at (a capture that must keep a
+    prepared transaction's rows resumes from there).
+    """
+
+    kind: Literal["start", "end", "commit", "rollback"]
+    xid: Xid | None
+    file: str
+    end: int
+    group_start: BinlogPosition
+
+
+Record = RowsEvent | Boundary | TableChange | XaEvent
+
 # --------------------------------------------------------------------------- table shapes
 
 #: Integer storage bits -> the binlog field type.
@@ -98,25 +143,18 @@ _FIELD_TYPES: dict[str, frozenset[int]] = {
 }
 
 
-def check_shape(info: TableInfo, table_map: ev.TableMap) -> None:
-    """Check a TABLE_MAP against the planned `TableInfo`.
-
-    Raises:
-        RunFailed: the table in the binlog does not have the planned shape.
-    """
+def shape_difference(info: TableInfo, table_map: ev.TableMap) -> str | None:
+    """How a TABLE_MAP differs from the planned `TableInfo` (None: it has the planned shape)."""
     if len(table_map.types) != len(info.columns):
-        raise RunFailed(
-            f"table {info.name} has {len(table_map.types)} columns in the binlog but "
-            f"{len(info.columns)} when the run was planned; its shape changed during the run: "
-            f"{resnapshot_hint(info.name)}")
+        return (f"{len(table_map.types)} columns in the binlog but {len(info.columns)} when "
+                "it was planned")
     for kind, meta, ours in zip(table_map.types, table_map.meta, info.columns, strict=True):
         expected = _FIELD_TYPES.get(ours.data_type)
         if (expected is not None and rd.real_type(kind, meta) not in expected) or \
                 _sizes(kind, meta) not in (None, _planned_sizes(ours)):
-            raise RunFailed(
-                f"column `{ours.name}` of {info.name} is {ours.column_type} in "
-                "information_schema but has another type in the binlog; the table changed "
-                f"during the run: {resnapshot_hint(info.name)}")
+            return (f"column `{ours.name}` is {ours.column_type} as planned but has another "
+                    "type in the binlog")
+    return None
 
 
 def _sizes(kind: int, meta: bytes) -> tuple[int, ...] | None:
@@ -170,7 +208,9 @@ class EventReader:
         self._stream: DumpStream | None = None
         self._stream_connections = 0
         self._maps: dict[bytes, ev.TableMap] = {}  # TABLE_MAP bodies already parsed and checked
-
+        self._reshaped: dict[bytes, str] = {}  # ... and those of another shape: how
+        self._lower_case_table_names = 0
+        self._folded: dict[str, str] = {}  # folded name -> the chosen table
     def __enter__(self) -> Self:
         return self
 
@@ -221,8 +261,12 @@ class EventReader:
                 files = [str(row[0]) for row in cur.fetchall()]
                 cur.execute(Dialect.from_version(conn.get_server_info()).binlog_status_sql)
                 status = cur.fetchone()
+                cur.execute("SELECT @@lower_case_table_names")
+                row = cur.fetchone()
         finally:
             conn.close()
+        self._lower_case_table_names = int(row[0]) if row else 0
+        self._folded = {fold(name, self._lower_case_table_names): name for name in self.tables}
         if self.start.file not in files:
             oldest = files[0] if files else "(none)"
             raise BinlogPurged(
@@ -236,8 +280,9 @@ class EventReader:
                 raise RunFailed(f"stop position {self.stop} is after the binlog end {current} "
                                 f"on {self.address}; was the server's binlog reset?")
 
-    def events(self) -> Iterator[RowsEvent | Boundary]:
-        """The chosen tables' rows events, undecoded, and the boundaries, in binlog order."""
+    def events(self) -> Iterator[Record]:
+        """The chosen tables' rows events (undecoded) and other changes, and the boundaries,
+        in binlog order."""
         self.check_available()
         log.info("binlog of %s: reading %s to %s for %d table(s)", self.address, self.start,
                  self.stop or "its end", len(self.tables))
@@ -248,13 +293,14 @@ class EventReader:
         finally:
             self.close()
 
-    def _frame(self, stream: DumpStream) -> Iterator[RowsEvent | Boundary]:
+    def _frame(self, stream: DumpStream) -> Iterator[Record]:
         file = self.start.file
         index = file_index(file)  # (index, end) of an event compares with the stop's
         stop = (file_index(self.stop.file), self.stop.pos) if self.stop is not None else None
         fmt = ev.Format()
         maps: dict[int, ev.TableMap | None] = {}  # table id -> map (None: not a chosen table)
         in_transaction = False
+        last = self.start  # the last boundary: where the current event group began
         for packet in stream:
             kind, end = ev.header(packet)  # end is 0 for the fake events sent on connecting
             if kind == ev.FORMAT_DESCRIPTION:
@@ -267,50 +313,97 @@ class EventReader:
                 if event is not None:
                     yield event
             elif kind == ev.TABLE_MAP:
-                self._table_map(packet, fmt, maps)
+                reshaped = self._table_map(packet, fmt, maps)
+                if reshaped is not None:
+                    yield TableChange(frozenset({reshaped[0]}), reshaped[1], file, end)
             elif kind == ev.ROTATE:
                 maps.clear()  # table ids are reused after a server restart
                 file, position = ev.rotate(packet)
                 index = file_index(file)
                 if end:
-                    yield Boundary(BinlogPosition(file, position), "rotate")
+                    last = BinlogPosition(file, position)
+                    yield Boundary(last, "rotate")
                 continue
-            elif kind == ev.PARTIAL_UPDATE_ROWS or kind in ev.MARIADB_COMPRESSED_ROWS:
+            elif kind in (ev.PARTIAL_UPDATE_ROWS, ev.TRANSACTION_PAYLOAD, ev.MARIADB_COMPRESSED_QUERY) \
+                    or kind in ev.MARIADB_COMPRESSED_ROWS:
                 _refuse_unreadable(kind, file, end)
             elif kind == ev.MARIADB_GTID:
                 in_transaction = not ev.gtid_standalone(packet)
+                if ev.gtid_prepared_xa(packet):  # MariaDB's XA START: the group's rows are XA's
+                    yield XaEvent("start", None, file, end, last)
             elif kind in (ev.XID, ev.XA_PREPARE):
                 in_transaction = False
-                yield Boundary(BinlogPosition(file, end), "commit")
+                last = BinlogPosition(file, end)
+                yield Boundary(last, "commit")
             elif kind == ev.QUERY:
-                query = ev.query_text(packet, fmt)
-                if query == "BEGIN":
+                records, framing = self._query(packet, fmt, file, end, last)
+                yield from records
+                if framing == "begin":
                     in_transaction = True
-                elif query in ("COMMIT", "ROLLBACK") or not in_transaction:
+                elif framing == "end" or not in_transaction:
                     in_transaction = False
-                    yield Boundary(BinlogPosition(file, end), "commit")
+                    last = BinlogPosition(file, end)
+                    yield Boundary(last, "commit")
             if end and (index, end) == stop:
                 break
         if self.stop is not None:
             yield Boundary(self.stop, "stop")
 
+    def _query(self, packet: bytes, fmt: ev.Format, file: str, end: int, last: BinlogPosition
+               ) -> tuple[list[Record], Literal["begin", "end"] | None]:
+        """What a QUERY event means for the chosen tables, and whether it opens or closes
+        a transaction (``XA COMMIT``/``XA ROLLBACK`` of a prepared one close their own group)."""
+        database, query = ev.query_event(packet, fmt)
+        framing = query.upper()
+        if framing == "BEGIN":
+            return [], "begin"
+        if framing in ("COMMIT", "ROLLBACK"):
+            return [], "end"
+        statement = classify(query, database, lower_case_table_names=self._lower_case_table_names)
+        if statement.kind == "xa" and statement.xa is not None:
+            verb, xid = statement.xa
+            step = {"START": "start", "END": "end", "COMMIT": "commit", "ROLLBACK": "rollback"}.get(verb)
+            if step is None:
+                return [], None
+            record = XaEvent(step, xid, file, end, last)  # type: ignore[arg-type]
+            return [record], "end" if step in ("commit", "rollback") else None
+        if statement.kind in ("begin", "commit", "rollback", "other", "xa"):
+            return [], None
+        touched = frozenset(name for folded, name in self._folded.items() if statement.touches(folded))
+        if not touched:
+            return [], None
+        what = " ".join(query.split())
+        what = what if len(what) <= 120 else what[:117] + "..."
+        how = {"truncate": "TRUNCATE", "dml": "a statement-format change",
+               "ddl": "DDL" if statement.parsed else "an unparsed statement"}[statement.kind]
+        return [TableChange(touched, f"{how} `{what}`", file, end)], None
+
     def _table_map(self, packet: bytes, fmt: ev.Format, maps: dict[int, ev.TableMap | None]
-                   ) -> None:
+                   ) -> tuple[str, str] | None:
+        """Remember a TABLE_MAP; ``(table, how its shape differs)`` if it is not the planned one."""
         body = bytes(packet[ev.BODY : fmt.end(packet)])
         known = self._maps.get(body)
         if known is not None:
             maps[known.table_id] = known
-            return
-        name = ev.table_map_name(packet, fmt)
-        info = self.tables.get(name)
-        if info is None:
+            reshaped = self._reshaped.get(body)
+            return (known.name, reshaped) if reshaped is not None else None
+        name = self._folded.get(fold(ev.table_map_name(packet, fmt), self._lower_case_table_names))
+        info = self.tables.get(name) if name is not None else None
+        if info is None or name is None:
             maps[ev.table_id(packet, fmt, ev.TABLE_MAP)] = None
-            return
+            return None
         table_map = ev.parse_table_map(packet, fmt)
-        check_shape(info, table_map)
+        if table_map.name != name:  # the binlog's spelling of a case-insensitive name
+            table_map = replace(table_map, name=name)
         if len(self._maps) > 1000:
             self._maps.clear()
+            self._reshaped.clear()
         self._maps[body] = maps[table_map.table_id] = table_map
+        difference = shape_difference(info, table_map)
+        if difference is None:
+            return None
+        self._reshaped[body] = how = f"a TABLE_MAP of another shape ({difference})"
+        return name, how
 
     def _rows(self, packet: bytes, fmt: ev.Format, kind: int,
               maps: Mapping[int, ev.TableMap | None], file: str, end: int) -> RowsEvent | None:
@@ -331,5 +424,12 @@ def _refuse_unreadable(kind: int, file: str, end: int) -> None:
     if kind == ev.PARTIAL_UPDATE_ROWS:
         raise RunFailed(f"{file}:{end} holds a partial JSON update; set "
                         "binlog_row_value_options='' on the source so row images are full")
+    if kind == ev.TRANSACTION_PAYLOAD:
+        raise RunFailed(f"{file}:{end} holds a compressed transaction, which Tidemark cannot read "
+                        "yet; set binlog_transaction_compression=OFF on the source and re-snapshot "
+                        "the run's tables")
+    if kind == ev.MARIADB_COMPRESSED_QUERY:
+        raise RunFailed(f"{file}:{end} holds a compressed statement, which Tidemark cannot read "
+                        "yet; set log_bin_compress=OFF on the source and re-snapshot the run's tables")
     raise RunFailed(f"{file}:{end} holds a compressed rows event, which Tidemark cannot read; "
                     "set log_bin_compress=OFF on the source and re-snapshot the run's tables")

@@ -48,13 +48,13 @@ from pymysqlreplication.row_event import RowsEvent as _LibraryRowsEvent
 
 from orchestrator.binlog import events as ev
 from orchestrator.binlog.batch import getter
-from orchestrator.binlog.reader import Boundary, EventReader, Op, RowsEvent
+from orchestrator.binlog.reader import Boundary, EventReader, Op, RowsEvent, TableChange, XaEvent
 from orchestrator.positions import BinlogPosition
 from orchestrator.schema.tables import ColumnInfo, TableInfo
 from orchestrator.schema.values import BatchConverter, definition_labels, time2_from_bytes
 from orchestrator.source.dialect import Dialect
 
-__all__ = ["BinlogReader", "Boundary", "LibraryDecoding", "Record", "RowChange", "RowsEvent",
+__all__ = ["BinlogReader", "Boundary", "LibraryDecoding", "Record", "RowChange", "RowsEvent", "TableChange",
            "parse_mysql_json"]
 
 Image = tuple[Any, ...]
@@ -89,7 +89,7 @@ class RowChange:
         return image
 
 
-Record = RowChange | Boundary
+Record = RowChange | Boundary | TableChange | XaEvent
 
 
 # --------------------------------------------------------------------------- library fixes
@@ -280,15 +280,20 @@ class BinlogReader(EventReader):
     """Row changes of some tables between two binlog positions, decoded by the library.
 
     Iterating connects (non-blocking: the stream ends where the binlog ends),
-    yields `RowChange` and `Boundary` records in binlog order, and closes;
+    yields `RowChange`, `TableChange` and `Boundary` records in binlog order, and closes
+    (a table's rows after a `TableChange` of it are left out: they need a re-read);
     `events` (from `EventReader`) yields the rows events undecoded instead.
     Its arguments are `EventReader`'s.
     """
 
     def __iter__(self) -> Iterator[Record]:
         library = LibraryRows(self.tables)
+        changed: set[str] = set()
         for record in self.events():
             if isinstance(record, RowsEvent):
-                yield from library.changes(record)
+                if record.table not in changed:
+                    yield from library.changes(record)
             else:
+                if isinstance(record, TableChange):
+                    changed |= record.tables
                 yield record

@@ -47,19 +47,28 @@ from orchestrator.binlog.reference import (
     LibraryDecoding,
     LibraryRows,
     RowsEvent,
+    TableChange,
+    XaEvent,
     parse_mysql_json,
 )
 from orchestrator.config import PipelineConfig
-from orchestrator.errors import BinlogPurged, RunFailed
+from orchestrator.errors import RunFailed
 from orchestrator.lake import storage
 from orchestrator.pipeline.changes import META_COLUMNS, OLD_PREFIX, OP
 from orchestrator.pipeline.context import open_source, open_store, position, table_info
+from orchestrator.pipeline.reread import (
+    MAX_REREAD_ROUNDS,
+    check_binlog_kept,
+    pending_rereads,
+    prepare_rereads,
+)
 from orchestrator.pipeline.segments import resume_point, segment_name, write_segment
+from orchestrator.pipeline.xa import XaTransactions
 from orchestrator.positions import BinlogPosition, file_index
 from orchestrator.runtime import faults
 from orchestrator.schema.tables import TableInfo
 from orchestrator.schema.values import staging_schema, staging_type
-from orchestrator.state.store import RunRecord, RunTableRecord, StateStore
+from orchestrator.state.store import StateStore
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +78,8 @@ CHECKPOINT_SECONDS = 30.0
 LOG_SECONDS = 10.0
 
 _file_index = functools.lru_cache(maxsize=256)(file_index)
+#: The start of a table whose rows are no longer kept (it waits for a re-read).
+_NEVER = (1 << 62, 0, 0)
 
 #: How rows events are decoded: Tidemark's own decoder, or python-mysql-replication's.
 Decoder = Literal["fast", "library"]
@@ -155,8 +166,9 @@ class _TableBuffer:
                         staging_type(self.table.info.columns[i]), True) for i in self.key_index]
         return pa.schema([*meta, *staging_schema(self.table.info.columns), *old])
 
-    def add(self, event: RowsEvent, file: int, first: int) -> int:
-        """Decode the event's rows from index ``first`` on; returns how many were added."""
+    def add(self, event: RowsEvent, file: int, first: int, base: int = 0) -> int:
+        """Decode the event's rows from index ``first`` on (numbered from ``base``: the rows
+        of an XA transaction all take its commit's position); returns how many were added."""
         shape, images, keys = self.decoding.rows(event)
         if first:
             images, keys = images[first:], keys[first:]
@@ -167,7 +179,7 @@ class _TableBuffer:
         self.keys += keys
         self.files += [file] * count
         self.positions += [event.end] * count
-        self.rows += range(first, first + count)
+        self.rows += range(base + first, base + first + count)
         self.ops += [event.op] * count
         return count
 
@@ -214,6 +226,7 @@ class _Capture:
     last_log: float = field(default_factory=time.monotonic)
     captured: int = 0  # changes kept by this call
     starts: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+    xa: XaTransactions = field(default_factory=XaTransactions)
 
     decoder: Decoder = "fast"
 
@@ -226,26 +239,69 @@ class _Capture:
             self.buffers[name] = _TableBuffer(table, decoding)
         self.starts = {name: t.start.key for name, t in self.tables.items()}
 
-    def add(self, event: RowsEvent) -> None:
+    def add(self, event: RowsEvent, base: int = 0) -> int:
+        if self.xa.group is not None and self.xa.take(event):
+            return 0
         file = _file_index(event.file)
         start_file, start_pos, start_row = self.starts[event.table]
         if (file, event.end) < (start_file, start_pos):
-            return  # its table's snapshot (or published version) already has these rows
+            return 0  # its table's snapshot (or published version) already has these rows
         first = start_row + 1 if (file, event.end) == (start_file, start_pos) else 0
-        added = self.buffers[event.table].add(event, file, first)
+        added = self.buffers[event.table].add(event, file, first, base)
         self.buffered += added
         self.captured += added
         if self.buffered >= 2 * self.batch_rows:  # a huge transaction: write, checkpoint later
             self.flush()
+        return added
+
+    def xa_step(self, record: XaEvent) -> None:
+        """An XA step: a committed transaction's rows are added at the commit's position."""
+        committed = self.xa.step(record)
+        if committed is None:
+            self.change(TableChange(frozenset(self.tables), "XA COMMIT of a transaction prepared "
+                                    "before this capture began", record.file, record.end))
+            return
+        base = 0
+        for event in committed:
+            base += self.add(event, base)
+
+    def change(self, change: TableChange) -> None:
+        """A change the binlog has no row images of: record the re-read, keep no more rows.
+
+        Recorded before any checkpoint past it, so a resumed capture still re-reads.
+        """
+        at = (_file_index(change.file), change.end)
+        for table in sorted(change.tables):
+            start = self.starts.get(table)
+            if start is None or at <= start[:2]:
+                continue  # not captured here, or its snapshot (or version) already has it
+            log.warning("table %s: %s at %s: re-read", table, change.what, change.position)
+            self.store.set_table_status(self.run_id, table, "planned", info={"reread_pending": {
+                "what": change.what, "position": change.position.to_json()}})
+            self.starts[table] = _NEVER
 
     def boundary(self, position: BinlogPosition, *, final: bool = False) -> None:
         now = time.monotonic()
         if final or self.unsaved or self.buffered >= self.batch_rows or \
                 now - self.last_checkpoint >= CHECKPOINT_SECONDS:
             self.flush()
+            if final:
+                self.hold_prepared(position)
             self.checkpoint(position)
         if final or now - self.last_log >= LOG_SECONDS:
             self.log_progress(position)
+
+    def hold_prepared(self, stop: BinlogPosition) -> None:
+        """Tables with rows of XA transactions prepared but not committed at ``stop``: their
+        next capture starts where those transactions began (see `orchestrator.pipeline.xa`)."""
+        hold = self.xa.hold()
+        if hold is None:
+            return
+        for table in sorted(self.xa.tables() & self.tables.keys()):
+            log.warning("table %s: an XA transaction begun at %s is not committed at %s; its rows "
+                        "wait for the run that sees its commit", table, hold, stop)
+            self.store.set_table_status(self.run_id, table, "planned",
+                                        info={"next_from": hold.to_json()})
 
     def flush(self) -> None:
         for name, buffer in self.buffers.items():
@@ -260,6 +316,9 @@ class _Capture:
         self.buffered = 0
 
     def checkpoint(self, position: BinlogPosition) -> None:
+        hold = self.xa.hold()
+        if hold is not None and hold < position:  # a prepared XA transaction's rows are held
+            position = hold
         total = sum(self.rows.values())
         self.store.save_capture_checkpoint(self.run_id, position.to_json(), self.segments, total)
         self.unsaved = False
@@ -321,12 +380,17 @@ def capture_changes(config: PipelineConfig, store: StateStore, run_id: str,
                          seconds=time.monotonic() - started)
 
 
-def _run(capture: _Capture, records: Iterable[RowsEvent | Boundary]) -> None:
+def _run(capture: _Capture, records: Iterable[RowsEvent | Boundary | TableChange | XaEvent]
+         ) -> None:
     """The hot loop: route rows events to the buffers, checkpoint at boundaries."""
     add, boundary = capture.add, capture.boundary
     for record in records:
         if isinstance(record, RowsEvent):
             add(record)
+        elif isinstance(record, TableChange):
+            capture.change(record)
+        elif isinstance(record, XaEvent):
+            capture.xa_step(record)
         elif record.kind == "stop":
             boundary(record.position, final=True)
         else:
@@ -340,61 +404,37 @@ def capture(config: PipelineConfig, run_id: str, *, progress: Callable[[int], No
             ) -> CaptureResult | None:
     """Record ``H`` (once, after every read ended) and capture the binlog up to it.
 
-    Returns None when every table of the run is already captured (a rerun).
+    A table with a change the binlog cannot apply exactly is re-read inside the run
+    (`orchestrator.pipeline.reread`) and the capture goes on to a new ``H``, at most
+    `MAX_REREAD_ROUNDS` times. Returns None when every table of the run is already
+    captured (a rerun).
     """
     store = open_store(config)
     try:
-        unread = store.chunks(run_id, status="pending")
-        if unread:
-            names = sorted({c.table for c in unread})
-            raise RunFailed(f"run {run_id}: {len(unread)} chunk(s) of {', '.join(names)} are not "
-                            "read yet; capture runs after every read batch is done")
-        run = store.get_run(run_id)
-        records = [r for r in store.run_tables(run_id) if r.status == "planned"]
-        if not records:
-            return None
-        with open_source(config) as source:
-            _check_binlog_kept(store, run, records, source.oldest_binlog())
-            if run.high_position is None:
-                store.set_run_positions(run_id, high=source.current_position().to_json())
-                run = store.get_run(run_id)
-        stop = position(run.high_position)
-        tables = {r.table: CaptureTable(info=table_info(r), key=tuple(r.chunk_key),
-                                        start=position(r.info["from_position"])) for r in records}
-        result = capture_changes(config, store, run_id, tables, stop,
-                                 batch_rows=config.defaults.capture_batch_rows, progress=progress)
+        result = None
+        for round_ in range(MAX_REREAD_ROUNDS + 1):
+            records = [r for r in store.run_tables(run_id) if r.status == "planned"]
+            if not records:
+                return result
+            pending = pending_rereads(store, run_id)
+            if pending and round_ == MAX_REREAD_ROUNDS:
+                raise RunFailed(f"run {run_id}: {', '.join(sorted(pending))} changed again during "
+                                f"each of {MAX_REREAD_ROUNDS} re-reads; rerun `tidemark run` when "
+                                "the table's schema changes have settled")
+            with open_source(config) as source:
+                check_binlog_kept(store, store.get_run(run_id), records, source.oldest_binlog())
+            prepare_rereads(config, store, run_id)
+            records = [r for r in store.run_tables(run_id) if r.status == "planned"]
+            stop = position(store.get_run(run_id).high_position)
+            tables = {r.table: CaptureTable(info=table_info(r), key=tuple(r.chunk_key),
+                                            start=position(r.info["from_position"])) for r in records}
+            result = capture_changes(config, store, run_id, tables, stop,
+                                     batch_rows=config.defaults.capture_batch_rows, progress=progress)
+            log.info("capture: %s", result)
+            if not pending_rereads(store, run_id):
+                break
         for r in records:
             store.set_table_status(run_id, r.table, "captured")
-        log.info("capture: %s", result)
         return result
     finally:
         store.close()
-
-
-def _check_binlog_kept(store: StateStore, run: RunRecord, records: list[RunTableRecord],
-                       oldest: str | None) -> None:
-    """Raise BinlogPurged if binlog the capture needs is gone, after resetting what must be read again.
-
-    The run's snapshot tables need the binlog from the run's start (or the capture's
-    checkpoint); an incremental table needs it from its published position. The tables
-    that lost it are dropped from the run's plan, so the rerun replans them with a new
-    start: snapshot tables are read again, incremental ones are re-snapshotted.
-    """
-    if oldest is None:
-        return
-    checkpoint = store.capture_checkpoint(run.run_id)
-    resume = position(checkpoint["position"]) if checkpoint else None
-    lost = [r for r in records
-            if file_index((resume or position(r.info["from_position"])).file) < file_index(oldest)]
-    if not lost:
-        return
-    chunks = {r.table: len(store.chunks(run.run_id, table=r.table)) for r in lost}
-    needed = resume or min(position(r.info["from_position"]) for r in lost)
-    store.restart_run(run.run_id, [r.table for r in lost])
-    described = ", ".join(f"{t} ({n} chunks)" if n else f"{t} (published; will be re-snapshotted)"
-                          for t, n in chunks.items())
-    raise BinlogPurged(
-        f"binlog {needed.file} (needed from {needed}) was purged; the server keeps binlogs from "
-        f"{oldest}. These tables must be read again: {described}. Their plan was reset: rerun "
-        "`tidemark run` to read them again, and keep binlogs longer (`tidemark doctor` checks retention)"
-    )

@@ -21,7 +21,7 @@ from chunking import ChunkingError, TablePlan, chunk_predicate, encode_key, plan
 from chunking.keys import decode_key, short
 from chunking.mysql import SQL_MODE_QUERY, Query, backslash_escapes_off
 from orchestrator.config import Defaults, PipelineConfig, TableConfig
-from orchestrator.errors import ConfigError, SourceNotReady, TidemarkError, resnapshot_hint
+from orchestrator.errors import ConfigError, SourceNotReady, TidemarkError
 from orchestrator.lake.manifest import read_manifest
 from orchestrator.pipeline.context import open_source, open_store, table_dir, take_lock
 from orchestrator.positions import BinlogPosition, file_index
@@ -159,22 +159,28 @@ def _plan_tables(config: PipelineConfig, store: StateStore, run: RunRecord) -> N
                             "%s); it is snapshotted again", table.name, checkpoint.version,
                             checkpoint.position["file"], oldest)
                 checkpoint = None
-            if checkpoint is not None and not options.get("snapshot"):
+            if checkpoint is not None and not options.get("snapshot") and \
+                    _same_shape(config, table.name, info):
                 _plan_incremental(config, store, run, table, info, checkpoint.position)
             else:
                 next_batch = _plan_snapshot(config, store, run, table, info, source, next_batch)
 
 
-def _plan_incremental(config: PipelineConfig, store: StateStore, run: RunRecord, table: TableConfig,
-                      info: TableInfo, since: dict[str, Any]) -> None:
-    manifest = read_manifest(table_dir(config, table.name))
+def _same_shape(config: PipelineConfig, table: str, info: TableInfo) -> bool:
+    """Whether the table has the columns of its published version; if not, it is re-read
+    (its changes since then cannot be applied to rows of another shape)."""
+    manifest = read_manifest(table_dir(config, table))
     published = [(c["name"], c["mysql_type"]) for c in manifest["columns"]]
     current = [(c.name, c.column_type) for c in info.columns]
     if published != current:
-        raise ConfigError(
-            f"table {table.name} changed shape since version {manifest['version']} was published "
-            f"(columns {published} -> {current}); {resnapshot_hint(table.name, config.path)}"
-        )
+        log.warning("table %s: columns changed since version %d (%s -> %s): re-read", table,
+                    manifest["version"], published, current)
+    return published == current
+
+
+def _plan_incremental(config: PipelineConfig, store: StateStore, run: RunRecord, table: TableConfig,
+                      info: TableInfo, since: dict[str, Any]) -> None:
+    manifest = read_manifest(table_dir(config, table.name))
     store.add_run_table(run.run_id, table.name, "incremental", strategy=None,
                         chunk_key=list(manifest["chunk_key"]),
                         info={"table_info": table_info_to_json(info), "from_position": since,
@@ -183,8 +189,24 @@ def _plan_incremental(config: PipelineConfig, store: StateStore, run: RunRecord,
              BinlogPosition.from_json(since), manifest["version"])
 
 
+def replan_snapshot(config: PipelineConfig, store: StateStore, run_id: str, table: str, source: Source,
+                    reason: dict[str, Any]) -> None:
+    """Plan a table of the run again as a snapshot starting now (a re-read inside the run).
+
+    Its new start position ``P0_T`` is recorded before any key bound is read, as ``P0`` is.
+    """
+    run = store.get_run(run_id)
+    start = source.current_position()
+    table_config = config.with_chunk_size(run.options.get("chunk_size")).select_tables([table])[0]
+    next_batch = max(store.batches(run_id), default=-1) + 1
+    _plan_snapshot(config, store, run, table_config, source.table_info(table), source, next_batch,
+                   start=start.to_json(), reread={**reason, "from": start.to_json()})
+    log.info("table %s: re-read from %s", table, start)
+
+
 def _plan_snapshot(config: PipelineConfig, store: StateStore, run: RunRecord, table: TableConfig,
-                   info: TableInfo, source: Source, next_batch: int) -> int:
+                   info: TableInfo, source: Source, next_batch: int, *,
+                   start: dict[str, Any] | None = None, reread: dict[str, Any] | None = None) -> int:
     table_plan = plan_table(source.query, table, info, config.defaults)
     chunks = [
         ChunkRecord(
@@ -199,8 +221,9 @@ def _plan_snapshot(config: PipelineConfig, store: StateStore, run: RunRecord, ta
     store.add_run_table(run.run_id, table.name, "snapshot", strategy=table_plan.strategy,
                         chunk_key=list(table_plan.chunk_key),
                         info={"table_info": table_info_to_json(info),
-                              "from_position": run.start_position, "stats": table_plan.stats},
-                        chunks=chunks)
+                              "from_position": start or run.start_position, "stats": table_plan.stats,
+                              **({"reread": reread} if reread else {})},
+                        chunks=chunks, replan=reread is not None)
     batches = (len(chunks) + table.batch_chunks - 1) // table.batch_chunks
     log.info("table %s: snapshot, %d chunks in %d batches", table.name, len(chunks), batches)
     return next_batch + batches

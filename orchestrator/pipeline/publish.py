@@ -205,7 +205,8 @@ def publish(config: PipelineConfig, run_id: str, *, holder: str) -> list[Publish
                 faults.point("publish.files_written")
                 store.save_table_checkpoint(TableCheckpoint(
                     pipeline=config.pipeline, table=record.table, version=manifest["version"],
-                    position=high.to_json(), rows=manifest["rows"], manifest=current_uri(tdir),
+                    position=record.info.get("next_from") or high.to_json(),  # held for XA: pipeline.xa
+                    rows=manifest["rows"], manifest=current_uri(tdir),
                     run_id=run_id, published_at=dt.datetime.now(dt.UTC)))
                 store.set_table_status(run_id, record.table, "published", rows=manifest["rows"],
                                        version=manifest["version"])

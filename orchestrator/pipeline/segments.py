@@ -99,3 +99,11 @@ def resume_point(store: StateStore, run_id: str, fs: pafs.FileSystem, root: str
             with contextlib.suppress(FileNotFoundError):
                 fs.delete_file(info.path)
     return position, durable, rows
+
+
+def drop_segments(staging: str, run_id: str, table: str) -> None:
+    """Delete a table's change segments of the run (its rows are read again)."""
+    fs, _ = storage.filesystem(staging)
+    for path in segment_paths(staging, run_id, table):
+        with contextlib.suppress(FileNotFoundError):
+            fs.delete_file(path)

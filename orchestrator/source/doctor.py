@@ -124,6 +124,10 @@ _SETTINGS = (
     _Setting("binlog_format", "ROW", _dynamic_fix("binlog_format", "ROW")),
     _Setting("binlog_row_image", "FULL", _dynamic_fix("binlog_row_image", "FULL")),
     _Setting("binlog_row_metadata", "FULL", _dynamic_fix("binlog_row_metadata", "FULL"), optional=True),
+    # Compressed events are not decoded yet: a run would stop at the first one (never skip it).
+    _Setting("log_bin_compress", "OFF", _dynamic_fix("log_bin_compress", "OFF"), optional=True),
+    _Setting("binlog_transaction_compression", "OFF",
+             _dynamic_fix("binlog_transaction_compression", "OFF"), optional=True),
 )
 
 

@@ -205,16 +205,20 @@ class StateStore(PipelineLockMixin):
     # --- tables in a run -------------------------------------------------------
     def add_run_table(self, run_id: str, table: str, mode: TableMode, *, strategy: str | None,
                       chunk_key: list[str], info: dict[str, Any],
-                      chunks: list[ChunkRecord] | None = None) -> None:
+                      chunks: list[ChunkRecord] | None = None, replan: bool = False) -> None:
         """Add a table to the run as planned; if it is there, replace its plan, keep its status.
 
         ``chunks`` are inserted in the same transaction, so a crash never leaves a
-        table planned without its chunks (or chunks without their table).
+        table planned without its chunks (or chunks without their table). ``replan``
+        first drops the table's chunks and sets it back to ``planned`` (a re-read).
         """
         key = and_(RUN_TABLES.c.run_id == run_id, RUN_TABLES.c.table_name == table)
-        plan = {"mode": mode, "strategy": strategy, "chunk_key": chunk_key, "info": info}
+        plan: dict[str, Any] = {"mode": mode, "strategy": strategy, "chunk_key": chunk_key, "info": info}
         try:
             with self._tx() as conn:
+                if replan:
+                    conn.execute(delete(CHUNKS).where(CHUNKS.c.run_id == run_id, CHUNKS.c.table_name == table))
+                    plan["status"] = "planned"
                 if conn.execute(update(RUN_TABLES).where(key).values(plan)).rowcount == 0:
                     conn.execute(insert(RUN_TABLES).values(run_id=run_id, table_name=table,
                                                            status="planned", **plan))

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.binlog.reference import BinlogReader, Boundary, Record, RowChange
+from orchestrator.binlog.reference import BinlogReader, Boundary, Record, RowChange, TableChange
 from orchestrator.config import SourceConfig, parse_config
 from orchestrator.demo.localdb import LocalMariaDB
 from orchestrator.errors import BinlogPurged, RunFailed
@@ -150,15 +150,25 @@ def test_stop_position_is_respected(mariadb: LocalMariaDB) -> None:
     assert [c.after for c in changes(read(mariadb, stop, ["cap_stop.t"]))] == [(3,), (4,)]
 
 
-def test_changed_table_shape_fails_by_name(mariadb: LocalMariaDB) -> None:
-    fresh_database(mariadb, "cap_shape", "CREATE TABLE cap_shape.t (id INT PRIMARY KEY)")
-    info = table_info(mariadb, "cap_shape.t")
+def test_changed_table_shape_is_a_table_change(mariadb: LocalMariaDB) -> None:
+    """The ALTER and the TABLE_MAP of the new shape are both reported; the rows after them
+    are left out (the table must be read again)."""
+    fresh_database(mariadb, "cap_shape", "CREATE TABLE cap_shape.t (id INT PRIMARY KEY)",
+                   "CREATE TABLE cap_shape.u (id INT PRIMARY KEY)")
+    infos = {name: table_info(mariadb, name) for name in ("cap_shape.t", "cap_shape.u")}
     start = position(mariadb)
-    mariadb.execute("ALTER TABLE cap_shape.t ADD COLUMN v INT", "INSERT INTO cap_shape.t VALUES (1, 2)")
-    reader = BinlogReader(source_config(mariadb), "", start, {"cap_shape.t": info},
-                          stop=position(mariadb))
-    with reader, pytest.raises(RunFailed, match=r"cap_shape\.t has 2 columns in the binlog but 1"):
-        list(reader)
+    mariadb.execute("INSERT INTO cap_shape.t VALUES (7)", "ALTER TABLE cap_shape.t ADD COLUMN v INT",
+                    "INSERT INTO cap_shape.t VALUES (1, 2)", "INSERT INTO cap_shape.u VALUES (3)")
+    reader = BinlogReader(source_config(mariadb), "", start, infos, stop=position(mariadb))
+    with reader:
+        records = list(reader)
+    kept = [(c.table, c.after) for c in changes(records)]
+    assert kept == [("cap_shape.t", (7,)), ("cap_shape.u", (3,))]
+    found = [r for r in records if isinstance(r, TableChange)]
+    assert [r.tables for r in found] == [frozenset({"cap_shape.t"})] * 2
+    assert found[0].what.startswith("DDL `ALTER TABLE cap_shape.t ADD COLUMN v INT")
+    assert "TABLE_MAP of another shape (2 columns in the binlog but 1" in found[1].what
+    assert found[0].position < found[1].position
 
 
 def test_compressed_rows_events_are_refused(mariadb: LocalMariaDB) -> None:

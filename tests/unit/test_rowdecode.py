@@ -52,9 +52,9 @@ def test_header_rotate_and_query() -> None:
         assert events.rotate(rotate) == ("binlog.000042", 4)
     # thread id, exec time, schema length 4, error code, status vars (3 bytes), schema\0, query
     body = struct.pack("<IIBHH", 7, 0, 4, 0, 3) + b"\x01\x02\x03" + b"shop\x00" + b" begin "
-    assert events.query_text(packet(events.QUERY, body), fmt) == "BEGIN"
-    assert events.query_text(packet(events.QUERY, body, checksum=False), Format(checksum=0)) == \
-        "BEGIN"
+    assert events.query_event(packet(events.QUERY, body), fmt) == ("shop", "begin")
+    assert events.query_event(packet(events.QUERY, body, checksum=False), Format(checksum=0)) == \
+        ("shop", "begin")
 
 
 @pytest.mark.parametrize(("algorithm", "checksum"), [(1, 4), (0, 0)])

@@ -1,0 +1,75 @@
+"""XA transactions in the capture: their rows count at their ``XA COMMIT``, never before.
+
+An XA transaction's rows events come in its own event group (``XA START`` ...
+``XA END``, closed by ``XA PREPARE``); its outcome, ``XA COMMIT`` or ``XA ROLLBACK``,
+comes later in another group, possibly in another run. So rows are held per xid:
+
+* committed: they are applied at the position of the ``XA COMMIT`` event (no other
+  transaction can change those rows between PREPARE and COMMIT: the prepared one
+  holds their locks), so a snapshot read before the commit - which did not see them -
+  gets them, and one after it gets them again, which changes nothing;
+* rolled back: dropped;
+* still prepared at ``H``: not applied, and the capture's checkpoint (and the tables'
+  next start) stays at the boundary where the transaction's group began, so whoever
+  reads on - a resumed capture, or the next run - reads its rows again and applies
+  them at its commit. Replaying from an earlier position is always exact with full
+  row images (docs/design.md).
+
+``XA COMMIT ... ONE PHASE`` ends its own group (MySQL logs it after XA END; MariaDB
+logs it as an ordinary transaction). A commit of an xid whose rows were before the
+capture began (prepared before a snapshot's start) cannot be applied: the caller
+re-reads the run's tables.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from orchestrator.binlog.reader import RowsEvent, XaEvent
+from orchestrator.binlog.statements import Xid
+from orchestrator.positions import BinlogPosition
+
+
+class XaTransactions:
+    """The rows of XA transactions not yet committed or rolled back."""
+
+    def __init__(self) -> None:
+        self.group: list[RowsEvent] | None = None  # rows of the XA group being read
+        self.group_start: BinlogPosition | None = None
+        self.prepared: dict[Xid | None, tuple[BinlogPosition, list[RowsEvent]]] = {}
+
+    def take(self, event: RowsEvent) -> bool:
+        """Hold the event if it belongs to an XA transaction; whether it did."""
+        if self.group is None:
+            return False
+        self.group.append(event)
+        return True
+
+    def step(self, record: XaEvent) -> list[RowsEvent] | None:
+        """Follow one XA step; on ``commit`` the rows to apply now (moved to the commit's
+        position), on ``rollback`` none, and None for the commit of an xid never seen."""
+        if record.kind == "start":
+            self.group, self.group_start = [], record.group_start
+            return []
+        if record.kind == "end":
+            self.prepared[record.xid] = (self.group_start or record.group_start, self.group or [])
+            self.group = self.group_start = None
+            return []
+        held = self.prepared.pop(record.xid, None)
+        if record.kind == "rollback":
+            return []
+        if held is None:
+            return None
+        return [dataclasses.replace(event, file=record.file, end=record.end) for event in held[1]]
+
+    def hold(self) -> BinlogPosition | None:
+        """Where a capture must resume to see every transaction still held (None: anywhere)."""
+        starts = [start for start, _ in self.prepared.values()]
+        if self.group_start is not None:
+            starts.append(self.group_start)
+        return min(starts, default=None)
+
+    def tables(self) -> set[str]:
+        """The tables with rows held."""
+        return {event.table for _, events in self.prepared.values() for event in events} | \
+            {event.table for event in self.group or []}
