@@ -157,12 +157,13 @@ def params_schema(config: PipelineConfig) -> dict[str, dict[str, Any]]:
             "uniqueItems": True,
             "examples": names,
             "title": "Tables",
-            "description": ("Snapshot only these tables (an ad hoc run). Empty: the normal run, "
-                            "which snapshots unpublished tables and applies the binlog to the others."),
+            "description": ("Tables for this run (empty: all). Published tables get a binlog "
+                            "catch-up unless Re-snapshot is on"),
         },
         "snapshot": {
             "default": False,
-            "type": "boolean",
+            # "null" too: the trigger form marks a param required (*) unless its type allows null.
+            "type": ["boolean", "null"],
             "title": "Re-snapshot",
             "description": "Snapshot the chosen tables again even if they are already published.",
         },
@@ -185,18 +186,31 @@ class RunRequest:
     chunk_size: int | None
 
 
-def run_request(config: PipelineConfig, params: Mapping[str, Any]) -> RunRequest:
-    """Read and check the run's params (Airflow validated them at trigger time already).
+def run_request(config: PipelineConfig, params: Mapping[str, Any],
+                conf: Mapping[str, Any] | None = None) -> RunRequest:
+    """Read and check the run's params (Airflow validated their values at trigger time already).
+
+    Args:
+        config: the pipeline.
+        params: the run's resolved params.
+        conf: the run's conf as triggered; Airflow accepts any key in it, so a misspelt
+            param (``tabels``) would otherwise start a normal run of every table.
 
     Raises:
-        ConfigError: a value the schema should have refused, naming the param.
+        ConfigError: an unknown conf key, or a value the schema should have refused,
+            naming the param.
     """
+    unknown = sorted(set(conf or {}) - set(params_schema(config)))
+    if unknown:
+        raise ConfigError(f"run conf: unknown key{'s' if len(unknown) > 1 else ''} "
+                          f"{', '.join(map(repr, unknown))}; valid keys: {', '.join(params_schema(config))}")
     tables = params.get("tables") or None
     if tables is not None:
         if not isinstance(tables, list) or not all(isinstance(t, str) for t in tables):
             raise ConfigError(f"param tables: expected a list of table names, found {tables!r}")
         config.select_tables(tables)
-    snapshot = params.get("snapshot", False)
+    snapshot = params.get("snapshot")
+    snapshot = False if snapshot is None else snapshot
     if not isinstance(snapshot, bool):
         raise ConfigError(f"param snapshot: expected true or false, found {snapshot!r}")
     chunk_size = params.get("chunk_size")
@@ -266,8 +280,9 @@ def doc_md(config: PipelineConfig) -> str:
         f"schedule: {config.schedule or 'none (manual)'}; source connections capped by the pool "
         f"`{pool_name(config)}`.",
         "",
-        "Trigger with **Tables** to snapshot only those tables, **Re-snapshot** to snapshot "
-        "published tables again, **Chunk size** to override chunk sizes for the run. "
+        "Trigger with **Tables** to run only those tables (a published table gets a binlog "
+        "catch-up unless **Re-snapshot** is on), **Chunk size** to override chunk sizes for the run. "
+        "Any other key in the run's conf fails the run at `preflight`. "
         "A failed run resumes when cleared or triggered again.",
     ]
     return "\n".join(lines)
