@@ -111,6 +111,9 @@ def test_ad_hoc_snapshot_then_binlog_run(mariadb: LocalMariaDB, tmp_path: Path,
     first = dag.test(run_conf={"tables": [t1]})
 
     assert first.state == "success", task_states(first)
+    first_out, first_err = capfd.readouterr()
+    noisy = [line for line in (first_out + first_err).splitlines() if "ERROR" in line]
+    assert noisy == [], "a successful run logs no ERROR line (the JVM's output goes to the log at INFO)"
     assert published_rows(lake, t1) == source_rows(mariadb, t1)
     assert manifest(lake, t2) is None, "an ad hoc run of t1 must not touch t2"
     stored = stored_values(first.run_id)
@@ -157,6 +160,7 @@ def test_ad_hoc_snapshot_then_binlog_run(mariadb: LocalMariaDB, tmp_path: Path,
     assert later["events"][uri2]["published"] is True
 
     out, err = capfd.readouterr()
+    out = first_out + first_err + out
     for what, value in (("XCom", stored["xcom"] + failed_values["xcom"] + later["xcom"]),
                         ("rendered fields", stored["rendered"] + failed_values["rendered"]
                          + later["rendered"]),
