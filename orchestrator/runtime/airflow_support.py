@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator.config import PipelineConfig, load_config
+from orchestrator.config import OutputConfig, PipelineConfig, StateConfig, load_config
 from orchestrator.errors import ConfigError
 from orchestrator.lake import storage
 from orchestrator.pipeline.context import table_dir
@@ -102,35 +102,33 @@ def scan_configs(folder: Path) -> ConfigScan:
         return scan
     owners: dict[str, Path] = {}
     for path in config_files(folder):
-        try:
-            config = load_config(path, check_env=False)
+        try:  # relative paths are reported with every other problem, in one round
+            config = load_config(path, check_env=False, more=relative_path_problems)
         except ConfigError as exc:
             scan.problems.extend(exc.problems)
             continue
-        problems = airflow_problems(config, path)
         if config.pipeline in owners:
-            problems.append(f"{path}: pipeline: `{config.pipeline}` is already the pipeline of "
-                            f"{owners[config.pipeline]}; DAG ids must be unique, rename one")
-        if problems:
-            scan.problems.extend(problems)
+            scan.problems.append(f"{path}: pipeline: `{config.pipeline}` is already the pipeline of "
+                                 f"{owners[config.pipeline]}; DAG ids must be unique, rename one")
             continue
         owners[config.pipeline] = path
         scan.configs.append(config)
     return scan
 
 
-def airflow_problems(config: PipelineConfig, path: Path) -> list[str]:
-    """What makes a valid config unusable under Airflow: relative local paths.
+def relative_path_problems(path: str, output: OutputConfig | None,
+                           state: StateConfig | None) -> list[str]:
+    """What makes a config unusable under Airflow: relative local paths (a `MoreChecks`).
 
     Every Airflow task runs in its own working directory, so a relative output path
     or SQLite file would land somewhere different for each task.
     """
     problems = []
-    for key, value in (("output.path", config.output.path), ("output.staging", config.output.staging)):
+    for key, value in (("output.path", output and output.path), ("output.staging", output and output.staging)):
         if value and "://" not in value and not os.path.isabs(os.path.expanduser(value)):
             problems.append(f"{path}: {key}: relative path {value!r} is ambiguous under Airflow "
                             "(each task has its own working directory); use an absolute path or URI")
-    url = config.state.url
+    url = state.url if state else ""
     if url.startswith("sqlite:///") and not url.startswith("sqlite:////") and url != "sqlite:///:memory:":
         problems.append(f"{path}: state.url: relative SQLite file {url!r} is ambiguous under Airflow; "
                         "use sqlite:////absolute/path.db")

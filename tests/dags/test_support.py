@@ -16,6 +16,7 @@ from orchestrator.runtime.airflow_support import (
     pool_name,
     run_holder,
     run_request,
+    scan_configs,
 )
 
 
@@ -92,3 +93,13 @@ def test_config_dir_default_and_env(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert config_dir(tmp_path / "dags" / "x.py") == tmp_path / "configs"
     monkeypatch.setenv("TIDEMARK_CONFIG_DIR", str(tmp_path / "elsewhere"))
     assert config_dir(tmp_path / "dags" / "x.py") == tmp_path / "elsewhere"
+
+
+def test_relative_paths_are_reported_with_the_other_problems(tmp_path: Path) -> None:
+    (tmp_path / "rel.yaml").write_text(
+        "pipeline: rel\nsource: {host: h, user: u, server_id: 1}\noutput: {path: lake}\n"
+        "state: {url: 'sqlite:///state.db'}\ntables: [{name: no_database_part}]\n")
+
+    problems = scan_configs(tmp_path).problems
+
+    assert [p.split(": ")[1] for p in problems] == ["tables[0].name", "output.path", "state.url"]
