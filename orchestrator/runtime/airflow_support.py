@@ -33,8 +33,9 @@ from orchestrator.pipeline.publish import Published
 CONFIG_DIR_ENV = "TIDEMARK_CONFIG_DIR"
 CONFIG_SUFFIXES = (".yaml", ".yml")
 DAG_ID_PREFIX = "tidemark_"
-#: Slots to give a pipeline's source pool when nothing else is known (docs/airflow.md).
-DEFAULT_POOL_SLOTS = 4
+#: Slots to give a pipeline's source pool on a small machine: each slot can be a Spark
+#: driver JVM (docs/airflow.md "Pool").
+DEFAULT_POOL_SLOTS = 2
 
 
 def dag_id(config: PipelineConfig) -> str:
