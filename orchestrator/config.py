@@ -24,6 +24,8 @@ IDENTIFIER = re.compile(r"^[A-Za-z0-9_$]+$")
 TABLE_NAME = re.compile(r"^[A-Za-z0-9_$]+\.[A-Za-z0-9_$]+$")
 
 DEFAULT_JDBC_JAR = "/usr/share/java/mariadb-java-client.jar"
+#: Further checks of a config's output and state (origin, output, state -> problem lines).
+MoreChecks = Callable[[str, "OutputConfig | None", "StateConfig | None"], list[str]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,12 +248,14 @@ def _port(value: int) -> str | None:
     return None if 0 < value < 65536 else f"must be a TCP port 1..65535, found {value}"
 
 
-def load_config(path: str | os.PathLike[str], *, check_env: bool = True) -> PipelineConfig:
+def load_config(path: str | os.PathLike[str], *, check_env: bool = True,
+                more: MoreChecks | None = None) -> PipelineConfig:
     """Read and validate a pipeline YAML file.
 
     Args:
         path: the YAML file.
         check_env: also check that ``source.password_env`` is set (off at DAG parse time).
+        more: further checks of output and state, reported with all others (Airflow's).
 
     Raises:
         ConfigError: with every problem found, each naming file and key path.
@@ -267,12 +271,12 @@ def load_config(path: str | os.PathLike[str], *, check_env: bool = True) -> Pipe
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise ConfigError(f"{file}: not valid YAML{where}: {getattr(exc, 'problem', exc)}") from exc
-    return parse_config(data, origin=str(file), path=file, check_env=check_env)
+    return parse_config(data, origin=str(file), path=file, check_env=check_env, more=more)
 
 
 def parse_config(
-    data: Any, *, origin: str = "<config>", path: Path | None = None, check_env: bool = True
-) -> PipelineConfig:
+    data: Any, *, origin: str = "<config>", path: Path | None = None, check_env: bool = True,
+    more: MoreChecks | None = None) -> PipelineConfig:
     """Validate an already parsed config mapping (see `load_config`)."""
     r = _Reader(origin)
     top = r.mapping(data, "", {"pipeline", "schedule", "source", "spark", "output", "state",
@@ -288,6 +292,7 @@ def parse_config(
     state = _state(r, top.get("state")) if "state" in top else None
     defaults = _defaults(r, top.get("defaults", {}))
     tables = _tables(r, top.get("tables"), defaults) if "tables" in top else ()
+    r.problems += more(origin, output, state) if more else []
     if r.problems or source is None or output is None or state is None:
         raise ConfigError(r.problems or [f"{origin}: incomplete config"])
     return PipelineConfig(pipeline=pipeline, source=source, spark=spark, output=output,

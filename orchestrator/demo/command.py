@@ -116,6 +116,8 @@ def demo_command(directory: str, *, rows: int = 200_000, keep: bool = False) -> 
             env_file.write_text(f"export {PASSWORD_ENV}={password}\n")
             env_file.chmod(0o600)
             print(f"demo: MariaDB left running on port {server.port}; `. {env_file}` then run "
-                  f"tidemark against {base / 'demo.yaml'}", file=sys.stderr)
+                  f"tidemark against {base / 'demo.yaml'}; stop it with "
+                  f"`kill $(cat {server.pid_file})` (running the demo "
+                  "in the same directory again also stops it)", file=sys.stderr)
         else:
             server.destroy()

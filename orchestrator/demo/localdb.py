@@ -113,6 +113,11 @@ class LocalMariaDB:
     def log_path(self) -> Path:
         return self.datadir.parent / "mysqld.err"
 
+    @property
+    def pid_file(self) -> Path:
+        """The server's pid file: ``kill $(cat <pid_file>)`` shuts it down cleanly."""
+        return self.datadir.parent / "mysqld.pid"
+
     def command(self) -> list[str]:
         cmd = [
             _find(MARIADBD_CANDIDATES, "mariadbd"),
@@ -121,7 +126,7 @@ class LocalMariaDB:
             f"--port={self.port}",
             "--bind-address=127.0.0.1",
             f"--socket={self.socket_path}",
-            f"--pid-file={self.datadir.parent / 'mysqld.pid'}",
+            f"--pid-file={self.pid_file}",
             f"--log-error={self.log_path}",
             f"--tmpdir={self.datadir.parent / 'tmp'}",
             f"--server-id={self.server_id}",

@@ -121,17 +121,31 @@ def plan(config: PipelineConfig, *, tables: list[str] | None = None, snapshot: b
 def pending_batches(store: StateStore, run_id: str) -> list[BatchRef]:
     """The run's batches that still have chunks to read, in batch order."""
     by_batch: dict[int, list[ChunkRecord]] = {}
-    for chunk in store.chunks(run_id, status="pending"):
-        by_batch.setdefault(chunk.batch, []).append(chunk)
-    return [BatchRef(batch=b, table=cs[0].table, chunks=len(cs), label=_batch_label(cs[0].table, cs))
+    last_index: dict[str, int] = {}
+    for chunk in store.chunks(run_id):
+        last_index[chunk.table] = max(chunk.index, last_index.get(chunk.table, -1))
+        if chunk.status == "pending":
+            by_batch.setdefault(chunk.batch, []).append(chunk)
+    return [BatchRef(batch=b, table=cs[0].table, chunks=len(cs),
+                     label=_batch_label(cs[0].table, cs, ends_table=cs[-1].index == last_index[cs[0].table]))
             for b, cs in sorted(by_batch.items())]
 
 
-def _batch_label(table: str, chunks: list[ChunkRecord]) -> str:
+def _batch_label(table: str, chunks: list[ChunkRecord], *, ends_table: bool) -> str:
+    """A batch's key range as ``[start .. end)``; ``]`` when it holds the table's last chunk,
+    which includes its end key (the table's max key).
+
+    >>> from dataclasses import replace
+    >>> c = ChunkRecord("r", "db.t", 0, 0, None, [5], "", "pending", None, None, None, None, None, 0)
+    >>> _batch_label("db.t", [c, replace(c, index=1, start=[5], end=[9])], ends_table=True)
+    'db.t chunks 0-1 [-inf .. [9]]'
+    >>> _batch_label("db.t", [c], ends_table=False)
+    'db.t chunks 0-0 [-inf .. [5])'
+    """
     first, last = chunks[0], chunks[-1]
     start = "-inf" if first.start is None else str(first.start)
-    end = "max" if last.end is None else str(last.end)
-    return f"{table} chunks {first.index}-{last.index} [{start} .. {end})"
+    end = "max)" if last.end is None else f"{last.end}{']' if ends_table else ')'}"
+    return f"{table} chunks {first.index}-{last.index} [{start} .. {end}"
 
 
 def _plan_tables(config: PipelineConfig, store: StateStore, run: RunRecord) -> None:

@@ -73,7 +73,8 @@ def _release_on_failure(config: PipelineConfig) -> Callable[[Context], None]:
 
 
 def _request(config: PipelineConfig) -> support.RunRequest:
-    return support.run_request(config, get_current_context()["params"])
+    context = get_current_context()
+    return support.run_request(config, context["params"], context["dag_run"].conf)
 
 
 def _mask_password(config: PipelineConfig) -> None:

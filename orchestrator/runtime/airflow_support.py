@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator.config import PipelineConfig, load_config
+from orchestrator.config import OutputConfig, PipelineConfig, StateConfig, load_config
 from orchestrator.errors import ConfigError
 from orchestrator.lake import storage
 from orchestrator.pipeline.context import table_dir
@@ -33,8 +33,9 @@ from orchestrator.pipeline.publish import Published
 CONFIG_DIR_ENV = "TIDEMARK_CONFIG_DIR"
 CONFIG_SUFFIXES = (".yaml", ".yml")
 DAG_ID_PREFIX = "tidemark_"
-#: Slots to give a pipeline's source pool when nothing else is known (docs/airflow.md).
-DEFAULT_POOL_SLOTS = 4
+#: Slots to give a pipeline's source pool on a small machine: each slot can be a Spark
+#: driver JVM (docs/airflow.md "Pool").
+DEFAULT_POOL_SLOTS = 2
 
 
 def dag_id(config: PipelineConfig) -> str:
@@ -102,35 +103,33 @@ def scan_configs(folder: Path) -> ConfigScan:
         return scan
     owners: dict[str, Path] = {}
     for path in config_files(folder):
-        try:
-            config = load_config(path, check_env=False)
+        try:  # relative paths are reported with every other problem, in one round
+            config = load_config(path, check_env=False, more=relative_path_problems)
         except ConfigError as exc:
             scan.problems.extend(exc.problems)
             continue
-        problems = airflow_problems(config, path)
         if config.pipeline in owners:
-            problems.append(f"{path}: pipeline: `{config.pipeline}` is already the pipeline of "
-                            f"{owners[config.pipeline]}; DAG ids must be unique, rename one")
-        if problems:
-            scan.problems.extend(problems)
+            scan.problems.append(f"{path}: pipeline: `{config.pipeline}` is already the pipeline of "
+                                 f"{owners[config.pipeline]}; DAG ids must be unique, rename one")
             continue
         owners[config.pipeline] = path
         scan.configs.append(config)
     return scan
 
 
-def airflow_problems(config: PipelineConfig, path: Path) -> list[str]:
-    """What makes a valid config unusable under Airflow: relative local paths.
+def relative_path_problems(path: str, output: OutputConfig | None,
+                           state: StateConfig | None) -> list[str]:
+    """What makes a config unusable under Airflow: relative local paths (a `MoreChecks`).
 
     Every Airflow task runs in its own working directory, so a relative output path
     or SQLite file would land somewhere different for each task.
     """
     problems = []
-    for key, value in (("output.path", config.output.path), ("output.staging", config.output.staging)):
+    for key, value in (("output.path", output and output.path), ("output.staging", output and output.staging)):
         if value and "://" not in value and not os.path.isabs(os.path.expanduser(value)):
             problems.append(f"{path}: {key}: relative path {value!r} is ambiguous under Airflow "
                             "(each task has its own working directory); use an absolute path or URI")
-    url = config.state.url
+    url = state.url if state else ""
     if url.startswith("sqlite:///") and not url.startswith("sqlite:////") and url != "sqlite:///:memory:":
         problems.append(f"{path}: state.url: relative SQLite file {url!r} is ambiguous under Airflow; "
                         "use sqlite:////absolute/path.db")
@@ -157,12 +156,13 @@ def params_schema(config: PipelineConfig) -> dict[str, dict[str, Any]]:
             "uniqueItems": True,
             "examples": names,
             "title": "Tables",
-            "description": ("Snapshot only these tables (an ad hoc run). Empty: the normal run, "
-                            "which snapshots unpublished tables and applies the binlog to the others."),
+            "description": ("Tables for this run (empty: all). Published tables get a binlog "
+                            "catch-up unless Re-snapshot is on"),
         },
         "snapshot": {
             "default": False,
-            "type": "boolean",
+            # "null" too: the trigger form marks a param required (*) unless its type allows null.
+            "type": ["boolean", "null"],
             "title": "Re-snapshot",
             "description": "Snapshot the chosen tables again even if they are already published.",
         },
@@ -185,18 +185,31 @@ class RunRequest:
     chunk_size: int | None
 
 
-def run_request(config: PipelineConfig, params: Mapping[str, Any]) -> RunRequest:
-    """Read and check the run's params (Airflow validated them at trigger time already).
+def run_request(config: PipelineConfig, params: Mapping[str, Any],
+                conf: Mapping[str, Any] | None = None) -> RunRequest:
+    """Read and check the run's params (Airflow validated their values at trigger time already).
+
+    Args:
+        config: the pipeline.
+        params: the run's resolved params.
+        conf: the run's conf as triggered; Airflow accepts any key in it, so a misspelt
+            param (``tabels``) would otherwise start a normal run of every table.
 
     Raises:
-        ConfigError: a value the schema should have refused, naming the param.
+        ConfigError: an unknown conf key, or a value the schema should have refused,
+            naming the param.
     """
+    unknown = sorted(set(conf or {}) - set(params_schema(config)))
+    if unknown:
+        raise ConfigError(f"run conf: unknown key{'s' if len(unknown) > 1 else ''} "
+                          f"{', '.join(map(repr, unknown))}; valid keys: {', '.join(params_schema(config))}")
     tables = params.get("tables") or None
     if tables is not None:
         if not isinstance(tables, list) or not all(isinstance(t, str) for t in tables):
             raise ConfigError(f"param tables: expected a list of table names, found {tables!r}")
         config.select_tables(tables)
-    snapshot = params.get("snapshot", False)
+    snapshot = params.get("snapshot")
+    snapshot = False if snapshot is None else snapshot
     if not isinstance(snapshot, bool):
         raise ConfigError(f"param snapshot: expected true or false, found {snapshot!r}")
     chunk_size = params.get("chunk_size")
@@ -269,8 +282,9 @@ def doc_md(config: PipelineConfig) -> str:
         f"schedule: {config.schedule or 'none (manual)'}; source connections capped by the pool "
         f"`{pool_name(config)}`.",
         "",
-        "Trigger with **Tables** to snapshot only those tables, **Re-snapshot** to snapshot "
-        "published tables again, **Chunk size** to override chunk sizes for the run. "
+        "Trigger with **Tables** to run only those tables (a published table gets a binlog "
+        "catch-up unless **Re-snapshot** is on), **Chunk size** to override chunk sizes for the run. "
+        "Any other key in the run's conf fails the run at `preflight`. "
         "A failed run resumes when cleared or triggered again.",
     ]
     return "\n".join(lines)

@@ -118,6 +118,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     for noisy in ("py4j", "pyspark", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    if not debug:  # the JVM's own output (banner, task stack traces) goes to the run's log file only
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(lambda record: not record.name.startswith("tidemark.jvm"))
     try:
         args = build_parser().parse_args(argv)
         if args.verb == "demo":

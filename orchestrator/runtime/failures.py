@@ -16,7 +16,7 @@ import os
 import re
 import tempfile
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -211,22 +211,3 @@ def record_trace(exc: BaseException) -> None:
         return
     with contextlib.suppress(OSError), open(_current_log, "a", encoding="utf-8") as out:
         out.write("".join(traceback.format_exception(exc)))
-
-
-@contextlib.contextmanager
-def stderr_to_log() -> Iterator[None]:
-    """Point file descriptor 2 at the log file while a child process (the JVM) starts, so
-    that its stderr (log4j's console, every task's stack trace) lands there, not on the terminal.
-    Without a log file, nothing changes."""
-    if _current_log is None:
-        yield
-        return
-    saved = os.dup(2)
-    target = os.open(_current_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.dup2(target, 2)
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(target)

@@ -10,7 +10,11 @@ fixes what the output contract depends on, whatever else the pipeline's
   Julian/Gregorian rebasing (``CORRECTED``): MySQL, Arrow and Spark 3+ all use the
   proleptic Gregorian calendar, so ``1000-01-01`` stays ``1000-01-01``;
 - the JDBC driver jar on ``spark.jars`` and the driver class path;
-- failed tasks are retried in local mode too (`local_with_retries`).
+- failed tasks are retried in local mode too (`local_with_retries`);
+- the driver JVM's stdout and stderr (its start-up banner, log4j's console output)
+  go to the ``tidemark.jvm`` logger, at INFO (WARNING for log4j ERROR/FATAL lines),
+  not to the process's stderr, which Airflow records as ERROR and the CLI mixes
+  with its own output (`start_jvm`).
 
 The rest of ``spark.conf`` passes through (``spark.driver.memory``, S3 settings, ...).
 """
@@ -20,18 +24,22 @@ from __future__ import annotations
 import logging
 import os
 import re
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from subprocess import PIPE, STDOUT
 
 import pyarrow as pa
+from pyspark import SparkConf, SparkContext
+from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
 from orchestrator.config import PipelineConfig
 from orchestrator.errors import ConfigError
-from orchestrator.runtime.failures import stderr_to_log
 
 log = logging.getLogger(__name__)
+jvm_log = logging.getLogger("tidemark.jvm")
 
 UTC_JAVA_OPTION = "-Duser.timezone=UTC"
 
@@ -111,18 +119,46 @@ def get_session(config: PipelineConfig) -> SparkSession:
         # A local JVM talks to itself only; this also spares the "resolves to a loopback
         # address" warning on machines whose hostname maps to 127.0.0.1.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    conf = session_conf(config)
     builder = SparkSession.builder
-    for key, value in session_conf(config).items():
+    for key, value in conf.items():
         builder = builder.config(key, value)
     fresh = SparkSession.getActiveSession() is None
     started = time.monotonic()
-    with stderr_to_log():  # the JVM's console (log4j, task stack traces) goes to the run's log
-        spark = builder.getOrCreate()
+    start_jvm(conf)
+    spark = builder.getOrCreate()
     if fresh:
         log.info("spark session started in %.1fs (master %s, %d cores)", time.monotonic() - started,
                  spark.sparkContext.master, spark.sparkContext.defaultParallelism)
     apply_required_conf(spark)
     return spark
+
+
+def start_jvm(conf: Mapping[str, str]) -> None:
+    """Start the driver JVM (unless one runs) with its output forwarded to `jvm_log`.
+
+    The same launch PySpark makes on its own, plus ``popen_kwargs``, PySpark's hook
+    for capturing the JVM's stdout/stderr; the session then uses this gateway.
+    """
+    if SparkContext._gateway is not None:
+        return
+    gateway = launch_gateway(SparkConf(loadDefaults=False).setAll(list(conf.items())),
+                             popen_kwargs={"stdout": PIPE, "stderr": STDOUT})
+    if gateway.proc is not None:  # None: an existing gateway (PYSPARK_GATEWAY_PORT)
+        threading.Thread(target=forward_jvm_output, args=(gateway.proc.stdout,),
+                         name="tidemark-jvm-output", daemon=True).start()
+    SparkContext._ensure_initialized(gateway=gateway)
+
+
+_LOG4J_SEVERE = re.compile(r"\b(ERROR|FATAL)\b")
+
+
+def forward_jvm_output(stream: Iterable[bytes]) -> None:
+    """Log each line of the JVM's output: INFO, or WARNING for a log4j ERROR/FATAL line."""
+    for raw in stream:
+        line = raw.decode("utf-8", "replace").rstrip()
+        if line:
+            jvm_log.log(logging.WARNING if _LOG4J_SEVERE.search(line) else logging.INFO, "%s", line)
 
 
 def apply_required_conf(spark: SparkSession) -> None:

@@ -77,6 +77,24 @@ def stored_values(run_id: str) -> dict[str, Any]:
             "labels": sorted(labels), "events": {uri: extra for uri, extra in events}}
 
 
+@pytest.mark.parametrize("conf, key", [({"tabels": [f"{DB}.t1"]}, "'tabels'"), ({"bogus": 1}, "'bogus'")])
+def test_unknown_conf_key_fails_the_run_before_any_read(
+        mariadb: LocalMariaDB, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capfd: pytest.CaptureFixture[str], conf: dict[str, Any], key: str) -> None:
+    configs, lake = tmp_path / "configs", tmp_path / "lake"
+    write_pipeline(configs, tmp_path, mariadb, DB, CONN_ID)
+    monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", connection_json(mariadb))
+
+    run = load_dag(monkeypatch, configs).test(run_conf=conf)
+
+    states = task_states(run)
+    assert run.state == "failed", states
+    assert states["preflight[-1]"] == "failed" and states["plan[-1]"] == "upstream_failed", states
+    assert not lake.exists(), "nothing may be read or published"
+    out, err = capfd.readouterr()
+    assert f"run conf: unknown key {key}; valid keys: tables, snapshot, chunk_size" in out + err
+
+
 def test_ad_hoc_snapshot_then_binlog_run(mariadb: LocalMariaDB, tmp_path: Path,
                                          monkeypatch: pytest.MonkeyPatch,
                                          capfd: pytest.CaptureFixture[str]) -> None:
@@ -93,6 +111,9 @@ def test_ad_hoc_snapshot_then_binlog_run(mariadb: LocalMariaDB, tmp_path: Path,
     first = dag.test(run_conf={"tables": [t1]})
 
     assert first.state == "success", task_states(first)
+    first_out, first_err = capfd.readouterr()
+    noisy = [line for line in (first_out + first_err).splitlines() if "ERROR" in line]
+    assert noisy == [], "a successful run logs no ERROR line (the JVM's output goes to the log at INFO)"
     assert published_rows(lake, t1) == source_rows(mariadb, t1)
     assert manifest(lake, t2) is None, "an ad hoc run of t1 must not touch t2"
     stored = stored_values(first.run_id)
@@ -140,6 +161,7 @@ def test_ad_hoc_snapshot_then_binlog_run(mariadb: LocalMariaDB, tmp_path: Path,
     assert later["events"][uri2]["published"] is True
 
     out, err = capfd.readouterr()
+    out = first_out + first_err + out
     for what, value in (("XCom", stored["xcom"] + failed_values["xcom"] + later["xcom"]),
                         ("rendered fields", stored["rendered"] + failed_values["rendered"]
                          + later["rendered"]),

@@ -16,6 +16,7 @@ from orchestrator.runtime.airflow_support import (
     pool_name,
     run_holder,
     run_request,
+    scan_configs,
 )
 
 
@@ -38,7 +39,7 @@ def test_names() -> None:
 @pytest.mark.parametrize("params, expected", [
     ({}, (None, False, None)),
     ({"tables": [], "snapshot": False, "chunk_size": None}, (None, False, None)),
-    ({"tables": None}, (None, False, None)),
+    ({"tables": None, "snapshot": None}, (None, False, None)),
     ({"tables": ["shop.items"], "snapshot": True, "chunk_size": 7}, (["shop.items"], True, 7)),
 ])
 def test_run_request_reads_params(params: dict[str, Any], expected: tuple[Any, ...]) -> None:
@@ -56,6 +57,20 @@ def test_run_request_reads_params(params: dict[str, Any], expected: tuple[Any, .
 def test_run_request_refuses_what_the_schema_refuses(params: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         run_request(make(), params)
+
+
+@pytest.mark.parametrize("conf, message", [
+    ({"tabels": ["shop.items"]}, "run conf: unknown key 'tabels'; valid keys: tables, snapshot, chunk_size$"),
+    ({"bogus": 1, "tables": [], "zz": 2}, "run conf: unknown keys 'bogus', 'zz'; valid keys: "),
+])
+def test_run_request_refuses_unknown_conf_keys(conf: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        run_request(make(), {"tables": [], "snapshot": False, "chunk_size": None, **conf}, conf)
+
+
+def test_snapshot_param_is_optional_in_the_trigger_form() -> None:
+    # Airflow 3's form puts * on a param whose type does not allow null.
+    assert "null" in params_schema(make())["snapshot"]["type"]
 
 
 def test_params_schema_lists_the_tables() -> None:
@@ -78,3 +93,13 @@ def test_config_dir_default_and_env(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert config_dir(tmp_path / "dags" / "x.py") == tmp_path / "configs"
     monkeypatch.setenv("TIDEMARK_CONFIG_DIR", str(tmp_path / "elsewhere"))
     assert config_dir(tmp_path / "dags" / "x.py") == tmp_path / "elsewhere"
+
+
+def test_relative_paths_are_reported_with_the_other_problems(tmp_path: Path) -> None:
+    (tmp_path / "rel.yaml").write_text(
+        "pipeline: rel\nsource: {host: h, user: u, server_id: 1}\noutput: {path: lake}\n"
+        "state: {url: 'sqlite:///state.db'}\ntables: [{name: no_database_part}]\n")
+
+    problems = scan_configs(tmp_path).problems
+
+    assert [p.split(": ")[1] for p in problems] == ["tables[0].name", "output.path", "state.url"]

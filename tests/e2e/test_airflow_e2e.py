@@ -34,7 +34,7 @@ DAG_ID = f"tidemark_{DB}"
 CONN_ID = "tidemark_e2e_source"
 RUN_TIMEOUT = 900  # seconds for one DAG run on a busy 2-core machine
 #: Titles and descriptions of the three params, as the trigger form must show them.
-PARAM_TEXTS = ("Tables", "Re-snapshot", "Chunk size", "Snapshot only these tables",
+PARAM_TEXTS = ("Tables", "Re-snapshot", "Chunk size", "Tables for this run (empty: all)",
                "Snapshot the chosen tables again", "Target rows per chunk")
 
 
