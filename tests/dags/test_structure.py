@@ -71,7 +71,8 @@ def test_params_have_form_metadata_and_the_tables_as_choices(dag: Any) -> None:
     assert tables["items"] == {"type": "string", "enum": ["shop.orders", "shop.customers"]}
     assert tables["examples"] == ["shop.orders", "shop.customers"]
     assert params["tables"].value == []
-    assert params["snapshot"].schema["type"] == "boolean" and params["snapshot"].value is False
+    # boolean or null: the trigger form marks a param required (*) when its type excludes null
+    assert params["snapshot"].schema["type"] == ["boolean", "null"] and params["snapshot"].value is False
     assert params["chunk_size"].schema["type"] == ["null", "integer"]
     assert params["chunk_size"].schema["minimum"] == 1 and params["chunk_size"].value is None
     for param in params.values():
