@@ -69,8 +69,12 @@ class RunHandle:
 
 def plan(config: PipelineConfig, *, tables: list[str] | None = None, snapshot: bool = False,
          chunk_size: int | None = None, holder: str, fresh: bool = False) -> RunHandle:
-    """Resume the pipeline's unfinished run, or start a new one (always, with ``fresh``: the
-    unfinished run is marked failed and left behind, as a newer run supersedes it).
+    """Resume the pipeline's unfinished run, or start a new one.
+
+    With ``fresh`` (``run --snapshot``) a run that *failed* (ended with an error, its
+    state kept) is left behind and a new run starts, so "re-snapshot it" advice works
+    while the failed run exists; an interrupted run (killed, still ``running``) is
+    resumed as always.
 
     Takes the pipeline lock for ``holder``, records ``P0``, then plans the
     chunks of every table to snapshot. Tables already published and not asked
@@ -81,10 +85,8 @@ def plan(config: PipelineConfig, *, tables: list[str] | None = None, snapshot: b
     try:
         take_lock(store, config, holder)
         run = store.unfinished_run(config.pipeline)
-        if run is not None and fresh:
-            log.info("run %s (%s) is left behind: a new run starts afresh", run.run_id, run.status)
-            if run.status == "running":
-                store.finish_run(run.run_id, "failed", error="superseded by a run started afresh")
+        if run is not None and fresh and run.status == "failed":
+            log.info("run %s (failed) is left behind: a new run starts afresh", run.run_id)
             run = None
         resumed = run is not None
         if run is None:

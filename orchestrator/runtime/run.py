@@ -162,13 +162,13 @@ def execute(config: PipelineConfig, handle: steps.RunHandle, *, holder: str, bar
 
 
 def _announce_fresh(config: PipelineConfig, tables: list[str]) -> None:
-    """Say that ``--snapshot`` starts afresh instead of resuming the unfinished run."""
+    """Say that ``--snapshot`` starts afresh instead of resuming the failed run."""
     store = open_store(config)
     try:
         run = store.unfinished_run(config.pipeline)
     finally:
         store.close()
-    if run is not None:
+    if run is not None and run.status == "failed":
         print(f"run {run.run_id} ({run.status}) is not resumed: --snapshot starts a new run that reads "
               f"{', '.join(tables)} afresh", file=sys.stderr)
 
