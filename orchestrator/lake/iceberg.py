@@ -84,9 +84,14 @@ def prepare(catalog: Catalog, table: str, tdir: str, schema: pa.Schema) -> pa.Sc
                                        properties=_TABLE_PROPERTIES)
         log.info("table %s: created Iceberg table %s at %s", table, table, table_uri(tdir))
     ids = {f.name: f.field_id for f in iceberg.schema().fields}
+    # Iceberg adds a column only as optional, and never tightens one: a column the table has as
+    # optional, or does not have yet, is wanted optional (the files may still hold it required).
+    optional = {f.name for f in iceberg.schema().fields if not f.required}
+    wanted = pa.schema(f.with_nullable(True) if f.name in optional or f.name not in ids else f
+                       for f in schema)
     if set(ids) != set(schema.names) or (
-            pyarrow_to_schema(with_field_ids(schema, ids)).as_struct() != iceberg.schema().as_struct()):
-        iceberg = _evolve(iceberg, table, schema)
+            pyarrow_to_schema(with_field_ids(wanted, ids)).as_struct() != iceberg.schema().as_struct()):
+        iceberg = _evolve(iceberg, table, wanted)
     return with_field_ids(schema, {f.name: f.field_id for f in iceberg.schema().fields})
 
 
