@@ -9,14 +9,19 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from orchestrator.config import PipelineConfig, load_config
 from orchestrator.demo.localdb import LocalMariaDB
+from orchestrator.demo.sample import connect
+from orchestrator.demo.verify import verify_table
+from orchestrator.pipeline.context import table_dir
+from orchestrator.source.connection import Source
 from tests.dags.airflow_home import SESSION_HOME, airflow_env
 
 HAVE_MARIADB = shutil.which("mariadbd") is not None or Path("/usr/sbin/mariadbd").exists()
@@ -89,3 +94,18 @@ def pipeline_config(tmp_path: Path, server: LocalMariaDB, tables: list[dict[str,
     }
     config.update(overrides)
     return config
+
+
+def assert_lake_equals_source(config: PipelineConfig | Path, server: LocalMariaDB, tables: Iterable[str]) -> None:
+    """Each published table equals its source table on ``server``, row for row (the verify oracle)."""
+    if not isinstance(config, PipelineConfig):
+        config = load_config(config)
+    conn = connect("127.0.0.1", server.port, "root", "")
+    try:
+        with Source.from_pipeline(config) as source:
+            for name in tables:
+                info = source.table_info(name)
+                result = verify_table(conn, info, info.primary_key, table_dir(config, name))
+                assert result.equal, f"{name}: {result.summary()}"
+    finally:
+        conn.close()

@@ -31,8 +31,6 @@ import pytest
 from chunking import decode_key
 from orchestrator.config import load_config
 from orchestrator.demo.localdb import LocalMariaDB
-from orchestrator.demo.sample import connect
-from orchestrator.demo.verify import verify_table
 from orchestrator.lake import layout
 from orchestrator.pipeline import reconcile
 from orchestrator.pipeline.context import table_dir
@@ -43,8 +41,7 @@ from orchestrator.positions import BinlogPosition
 from orchestrator.runtime.run import run_command
 from orchestrator.schema.tables import ColumnInfo, TableInfo
 from orchestrator.schema.values import staging_schema
-from orchestrator.source.connection import Source
-from tests.conftest import pipeline_config, write_config
+from tests.conftest import assert_lake_equals_source, pipeline_config, write_config
 from tests.integration.conftest import spark_test_config
 from tests.integration.test_reconcile import CASES, Case, Change, D, I, U, write_changes
 
@@ -567,15 +564,7 @@ def test_engine_runs_share_unchanged_files(mariadb: LocalMariaDB, tmp_path: Path
     used = "the driver (pyarrow) rewrote" if rewrite == "local" else "Spark rewrote"
     assert sum(used in r.getMessage() for r in caplog.records) == 2, [r.getMessage() for r in caplog.records]
 
-    conn = connect("127.0.0.1", mariadb.port, "root", "")
-    try:
-        with Source.from_pipeline(config) as source:
-            for name in tables:
-                info = source.table_info(name)
-                result = verify_table(conn, info, info.primary_key, table_dir(config, name))
-                assert result.equal, result.summary()
-    finally:
-        conn.close()
+    assert_lake_equals_source(config, mariadb, tables)
     items_v1, items_stats, _ = first[f"{db}.items"]
     items_v2, stats_now, _ = _published_state(config, f"{db}.items")
     assert items_v2["version"] == 2

@@ -11,13 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config import load_config
 from orchestrator.demo.localdb import LocalMariaDB
-from orchestrator.demo.sample import connect
-from orchestrator.demo.verify import verify_table
-from orchestrator.pipeline.context import table_dir
-from orchestrator.source.connection import Source
-from tests.conftest import pipeline_config, write_config
+from tests.conftest import assert_lake_equals_source, pipeline_config, write_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -44,18 +39,6 @@ def purge_all_but_current(server: LocalMariaDB) -> str:
     raise AssertionError(f"could not purge the binlogs before {current}")
 
 
-def assert_equal(config_path: Path, server: LocalMariaDB) -> None:
-    config = load_config(config_path)
-    conn = connect("127.0.0.1", server.port, "root", "")
-    try:
-        with Source.from_pipeline(config) as source:
-            info = source.table_info("purge_db.t")
-            result = verify_table(conn, info, info.primary_key, table_dir(config, info.name))
-            assert result.equal, result.summary()
-    finally:
-        conn.close()
-
-
 @pytest.fixture()
 def setup(tmp_path: Path) -> tuple[LocalMariaDB, Path]:
     server = LocalMariaDB.create(base_dir=tmp_path)
@@ -78,7 +61,7 @@ def test_published_table_whose_binlog_was_purged_is_snapshotted_again(setup: tup
     result = tidemark(config_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "was purged" in result.stderr and "snapshotted again" in result.stderr
-    assert_equal(config_path, server)
+    assert_lake_equals_source(config_path, server, ["purge_db.t"])
 
 
 def test_binlog_purged_during_a_run_names_file_and_chunks_and_rerun_recovers(
@@ -96,4 +79,4 @@ def test_binlog_purged_during_a_run_names_file_and_chunks_and_rerun_recovers(
     assert "Traceback" not in message
     recovered = tidemark(config_path)
     assert recovered.returncode == 0, recovered.stderr[-3000:]
-    assert_equal(config_path, server)
+    assert_lake_equals_source(config_path, server, ["purge_db.t"])

@@ -21,11 +21,8 @@ import pytest
 from orchestrator.config import load_config
 from orchestrator.demo.localdb import LocalMariaDB
 from orchestrator.demo.sample import SHOP_TABLES, connect, load_shop
-from orchestrator.demo.verify import verify_table
-from orchestrator.pipeline.context import table_dir
-from orchestrator.source.connection import Source
 from orchestrator.state.store import StateStore
-from tests.conftest import pipeline_config, write_config
+from tests.conftest import assert_lake_equals_source, pipeline_config, write_config
 from tests.integration.test_consistency import snapshots_per_version
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -49,19 +46,6 @@ def _change_source(server: LocalMariaDB, db: str, salt: int) -> None:
         f"VALUES ({10_000_000 + salt}, 1, 'new', 1, NOW(6))",
         f"UPDATE {db}.customers SET email = CONCAT('x{salt}.', email) WHERE email LIKE 'user{salt}@%'",
     )
-
-
-def _assert_equal(config_path: Path, server: LocalMariaDB, db: str) -> None:
-    config = load_config(config_path)
-    conn = connect("127.0.0.1", server.port, "root", "")
-    try:
-        with Source.from_pipeline(config) as source:
-            for table in SHOP_TABLES:
-                info = source.table_info(f"{db}.{table}")
-                result = verify_table(conn, info, info.primary_key, table_dir(config, info.name))
-                assert result.equal, result.summary()
-    finally:
-        conn.close()
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +87,7 @@ def test_killed_run_resumes(mariadb: LocalMariaDB, shop: str, tmp_path: Path, fa
     store.close()
     # The resumed run published the orders snapshot at its H; one more run catches up to now.
     assert tidemark(config_path).returncode == 0
-    _assert_equal(config_path, mariadb, shop)
+    assert_lake_equals_source(config_path, mariadb, [f"{shop}.{t}" for t in SHOP_TABLES])
     # Exactly one Iceberg snapshot per version, none twice for a run (publish.iceberg_committed).
     snapshots_per_version(config_path, [f"{shop}.{t}" for t in SHOP_TABLES])
 
@@ -147,6 +131,6 @@ def test_source_restart_during_read(tmp_path: Path) -> None:
         thread.join(60)
         assert restarted.is_set(), "the server was never restarted; the test did not test anything"
         assert result.returncode == 0, result.stderr[-3000:]
-        _assert_equal(config_path, server, db)
+        assert_lake_equals_source(config_path, server, [f"{db}.{t}" for t in SHOP_TABLES])
     finally:
         server.destroy()

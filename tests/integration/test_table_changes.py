@@ -17,12 +17,9 @@ import pytest
 
 from orchestrator.config import PipelineConfig, load_config
 from orchestrator.demo.localdb import LocalMariaDB
-from orchestrator.demo.sample import connect
-from orchestrator.demo.verify import verify_table
 from orchestrator.pipeline.context import table_dir
 from orchestrator.runtime.run import run_command
-from orchestrator.source.connection import Source
-from tests.conftest import pipeline_config, write_config
+from tests.conftest import assert_lake_equals_source, pipeline_config, write_config
 
 pytestmark = pytest.mark.integration
 
@@ -53,18 +50,6 @@ def _stats(config: PipelineConfig, table: str) -> dict[str, tuple[int, int]]:
     tdir = Path(table_dir(config, table))
     return {f: (os.stat(tdir / f).st_ino, os.stat(tdir / f).st_mtime_ns)
             for f in _manifest(config, table)["files"]}
-
-
-def _assert_lake_equals_source(mariadb: LocalMariaDB, config: PipelineConfig, tables: list[str]) -> None:
-    conn = connect("127.0.0.1", mariadb.port, "root", "")
-    try:
-        with Source.from_pipeline(config) as source:
-            for name in tables:
-                info = source.table_info(name)
-                result = verify_table(conn, info, info.primary_key, table_dir(config, name))
-                assert result.equal, f"{name}: {result.summary()}"
-    finally:
-        conn.close()
 
 
 CHANGES: dict[str, tuple[list[str], str]] = {
@@ -98,7 +83,7 @@ def test_non_row_changes_are_re_read_for_that_table_alone(
     caplog.clear()
     _run(config)
 
-    _assert_lake_equals_source(mariadb, config, [f"{db}.t", f"{db}.other"])
+    assert_lake_equals_source(config, mariadb, [f"{db}.t", f"{db}.other"])
     lines = [r.getMessage() for r in caplog.records]
     assert any(line.startswith(f"table {db}.t: {named}") and line.endswith(": re-read")
                and " at binlog." in line for line in lines), lines
@@ -110,7 +95,7 @@ def test_non_row_changes_are_re_read_for_that_table_alone(
     caplog.clear()
     _run(config)
     assert not [r for r in caplog.records if r.getMessage().endswith(": re-read")]
-    _assert_lake_equals_source(mariadb, config, [f"{db}.t", f"{db}.other"])
+    assert_lake_equals_source(config, mariadb, [f"{db}.t", f"{db}.other"])
 
 
 def test_added_column_publishes_the_new_schema(mariadb: LocalMariaDB, tmp_path: Path,
@@ -124,7 +109,7 @@ def test_added_column_publishes_the_new_schema(mariadb: LocalMariaDB, tmp_path: 
                     "UPDATE t SET x = 8 WHERE id BETWEEN 100 AND 120", database=db)
     caplog.set_level(logging.INFO)
     _run(config)
-    _assert_lake_equals_source(mariadb, config, [f"{db}.t", f"{db}.other"])
+    assert_lake_equals_source(config, mariadb, [f"{db}.t", f"{db}.other"])
     manifest = _manifest(config, f"{db}.t")
     assert [c["name"] for c in manifest["columns"]] == ["id", "v", "n", "x"]
     assert [c["name"] for c in first["columns"]] == ["id", "v", "n"]
@@ -159,7 +144,7 @@ def test_ddl_after_the_reads_re_reads_inside_the_run(mariadb: LocalMariaDB, tmp_
     caplog.set_level(logging.INFO)
     _run(config)
     assert len(calls) == 2
-    _assert_lake_equals_source(mariadb, config, [f"{db}.t", f"{db}.other"])
+    assert_lake_equals_source(config, mariadb, [f"{db}.t", f"{db}.other"])
     assert [c["name"] for c in _manifest(config, f"{db}.t")["columns"]] == ["id", "v", "n", "x"]
     assert any(r.getMessage().startswith(f"table {db}.t: DDL `ALTER TABLE t ADD COLUMN x")
                for r in caplog.records)
@@ -187,13 +172,13 @@ def test_xa_rows_count_at_commit_and_a_prepared_one_waits(mariadb: LocalMariaDB,
         mariadb.execute(f"INSERT INTO {db}.t VALUES (5005, 'after d', 5)")
         caplog.set_level(logging.INFO)
         _run(config)
-        _assert_lake_equals_source(mariadb, config, [f"{db}.t", f"{db}.other"])
+        assert_lake_equals_source(config, mariadb, [f"{db}.t", f"{db}.other"])
         assert any(r.getMessage().startswith(f"table {db}.t: an XA transaction begun at ")
                    for r in caplog.records)
         mariadb.execute(f"UPDATE {db}.t SET n = -1 WHERE id = 4")
     finally:
         mariadb.execute("XA COMMIT 'd'")
     _run(config)
-    _assert_lake_equals_source(mariadb, config, [f"{db}.t", f"{db}.other"])
+    assert_lake_equals_source(config, mariadb, [f"{db}.t", f"{db}.other"])
     rows = {r[0]: r[1] for r in mariadb.execute(f"SELECT id, v FROM {db}.t WHERE id IN (1, 2, 3, 5004)")}
     assert rows == {1: "row 1", 2: "xa b", 3: "xa d", 5004: "xa d"}
