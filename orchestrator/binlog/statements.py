@@ -185,7 +185,9 @@ def _from_tree(tree: exp.Expr, names: _Names) -> Statement:
         return Statement("dml", names.tables([target] if isinstance(target, exp.Table) else []))
     if isinstance(tree, _DML_NODES):  # a multi-table UPDATE/DELETE may change any table it joins
         return Statement("dml", names.tables(tree.find_all(exp.Table)))
-    return Statement("other")
+    # A statement of a kind not known here that names a run table may have changed it: re-read
+    # that table rather than guess (the binlog holds writes; a harmless one costs one read).
+    return Statement("ddl", names.tables(tree.find_all(exp.Table)), parsed=False)
 
 
 def _ddl(tree: exp.Create | exp.Drop | exp.Alter, names: _Names) -> Statement:
