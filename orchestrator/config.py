@@ -16,89 +16,31 @@ from typing import Any
 
 import yaml
 
+from orchestrator.config_sections import (
+    DEFAULT_JDBC_JAR,
+    AirflowConfig,
+    CatalogConfig,
+    Defaults,
+    OutputConfig,
+    SourceConfig,
+    SparkConfig,
+    StateConfig,
+    TableConfig,
+)
 from orchestrator.credentials import Secret, resolve_password
 from orchestrator.errors import ConfigError
+from orchestrator.schema.filters import check_filter
+
+__all__ = ["DEFAULT_JDBC_JAR", "AirflowConfig", "CatalogConfig", "ConfigError", "Defaults", "OutputConfig",
+           "PipelineConfig", "SourceConfig", "SparkConfig", "StateConfig", "TableConfig",
+           "field_default", "load_config", "parse_config"]
 
 PIPELINE_NAME = re.compile(r"^[a-z0-9_]+$")
 IDENTIFIER = re.compile(r"^[A-Za-z0-9_$]+$")
 TABLE_NAME = re.compile(r"^[A-Za-z0-9_$]+\.[A-Za-z0-9_$]+$")
 
-DEFAULT_JDBC_JAR = "/usr/share/java/mariadb-java-client.jar"
 #: Further checks of a config's output and state (origin, output, state -> problem lines).
 MoreChecks = Callable[[str, "OutputConfig | None", "StateConfig | None"], list[str]]
-
-
-@dataclass(frozen=True, slots=True)
-class SourceConfig:
-    host: str
-    port: int = field(default=3306, kw_only=True)  # keyword-only: a default before required fields
-    user: str
-    server_id: int
-    password: Secret | None = None
-    password_env: str | None = None
-    airflow_conn_id: str | None = None
-    jdbc_driver_jar: str = DEFAULT_JDBC_JAR
-    jdbc_url_params: Mapping[str, str] = field(default_factory=dict)
-    time_zone: str = "+00:00"
-    connect_timeout: int = 10
-
-
-@dataclass(frozen=True, slots=True)
-class SparkConfig:
-    master: str = "local[*]"
-    conf: Mapping[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class CatalogConfig:
-    """``output.catalog``: the Iceberg catalog every table is committed to. ``properties`` are
-    pyiceberg catalog properties (``type``, ``uri``, ...); none means a SQL catalog in the
-    state store's database (`orchestrator.lake.iceberg.catalog_properties`)."""
-
-    name: str = "tidemark"
-    properties: Mapping[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class OutputConfig:
-    path: str
-    staging: str | None = None  # default: <path>/_staging
-    keep_versions: int = 5
-    catalog: CatalogConfig = field(default_factory=CatalogConfig)
-
-
-@dataclass(frozen=True, slots=True)
-class StateConfig:
-    url: str
-
-
-@dataclass(frozen=True, slots=True)
-class Defaults:
-    chunk_size: int = 50000
-    batch_chunks: int = 16
-    fetch_size: int = 10000
-    read_margin_seconds: float = 0.5
-    even_distribution_factor: tuple[float, float] = (0.05, 2.0)
-    expected_run_hours: float = 6.0
-    capture_batch_rows: int = 50000
-    read_attempts: int = 3
-
-
-@dataclass(frozen=True, slots=True)
-class TableConfig:
-    name: str
-    chunk_size: int
-    batch_chunks: int
-    chunk_key: tuple[str, ...] | None = None
-    where: str | None = None
-
-    @property
-    def database(self) -> str:
-        return self.name.split(".", 1)[0]
-
-    @property
-    def table(self) -> str:
-        return self.name.split(".", 1)[1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +54,7 @@ class PipelineConfig:
     tables: tuple[TableConfig, ...]
     schedule: str | None = None
     path: Path | None = None
+    airflow: AirflowConfig = field(default_factory=AirflowConfig)
 
     def table(self, name: str) -> TableConfig:
         for table in self.tables:
@@ -119,6 +62,10 @@ class PipelineConfig:
                 return table
         known = ", ".join(t.name for t in self.tables)
         raise ConfigError(f"table `{name}` is not in pipeline `{self.pipeline}`; configured: {known}")
+
+    def table_where(self, name: str) -> str | None:
+        """The ``where`` filter of a configured table (None: none, or no longer configured)."""
+        return next((t.where for t in self.tables if t.name == name), None)
 
     def select_tables(self, names: list[str] | None) -> tuple[TableConfig, ...]:
         """The configured tables named (all when ``names`` is empty), in config order."""
@@ -280,7 +227,7 @@ def parse_config(
     """Validate an already parsed config mapping (see `load_config`)."""
     r = _Reader(origin)
     top = r.mapping(data, "", {"pipeline", "schedule", "source", "spark", "output", "state",
-                               "defaults", "tables"},
+                               "defaults", "tables", "airflow"},
                     {"pipeline", "source", "output", "state", "tables"})
     pipeline = r.value(top, "pipeline", "pipeline", str, "",
                        lambda v: None if PIPELINE_NAME.match(v)
@@ -292,12 +239,14 @@ def parse_config(
     state = _state(r, top.get("state")) if "state" in top else None
     defaults = _defaults(r, top.get("defaults", {}))
     tables = _tables(r, top.get("tables"), defaults) if "tables" in top else ()
+    m = r.mapping(top.get("airflow", {}), "airflow", _keys(AirflowConfig), set())
+    airflow = AirflowConfig(pool_slots=r.setting(m, "airflow.pool_slots", AirflowConfig, int, _positive))
     r.problems += more(origin, output, state) if more else []
     if r.problems or source is None or output is None or state is None:
         raise ConfigError(r.problems or [f"{origin}: incomplete config"])
     return PipelineConfig(pipeline=pipeline, source=source, spark=spark, output=output,
                           state=state, defaults=defaults, tables=tables, schedule=schedule,
-                          path=path)
+                          path=path, airflow=airflow)
 
 
 def _source(r: _Reader, data: Any, check_env: bool) -> SourceConfig | None:
@@ -338,6 +287,7 @@ def _source_obj(r: _Reader, m: dict[str, Any], host: str, user: str, server_id: 
         jdbc_url_params={str(k): str(v) for k, v in params.items()},
         time_zone=r.setting(m, "source.time_zone", SourceConfig, str),
         connect_timeout=r.setting(m, "source.connect_timeout", SourceConfig, int, _positive),
+        read_timeout=r.setting(m, "source.read_timeout", SourceConfig, int, _positive),
     )
 
 
@@ -353,6 +303,8 @@ def _output(r: _Reader, data: Any) -> OutputConfig:
     return OutputConfig(path=r.value(m, "path", "output.path", str, ""),
                         staging=r.setting(m, "output.staging", OutputConfig, str),
                         keep_versions=r.setting(m, "output.keep_versions", OutputConfig, int, _positive),
+                        keep_hours=r.setting(m, "output.keep_hours", OutputConfig, float,
+                                             lambda v: None if v >= 0 else f"must be >= 0, found {v}"),
                         catalog=_catalog(r, m.get("catalog", {})))
 
 
@@ -428,6 +380,6 @@ def _tables(r: _Reader, data: Any, defaults: Defaults) -> tuple[TableConfig, ...
             chunk_size=r.value(m, "chunk_size", f"{key}.chunk_size", int, defaults.chunk_size, _positive),
             batch_chunks=r.value(m, "batch_chunks", f"{key}.batch_chunks", int, defaults.batch_chunks, _positive),
             chunk_key=tuple(chunk_key) if chunk_key else None,
-            where=r.value(m, "where", f"{key}.where", str),
+            where=r.value(m, "where", f"{key}.where", str, None, check_filter),
         ))
     return tuple(tables)

@@ -49,6 +49,30 @@ class BinlogPurged(RunFailed):
     """Binlog files a run needs are gone from the server."""
 
 
+class BinlogConnectionLost(RunFailed):
+    """The binlog connection dropped: the capture is retried from its last checkpoint."""
+
+
+class SourceTimeout(RunFailed):
+    """The source accepted a connection but did not answer within ``source.read_timeout``.
+
+    The message is ``<what was waited for>; <what to do>``: `orchestrator.runtime.failures`
+    shows it as the run's one line, in preference to the "connection lost" in its causes.
+    """
+
+
+def source_timeout(address: str, seconds: int, waiting_for: str) -> SourceTimeout:
+    """The one error of a hung source: which server, how long, what for; no secrets.
+
+    >>> str(source_timeout("db1:3306", 600, "the binlog from b.000002:4")).split("; ")[0]
+    'no answer from the source db1:3306 for 600 s (source.read_timeout) while waiting for the binlog from b.000002:4'
+    """
+    return SourceTimeout(
+        f"no answer from the source {address} for {seconds} s (source.read_timeout) while waiting "
+        f"for {waiting_for}; check that the server is not hung or overloaded (or raise "
+        "source.read_timeout), then rerun: the run resumes")
+
+
 class TransientReadError(RunFailed):
     """A read lost or could not open its connection to the source: worth another try."""
 

@@ -39,16 +39,22 @@ __all__ = [
 ProgressFn = Callable[[str, int, int, int], None]
 
 
-def preflight(config: PipelineConfig, tables: list[str] | None = None) -> None:
-    """Raise SourceNotReady with every failed check (see `orchestrator.source.doctor`)."""
-    _check_source(config, [t.name for t in config.select_tables(tables)])
+def preflight(config: PipelineConfig, tables: list[str] | None = None) -> dict[str, str]:
+    """Raise SourceNotReady with every failed check (see `orchestrator.source.doctor`); returns
+    the tables that failed a check of their own (the run goes on without them)."""
+    return _check_source(config, [t.name for t in config.select_tables(tables)])
 
 
 def fail_run(config: PipelineConfig, run_id: str, error: str, *, holder: str | None = None) -> None:
-    """Mark a run failed (state kept: the next run resumes it) and release the lock."""
+    """Mark a run failed (state kept: the next run resumes it) and release the lock.
+
+    A run that finished ``partial`` (some tables failed on their own, the others published)
+    stays so: the next run is a new one that retries those tables.
+    """
     store = open_store(config)
     try:
-        store.finish_run(run_id, "failed", error=error)
+        if store.get_run(run_id).status not in ("partial", "succeeded"):
+            store.finish_run(run_id, "failed", error=error)
         if holder:
             store.release_lock(config.pipeline, holder)
     finally:

@@ -97,7 +97,8 @@ def pipeline_config(tmp_path: Path, server: LocalMariaDB, tables: list[dict[str,
 
 
 def assert_lake_equals_source(config: PipelineConfig | Path, server: LocalMariaDB, tables: Iterable[str]) -> None:
-    """Each published table equals its source table on ``server``, row for row (the verify oracle)."""
+    """Each published table equals its source table on ``server`` (``SELECT * ... WHERE`` the
+    table's configured filter), row for row (the verify oracle)."""
     if not isinstance(config, PipelineConfig):
         config = load_config(config)
     conn = connect("127.0.0.1", server.port, "root", "")
@@ -105,7 +106,8 @@ def assert_lake_equals_source(config: PipelineConfig | Path, server: LocalMariaD
         with Source.from_pipeline(config) as source:
             for name in tables:
                 info = source.table_info(name)
-                result = verify_table(conn, info, info.primary_key, table_dir(config, name))
+                result = verify_table(conn, info, info.primary_key, table_dir(config, name),
+                                      config.table_where(name))
                 assert result.equal, f"{name}: {result.summary()}"
     finally:
         conn.close()

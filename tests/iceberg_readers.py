@@ -16,8 +16,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from orchestrator.config import PipelineConfig
+from orchestrator.demo.sample import connect
+from orchestrator.demo.verify import compare, published_rows, source_rows
 from orchestrator.lake.iceberg import open_catalog
 from orchestrator.lake.manifest import read_manifest
+from orchestrator.pipeline.context import table_dir
+from orchestrator.source.connection import Source
 
 
 def extension_file(name: str) -> str:
@@ -55,3 +59,25 @@ def field_ids(parquet_file: str) -> dict[str, int]:
     """Column name -> the Parquet field ID a data file carries."""
     schema = pq.read_schema(parquet_file)
     return {f.name: int(json.loads((f.metadata or {})[b"PARQUET:field_id"])) for f in schema}
+
+
+def assert_readers_equal_source(config: PipelineConfig, tables: list[str]) -> None:
+    """Each table read through its manifest, through pyiceberg (catalog) and through DuckDB's
+    ``iceberg_scan`` (the metadata file ``current.json`` names) equals its source, row for row."""
+    with Source.from_pipeline(config) as source:
+        conn = connect(config.source.host, config.source.port, "root", "")
+        try:
+            for name in tables:
+                info = source.table_info(name)
+                tdir = table_dir(config, name)
+                expected = source_rows(conn, info)
+                assert expected, f"{name}: the source table is empty, so the comparison would prove nothing"
+                readers = {"manifest": published_rows(tdir), "pyiceberg": pyiceberg_table(config, name).to_pylist(),
+                           "duckdb": duckdb_table(tdir).to_pylist()}
+                for reader, rows in readers.items():
+                    result = compare(info, info.primary_key, expected, rows)
+                    assert result.equal, f"{name} through {reader}: {result.summary()}"
+                assert open_catalog(config).load_table(name).metadata_location == \
+                    read_manifest(tdir)["iceberg"]["metadata_location"]
+        finally:
+            conn.close()

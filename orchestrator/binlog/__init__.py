@@ -10,7 +10,12 @@ The modules, from the wire up:
 * `columns` (and `temporal` for dates and times) - columns of raw values to Arrow
   arrays in staging types, equal value for value to what `orchestrator.schema.values`
   makes of the library's values;
+* `compressed` - MariaDB's compressed events and MySQL's TRANSACTION_PAYLOAD turned back
+  into the plain events they stand for;
 * `statements` - what a QUERY event's statement does to a table (sqlglot's MySQL parser);
+* `metadata`, `shape` - a TABLE_MAP's types and optional metadata (names, signedness,
+  charsets, ENUM/SET labels) compared with the planned columns;
+* `jsonb` - MySQL's binary JSON printed as the server prints it;
 * `reader` - the framing: positions, transaction boundaries, rotation, stop,
   TABLE_MAPs checked against the planned shape, rows events of chosen tables, the changes
   that need a re-read (`TableChange`) and the steps of XA transactions (`XaEvent`);

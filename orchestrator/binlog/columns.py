@@ -30,13 +30,12 @@ from orchestrator.schema.types import is_boolean
 from orchestrator.schema.values import (
     binary_length,
     definition_labels,
-    mysql_json_text,
     staging_type,
     text_decoder,
 )
 
 Finisher = Callable[[Sequence[Any]], pa.Array]
-JsonParser = Callable[[bytes], Any]
+JsonParser = Callable[[bytes], str]
 
 _UTF8 = frozenset({"utf8mb4", "utf8mb3", "utf8"})
 #: Character sets of one byte per character whose bytes below 0x80 are ASCII.
@@ -242,7 +241,7 @@ def _json(column: ColumnInfo, field: rd.Field, parse: JsonParser) -> Finisher:
     if field.kind != rd.JSON:  # MariaDB's JSON is LONGTEXT: its text as it is
         return _text(column, strip_pad=False)
     return lambda values: pa.array(
-        [None if not v else mysql_json_text(parse(bytes(v))) for v in values], pa.string())
+        [None if not v else parse(bytes(v)) for v in values], pa.string())
 
 
 def _binary(column: ColumnInfo) -> Finisher:
@@ -261,7 +260,7 @@ def finisher(column: ColumnInfo, field: rd.Field, parse_json: JsonParser) -> Fin
     Args:
         column: the column as planned.
         field: its layout in the binlog (`rowdecode.field`).
-        parse_json: parses MySQL's binary JSON (python-mysql-replication's parser).
+        parse_json: prints MySQL's binary JSON as the server does (`orchestrator.binlog.jsonb`).
     """
     arrow = staging_type(column)
     t = column.data_type

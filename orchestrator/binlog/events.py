@@ -31,10 +31,10 @@ WRITE_ROWS_V1, UPDATE_ROWS_V1, DELETE_ROWS_V1 = 23, 24, 25
 WRITE_ROWS, UPDATE_ROWS, DELETE_ROWS = 30, 31, 32
 XA_PREPARE = 38
 PARTIAL_UPDATE_ROWS = 39
-#: MySQL's compressed transaction (binlog_transaction_compression=ON), which Tidemark cannot read.
+#: MySQL's compressed transaction (binlog_transaction_compression=ON; see `compressed`).
 TRANSACTION_PAYLOAD = 40
 MARIADB_GTID = 162
-#: MariaDB's compressed rows events (log_bin_compress=ON), which Tidemark cannot read.
+#: MariaDB's compressed rows events (log_bin_compress=ON; see `compressed`).
 MARIADB_COMPRESSED_ROWS = frozenset(range(166, 172))
 MARIADB_COMPRESSED_QUERY = 165
 
@@ -164,6 +164,7 @@ class TableMap:
         types: the binlog type of each column (enum_field_types).
         meta: each column's metadata bytes (lengths, precision, fsp...), b"" if none.
         packet: the whole event, for python-mysql-replication's decoder.
+        optional: the optional metadata block (`orchestrator.binlog.metadata`), b"" if none.
     """
 
     table_id: int
@@ -171,6 +172,7 @@ class TableMap:
     types: bytes
     meta: tuple[bytes, ...]
     packet: bytes
+    optional: bytes = b""
 
     @property
     def signature(self) -> tuple[str, bytes, tuple[bytes, ...]]:
@@ -194,14 +196,15 @@ def parse_table_map(packet: bytes, fmt: Format) -> TableMap:
     pos += 2 + packet[pos]  # table length, table, NUL
     count, pos = lenenc(packet, pos)
     types = bytes(packet[pos : pos + count])
-    _, pos = lenenc(packet, pos + count)  # the metadata block's length
+    length, pos = lenenc(packet, pos + count)  # the metadata block's length
+    optional = pos + length + (count + 7) // 8  # after the metadata and the NULL bitmap
     meta = []
     for kind in types:
         width = 1 if kind in _META_ONE else 2 if kind in _META_TWO else 0
         meta.append(bytes(packet[pos : pos + width]))
         pos += width
     return TableMap(table_id(packet, fmt, TABLE_MAP), table_map_name(packet, fmt), types,
-                    tuple(meta), bytes(packet))
+                    tuple(meta), bytes(packet), bytes(packet[optional : fmt.end(packet)]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,6 +234,8 @@ def rows_layout(packet: bytes, fmt: Format, kind: int) -> RowsLayout:
     width = (count + 7) // 8
     images = 2 if kind in (UPDATE_ROWS_V1, UPDATE_ROWS) else 1
     start = pos + images * width
+    if start > len(packet):  # a damaged count: never build a bitmap of it
+        raise ValueError(f"a rows event of {count} columns ends inside its bitmaps")
     full = packet[pos:start] == _all_ones(count) * images
     return RowsLayout(count, full, start, fmt.end(packet))
 

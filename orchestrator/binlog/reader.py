@@ -8,8 +8,10 @@ records at transaction ends - the only safe places to resume: resuming inside a
 transaction loses its TABLE_MAP events. Rows events of other tables are skipped
 without reading their rows. A QUERY event whose statement changes a chosen table
 (TRUNCATE, DDL, statement-format DML, anything unparseable naming it; see
-`orchestrator.binlog.statements`) and a TABLE_MAP whose shape differs from the
-planned one are yielded as `TableChange`: the table's rows must be read again.
+`orchestrator.binlog.statements`) and a TABLE_MAP whose shape or metadata differs
+from the planned one (`orchestrator.binlog.shape`) are yielded as `TableChange`: the
+table's rows must be read again. Compressed events are expanded into the plain events
+they stand for (`orchestrator.binlog.compressed`), at the compressed event's position.
 
 Positions: a row's position is the end of its rows event (what ``SHOW MASTER
 STATUS`` would have said right after it) and its index within the event; a
@@ -28,15 +30,16 @@ from typing import Any, Literal, Self
 import pymysql
 
 from orchestrator.binlog import events as ev
-from orchestrator.binlog import rowdecode as rd
+from orchestrator.binlog.compressed import COMPRESSED, expand
+from orchestrator.binlog.shape import metadata_difference, shape_difference
 from orchestrator.binlog.statements import Xid, classify, fold
 from orchestrator.binlog.stream import DumpStream
 from orchestrator.config import SourceConfig
-from orchestrator.errors import BinlogPurged, RunFailed
+from orchestrator.errors import BinlogConnectionLost, BinlogPurged, RunFailed, source_timeout
 from orchestrator.positions import BinlogPosition, file_index
-from orchestrator.schema.families import BINARY_TYPES, DECIMAL_TYPES, INTEGER_BITS, TEXT_TYPES
-from orchestrator.schema.tables import ColumnInfo, TableInfo
+from orchestrator.schema.tables import TableInfo
 from orchestrator.source.dialect import Dialect
+from orchestrator.source.retry import is_timeout
 
 log = logging.getLogger(__name__)
 
@@ -121,63 +124,6 @@ class XaEvent:
 
 Record = RowsEvent | Boundary | TableChange | XaEvent
 
-# --------------------------------------------------------------------------- table shapes
-
-#: Integer storage bits -> the binlog field type.
-_INTEGER_FIELDS = {8: rd.TINY, 16: rd.SHORT, 24: rd.INT24, 32: rd.LONG, 64: rd.LONGLONG}
-_BLOBS = frozenset({rd.BLOB, rd.TINY_BLOB, rd.MEDIUM_BLOB, rd.LONG_BLOB})
-
-#: information_schema DATA_TYPE -> the binlog field types it can appear as: by family, except
-#: where a family has several (FLOAT/DOUBLE, CHAR/VARCHAR/TEXT, each temporal type).
-_FIELD_TYPES: dict[str, frozenset[int]] = {
-    **{t: frozenset({_INTEGER_FIELDS[bits]}) for t, bits in INTEGER_BITS.items()},
-    **dict.fromkeys(DECIMAL_TYPES, frozenset({rd.NEWDECIMAL})),
-    **dict.fromkeys(TEXT_TYPES | BINARY_TYPES, _BLOBS),  # the TEXTs and BLOBs; CHAR, VARCHAR below
-    **{data_type: frozenset(kinds) for data_types, kinds in (
-        ("char binary", [rd.STRING]), ("varchar varbinary", [rd.VARCHAR, rd.VAR_STRING]),
-        ("float", [rd.FLOAT]), ("double real", [rd.DOUBLE]), ("bit", [rd.BIT]), ("year", [rd.YEAR]),
-        ("enum", [rd.ENUM]), ("set", [rd.SET]), ("json", [rd.JSON, rd.BLOB]),
-        ("date", [rd.DATE, rd.NEWDATE]), ("datetime", [rd.DATETIME, rd.DATETIME2]),
-        ("timestamp", [rd.TIMESTAMP, rd.TIMESTAMP2]), ("time", [rd.TIME, rd.TIME2]),
-    ) for data_type in data_types.split()},
-}
-
-
-def shape_difference(info: TableInfo, table_map: ev.TableMap) -> str | None:
-    """How a TABLE_MAP differs from the planned `TableInfo` (None: it has the planned shape)."""
-    if len(table_map.types) != len(info.columns):
-        return (f"{len(table_map.types)} columns in the binlog but {len(info.columns)} when "
-                "it was planned")
-    for kind, meta, ours in zip(table_map.types, table_map.meta, info.columns, strict=True):
-        expected = _FIELD_TYPES.get(ours.data_type)
-        if (expected is not None and rd.real_type(kind, meta) not in expected) or \
-                _sizes(kind, meta) not in (None, _planned_sizes(ours)):
-            return (f"column `{ours.name}` is {ours.column_type} as planned but has another "
-                    "type in the binlog")
-    return None
-
-
-def _sizes(kind: int, meta: bytes) -> tuple[int, ...] | None:
-    """What a TABLE_MAP says of a column's size: DECIMAL's precision and scale, BIT's bits,
-    the fractional digits of TIME2/DATETIME2/TIMESTAMP2 (None for other types)."""
-    if kind == rd.NEWDECIMAL:
-        return meta[0], meta[1]
-    if kind == rd.BIT:
-        return (meta[1] * 8 + meta[0],)
-    if kind in (rd.TIME2, rd.DATETIME2, rd.TIMESTAMP2):
-        return (meta[0],)
-    return None
-
-
-def _planned_sizes(column: ColumnInfo) -> tuple[int, ...]:
-    """The same sizes as ``information_schema`` gave them when the run was planned."""
-    if column.data_type in DECIMAL_TYPES:
-        return column.precision or 10, column.scale or 0
-    if column.data_type == "bit":
-        return (column.precision or column.display_width or 1,)
-    return (column.datetime_precision or 0,)
-
-
 # --------------------------------------------------------------------------- the reader
 
 
@@ -211,6 +157,7 @@ class EventReader:
         self._reshaped: dict[bytes, str] = {}  # ... and those of another shape: how
         self._lower_case_table_names = 0
         self._folded: dict[str, str] = {}  # folded name -> the chosen table
+        self._collations: dict[str, int] = {}  # collation name -> the id TABLE_MAPs carry
     def __enter__(self) -> Self:
         return self
 
@@ -230,6 +177,7 @@ class EventReader:
     def _settings(self) -> dict[str, Any]:
         return {"host": self.source.host, "port": self.source.port, "user": self.source.user,
                 "password": self._password, "connect_timeout": self.source.connect_timeout,
+                "read_timeout": self.source.read_timeout, "write_timeout": self.source.read_timeout,
                 "charset": "utf8mb4"}
 
     def _connect(self, **settings: Any) -> pymysql.connections.Connection[Any]:
@@ -243,8 +191,8 @@ class EventReader:
         if "db" not in settings:  # the stream connection (control ones name a database)
             self._stream_connections += 1
             if self._stream_connections > 1:
-                raise RunFailed(f"lost the binlog connection to {self.address}; "
-                                "a rerun resumes the capture from its last checkpoint")
+                raise BinlogConnectionLost(f"lost the binlog connection to {self.address}; "
+                                           "the capture resumes from its last checkpoint")
         return pymysql.connect(**settings)
 
     def check_available(self) -> None:
@@ -254,7 +202,13 @@ class EventReader:
             BinlogPurged: ``start.file`` is no longer on the server.
             RunFailed: ``stop`` is after the server's current position.
         """
-        conn = pymysql.connect(**self._settings())
+        try:
+            conn = pymysql.connect(**self._settings())
+        except pymysql.err.MySQLError as exc:
+            if is_timeout(exc):
+                raise source_timeout(self.address, self.source.read_timeout,
+                                     f"a connection to read the binlog from {self.start}") from exc
+            raise
         try:
             with conn.cursor() as cur:
                 cur.execute("SHOW BINARY LOGS")
@@ -263,6 +217,9 @@ class EventReader:
                 status = cur.fetchone()
                 cur.execute("SELECT @@lower_case_table_names")
                 row = cur.fetchone()
+                cur.execute("SELECT COLLATION_NAME, ID FROM information_schema.COLLATIONS")
+                self._collations = {str(name): int(number) for name, number in cur.fetchall()
+                                    if number is not None}
         finally:
             conn.close()
         self._lower_case_table_names = int(row[0]) if row else 0
@@ -301,49 +258,56 @@ class EventReader:
         maps: dict[int, ev.TableMap | None] = {}  # table id -> map (None: not a chosen table)
         in_transaction = False
         last = self.start  # the last boundary: where the current event group began
-        for packet in stream:
-            kind, end = ev.header(packet)  # end is 0 for the fake events sent on connecting
+        for outer in stream:
+            kind, end = ev.header(outer)  # end is 0 for the fake events sent on connecting
             if kind == ev.FORMAT_DESCRIPTION:
-                fmt = ev.Format.parse(packet)
+                fmt = ev.Format.parse(outer)
                 continue
             if end and stop is not None and (index, end) > stop:
                 break
-            if kind in ev.ROWS_OPS:
-                event = self._rows(packet, fmt, kind, maps, file, end)
-                if event is not None:
-                    yield event
-            elif kind == ev.TABLE_MAP:
-                reshaped = self._table_map(packet, fmt, maps)
-                if reshaped is not None:
-                    yield TableChange(frozenset({reshaped[0]}), reshaped[1], file, end)
-            elif kind == ev.ROTATE:
+            if kind == ev.ROTATE:
                 maps.clear()  # table ids are reused after a server restart
-                file, position = ev.rotate(packet)
+                file, position = ev.rotate(outer)
                 index = file_index(file)
                 if end:
                     last = BinlogPosition(file, position)
                     yield Boundary(last, "rotate")
                 continue
-            elif kind in (ev.PARTIAL_UPDATE_ROWS, ev.TRANSACTION_PAYLOAD, ev.MARIADB_COMPRESSED_QUERY) \
-                    or kind in ev.MARIADB_COMPRESSED_ROWS:
-                _refuse_unreadable(kind, file, end)
-            elif kind == ev.MARIADB_GTID:
-                in_transaction = not ev.gtid_standalone(packet)
-                if ev.gtid_prepared_xa(packet):  # MariaDB's XA START: the group's rows are XA's
-                    yield XaEvent("start", None, file, end, last)
-            elif kind in (ev.XID, ev.XA_PREPARE):
-                in_transaction = False
-                last = BinlogPosition(file, end)
-                yield Boundary(last, "commit")
-            elif kind == ev.QUERY:
-                records, framing = self._query(packet, fmt, file, end, last)
-                yield from records
-                if framing == "begin":
-                    in_transaction = True
-                elif framing == "end" or not in_transaction:
+            # A compressed event stands for one plain event (MariaDB) or a whole transaction
+            # (MySQL), each at the compressed event's position.
+            packets = expand(outer, fmt, kind, f"{file}:{end}") if kind in COMPRESSED else (outer,)
+            for packet in packets:
+                if packet is not outer:
+                    kind = ev.header(packet)[0]
+                if kind in ev.ROWS_OPS:
+                    event = self._rows(packet, fmt, kind, maps, file, end)
+                    if event is not None:
+                        yield event
+                elif kind == ev.TABLE_MAP:
+                    reshaped = self._table_map(packet, fmt, maps)
+                    if reshaped is not None:
+                        yield TableChange(frozenset({reshaped[0]}), reshaped[1], file, end)
+                elif kind == ev.PARTIAL_UPDATE_ROWS:
+                    raise RunFailed(f"{file}:{end} holds a partial JSON update; set "
+                                    "binlog_row_value_options='' on the source so row images "
+                                    "are full")
+                elif kind == ev.MARIADB_GTID:
+                    in_transaction = not ev.gtid_standalone(packet)
+                    if ev.gtid_prepared_xa(packet):  # MariaDB's XA START: the group is XA's
+                        yield XaEvent("start", None, file, end, last)
+                elif kind in (ev.XID, ev.XA_PREPARE):
                     in_transaction = False
                     last = BinlogPosition(file, end)
                     yield Boundary(last, "commit")
+                elif kind == ev.QUERY:
+                    records, framing = self._query(packet, fmt, file, end, last)
+                    yield from records
+                    if framing == "begin":
+                        in_transaction = True
+                    elif framing == "end" or not in_transaction:
+                        in_transaction = False
+                        last = BinlogPosition(file, end)
+                        yield Boundary(last, "commit")
             if end and (index, end) == stop:
                 break
         if self.stop is not None:
@@ -399,7 +363,8 @@ class EventReader:
             self._maps.clear()
             self._reshaped.clear()
         self._maps[body] = maps[table_map.table_id] = table_map
-        difference = shape_difference(info, table_map)
+        difference = shape_difference(info, table_map) or metadata_difference(
+            info, table_map, self._collations, mariadb="mariadb" in fmt.server_version.lower())
         if difference is None:
             return None
         self._reshaped[body] = how = f"a TABLE_MAP of another shape ({difference})"
@@ -418,18 +383,3 @@ class EventReader:
         return RowsEvent(table_map.name, ev.ROWS_OPS[kind], file, end, packet, rows, table_map,
                          fmt)
 
-
-def _refuse_unreadable(kind: int, file: str, end: int) -> None:
-    """Fail on row events neither decoder reads (never lose rows silently)."""
-    if kind == ev.PARTIAL_UPDATE_ROWS:
-        raise RunFailed(f"{file}:{end} holds a partial JSON update; set "
-                        "binlog_row_value_options='' on the source so row images are full")
-    if kind == ev.TRANSACTION_PAYLOAD:
-        raise RunFailed(f"{file}:{end} holds a compressed transaction, which Tidemark cannot read "
-                        "yet; set binlog_transaction_compression=OFF on the source and re-snapshot "
-                        "the run's tables")
-    if kind == ev.MARIADB_COMPRESSED_QUERY:
-        raise RunFailed(f"{file}:{end} holds a compressed statement, which Tidemark cannot read "
-                        "yet; set log_bin_compress=OFF on the source and re-snapshot the run's tables")
-    raise RunFailed(f"{file}:{end} holds a compressed rows event, which Tidemark cannot read; "
-                    "set log_bin_compress=OFF on the source and re-snapshot the run's tables")

@@ -36,7 +36,6 @@ from typing import Any
 
 import pyarrow as pa
 from pymysql.protocol import MysqlPacket
-from pymysqlreplication.json_binary import parse_json
 from pymysqlreplication.packet import BinLogPacketWrapper
 from pymysqlreplication.row_event import (
     DeleteRowsEvent,
@@ -48,14 +47,14 @@ from pymysqlreplication.row_event import RowsEvent as _LibraryRowsEvent
 
 from orchestrator.binlog import events as ev
 from orchestrator.binlog.batch import getter
+from orchestrator.binlog.jsonb import json_text
 from orchestrator.binlog.reader import Boundary, EventReader, Op, RowsEvent, TableChange, XaEvent
 from orchestrator.positions import BinlogPosition
 from orchestrator.schema.tables import ColumnInfo, TableInfo
 from orchestrator.schema.values import BatchConverter, definition_labels, time2_from_bytes
 from orchestrator.source.dialect import Dialect
 
-__all__ = ["BinlogReader", "Boundary", "LibraryDecoding", "Record", "RowChange", "RowsEvent", "TableChange",
-           "parse_mysql_json"]
+__all__ = ["BinlogReader", "Boundary", "LibraryDecoding", "Record", "RowChange", "RowsEvent", "TableChange"]
 
 Image = tuple[Any, ...]
 
@@ -106,23 +105,28 @@ def _read_time2(self: Any, column: Any) -> dt.timedelta:
     return time2_from_bytes(self.packet.read(3 + (column.fsp + 1) // 2), column.fsp)
 
 
+def _read_binary_json(self: Any, size: int, is_partial: bool) -> str | None:
+    """MySQL's binary JSON as the server prints it (`orchestrator.binlog.jsonb`): the library
+    makes Python values of it that print otherwise (doubles, DECIMAL, temporal values)."""
+    if is_partial:
+        raise ValueError("a partial JSON update; set binlog_row_value_options='' on the source")
+    length = self.read_uint_by_size(size)
+    return json_text(self.read(length)) if length else None
+
+
 def _install_fixes() -> None:
-    for name, fix in (("_RowsEvent__read_string", _read_raw_string),
-                      ("_RowsEvent__read_time2", _read_time2)):
-        current = getattr(_LibraryRowsEvent, name, None)
+    for cls, name, fix in ((_LibraryRowsEvent, "_RowsEvent__read_string", _read_raw_string),
+                           (_LibraryRowsEvent, "_RowsEvent__read_time2", _read_time2),
+                           (BinLogPacketWrapper, "read_binary_json", _read_binary_json)):
+        current = getattr(cls, name, None)
         if current is None:
-            raise ImportError(f"python-mysql-replication changed: RowsEvent.{name} is gone; "
-                              "pin mysql-replication to the 1.0 series")
+            raise ImportError(f"python-mysql-replication changed: {cls.__name__}.{name} is "
+                              "gone; pin mysql-replication to the 1.0 series")
         if current is not fix:
-            setattr(_LibraryRowsEvent, name, fix)
+            setattr(cls, name, fix)
 
 
 _install_fixes()
-
-
-def parse_mysql_json(raw: bytes) -> Any:
-    """MySQL's binary JSON (a JSON column's binlog value) as Python values, by the library."""
-    return parse_json(raw[0], raw[1:])
 
 
 # --------------------------------------------------------------------------- library decoding

@@ -5,24 +5,43 @@ end of the binlog (``BINLOG_DUMP_NON_BLOCK``: an EOF packet then, rather than
 waiting for more), rotating through the files by itself. This module only
 frames: it hands over each event's bytes, and the caller parses what it needs.
 PyMySQL does the handshake, authentication and packet reassembly.
+
+A hung source must not hang the run: the connection's read timeout
+(``source.read_timeout``) bounds the wait for each packet, and the server is
+asked for heartbeat events (``@master_heartbeat_period``) at a quarter of it,
+so a healthy source that has nothing to send for a while still answers. While
+no packet arrives, a line is logged every `WAITING_LOG_SECONDS` naming the
+source and the position reached.
 """
 
 from __future__ import annotations
 
+import logging
 import struct
+import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pymysql
 
-from orchestrator.errors import BinlogPurged, RunFailed
+from orchestrator.binlog import events as ev
+from orchestrator.errors import BinlogConnectionLost, BinlogPurged, RunFailed, source_timeout
+
+log = logging.getLogger(__name__)
+
+#: While the stream waits for a packet, it says so this often (seconds).
+WAITING_LOG_SECONDS = 30.0
 
 _COM_BINLOG_DUMP = 0x12
 _BINLOG_DUMP_NON_BLOCK = 0x01
-#: Client-side errors meaning the connection dropped.
-_LOST = frozenset({2006, 2013})
+#: Errors meaning the connection dropped: client-side (gone, lost), the server shutting down
+#: (1053), the connection killed on the server (1927).
+_LOST = frozenset({2006, 2013, 1053, 1927})
 #: ER_MASTER_FATAL_ERROR_READING_BINLOG: the requested binlog cannot be read.
 _FATAL_READING_BINLOG = 1236
+#: HEARTBEAT_LOG_EVENT (MySQL, MariaDB) and MySQL 8's HEARTBEAT_LOG_EVENT_V2: "still here".
+_HEARTBEATS = frozenset({27, 41})
 
 Connect = Callable[..., "pymysql.connections.Connection[Any]"]
 
@@ -47,6 +66,9 @@ class DumpStream:
         self.file = file
         self.pos = pos
         self.address = address
+        self.read_timeout = int(settings.get("read_timeout") or 0)
+        self.reached = f"{file}:{pos}"  # the end of the last event received, for messages
+        self.last_heard = time.monotonic()
         self._conn: pymysql.connections.Connection[Any] | None = None
 
     def close(self) -> None:
@@ -63,6 +85,8 @@ class DumpStream:
             cur.execute("SET @master_binlog_checksum = @@global.binlog_checksum")
             # MariaDB: we understand GTID events (sent as they are, not as dummies).
             cur.execute("SET @mariadb_slave_capability = 4")
+            if self.read_timeout:  # nanoseconds; a heartbeat well within the read timeout
+                cur.execute("SET @master_heartbeat_period = %s", (self.read_timeout * 250_000_000,))
         name = self.file.encode()
         command = struct.pack("<BIHI", _COM_BINLOG_DUMP, self.pos, _BINLOG_DUMP_NON_BLOCK,
                               self.server_id) + name
@@ -76,24 +100,61 @@ class DumpStream:
         conn = self._conn
         assert conn is not None
         read = conn._read_packet
-        while True:
-            try:
-                data: bytes = read()._data
-            except pymysql.err.MySQLError as exc:
-                raise self._failure(exc) from exc
-            if data[0] == 0x00:
-                yield data
-            elif data[0] == 0xFE and len(data) < 9:  # EOF: the end of the binlog
-                return
+        done = threading.Event()
+        watcher = threading.Thread(target=self._say_waiting, args=(done,), daemon=True,
+                                   name="tidemark-binlog-wait")
+        watcher.start()
+        try:
+            while True:
+                try:
+                    data: bytes = read()._data
+                except pymysql.err.MySQLError as exc:
+                    raise self._failure(exc) from exc
+                self.last_heard = time.monotonic()
+                if data[0] == 0x00 and len(data) >= ev.BODY:
+                    self._note(data)
+                    if data[5] not in _HEARTBEATS:
+                        yield data
+                elif data[0] == 0xFE and len(data) < 9:  # EOF: the end of the binlog
+                    return
+                elif data[0] == 0x00:
+                    raise RunFailed(f"the binlog of {self.address} sent a packet too short for an "
+                                    f"event after {self.reached} ({len(data)} bytes)")
+        finally:
+            done.set()
+
+    def _note(self, data: bytes) -> None:
+        """Remember where the stream is (for the messages of a stall or a failure)."""
+        kind, end = ev.header(data)
+        if kind == ev.ROTATE:
+            file, pos = ev.rotate(data)
+            self.reached = f"{file}:{pos}"
+        elif end:
+            self.reached = f"{self.reached.rsplit(':', 1)[0]}:{end}"
+
+    def _say_waiting(self, done: threading.Event) -> None:
+        """Log a line every `WAITING_LOG_SECONDS` while no packet arrives."""
+        said = time.monotonic()
+        while not done.wait(1.0):
+            now = time.monotonic()
+            idle = now - self.last_heard
+            if idle >= WAITING_LOG_SECONDS and now - said >= WAITING_LOG_SECONDS:
+                said = now
+                log.warning("waiting for the binlog of %s: no event for %.0f s, position %s "
+                            "(the run fails after %d s: source.read_timeout)", self.address, idle,
+                            self.reached, self.read_timeout)
 
     def _failure(self, exc: pymysql.err.MySQLError) -> Exception:
         code = exc.args[0] if exc.args else None
         message = str(exc.args[1]) if len(exc.args) > 1 else str(exc)
+        if code in _LOST and "timed out" in message:
+            return source_timeout(self.address, self.read_timeout, f"the binlog after {self.reached}")
         if code in _LOST:
-            return RunFailed(f"lost the binlog connection to {self.address}; "
-                             "a rerun resumes the capture from its last checkpoint")
+            return BinlogConnectionLost(f"lost the binlog connection to {self.address} after "
+                                        f"{self.reached}; the capture resumes from its last checkpoint")
         if code == _FATAL_READING_BINLOG and "first log" in message.lower():
             return BinlogPurged(f"binlog file {self.file} is no longer on {self.address} "
                                 f"({message}); keep binlogs longer (binlog_expire_logs_seconds)")
         return RunFailed(f"reading the binlog of {self.address} from {self.file}:{self.pos} "
                          f"failed: {message}")
+

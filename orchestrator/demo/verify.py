@@ -133,17 +133,21 @@ def published_rows(table_dir: str) -> list[dict[str, Any]]:
     return ds.dataset(files, format="parquet").to_table().to_pylist() if files else []
 
 
-def source_rows(conn: Any, info: TableInfo) -> list[tuple[Any, ...]]:
-    """Every row of the source table, read through ``conn`` (a PyMySQL connection), in column order."""
+def source_rows(conn: Any, info: TableInfo, where: str | None = None) -> list[tuple[Any, ...]]:
+    """Every row of the source table (those matching ``where``, the table's filter), read
+    through ``conn`` (a PyMySQL connection), in column order."""
     # FLOAT over the text protocol has 6 significant digits; the lake holds the exact float32.
     columns = ", ".join(f"CAST({quote_identifier(c.name)} AS DOUBLE)" if c.data_type == "float"
                         else quote_identifier(c.name) for c in info.columns)
     with conn.cursor() as cur:
         cur.execute("SET time_zone = '+00:00'")
-        cur.execute(f"SELECT {columns} FROM {quote_table(info.name)}")
+        cur.execute(f"SELECT {columns} FROM {quote_table(info.name)}"
+                    + (f" WHERE {where}" if where else ""))
         return list(cur.fetchall())
 
 
-def verify_table(conn: Any, info: TableInfo, key: tuple[str, ...], table_dir: str) -> Comparison:
-    """Compare the source table (read through ``conn``, a PyMySQL connection) with its published version."""
-    return compare(info, key, source_rows(conn, info), published_rows(table_dir))
+def verify_table(conn: Any, info: TableInfo, key: tuple[str, ...], table_dir: str,
+                 where: str | None = None) -> Comparison:
+    """Compare the source table (read through ``conn``, a PyMySQL connection; only the rows
+    matching ``where``, the table's filter) with its published version."""
+    return compare(info, key, source_rows(conn, info, where), published_rows(table_dir))

@@ -7,7 +7,9 @@ whose summary carries ``tidemark.run-id``, ``tidemark.version`` and
 ``tidemark.position``. A rerun finds the snapshot of its run and does not commit
 twice. Field IDs are the Iceberg schema's: `prepare` creates or evolves the table
 and gives the Arrow schema the files are written with, ``PARQUET:field_id`` on
-every field, before any file is written.
+every field, before any file is written; a column whose type Iceberg cannot promote
+is replaced by a new field of the same name (`_evolve`). Retention expires the
+snapshots of dropped versions and deletes the manifest files only they used.
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ from collections.abc import Iterable, Sequence
 
 import pyarrow as pa
 from pyiceberg.catalog import Catalog, load_catalog
-from pyiceberg.exceptions import NoSuchTableError
+from pyiceberg.exceptions import NoSuchTableError, ResolveError
 from pyiceberg.io.pyarrow import parquet_file_to_data_file, pyarrow_to_schema
 from pyiceberg.manifest import DataFile
+from pyiceberg.schema import promote
 from pyiceberg.table import Table, TableProperties
 
 from orchestrator.config import PipelineConfig
@@ -89,24 +92,56 @@ def prepare(catalog: Catalog, table: str, tdir: str, schema: pa.Schema) -> pa.Sc
     optional = {f.name for f in iceberg.schema().fields if not f.required}
     wanted = pa.schema(f.with_nullable(True) if f.name in optional or f.name not in ids else f
                        for f in schema)
-    if set(ids) != set(schema.names) or (
-            pyarrow_to_schema(with_field_ids(wanted, ids)).as_struct() != iceberg.schema().as_struct()):
+    if set(ids) != set(schema.names) or (  # in any order: a replaced column comes last (_evolve)
+            set(pyarrow_to_schema(with_field_ids(wanted, ids)).fields) != set(iceberg.schema().fields)):
         iceberg = _evolve(iceberg, table, wanted)
     return with_field_ids(schema, {f.name: f.field_id for f in iceberg.schema().fields})
 
 
 def _evolve(iceberg: Table, table: str, schema: pa.Schema) -> Table:
+    """Evolve the table's schema to ``schema`` in one commit. A column whose type Iceberg cannot
+    promote (INT -> VARCHAR, BIGINT -> INT, a DECIMAL scale change...) is replaced: the old
+    field is dropped and a new one of the same name added with a new field ID (last in the Iceberg
+    schema: pyiceberg cannot move a column added in the same commit). Only a snapshot
+    (every file written anew) publishes a changed column type, so the new snapshot's files all
+    carry the new ID, and older snapshots keep reading their files with their own schema."""
+    replaced = _unpromotable(iceberg, schema)
     try:
         with iceberg.update_schema(allow_incompatible_changes=False) as update:
-            update.union_by_name(schema)
+            for name in replaced:
+                update.delete_column(name)
+            for name in replaced:
+                field = pyarrow_to_schema(with_field_ids(pa.schema([schema.field(name)]), {name: 1})).fields[0]
+                update.add_column(name, field.field_type, doc=field.doc)
+            update.union_by_name(pa.schema(f for f in schema if f.name not in replaced))
             for name in {f.name for f in iceberg.schema().fields} - set(schema.names):
                 update.delete_column(name)
     except ValueError as exc:
         raise RunFailed(f"table {table}: the source's columns changed in a way Iceberg cannot evolve "
                         f"({exc}); drop the Iceberg table {table} from output.catalog and "
                         + resnapshot_hint(table)) from exc
+    if replaced:
+        log.warning("table %s: column(s) %s changed to a type Iceberg cannot promote: replaced by new "
+                    "column(s) of the same name with new field IDs (older snapshots and readers of an "
+                    "older metadata_location keep the old columns)", table, ", ".join(replaced))
     log.info("table %s: evolved the Iceberg schema to %s", table, ", ".join(schema.names))
     return iceberg.refresh()
+
+
+def _unpromotable(iceberg: Table, schema: pa.Schema) -> list[str]:
+    """The columns of both schemas whose Iceberg type changes in a way Iceberg does not allow."""
+    current = {f.name: f.field_type for f in iceberg.schema().fields}
+    common = [f for f in schema if f.name in current]
+    wanted = pyarrow_to_schema(with_field_ids(pa.schema(common), {f.name: i for i, f in enumerate(common, 1)}))
+    out = []
+    for field in wanted.fields:
+        if field.field_type == current[field.name]:
+            continue
+        try:
+            promote(current[field.name], field.field_type)
+        except ResolveError:
+            out.append(field.name)
+    return out
 
 
 def drop_table(config: PipelineConfig, table: str) -> bool:
@@ -171,8 +206,24 @@ def _entry(catalog: Catalog, table: str, iceberg: Table, snapshot_id: int) -> Ic
                         metadata_location=iceberg.metadata_location, snapshot_id=snapshot_id)
 
 
+def _snapshot_metadata(iceberg: Table, snapshot_ids: Iterable[int]) -> set[str]:
+    """The manifest lists and manifests (``metadata/*.avro``) of these snapshots.
+
+    Iceberg's expiry removes snapshots from the table metadata but deletes no file; what the
+    expired snapshots alone used is deleted by `expire_versions`. (Old ``*.metadata.json`` files
+    go by the table properties set at creation, ``_TABLE_PROPERTIES``.)"""
+    found: set[str] = set()
+    for snapshot_id in snapshot_ids:
+        snapshot = iceberg.snapshot_by_id(snapshot_id)
+        if snapshot is not None:
+            found.add(snapshot.manifest_list)
+            found.update(m.manifest_path for m in snapshot.manifests(iceberg.io))
+    return found
+
+
 def expire_versions(catalog: Catalog, table: str, tdir: str, versions: Sequence[int]) -> tuple[set[str], str | None]:
-    """Expire the snapshots of the dropped ``versions`` (Iceberg's expiry deletes no file).
+    """Expire the snapshots of the dropped ``versions`` and delete the manifest files only they
+    used (Iceberg's expiry deletes no file; data files are retention's, `manifest.apply_retention`).
 
     Returns:
         The files (relative to ``tdir``) the kept snapshots still list, which retention must
@@ -188,9 +239,14 @@ def expire_versions(catalog: Catalog, table: str, tdir: str, versions: Sequence[
               if s.summary is not None and s.summary.get(VERSION) in dropped
               and (current is None or s.snapshot_id != current.snapshot_id)]
     if expire:
+        candidates = _snapshot_metadata(iceberg, expire)
         iceberg.maintenance.expire_snapshots().by_ids(expire).commit()
         iceberg = iceberg.refresh()
-        log.info("table %s: expired Iceberg snapshot(s) %s", table, ", ".join(map(str, expire)))
+        unused = candidates - _snapshot_metadata(iceberg, [s.snapshot_id for s in iceberg.snapshots()])
+        for path in sorted(unused):
+            iceberg.io.delete(path)
+        log.info("table %s: expired Iceberg snapshot(s) %s, deleted %d manifest file(s) no kept snapshot lists",
+                 table, ", ".join(map(str, expire)), len(unused))
     prefix = table_uri(tdir).rstrip("/") + "/"
     needed = {f.file_path[len(prefix):] for s in iceberg.snapshots() for f in _data_files(iceberg, s.snapshot_id)
               if f.file_path.startswith(prefix)}

@@ -2,12 +2,14 @@
 
 CONTRACT.md's "Output layout": ``<table dir>/_tidemark/current.json`` names the
 current version's files; ``_tidemark/versions/NNNNNN.json`` every kept version.
-Retention drops old versions and deletes a data file only when no kept version
-lists it.
+Retention drops a version once it is neither among the newest ``output.keep_versions`` nor
+younger than ``output.keep_hours`` (a long query may still read it), and deletes a data
+file only when no kept version lists it.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import logging
 import re
@@ -102,7 +104,7 @@ def column_entries(columns: Sequence[ColumnInfo]) -> list[ColumnEntry]:
 def find_manifest(tdir: str) -> Manifest | None:
     """The current manifest of a table dir, or None when nothing is published there."""
     uri = current_uri(tdir)
-    if not storage.exists(uri):
+    if not storage.exists(uri) and not storage.recover_atomic(uri):  # a switch a crash cut
         return None
     return load_manifest(uri)
 
@@ -155,23 +157,40 @@ def version_numbers(tdir: str) -> list[int]:
     return sorted(found)
 
 
-def files_to_drop(manifests: dict[int, Manifest], keep: int) -> tuple[list[int], list[str]]:
-    """Which versions retention drops and which of their files no kept version uses.
+def files_to_drop(manifests: dict[int, Manifest], keep: int, keep_after: dt.datetime | None = None
+                  ) -> tuple[list[int], list[str]]:
+    """Which versions retention drops and which of their files no kept version uses: a
+    version is dropped when it is not among the newest ``keep`` and was published before
+    ``keep_after`` (a query started on it may still be reading its files).
 
-    >>> m = lambda v, files: {"version": v, "files": files}
+    >>> m = lambda v, files, at="2026-11-20T10:00:00Z": {"version": v, "files": files, "published_at": at}
     >>> files_to_drop({1: m(1, ["a", "b"]), 2: m(2, ["b", "c"]), 3: m(3, ["c", "d"])}, 2)
+    ([1], ['a'])
+    >>> files_to_drop({1: m(1, ["a"]), 2: m(2, ["b"], "2026-11-22T09:00:00Z"), 3: m(3, ["c"])}, 1,
+    ...               dt.datetime(2026, 11, 22, tzinfo=dt.UTC))
     ([1], ['a'])
     """
     versions = sorted(manifests)
-    dropped = versions[:-keep] if keep < len(versions) else []
+    old = versions[:-keep] if keep < len(versions) else []
+    dropped = [v for v in old if keep_after is None or _published(manifests[v]) < keep_after]
     kept_files = {f for v in versions if v not in dropped for f in manifests[v]["files"]}
     garbage = sorted({f for v in dropped for f in manifests[v]["files"]} - kept_files)
     return dropped, garbage
 
 
+def _published(manifest: Manifest) -> dt.datetime:
+    """When a version was published (a manifest without the time counts as long ago)."""
+    text = manifest.get("published_at")
+    if not text:
+        return dt.datetime.min.replace(tzinfo=dt.UTC)
+    return dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
+
+
 def apply_retention(tdir: str, keep: int,
-                    expire: Callable[[list[int]], set[str]] = lambda dropped: set()) -> list[int]:
-    """Keep the newest ``keep`` versions (the current one always); returns the dropped versions.
+                    expire: Callable[[list[int]], set[str]] = lambda dropped: set(),
+                    keep_hours: float = 0.0, now: dt.datetime | None = None) -> list[int]:
+    """Keep the newest ``keep`` versions (the current one always) and every version published
+    less than ``keep_hours`` before ``now``; returns the dropped versions.
 
     ``expire`` is called with the versions about to be dropped, before any file is deleted, and
     returns files still needed elsewhere (those the kept Iceberg snapshots list): never deleted."""
@@ -180,7 +199,8 @@ def apply_retention(tdir: str, keep: int,
     if current is not None:
         manifests[current["version"]] = current
         manifests = {v: m for v, m in manifests.items() if v <= current["version"]}
-    dropped, garbage = files_to_drop(manifests, max(1, keep))
+    keep_after = (now or dt.datetime.now(dt.UTC)) - dt.timedelta(hours=keep_hours)
+    dropped, garbage = files_to_drop(manifests, max(1, keep), keep_after)
     if dropped:
         needed = expire(dropped)
         garbage = [f for f in garbage if f not in needed]

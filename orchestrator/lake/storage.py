@@ -13,9 +13,15 @@ Small files that readers must never see half-written (manifests) go through
   ``os.replace`` over the target (atomic on POSIX) and fsync the directory;
 - ``s3a://``: a single PUT; S3 makes an object visible whole or not at all, so
   readers see the old or the new manifest, never a mix;
-- ``hdfs://``: write a temporary file, then delete the target and rename
-  (HDFS rename does not overwrite), so a reader can briefly find no file; it
-  must then retry. Data files are immutable and never need this.
+- ``hdfs://`` (and any store whose rename does not overwrite): write the new
+  content beside the target as ``_<name>.new-<token>``, rename the target aside to
+  ``_<name>.old-<token>`` (never delete it first), rename the new file in, then
+  delete the old one. A crash leaves either the old target, or - between the two
+  renames - no target but both complete files of one token; `recover_atomic`
+  (which `orchestrator.lake.manifest` calls when ``current.json`` is missing)
+  finishes that switch, so no crash loses the manifest. A reader may briefly
+  find no file between the renames; it must then retry. Data files are immutable
+  and never need this.
 
 >>> join("s3a://lake/warehouse/", "shop", "orders")
 's3a://lake/warehouse/shop/orders'
@@ -262,12 +268,52 @@ def write_atomic(uri: str, data: bytes) -> None:
         with fs.open_output_stream(path) as out:
             out.write(data)
         return
-    tmp = f"{parent(path)}/_{basename(path)}.tmp-{uuid.uuid4().hex}"
-    with fs.open_output_stream(tmp) as out:
+    replace_by_renames(fs, path, data)
+
+
+def _aside(path: str, kind: str, token: str) -> str:
+    return f"{parent(path)}/_{basename(path)}.{kind}-{token}"
+
+
+def replace_by_renames(fs: pafs.FileSystem, path: str, data: bytes) -> None:
+    """`write_atomic` where rename does not overwrite: new beside, old aside, new in, old gone."""
+    token = uuid.uuid4().hex
+    new, old = _aside(path, "new", token), _aside(path, "old", token)
+    with fs.open_output_stream(new) as out:
         out.write(data)
-    with contextlib.suppress(FileNotFoundError):
-        fs.delete_file(path)
-    fs.move(tmp, path)
+    moved_aside = fs.get_file_info(path).type != pafs.FileType.NotFound
+    if moved_aside:
+        fs.move(path, old)
+    fs.move(new, path)
+    if moved_aside:
+        fs.delete_file(old)
+
+
+def recover_atomic(uri: str, fs: pafs.FileSystem | None = None) -> bool:
+    """Finish a `replace_by_renames` a crash interrupted between its renames: the target is
+    missing and a token has both its new and its old file; the new one (complete: it was
+    closed before the old one moved) becomes the target. Returns whether it did."""
+    if fs is None:
+        fs, path = filesystem(uri)
+    else:
+        path = uri
+    if fs.get_file_info(path).type != pafs.FileType.NotFound:
+        return False
+    prefix = f"_{basename(path)}."
+    try:
+        siblings = fs.get_file_info(pafs.FileSelector(parent(path)))
+    except FileNotFoundError:
+        return False
+    names = {info.base_name: info for info in siblings}
+    pairs = [info for name, info in names.items() if name.startswith(prefix + "new-")
+             and f"{prefix}old-{name[len(prefix) + 4:]}" in names]
+    if not pairs:
+        return False
+    newest = max(pairs, key=lambda info: (info.mtime_ns or 0, info.base_name))
+    token = newest.base_name[len(prefix) + 4:]
+    fs.move(_aside(path, "new", token), path)
+    fs.delete_file(_aside(path, "old", token))
+    return True
 
 
 def _write_atomic_local(target: Path, data: bytes) -> None:

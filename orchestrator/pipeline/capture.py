@@ -33,14 +33,14 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
-import pyarrow as pa
 import pyarrow.fs as pafs
 
 from orchestrator.binlog.batch import Decoding, FastDecoding
+from orchestrator.binlog.jsonb import json_text
 from orchestrator.binlog.reference import (
     BinlogReader,
     Boundary,
@@ -49,16 +49,17 @@ from orchestrator.binlog.reference import (
     RowsEvent,
     TableChange,
     XaEvent,
-    parse_mysql_json,
 )
 from orchestrator.config import PipelineConfig
-from orchestrator.errors import RunFailed
 from orchestrator.lake import storage
-from orchestrator.pipeline.changes import META_COLUMNS, OLD_PREFIX, OP
+from orchestrator.pipeline.buffer import CaptureTable, TableBuffer, key_indexes
 from orchestrator.pipeline.context import open_source, open_store, position, table_info
+from orchestrator.pipeline.failed import fail_table, table_failure
+from orchestrator.pipeline.filtering import ChangeFilters
 from orchestrator.pipeline.reread import (
     MAX_REREAD_ROUNDS,
     check_binlog_kept,
+    give_up_rereads,
     pending_rereads,
     prepare_rereads,
 )
@@ -66,8 +67,7 @@ from orchestrator.pipeline.segments import resume_point, segment_name, write_seg
 from orchestrator.pipeline.xa import XaTransactions
 from orchestrator.positions import BinlogPosition, file_index
 from orchestrator.runtime import faults
-from orchestrator.schema.tables import TableInfo
-from orchestrator.schema.values import staging_schema, staging_type
+from orchestrator.source.retry import binlog_retry
 from orchestrator.state.store import StateStore
 
 log = logging.getLogger(__name__)
@@ -78,27 +78,11 @@ CHECKPOINT_SECONDS = 30.0
 LOG_SECONDS = 10.0
 
 _file_index = functools.lru_cache(maxsize=256)(file_index)
-#: The start of a table whose rows are no longer kept (it waits for a re-read).
+#: The start of a table whose rows are no longer kept (it waits for a re-read, or failed).
 _NEVER = (1 << 62, 0, 0)
 
 #: How rows events are decoded: Tidemark's own decoder, or python-mysql-replication's.
 Decoder = Literal["fast", "library"]
-
-
-@dataclass(frozen=True, slots=True)
-class CaptureTable:
-    """A table to capture.
-
-    Attributes:
-        info: its shape, from ``information_schema`` when the run was planned.
-        key: its chunk key; ``_tm_old_<c>`` columns carry the before image of these.
-        start: changes at or before this position are not kept (its snapshot or
-            published version already holds them).
-    """
-
-    info: TableInfo
-    key: tuple[str, ...]
-    start: BinlogPosition
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,80 +110,6 @@ class CaptureResult:
                 f"{self.segments} segments, {self.seconds:.1f}s)")
 
 
-# --------------------------------------------------------------------------- segment writing
-
-
-def key_indexes(table: CaptureTable) -> list[int]:
-    """The positions of the table's chunk-key columns among its columns."""
-    names = [c.name for c in table.info.columns]
-    return [names.index(table.info.column(k).name) for k in table.key]
-
-
-class _TableBuffer:
-    """Buffered changes of one table and how to write them as a segment.
-
-    Rows stay tuples (as the decoding gives them) until the segment is written;
-    then each run of rows decoded under one TABLE_MAP shape becomes Arrow
-    column by column.
-    """
-
-    def __init__(self, table: CaptureTable, decoding: Decoding) -> None:
-        self.table = table
-        self.decoding = decoding
-        self.key_index = key_indexes(table)
-        self.schema = self._schema()
-        self.clear()
-
-    def clear(self) -> None:
-        self.files: list[int] = []
-        self.positions: list[int] = []
-        self.rows: list[int] = []
-        self.ops: list[str] = []
-        self.images: list[tuple[Any, ...]] = []
-        self.keys: list[tuple[Any, ...]] = []
-        self.shapes: list[tuple[Hashable, int]] = []  # (shape, index of its first row)
-
-    def _schema(self) -> pa.Schema:
-        meta = [pa.field(name, pa.string() if name == OP else pa.int64(), False)
-                for name in META_COLUMNS]
-        old = [pa.field(f"{OLD_PREFIX}{self.table.info.columns[i].name}",
-                        staging_type(self.table.info.columns[i]), True) for i in self.key_index]
-        return pa.schema([*meta, *staging_schema(self.table.info.columns), *old])
-
-    def add(self, event: RowsEvent, file: int, first: int, base: int = 0) -> int:
-        """Decode the event's rows from index ``first`` on (numbered from ``base``: the rows
-        of an XA transaction all take its commit's position); returns how many were added."""
-        shape, images, keys = self.decoding.rows(event)
-        if first:
-            images, keys = images[first:], keys[first:]
-        count = len(images)
-        if not self.shapes or self.shapes[-1][0] != shape:
-            self.shapes.append((shape, len(self.images)))
-        self.images += images
-        self.keys += keys
-        self.files += [file] * count
-        self.positions += [event.end] * count
-        self.rows += range(base + first, base + first + count)
-        self.ops += [event.op] * count
-        return count
-
-    def __len__(self) -> int:
-        return len(self.ops)
-
-    def to_arrow(self) -> pa.Table:
-        ends = [start for _, start in self.shapes[1:]] + [len(self.images)]
-        if len(self.shapes) == 1:
-            data: list[pa.Array | pa.ChunkedArray] = self.decoding.arrays(
-                self.shapes[0][0], self.images, self.keys)
-        else:
-            parts = [self.decoding.arrays(shape, self.images[start:end], self.keys[start:end])
-                     for (shape, start), end in zip(self.shapes, ends, strict=True)]
-            data = [pa.chunked_array([part[i] for part in parts]) for i in range(len(parts[0]))]
-        arrays = [pa.array(self.files, pa.int64()), pa.array(self.positions, pa.int64()),
-                  pa.array(self.rows, pa.int64()), pa.array(self.ops, pa.string()), *data]
-        return pa.Table.from_arrays(arrays, schema=self.schema)
-
-
 # --------------------------------------------------------------------------- the capture
 
 
@@ -217,7 +127,7 @@ class _Capture:
     progress: Callable[[int], None] | None
     segments: int
     rows: dict[str, int]
-    buffers: dict[str, _TableBuffer] = field(default_factory=dict)
+    buffers: dict[str, TableBuffer] = field(default_factory=dict)
     buffered: int = 0
     unsaved: bool = False  # segments written since the last checkpoint
     reported: int = 0
@@ -229,14 +139,15 @@ class _Capture:
     xa: XaTransactions = field(default_factory=XaTransactions)
 
     decoder: Decoder = "fast"
+    filters: ChangeFilters = field(default_factory=ChangeFilters)
 
     def __post_init__(self) -> None:
         library = LibraryRows({name: t.info for name, t in self.tables.items()})
         for name, table in self.tables.items():
             key = key_indexes(table)
-            decoding: Decoding = FastDecoding(table.info, key, parse_mysql_json) \
+            decoding: Decoding = FastDecoding(table.info, key, json_text) \
                 if self.decoder == "fast" else LibraryDecoding(table.info, key, library)
-            self.buffers[name] = _TableBuffer(table, decoding)
+            self.buffers[name] = TableBuffer(table, decoding)
         self.starts = {name: t.start.key for name, t in self.tables.items()}
 
     def add(self, event: RowsEvent, base: int = 0) -> int:
@@ -247,7 +158,16 @@ class _Capture:
         if (file, event.end) < (start_file, start_pos):
             return 0  # its table's snapshot (or published version) already has these rows
         first = start_row + 1 if (file, event.end) == (start_file, start_pos) else 0
-        added = self.buffers[event.table].add(event, file, first, base)
+        try:
+            added = self.buffers[event.table].add(event, file, first, base)
+        except Exception as exc:  # a value that cannot be decoded: recorded before any checkpoint past it
+            if (reason := table_failure(exc)) is None:
+                raise
+            fail_table(self.store, self.run_id, event.table, "capture", f"{reason} (rows event ending at "
+                       f"{event.file}:{event.end})")
+            self.buffers[event.table].clear()
+            self.starts[event.table] = _NEVER  # the table's failure alone: no more of its rows
+            return 0
         self.buffered += added
         self.captured += added
         if self.buffered >= 2 * self.batch_rows:  # a huge transaction: write, checkpoint later
@@ -309,7 +229,7 @@ class _Capture:
                 continue
             self.segments += 1
             path = f"{self.root}/{self.run_id}/changes/{name}/{segment_name(self.segments)}"
-            write_segment(self.fs, path, buffer.to_arrow())
+            write_segment(self.fs, path, self.filters.apply(name, buffer.to_arrow()))
             self.rows[name] = self.rows.get(name, 0) + len(buffer)
             buffer.clear()
             self.unsaved = True
@@ -355,7 +275,7 @@ def capture_changes(config: PipelineConfig, store: StateStore, run_id: str,
 
     Raises:
         BinlogPurged: the binlog to start from is no longer on the server.
-        RunFailed: the binlog connection was lost, or a table's shape changed.
+        RunFailed: the binlog connection was lost.
     """
     started = time.monotonic()
     fs, root = storage.filesystem(config.staging_path)
@@ -363,7 +283,8 @@ def capture_changes(config: PipelineConfig, store: StateStore, run_id: str,
     begin = checkpoint or min((t.start for t in tables.values()), default=stop)
     capture = _Capture(store=store, run_id=run_id, fs=fs, root=root, tables=tables, stop=stop,
                        batch_rows=max(1, batch_rows), progress=progress, segments=segments,
-                       rows=rows, reported=sum(rows.values()), decoder=decoder)
+                       rows=rows, reported=sum(rows.values()), decoder=decoder,
+                       filters=ChangeFilters(tables, lambda: open_source(config)))
     if checkpoint is not None:
         log.info("capture %s: resuming from checkpoint %s (%d segments, %d changes)", run_id,
                  checkpoint, segments, sum(rows.values()))
@@ -371,7 +292,7 @@ def capture_changes(config: PipelineConfig, store: StateStore, run_id: str,
         faults.point("capture.reading")
         reader = BinlogReader(config.source, config.resolve_password(), begin,
                               {name: t.info for name, t in tables.items()}, stop=stop)
-        with reader:
+        with reader, capture.filters:
             _run(capture, reader.events())
     elif checkpoint is None or checkpoint < stop:
         capture.boundary(stop, final=True)
@@ -418,23 +339,26 @@ def capture(config: PipelineConfig, run_id: str, *, progress: Callable[[int], No
                 return result
             pending = pending_rereads(store, run_id)
             if pending and round_ == MAX_REREAD_ROUNDS:
-                raise RunFailed(f"run {run_id}: {', '.join(sorted(pending))} changed again during "
-                                f"each of {MAX_REREAD_ROUNDS} re-reads; rerun `tidemark run` when "
-                                "the table's schema changes have settled")
+                give_up_rereads(store, run_id, pending)
+                break
             with open_source(config) as source:
                 check_binlog_kept(store, store.get_run(run_id), records, source.oldest_binlog())
             prepare_rereads(config, store, run_id)
             records = [r for r in store.run_tables(run_id) if r.status == "planned"]
             stop = position(store.get_run(run_id).high_position)
             tables = {r.table: CaptureTable(info=table_info(r), key=tuple(r.chunk_key),
-                                            start=position(r.info["from_position"])) for r in records}
-            result = capture_changes(config, store, run_id, tables, stop,
-                                     batch_rows=config.defaults.capture_batch_rows, progress=progress)
+                                            start=position(r.info["from_position"]),
+                                            where=config.table_where(r.table)) for r in records}
+            for attempt in binlog_retry():  # each try resumes from the last checkpoint
+                with attempt:
+                    result = capture_changes(config, store, run_id, tables, stop,
+                                             batch_rows=config.defaults.capture_batch_rows, progress=progress)
             log.info("capture: %s", result)
             if not pending_rereads(store, run_id):
                 break
-        for r in records:
-            store.set_table_status(run_id, r.table, "captured")
+        for r in store.run_tables(run_id):  # failed tables stay failed; each table keeps its own H
+            if r.status == "planned":  # (a table planned into the run later moves the run's H on)
+                store.set_table_status(run_id, r.table, "captured", info={"captured_to": stop.to_json()})
         return result
     finally:
         store.close()

@@ -3,6 +3,8 @@
 A change segment's row is a binlog position (``_tm_file, _tm_pos, _tm_row``), the
 operation (``_tm_op``: ``I``/``U``/``D``), the row image in staging types, and
 ``_tm_old_<c>`` per chunk-key column (the before-image key of updates and deletes).
+A ``D`` whose old key differs from its image's key also deletes the old key (an update
+that left the table's ``where`` filter: `orchestrator.pipeline.filtering`).
 Reconcile turns changes into events: a key, a position and a kind (put or delete).
 """
 

@@ -2,7 +2,10 @@
 
 `plan` is the step (the CLI and the DAG call it through `orchestrator.steps`):
 it takes the pipeline lock, records the run's start position ``P0`` before any
-key bound is read, and plans every table to snapshot; a table already published
+key bound is read (then waits ``read_margin_seconds``, as after each ``L``: a
+transaction already in the binlog before ``P0`` may not be visible to readers yet, and
+an insert above the planned max key would be neither read nor captured), and plans
+every table to snapshot; a table already published
 is incremental. `plan_table` plans one table (the chunk math lives in
 `chunking`; the key choice in `orchestrator.schema.keys`) and logs the decision
 with its numbers; `plan_command` is ``tidemark plan``. Planning reads only key
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +28,9 @@ from orchestrator.config import Defaults, PipelineConfig, TableConfig
 from orchestrator.errors import ConfigError, SourceNotReady, TidemarkError
 from orchestrator.lake.manifest import read_manifest
 from orchestrator.pipeline.context import open_source, open_store, table_dir, take_lock
+from orchestrator.pipeline.failed import fail_table, table_failure
+from orchestrator.pipeline.filtering import compile_table_filter
+from orchestrator.pipeline.segments import drop_segments
 from orchestrator.positions import BinlogPosition, file_index
 from orchestrator.runtime.failures import describe
 from orchestrator.schema.keys import choose_chunk_key
@@ -68,7 +75,8 @@ class RunHandle:
 
 
 def plan(config: PipelineConfig, *, tables: list[str] | None = None, snapshot: bool = False,
-         chunk_size: int | None = None, holder: str, fresh: bool = False) -> RunHandle:
+         chunk_size: int | None = None, holder: str, fresh: bool = False,
+         failing: dict[str, str] | None = None) -> RunHandle:
     """Resume the pipeline's unfinished run, or start a new one.
 
     With ``fresh`` (``run --snapshot``) a run that *failed* (ended with an error, its
@@ -79,18 +87,18 @@ def plan(config: PipelineConfig, *, tables: list[str] | None = None, snapshot: b
     Takes the pipeline lock for ``holder``, records ``P0``, then plans the
     chunks of every table to snapshot. Tables already published and not asked
     to be re-snapshotted are incremental: their binlog is applied from their
-    checkpoint. A rerun of the same run reuses what was planned.
+    checkpoint. A rerun of the same run reuses what was planned. ``failing`` (preflight's
+    tables that failed a check of their own, with its line) are recorded failed, not planned.
     """
     store = open_store(config)
     try:
         take_lock(store, config, holder)
         run = store.unfinished_run(config.pipeline)
-        if run is not None and fresh and run.status == "failed":
-            log.info("run %s (failed) is left behind: a new run starts afresh", run.run_id)
-            run = None
+        selected = [t.name for t in config.select_tables(tables)]
+        if run is not None and fresh:
+            run = _take_out(store, run, selected)
         resumed = run is not None
         if run is None:
-            selected = [t.name for t in config.select_tables(tables)]
             if chunk_size is not None and chunk_size < 1:
                 raise ConfigError(f"chunk_size must be a positive integer, got {chunk_size}")
             run = store.create_run(config.pipeline, {"tables": selected, "snapshot": snapshot,
@@ -103,7 +111,7 @@ def plan(config: PipelineConfig, *, tables: list[str] | None = None, snapshot: b
             if run.status != "running":
                 store.finish_run(run.run_id, "running")
         try:
-            _plan_tables(config, store, run)
+            _plan_tables(config, store, run, failing or {})
         except Exception as exc:  # no ghost: the run is failed with its reason, the lock released
             store.finish_run(run.run_id, "failed", error=f"planning failed: {describe(exc)}")
             store.release_lock(config.pipeline, holder)
@@ -113,20 +121,48 @@ def plan(config: PipelineConfig, *, tables: list[str] | None = None, snapshot: b
             run_id=run.run_id,
             resumed=resumed,
             tables=[r.table for r in records],
-            snapshot_tables=[r.table for r in records if r.mode == "snapshot"],
+            snapshot_tables=[r.table for r in records if r.mode == "snapshot" and r.status != "failed"],
             batches=pending_batches(store, run.run_id),
         )
     finally:
         store.close()
 
 
+def takes_out(run: RunRecord, tables: list[str]) -> bool:
+    """Whether ``run --snapshot`` of ``tables`` takes some of them out of the unfinished ``run``
+    (not when it is the same request interrupted: that resumes its own run; the same request
+    that *failed* starts afresh, as "re-snapshot it" advice means)."""
+    options = run.options
+    same = bool(options.get("snapshot")) and sorted(options.get("tables", [])) == sorted(tables) \
+        and run.status != "failed"
+    return not same and bool(set(tables) & set(options.get("tables", [])))
+
+
+def _take_out(store: StateStore, run: RunRecord, tables: list[str]) -> RunRecord | None:
+    """``run --snapshot`` of ``tables`` while ``run`` is unfinished: they leave that run (it
+    resumes for its other tables) and start afresh in a run of their own, with their own
+    start position and plan. The same request again resumes its own run."""
+    if not takes_out(run, tables):
+        return run
+    if set(run.options.get("tables", [])) <= set(tables):  # nothing of it is left: left behind whole
+        log.info("run %s (%s) is left behind: a new run starts afresh", run.run_id, run.status)
+        if run.status == "running":  # interrupted: not shown as running for ever
+            store.finish_run(run.run_id, "failed", error="interrupted; left behind by run --snapshot")
+        return None
+    leaving = [t for t in tables if t in run.options.get("tables", [])]
+    store.drop_from_run(run.run_id, leaving)
+    log.info("run %s: %s leave(s) it to be snapshotted afresh", run.run_id, ", ".join(leaving))
+    return store.get_run(run.run_id)
+
+
 def pending_batches(store: StateStore, run_id: str) -> list[BatchRef]:
     """The run's batches that still have chunks to read, in batch order."""
     by_batch: dict[int, list[ChunkRecord]] = {}
     last_index: dict[str, int] = {}
+    failed = {r.table for r in store.run_tables(run_id) if r.status == "failed"}
     for chunk in store.chunks(run_id):
         last_index[chunk.table] = max(chunk.index, last_index.get(chunk.table, -1))
-        if chunk.status == "pending":
+        if chunk.status == "pending" and chunk.table not in failed:
             by_batch.setdefault(chunk.batch, []).append(chunk)
     return [BatchRef(batch=b, table=cs[0].table, chunks=len(cs),
                      label=_batch_label(cs[0].table, cs, ends_table=cs[-1].index == last_index[cs[0].table]))
@@ -150,7 +186,7 @@ def _batch_label(table: str, chunks: list[ChunkRecord], *, ends_table: bool) -> 
     return f"{table} chunks {first.index}-{last.index} [{start} .. {end}"
 
 
-def _plan_tables(config: PipelineConfig, store: StateStore, run: RunRecord) -> None:
+def _plan_tables(config: PipelineConfig, store: StateStore, run: RunRecord, failing: dict[str, str]) -> None:
     """Plan every table of the run not planned yet (all of them on a fresh run)."""
     options = run.options
     effective = config.with_chunk_size(options.get("chunk_size"))
@@ -159,27 +195,53 @@ def _plan_tables(config: PipelineConfig, store: StateStore, run: RunRecord) -> N
     if not todo:
         return
     with open_source(config) as source:
+        # A table planned into a run whose capture has begun (it was reset meanwhile) starts at
+        # its own position: the capture goes on from its checkpoint, after the run's P0.
+        late = store.capture_checkpoint(run.run_id) is not None or run.high_position is not None
         if run.start_position is None:
             start = source.current_position()
             store.set_run_positions(run.run_id, start=start.to_json())
             log.info("run %s: start position P0 = %s", run.run_id, start)
             run = store.get_run(run.run_id)
-        next_batch = max(store.batches(run.run_id), default=-1) + 1
+        time.sleep(config.defaults.read_margin_seconds)  # before any key bound: see the docstring
         oldest = source.oldest_binlog()
         for table in todo:
-            info = source.table_info(table.name)
-            checkpoint = store.table_checkpoint(config.pipeline, table.name)
-            if checkpoint is not None and oldest is not None and \
-                    file_index(checkpoint.position["file"]) < file_index(oldest):
-                log.warning("table %s: the binlog since its version %d (%s) was purged (oldest kept: "
-                            "%s); it is snapshotted again", table.name, checkpoint.version,
-                            checkpoint.position["file"], oldest)
-                checkpoint = None
-            if checkpoint is not None and not options.get("snapshot") and \
-                    _same_shape(config, table.name, info):
-                _plan_incremental(config, store, run, table, info, checkpoint.position)
-            else:
-                next_batch = _plan_snapshot(config, store, run, table, info, source, next_batch)
+            if table.name in failing:
+                fail_table(store, run.run_id, table.name, "plan", failing[table.name])
+                continue
+            try:
+                _plan_one(config, store, run, table, source, oldest, late=late)
+            except Exception as exc:  # one table's trouble is its own (`pipeline.failed`)
+                reason = table_failure(exc)
+                if reason is None:
+                    raise
+                fail_table(store, run.run_id, table.name, "plan", reason)
+
+
+def _plan_one(config: PipelineConfig, store: StateStore, run: RunRecord, table: TableConfig, source: Source,
+              oldest: str | None, *, late: bool) -> None:
+    """Plan one table of the run: incremental from its published position, or a snapshot."""
+    start = source.current_position().to_json() if late else None  # before the table is looked at
+    if late:  # its own P0_T wants the same margin before any key bound is read
+        time.sleep(config.defaults.read_margin_seconds)
+    info = source.table_info(table.name)
+    if table.where:  # the binlog must evaluate it exactly (refused before any read)
+        compile_table_filter(table.where, info, None)
+    checkpoint = store.table_checkpoint(config.pipeline, table.name)
+    if checkpoint is not None and oldest is not None and \
+            file_index(checkpoint.position["file"]) < file_index(oldest):
+        log.warning("table %s: the binlog since its version %d (%s) was purged (oldest kept: "
+                    "%s); it is snapshotted again", table.name, checkpoint.version,
+                    checkpoint.position["file"], oldest)
+        checkpoint = None
+    if checkpoint is not None and not late and not run.options.get("snapshot") and \
+            _same_shape(config, table.name, info):
+        _plan_incremental(config, store, run, table, info, checkpoint.position)
+        return
+    if late:  # changes the run captured for it before it was reset would override the new read
+        drop_segments(config.staging_path, run.run_id, table.name)
+    next_batch = max(store.batches(run.run_id), default=-1) + 1
+    _plan_snapshot(config, store, run, table, info, source, next_batch, start=start)
 
 
 def _same_shape(config: PipelineConfig, table: str, info: TableInfo) -> bool:
@@ -213,6 +275,7 @@ def replan_snapshot(config: PipelineConfig, store: StateStore, run_id: str, tabl
     """
     run = store.get_run(run_id)
     start = source.current_position()
+    time.sleep(config.defaults.read_margin_seconds)  # P0_T's margin, as P0's
     table_config = config.with_chunk_size(run.options.get("chunk_size")).select_tables([table])[0]
     next_batch = max(store.batches(run_id), default=-1) + 1
     _plan_snapshot(config, store, run, table_config, source.table_info(table), source, next_batch,

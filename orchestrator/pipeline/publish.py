@@ -13,8 +13,9 @@ Iceberg snapshot (`orchestrator.lake.iceberg`). Order of writes:
 4. the Iceberg snapshot: the files of the version, the run id in its summary;
 5. ``_tidemark/versions/000002.json`` again and ``_tidemark/current.json``, replaced
    atomically (`storage.write_atomic`): the moment Tidemark's readers switch;
-6. retention: versions beyond ``output.keep_versions`` are dropped, their Iceberg
-   snapshots expired, with the files no kept version or snapshot references.
+6. retention: versions beyond ``output.keep_versions`` and older than
+   ``output.keep_hours`` are dropped, their Iceberg snapshots expired, with the
+   files no kept version or snapshot references.
 
 A crash before 4 leaves the previous version current and some unreferenced
 files of the new version number; the rerun deletes those and writes them again.
@@ -53,10 +54,11 @@ from orchestrator.lake.manifest import (
 )
 from orchestrator.lake.writer import VersionWriter
 from orchestrator.pipeline.context import open_store, position, run_dir, table_dir, table_info
+from orchestrator.pipeline.failed import TablesFailed, fail_table, failures, table_failure
 from orchestrator.positions import BinlogPosition
 from orchestrator.runtime import faults
 from orchestrator.schema.tables import TableInfo
-from orchestrator.state.store import TableCheckpoint
+from orchestrator.state.store import RunTableRecord, StateStore, TableCheckpoint
 
 log = logging.getLogger(__name__)
 
@@ -93,20 +95,20 @@ def publish_table(config: PipelineConfig, table_info: TableInfo, key: Sequence[s
         log.info("table %s: Iceberg snapshot %d of run %s is committed; switching the manifest to it",
                  table_info.name, committed["snapshot_id"], run_id)
         return _switch(config, catalog, tdir, load_manifest(version_uri(tdir, version)), committed)
+    plan = layout.read_plan(reconciled_dir)
+    if plan is not None:
+        current = _check_base(table_info.name, current, plan)
+        if _unchanged(current, plan, table_info, key):
+            log.info("table %s: no change since version %d; no new version, no Iceberg snapshot "
+                     "(the state store records %s as checked)", table_info.name, current["version"], position)
+            return current
     _delete_partial(tdir, version)
     schema = iceberg.prepare(catalog, table_info.name, tdir, published_schema(table_info.columns))
     writer = VersionWriter(tdir, version, schema, [table_info.column(k).name for k in key])
-    plan = layout.read_plan(reconciled_dir)
     if plan is None:
         ranges = writer.write_all(reconciled_dir)
     else:
-        if current is not None and "iceberg" not in current:
-            raise RunFailed(f"table {table_info.name}: version {current['version']} was published before "
-                            "Tidemark wrote Iceberg tables; " + resnapshot_hint(table_info.name))
-        if current is None or current["version"] != plan.base_version:
-            raise RunFailed(f"table {table_info.name}: the run reconciled against version {plan.base_version} "
-                            f"but version {current['version'] if current else 'none'} is current; "
-                            + resnapshot_hint(table_info.name))
+        assert current is not None, "_check_base returns the base"
         base = layout.usable_ranges(current["files"], current.get("file_ranges"))
         if base is None:
             raise RunFailed(f"internal: version {current['version']} of {table_info.name} has no file "
@@ -130,6 +132,29 @@ def publish_table(config: PipelineConfig, table_info: TableInfo, key: Sequence[s
              table_info.name, version, rows, len(ranges), writer.files_written, writer.rows_written,
              len(ranges) - writer.files_written, position)
     return _switch(config, catalog, tdir, manifest, snapshot)
+
+
+def _check_base(table: str, current: Manifest | None, plan: layout.RewritePlan) -> Manifest:
+    """The current version an incremental reconcile's rewrite applies to; a RunFailed naming the fix
+    when it is not the version the reconcile read, or predates Iceberg."""
+    if current is not None and "iceberg" not in current:
+        raise RunFailed(f"table {table}: version {current['version']} was published before "
+                        "Tidemark wrote Iceberg tables; " + resnapshot_hint(table))
+    if current is None or current["version"] != plan.base_version:
+        raise RunFailed(f"table {table}: the run reconciled against version {plan.base_version} "
+                        f"but version {current['version'] if current else 'none'} is current; "
+                        + resnapshot_hint(table))
+    return current
+
+
+def _unchanged(current: Manifest, plan: layout.RewritePlan, table_info: TableInfo, key: Sequence[str]) -> bool:
+    """Whether an incremental run found nothing to change: no slot rewritten, same columns and key.
+
+    Such a run publishes no version: the current one is the table at the run's position as
+    well (no change of the table lies between), and a new version would only copy its file
+    list and add an Iceberg snapshot of the same files. The caller records the position."""
+    return (not plan.slots and current["columns"] == column_entries(table_info.columns)
+            and list(current["chunk_key"]) == list(key))
 
 
 def _switch(config: PipelineConfig, catalog: Catalog, tdir: str, manifest: Manifest, snapshot: IcebergEntry
@@ -157,7 +182,16 @@ def _retain(config: PipelineConfig, catalog: Catalog, tdir: str, manifest: Manif
             _write_current(tdir, manifest)
         return needed
 
-    apply_retention(tdir, config.output.keep_versions, expire)
+    apply_retention(tdir, config.output.keep_versions, expire, keep_hours=config.output.keep_hours)
+
+
+def _published_at(manifest: Manifest) -> dt.datetime:
+    """When ``manifest``'s version was published (``published_at`` is UTC, ``...Z``).
+
+    >>> _published_at({"published_at": "2026-11-22T10:00:00Z"}).isoformat()  # type: ignore[typeddict-item]
+    '2026-11-22T10:00:00+00:00'
+    """
+    return dt.datetime.strptime(manifest["published_at"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
 
 
 def _delete_partial(tdir: str, version: int) -> None:
@@ -183,50 +217,90 @@ class Published:
     rows: int
     position: dict[str, Any]
     iceberg: IcebergEntry | None = None  # the version's Iceberg snapshot (None: published before Iceberg)
+    #: False when the run found no change: ``version`` is an earlier run's, ``position`` the
+    #: position the table was checked up to (the version is the table there too).
+    changed: bool = True
 
     def __str__(self) -> str:
         at = BinlogPosition.from_json(self.position)
         snapshot = f", Iceberg snapshot {self.iceberg['snapshot_id']}" if self.iceberg else ""
+        if not self.changed:
+            return f"{self.table}: no change, version {self.version} kept ({self.rows} rows), checked up to {at}{snapshot}"
         return f"{self.table}: version {self.version}, {self.rows} rows at {at}{snapshot}"
 
 
 def publish(config: PipelineConfig, run_id: str, *, holder: str) -> list[Published]:
-    """Write versions, switch manifests, checkpoint tables, finish the run, release the lock."""
+    """Write versions, switch manifests, checkpoint tables, finish the run, release the lock.
+
+    Raises:
+        TablesFailed: some tables failed on their own (`orchestrator.pipeline.failed`); the
+            others are published and the run is finished ``partial``.
+    """
     store = open_store(config)
     try:
         run = store.get_run(run_id)
-        high = position(run.high_position)
         published: list[Published] = []
         for record in store.run_tables(run_id):
-            tdir = table_dir(config, record.table)
+            if record.status == "failed":
+                continue
             if record.status == "reconciled":
-                manifest = publish_table(config, table_info(record), tuple(record.chunk_key),
-                                         run_dir(config, run_id, "reconciled", record.table), high, run_id)
-                faults.point("publish.files_written")
-                store.save_table_checkpoint(TableCheckpoint(
-                    pipeline=config.pipeline, table=record.table, version=manifest["version"],
-                    position=record.info.get("next_from") or high.to_json(),  # held for XA: pipeline.xa
-                    rows=manifest["rows"], manifest=current_uri(tdir),
-                    run_id=run_id, published_at=dt.datetime.now(dt.UTC)))
-                store.set_table_status(run_id, record.table, "published", rows=manifest["rows"],
-                                       version=manifest["version"])
-                faults.point("publish.table_done")
-                log.info("table %s: published version %d, %d rows at %s", record.table,
-                         manifest["version"], manifest["rows"], high)
+                try:
+                    _publish_one(config, store, run_id, record, position(record.info.get("captured_to")
+                                                                         or run.high_position))
+                except Exception as exc:  # one table's own trouble fails that table alone
+                    if (reason := table_failure(exc)) is None:
+                        raise
+                    fail_table(store, run_id, record.table, "publish", reason)
+                    continue
             elif record.status != "published":
                 raise RunFailed(f"table {record.table} is {record.status}, not reconciled; "
                                 "rerun to resume")
-            checkpoint = store.table_checkpoint(config.pipeline, record.table)
-            if checkpoint is None:
-                raise RunFailed(f"internal: table {record.table} is published but has no checkpoint; "
-                                "rerun to resume")
-            found = find_manifest(tdir)
-            published.append(Published(table=record.table, uri=tdir, version=checkpoint.version,
-                                       rows=checkpoint.rows, position=checkpoint.position,
-                                       iceberg=found.get("iceberg") if found else None))
-        store.finish_run(run_id, "succeeded")
+            published.append(_published(config, store, record.table, run_id))
+        failed = failures(store, run_id)
+        if failed:
+            error = TablesFailed(run_id, failed, config.path, published)
+            store.finish_run(run_id, "partial", error=str(error))
+        else:
+            store.finish_run(run_id, "succeeded")
         storage.delete_tree(run_dir(config, run_id))
         store.release_lock(config.pipeline, holder)
+        if failed:
+            raise error
         return published
     finally:
         store.close()
+
+
+def _publish_one(config: PipelineConfig, store: StateStore, run_id: str, record: RunTableRecord,
+                 high: BinlogPosition) -> None:
+    """Publish one reconciled table at ``high`` and record its checkpoint.
+
+    A table without changes keeps its version (and the run and time that published it); its
+    checkpoint moves on all the same: lag and the next run start from ``high``."""
+    manifest = publish_table(config, table_info(record), tuple(record.chunk_key),
+                             run_dir(config, run_id, "reconciled", record.table), high, run_id)
+    faults.point("publish.files_written")
+    changed = manifest["run_id"] == run_id
+    store.save_table_checkpoint(TableCheckpoint(
+        pipeline=config.pipeline, table=record.table, version=manifest["version"],
+        position=record.info.get("next_from") or high.to_json(),  # held for XA: pipeline.xa
+        rows=manifest["rows"], manifest=current_uri(table_dir(config, record.table)),
+        run_id=manifest["run_id"],
+        published_at=dt.datetime.now(dt.UTC) if changed else _published_at(manifest)))
+    store.set_table_status(run_id, record.table, "published", rows=manifest["rows"],
+                           version=manifest["version"])
+    faults.point("publish.table_done")
+    log.info("table %s: %s version %d, %d rows at %s", record.table,
+             "published" if changed else "no change: kept", manifest["version"], manifest["rows"], high)
+
+
+def _published(config: PipelineConfig, store: StateStore, table: str, run_id: str) -> Published:
+    """What ``table``'s checkpoint says was published (``changed``: by this run)."""
+    checkpoint = store.table_checkpoint(config.pipeline, table)
+    if checkpoint is None:
+        raise RunFailed(f"internal: table {table} is published but has no checkpoint; rerun to resume")
+    tdir = table_dir(config, table)
+    found = find_manifest(tdir)
+    return Published(table=table, uri=tdir, version=checkpoint.version, rows=checkpoint.rows,
+                     position=checkpoint.position, iceberg=found.get("iceberg") if found else None,
+                     changed=found is not None and found["run_id"] == run_id)

@@ -32,7 +32,7 @@ from pyspark.sql import types as T
 
 from chunking.mysql import quote_identifier, quote_table
 from orchestrator.config import PipelineConfig
-from orchestrator.errors import ConfigError, RunFailed, TransientReadError
+from orchestrator.errors import ConfigError, RunFailed, TransientReadError, source_timeout
 from orchestrator.lake import storage
 from orchestrator.pipeline.context import (
     open_source,
@@ -42,6 +42,7 @@ from orchestrator.pipeline.context import (
     table_info,
     take_lock,
 )
+from orchestrator.pipeline.failed import fail_table, table_failure
 from orchestrator.positions import BinlogPosition
 from orchestrator.runtime import faults
 from orchestrator.runtime.failures import error_chain
@@ -52,6 +53,7 @@ from orchestrator.schema.types import is_boolean
 from orchestrator.schema.values import staging_schema, staging_type
 from orchestrator.source.dialect import MARIADB_DRIVER, MYSQL_DRIVER
 from orchestrator.source.retry import read_retry
+from orchestrator.state.store import ChunkRecord, StateStore
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +79,11 @@ TRANSIENT_MARKERS = (
     "Server has gone away", "Lost connection", "Connection timed out", "Too many connections",
     "Deadlock found", "Lock wait timeout", "Connection is closed", "server shutdown",
 )
+
+#: Words of a read that waited source.read_timeout for a hung source: not retried (another try
+#: would wait as long again); the run fails naming the source and what it was reading.
+TIMEOUT_MARKERS = ("SocketTimeoutException", "Read timed out", "max_statement_time",
+                   "Query execution was interrupted")
 
 #: Words that mean retrying cannot help, even when the error is also about connecting.
 PERMANENT_MARKERS = ("Access denied", "SQLInvalidAuthorizationSpecException", "Unknown database")
@@ -162,11 +169,18 @@ def driver_class(jar: str) -> str:
 
 
 def jdbc_url(config: PipelineConfig) -> str:
-    """``jdbc:mysql://host:port/`` plus the config's ``jdbc_url_params``; never a credential."""
+    """``jdbc:mysql://host:port/`` plus ``socketTimeout`` and the config's ``jdbc_url_params``;
+    never a credential.
+
+    ``socketTimeout`` (ms, from ``source.read_timeout``) is in the URL because MariaDB
+    Connector/J 2.7 ignores it as a connection property when Spark connects: a paused server
+    then hung the read in the handshake for good (tests/integration/test_hangs.py).
+    """
     src = config.source
     url = f"jdbc:mysql://{src.host}:{src.port}/"
-    params = [f"{k}={v}" for k, v in src.jdbc_url_params.items() if k.lower() not in ("user", "password")]
-    return url + "?" + "&".join(params) if params else url
+    given = {k: v for k, v in src.jdbc_url_params.items() if k.lower() not in ("user", "password")}
+    params = {"socketTimeout": str(src.read_timeout * 1000), **given}
+    return url + "?" + "&".join(f"{k}={v}" for k, v in params.items())
 
 
 def jdbc_properties(config: PipelineConfig, driver: str) -> dict[str, str]:
@@ -189,6 +203,9 @@ def jdbc_properties(config: PipelineConfig, driver: str) -> dict[str, str]:
         "fetchsize": str(config.defaults.fetch_size),
         "sessionVariables": f"time_zone='{src.time_zone}',net_write_timeout={NET_WRITE_TIMEOUT}",
         "connectTimeout": str(src.connect_timeout * 1000),
+        # No chunk's statement runs longer than read_timeout (Spark's option); the socket's
+        # timeout is in the URL (`jdbc_url`).
+        "queryTimeout": str(src.read_timeout),
         "tinyInt1isBit": "false",
         "yearIsDateType": "false",
     }
@@ -211,10 +228,16 @@ def _aliases(columns: Sequence[ColumnInfo]) -> list[str]:
 
 
 def source_query(table: TableInfo, aliases: Sequence[str], reads: Sequence[ColumnRead]) -> str:
-    """The derived table Spark reads from: raw columns plus one converted column per column."""
+    """The derived table Spark reads from: raw columns plus one converted column per column.
+
+    The raw columns are named one by one, never ``t.*``: a MariaDB ``INVISIBLE`` column is
+    left out of ``*`` but is part of the table (and may be named by a chunk predicate or the
+    table's ``where``).
+    """
     converted = ", ".join(f"{r.sql} AS {quote_identifier(a)}" for r, a in zip(reads, aliases, strict=True))
     name = quote_table(table.name)
-    return f"(SELECT {name}.*, {converted} FROM {name}) AS tm_src"
+    raw = ", ".join(f"{name}.{quote_identifier(c.name)}" for c in table.columns)
+    return f"(SELECT {raw}, {converted} FROM {name}) AS tm_src"
 
 
 def batch_frame(spark: SparkSession, config: PipelineConfig, table: TableInfo,
@@ -327,6 +350,9 @@ def _read_error(config: PipelineConfig, label: str, exc: BaseException) -> RunFa
     """A one-line error for a failed read job, with any credential scrubbed: a
     `TransientReadError` when the connection was lost or refused (worth a retry)."""
     chain = error_chain(exc)
+    if any(marker.lower() in "\n".join(chain).lower() for marker in TIMEOUT_MARKERS):
+        src = config.source
+        return source_timeout(f"{src.host}:{src.port}", src.read_timeout, f"the rows of {label}")
     sql = [m for m in chain[1:] if m.startswith("java.sql.")]
     cause = (sql[0] if sql else chain[-1]).strip().splitlines()[0]
     message = scrub(f"read of {label} failed: {cause[:500]}", config.resolve_password())
@@ -379,29 +405,46 @@ def read_batch(config: PipelineConfig, run_id: str, batch: int, *, spark: SparkS
         if not pending:
             return ReadResult(batch, "", 0, 0, 0)
         table = pending[0].table
-        info = table_info(next(r for r in store.run_tables(run_id) if r.table == table))
-        paths = {c.index: run_dir(config, run_id, "snapshot", table, f"chunk-{c.index:06d}") for c in pending}
-        session = spark or spark_session(config)
-        with open_source(config) as source:
-            for attempt in read_retry(config.defaults.read_attempts, f"batch {batch} ({table})"):
-                with attempt:
-                    # A retried batch records a fresh L: its reads start again after it.
-                    low = source.current_position()
-                    store.mark_batch_started(run_id, batch, low.to_json())
-                    time.sleep(config.defaults.read_margin_seconds)
-                    results = read_chunks(session, config, info, [(c.index, c.where) for c in pending],
-                                          paths.__getitem__)
-            high = source.current_position()
-        for chunk in pending:
-            rows, nbytes = results[chunk.index]
-            store.mark_chunk_done(run_id, table, chunk.index, high=high.to_json(), rows=rows, bytes=nbytes,
-                                  path=paths[chunk.index])
-        faults.point("read.batch_done")
-        if holder:
-            take_lock(store, config, holder)
-        result = ReadResult(batch, table, len(pending), sum(n for n, _ in results.values()),
-                            sum(b for _, b in results.values()), low, high)
-        log.info("%s", result)
-        return result
+        record = next(r for r in store.run_tables(run_id) if r.table == table)
+        if record.status == "failed":  # an earlier batch of it failed: the others go on
+            return ReadResult(batch, table, 0, 0, 0)
+        try:
+            return _read_pending(config, store, run_id, batch, pending, table_info(record), spark, holder)
+        except Exception as exc:
+            reason = table_failure(exc)
+            if reason is None:  # a lost source, a full disk...: the run fails, a rerun resumes
+                raise
+            fail_table(store, run_id, table, "read", reason)
+            return ReadResult(batch, table, 0, 0, 0)
     finally:
         store.close()
+
+
+def _read_pending(config: PipelineConfig, store: StateStore, run_id: str, batch: int,
+                  pending: list[ChunkRecord], info: TableInfo, spark: SparkSession | None,
+                  holder: str | None) -> ReadResult:
+    """`read_batch` of the batch's pending chunks, all of one table."""
+    table = pending[0].table
+    paths = {c.index: run_dir(config, run_id, "snapshot", table, f"chunk-{c.index:06d}") for c in pending}
+    session = spark or spark_session(config)
+    with open_source(config) as source:
+        for attempt in read_retry(config.defaults.read_attempts, f"batch {batch} ({table})"):
+            with attempt:
+                # A retried batch records a fresh L: its reads start again after it.
+                low = source.current_position()
+                store.mark_batch_started(run_id, batch, low.to_json())
+                time.sleep(config.defaults.read_margin_seconds)
+                results = read_chunks(session, config, info, [(c.index, c.where) for c in pending],
+                                      paths.__getitem__)
+        high = source.current_position()
+    for chunk in pending:
+        rows, nbytes = results[chunk.index]
+        store.mark_chunk_done(run_id, table, chunk.index, high=high.to_json(), rows=rows, bytes=nbytes,
+                              path=paths[chunk.index])
+    faults.point("read.batch_done")
+    if holder:
+        take_lock(store, config, holder)
+    result = ReadResult(batch, table, len(pending), sum(n for n, _ in results.values()),
+                        sum(b for _, b in results.values()), low, high)
+    log.info("%s", result)
+    return result

@@ -2,8 +2,9 @@
 
 The rule ("Why it is correct"): for each key, the last change by position
 ``(_tm_file, _tm_pos, _tm_row)`` wins; a delete removes the key, an insert or
-update puts its after-image; an update whose before-image key differs from its
-after-image key is also a delete of the old key at the same position; keys
+update puts its after-image; an update (or a delete, see
+`orchestrator.pipeline.filtering`) whose before-image key differs from its image's key
+is also a delete of the old key at the same position; keys
 without a change keep their base row. The base is the snapshot (every chunk of
 the table) or the current published version.
 
@@ -46,11 +47,13 @@ from orchestrator.lake.layout import FileRange, RewritePlan, Territory
 from orchestrator.lake.manifest import read_manifest
 from orchestrator.pipeline.changes import DELETE, KIND, OLD_PREFIX, OP, POSITION, PUT, event_key
 from orchestrator.pipeline.context import open_store, run_dir, spark_session, table_dir, table_info
+from orchestrator.pipeline.failed import fail_table, table_failure
 from orchestrator.pipeline.reconcile_local import local_rewrite_allowed, rewrite_locally
 from orchestrator.runtime import faults
 from orchestrator.runtime.spark import apply_required_conf, spark_schema, spark_type
 from orchestrator.schema.tables import TableInfo
 from orchestrator.schema.values import staging_schema, staging_type
+from orchestrator.state.store import RunTableRecord, StateStore
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +118,8 @@ def events(changes: DataFrame, table: TableInfo, key: Sequence[str]) -> DataFram
     """Changes as events ``(_tm_k<i>..., position, _tm_kind, row columns)``.
 
     'I'/'U' put the after-image under the new key; 'D' deletes the key of its
-    before image; a 'U' that changes the key also deletes the old key.
+    image; a 'U' or 'D' whose old key differs also deletes the old key (a 'D' made of
+    an update that left the table's filter: `orchestrator.pipeline.filtering`).
     """
     columns = [c.name for c in table.columns]
     schema = spark_schema(staging_schema(table.columns))
@@ -134,7 +138,7 @@ def events(changes: DataFrame, table: TableInfo, key: Sequence[str]) -> DataFram
         same_key = same_key & old.eqNullSafe(new)
     puts = changes.where(op.isin("I", "U")).select(event(new_key, PUT, [F.col(c) for c in columns]))
     deletes = changes.where(op == "D").select(event(new_key, DELETE, nulls))
-    moves = changes.where((op == "U") & ~same_key).select(event(old_key, DELETE, nulls))
+    moves = changes.where(op.isin("U", "D") & ~same_key).select(event(old_key, DELETE, nulls))
     return puts.unionByName(deletes).unionByName(moves)
 
 
@@ -378,6 +382,21 @@ class ReconcileResult:
         return "reconciled " + ", ".join(f"{t} ({n} rows)" for t, n in sorted(self.rows.items()))
 
 
+def _reconcile_one(config: PipelineConfig, store: StateStore, run_id: str, record: RunTableRecord,
+                   spark: SparkSession | None) -> tuple[int, SparkSession | None]:
+    """Reconcile one captured table; returns its rows and the session (started if it needed one)."""
+    info = table_info(record)
+    changes = run_dir(config, run_id, "changes", record.table)
+    reconciled = run_dir(config, run_id, "reconciled", record.table)
+    if record.mode == "snapshot":
+        spark = spark or spark_session(config)
+        base = [c.path for c in store.chunks(run_id, table=record.table) if c.path]
+        return reconcile_table(spark, info, tuple(record.chunk_key), base, changes, reconciled), spark
+    # rewrites only the published files that hold changed keys; Spark only if it must
+    return reconcile_incremental(spark or (lambda: spark_session(config)), info, tuple(record.chunk_key),
+                                 table_dir(config, record.table), changes, reconciled), spark
+
+
 def reconcile(config: PipelineConfig, run_id: str, *, spark: SparkSession | None = None) -> ReconcileResult:
     """Per table: base rows (snapshot chunks, or the published version) + changes -> the table at H."""
     store = open_store(config)
@@ -386,17 +405,13 @@ def reconcile(config: PipelineConfig, run_id: str, *, spark: SparkSession | None
         for record in store.run_tables(run_id):
             if record.status != "captured":
                 continue
-            info = table_info(record)
-            changes = run_dir(config, run_id, "changes", record.table)
-            reconciled = run_dir(config, run_id, "reconciled", record.table)
-            if record.mode == "snapshot":
-                spark = spark or spark_session(config)
-                base = [c.path for c in store.chunks(run_id, table=record.table) if c.path]
-                rows = reconcile_table(spark, info, tuple(record.chunk_key), base, changes, reconciled)
-            else:  # rewrites only the published files that hold changed keys; Spark only if it must
-                rows = reconcile_incremental(spark or (lambda: spark_session(config)), info,
-                                             tuple(record.chunk_key), table_dir(config, record.table),
-                                             changes, reconciled)
+            try:
+                rows, spark = _reconcile_one(config, store, run_id, record, spark)
+            except Exception as exc:  # one table's own trouble fails that table alone
+                if (reason := table_failure(exc)) is None:
+                    raise
+                fail_table(store, run_id, record.table, "reconcile", reason)
+                continue
             store.set_table_status(run_id, record.table, "reconciled", rows=rows)
             faults.point("reconcile.table_done")
             out[record.table] = rows

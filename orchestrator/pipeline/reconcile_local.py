@@ -123,7 +123,7 @@ def _local_last_events(changes: pa.Table, table_info: TableInfo, key: Sequence[s
                     for n in names]
         return pa.table(columns, names=[*keys, *POSITION, KIND, *names])
 
-    updates = changes.filter(pc.equal(op, "U"))
+    updates = changes.filter(pc.is_in(op, pa.array(["U", "D"])))  # a D may carry an old key too
     moved: Any = pa.array([False] * updates.num_rows, pa.bool_())
     for k in key:
         moved = pc.or_(moved, pc.not_equal(updates.column(OLD_PREFIX + k), updates.column(k)))

@@ -27,6 +27,7 @@ from typing import Any
 from orchestrator.config import PipelineConfig
 from orchestrator.errors import BinlogPurged, RunFailed
 from orchestrator.pipeline.context import open_source, position, spark_session
+from orchestrator.pipeline.failed import fail_table, table_failure
 from orchestrator.pipeline.plan import replan_snapshot
 from orchestrator.pipeline.read import read_batch
 from orchestrator.pipeline.segments import drop_segments
@@ -58,9 +59,14 @@ def prepare_rereads(config: PipelineConfig, store: StateStore, run_id: str) -> b
     with open_source(config) as source:
         for table, reason in sorted(pending.items()):
             drop_segments(config.staging_path, run_id, table)
-            replan_snapshot(config, store, run_id, table, source, reason)
+            try:
+                replan_snapshot(config, store, run_id, table, source, reason)
+            except Exception as exc:  # e.g. the DDL dropped it: that table's failure alone
+                if (why := table_failure(exc)) is None:
+                    raise
+                fail_table(store, run_id, table, "plan", f"{why} (re-read after {reason['what']})")
         records = {r.table: r for r in store.run_tables(run_id)}
-        unread = store.chunks(run_id, status="pending")
+        unread = [c for c in store.chunks(run_id, status="pending") if records[c.table].status != "failed"]
         stray = sorted({c.table for c in unread if "reread" not in records[c.table].info})
         if stray:
             raise RunFailed(f"run {run_id}: chunks of {', '.join(stray)} are not read yet; "
@@ -78,6 +84,16 @@ def prepare_rereads(config: PipelineConfig, store: StateStore, run_id: str) -> b
             log.info("run %s: re-read %s; capture goes on to H = %s", run_id,
                      ", ".join(sorted(pending) or sorted({c.table for c in unread})), high)
         return True
+
+
+def give_up_rereads(store: StateStore, run_id: str, pending: dict[str, dict[str, Any]]) -> None:
+    """Tables that changed again during each re-read of the run fail on their own; the
+    others (captured up to ``H`` by the last pass) are published."""
+    for table, reason in sorted(pending.items()):
+        fail_table(store, run_id, table, "capture",
+                   f"it changed again during each of {MAX_REREAD_ROUNDS} re-reads of this run (last: "
+                   f"{reason['what']} at {position(reason['position'])}); wait until its schema changes "
+                   "have settled")
 
 
 def check_binlog_kept(store: StateStore, run: RunRecord, records: list[RunTableRecord],

@@ -34,6 +34,7 @@ from airflow.sdk import (
 from orchestrator import steps
 from orchestrator.config import PipelineConfig
 from orchestrator.errors import ConfigError, RunLocked, SourceNotReady
+from orchestrator.pipeline.failed import TablesFailed
 from orchestrator.runtime import airflow_support as support
 from orchestrator.runtime.failures import describe
 
@@ -44,8 +45,9 @@ RETRIES = 2
 RETRY_DELAY = timedelta(minutes=1)
 #: Retrying cannot fix a bad config, a source that is not set up, or a run held by another.
 NO_RETRY_ON = ExceptionRetryPolicy(rules=[RetryRule(
-    exception=[ConfigError, SourceNotReady, RunLocked], action=RetryAction.FAIL,
-    reason="not transient: fix the config or the source, then clear the task")])
+    exception=[ConfigError, SourceNotReady, RunLocked, TablesFailed], action=RetryAction.FAIL,
+    reason="not transient: fix the config or the source, then clear the task (or trigger the DAG: "
+           "a new run retries the tables that failed)")])
 MAP_INDEX_TEMPLATE = "{{ task.op_kwargs['batch']['label'] }}"
 
 
@@ -90,6 +92,8 @@ def build_dag(config: PipelineConfig) -> DAG:
     """The DAG ``tidemark_<pipeline>`` of one pipeline config (not auto-registered)."""
     assets = {t.name: Asset(support.asset_uri(config, t.name)) for t in config.tables}
     pool = support.pool_name(config)
+    # Airflow fails (and retries) a task running longer than this; the run resumes.
+    limit = support.execution_timeouts(config)
     with DAG(
         dag_id=support.dag_id(config),
         description=f"Tidemark snapshots of {len(config.tables)} table(s) from {config.path}",
@@ -105,13 +109,13 @@ def build_dag(config: PipelineConfig) -> DAG:
         auto_register=False,
     ) as dag:
 
-        @task(pool=pool)
+        @task(pool=pool, execution_timeout=limit["preflight"])
         def preflight() -> None:
             _mask_password(config)
             steps.preflight(config, _request(config).tables)
 
         # XCom: the batches to read (the return value, mapped over) and key "run_id".
-        @task(pool=pool)
+        @task(pool=pool, execution_timeout=limit["plan"])
         def plan() -> list[dict[str, Any]]:
             _mask_password(config)
             request = _request(config)
@@ -121,23 +125,23 @@ def build_dag(config: PipelineConfig) -> DAG:
             get_current_context()["ti"].xcom_push(key="run_id", value=handle.run_id)
             return [support.batch_xcom(b) for b in handle.batches]
 
-        @task(pool=pool, map_index_template=MAP_INDEX_TEMPLATE)
+        @task(pool=pool, map_index_template=MAP_INDEX_TEMPLATE, execution_timeout=limit["read"])
         def read(run: str, batch: dict[str, Any]) -> None:
             _mask_password(config)
             log.info("%s", steps.read_batch(config, run, int(batch["batch"]), holder=_holder()))
 
         # Zero batches (only incremental tables) skip `read`; capture still runs.
-        @task(pool=pool, trigger_rule="none_failed")
+        @task(pool=pool, trigger_rule="none_failed", execution_timeout=limit["capture"])
         def capture(run: str) -> None:
             _mask_password(config)
             result = steps.capture(config, run)
             log.info("capture: %s", result or "every table already captured")
 
-        @task
+        @task(execution_timeout=limit["reconcile"])
         def reconcile(run: str) -> None:
             log.info("%s", steps.reconcile(config, run))
 
-        @task(outlets=list(assets.values()))
+        @task(outlets=list(assets.values()), execution_timeout=limit["publish"])
         def publish(run: str) -> Iterator[Metadata]:
             published = {p.table: p for p in steps.publish(config, run, holder=_holder())}
             for p in published.values():

@@ -8,6 +8,7 @@ Airflow install:
   (`scan_configs`), with every problem naming the file and the key;
 - names: DAG id, pool, the lock holder of a DAG run;
 - the trigger params' JSON schemas and how a run request is read from them;
+- each task's ``execution_timeout`` (`execution_timeouts`);
 - Asset URIs and asset event extras; the DAG's ``doc_md``.
 
 >>> run_holder("tidemark_shop", "manual__2026-01-01T00:00:00+00:00")
@@ -17,13 +18,17 @@ Airflow install:
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from orchestrator.config import OutputConfig, PipelineConfig, StateConfig, load_config
-from orchestrator.errors import ConfigError
+from orchestrator.errors import ConfigError, RunFailed
 from orchestrator.lake import storage
 from orchestrator.pipeline.context import table_dir
 from orchestrator.pipeline.plan import BatchRef
@@ -33,9 +38,6 @@ from orchestrator.pipeline.publish import Published
 CONFIG_DIR_ENV = "TIDEMARK_CONFIG_DIR"
 CONFIG_SUFFIXES = (".yaml", ".yml")
 DAG_ID_PREFIX = "tidemark_"
-#: Slots to give a pipeline's source pool on a small machine: each slot can be a Spark
-#: driver JVM (docs/airflow.md "Pool").
-DEFAULT_POOL_SLOTS = 2
 
 
 def dag_id(config: PipelineConfig) -> str:
@@ -46,6 +48,37 @@ def dag_id(config: PipelineConfig) -> str:
 def pool_name(config: PipelineConfig) -> str:
     """The Airflow pool capping the pipeline's concurrent source connections."""
     return f"{DAG_ID_PREFIX}{config.pipeline}_source"
+
+
+def pool_command(config: PipelineConfig, airflow: str | None = None) -> int:
+    """``tidemark airflow-pool``: create or update the pipeline's pool with ``airflow.pool_slots``.
+
+    Runs Airflow's own ``airflow pools set`` (the supported way in; DAG parsing must not
+    write to Airflow's database), with the environment given (``AIRFLOW_HOME`` ...).
+
+    Args:
+        config: the pipeline.
+        airflow: the ``airflow`` executable; default: beside this Python, else on PATH.
+    """
+    name, slots = pool_name(config), config.airflow.pool_slots
+    command = [airflow or _airflow_executable(), "pools", "set", name, str(slots),
+               f"Tidemark {config.pipeline}: source connections"]
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+    except FileNotFoundError:
+        raise RunFailed(f"`airflow` is not installed here; where Airflow runs, run "
+                        f"`airflow pools set {name} {slots} ...` or this verb") from None
+    if result.returncode != 0:
+        tail = (result.stderr or result.stdout).strip().splitlines()[-5:]
+        raise RunFailed(f"`airflow pools set {name} {slots}` failed (exit {result.returncode}): "
+                        + " | ".join(tail))
+    print(f"pool {name}: {slots} slot(s)")
+    return 0
+
+
+def _airflow_executable() -> str:
+    beside = Path(sys.executable).parent / "airflow"
+    return str(beside) if beside.exists() else (shutil.which("airflow") or "airflow")
 
 
 def run_holder(dag_id: str, run_id: str) -> str:
@@ -219,6 +252,40 @@ def run_request(config: PipelineConfig, params: Mapping[str, Any],
     return RunRequest(tables=list(tables) if tables else None, snapshot=snapshot, chunk_size=chunk_size)
 
 
+# ------------------------------------------------------------------ task timeouts
+
+#: Multiples of ``source.read_timeout`` a task may run before Airflow fails it (then retries it;
+#: the run resumes). The source's own timeouts end a hung source's query within one
+#: read_timeout; these are the backstop for what they cannot see (a stuck JVM, a lost executor).
+#: preflight and plan: many short queries; capture, reconcile, publish: grow with the changes
+#: and the table, so they get the most.
+SOURCE_STEP_FACTOR = 6
+DATA_STEP_FACTOR = 48
+
+
+def execution_timeouts(config: PipelineConfig) -> dict[str, timedelta]:
+    """Each task's ``execution_timeout``, derived from ``source.read_timeout``.
+
+    A read task runs one batch: each chunk's statement is bounded by read_timeout (JDBC
+    ``queryTimeout``), so even one chunk at a time, ``batch_chunks`` of them, in
+    ``read_attempts`` tries, it ends within ``(batch_chunks * read_attempts + 1) * read_timeout``.
+
+    >>> from orchestrator.config import parse_config
+    >>> cfg = parse_config({"pipeline": "p", "source": {"host": "h", "user": "u", "server_id": 1,
+    ...     "password": "x", "read_timeout": 60}, "output": {"path": "/tmp/l"},
+    ...     "state": {"url": "sqlite:///:memory:"}, "tables": [{"name": "d.t"}]})
+    >>> {k: int(v.total_seconds()) for k, v in execution_timeouts(cfg).items()}
+    {'preflight': 360, 'plan': 360, 'read': 2940, 'capture': 2880, 'reconcile': 2880, 'publish': 2880}
+    """
+    seconds = config.source.read_timeout
+    batch_chunks = max([config.defaults.batch_chunks, *(t.batch_chunks for t in config.tables)])
+    read = (batch_chunks * config.defaults.read_attempts + 1) * seconds
+    source_step = timedelta(seconds=SOURCE_STEP_FACTOR * seconds)
+    data_step = timedelta(seconds=DATA_STEP_FACTOR * seconds)
+    return {"preflight": source_step, "plan": source_step, "read": timedelta(seconds=read),
+            "capture": data_step, "reconcile": data_step, "publish": data_step}
+
+
 # ------------------------------------------------------------------ XCom and assets
 
 
@@ -246,8 +313,11 @@ def asset_uri(config: PipelineConfig, table: str) -> str:
 
 def asset_extra(published: Published, run_id: str) -> dict[str, Any]:
     """The extra of a table's asset event: what was published, at which binlog position, and
-    the Iceberg snapshot (``iceberg``: catalog, identifier, metadata_location, snapshot_id)."""
-    return {"published": True, "table": published.table, "version": published.version,
+    the Iceberg snapshot (``iceberg``: catalog, identifier, metadata_location, snapshot_id).
+
+    ``published`` is False when the run found no change in the table: ``version`` and
+    ``iceberg`` are then those of the earlier run, and ``position`` the one checked up to."""
+    return {"published": published.changed, "table": published.table, "version": published.version,
             "rows": published.rows, "position": dict(published.position), "run_id": run_id,
             "iceberg": dict(published.iceberg) if published.iceberg else None}
 
@@ -280,10 +350,12 @@ def doc_md(config: PipelineConfig) -> str:
         "",
         f"Source `{config.source.host}:{config.source.port}` as `{config.source.user}`; "
         f"schedule: {config.schedule or 'none (manual)'}; source connections capped by the pool "
-        f"`{pool_name(config)}`.",
+        f"`{pool_name(config)}` ({config.airflow.pool_slots} slots: `tidemark airflow-pool` sets it).",
         "",
         "Trigger with **Tables** to run only those tables (a published table gets a binlog "
         "catch-up unless **Re-snapshot** is on), **Chunk size** to override chunk sizes for the run. "
+        "A table with no change since its version keeps it (no new version or Iceberg snapshot; "
+        "its asset event says `published: false` with the position checked up to). "
         "Any other key in the run's conf fails the run at `preflight`. "
         "A failed run resumes when cleared or triggered again.",
     ]

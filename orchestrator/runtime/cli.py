@@ -17,6 +17,9 @@ from orchestrator.errors import ConfigError, TidemarkError
 
 log = logging.getLogger("tidemark")
 
+#: The terminal handlers `_configure_logging` added (replaced when `main` runs again in-process).
+_handlers: list[logging.Handler] = []
+
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
@@ -46,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--snapshot", action="store_true", help="re-snapshot even if published")
     p.add_argument("--no-progress", action="store_true", help="plain log lines, no progress bars")
     verb("status", "runs, tables, chunks done/total, positions, lag")
+    verb("airflow-pool", "create or update the pipeline's Airflow pool with airflow.pool_slots slots")
     p = verb("reset", "forget state (and published output with --purge-output)")
     p.add_argument("--table", action="append", default=[], metavar="DB.TABLE")
     p.add_argument("--purge-output", action="store_true")
@@ -93,6 +97,12 @@ def _status(args: argparse.Namespace, config: PipelineConfig) -> int:
     return status_command(config)
 
 
+def _airflow_pool(args: argparse.Namespace, config: PipelineConfig) -> int:
+    from orchestrator.runtime.airflow_support import pool_command
+
+    return pool_command(config)
+
+
 def _reset(args: argparse.Namespace, config: PipelineConfig) -> int:
     from orchestrator.runtime.status import reset_command
 
@@ -108,25 +118,50 @@ def _demo(args: argparse.Namespace) -> int:
 
 VERBS: dict[str, Callable[[argparse.Namespace, PipelineConfig], int]] = {
     "validate": _validate, "doctor": _doctor, "plan": _plan, "run": _run,
-    "status": _status, "reset": _reset,
+    "status": _status, "reset": _reset, "airflow-pool": _airflow_pool,
 }
+
+
+def _configure_logging(debug: bool, *, quiet_stderr: bool) -> None:
+    """Log lines to the terminal (the run's log file takes them all, see `open_log`).
+
+    ``run`` keeps stderr for its failure (at most 3 lines a script can read as the cause):
+    its progress, notices and warnings (retries, waits) go to stdout. Other verbs print their
+    result on stdout (``plan --json`` must stay parseable), so their log lines go to stderr.
+    ``--debug`` sends everything to stderr.
+    """
+    fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    root = logging.getLogger()
+    for old in _handlers:
+        root.removeHandler(old)
+    _handlers.clear()
+    root.setLevel(logging.DEBUG if debug else logging.INFO)
+    err = logging.StreamHandler(sys.stderr)
+    handlers: list[logging.Handler] = [err]
+    if quiet_stderr and not debug:
+        err.setLevel(logging.ERROR)
+        out = logging.StreamHandler(sys.stdout)
+        out.addFilter(lambda record: record.levelno < logging.ERROR)
+        handlers.append(out)
+    for handler in handlers:
+        handler.setFormatter(fmt)
+        if not debug:  # the JVM's own output (banner, task stack traces) goes to the run's log file only
+            handler.addFilter(lambda record: not record.name.startswith("tidemark.jvm"))
+        root.addHandler(handler)
+        _handlers.append(handler)
+    for noisy in ("py4j", "pyspark", "urllib3"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
-    logging.basicConfig(level=logging.DEBUG if debug else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    for noisy in ("py4j", "pyspark", "urllib3"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-    if not debug:  # the JVM's own output (banner, task stack traces) goes to the run's log file only
-        for handler in logging.getLogger().handlers:
-            handler.addFilter(lambda record: not record.name.startswith("tidemark.jvm"))
     try:
         args = build_parser().parse_args(argv)
+        _configure_logging(debug, quiet_stderr=args.verb == "run")
         if args.verb == "demo":
             return _demo(args)
         # status and reset read the state store and the lake: they need no source password
-        config = load_config(args.config, check_env=args.verb not in ("status", "reset"))
+        config = load_config(args.config, check_env=args.verb not in ("status", "reset", "airflow-pool"))
         return VERBS[args.verb](args, config)
     except TidemarkError as exc:
         if debug:

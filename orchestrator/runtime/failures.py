@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from orchestrator.config import PipelineConfig
+from orchestrator.errors import SourceTimeout
 from orchestrator.lake import storage
 
 log = logging.getLogger(__name__)
@@ -72,6 +73,14 @@ def _connection(message: str) -> Cause:
                  "check that the source is up (`tidemark doctor`), then rerun")
 
 
+def _timeout(message: str) -> Cause:
+    match = _HOST_PORT.search(message)
+    where = f" {match['h1'] or match['h2']}:{match['p1'] or match['p2']}" if match else ""
+    return Cause(f"no answer from the source{where} within source.read_timeout",
+                 "check that the server is not hung or overloaded (or raise source.read_timeout), "
+                 "then rerun: the run resumes")
+
+
 def _out_of_memory(message: str) -> Cause:
     side = "executor" if "executor" in message.lower() else "driver"
     return Cause(f"the Spark {side} ran out of memory (Java OutOfMemoryError)",
@@ -92,6 +101,8 @@ CAUSES: tuple[tuple[re.Pattern[str], Callable[[str], Cause]], ...] = (
     (re.compile(r"Permission denied|AccessDeniedException|EACCES|Errno 13\b|Mkdirs failed to create", re.I),
      _denied),
     (re.compile(r"OutOfMemoryError|Java heap space|GC overhead limit", re.I), _out_of_memory),
+    (re.compile(r"\(timed out\)|Read timed out|SocketTimeoutException|max_statement_time|"
+                r"Query execution was interrupted", re.I), _timeout),
     (re.compile(r"Communications link failure|Connection refused|Socket fail to connect|Connection reset|"
                 r"Lost connection|Server has gone away|Can't connect to|Could not connect|"
                 r"unexpected end of stream|Connection timed out", re.I), _connection),
@@ -142,6 +153,10 @@ def root_cause(exc: BaseException, source: str | None = None) -> Cause | None:
     ...     print(root_cause(e).what)
     no space left on device
     """
+    hung = _source_timeout(exc)
+    if hung is not None:  # it says what was waited for, which the causes below it do not
+        what, _, fix = str(hung).partition("; ")
+        return Cause(what, fix)
     chain = messages(exc)[::-1]  # innermost first
     for i, message in enumerate(chain):
         for pattern, cause in CAUSES:
@@ -149,7 +164,21 @@ def root_cause(exc: BaseException, source: str | None = None) -> Cause | None:
                 found = cause("\n".join(chain[i:]))
                 if found.what == "connection lost" and source:
                     return Cause(f"connection lost to {source}", found.fix)
+                if found.what.endswith("from the source within source.read_timeout") and source:
+                    return Cause(found.what.replace("source ", f"source {source} ", 1), found.fix)
                 return found
+    return None
+
+
+def _source_timeout(exc: BaseException) -> SourceTimeout | None:
+    """The `SourceTimeout` in ``exc``'s cause chain, if any."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, SourceTimeout):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
     return None
 
 
@@ -196,8 +225,49 @@ def open_log(config: PipelineConfig) -> str | None:
         handler.setLevel(logging.INFO)
         logging.getLogger().addHandler(handler)
         _current_log = handler.baseFilename
+        prune_logs(directory, config.pipeline)
         return _current_log
     return None
+
+
+#: Run logs kept per pipeline: a log is deleted when it is neither among the newest
+#: `KEEP_LOGS` nor younger than `KEEP_LOG_DAYS` (checked each time a run opens its log).
+KEEP_LOGS = 20
+KEEP_LOG_DAYS = 7.0
+
+
+def prune_logs(directory: str, pipeline: str, *, keep: int = KEEP_LOGS, days: float = KEEP_LOG_DAYS,
+               now: float | None = None) -> list[str]:
+    """Delete the pipeline's old run logs in ``directory``; returns the paths deleted.
+
+    Args:
+        directory: where the logs are.
+        pipeline: whose logs (``<pipeline>-<UTC time>-<pid>.log``).
+        keep: the newest this many always stay.
+        days: any younger than this stays too.
+        now: the current time (seconds since the epoch), for tests.
+    """
+    pattern = re.compile(rf"{re.escape(pipeline)}-\d{{8}}T\d{{6}}Z-\d+\.log")
+    try:
+        names = [n for n in os.listdir(directory) if pattern.fullmatch(n)]
+    except OSError:
+        return []
+    paths = sorted((os.path.join(directory, n) for n in names), key=_mtime, reverse=True)
+    cutoff = (now if now is not None else datetime.now(UTC).timestamp()) - days * 86400
+    deleted = []
+    for path in paths[keep:]:
+        if _mtime(path) < cutoff:
+            with contextlib.suppress(OSError):
+                os.remove(path)
+                deleted.append(path)
+    return deleted
+
+
+def _mtime(path: str) -> float:
+    try:
+        return os.path.getmtime(path)
+    except OSError:
+        return 0.0
 
 
 def current_log() -> str | None:

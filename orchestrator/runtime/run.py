@@ -15,6 +15,8 @@ from orchestrator import steps
 from orchestrator.config import PipelineConfig
 from orchestrator.errors import ConfigError, RunFailed, RunLocked, TidemarkError, first_line
 from orchestrator.pipeline.context import open_store, spark_session
+from orchestrator.pipeline.failed import TablesFailed
+from orchestrator.pipeline.plan import takes_out
 from orchestrator.runtime.failures import current_log, record_trace, root_cause
 
 log = logging.getLogger(__name__)
@@ -40,7 +42,7 @@ class Progress:
     step: str
     total: int
     unit: str = "chunks"
-    stream: TextIO = field(default_factory=lambda: sys.stderr)
+    stream: TextIO = field(default_factory=lambda: sys.stdout)
     bars: bool = True
     done: int = 0
     rows: int = 0
@@ -78,30 +80,36 @@ def _clock(seconds: float) -> str:
 def run_command(config: PipelineConfig, *, tables: list[str], snapshot: bool, chunk_size: int | None,
                 progress: bool = True) -> int:
     """The CLI verb. Resumes an unfinished run first, then does what was asked if that differs."""
-    bars = progress and sys.stderr.isatty()
+    bars = progress and sys.stdout.isatty()
     started = time.monotonic()
     holder = cli_holder()
-    steps.preflight(config, tables or None)
+    failing = steps.preflight(config, tables or None)
+    for table, why in sorted(failing.items()):
+        log.warning("table %s is left out of this run: %s", table, why)
     names = [t.name for t in config.select_tables(tables or None)]
     request = {"tables": names, "snapshot": snapshot, "chunk_size": chunk_size}
     if snapshot:
         _announce_fresh(config, names)
     results = []
     spark: Any = None
+    partial: TablesFailed | None = None
     for _ in range(2):
         try:
             handle = steps.plan(config, tables=tables or None, snapshot=snapshot, chunk_size=chunk_size,
-                                holder=holder, fresh=snapshot)
+                                holder=holder, fresh=snapshot, failing=failing)
         except Exception as exc:  # e.g. a state store that cannot be written
             raise after_start(config, exc, None) from exc
         if handle.resumed:
             print(f"resuming unfinished run {handle.run_id} ({len(handle.batches)} batch(es) to read)",
-                  file=sys.stderr)
+                  file=sys.stdout, flush=True)
         try:
             spark, published = execute(config, handle, holder=holder, bars=bars, spark=spark)
         except KeyboardInterrupt:  # no ghost: the run is failed and unlocked, a rerun resumes it
             steps.fail_run(config, handle.run_id, "interrupted", holder=holder)
             raise
+        except TablesFailed as exc:  # the others are published; the run is finished (partial)
+            log.error("%s", exc)
+            partial, published = exc, exc.published
         except Exception as exc:  # Spark/JDBC/IO errors too: one line, state kept
             failure = after_start(config, exc, handle.run_id)
             steps.fail_run(config, handle.run_id, str(failure), holder=holder)
@@ -110,6 +118,8 @@ def run_command(config: PipelineConfig, *, tables: list[str], snapshot: bool, ch
         if not handle.resumed or _same_request(config, handle.run_id, request):
             break
     _summary(results, time.monotonic() - started)
+    if partial is not None:
+        raise partial
     return 0
 
 
@@ -168,9 +178,14 @@ def _announce_fresh(config: PipelineConfig, tables: list[str]) -> None:
         run = store.unfinished_run(config.pipeline)
     finally:
         store.close()
-    if run is not None and run.status == "failed":
+    if run is None or not takes_out(run, tables):
+        return
+    if set(run.options.get("tables", [])) <= set(tables):
         print(f"run {run.run_id} ({run.status}) is not resumed: --snapshot starts a new run that reads "
-              f"{', '.join(tables)} afresh", file=sys.stderr)
+              f"{', '.join(tables)} afresh", file=sys.stdout, flush=True)
+    else:
+        print(f"run {run.run_id} ({run.status}) resumes without {', '.join(tables)}: --snapshot reads "
+              "them afresh in a new run of their own", file=sys.stdout, flush=True)
 
 
 def _same_request(config: PipelineConfig, run_id: str, request: dict[str, Any]) -> bool:

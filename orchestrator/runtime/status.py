@@ -8,10 +8,12 @@ import sys
 from orchestrator.config import PipelineConfig
 from orchestrator.errors import TidemarkError
 from orchestrator.lake import iceberg, storage
-from orchestrator.lake.manifest import load_manifest
+from orchestrator.lake.manifest import Manifest, load_manifest
 from orchestrator.pipeline.context import open_store, table_dir
 from orchestrator.positions import BinlogPosition, file_index
 from orchestrator.source.connection import Source
+from orchestrator.source.kept import needs, purged
+from orchestrator.state.store import StateStore
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +57,8 @@ def status_command(config: PipelineConfig) -> int:
         runs = store.runs(config.pipeline, limit=5)
         checkpoints = store.table_checkpoints(config.pipeline)
         out = sys.stdout
+        lag = _binlogs(config) if checkpoints or runs else None
+        rereads = _unfinished_rereads(store, config, lag)
         print(f"pipeline {config.pipeline}", file=out)
         if not runs:
             print("  no runs yet", file=out)
@@ -63,32 +67,67 @@ def status_command(config: PipelineConfig) -> int:
             print(f"  run {run.run_id}  {run.status:<9} started {run.created_at.isoformat(timespec='seconds')}"
                   f"  finished {finished}" + (f"  error: {run.error}" if run.error else ""), file=out)
             if i == 0:
+                failed = {r.table: r.info.get("failure", {}) for r in store.run_tables(run.run_id)
+                          if r.status == "failed"}
                 for t in store.status_rows(config.pipeline):  # the latest run's tables, one query
                     detail = (f"chunks {t.chunks_done}/{t.chunks_total}, {t.rows_read:,} rows read"
                               if t.chunks_total else "binlog only")
-                    print(f"    {t.table:<32} {t.mode:<11} {t.status:<10} {detail}", file=out)
+                    if t.table in failed:  # the next run retries it
+                        detail = f"failed at {failed[t.table].get('step')}: {failed[t.table].get('reason')}"
+                    print(f"    {t.table:<32} {t.mode:<11} {t.status:<10} {detail}{rereads.get(t.table, '')}",
+                          file=out)
         lock = store.lock_info(config.pipeline)
         if lock is not None:
             print(f"  locked by {lock.holder} on {lock.hostname} (pid {lock.pid}) since "
                   f"{lock.acquired_at.isoformat(timespec='seconds')}", file=out)
-        lag = _binlogs(config) if checkpoints else None
         print("published:", file=out)
         if not checkpoints:
             print("  nothing published yet", file=out)
         for cp in checkpoints:
             position = BinlogPosition.from_json(cp.position)
             behind = lag_text(position, lag)
+            manifest = load_manifest(cp.manifest) if storage.exists(cp.manifest) else None
             print(f"  {cp.table:<32} v{cp.version:<5} {cp.rows:>12,} rows  at {position}  "
-                  f"{cp.published_at.isoformat(timespec='seconds')}  {behind}  {_snapshot(cp.manifest)}", file=out)
+                  f"{cp.published_at.isoformat(timespec='seconds')}  {behind}  {_snapshot(manifest)}"
+                  f"{_checked(manifest, position)}", file=out)
         return 0
     finally:
         store.close()
 
 
-def _snapshot(manifest_uri: str) -> str:
+def _unfinished_rereads(store: StateStore, config: PipelineConfig,
+                        binlogs: list[tuple[str, int]] | None) -> dict[str, str]:
+    """The unfinished run's tables whose binlog was purged: ``{table: "  needs a re-read..."}``."""
+    if not binlogs:
+        return {}
+    gone = purged([n for n in needs(store, config.pipeline) if n.who.startswith("run ")],
+                  [name for name, _ in binlogs])
+    return {n.table: f"  needs a re-read: binlog {n.position.file} was purged (the next run reads it again)"
+            for n in gone}
+
+
+def _snapshot(manifest: Manifest | None) -> str:
     """The Iceberg snapshot id ``current.json`` names, as status prints it."""
-    entry = load_manifest(manifest_uri).get("iceberg") if storage.exists(manifest_uri) else None
+    entry = manifest.get("iceberg") if manifest is not None else None
     return f"iceberg snapshot {entry['snapshot_id']}" if entry else "no iceberg snapshot"
+
+
+def _checked(manifest: Manifest | None, position: BinlogPosition) -> str:
+    """What status adds when runs since the version found no change: the version's own position
+    (``current.json``'s, its Iceberg snapshot's) is older than the position checked up to.
+
+    >>> m = {"version": 3, "position": {"file": "b.000001", "pos": 4, "gtid_set": None}}
+    >>> _checked(m, BinlogPosition("b.000002", 9))  # type: ignore[arg-type]
+    '  (version 3 is at b.000001:4; no change since)'
+    >>> _checked(m, BinlogPosition("b.000001", 4))  # type: ignore[arg-type]
+    ''
+    """
+    if manifest is None:
+        return ""
+    at = BinlogPosition.from_json(dict(manifest["position"]))
+    if (at.file, at.pos) == (position.file, position.pos):
+        return ""
+    return f"  (version {manifest['version']} is at {at}; no change since)"
 
 
 def _binlogs(config: PipelineConfig) -> list[tuple[str, int]] | None:

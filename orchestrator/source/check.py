@@ -14,12 +14,15 @@ class Check:
         ok: whether it passed.
         detail: what was found.
         fix: what to do about a failure ("" when passed).
+        tables: the tables a failure concerns (empty: the whole source). A run goes on
+            without tables that fail on their own (`orchestrator.pipeline.failed`).
     """
 
     name: str
     ok: bool
     detail: str
     fix: str = ""
+    tables: tuple[str, ...] = ()
 
     def line(self) -> str:
         """One printable line: ``PASS name: detail`` or ``FAIL name: detail; fix: ...``."""

@@ -21,11 +21,11 @@ import pymysql
 import tenacity
 
 from orchestrator.config import PipelineConfig, SourceConfig
-from orchestrator.errors import RunFailed, SourceNotReady
+from orchestrator.errors import RunFailed, SourceNotReady, source_timeout
 from orchestrator.positions import BinlogPosition
 from orchestrator.schema.tables import ColumnInfo, TableInfo
 from orchestrator.source.dialect import Dialect
-from orchestrator.source.retry import error_code, is_connection_lost, transient_retry
+from orchestrator.source.retry import error_code, is_connection_lost, is_timeout, transient_retry
 
 log = logging.getLogger(__name__)
 
@@ -109,9 +109,12 @@ class Source:
         try:
             conn = pymysql.connect(
                 host=cfg.host, port=cfg.port, user=cfg.user, password=self._password,
-                connect_timeout=cfg.connect_timeout, charset="utf8mb4", autocommit=True,
+                connect_timeout=cfg.connect_timeout, read_timeout=cfg.read_timeout,
+                write_timeout=cfg.read_timeout, charset="utf8mb4", autocommit=True,
             )
         except pymysql.err.MySQLError as exc:
+            if is_timeout(exc):  # accepted the connection, never greeted: hung, not restarting
+                raise self._timeout("its greeting (a new connection)") from exc
             # Too many connections, or a handshake cut short: worth another try. Can't
             # connect: only for a source that worked before (it is restarting); on the
             # first connection a wrong host or port should fail at once.
@@ -152,6 +155,8 @@ class Source:
         try:
             result: tuple[list[str], list[Row]] = self._retry(self._execute_once, sql, params)
         except pymysql.err.MySQLError as exc:
+            if is_timeout(exc):
+                raise self._timeout(f"the answer to `{' '.join(sql.split()[:6])}`") from exc
             attempts = self._retry.statistics.get("attempt_number", 1)
             if not self._connected_once and (is_connection_lost(exc) or error_code(exc) == 1040):
                 raise SourceNotReady(login_problem(self.config, exc)) from exc
@@ -166,6 +171,12 @@ class Source:
                     "a rerun resumes where this one stopped") from exc
             raise
         return result
+
+    def _timeout(self, waiting_for: str) -> RunFailed | SourceNotReady:
+        """A hung source: a `SourceTimeout` after the run started, "not ready" before
+        (`doctor`, preflight: the source never answered this process)."""
+        error = source_timeout(self.address, self.config.read_timeout, waiting_for)
+        return error if self._connected_once else SourceNotReady(str(error))
 
     # ------------------------------------------------------------------ queries
 

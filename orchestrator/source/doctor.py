@@ -18,7 +18,10 @@ import math
 import re
 import sys
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Literal
+
+import pymysql
 
 from chunking.mysql import quote_identifier
 from orchestrator.config import PipelineConfig, TableConfig
@@ -29,6 +32,7 @@ from orchestrator.schema.tables import TableInfo
 from orchestrator.schema.types import UnsupportedType, arrow_type
 from orchestrator.source.check import Check
 from orchestrator.source.connection import Source
+from orchestrator.source.kept import binlog_kept_checks
 from orchestrator.source.retry import transient_retry
 
 # --------------------------------------------------------------------------- entry points
@@ -60,16 +64,24 @@ def run_checks(config: PipelineConfig, tables: list[str] | None = None) -> list[
     return checks
 
 
-def preflight(config: PipelineConfig, tables: list[str] | None = None) -> None:
-    """Raise `SourceNotReady` listing every failed check, one per line.
+def preflight(config: PipelineConfig, tables: list[str] | None = None) -> dict[str, str]:
+    """Raise `SourceNotReady` listing every failed check, one per line, when a check of the
+    source failed or every table failed one; else return the tables that failed a check of
+    their own with its line (the run records them failed and goes on with the others).
 
     Args:
         config: the pipeline.
         tables: the run's tables (all configured ones when empty or None).
     """
+    selected = {t.name for t in config.select_tables(tables)}
     failed = [c for c in run_checks(config, tables) if not c.ok]
-    if failed:
+    own: dict[str, list[str]] = {}
+    for check in failed:
+        for table in check.tables:
+            own.setdefault(table, []).append(check.line().removeprefix("FAIL  "))
+    if any(not c.tables for c in failed) or (failed and selected <= own.keys()):
         raise SourceNotReady("\n".join(c.line().removeprefix("FAIL  ") for c in failed))
+    return {table: "; ".join(lines) for table, lines in own.items()}
 
 
 def doctor_command(config: PipelineConfig) -> int:
@@ -81,6 +93,12 @@ def doctor_command(config: PipelineConfig) -> int:
     if checks[0].ok:  # reachable: where the run writes is checked too (not by run's preflight)
         with Source.from_pipeline(config) as source:
             checks += lake_checks(config, source)
+            try:
+                kept = [name for name, _ in source.binlogs()]
+            except (SourceNotReady, pymysql.err.MySQLError):  # binlog off or not visible: failed above
+                kept = None
+            if kept is not None:
+                checks += binlog_kept_checks(config, kept)
     for check in checks:
         print(check.line())
     failed = [c for c in checks if not c.ok]
@@ -108,10 +126,15 @@ def _reachable(source: Source) -> Check:
 
 @dataclass(frozen=True, slots=True)
 class _Setting:
+    """A server setting doctor checks: ``required`` fails unless it is ``wanted``;
+    ``recommended`` passes either way, saying why ``wanted`` is better; ``info`` reports it."""
+
     name: str
     wanted: str
     fix: str
     optional: bool = False  # absent on older servers: skip
+    level: Literal["required", "recommended", "info"] = "required"
+    why: str = ""
 
 
 def _dynamic_fix(name: str, value: str) -> str:
@@ -123,27 +146,40 @@ _SETTINGS = (
     _Setting("log_bin", "ON", "in my.cnf set log_bin = binlog (with a server_id), then restart the server"),
     _Setting("binlog_format", "ROW", _dynamic_fix("binlog_format", "ROW")),
     _Setting("binlog_row_image", "FULL", _dynamic_fix("binlog_row_image", "FULL")),
-    _Setting("binlog_row_metadata", "FULL", _dynamic_fix("binlog_row_metadata", "FULL"), optional=True),
-    # Compressed events are not decoded yet: a run would stop at the first one (never skip it).
-    _Setting("log_bin_compress", "OFF", _dynamic_fix("log_bin_compress", "OFF"), optional=True),
-    _Setting("binlog_transaction_compression", "OFF",
-             _dynamic_fix("binlog_transaction_compression", "OFF"), optional=True),
+    # Without it a TABLE_MAP carries only types: a rename, a swap of two columns of one type, new
+    # ENUM/SET labels or another charset are then seen only by the DDL statement, not the map.
+    _Setting("binlog_row_metadata", "FULL", _dynamic_fix("binlog_row_metadata", "FULL"),
+             optional=True, level="recommended",
+             why="with FULL each TABLE_MAP names the columns, their signedness, charsets and "
+                 "ENUM/SET labels, and Tidemark re-reads a table whose shape changed unseen"),
+    # Compressed events are decoded (orchestrator.binlog.compressed): reported, never a failure.
+    _Setting("log_bin_compress", "OFF", "", optional=True, level="info",
+             why="compressed events are decoded"),
+    _Setting("binlog_transaction_compression", "OFF", "", optional=True, level="info",
+             why="compressed transactions are decoded"),
 )
 
 
 def _binlog_settings(source: Source) -> list[Check]:
     found = source.variables(*(s.name for s in _SETTINGS))
-    checks = []
-    for setting in _SETTINGS:
-        value = found[setting.name]
-        if value is None and setting.optional:
-            checks.append(Check(setting.name, True, f"{setting.name}: not on this server version; skipped"))
-        elif (value or "").upper() == setting.wanted:
-            checks.append(Check(setting.name, True, f"{setting.name} = {value}"))
-        else:
-            checks.append(Check(setting.name, False,
-                                f"{setting.name} = {value}; Tidemark needs {setting.wanted}", setting.fix))
-    return checks
+    return [_setting_check(setting, found[setting.name]) for setting in _SETTINGS]
+
+
+def _setting_check(setting: _Setting, value: str | None) -> Check:
+    name = setting.name
+    if value is None and setting.optional:
+        return Check(name, True, f"{name}: not on this server version; skipped")
+    if (value or "").upper() == setting.wanted:
+        return Check(name, True, f"{name} = {value}")
+    match setting.level:
+        case "info":
+            return Check(name, True, f"{name} = {value} ({setting.why})")
+        case "recommended":
+            return Check(name, True, f"{name} = {value}; {setting.wanted} is recommended: "
+                                     f"{setting.why} ({setting.fix})")
+        case "required":
+            return Check(name, False, f"{name} = {value}; Tidemark needs {setting.wanted}",
+                         setting.fix)
 
 
 def _duration(seconds: float) -> str:
@@ -344,7 +380,8 @@ def _privileges(source: Source, tables: Iterable[TableConfig]) -> list[Check]:
         names = ", ".join(t.name for t in missing)
         fix = "; ".join(f"GRANT SELECT ON {quote_identifier(t.database)}.{quote_identifier(t.table)} "
                         f"TO {account}" for t in missing)
-        checks.append(Check("privilege SELECT", False, f"{account} lacks SELECT on {names}", fix))
+        checks.append(Check("privilege SELECT", False, f"{account} lacks SELECT on {names}", fix,
+                            tuple(t.name for t in missing)))
     else:
         checks.append(Check("privilege SELECT", True, f"{account} has SELECT on all {len(tables)} table(s)"))
     return checks
@@ -354,6 +391,10 @@ def _privileges(source: Source, tables: Iterable[TableConfig]) -> list[Check]:
 
 
 def _table_checks(source: Source, table: TableConfig, index: int) -> list[Check]:
+    return [replace(c, tables=(table.name,)) for c in _one_table_checks(source, table, index)]
+
+
+def _one_table_checks(source: Source, table: TableConfig, index: int) -> list[Check]:
     try:
         info = source.table_info(table.name)
     except SourceNotReady:

@@ -15,11 +15,12 @@ through every attempt.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import pymysql
 import tenacity
 
-from orchestrator.errors import TransientReadError, first_line
+from orchestrator.errors import BinlogConnectionLost, TransientReadError, first_line
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,20 @@ def is_connection_lost(exc: BaseException) -> bool:
     return error_code(exc) in CONNECTION_ERRORS
 
 
+def is_timeout(exc: BaseException) -> bool:
+    """Whether ``exc`` is a read or write that waited ``source.read_timeout`` for a server that
+    accepted the connection but did not answer: a hung or overloaded source, not a lost one.
+
+    Not retried: another try would wait as long again; the run fails and a rerun resumes.
+
+    >>> is_timeout(pymysql.err.OperationalError(2013, "Lost connection to MySQL server during query (timed out)"))
+    True
+    >>> is_timeout(pymysql.err.OperationalError(2013, "Lost connection to MySQL server during query"))
+    False
+    """
+    return error_code(exc) in (2006, 2013) and "timed out" in str(exc)
+
+
 def is_transient(exc: BaseException) -> bool:
     """Whether retrying could help: connection lost, too many connections, lock wait, deadlock.
 
@@ -86,6 +101,8 @@ def is_transient(exc: BaseException) -> bool:
     >>> is_transient(pymysql.err.ProgrammingError(1146, "Table 'shop.t' doesn't exist"))
     False
     """
+    if is_timeout(exc):
+        return False
     return is_connection_lost(exc) or error_code(exc) in TRANSIENT_ERRORS
 
 
@@ -119,6 +136,25 @@ def transient_retry(attempts: int = 5, max_wait: float = 10.0, initial_wait: flo
     )
 
 
+def _backing_off(attempts: int, retry: tenacity.retry_base,
+                 message: Callable[[BaseException, float, int], str]) -> tenacity.Retrying:
+    """Up to ``attempts`` tries while ``retry`` holds, backing off 2, 4, 8 ... up to 30 seconds;
+    before each sleep a warning ``message(error, wait, retry number)``."""
+    def log_retry(state: tenacity.RetryCallState) -> None:
+        outcome = state.outcome
+        exc = outcome.exception() if outcome is not None else None
+        wait = state.next_action.sleep if state.next_action is not None else 0.0
+        log.warning("%s", message(exc or RuntimeError(), wait, state.attempt_number))
+
+    return tenacity.Retrying(
+        stop=tenacity.stop_after_attempt(max(1, attempts)),
+        wait=tenacity.wait_exponential(multiplier=2, max=30),
+        retry=retry,
+        before_sleep=log_retry,
+        reraise=True,
+    )
+
+
 def read_retry(attempts: int, what: str) -> tenacity.Retrying:
     """The policy of a snapshot read job: ``TransientReadError`` only (connection lost or
     refused), backing off 2, 4, 8 ... up to 30 seconds between tries.
@@ -126,17 +162,23 @@ def read_retry(attempts: int, what: str) -> tenacity.Retrying:
     >>> read_retry(3, "batch 0").stop.max_attempt_number
     3
     """
-    def log_retry(state: tenacity.RetryCallState) -> None:
-        outcome = state.outcome
-        exc = outcome.exception() if outcome is not None else None
-        wait = state.next_action.sleep if state.next_action is not None else 0.0
-        log.warning("%s: %s; retry %d/%d in %.0fs", what, first_line(exc or RuntimeError()),
-                    state.attempt_number, attempts - 1, wait)
+    return _backing_off(attempts, tenacity.retry_if_exception_type(TransientReadError),
+                        lambda exc, wait, n: f"{what}: {first_line(exc)}; retry {n}/{attempts - 1} in {wait:.0f}s")
 
-    return tenacity.Retrying(
-        stop=tenacity.stop_after_attempt(max(1, attempts)),
-        wait=tenacity.wait_exponential(multiplier=2, max=30),
-        retry=tenacity.retry_if_exception_type(TransientReadError),
-        before_sleep=log_retry,
-        reraise=True,
-    )
+
+def _binlog_lost(exc: BaseException) -> bool:
+    return isinstance(exc, BinlogConnectionLost) or (is_connection_lost(exc) and not is_timeout(exc))
+
+
+def binlog_retry(attempts: int = 4) -> tenacity.Retrying:
+    """The capture's policy: a dropped binlog connection (or one refused while reconnecting) is
+    tried again, backing off 2, 4, 8 ... up to 30 seconds; each try resumes from the capture's
+    last checkpoint, a transaction boundary, after dropping what was written since (so no
+    change is lost or written twice). A timed-out wait is not retried (`is_timeout`).
+
+    >>> binlog_retry().stop.max_attempt_number
+    4
+    """
+    return _backing_off(attempts, tenacity.retry_if_exception(_binlog_lost),
+                        lambda exc, wait, n: f"capture: {first_line(exc)}; reconnecting in {wait:.0f}s "
+                                             f"(retry {n}/{attempts - 1}), from the last checkpoint")

@@ -56,9 +56,9 @@ from orchestrator.errors import StateError
 
 log = logging.getLogger("tidemark.state")
 
-RunStatus = Literal["running", "failed", "succeeded"]
+RunStatus = Literal["running", "failed", "succeeded", "partial"]  # partial: some tables failed
 TableMode = Literal["snapshot", "incremental"]
-TableStatus = Literal["planned", "read", "captured", "reconciled", "published"]
+TableStatus = Literal["planned", "read", "captured", "reconciled", "published", "failed"]
 ChunkStatus = Literal["pending", "done"]
 
 #: ``MIGRATIONS[i]`` upgrades a store from schema version ``i + 1`` to ``i + 2``,

@@ -80,6 +80,7 @@ from orchestrator.state.schema import (
     code_schema_version,
     ensure_schema,
 )
+from orchestrator.state.tables import RunTablesMixin
 
 __all__ = [
     "CAPTURE_CHECKPOINTS", "CHUNKS", "FORGET_KINDS", "LOCKS", "METADATA", "MIGRATIONS",
@@ -92,11 +93,12 @@ __all__ = [
 log = logging.getLogger("tidemark.state")
 
 
-class StateStore(PipelineLockMixin):
+class StateStore(PipelineLockMixin, RunTablesMixin):
     """The pipeline state behind one SQLAlchemy URL.
 
     The pipeline lock (``acquire_lock``, ``lock_info``, ``refresh_lock``,
-    ``release_lock``, ``force_unlock``) comes from ``PipelineLockMixin``.
+    ``release_lock``, ``force_unlock``) comes from ``PipelineLockMixin``; ``fail_table`` and
+    ``drop_from_run`` from ``RunTablesMixin``.
 
     Args:
         url: an SQLAlchemy URL, e.g. ``sqlite:////var/lib/tidemark/state.db`` or

@@ -64,6 +64,20 @@ def test_dag_settings_come_from_the_config(dag: Any) -> None:
         assert task.retry_policy is not None
 
 
+def test_every_task_has_an_execution_timeout_from_read_timeout(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = tmp_path / "configs"
+    data = config("slow", tmp_path, defaults={"batch_chunks": 4, "read_attempts": 2})
+    data["source"]["read_timeout"] = 30
+    write(folder, "slow.yaml", data)
+    bag = parse(monkeypatch, folder)
+    assert bag.import_errors == {}
+    limits = {t.task_id: t.execution_timeout for t in bag.dags["tidemark_slow"].tasks}
+    assert limits == {"preflight": timedelta(minutes=3), "plan": timedelta(minutes=3),
+                      "read": timedelta(seconds=(4 * 2 + 1) * 30), "capture": timedelta(minutes=24),
+                      "reconcile": timedelta(minutes=24), "publish": timedelta(minutes=24)}
+
+
 def test_params_have_form_metadata_and_the_tables_as_choices(dag: Any) -> None:
     params = {name: dag.params.get_param(name) for name in ("tables", "snapshot", "chunk_size")}
     tables = params["tables"].schema

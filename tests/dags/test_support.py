@@ -9,7 +9,9 @@ import pytest
 
 from orchestrator.config import PipelineConfig, parse_config
 from orchestrator.errors import ConfigError
+from orchestrator.pipeline.publish import Published
 from orchestrator.runtime.airflow_support import (
+    asset_extra,
     asset_uri,
     config_dir,
     params_schema,
@@ -103,3 +105,13 @@ def test_relative_paths_are_reported_with_the_other_problems(tmp_path: Path) -> 
     problems = scan_configs(tmp_path).problems
 
     assert [p.split(": ")[1] for p in problems] == ["tables[0].name", "output.path", "state.url"]
+
+
+def test_asset_extra_says_whether_the_run_published_a_version() -> None:
+    position = {"file": "binlog.000002", "pos": 900, "row": 0, "gtid_set": None}
+    new = Published("shop.orders", "file:///lake/shop/orders", 3, 10, position)
+    kept = Published("shop.orders", "file:///lake/shop/orders", 3, 10, position, changed=False)
+    assert asset_extra(new, "r")["published"] is True
+    extra = asset_extra(kept, "r")
+    assert extra["published"] is False and extra["version"] == 3 and extra["position"] == position
+    assert "no change, version 3 kept" in str(kept) and "checked up to binlog.000002:900" in str(kept)

@@ -62,6 +62,37 @@ class Page:
     def goto(self, url: str) -> None:
         self.call("Page.navigate", url=url)
 
+    def click(self, selector: str) -> None:
+        """A real mouse click on the first element matching the CSS ``selector``."""
+        self.click_element(f"document.querySelector({json.dumps(selector)})", selector)
+
+    def click_element(self, element: str, what: str) -> None:
+        """A real mouse click (press and release) at the middle of the element ``element`` evaluates to.
+
+        Real input events rather than ``element.click()``: menus such as the
+        trigger form's multi-select open on ``mousedown``, which a scripted click never sends.
+        """
+        box = self.evaluate(f"(() => {{ const e = {element}; if (!e) return null;"
+                            " e.scrollIntoView({block: 'center'}); const r = e.getBoundingClientRect();"
+                            " return [r.x + r.width / 2, r.y + r.height / 2]; })()")
+        if box is None:
+            raise LookupError(f"no element for {what}")
+        x, y = box
+        for event in ("mouseMoved", "mousePressed", "mouseReleased"):
+            self.call("Input.dispatchMouseEvent", type=event, x=x, y=y, button="left", clickCount=1)
+
+    def type_into(self, selector: str, text: str) -> None:
+        """Focus the element matching ``selector`` and type ``text`` as keyboard input would."""
+        if not self.evaluate(f"(() => {{ const e = document.querySelector({json.dumps(selector)});"
+                             " if (!e) return false; e.focus(); return true; })()"):
+            raise LookupError(f"no element matches {selector!r}")
+        self.call("Input.insertText", text=text)
+
+    def press(self, key: str, code: str, key_code: int) -> None:
+        """One key stroke (down and up) to the focused element, e.g. ``press("Enter", "Enter", 13)``."""
+        for event in ("keyDown", "keyUp"):
+            self.call("Input.dispatchKeyEvent", type=event, key=key, code=code, windowsVirtualKeyCode=key_code)
+
     def screenshot(self, path: Path) -> None:
         data = self.call("Page.captureScreenshot", format="png")["data"]
         path.write_bytes(base64.b64decode(data))

@@ -7,8 +7,11 @@ shell environment: no virtualenv on PATH, no Airflow variables, HOME empty.
 Shell 1 (set-up, then ``airflow standalone`` in the foreground) runs in its own
 process group and gets the password on stdin; shell 2 prints the login and
 triggers a run. The test logs in with the password from where the README says it
-is, watches the run through the REST API, triggers a misspelt param there, and
-stops Airflow with Ctrl+C (SIGINT to shell 1's process group), as the README says.
+is, watches the run through the REST API, then, as a user of the UI would, signs
+in with Chromium, picks one table in the trigger form and clicks Trigger (a
+binlog catch-up of that table only), triggers a misspelt param through the REST
+API, and stops Airflow with Ctrl+C (SIGINT to shell 1's process group), as the
+README says.
 
 Three things differ from a user's machine, none of them in the commands: the API
 port is a free one (``AIRFLOW__API__PORT``/``BASE_URL``), ``PYTHONPATH`` names this
@@ -39,15 +42,18 @@ from tests.dags.sources import (
     SOURCE_PASSWORD,
     SOURCE_USER,
     engine_missing,
+    manifest,
     published_rows,
     source_rows,
 )
+from tests.e2e.browser import Page, chromium_page, find_chromium, wait_for_js
 from tests.e2e.stack import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 DAG_ID = "tidemark_shop"
 TABLE = "shop.orders"
+OTHER = "shop.items"  # in the config, never chosen: it must stay unpublished
 SECTION = "## Running with Airflow"
 
 
@@ -73,7 +79,9 @@ def checkout(tmp_path: Path, mariadb: LocalMariaDB) -> Path:
                     "CREATE TABLE shop.orders (id INT PRIMARY KEY, name VARCHAR(40) NOT NULL, "
                     "qty INT NULL) ENGINE=InnoDB",
                     "INSERT INTO shop.orders VALUES "
-                    + ", ".join(f"({i}, 'order-{i}', {i % 13})" for i in range(1, 301)))
+                    + ", ".join(f"({i}, 'order-{i}', {i % 13})" for i in range(1, 301)),
+                    f"CREATE TABLE {OTHER} (id INT PRIMARY KEY, name VARCHAR(40) NOT NULL, qty INT NULL) "
+                    "ENGINE=InnoDB", f"INSERT INTO {OTHER} VALUES (1, 'item-1', 1), (2, 'item-2', NULL)")
     root = tmp_path / "tidemark"
     (root / "configs").mkdir(parents=True)
     (root / "dags").symlink_to(REPO / "dags")
@@ -86,7 +94,7 @@ def checkout(tmp_path: Path, mariadb: LocalMariaDB) -> Path:
                                                   "spark.sql.shuffle.partitions": "2"}},
         "output": {"path": str(tmp_path / "lake")},
         "state": {"url": f"sqlite:///{tmp_path / 'state.db'}"},
-        "tables": [{"name": TABLE}],
+        "tables": [{"name": TABLE}, {"name": OTHER}],
     }))
     (tmp_path / "home").mkdir()
     return root
@@ -145,6 +153,33 @@ def task_states(client: httpx.Client, run_id: str) -> dict[str, Any]:
     return {f"{t['task_id']}[{t['map_index']}]": t["state"] for t in tis}
 
 
+def sign_in(page: Page, base: str, next_path: str, password: str) -> None:
+    """Open ``next_path``, which sends to the login form, and sign in as ``admin`` as a user would."""
+    page.goto(f"{base}{next_path}")
+    wait_for_js(page, "the login form", "!!document.querySelector('input[name=password]')")
+    page.type_into("input[name=username]", "admin")
+    page.type_into("input[name=password]", password)
+    wait_for_js(page, "the Sign in button to enable", "!document.querySelector('button[type=submit]').disabled")
+    page.click("button[type=submit]")
+
+
+def trigger_in_form(page: Page, base: str, password: str, table: str) -> None:
+    """Sign in, open the DAG's trigger dialog, choose ``table`` only and click Trigger."""
+    sign_in(page, base, f"/dags/{DAG_ID}", password)
+    button = '[data-testid="trigger-dag-button"]'
+    wait_for_js(page, "the DAG page's trigger button", f"!!document.querySelector({json.dumps(button)})")
+    page.click(button)
+    tables = "#element_tables input[role=combobox]"  # the multi-select of the `tables` param
+    wait_for_js(page, "the trigger form's Tables field", f"!!document.querySelector({json.dumps(tables)})")
+    page.type_into(tables, table)
+    page.press("Enter", "Enter", 13)  # picks the option the typing left highlighted
+    chosen = wait_for_js(page, "the chosen table", "document.querySelector('input[name=element_tables]').value")
+    assert chosen == table, chosen
+    page.click_element("[...document.querySelectorAll('[role=dialog] button')]"
+                       ".find(b => b.innerText.trim() === 'Trigger')", "the dialog's Trigger button")
+    wait_for_js(page, "the new run's page", "location.pathname.includes('/runs/')")
+
+
 def error_lines(log_dir: Path, task: str) -> list[str]:
     """The error-level lines of every log file of ``task`` (Airflow writes JSON lines)."""
     files = [p for p in log_dir.rglob("*.log") if f"task_id={task}" in str(p)]
@@ -157,6 +192,9 @@ def test_readme_commands_work_as_written(checkout: Path, mariadb: LocalMariaDB, 
     reason = engine_missing()
     if reason:
         pytest.skip(reason)
+    chromium = find_chromium()
+    if chromium is None:
+        pytest.skip("chromium is not installed (Debian package chromium; .ci/setup installs it)")
     blocks = readme_blocks()
     port = free_port()
     env = fresh_env(tmp_path / "home", port)
@@ -193,12 +231,47 @@ def test_readme_commands_work_as_written(checkout: Path, mariadb: LocalMariaDB, 
             state = wait_for(f"DAG run {run_id}", lambda: run_state(client, run_id), timeout=600, interval=3)
             assert state == "success", task_states(client, run_id)
             ran = time.monotonic() - started
-            assert published_rows(tmp_path / "lake", TABLE) == source_rows(mariadb, TABLE)
+            lake = tmp_path / "lake"
+            assert published_rows(lake, TABLE) == source_rows(mariadb, TABLE)
+            assert manifest(lake, OTHER) is None
+            first = manifest(lake, TABLE)
+            assert first is not None
+
+            # The UI: changes in the source, then a run of TABLE alone from the trigger form.
+            mariadb.execute(f"UPDATE {TABLE} SET qty = qty + 100 WHERE id <= 5",
+                            f"DELETE FROM {TABLE} WHERE id = 7",
+                            f"INSERT INTO {TABLE} VALUES (301, 'order-301', NULL)",
+                            f"INSERT INTO {OTHER} VALUES (3, 'item-3', 3)")
+            ui_started = time.monotonic()
+            before = {r["dag_run_id"] for r in client.get(f"/api/v2/dags/{DAG_ID}/dagRuns").json()["dag_runs"]}
+            with chromium_page(chromium) as page:
+                try:
+                    trigger_in_form(page, base, password, TABLE)
+                finally:
+                    page.screenshot(tmp_path / "trigger-form.png")
+            new = [r for r in client.get(f"/api/v2/dags/{DAG_ID}/dagRuns").json()["dag_runs"]
+                   if r["dag_run_id"] not in before]
+            assert len(new) == 1, new
+            ui_id = new[0]["dag_run_id"]
+            assert new[0]["triggered_by"] == "ui", new[0]
+            assert new[0]["conf"] == {"tables": [TABLE], "snapshot": False, "chunk_size": None}, new[0]
 
             bad = client.post(f"/api/v2/dags/{DAG_ID}/dagRuns",
                               json={"logical_date": None, "conf": {"tabels": [TABLE]}})
             assert bad.status_code == 200, bad.text  # Airflow accepts any key; the run refuses it
             bad_id = bad.json()["dag_run_id"]
+            state = wait_for(f"the UI's run {ui_id}", lambda: run_state(client, ui_id), timeout=600, interval=3)
+            assert state == "success", task_states(client, ui_id)
+            ui_ran = time.monotonic() - ui_started
+            assert published_rows(lake, TABLE) == source_rows(mariadb, TABLE)
+            caught_up = manifest(lake, TABLE)
+            assert caught_up is not None and caught_up["version"] == first["version"] + 1, caught_up
+            assert caught_up["rows"] == 300, caught_up
+            assert manifest(lake, OTHER) is None
+            events = client.get(f"/api/v2/assets/events?source_dag_id={DAG_ID}").json()["asset_events"]
+            extras = {e["uri"]: e["extra"] for e in events if e["source_run_id"] == ui_id}
+            assert extras[f"file://{lake}/shop/orders"]["published"] is True, events
+            assert extras[f"file://{lake}/shop/items"]["published"] is False, events
             assert wait_for("the misspelt run", lambda: run_state(client, bad_id), timeout=300) == "failed"
             states = task_states(client, bad_id)
             assert states["preflight[-1]"] == "failed" and states["plan[-1]"] == "upstream_failed", states
@@ -217,4 +290,5 @@ def test_readme_commands_work_as_written(checkout: Path, mariadb: LocalMariaDB, 
         wait_for("the api-server, scheduler and dag-processor to stop after Ctrl+C",
                  lambda: True if not live_parts(shell.pid, STOPPED_BY_CTRL_C) else None,
                  timeout=120, interval=1)
-    print(f"README Airflow walk-through: DAG run of {TABLE} done {ran:.0f}s after shell 1 started")
+    print(f"README Airflow walk-through: DAG run of {TABLE} done {ran:.0f}s after shell 1 started; "
+          f"the UI form's catch-up run {ui_ran:.0f}s from opening the browser")

@@ -14,7 +14,10 @@ from typing import Any
 
 import pytest
 
-from orchestrator.config import DEFAULT_JDBC_JAR, PipelineConfig, parse_config
+from orchestrator.config import DEFAULT_JDBC_JAR, PipelineConfig, load_config, parse_config
+from orchestrator.demo.localdb import LocalMariaDB
+from orchestrator.runtime.run import run_command
+from tests.conftest import pipeline_config, write_config
 
 SPARK_CONF = {
     "spark.ui.enabled": "false",
@@ -49,3 +52,22 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     session = get_session(config)
     yield session
     session.stop()
+
+
+def two_table_pipeline(mariadb: LocalMariaDB, tmp_path: Path, db: str, create: str, fill: str,
+                       rows: tuple[int, int]) -> PipelineConfig:
+    """Database ``db`` (made anew) with tables ``t`` and ``other`` (``create``/``fill`` are
+    formatted with ``db``, ``name`` and ``rows``) and a pipeline of both, small chunks, no margin."""
+    mariadb.execute(f"DROP DATABASE IF EXISTS {db}", f"CREATE DATABASE {db}")
+    for name, count in zip(("t", "other"), rows, strict=True):
+        mariadb.execute(create.format(db=db, name=name), fill.format(db=db, name=name, rows=count),
+                        database=db)
+    path = write_config(tmp_path / "p.yaml", pipeline_config(
+        tmp_path, mariadb, [{"name": f"{db}.t"}, {"name": f"{db}.other"}], name=db,
+        defaults={"chunk_size": 1000, "batch_chunks": 2, "read_margin_seconds": 0.0}))
+    return load_config(path)
+
+
+def run_plain(config: PipelineConfig) -> None:
+    """One plain ``tidemark run`` of every table, which must succeed."""
+    assert run_command(config, tables=[], snapshot=False, chunk_size=None, progress=False) == 0

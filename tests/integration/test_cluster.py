@@ -118,7 +118,7 @@ def test_killed_run_on_cluster_resumes(mariadb: LocalMariaDB, cluster: Standalon
                     f"DELETE FROM {db}.orders WHERE id % 11 = 0")
     resumed = _tidemark(config_path, cluster)
     assert resumed.returncode == 0, resumed.stderr[-4000:]
-    assert f"resuming unfinished run {run.run_id}" in resumed.stderr
+    assert f"resuming unfinished run {run.run_id}" in resumed.stdout
     assert all(c.attempts == 1 for c in store.chunks(run.run_id) if (c.table, c.index) in done_before), \
         "chunks done before the crash must not be read again"
     assert store.get_run(run.run_id).status == "succeeded"

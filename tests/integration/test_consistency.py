@@ -20,14 +20,12 @@ import pytest
 from orchestrator.config import load_config
 from orchestrator.demo.localdb import LocalMariaDB
 from orchestrator.demo.sample import SHOP_TABLES, Writer, connect, load_shop
-from orchestrator.demo.verify import compare, published_rows, source_rows
 from orchestrator.lake.iceberg import open_catalog
 from orchestrator.lake.manifest import read_manifest
 from orchestrator.pipeline.context import table_dir
 from orchestrator.runtime.run import run_command
-from orchestrator.source.connection import Source
 from tests.conftest import pipeline_config, write_config
-from tests.iceberg_readers import duckdb_table, pyiceberg_table
+from tests.iceberg_readers import assert_readers_equal_source
 
 pytestmark = pytest.mark.integration
 
@@ -127,26 +125,7 @@ ALL_TYPES_ICEBERG = {
 def _verify_all(config_path: Path, tables: list[str]) -> None:
     """Every table equals its source: through the manifest, through pyiceberg (catalog) and
     through DuckDB's ``iceberg_scan`` (the metadata file ``current.json`` names)."""
-    config = load_config(config_path)
-    with Source.from_pipeline(config) as source:
-        conn = connect(config.source.host, config.source.port, "root", "")
-        try:
-            for name in tables:
-                info = source.table_info(name)
-                tdir = table_dir(config, name)
-                expected = source_rows(conn, info)
-                readers = {"manifest": published_rows(tdir), "pyiceberg": pyiceberg_table(config, name).to_pylist(),
-                           "duckdb": duckdb_table(tdir).to_pylist()}
-                for reader, rows in readers.items():
-                    result = compare(info, info.primary_key, expected, rows)
-                    assert result.equal, f"through {reader}: {result.summary()}"
-                assert expected
-                iceberg = open_catalog(config).load_table(name)
-                assert iceberg.metadata_location == read_manifest(tdir)["iceberg"]["metadata_location"]
-                if name.endswith(".all_types"):
-                    assert {f.name: str(f.field_type) for f in iceberg.schema().fields} == ALL_TYPES_ICEBERG
-        finally:
-            conn.close()
+    assert_readers_equal_source(load_config(config_path), tables)
 
 
 def snapshots_per_version(config_path: Path, tables: list[str]) -> None:

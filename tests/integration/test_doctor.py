@@ -92,9 +92,10 @@ def test_good_server_and_minimal_grants_pass(good: LocalMariaDB, tmp_path: Path,
 
     assert doctor_command(config) == 0
     out, err = capsys.readouterr()
-    # the source's checks, then where the run writes (output, its free space, the state store), the summary
-    assert len(out.strip().splitlines()) == len(checks) + 3 + 1
-    assert "PASS  output:" in out and "PASS  state store:" in out
+    # the source's checks, then where the run writes (output, its free space, the state store),
+    # that the binlog the state store goes on from is kept, the summary
+    assert len(out.strip().splitlines()) == len(checks) + 4 + 1
+    assert "PASS  output:" in out and "PASS  state store:" in out and "PASS  binlog kept" in out
     assert all(line.startswith("PASS  ") for line in out.splitlines()[:-1])
     assert "all" in out.splitlines()[-1] and err == ""
     preflight(config)  # does not raise
@@ -141,14 +142,20 @@ def test_missing_table_and_table_without_key(good: LocalMariaDB, tmp_path: Path)
     assert nopk.line().endswith("; fix: set tables[2].chunk_key")
     assert "[alt]" not in nopk.detail  # the candidate is suggested; the nullable unique `alt` is not
 
+    # A run goes on without the tables that fail on their own (they are recorded failed) ...
+    failing = preflight(config)
+    assert sorted(failing) == [f"{DB}.nope", f"{DB}.nopk"]
+    assert failing[f"{DB}.nope"].startswith(f"table {DB}.nope: ")
+    assert "set tables[2].chunk_key" in failing[f"{DB}.nopk"]
+    # ... but does not start when every table it was asked for fails.
     with pytest.raises(SourceNotReady) as caught:
-        preflight(config)
+        preflight(config, [f"{DB}.nope", f"{DB}.nopk"])
     lines = str(caught.value).splitlines()
     assert len(lines) == 2
     assert any(line.startswith(f"table {DB}.nope: ") for line in lines)
     assert any("set tables[2].chunk_key" in line for line in lines)
     # Only the tables asked for are checked.
-    preflight(config, [f"{DB}.orders"])
+    assert preflight(config, [f"{DB}.orders"]) == {}
 
 
 @pytest.mark.parametrize(("chunk_key", "ok", "expected"), [
@@ -206,8 +213,8 @@ def test_retention_shorter_than_a_run_fails(good: LocalMariaDB, tmp_path: Path) 
         good.execute(f"SET GLOBAL binlog_expire_logs_seconds = {int(before)}")
 
 
-def test_compressed_binlog_fails_naming_the_setting(good: LocalMariaDB, tmp_path: Path) -> None:
-    """Compressed events are not decoded yet: doctor says so before a run stops at one."""
+def test_compressed_binlog_is_reported_not_failed(good: LocalMariaDB, tmp_path: Path) -> None:
+    """Compressed events are decoded: doctor reports the setting, either way a pass."""
     config = make_config(tmp_path, good, TABLES)
     checks = by_name(run_checks(config))
     assert checks["log_bin_compress"].ok and checks["log_bin_compress"].detail == "log_bin_compress = OFF"
@@ -216,10 +223,22 @@ def test_compressed_binlog_fails_naming_the_setting(good: LocalMariaDB, tmp_path
     try:
         good.execute("SET GLOBAL log_bin_compress = ON")
         check = by_name(run_checks(config))["log_bin_compress"]
-        assert not check.ok and check.detail == "log_bin_compress = ON; Tidemark needs OFF"
-        assert check.fix.startswith("SET GLOBAL log_bin_compress = 'OFF'")
+        assert check.ok and check.detail == "log_bin_compress = ON (compressed events are decoded)"
     finally:
         good.execute("SET GLOBAL log_bin_compress = OFF")
+
+
+def test_minimal_row_metadata_passes_recommending_full(good: LocalMariaDB, tmp_path: Path) -> None:
+    """MINIMAL row metadata still works (the type-shape check); doctor recommends FULL."""
+    config = make_config(tmp_path, good, TABLES)
+    try:
+        good.execute("SET GLOBAL binlog_row_metadata = MINIMAL")
+        check = by_name(run_checks(config))["binlog_row_metadata"]
+        assert check.ok and check.detail.startswith(
+            "binlog_row_metadata = MINIMAL; FULL is recommended: with FULL each TABLE_MAP names")
+        assert "SET GLOBAL binlog_row_metadata = 'FULL'" in check.detail
+    finally:
+        good.execute("SET GLOBAL binlog_row_metadata = FULL")
 
 
 def test_replica_id_equal_to_the_servers_own(good: LocalMariaDB, tmp_path: Path) -> None:

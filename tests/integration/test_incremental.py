@@ -440,13 +440,17 @@ def test_a_tiny_new_file_merges_with_a_small_neighbour(spark: Any, tmp_path: Pat
     assert v3["files"][:3] == v1["files"][:3] and v3["file_ranges"][3]["rows"] == 55
 
 
-def test_no_changes_share_every_file(spark: Any, tmp_path: Path) -> None:
+def test_no_changes_publish_no_version(spark: Any, tmp_path: Path) -> None:
     lake = Lake(spark, tmp_path, SIMPLE)
     v1 = lake.publish_files(sparse_files(3, 10))
     before = lake.stats(v1)
-    v2, rows = lake.apply([])
-    assert v2["version"] == 2 and v2["files"] == v1["files"] and v2["file_ranges"] == v1["file_ranges"]
-    assert rows == v2["rows"] == 30 and lake.stats(v2) == before
+    same, rows = lake.apply([])
+    assert same == v1 and rows == 30 and lake.stats(v1) == before
+    assert sorted(p.name for p in (lake.dir / "_tidemark" / "versions").iterdir()) == ["000001.json"]
+    changes = [U(1, s(0, "changed"), (0,))]
+    v2, _ = lake.apply(changes)
+    assert v2["version"] == 2 and lake.rows(2) == expected_after(SIMPLE, [r for f in sparse_files(3, 10) for r in f],
+                                                                 changes)
 
 
 def test_a_version_without_file_ranges_is_rewritten_whole_once(spark: Any, tmp_path: Path,
@@ -482,12 +486,12 @@ def test_an_emptied_table_and_an_empty_base(spark: Any, tmp_path: Path, engine: 
 def test_retention_keeps_every_file_a_retained_version_reads(spark: Any, tmp_path: Path,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(layout, "SMALL_FILE_BYTES", 0)
-    lake = Lake(spark, tmp_path, SIMPLE, keep_versions=2)
+    lake = Lake(spark, tmp_path, SIMPLE, keep_versions=2, keep_hours=0)
     files = sparse_files(4, 10)
     table = [r for f in files for r in f]
     first = lake.publish_files(files)
     history = {1: canonical(SIMPLE, table)}
-    steps = [[U(1, s(0, "a"), (0,))], [U(2, s(3000, "b"), (3000,))], [D(3, s(1010))], []]
+    steps = [[U(1, s(0, "a"), (0,))], [U(2, s(3000, "b"), (3000,))], [D(3, s(1010))], [I(4, s(15, "c"))]]
     for n, changes in enumerate(steps, start=2):
         lake.apply(changes)
         table = expected_after(SIMPLE, table, changes)

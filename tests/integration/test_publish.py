@@ -105,7 +105,7 @@ def test_manifest_and_files_follow_the_contract(spark: Any, tmp_path: Path) -> N
 
 
 def test_versions_increment_and_retention_drops_old_files(spark: Any, tmp_path: Path) -> None:
-    config = spark_test_config(tmp_path, keep_versions=2)
+    config = spark_test_config(tmp_path, keep_versions=2, keep_hours=0)
     tdir = tmp_path / "lake" / "shop" / "orders"
     for n in (1, 2, 3):
         rows = [staged(i, f"v{n}") for i in range(1, 6 + n)]

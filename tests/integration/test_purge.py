@@ -25,6 +25,11 @@ def tidemark(config: Path, failpoint: str | None = None) -> subprocess.Completed
                           capture_output=True, text=True, env=env, timeout=600, check=False)
 
 
+def verb(name: str, config: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "orchestrator", name, "--config", str(config)],
+                          capture_output=True, text=True, timeout=600, check=False)
+
+
 def purge_all_but_current(server: LocalMariaDB) -> str:
     """Rotate and purge every older binlog. MariaDB keeps a file until its transactions are
     checkpointed in InnoDB (a moment after commit), so PURGE is repeated until it took."""
@@ -58,10 +63,19 @@ def test_published_table_whose_binlog_was_purged_is_snapshotted_again(setup: tup
     assert tidemark(config_path).returncode == 0
     server.execute("UPDATE purge_db.t SET v = 'lost?' WHERE id <= 100", "DELETE FROM purge_db.t WHERE id > 3900")
     purge_all_but_current(server)
+    # doctor and status say so before a run: the table needs a re-read, and how to get it
+    doctor = verb("doctor", config_path)
+    assert doctor.returncode == 3, doctor.stdout + doctor.stderr
+    failed = [line for line in doctor.stdout.splitlines() if line.startswith("FAIL")]
+    assert len(failed) == 1 and "binlog kept purge_db.t" in failed[0], doctor.stdout
+    assert "was purged" in failed[0] and f"tidemark run --config {config_path}" in failed[0]
+    status = verb("status", config_path)
+    assert status.returncode == 0 and "needs a re-read" in status.stdout, status.stdout + status.stderr
     result = tidemark(config_path)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "was purged" in result.stderr and "snapshotted again" in result.stderr
+    assert "was purged" in result.stdout and "snapshotted again" in result.stdout
     assert_lake_equals_source(config_path, server, ["purge_db.t"])
+    assert verb("doctor", config_path).returncode == 0
 
 
 def test_binlog_purged_during_a_run_names_file_and_chunks_and_rerun_recovers(
@@ -71,6 +85,9 @@ def test_binlog_purged_during_a_run_names_file_and_chunks_and_rerun_recovers(
     assert killed.returncode != 0
     server.execute("UPDATE purge_db.t SET v = 'during' WHERE id % 7 = 0", "INSERT INTO purge_db.t VALUES (9999, 'new')")
     first_kept = purge_all_but_current(server)
+    doctor = verb("doctor", config_path)
+    assert doctor.returncode == 3 and "FAIL  binlog kept purge_db.t: run " in doctor.stdout, doctor.stdout
+    assert "needs a re-read" in verb("status", config_path).stdout
     failed = tidemark(config_path)
     assert failed.returncode == 1, failed.stderr[-3000:]
     message = failed.stderr

@@ -79,7 +79,7 @@ def test_killed_run_resumes(mariadb: LocalMariaDB, shop: str, tmp_path: Path, fa
     _change_source(mariadb, shop, 2)
     resumed = tidemark(config_path, "--snapshot", "--table", f"{shop}.orders")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert f"resuming unfinished run {run.run_id}" in resumed.stderr
+    assert f"resuming unfinished run {run.run_id}" in resumed.stdout
     chunks = store.chunks(run.run_id)
     assert all(c.attempts == 1 for c in chunks if (c.table, c.index) in read_before), \
         "chunks done before the crash must not be read again"

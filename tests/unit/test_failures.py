@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import itertools
+import os
+from pathlib import Path
 
+import pymysql
 import pytest
 
-from orchestrator.runtime.failures import describe, root_cause
+from orchestrator.errors import source_timeout
+from orchestrator.runtime.failures import describe, prune_logs, root_cause
 
 
 def chained(*messages: BaseException) -> BaseException:
@@ -44,6 +48,11 @@ CASES = [
      "the Spark executor ran out of memory (Java OutOfMemoryError)"),
     (RuntimeError("(sqlite3.OperationalError) unable to open database file"),
      "the state store cannot be written (read-only database file or directory)"),
+    (RuntimeError("java.sql.SQLNonTransientConnectionException: Could not connect to "
+                  "address=(host=10.1.1.1)(port=3307)(type=master) : Read timed out"),
+     "no answer from the source 10.1.1.1:3307 within source.read_timeout"),
+    (pymysql.err.OperationalError(2013, "Lost connection to MySQL server during query (timed out)"),
+     "no answer from the source within source.read_timeout"),
 ]
 
 
@@ -71,3 +80,30 @@ def test_out_of_memory_names_the_setting() -> None:
 def test_lost_connection_names_the_source_its_messages_do_not() -> None:
     exc = RuntimeError("(2003, \"Can't connect to MySQL server on '127.0.0.1' ([Errno 111] Connection refused)\")")
     assert root_cause(exc, "127.0.0.1:3306").what == "connection lost to 127.0.0.1:3306"
+
+
+def test_a_hung_source_says_what_was_waited_for_not_connection_lost() -> None:
+    """A `SourceTimeout` wins over the "Lost connection" of the PyMySQL error under it."""
+    exc = chained(source_timeout("db:3306", 5, "the binlog after b.000002:4"),
+                  pymysql.err.OperationalError(2013, "Lost connection to MySQL server during query (timed out)"))
+    cause = root_cause(exc, "db:3306")
+    assert cause is not None
+    assert cause.what == ("no answer from the source db:3306 for 5 s (source.read_timeout) while "
+                          "waiting for the binlog after b.000002:4")
+    assert "raise source.read_timeout" in cause.fix
+
+
+def test_old_run_logs_are_pruned_keeping_the_newest_and_the_young(tmp_path: Path) -> None:
+    day = 86400.0
+    now = 100 * day
+    ages = {f"p-2026010{i}T000000Z-{i}.log": i * 3 * day for i in range(1, 6)}  # 3, 6, ... 15 days old
+    for name, age in ages.items():
+        (tmp_path / name).write_text("x")
+        os.utime(tmp_path / name, (now - age, now - age))
+    (tmp_path / "other-20260101T000000Z-1.log").write_text("another pipeline's")
+    os.utime(tmp_path / "other-20260101T000000Z-1.log", (0, 0))
+    deleted = prune_logs(str(tmp_path), "p", keep=2, days=7, now=now)
+    # the newest 2 (3 and 6 days) stay; of the rest only those younger than 7 days would: none
+    assert sorted(Path(p).name for p in deleted) == sorted(list(ages)[2:])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*list(ages)[:2], "other-20260101T000000Z-1.log"])
+    assert prune_logs(str(tmp_path), "p", keep=0, days=4, now=now) == [str(tmp_path / list(ages)[1])]

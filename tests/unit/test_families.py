@@ -7,7 +7,7 @@ import pytest
 from pyiceberg.io.pyarrow import pyarrow_to_schema
 
 from chunking.mysql import unsupported_key_reason
-from orchestrator.binlog import reader
+from orchestrator.binlog import shape
 from orchestrator.lake.iceberg import with_field_ids
 from orchestrator.lake.manifest import published_schema
 from orchestrator.schema.families import FAMILIES, INTEGER_BITS, MEMBERS, family_of
@@ -78,7 +78,7 @@ def test_the_table_covers_every_type_once() -> None:
 
 
 def test_the_binlog_shape_check_knows_every_type() -> None:
-    assert set(reader._FIELD_TYPES) == set(FAMILIES)
+    assert set(shape._FIELD_TYPES) == set(FAMILIES)
 
 
 @pytest.mark.parametrize("data_type", sorted(FAMILIES))

@@ -27,7 +27,7 @@ from tests.unit.test_manifest import TABLE, write_staging
 def config_for(tmp_path: Path, keep: int = 2) -> PipelineConfig:
     return parse_config({
         "pipeline": "p", "source": {"host": "h", "user": "u", "server_id": 1},
-        "output": {"path": str(tmp_path / "lake"), "keep_versions": keep},
+        "output": {"path": str(tmp_path / "lake"), "keep_versions": keep, "keep_hours": 0},
         "state": {"url": f"sqlite:///{tmp_path / 'state.db'}"}, "tables": [{"name": "db.t"}]}, check_env=False)
 
 
@@ -148,3 +148,53 @@ def test_a_new_column_gets_a_new_field_id_and_old_ids_stay(tmp_path: Path) -> No
     assert {f.name: f.field_id for f in table.schema().fields} == {"id": 1, "d": 2, "big": 4, "note": 5}
     assert by_id(pyiceberg_table(config, "db.t").to_pylist()) == rows
     assert by_id(duckdb_table(str(tmp_path / "lake" / "db" / "t")).to_pylist()) == rows
+
+
+def test_a_type_iceberg_cannot_promote_replaces_the_column(tmp_path: Path) -> None:
+    """TIME (long) -> VARCHAR (string): the old field is dropped, a new one of the same name gets a
+    new ID; the other IDs stay, and the old snapshot still reads with its own schema."""
+    config = config_for(tmp_path, keep=5)
+    first = publish(config, tmp_path, 1)
+    changed = TableInfo("db", "t", (*TABLE.columns[:2], ColumnInfo("t", "varchar", "varchar(9)", True),
+                                    TABLE.columns[3]), ("id",), (), 0)
+    staging = tmp_path / "changed"
+    staging.mkdir()
+    schema = pa.schema(pa.field(f.name, f.type) for f in staging_schema(changed.columns))
+    rows = [{"id": i, "d": None, "t": f"t{i}", "big": f"{i}.5"} for i in range(3)]
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), staging / "part-00000.parquet")
+    publish_table(config, changed, ("id",), str(staging), BinlogPosition("binlog.000009", 4), "run-changed")
+    table = iceberg.open_catalog(config).load_table("db.t")
+    assert [(f.name, f.field_id, str(f.field_type)) for f in table.schema().fields] == [
+        ("id", 1, "long"), ("d", 2, "date"), ("big", 4, "string"), ("t", 5, "string")]
+    assert by_id(pyiceberg_table(config, "db.t").to_pylist()) == rows
+    tdir = tmp_path / "lake" / "db" / "t"
+    assert by_id(duckdb_table(str(tdir)).to_pylist()) == rows
+    assert all(field_ids(str(tdir / f))["t"] == 5 for f in json.loads((tdir / "_tidemark/current.json").read_text())["files"])
+    old = table.scan(snapshot_id=first["iceberg"]["snapshot_id"]).to_arrow().to_pylist()  # type: ignore[index]
+    assert by_id(old) == by_id(rows_of(1)), "the old snapshot reads with its own schema"
+    schemas = len(table.metadata.schemas)
+    publish_table(config, changed, ("id",), str(staging), BinlogPosition("binlog.000010", 4), "run-again")
+    assert len(iceberg.open_catalog(config).load_table("db.t").metadata.schemas) == schemas, \
+        "a replaced column's new place in the schema is no change"
+
+
+def test_metadata_files_of_expired_snapshots_are_deleted(tmp_path: Path) -> None:
+    """After many versions with keep_versions 2, metadata/ holds the manifest lists and manifests
+    of the kept snapshots only, and a bounded number of metadata.json files."""
+    config = config_for(tmp_path, keep=2)
+    tdir = tmp_path / "lake" / "db" / "t"
+    for n in range(1, 16):
+        publish(config, tmp_path, n)
+    table = iceberg.open_catalog(config).load_table("db.t")
+    assert len(table.snapshots()) == 2
+    referenced = {s.manifest_list for s in table.snapshots()}
+    referenced |= {m.manifest_path for s in table.snapshots() for m in s.manifests(table.io)}
+    on_disk = {f"file://{p}" for p in (tdir / "metadata").glob("*.avro")}
+    assert on_disk == referenced, "exactly the kept snapshots' manifest lists and manifests"
+    assert len(list((tdir / "metadata").glob("*.metadata.json"))) <= 11
+    assert by_id(duckdb_table(str(tdir)).to_pylist()) == by_id(rows_of(15))
+    previous = json.loads((tdir / "_tidemark" / "versions" / "000014.json").read_text())["iceberg"]
+    con = duckdb_connection()
+    rows = con.execute("SELECT count(*) FROM iceberg_scan(?)", [previous["metadata_location"]]).fetchall()
+    con.close()
+    assert rows == [(70,)], "the kept previous version still reads through its own metadata file"

@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from orchestrator.config import parse_config
+from orchestrator.errors import ConfigError
 from orchestrator.lake import layout
 from orchestrator.lake.manifest import (
     Manifest,
@@ -102,7 +103,7 @@ def test_publish_streams_batches_and_keeps_versions(tmp_path: Path, monkeypatch:
     monkeypatch.setattr(layout, "BATCH_ROWS", 2)
     config = parse_config({
         "pipeline": "p", "source": {"host": "h", "user": "u", "server_id": 1},
-        "output": {"path": str(tmp_path / "lake"), "keep_versions": 2},
+        "output": {"path": str(tmp_path / "lake"), "keep_versions": 2, "keep_hours": 0},
         "state": {"url": "sqlite://"}, "tables": [{"name": "db.t"}]}, check_env=False)
     tdir = tmp_path / "lake" / "db" / "t"
     for n in range(1, 5):
@@ -138,3 +139,37 @@ def test_retention_never_drops_files_a_kept_version_shares(tmp_path: Path) -> No
     assert sorted(p.name for p in (tdir / "data").iterdir()) == ["v000001-c0001.parquet", "v000003-c0000.parquet"]
     assert [p.name for p in (tdir / "_tidemark" / "versions").iterdir()] == ["000003.json"]
     assert apply_retention(str(tdir), 1) == []
+
+
+def test_retention_keeps_every_version_younger_than_keep_hours(tmp_path: Path) -> None:
+    """`keep_versions` AND `keep_hours`: a version a long query may still read is kept."""
+    tdir = tmp_path / "t"
+    (tdir / "_tidemark" / "versions").mkdir(parents=True)
+    (tdir / "data").mkdir()
+    now = dt.datetime(2026, 11, 23, 12, 0, tzinfo=dt.UTC)
+    ages = {1: 50, 2: 30, 3: 23, 4: 2, 5: 0}  # hours before now
+    for version, hours in ages.items():
+        (tdir / "data" / f"v{version}.parquet").write_bytes(b"x")
+        body = manifest(version, [f"data/v{version}.parquet"])
+        body["published_at"] = (now - dt.timedelta(hours=hours)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        (tdir / "_tidemark" / "versions" / f"{version:06d}.json").write_bytes(manifest_json(body))
+        if version == 5:
+            (tdir / "_tidemark" / "current.json").write_bytes(manifest_json(body))
+
+    assert apply_retention(str(tdir), 4, keep_hours=24, now=now) == [1]  # the count keeps 2..5
+    assert apply_retention(str(tdir), 1, keep_hours=24, now=now) == [2]  # the age keeps 3 and 4
+    assert sorted(p.name for p in (tdir / "data").iterdir()) == ["v3.parquet", "v4.parquet", "v5.parquet"]
+    assert apply_retention(str(tdir), 1, keep_hours=24, now=now + dt.timedelta(hours=23)) == [3, 4]
+    assert apply_retention(str(tdir), 1, keep_hours=24, now=now) == []
+
+
+def test_keep_hours_is_read_and_checked(tmp_path: Path) -> None:
+    def config(output: dict[str, Any]) -> Any:
+        return parse_config({"pipeline": "p", "source": {"host": "h", "user": "u", "server_id": 1},
+                             "output": {"path": str(tmp_path), **output}, "state": {"url": "sqlite://"},
+                             "tables": [{"name": "db.t"}]}, check_env=False)
+
+    assert config({}).output.keep_hours == 24
+    assert config({"keep_hours": 0.5}).output.keep_hours == 0.5
+    with pytest.raises(ConfigError, match=r"output\.keep_hours: must be >= 0"):
+        config({"keep_hours": -1})

@@ -9,6 +9,7 @@ import pyarrow.fs as pafs
 import pytest
 
 from orchestrator.lake import storage
+from orchestrator.lake.manifest import current_uri, find_manifest
 
 
 @pytest.mark.parametrize(("base", "parts", "joined"), [
@@ -120,3 +121,52 @@ def test_write_atomic_failure_keeps_the_old_content(tmp_path: Path, monkeypatch:
         storage.write_atomic(str(target), b"new")
     assert target.read_bytes() == b"old"
     assert os.listdir(tmp_path) == ["current.json"]
+
+
+class _CrashAfter:
+    """A real local filesystem whose ``move`` dies (like the process would) after ``moves`` moves."""
+
+    def __init__(self, moves: int) -> None:
+        self.fs = pafs.LocalFileSystem()
+        self.moves = moves
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.fs, name)
+
+    def move(self, src: str, dest: str) -> None:
+        if self.moves == 0:
+            raise SystemExit("killed")
+        self.moves -= 1
+        self.fs.move(src, dest)
+
+
+@pytest.mark.parametrize("moves", [0, 1])
+def test_replace_by_renames_never_loses_the_target(tmp_path: Path, moves: int) -> None:
+    """hdfs-style replacement (rename does not overwrite): a crash before or between the two
+    renames leaves the old content or, once `recover_atomic` ran, the new one; never nothing."""
+    target = tmp_path / "current.json"
+    target.write_bytes(b"old")
+    with pytest.raises(SystemExit):
+        storage.replace_by_renames(_CrashAfter(moves), str(target), b"new")  # type: ignore[arg-type]
+    assert target.exists() == (moves == 0)
+    recovered = storage.recover_atomic(str(target), pafs.LocalFileSystem())
+    assert recovered == (moves == 1)
+    assert target.read_bytes() == (b"old" if moves == 0 else b"new")
+    assert not [p.name for p in tmp_path.iterdir() if ".old-" in p.name]
+    storage.replace_by_renames(pafs.LocalFileSystem(), str(target), b"newer")
+    assert target.read_bytes() == b"newer"
+    assert not storage.recover_atomic(str(target), pafs.LocalFileSystem())
+
+
+def test_a_manifest_cut_between_renames_is_found(tmp_path: Path) -> None:
+    """`find_manifest` finishes the interrupted switch instead of seeing no published table
+    (whose next publish would start over and delete files retained versions share)."""
+    tdir = tmp_path / "t"
+    uri = current_uri(str(tdir))
+    Path(uri).parent.mkdir(parents=True)
+    Path(uri).write_text('{"version": 1}')
+    with pytest.raises(SystemExit):
+        storage.replace_by_renames(_CrashAfter(1), uri, b'{"version": 2}')  # type: ignore[arg-type]
+    assert not Path(uri).exists()
+    found = find_manifest(str(tdir))
+    assert found is not None and found["version"] == 2

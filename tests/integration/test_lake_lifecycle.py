@@ -1,0 +1,117 @@
+"""A table's life in the lake across plain `tidemark run`s: runs that find no change publish
+nothing but move the recorded position; a source change Iceberg cannot evolve starts a new
+Iceberg table generation. Real MariaDB, local Spark, read back through the manifest, pyiceberg
+and DuckDB (tests/iceberg_readers.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from orchestrator.config import PipelineConfig, load_config
+from orchestrator.demo.localdb import LocalMariaDB
+from orchestrator.lake.iceberg import open_catalog
+from orchestrator.lake.manifest import read_manifest
+from orchestrator.pipeline.context import open_store, table_dir
+from orchestrator.positions import BinlogPosition
+from orchestrator.runtime.run import run_command
+from orchestrator.runtime.status import status_command
+from tests.conftest import pipeline_config, write_config
+from tests.iceberg_readers import assert_readers_equal_source
+
+pytestmark = pytest.mark.integration
+
+
+def run(config: PipelineConfig) -> None:
+    assert run_command(config, tables=[], snapshot=False, chunk_size=None, progress=False) == 0
+
+
+def checked_position(config: PipelineConfig, table: str) -> tuple[int, BinlogPosition]:
+    """The version and position the state store records for ``table``."""
+    store = open_store(config)
+    try:
+        checkpoint = store.table_checkpoint(config.pipeline, table)
+    finally:
+        store.close()
+    assert checkpoint is not None
+    return checkpoint.version, BinlogPosition.from_json(checkpoint.position)
+
+
+def snapshot_ids(config: PipelineConfig, table: str) -> list[int]:
+    return [s.snapshot_id for s in open_catalog(config).load_table(table).snapshots()]
+
+
+def test_a_run_without_changes_moves_the_position_and_publishes_nothing(
+        mariadb: LocalMariaDB, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = "lake_quiet"
+    mariadb.execute(f"CREATE DATABASE {db}")
+    mariadb.execute("CREATE TABLE quiet (id INT PRIMARY KEY, v VARCHAR(20))",
+                    "CREATE TABLE busy (id INT PRIMARY KEY, n INT)",
+                    "INSERT INTO quiet SELECT seq, CONCAT('q', seq) FROM seq_1_to_300",
+                    "INSERT INTO busy SELECT seq, seq FROM seq_1_to_300", database=db)
+    quiet, busy = f"{db}.quiet", f"{db}.busy"
+    config = load_config(write_config(tmp_path / "p.yaml", pipeline_config(
+        tmp_path, mariadb, [{"name": quiet}, {"name": busy}], name="quiet")))
+    run(config)
+    current = Path(table_dir(config, quiet)) / "_tidemark" / "current.json"
+    first, first_snapshots = current.read_bytes(), snapshot_ids(config, quiet)
+    version, first_position = checked_position(config, quiet)
+    assert version == 1 and len(first_snapshots) == 1
+
+    mariadb.execute("UPDATE busy SET n = -n WHERE id <= 10", database=db)  # the binlog moves on
+    run(config)
+
+    assert current.read_bytes() == first, "current.json (and so its Iceberg snapshot) is unchanged"
+    assert snapshot_ids(config, quiet) == first_snapshots, "no new Iceberg snapshot"
+    assert [p.name for p in (current.parent / "versions").iterdir()] == ["000001.json"]
+    version, position = checked_position(config, quiet)
+    assert version == 1 and position > first_position, "the state store records the position checked"
+    assert checked_position(config, busy)[0] == 2 and checked_position(config, busy)[1] == position
+    capsys.readouterr()
+    assert status_command(config) == 0
+    published = capsys.readouterr().out.split("published:", 1)[1]
+    line = next(x for x in published.splitlines() if x.strip().startswith(quiet))
+    assert f"at {position}" in line and "v1 " in line, line
+    assert f"(version 1 is at {first_position.file}:{first_position.pos}; no change since)" in line, line
+    assert_readers_equal_source(config, [quiet, busy])
+
+    mariadb.execute("UPDATE quiet SET v = 'changed' WHERE id BETWEEN 5 AND 9",
+                    "DELETE FROM quiet WHERE id = 300", "INSERT INTO quiet VALUES (301, 'new')", database=db)
+    run(config)
+
+    manifest = read_manifest(table_dir(config, quiet))
+    assert manifest["version"] == 2 and checked_position(config, quiet)[0] == 2
+    assert BinlogPosition.from_json(dict(manifest["position"])) == checked_position(config, quiet)[1]
+    ids = snapshot_ids(config, quiet)
+    assert ids[:1] == first_snapshots and len(ids) == 2 and manifest["iceberg"]["snapshot_id"] == ids[-1]
+    assert_readers_equal_source(config, [quiet, busy])
+
+
+def test_a_column_type_iceberg_cannot_evolve_becomes_a_new_column(mariadb: LocalMariaDB, tmp_path: Path) -> None:
+    """INT -> VARCHAR and BIGINT -> INT between runs: the run re-reads the table, the Iceberg
+    columns are replaced (new field IDs, the others kept), and every reader reads the source."""
+    db = "lake_retype"
+    mariadb.execute(f"CREATE DATABASE {db}")
+    mariadb.execute("CREATE TABLE shape (id INT PRIMARY KEY, n INT, b BIGINT, v VARCHAR(10))",
+                    "INSERT INTO shape SELECT seq, seq, seq * 1000, CONCAT('v', seq) FROM seq_1_to_200", database=db)
+    name = f"{db}.shape"
+    config = load_config(write_config(tmp_path / "p.yaml", pipeline_config(
+        tmp_path, mariadb, [{"name": name}], name="retype")))
+    run(config)
+    before = {f.name: f.field_id for f in open_catalog(config).load_table(name).schema().fields}
+    first = read_manifest(table_dir(config, name))["iceberg"]
+
+    mariadb.execute("ALTER TABLE shape MODIFY n VARCHAR(20), MODIFY b INT",
+                    "UPDATE shape SET n = CONCAT('n-', id) WHERE id <= 20", database=db)
+    run(config)
+
+    table = open_catalog(config).load_table(name)
+    after = {f.name: (f.field_id, str(f.field_type)) for f in table.schema().fields}
+    assert after["id"] == (before["id"], "int") and after["v"] == (before["v"], "string")
+    assert after["n"][1] == "string" and after["b"][1] == "int"
+    assert {after["n"][0], after["b"][0]}.isdisjoint(before.values()), "replaced columns get new IDs"
+    assert read_manifest(table_dir(config, name))["version"] == 2
+    assert_readers_equal_source(config, [name])
+    old = table.scan(snapshot_id=first["snapshot_id"]).to_arrow()
+    assert old.num_rows == 200 and str(old.schema.field("n").type) == "int32", "the old snapshot keeps its schema"

@@ -1,0 +1,65 @@
+"""``P0`` gets the same visibility margin as each ``L`` (orchestrator.pipeline.plan).
+
+A transaction can be in the binlog before ``P0`` while its rows are not yet visible to a
+new read (group commit, semi-sync ``AFTER_SYNC``): if the key bounds were read at once,
+an insert above the planned max key would be in no chunk and before the capture's start.
+No test can hold a real commit in that window, so this one checks the order of what the
+plan step does against a real MariaDB: ``P0`` recorded, then ``read_margin_seconds``
+waited, and only then the table's key bounds read (today's main read them at once).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.config import load_config
+from orchestrator.demo.localdb import LocalMariaDB
+from orchestrator.pipeline import plan as plan_module
+from orchestrator.source.connection import Source
+from tests.conftest import pipeline_config, write_config
+from tests.integration.test_binlog import fresh_database
+
+pytestmark = pytest.mark.integration
+
+
+def test_key_bounds_are_read_only_after_the_margin_past_p0(
+        tmp_path: Path, mariadb: LocalMariaDB, monkeypatch: pytest.MonkeyPatch) -> None:
+    fresh_database(mariadb, "p0m", "CREATE TABLE p0m.t (id INT PRIMARY KEY, v INT)")
+    mariadb.execute("INSERT INTO t SELECT seq, seq FROM seq_1_to_100", database="p0m")
+    config = load_config(write_config(tmp_path / "p.yaml", pipeline_config(
+        tmp_path, mariadb, [{"name": "p0m.t"}], name="p0m",
+        defaults={"chunk_size": 10, "read_margin_seconds": 0.25})))
+    events: list[Any] = []
+    position, query = Source.current_position, Source.query
+
+    def record_position(self: Source) -> Any:
+        result = position(self)
+        events.append("P0")
+        return result
+
+    def record_query(self: Source, sql: str, params: Any = None) -> Any:
+        if "`p0m`.`t`" in sql or "p0m.t" in sql:
+            events.append("reads the table")
+        return query(self, sql, params)
+
+    monkeypatch.setattr(Source, "current_position", record_position)
+    monkeypatch.setattr(Source, "query", record_query)
+    real_sleep = time.sleep
+
+    def record_sleep(seconds: float) -> None:
+        """The plan step's waits are recorded; anyone else's (another thread's) really sleep."""
+        if sys._getframe(1).f_globals.get("__name__") == plan_module.__name__:
+            events.append(("wait", seconds))
+        else:
+            real_sleep(seconds)
+
+    monkeypatch.setattr(time, "sleep", record_sleep)
+    handle = plan_module.plan(config, holder="test")
+    assert handle.snapshot_tables
+    first_read = events.index("reads the table")
+    assert events[0] == "P0" and ("wait", 0.25) in events[:first_read], events
