@@ -5,6 +5,7 @@ Also the throwaway Airflow home of the whole pytest process (``pytest_configure`
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import sys
@@ -57,6 +58,21 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     home = config.stash.get(SESSION_HOME, None)
     if home is not None:
         shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _root_logging_restored() -> Iterator[None]:
+    """Undo what a test did to the root logger's handlers and level.
+
+    Airflow (``dag.test()``) and ``cli.main`` attach handlers bound to the ``sys.stderr`` of
+    the test that ran them, often a ``capsys`` stream closed once that test ends: a later
+    test's INFO line would then go to a closed file (or to Airflow's format on its stderr).
+    """
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 @pytest.fixture(scope="session")
