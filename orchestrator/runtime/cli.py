@@ -75,7 +75,7 @@ def _doctor(args: argparse.Namespace, config: PipelineConfig) -> int:
 
 
 def _plan(args: argparse.Namespace, config: PipelineConfig) -> int:
-    from orchestrator.pipeline.plan import plan_command
+    from orchestrator.pipeline.table_plan import plan_command
 
     return plan_command(config, args.table, as_json=args.json)
 

@@ -19,7 +19,8 @@ from sqlalchemy import delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from orchestrator.errors import RunLocked, StateError
-from orchestrator.state.schema import LOCKS, LockRecord, _lock_record, _now
+from orchestrator.state.records import LockRecord, _lock_record
+from orchestrator.state.schema import LOCKS, _now
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection

@@ -1,4 +1,4 @@
-"""The state store's schema: records, column types, tables, migrations, backends.
+"""The state store's schema: column types, tables, migrations, backends.
 
 ``orchestrator.state.store`` re-exports every public name here; import them from there.
 This module also holds what differs per backend: the engine (SQLite pragmas and
@@ -17,10 +17,9 @@ import json
 import logging
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from sqlalchemy import (
     BigInteger,
@@ -34,7 +33,6 @@ from sqlalchemy import (
     Insert,
     Integer,
     MetaData,
-    Row,
     String,
     Table,
     Text,
@@ -56,10 +54,6 @@ from orchestrator.errors import StateError
 
 log = logging.getLogger("tidemark.state")
 
-RunStatus = Literal["running", "failed", "succeeded", "partial"]  # partial: some tables failed
-TableMode = Literal["snapshot", "incremental"]
-TableStatus = Literal["planned", "read", "captured", "reconciled", "published", "failed"]
-ChunkStatus = Literal["pending", "done"]
 
 #: ``MIGRATIONS[i]`` upgrades a store from schema version ``i + 1`` to ``i + 2``,
 #: inside the transaction that then records the new version.
@@ -72,91 +66,6 @@ _PG_SCHEMA_LOCK_KEY = 0x7469_6465  # pg_advisory_xact_lock key serialising schem
 def code_schema_version() -> int:
     """The schema version this code writes: 1 plus one per migration."""
     return 1 + len(MIGRATIONS)
-
-
-@dataclass(frozen=True, slots=True)
-class RunRecord:
-    run_id: str
-    pipeline: str
-    status: RunStatus
-    options: dict[str, Any]  # {"tables": [...], "snapshot": bool, "chunk_size": int|None}
-    start_position: dict[str, Any] | None  # P0, BinlogPosition.to_json()
-    high_position: dict[str, Any] | None  # H
-    created_at: datetime
-    updated_at: datetime
-    finished_at: datetime | None
-    error: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class RunTableRecord:
-    run_id: str
-    table: str  # "db.table"
-    mode: TableMode
-    status: TableStatus
-    strategy: str | None
-    chunk_key: list[str]
-    info: dict[str, Any]  # columns, planning numbers, from_position for incremental, ...
-    rows: int | None
-    version: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class ChunkRecord:
-    run_id: str
-    table: str
-    index: int  # 0.. within the table
-    batch: int  # batch number within the run (a batch spans one table)
-    start: Any  # JSON-encoded key bound (list of values) or None = unbounded
-    end: Any
-    where: str  # SQL predicate for the chunk
-    status: ChunkStatus
-    low: dict[str, Any] | None  # L, recorded before the batch's reads started
-    high: dict[str, Any] | None  # Hb, recorded after they ended
-    rows: int | None
-    bytes: int | None
-    path: str | None
-    attempts: int
-
-
-@dataclass(frozen=True, slots=True)
-class TableCheckpoint:
-    pipeline: str
-    table: str
-    version: int
-    position: dict[str, Any]  # H of the published version
-    rows: int
-    manifest: str  # path/URI of the version's manifest
-    run_id: str
-    published_at: datetime
-
-
-@dataclass(frozen=True, slots=True)
-class LockRecord:
-    """Who holds a pipeline's lock. ``pid`` is None when the holder asked for lease-only."""
-
-    pipeline: str
-    holder: str
-    hostname: str
-    pid: int | None
-    acquired_at: datetime
-    refreshed_at: datetime
-
-
-@dataclass(frozen=True, slots=True)
-class TableProgress:
-    """One table of a run, for ``tidemark status``: ``rows_read`` sums the done chunks."""
-
-    run_id: str
-    run_status: RunStatus
-    table: str
-    mode: TableMode
-    status: TableStatus
-    chunks_done: int
-    chunks_total: int
-    rows_read: int
-    rows: int | None
-    version: int | None
 
 
 # --- column types --------------------------------------------------------------
@@ -316,42 +225,6 @@ FORGET_KINDS = ("runs", "run_tables", "chunks", "capture_checkpoints", "table_ch
 
 def _now() -> datetime:
     return datetime.now(UTC)
-
-
-# --- rows <-> records ------------------------------------------------------------
-
-
-def _chunk_rows(chunks: list[ChunkRecord]) -> list[dict[str, Any]]:
-    return [{"run_id": c.run_id, "table_name": c.table, "chunk_index": c.index,
-             "batch_no": c.batch, "start_bound": c.start, "end_bound": c.end,
-             "where_sql": c.where, "status": c.status, "low_position": c.low,
-             "high_position": c.high, "row_count": c.rows, "byte_count": c.bytes,
-             "path": c.path, "attempts": c.attempts} for c in chunks]
-
-
-def _run_record(r: Row[Any]) -> RunRecord:
-    return RunRecord(r.run_id, r.pipeline, r.status, r.options, r.start_position, r.high_position,
-                     r.created_at, r.updated_at, r.finished_at, r.error)
-
-
-def _run_table_record(r: Row[Any]) -> RunTableRecord:
-    return RunTableRecord(r.run_id, r.table_name, r.mode, r.status, r.strategy, r.chunk_key,
-                          r.info, r.row_count, r.version)
-
-
-def _chunk_record(r: Row[Any]) -> ChunkRecord:
-    return ChunkRecord(r.run_id, r.table_name, r.chunk_index, r.batch_no, r.start_bound,
-                       r.end_bound, r.where_sql, r.status, r.low_position, r.high_position,
-                       r.row_count, r.byte_count, r.path, r.attempts)
-
-
-def _table_checkpoint(r: Row[Any]) -> TableCheckpoint:
-    return TableCheckpoint(r.pipeline, r.table_name, r.version, r.position, r.row_count,
-                           r.manifest, r.run_id, r.published_at)
-
-
-def _lock_record(r: Row[Any]) -> LockRecord:
-    return LockRecord(r.pipeline, r.holder, r.hostname, r.pid, r.acquired_at, r.refreshed_at)
 
 
 # --- backends: engine, insert-or-ignore, creating and migrating the schema ------------

@@ -16,7 +16,7 @@ step returns, so a rerun skips what is done. On SQLite, writing transactions
 start with ``BEGIN IMMEDIATE`` so that processes sharing the file queue for
 the write lock instead of failing on a stale read snapshot.
 
-The records, column types, tables and migrations live in
+The records live in ``orchestrator.state.records``; column types, tables and migrations in
 ``orchestrator.state.schema``, the pipeline lock in ``orchestrator.state.lock``;
 this module re-exports their public names, so import them from here.
 """
@@ -45,7 +45,24 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, NoSuchModuleError
 
 from orchestrator.errors import StateError
+from orchestrator.state.chunks import ChunksMixin
 from orchestrator.state.lock import PipelineLockMixin
+from orchestrator.state.records import (
+    ChunkRecord,
+    ChunkStatus,
+    LockRecord,
+    RunRecord,
+    RunStatus,
+    RunTableRecord,
+    TableCheckpoint,
+    TableMode,
+    TableProgress,
+    TableStatus,
+    _chunk_rows,
+    _run_record,
+    _run_table_record,
+    _table_checkpoint,
+)
 from orchestrator.state.schema import (
     CAPTURE_CHECKPOINTS,
     CHUNKS,
@@ -59,24 +76,9 @@ from orchestrator.state.schema import (
     SCHEMA,
     SQLITE_BUSY_TIMEOUT_MS,
     TABLE_CHECKPOINTS,
-    ChunkRecord,
-    ChunkStatus,
-    LockRecord,
-    RunRecord,
-    RunStatus,
-    RunTableRecord,
-    TableCheckpoint,
-    TableMode,
-    TableProgress,
-    TableStatus,
-    _chunk_record,
-    _chunk_rows,
     _insert_ignore,
     _make_engine,
     _now,
-    _run_record,
-    _run_table_record,
-    _table_checkpoint,
     code_schema_version,
     ensure_schema,
 )
@@ -93,12 +95,12 @@ __all__ = [
 log = logging.getLogger("tidemark.state")
 
 
-class StateStore(PipelineLockMixin, RunTablesMixin):
+class StateStore(PipelineLockMixin, RunTablesMixin, ChunksMixin):
     """The pipeline state behind one SQLAlchemy URL.
 
     The pipeline lock (``acquire_lock``, ``lock_info``, ``refresh_lock``,
     ``release_lock``, ``force_unlock``) comes from ``PipelineLockMixin``; ``fail_table`` and
-    ``drop_from_run`` from ``RunTablesMixin``.
+    ``drop_from_run`` from ``RunTablesMixin``; the chunk methods from ``ChunksMixin``.
 
     Args:
         url: an SQLAlchemy URL, e.g. ``sqlite:////var/lib/tidemark/state.db`` or
@@ -252,52 +254,6 @@ class StateStore(PipelineLockMixin, RunTablesMixin):
             if info:
                 values["info"] = {**stored, **info}
             conn.execute(update(RUN_TABLES).where(key).values(values))
-
-    # --- chunks ----------------------------------------------------------------
-    def chunks(self, run_id: str, *, table: str | None = None, batch: int | None = None,
-               status: ChunkStatus | None = None) -> list[ChunkRecord]:
-        """The run's chunks, filtered by whichever of table/batch/status are given,
-        ordered by table then index."""
-        query = select(CHUNKS).where(CHUNKS.c.run_id == run_id)
-        if table is not None:
-            query = query.where(CHUNKS.c.table_name == table)
-        if batch is not None:
-            query = query.where(CHUNKS.c.batch_no == batch)
-        if status is not None:
-            query = query.where(CHUNKS.c.status == status)
-        query = query.order_by(CHUNKS.c.table_name, CHUNKS.c.chunk_index)
-        with self._tx(write=False) as conn:
-            return [_chunk_record(r) for r in conn.execute(query)]
-
-    def batches(self, run_id: str) -> list[int]:
-        """The run's distinct batch numbers, ascending."""
-        query = (select(CHUNKS.c.batch_no).where(CHUNKS.c.run_id == run_id).distinct()
-                 .order_by(CHUNKS.c.batch_no))
-        with self._tx(write=False) as conn:
-            return list(conn.scalars(query))
-
-    def mark_batch_started(self, run_id: str, batch: int, low: dict[str, Any]) -> None:
-        """Record L for every pending chunk of the batch and count an attempt."""
-        with self._tx() as conn:
-            conn.execute(update(CHUNKS)
-                         .where(CHUNKS.c.run_id == run_id, CHUNKS.c.batch_no == batch,
-                                CHUNKS.c.status == "pending")
-                         .values(low_position=low, attempts=CHUNKS.c.attempts + 1))
-
-    def mark_chunk_done(self, run_id: str, table: str, index: int, *, high: dict[str, Any],
-                        rows: int, bytes: int, path: str) -> None:
-        """Record a read chunk: status done, Hb, rows, bytes and its staging path."""
-        with self._tx() as conn:
-            done = conn.execute(update(CHUNKS).where(*self._chunk_key(run_id, table, [index]))
-                                .values(status="done", high_position=high, row_count=rows,
-                                        byte_count=bytes, path=path))
-        if done.rowcount != 1:
-            raise StateError(f"run {run_id} has no chunk {index} of table {table}")
-
-    @staticmethod
-    def _chunk_key(run_id: str, table: str, indexes: list[int]) -> list[ColumnElement[bool]]:
-        return [CHUNKS.c.run_id == run_id, CHUNKS.c.table_name == table,
-                CHUNKS.c.chunk_index.in_(indexes)]
 
     # --- capture checkpoints ----------------------------------------------------
     def capture_checkpoint(self, run_id: str) -> dict[str, Any] | None:

@@ -32,7 +32,7 @@ from chunking import TablePlan, chunk_predicate, decode_key, sql_literal
 from orchestrator.config import Defaults, SourceConfig, TableConfig
 from orchestrator.demo.localdb import LocalMariaDB
 from orchestrator.errors import SourceNotReady
-from orchestrator.pipeline.plan import check_escaping, plan_table
+from orchestrator.pipeline.table_plan import check_escaping, plan_table
 from orchestrator.source.connection import Source
 from tests.conftest import pipeline_config, write_config
 

@@ -16,7 +16,7 @@ import pytest
 from orchestrator.config import PipelineConfig
 from orchestrator.demo.localdb import LocalMariaDB
 from orchestrator.errors import RunFailed, TransientReadError
-from orchestrator.pipeline.read import jdbc_properties, jdbc_url, read_chunks
+from orchestrator.pipeline.jdbc import jdbc_properties, jdbc_url, read_chunks
 from orchestrator.schema.tables import ColumnInfo, TableInfo
 from orchestrator.schema.types import is_boolean
 from orchestrator.schema.values import staging_schema

@@ -1,4 +1,4 @@
-"""orchestrator.pipeline.plan without a server: key choice, refusals, the outputs."""
+"""orchestrator.pipeline.table_plan without a server: key choice, refusals, the outputs."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from chunking import Chunk, KeyRange, TablePlan
 from orchestrator.config import TableConfig
 from orchestrator.errors import ConfigError, SourceNotReady
-from orchestrator.pipeline.plan import (
+from orchestrator.pipeline.table_plan import (
     check_escaping,
     choose_chunk_key,
     describe_decision,

@@ -1,0 +1,160 @@
+"""One table's chunk plan, and ``tidemark plan``.
+
+`plan_table` plans one table (the chunk math lives in `chunking`; the key choice
+in `orchestrator.schema.keys`) and logs the decision with its numbers;
+`plan_command` is ``tidemark plan``. Planning reads only key bounds and index
+walks, never row data, and never prints connection settings.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from chunking import ChunkingError, TablePlan, chunk_predicate, encode_key, plan_key_space
+from chunking.keys import decode_key, short
+from chunking.mysql import SQL_MODE_QUERY, Query, backslash_escapes_off
+from orchestrator.config import Defaults, PipelineConfig, TableConfig
+from orchestrator.errors import ConfigError, SourceNotReady, TidemarkError
+from orchestrator.schema.keys import choose_chunk_key
+from orchestrator.schema.tables import ColumnInfo, TableInfo
+from orchestrator.source.connection import Source
+
+log = logging.getLogger("tidemark.planning")
+
+
+def check_escaping(query: Query) -> None:
+    """Refuse a source whose ``sql_mode`` would read the plan's escaped literals literally."""
+    rows = query(SQL_MODE_QUERY)
+    modes = [str(m) for m in rows[0]] if rows else []
+    if any(backslash_escapes_off(m) for m in modes):
+        raise SourceNotReady("the source's sql_mode includes NO_BACKSLASH_ESCAPES, which changes how chunk "
+                             "predicates' string literals read; remove it from the global sql_mode")
+
+
+def _key_columns(info: TableInfo, key: Sequence[str]) -> list[ColumnInfo]:
+    return [info.column(name) for name in key]
+
+
+def plan_table(query: Query, table_config: TableConfig, table_info: TableInfo, defaults: Defaults) -> TablePlan:
+    """Plan one table's chunks and log the decision with its numbers.
+
+    Args:
+        query: runs SQL text on the source (``Source.query`` fits).
+        table_config: the table's config (chunk size, chunk key).
+        table_info: the table's schema and row estimate.
+        defaults: the pipeline defaults (the even strategy's distribution factor bounds).
+
+    Raises:
+        ConfigError, SourceNotReady: see `choose_chunk_key` and `check_escaping`.
+    """
+    key = choose_chunk_key(table_config, table_info)
+    check_escaping(query)
+    try:
+        plan = plan_key_space(query, table_info.name, key, _key_columns(table_info, key),
+                              table_config.chunk_size, row_estimate=table_info.row_estimate,
+                              factor_bounds=defaults.even_distribution_factor)
+    except ChunkingError as exc:
+        raise SourceNotReady(str(exc)) from exc
+    log.info("%s", describe_decision(plan))
+    return plan
+
+
+def describe_decision(plan: TablePlan) -> str:
+    """The plan's log line: strategy and the numbers it was chosen on.
+
+    >>> from chunking import TablePlan
+    >>> print(describe_decision(TablePlan("shop.orders", "even", ("id",), (), {
+    ...     "min": [1], "max": [9000000], "rows": 2800000, "rows_exact": False, "factor": 3.2,
+    ...     "chunks": 56, "queries": 2, "reason": "distribution factor 3.2 is within [0.05, 100.0]"})))
+    table shop.orders: strategy even, min 1, max 9000000, approx rows 2800000, distribution factor 3.2, \
+56 chunks, 2 queries (distribution factor 3.2 is within [0.05, 100.0])
+    """
+    s = plan.stats
+    rows = f"{'rows' if s.get('rows_exact') else 'approx rows'} {s.get('rows')}"
+    factor = f"{s['factor']:.4g}" if s.get("factor") is not None else "n/a"
+    return (f"table {plan.table}: strategy {plan.strategy}, min {short(decode_key(s.get('min')))}, "
+            f"max {short(decode_key(s.get('max')))}, {rows}, distribution factor {factor}, "
+            f"{s.get('chunks', len(plan.chunks))} chunks, {s.get('queries')} queries ({s.get('reason')})")
+
+
+def plan_document(items: Sequence[tuple[TableConfig, TableInfo, TablePlan]]) -> dict[str, Any]:
+    """The ``tidemark plan --json`` document (CONTRACT.md).
+
+    Every chunk carries ``where`` (the SQL predicate, with the table's filter
+    ANDed in), ``start`` and ``end`` (encoded keys, null when unbounded) and
+    ``end_inclusive`` (true only for the last chunk, which ends at the max key).
+    """
+    tables = []
+    for table_config, info, plan in items:
+        columns = _key_columns(info, plan.chunk_key)
+        chunks = [{"index": c.index,
+                   "where": chunk_predicate(plan.chunk_key, c.range, columns, table_config.where),
+                   "start": encode_key(c.range.start), "end": encode_key(c.range.end),
+                   "end_inclusive": c.range.end_inclusive} for c in plan.chunks]
+        tables.append({"table": plan.table, "strategy": plan.strategy,
+                       "chunk_key": list(plan.chunk_key), "chunks": chunks})
+    return {"tables": tables}
+
+
+def render_plans(plans: Sequence[TablePlan]) -> str:
+    """The human table: strategy, chunk count, rows, key and key range per table.
+
+    >>> from chunking import TablePlan
+    >>> print(render_plans([TablePlan("s.t", "uneven", ("a", "b"), (), {"rows": 5, "rows_exact": True,
+    ...       "min": [1, "x"], "max": [9, "y"]})]))
+    table  strategy  chunks  rows  chunk key  key range
+    s.t    uneven         0     5  a, b       (1, 'x') .. (9, 'y')
+    """
+    header = ("table", "strategy", "chunks", "rows", "chunk key", "key range")
+    lines = [header]
+    for plan in plans:
+        s = plan.stats
+        rows = f"{'' if s.get('rows_exact') else '~'}{s.get('rows', 0)}"
+        if s.get("min") is None:
+            key_range = "(empty)"
+        else:
+            key_range = f"{short(decode_key(s['min']), 40)} .. {short(decode_key(s['max']), 40)}"
+        lines.append((plan.table, plan.strategy, str(len(plan.chunks)), rows, ", ".join(plan.chunk_key), key_range))
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    right = {2, 3}
+    out = []
+    for line in lines:
+        cells = [cell.rjust(w) if i in right else cell.ljust(w) for i, (cell, w) in enumerate(zip(line, widths, strict=True))]
+        out.append("  ".join(cells).rstrip())
+    return "\n".join(out)
+
+
+def plan_command(config: PipelineConfig, tables: list[str], as_json: bool) -> int:
+    """``tidemark plan``: plan the chosen tables (all when none named) and print the plans.
+
+    Every table's key problems are reported together before any planning query runs.
+    """
+    selected = config.select_tables(tables)
+    with Source.from_pipeline(config) as source:
+        infos = [source.table_info(t.name) for t in selected]
+        _check_keys(selected, infos)
+        items = [(t, info, plan_table(source.query, t, info, config.defaults))
+                 for t, info in zip(selected, infos, strict=True)]
+    if as_json:
+        print(json.dumps(plan_document(items), indent=2))
+    else:
+        print(render_plans([plan for _, _, plan in items]))
+    return 0
+
+
+def _check_keys(selected: Sequence[TableConfig], infos: Sequence[TableInfo]) -> None:
+    problems: list[TidemarkError] = []
+    for table_config, info in zip(selected, infos, strict=True):
+        try:
+            choose_chunk_key(table_config, info)
+        except (ConfigError, SourceNotReady) as exc:
+            problems.append(exc)
+    if not problems:
+        return
+    lines = [line for p in problems for line in str(p).splitlines()]
+    if any(isinstance(p, SourceNotReady) for p in problems):
+        raise SourceNotReady("\n".join(lines))
+    raise ConfigError(lines)
