@@ -56,7 +56,7 @@ log = logging.getLogger("tidemark.state")
 
 
 #: ``MIGRATIONS[i]`` upgrades a store from schema version ``i + 1`` to ``i + 2``,
-#: inside the transaction that then records the new version.
+#: inside the transaction that then records the new version (filled in below the tables).
 MIGRATIONS: list[Callable[[Connection], None]] = []
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
@@ -220,7 +220,26 @@ LOCKS = Table(
     **_MYSQL,
 )
 
+TABLE_SETS = Table(
+    "tm_table_sets", METADATA,  # the tables a pipeline's patterns matched when a run was last planned
+    Column("pipeline", _NAME, ForeignKey("tm_pipelines.name"), primary_key=True),
+    Column("run_id", _RUN_ID, nullable=False),  # no FK: it outlives its run's rows
+    Column("patterns", _JsonText, nullable=False),  # [PatternMatch.to_json(), ...]
+    Column("dropped", _JsonText, nullable=False),  # published tables no pattern finds at the source any more
+    Column("updated_at", _UTCDateTime, nullable=False),
+    **_MYSQL,
+)
+
 FORGET_KINDS = ("runs", "run_tables", "chunks", "capture_checkpoints", "table_checkpoints", "locks")
+
+
+
+def _add_table_sets(conn: Connection) -> None:
+    """Version 1 -> 2: ``tm_table_sets`` (table patterns, issue 16)."""
+    TABLE_SETS.create(conn, checkfirst=True)
+
+
+MIGRATIONS.append(_add_table_sets)
 
 
 def _now() -> datetime:

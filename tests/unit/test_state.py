@@ -142,11 +142,12 @@ def test_older_schema_runs_the_migrations(store: StateStore, url: str,
         conn.execute(text("CREATE TABLE tm_test_notes (id INTEGER PRIMARY KEY)"))
         ran.append(1)
 
-    monkeypatch.setattr(state_schema, "MIGRATIONS", [add_notes_table])  # where it is read
+    before = state.code_schema_version()
+    monkeypatch.setattr(state_schema, "MIGRATIONS", [*state_schema.MIGRATIONS, add_notes_table])
     StateStore(url).close()
     StateStore(url).close()  # already migrated: nothing runs twice
     assert ran == [1]
-    assert run_sql(url, select(state.SCHEMA.c.version)) == [(2,)]
+    assert run_sql(url, select(state.SCHEMA.c.version)) == [(before + 1,)]
     assert run_sql(url, text("SELECT count(*) FROM tm_test_notes")) == [(0,)]
 
 
