@@ -293,3 +293,17 @@ def _exclude(r: Reader, m: dict[str, Any], key: str, pattern: bool) -> tuple[str
         if (problem := check_glob(glob)) is not None:
             r.problem(f"{key}.exclude[{i}]", problem)
     return tuple(globs)
+
+
+def dropped(entries: Sequence[TableConfig], found: TableSet, published: Iterable[str]) -> list[str]:
+    """The published tables a pattern entry takes that the source no longer has (its expansion
+    ``found`` does not hold them): reported, and kept in the lake as last published.
+
+    >>> entries = [TableConfig("crm.*", 100, 4), TableConfig("shop.orders", 9, 2)]
+    >>> dropped(entries, expand(entries, ["crm.a"]), ["crm.a", "crm.old", "shop.orders", "x.y"])
+    ['crm.old']
+    """
+    have = set(found.names)
+    explicit = {e.name for e in entries if not e.pattern}
+    return [name for name in sorted(published) if name not in have and name not in explicit
+            and any(e.pattern and takes(e, name) for e in entries)]

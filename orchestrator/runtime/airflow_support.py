@@ -30,8 +30,8 @@ from typing import Any
 from orchestrator.config import OutputConfig, PipelineConfig, StateConfig, load_config
 from orchestrator.errors import ConfigError, RunFailed
 from orchestrator.lake import storage
+from orchestrator.pipeline.batches import BatchRef
 from orchestrator.pipeline.context import table_dir
-from orchestrator.pipeline.plan import BatchRef
 from orchestrator.pipeline.publish import Published
 
 #: Env var naming the folder of pipeline YAML files the DAGs are built from.

@@ -86,7 +86,7 @@ def run_command(config: PipelineConfig, *, tables: list[str], snapshot: bool, ch
     failing = steps.preflight(config, tables or None)
     for table, why in sorted(failing.items()):
         log.warning("table %s is left out of this run: %s", table, why)
-    names = [t.name for t in config.select_tables(tables or None)]
+    names = steps.requested_tables(config, tables or None)
     request = {"tables": names, "snapshot": snapshot, "chunk_size": chunk_size}
     if snapshot:
         _announce_fresh(config, names)
