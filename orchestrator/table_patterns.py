@@ -144,9 +144,20 @@ class PatternMatch:
             text += f"; configured by their own entry: {listed(self.overridden)}"
         return text
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> dict[str, Any]:
         return {"pattern": self.pattern, "index": self.index, "tables": list(self.tables),
                 "excluded": list(self.excluded), "overridden": list(self.overridden)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> PatternMatch:
+        """The match `to_json` gave.
+
+        >>> m = PatternMatch("crm.*", 0, ("crm.a",), ("crm.tmp",))
+        >>> PatternMatch.from_json(m.to_json()) == m
+        True
+        """
+        return cls(str(data["pattern"]), int(data["index"]), tuple(data["tables"]),
+                   tuple(data.get("excluded", ())), tuple(data.get("overridden", ())))
 
 
 @dataclass(frozen=True, slots=True)

@@ -102,6 +102,9 @@ def run_command(config: PipelineConfig, *, tables: list[str], snapshot: bool, ch
         if handle.resumed:
             print(f"resuming unfinished run {handle.run_id} ({len(handle.batches)} batch(es) to read)",
                   file=sys.stdout, flush=True)
+        if handle.dropped:
+            print(f"dropped at the source, kept in the lake as last published: {', '.join(handle.dropped)}",
+                  file=sys.stdout, flush=True)
         try:
             spark, published = execute(config, handle, holder=holder, bars=bars, spark=spark)
         except KeyboardInterrupt:  # no ghost: the run is failed and unlocked, a rerun resumes it

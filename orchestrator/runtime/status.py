@@ -14,7 +14,7 @@ from orchestrator.positions import BinlogPosition, file_index
 from orchestrator.source.connection import Source
 from orchestrator.source.kept import needs, purged
 from orchestrator.state.store import StateStore
-from orchestrator.table_patterns import resolve, takes
+from orchestrator.table_patterns import PatternMatch, resolve, takes
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +61,11 @@ def status_command(config: PipelineConfig) -> int:
         lag = _binlogs(config) if checkpoints or runs else None
         rereads = _unfinished_rereads(store, config, lag)
         print(f"pipeline {config.pipeline}", file=out)
+        found = store.table_set(config.pipeline) if config.has_patterns else None
+        dropped = set(found.dropped) if found else set()
+        if found is not None:
+            for match in found.patterns:
+                print(f"  pattern {PatternMatch.from_json(match)} (when run {found.run_id} was planned)", file=out)
         if not runs:
             print("  no runs yet", file=out)
         for i, run in enumerate(runs):  # newest first; the latest run's tables under it
@@ -90,10 +95,13 @@ def status_command(config: PipelineConfig) -> int:
             manifest = load_manifest(cp.manifest) if storage.exists(cp.manifest) else None
             print(f"  {cp.table:<32} v{cp.version:<5} {cp.rows:>12,} rows  at {position}  "
                   f"{cp.published_at.isoformat(timespec='seconds')}  {behind}  {_snapshot(manifest)}"
-                  f"{_checked(manifest, position)}", file=out)
+                  f"{_checked(manifest, position)}{_DROPPED if cp.table in dropped else ''}", file=out)
         return 0
     finally:
         store.close()
+
+
+_DROPPED = "  dropped at the source: kept as last published"
 
 
 def _unfinished_rereads(store: StateStore, config: PipelineConfig,
