@@ -17,8 +17,13 @@ from dataclasses import dataclass, replace
 from orchestrator.config import Defaults
 from orchestrator.state.store import ChunkRecord, PlannedTable, StateStore
 
-#: Small tables one batch holds at most (their jobs run `read.TABLE_JOBS` at a time).
+#: Small tables one batch holds at most (their jobs run `TABLE_JOBS` at a time).
 PACK_TABLES = 256
+#: Spark jobs (one per table) a batch of many small tables runs at once from the driver
+#: (`orchestrator.pipeline.read`): a tiny table's job is mostly fixed cost (scheduling, a JDBC
+#: connection, committing its files), which overlaps well. 200 tables of 100 rows on 2 cores:
+#: 137 s reading 2 at a time, 69 s 8 at a time.
+TABLE_JOBS = 8
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,11 +8,13 @@ and a WAL commit each): these methods take lists, so a step records all its tabl
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import and_, bindparam, insert, select, update
+from sqlalchemy import and_, bindparam, create_engine, insert, inspect, select, update
+from sqlalchemy.engine import make_url
 
 from orchestrator.errors import StateError
 from orchestrator.state.records import (
@@ -115,3 +117,26 @@ def save_checkpoint(conn: Connection, c: TableCheckpoint) -> None:
               "manifest": c.manifest, "run_id": c.run_id, "published_at": c.published_at}
     if conn.execute(update(TABLE_CHECKPOINTS).where(key).values(values)).rowcount == 0:
         conn.execute(insert(TABLE_CHECKPOINTS).values(pipeline=c.pipeline, table_name=c.table, **values))
+
+
+def peek_table_set(url: str, pipeline: str) -> TableSetRecord | None:
+    """`ManyTablesMixin.table_set` without opening a `StateStore`: nothing is created or migrated,
+    and a store that does not exist, cannot be read or has no table set gives None. For Airflow's
+    DAG parsing, which must never write (the trigger form lists the tables patterns matched)."""
+    try:
+        parsed = make_url(url)
+        if parsed.get_backend_name() == "sqlite" and not os.path.isfile(parsed.database or ""):
+            return None  # connecting would create the file
+        engine = create_engine(parsed)
+    except Exception:  # an unusable URL or driver: nothing to peek at (validate reports it)
+        return None
+    try:
+        with engine.connect() as conn:
+            if not inspect(conn).has_table(TABLE_SETS.name):
+                return None
+            row = conn.execute(select(TABLE_SETS).where(TABLE_SETS.c.pipeline == pipeline)).first()
+        return None if row is None else _table_set_record(row)
+    except Exception:  # unreachable or locked: the form offers the entries alone
+        return None
+    finally:
+        engine.dispose()
