@@ -301,7 +301,7 @@ def execution_timeouts(config: PipelineConfig) -> dict[str, timedelta]:
     ...     "password": "x", "read_timeout": 60}, "output": {"path": "/tmp/l"},
     ...     "state": {"url": "sqlite:///:memory:"}, "tables": [{"name": "d.t"}]})
     >>> {k: int(v.total_seconds()) for k, v in execution_timeouts(cfg).items()}
-    {'preflight': 360, 'plan': 360, 'read': 2940, 'capture': 2880, 'reconcile': 2880, 'publish': 2880}
+    {'preflight': 360, 'plan': 360, 'read': 5820, 'capture': 2880, 'reconcile': 2880, 'publish': 2880}
     """
     seconds = config.source.read_timeout
     rounds = max([config.defaults.batch_chunks, *(t.batch_chunks for t in config.tables),
