@@ -1,0 +1,66 @@
+"""A pipeline of table patterns under Airflow (issue 16): the DAG of a pattern matching 500 tables
+parses, its trigger form lists the tables the pattern last matched (read from the state store,
+never written at parse time) and the pattern itself, and the publish task's outlet for the
+pattern is an AssetAlias its tables' Assets join."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.state.store import StateStore
+from orchestrator.table_patterns import PatternMatch
+from tests.dags.test_parsing import config, parse, write
+
+pytestmark = pytest.mark.usefixtures("airflow_home")
+
+TABLES = [f"many.t{i:04d}" for i in range(500)]
+
+
+def test_a_dag_of_500_matched_tables_parses_and_its_form_lists_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow.exceptions import ParamValidationError
+    from airflow.sdk import AssetAlias
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    data = config("many", tmp_path, tables=[{"name": "many.*", "exclude": ["many.tmp_*"]},
+                                            {"name": "shop.orders"}])
+    folder = tmp_path / "configs"
+    write(folder, "many.yaml", data)
+    with StateStore(data["state"]["url"]) as store:  # what planning a run records
+        store.save_table_set("many", "r1", [PatternMatch("many.*", 0, tuple(TABLES)).to_json()], [])
+    state_db = tmp_path / "state.db"
+    before = state_db.stat().st_mtime_ns
+
+    started = time.perf_counter()
+    bag = parse(monkeypatch, folder)
+    seconds = time.perf_counter() - started
+    assert bag.import_errors == {}
+    dag = bag.dags["tidemark_many"]
+    print(f"parsed the DAG of {len(TABLES)} matched tables in {seconds:.2f}s")  # noqa: T201
+    assert state_db.stat().st_mtime_ns == before, "parsing wrote nothing to the state store"
+
+    tables = dag.params.get_param("tables").schema
+    assert tables["items"]["enum"] == ["many.*", "shop.orders", *TABLES]
+    assert tables["examples"] == tables["items"]["enum"]
+    served = DagSerialization.deserialize_dag(DagSerialization.serialize_dag(dag))
+    served.params.deep_merge({"tables": ["many.*", "many.t0499", "shop.orders"]}).validate()
+    with pytest.raises(ParamValidationError):
+        served.params.deep_merge({"tables": ["many.t0500"]}).validate()
+
+    outlets: list[Any] = dag.get_task("publish").outlets
+    assert [o.uri for o in outlets if not isinstance(o, AssetAlias)] == [f"file://{tmp_path}/lake/shop/orders"]
+    assert [o.name for o in outlets if isinstance(o, AssetAlias)] == ["tidemark_many:many.*"]
+
+
+def test_without_a_recorded_table_set_the_form_offers_the_entries(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = tmp_path / "configs"
+    write(folder, "many.yaml", config("many", tmp_path, tables=[{"name": "many.*"}]))
+    bag = parse(monkeypatch, folder)
+    assert bag.import_errors == {}
+    assert bag.dags["tidemark_many"].params.get_param("tables").schema["items"]["enum"] == ["many.*"]
+    assert not (tmp_path / "state.db").exists(), "parsing creates no state store"
