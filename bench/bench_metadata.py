@@ -95,7 +95,7 @@ def main() -> int:
                 "print(f'{time.perf_counter() - t:.2f} {n} {b.import_errors}')")
         out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True)
         last = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else "? ? ?"
-        seconds, choices, errors = (last.split(" ", 2) + ["?", "?", "?"])[:3]
+        seconds, choices, errors = [*last.split(" ", 2), "?", "?", "?"][:3]
         print(f"  {'Airflow DagBag parse of dags/ (in a process)':<44} {seconds:>7}s  form choices: {choices}, "
               f"import errors: {errors}")
         print(f"(machine: {os.cpu_count()} cores, shared, load average {os.getloadavg()[0]:.1f})")

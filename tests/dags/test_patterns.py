@@ -40,7 +40,7 @@ def test_a_dag_of_500_matched_tables_parses_and_its_form_lists_them(
     seconds = time.perf_counter() - started
     assert bag.import_errors == {}
     dag = bag.dags["tidemark_many"]
-    print(f"parsed the DAG of {len(TABLES)} matched tables in {seconds:.2f}s")  # noqa: T201
+    print(f"parsed the DAG of {len(TABLES)} matched tables in {seconds:.2f}s")
     assert state_db.stat().st_mtime_ns == before, "parsing wrote nothing to the state store"
 
     tables = dag.params.get_param("tables").schema
