@@ -61,7 +61,7 @@ def test_a_pattern_follows_the_tables_of_the_source(mariadb: LocalMariaDB, tmp_p
     # doctor shows what the pattern matched; the table without a key fails alone, naming the exclude
     checks = {c.name: c for c in run_checks(config)}
     assert checks[f"pattern {DB}.*"].detail == (
-        f"{DB}.* matches 3 table(s): {accounts}, {orders}, {DB}.nokey; excluded: {DB}.tmp_scratch; "
+        f"{DB}.* matches 3 table(s): {accounts}, {DB}.nokey, {orders}; excluded: {DB}.tmp_scratch; "
         f"configured by their own entry: {big}")
     assert not checks[f"chunk key {DB}.nokey"].ok
     assert f"add {DB}.nokey to tables[0].exclude" in checks[f"chunk key {DB}.nokey"].fix
