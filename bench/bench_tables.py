@@ -13,6 +13,11 @@ It prints the medians and the ratio small tables / one table (the issue's goal: 
 
     .venv/bin/python bench/bench_tables.py --tables 200 --repeat 3
     .venv/bin/python bench/bench_tables.py --tables 2000
+    .venv/bin/python bench/bench_tables.py --tables 200 --compare-with /tmp/tidemark-main
+
+``--compare-with DIR`` also times the small tables' two runs with another checkout (say ``git
+archive main | tar -x -C DIR``) in the same repetitions; its config lists the tables one by one,
+as a release without patterns needs.
 """
 
 from __future__ import annotations
@@ -79,18 +84,27 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=100, help="rows per small table")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--compare-with", type=Path, default=None, metavar="DIR")
     args = parser.parse_args()
     with scratch_server("tidemark-bench-tables-") as (work, server):
         load(server, args.tables, args.rows)
         one_config = pipeline(server, "one", "big.rows", args.master)
         many_config = pipeline(server, "many", "many.*", args.master)
         figures: dict[str, list[float]] = {"one": [], "many": [], "unchanged": [], "status": []}
+        other = args.compare_with.resolve() if args.compare_with else None
+        if other is not None:
+            figures.update({"other many": [], "other unchanged": []})
+            listed = {**many_config, "tables": [{"name": f"many.t{i:04d}"} for i in range(args.tables)]}
         for repetition in range(args.repeat):
             figures["one"].append(timed_run(ROOT, fresh_config(work / "one", one_config)).seconds)
             path = fresh_config(work / "many", many_config)
             figures["many"].append(timed_run(ROOT, path).seconds)
             figures["unchanged"].append(timed_run(ROOT, path).seconds)
             figures["status"].append(timed_status(path))
+            if other is not None:
+                path = fresh_config(work / "other", listed)
+                figures["other many"].append(timed_run(other, path).seconds)
+                figures["other unchanged"].append(timed_run(other, path).seconds)
             print(f"repetition {repetition + 1}: " + ", ".join(f"{k} {v[-1]:.1f}s" for k, v in figures.items()),
                   flush=True)
         one, many = median(figures["one"]), median(figures["many"])
@@ -101,6 +115,9 @@ def main() -> int:
               f"ratio {many / one:.2f}x the one table")
         print(f"  {args.tables} tables, a run with no change        {median(figures['unchanged']):7.1f}s")
         print(f"  {args.tables} tables, tidemark status             {median(figures['status']):7.1f}s")
+        if other is not None:
+            print(f"  {other}: first run {median(figures['other many']):.1f}s, a run with no change "
+                  f"{median(figures['other unchanged']):.1f}s (tables listed one by one)")
         print(f"(machine: {os.cpu_count()} cores, shared, load average {os.getloadavg()[0]:.1f}; "
               f"master {args.master})")
         with (work / "figures.yaml").open("w") as out:
