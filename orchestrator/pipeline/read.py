@@ -76,7 +76,8 @@ def read_batch(config: PipelineConfig, run_id: str, batch: int, *, spark: SparkS
         pending = store.chunks(run_id, batch=batch, status="pending")
         if not pending:
             return ReadResult(batch, "", 0, 0, 0)
-        records = {r.table: r for r in store.run_tables(run_id) if r.table in {c.table for c in pending}}
+        tables = {c.table for c in pending}
+        records = {r.table: r for r in store.run_tables(run_id) if r.table in tables}
         by_table: dict[str, list[ChunkRecord]] = {}
         for chunk in pending:  # an earlier batch of a failed table failed it: the others go on
             if records[chunk.table].status != "failed":
