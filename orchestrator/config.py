@@ -90,7 +90,7 @@ class PipelineConfig:
                 raise ConfigError("internal: the tables of a config with patterns come from the source "
                                   "(source.listing.table_set)")
             return self.tables
-        patterns = [n for n in names if is_glob(n)]
+        patterns = [n for n in names if is_glob(n) and any(t.pattern and t.name == n for t in self.tables)]
         if patterns:
             raise ConfigError(f"internal: pattern(s) {', '.join(patterns)} need the source's list of "
                               "tables (source.listing.table_set)")
