@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,7 @@ def test_files_to_drop(files: dict[int, list[str]], keep: int, dropped: list[int
 def test_data_file_names() -> None:
     assert data_file(1, 0) == "data/v000001-c0000.parquet"
     assert data_file(123456, 42) == "data/v123456-c0042.parquet"
+    assert data_file(2, 3, "a1b2c3d4") == "data/v000002-a1b2c3d4-c0003.parquet"  # one publish attempt's
 
 
 def test_published_schema_and_column_entries() -> None:
@@ -118,7 +120,8 @@ def test_publish_streams_batches_and_keeps_versions(tmp_path: Path, monkeypatch:
                                           "rows": 5 * n, "bytes": (tdir / result["files"][0]).stat().st_size}]
         assert json.loads((tdir / "_tidemark" / "current.json").read_text())["version"] == n
     assert sorted(p.name for p in (tdir / "_tidemark" / "versions").iterdir()) == ["000003.json", "000004.json"]
-    assert sorted(p.name for p in (tdir / "data").iterdir()) == ["v000003-c0000.parquet", "v000004-c0000.parquet"]
+    names = sorted(p.name for p in (tdir / "data").iterdir())
+    assert [re.sub(r"-[0-9a-f]{8}-", "-", n) for n in names] == ["v000003-c0000.parquet", "v000004-c0000.parquet"]
 
 
 def test_retention_never_drops_files_a_kept_version_shares(tmp_path: Path) -> None:

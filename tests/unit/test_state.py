@@ -142,12 +142,34 @@ def test_older_schema_runs_the_migrations(store: StateStore, url: str,
         conn.execute(text("CREATE TABLE tm_test_notes (id INTEGER PRIMARY KEY)"))
         ran.append(1)
 
-    monkeypatch.setattr(state_schema, "MIGRATIONS", [add_notes_table])  # where it is read
+    code = state.code_schema_version()
+    monkeypatch.setattr(state_schema, "MIGRATIONS", [*state_schema.MIGRATIONS, add_notes_table])  # where it is read
     StateStore(url).close()
     StateStore(url).close()  # already migrated: nothing runs twice
     assert ran == [1]
-    assert run_sql(url, select(state.SCHEMA.c.version)) == [(2,)]
+    assert run_sql(url, select(state.SCHEMA.c.version)) == [(code + 1,)]
     assert run_sql(url, text("SELECT count(*) FROM tm_test_notes")) == [(0,)]
+
+
+def test_schema_1_store_gains_the_lease_and_the_segment_owners(store: StateStore, url: str) -> None:
+    """A store of schema 1 (before fencing) with a lock and a capture checkpoint is migrated:
+    its lock counts with the lease of those days, its segments are the untagged ones."""
+    run_id = store.create_run("shop", {}).run_id
+    store.save_capture_checkpoint(run_id, POS, 3, 30)
+    store.acquire_lock("shop", "old-run")
+    store.close()
+    run_sql(url, text("ALTER TABLE tm_locks DROP COLUMN lease_seconds"))
+    run_sql(url, text("ALTER TABLE tm_capture_checkpoints DROP COLUMN owners"))
+    run_sql(url, update(state.SCHEMA).values(version=1))
+    with StateStore(url) as migrated:
+        assert run_sql(url, select(state.SCHEMA.c.version)) == [(2,)]
+        lock = migrated.lock_info("shop")
+        assert lock is not None and lock.lease_seconds == 900
+        checkpoint = migrated.capture_checkpoint(run_id)
+        assert checkpoint is not None and checkpoint["owners"] == [["", 1]]
+        migrated.save_capture_checkpoint(run_id, POS, 4, 40, [["", 1], ["a1b2c3d4", 4]])
+        saved = migrated.capture_checkpoint(run_id)
+        assert saved is not None and saved["owners"] == [["", 1], ["a1b2c3d4", 4]]
 
 
 def test_unreachable_store_is_a_state_error_without_password() -> None:
@@ -342,9 +364,9 @@ def test_capture_checkpoint_is_overwritten(store: StateStore) -> None:
     assert store.capture_checkpoint(run_id) is None
     store.save_capture_checkpoint(run_id, POS, segments=1, rows=10)
     later = {**POS, "file": "binlog.000004", "pos": BIG}
-    store.save_capture_checkpoint(run_id, later, segments=3, rows=BIG // 8)
+    store.save_capture_checkpoint(run_id, later, segments=3, rows=BIG // 8, owners=[["a1", 1], ["b2", 3]])
     assert store.capture_checkpoint(run_id) == {"position": later, "segments": 3,
-                                                "rows": BIG // 8}
+                                                "rows": BIG // 8, "owners": [["a1", 1], ["b2", 3]]}
 
 
 def test_table_checkpoints_round_trip(store: StateStore) -> None:
@@ -481,16 +503,18 @@ def test_lock_of_a_dead_process_on_this_host_is_taken_over(
 
 def test_lock_not_refreshed_within_its_lease_is_taken_over(
         store: StateStore, url: str, caplog: pytest.LogCaptureFixture) -> None:
-    store.acquire_lock("shop", "slow")  # this process: alive, so only the lease can expire
+    """The holder's own lease decides (it is recorded with the lock), not the taker's."""
+    store.acquire_lock("shop", "slow", lease_seconds=2 * 3600)  # this process: alive, only the lease can expire
     an_hour_ago = datetime.now(UTC) - timedelta(hours=1)
     run_sql(url, update(state.LOCKS).values(refreshed_at=an_hour_ago))
-    with pytest.raises(RunLocked, match="locked by run slow"):
-        store.acquire_lock("shop", "eager", lease_seconds=2 * 3600)
+    with pytest.raises(RunLocked, match=r"locked by run slow .*lease 7200 s"):
+        store.acquire_lock("shop", "eager", lease_seconds=60)
+    run_sql(url, update(state.LOCKS).values(refreshed_at=an_hour_ago - timedelta(hours=2)))
     with caplog.at_level(logging.WARNING, logger="tidemark.state"):
         store.acquire_lock("shop", "eager", lease_seconds=1800)
     taken = store.lock_info("shop")
-    assert taken is not None and taken.holder == "eager"
-    assert "not refreshed for more than 1800 s" in caplog.text
+    assert taken is not None and taken.holder == "eager" and taken.lease_seconds == 1800
+    assert "not renewed within its lease of 7200 s" in caplog.text
     with pytest.raises(RunLocked, match="locked by run eager"):
         store.acquire_lock("shop", "slow")  # the old holder learns it lost the lock
 
