@@ -52,6 +52,11 @@ class Fence:
     def __str__(self) -> str:
         return f"the lock of pipeline {self.pipeline}, held as run {self.holder}"
 
+    @property
+    def fence(self) -> Fence:
+        """`Guard`: the fence is itself."""
+        return self
+
     def confirm(self, conn: Connection) -> None:
         """`Guard`: check the fence inside ``conn``'s writing transaction."""
         confirm_fence(conn, self)

@@ -4,7 +4,7 @@ Every test runs twice: on a fresh SQLite file, and on a fresh schema of a
 database created for this session on the machine's PostgreSQL (127.0.0.1:5432,
 user postgres). The PostgreSQL URL carries a password (trust auth ignores it)
 so the tests can check it never shows. The lock tests race real processes
-(``tests/unit/state_lock_worker.py``).
+(``tests/unit/state_lock_worker.py``). The fixtures are in tests/unit/conftest.py.
 """
 
 from __future__ import annotations
@@ -16,8 +16,6 @@ import socket
 import sqlite3
 import subprocess
 import sys
-import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -31,67 +29,11 @@ from orchestrator.errors import RunLocked, StateError
 from orchestrator.state import schema as state_schema
 from orchestrator.state import store as state
 from orchestrator.state.store import ChunkRecord, StateStore, TableCheckpoint
+from tests.unit.conftest import PG_SECRET, run_sql
 
 ROOT = Path(__file__).resolve().parents[2]
-PG_ADMIN = "host=127.0.0.1 port=5432 user=postgres dbname=postgres connect_timeout=5"
-PG_SECRET = "pg-secret-must-not-show"
 BIG = 18446744073709551615  # max BIGINT UNSIGNED: more than a signed 64-bit column holds
 POS = {"file": "binlog.000003", "pos": 4567, "row": 2, "gtid_set": None}
-
-
-# --- fixtures ------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="session")
-def pg_database() -> Iterator[str]:
-    """A database of our own on the local PostgreSQL, dropped at the end of the session."""
-    psycopg = pytest.importorskip("psycopg")
-    try:
-        admin = psycopg.connect(PG_ADMIN, autocommit=True)
-    except psycopg.OperationalError as exc:
-        pytest.skip(f"PostgreSQL at 127.0.0.1:5432 (user postgres) is unreachable, "
-                    f"so the postgresql params cannot run: {exc}")
-    name = f"tidemark_state_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
-    admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield name
-    finally:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.close()
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A URL to an empty store: a SQLite file in a directory that does not exist yet,
-    or a fresh PostgreSQL schema (through ``search_path``) in the session's database."""
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'state' / 'state.db'}"
-    import psycopg
-
-    database = request.getfixturevalue("pg_database")
-    schema = f"t_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(PG_ADMIN.replace("dbname=postgres", f"dbname={database}"),
-                         autocommit=True) as conn:
-        conn.execute(f'CREATE SCHEMA "{schema}"')
-    return (f"postgresql+psycopg://postgres:{PG_SECRET}@127.0.0.1:5432/{database}"
-            f"?options=-csearch_path%3D{schema}")
-
-
-@pytest.fixture
-def store(url: str) -> Iterator[StateStore]:
-    with StateStore(url) as opened:
-        yield opened
-
-
-def run_sql(url: str, statement: Any, params: dict[str, Any] | None = None) -> Any:
-    """Execute one statement on the store's database, outside StateStore; returns all rows."""
-    engine = create_engine(url)
-    try:
-        with engine.begin() as conn:
-            result = conn.execute(statement, params or {})
-            return result.all() if result.returns_rows else None
-    finally:
-        engine.dispose()
 
 
 def chunk(run_id: str, table: str, index: int, batch: int, start: Any, end: Any) -> ChunkRecord:
