@@ -114,8 +114,8 @@ class Lease:
         self._confirmed = (time.monotonic(), time.time())
 
     def _lose(self, exc: LockLost) -> None:
-        if self._lost is None and not self._released:
-            log.error("%s", exc)
+        if self._lost is None and not self._released:  # a warning: the run's one error line says it
+            log.warning("%s", exc)
         self._lost = self._lost or exc
 
     def _beat(self) -> None:
