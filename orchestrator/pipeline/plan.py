@@ -21,7 +21,7 @@ from typing import Any
 from chunking import chunk_predicate, encode_key
 from orchestrator.config import PipelineConfig, TableConfig
 from orchestrator.errors import ConfigError, LockLost
-from orchestrator.lake.manifest import read_manifest
+from orchestrator.lake.manifest import find_manifest, read_manifest
 from orchestrator.pipeline.context import open_source, open_store, table_dir, take_lock
 from orchestrator.pipeline.failed import fail_table, table_failure
 from orchestrator.pipeline.filtering import compile_table_filter
@@ -232,7 +232,7 @@ def _plan_one(config: PipelineConfig, store: StateStore, run: RunRecord, table: 
                     checkpoint.position["file"], oldest)
         checkpoint = None
     if checkpoint is not None and not late and not run.options.get("snapshot") and \
-            _same_shape(config, table.name, info):
+            _not_behind(config, table.name, checkpoint.version) and _same_shape(config, table.name, info):
         _plan_incremental(config, store, run, table, info, checkpoint.position)
         return
     # Changes the run captured for it before it was reset would override the new read: they are
@@ -240,6 +240,19 @@ def _plan_one(config: PipelineConfig, store: StateStore, run: RunRecord, table: 
     void = void_mark(store, run.run_id) if late else 0
     next_batch = max(store.batches(run.run_id), default=-1) + 1
     _plan_snapshot(config, store, run, table, info, source, next_batch, start=start, void=void)
+
+
+def _not_behind(config: PipelineConfig, table: str, version: int) -> bool:
+    """Whether ``current.json`` names at least the version the table's checkpoint records. It
+    always does, unless a process that lost the pipeline lock replaced it in the instant after
+    its last fence check (docs/design.md "One writer"): the changes since the checkpoint's
+    position would then be applied to an older version, and only a re-read is exact."""
+    manifest = find_manifest(table_dir(config, table))
+    if manifest is not None and manifest["version"] >= version:
+        return True
+    log.warning("table %s: current.json names version %s, older than version %d the state store "
+                "published: re-read", table, manifest["version"] if manifest else "none", version)
+    return False
 
 
 def _same_shape(config: PipelineConfig, table: str, info: TableInfo) -> bool:

@@ -137,3 +137,31 @@ def test_a_run_paused_past_its_lease_is_fenced_out(mariadb: LocalMariaDB, shop: 
                            "--no-progress"], capture_output=True, text=True, timeout=900, check=False)
     assert last.returncode == 0, last.stderr[-3000:]
     assert_lake_equals_source(config_path, mariadb, tables)
+
+
+def test_a_manifest_behind_its_checkpoint_is_read_again(mariadb: LocalMariaDB, shop: str, tmp_path: Path) -> None:
+    """What a process that lost the lock could still do in the instant after its last fence
+    check: put back the version it was switching to over a newer one. The next run sees
+    ``current.json`` behind the state store's checkpoint and reads the table again, instead of
+    applying the changes since the checkpoint to an older version."""
+    table = f"{shop}.customers"
+    config_path = write_config(tmp_path / "p.yaml", pipeline_config(
+        tmp_path, mariadb, [{"name": table}], name="behind",
+        defaults={"chunk_size": 1000, "batch_chunks": 2, "read_margin_seconds": 0.0}))
+
+    def run() -> subprocess.CompletedProcess[str]:
+        done = subprocess.run([sys.executable, "-m", "orchestrator", "run", "--config", str(config_path),
+                               "--no-progress"], capture_output=True, text=True, timeout=900, check=False)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done
+
+    run()
+    mariadb.execute(f"UPDATE {table} SET name = CONCAT('v2 ', name) WHERE email LIKE 'user1%'")
+    run()
+    meta = tmp_path / "lake" / shop / "customers" / "_tidemark"
+    assert (meta / "versions" / "000002.json").exists()
+    (meta / "current.json").write_bytes((meta / "versions" / "000001.json").read_bytes())
+    mariadb.execute(f"UPDATE {table} SET name = CONCAT('v3 ', name) WHERE email LIKE 'user2%'")
+    again = run()
+    assert_lake_equals_source(config_path, mariadb, [table])
+    assert "current.json names version 1, older than version 2 the state store published: re-read" in again.stdout
