@@ -205,8 +205,9 @@ def apply_retention(tdir: str, keep: int,
     less than ``keep_hours`` before ``now``; returns the dropped versions.
 
     ``guard`` (the fence check) runs before anything is expired or deleted. ``expire`` is
-    then called with the versions about to be dropped (maybe none) and returns files still
-    needed elsewhere (those the kept Iceberg snapshots list): never deleted."""
+    then called, when there is anything to delete, with the versions about to be dropped (maybe
+    none) and returns files still needed elsewhere (those the kept Iceberg snapshots list):
+    never deleted."""
     current = find_manifest(tdir)
     manifests = {v: load_manifest(version_uri(tdir, v)) for v in version_numbers(tdir)}
     if current is not None:
@@ -214,12 +215,12 @@ def apply_retention(tdir: str, keep: int,
         manifests = {v: m for v, m in manifests.items() if v <= current["version"]}
     keep_after = (now or dt.datetime.now(dt.UTC)) - dt.timedelta(hours=keep_hours)
     dropped, garbage = files_to_drop(manifests, max(1, keep), keep_after)
-    guard()
-    needed = expire(dropped)
-    garbage = [f for f in garbage if f not in needed]
     if current is not None:
         listed = {f for v, m in manifests.items() if v not in dropped for f in m["files"]}
-        garbage += _leftovers(tdir, current["version"], listed | needed | set(garbage))
+        garbage += _leftovers(tdir, current["version"], listed | set(garbage))
+    guard()
+    needed = expire(dropped) if dropped or garbage else set()
+    garbage = [f for f in garbage if f not in needed]
     for relative in garbage:
         storage.delete_file(storage.join(tdir, relative))
     for version in dropped:
