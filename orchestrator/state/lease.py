@@ -104,19 +104,23 @@ class Lease:
         """Take the lock again for the same holder (a step that re-takes it): renews it, or,
         after this process released it, takes it anew under a new token. A lost lease is
         never taken again: the process that lost it must stop."""
+        if self._lost is not None:
+            raise self._lost
         if not self._released:
             self.renew()
             return
         self.fence = self.store.acquire_lock(self.fence.pipeline, self.fence.holder,
                                              lease_seconds=self.fence.lease_seconds,
                                              config_path=config_path, track_pid=track_pid)
-        self._released, self._lost = False, None
+        self._released = False
         self._confirmed = (time.monotonic(), time.time())
 
     def _lose(self, exc: LockLost) -> None:
-        if self._lost is None and not self._released:  # a warning: the run's one error line says it
+        if self._released:  # released by this process: not its lock any more, but nothing lost
+            return
+        if self._lost is None:  # a warning: the run's one error line says it
             log.warning("%s", exc)
-        self._lost = self._lost or exc
+            self._lost = exc
 
     def _beat(self) -> None:
         interval = renew_interval(self.fence.lease_seconds)
