@@ -125,11 +125,18 @@ def test_the_heartbeat_renews_while_held_and_stops_cleanly(
         with StateStore(url, guard=held) as fenced:  # a release by the holder is no loss
             fenced.release_lock("shop", "cli:here:1")
         assert store.lock_info("shop") is None
-        time.sleep(2 * LEASE)  # the heartbeat stays quiet; a write would be refused
+        time.sleep(2 * LEASE)  # the heartbeat stays quiet and takes nothing back; a write would be refused
+        assert store.lock_info("shop") is None
         with pytest.raises(LockLost):
             held.check()
+        released = held.fence.token
+        held.take(None, True)  # the same holder's next run in this process (`tidemark run`'s second pass)
+        assert held.fence.token != released
+        with StateStore(url, guard=held) as fenced:
+            fenced.create_run("shop", {})  # fenced by the new token
     assert not beat.is_alive() and lease.held("shop") is None
-    assert store.lock_info("shop") is None  # the heartbeat took nothing back
+    kept = store.lock_info("shop")  # not released at the end of the block: the run releases it
+    assert kept is not None and kept.holder == "cli:here:1"
     assert "lost the lock" not in caplog.text
 
     with caplog.at_level(logging.WARNING, logger="tidemark.state"), \
