@@ -28,19 +28,12 @@ from orchestrator.config import load_config
 from orchestrator.demo.localdb import LocalMariaDB
 from orchestrator.demo.sample import SHOP_TABLES, Writer, connect, load_shop
 from orchestrator.state.store import StateStore
-from tests.conftest import assert_lake_equals_source, pipeline_config, write_config
+from tests.conftest import assert_lake_equals_source, pipeline_config, start_run, write_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 LEASE = 6  # seconds (state.lock_lease_seconds): renewed every 1.2 s while a run lives
 
-
-def start_run(config: Path, failpoint: str = "") -> subprocess.Popen[str]:
-    env = {k: v for k, v in os.environ.items() if k != "TIDEMARK_FAILPOINT"}
-    if failpoint:
-        env["TIDEMARK_FAILPOINT"] = failpoint
-    return subprocess.Popen([sys.executable, "-m", "orchestrator", "run", "--config", str(config),
-                             "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
 def wait_stopped(proc: subprocess.Popen[str], timeout: float = 900) -> None:
