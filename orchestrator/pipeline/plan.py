@@ -20,13 +20,13 @@ from typing import Any
 
 from chunking import chunk_predicate, encode_key
 from orchestrator.config import PipelineConfig, TableConfig
-from orchestrator.errors import ConfigError
-from orchestrator.lake.manifest import Manifest, read_manifest
+from orchestrator.errors import ConfigError, LockLost
+from orchestrator.lake.manifest import Manifest, find_manifest
 from orchestrator.pipeline.batches import BatchRef, Draft, assign_batches, pending_batches
 from orchestrator.pipeline.context import open_source, open_store, table_dir, take_lock
 from orchestrator.pipeline.failed import fail_table, table_failure
 from orchestrator.pipeline.filtering import compile_table_filter
-from orchestrator.pipeline.segments import drop_segments
+from orchestrator.pipeline.segments import void_mark
 from orchestrator.pipeline.table_plan import check_escaping, plan_table
 from orchestrator.positions import BinlogPosition, file_index
 from orchestrator.runtime.failures import describe
@@ -109,6 +109,8 @@ def plan(config: PipelineConfig, *, tables: list[str] | None = None, snapshot: b
         try:
             _plan_tables(config, store, run, failing or {})
         except Exception as exc:  # no ghost: the run is failed with its reason, the lock released
+            if isinstance(exc, LockLost):  # not ours any more: nothing more is written
+                raise
             store.finish_run(run.run_id, "failed", error=f"planning failed: {describe(exc)}")
             store.release_lock(config.pipeline, holder)
             raise
@@ -231,7 +233,7 @@ def _plan_tables(config: PipelineConfig, store: StateStore, run: RunRecord, fail
                     fail_table(store, run.run_id, table.name, "plan", failing[table.name])
                     continue
                 try:
-                    drafts.append(_plan_one(config, run, table, source, oldest, infos.get(table.name),
+                    drafts.append(_plan_one(config, store, run, table, source, oldest, infos.get(table.name),
                                             checkpoints.get(table.name), late=late))
                 except Exception as exc:  # one table's trouble is its own (`pipeline.failed`)
                     reason = table_failure(exc)
@@ -254,8 +256,9 @@ def _record(config: PipelineConfig, store: StateStore, run_id: str, drafts: list
             log.info("table %s: snapshot, %d chunks in %d batch(es)", p.table, len(p.chunks), batches)
 
 
-def _plan_one(config: PipelineConfig, run: RunRecord, table: TableConfig, source: Source, oldest: str | None,
-              info: TableInfo | None, checkpoint: TableCheckpoint | None, *, late: bool) -> PlannedTable | Draft:
+def _plan_one(config: PipelineConfig, store: StateStore, run: RunRecord, table: TableConfig, source: Source,
+              oldest: str | None, info: TableInfo | None, checkpoint: TableCheckpoint | None, *,
+              late: bool) -> PlannedTable | Draft:
     """Plan one table of the run: incremental from its published position, or a snapshot."""
     start = source.current_position().to_json() if late else None  # before the table is looked at
     if late:  # its own P0_T wants the same margin before any key bound is read
@@ -270,17 +273,32 @@ def _plan_one(config: PipelineConfig, run: RunRecord, table: TableConfig, source
                     checkpoint.position["file"], oldest)
         checkpoint = None
     if checkpoint is not None and not late and not run.options.get("snapshot"):
-        manifest = read_manifest(table_dir(config, table.name))
-        if _same_shape(table.name, manifest, info):
+        manifest = find_manifest(table_dir(config, table.name))
+        if _not_behind(table.name, manifest, checkpoint.version) and _same_shape(table.name, manifest, info):
+            assert manifest is not None, "_not_behind: there is one"
             return _incremental(table, manifest, info, checkpoint.position)
-    if late:  # changes the run captured for it before it was reset would override the new read
-        drop_segments(config.staging_path, run.run_id, table.name)
-    return _snapshot_draft(config, run, table, info, source, start=start)
+    # Changes the run captured for it before it was reset would override the new read: they are
+    # voided in the same transaction that plans it (`pipeline.segments`).
+    void = void_mark(store, run.run_id) if late else 0
+    return _snapshot_draft(config, run, table, info, source, start=start, void=void)
 
 
-def _same_shape(table: str, manifest: Manifest, info: TableInfo) -> bool:
+def _not_behind(table: str, manifest: Manifest | None, version: int) -> bool:
+    """Whether ``current.json`` names at least the version the table's checkpoint records. It
+    always does, unless a process that lost the pipeline lock replaced it in the instant after
+    its last fence check (docs/design.md "One writer"): the changes since the checkpoint's
+    position would then be applied to an older version, and only a re-read is exact."""
+    if manifest is not None and manifest["version"] >= version:
+        return True
+    log.warning("table %s: current.json names version %s, older than version %d the state store "
+                "published: re-read", table, manifest["version"] if manifest else "none", version)
+    return False
+
+
+def _same_shape(table: str, manifest: Manifest | None, info: TableInfo) -> bool:
     """Whether the table has the columns of its published version; if not, it is re-read
     (its changes since then cannot be applied to rows of another shape)."""
+    assert manifest is not None, "a published table has a manifest"
     published = [(c["name"], c["mysql_type"]) for c in manifest["columns"]]
     current = [(c.name, c.column_type) for c in info.columns]
     if published != current:
@@ -301,14 +319,16 @@ def replan_snapshot(config: PipelineConfig, store: StateStore, run_id: str, tabl
                     reason: dict[str, Any]) -> None:
     """Plan a table of the run again as a snapshot starting now (a re-read inside the run).
 
-    Its new start position ``P0_T`` is recorded before any key bound is read, as ``P0`` is.
+    Its new start position ``P0_T`` is recorded before any key bound is read, as ``P0`` is. Its
+    change segments captured so far are voided in the transaction that replaces its plan.
     """
     run = store.get_run(run_id)
     start = source.current_position()
     time.sleep(config.defaults.read_margin_seconds)  # P0_T's margin, as P0's
     table_config = config.with_chunk_size(run.options.get("chunk_size")).table(table)
     draft = _snapshot_draft(config, run, table_config, source.table_info(table), source,
-                            start=start.to_json(), reread={**reason, "from": start.to_json()})
+                            start=start.to_json(), reread={**reason, "from": start.to_json()},
+                            void=void_mark(store, run_id))
     next_batch = max(store.batches(run_id), default=-1) + 1
     p = assign_batches([draft], next_batch, config.defaults)[0]
     store.add_run_table(run_id, p.table, "snapshot", strategy=p.strategy, chunk_key=p.chunk_key,
@@ -318,7 +338,7 @@ def replan_snapshot(config: PipelineConfig, store: StateStore, run_id: str, tabl
 
 def _snapshot_draft(config: PipelineConfig, run: RunRecord, table: TableConfig, info: TableInfo,
                     source: Source, *, start: dict[str, Any] | None = None,
-                    reread: dict[str, Any] | None = None) -> Draft:
+                    reread: dict[str, Any] | None = None, void: int = 0) -> Draft:
     table_plan = plan_table(source.query, table, info, config.defaults, check_mode=False)
     chunks = [
         ChunkRecord(
@@ -332,5 +352,6 @@ def _snapshot_draft(config: PipelineConfig, run: RunRecord, table: TableConfig, 
     plan = PlannedTable(table.name, "snapshot", table_plan.strategy, list(table_plan.chunk_key),
                         {"table_info": table_info_to_json(info),
                          "from_position": start or run.start_position, "stats": table_plan.stats,
-                         **({"reread": reread} if reread else {})}, chunks)
+                         **({"reread": reread} if reread else {}),
+                         **({"segments_after": void} if void else {})}, chunks)
     return Draft(plan, int(table_plan.stats.get("rows") or 0), table.batch_chunks)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pyspark.sql import SparkSession
 
 from orchestrator.config import PipelineConfig
+from orchestrator.lake import storage
 from orchestrator.pipeline.batches import TABLE_JOBS
 from orchestrator.pipeline.context import (
     open_source,
@@ -103,7 +104,10 @@ def _read_pending(config: PipelineConfig, store: StateStore, run_id: str, batch:
                 low = source.current_position()
                 store.mark_batch_started(run_id, batch, low.to_json())
                 time.sleep(config.defaults.read_margin_seconds)
-                reads, failed = _read_tables(session, config, run_id, by_table, infos)
+                # Chunk dirs unique to this attempt: one the state names is never replaced by
+                # another attempt's read (a retry here, or a process that lost the lock).
+                reads, failed = _read_tables(session, config, run_id, by_table, infos, storage.attempt_tag(),
+                                             store.check_fence)
         high = source.current_position()
     for table, reason in sorted(failed.items()):
         fail_table(store, run_id, table, "read", reason)
@@ -118,15 +122,17 @@ def _read_pending(config: PipelineConfig, store: StateStore, run_id: str, batch:
 
 
 def _read_tables(spark: SparkSession, config: PipelineConfig, run_id: str,
-                 by_table: Mapping[str, Sequence[ChunkRecord]], infos: Mapping[str, TableInfo]
-                 ) -> tuple[list[ChunkRead], dict[str, str]]:
-    """Each table's chunks in a job of its own, `TABLE_JOBS` at a time; returns the chunks read
-    and the tables that failed on their own (with the reason). Any other error is raised once
-    every job started has ended (a lost connection: the caller reads the batch again)."""
+                 by_table: Mapping[str, Sequence[ChunkRecord]], infos: Mapping[str, TableInfo], tag: str,
+                 guard: Callable[[], None]) -> tuple[list[ChunkRead], dict[str, str]]:
+    """Each table's chunks in a job of its own, `TABLE_JOBS` at a time, into chunk dirs named with
+    the attempt's ``tag``; ``guard`` is the fence check before files are written. Returns the
+    chunks read and the tables that failed on their own (with the reason). Any other error is
+    raised once every job started has ended (a lost connection: the caller reads the batch again)."""
     def one(table: str) -> list[ChunkRead]:
         chunks = by_table[table]
-        paths = {c.index: run_dir(config, run_id, "snapshot", table, f"chunk-{c.index:06d}") for c in chunks}
-        done = read_chunks(spark, config, infos[table], [(c.index, c.where) for c in chunks], paths.__getitem__)
+        paths = {c.index: run_dir(config, run_id, "snapshot", table, f"chunk-{c.index:06d}-{tag}") for c in chunks}
+        done = read_chunks(spark, config, infos[table], [(c.index, c.where) for c in chunks], paths.__getitem__,
+                           guard=guard)
         return [ChunkRead(table, i, rows, nbytes, paths[i]) for i, (rows, nbytes) in sorted(done.items())]
 
     reads: list[ChunkRead] = []

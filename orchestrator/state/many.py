@@ -44,7 +44,7 @@ class ManyTablesMixin:
     """The many-tables methods of ``StateStore``."""
 
     if TYPE_CHECKING:
-        def _tx(self, *, write: bool = True) -> AbstractContextManager[Connection]: ...
+        def _tx(self, *, write: bool = True, fenced: bool = True) -> AbstractContextManager[Connection]: ...
 
     def add_run_tables(self, run_id: str, plans: Sequence[PlannedTable]) -> None:
         """Add tables to the run as planned, with their chunks, all in one transaction (tables
