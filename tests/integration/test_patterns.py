@@ -5,6 +5,7 @@ published. Real MariaDB, local Spark; every published table compared with its so
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from orchestrator.demo.localdb import LocalMariaDB
 from orchestrator.lake.manifest import read_manifest
 from orchestrator.pipeline.context import open_store, table_dir
 from orchestrator.pipeline.failed import TablesFailed
+from orchestrator.pipeline.table_plan import plan_command
 from orchestrator.runtime.run import run_command
 from orchestrator.runtime.status import status_command
 from orchestrator.source.doctor import run_checks
@@ -66,6 +68,13 @@ def test_a_pattern_follows_the_tables_of_the_source(mariadb: LocalMariaDB, tmp_p
     assert not checks[f"chunk key {DB}.nokey"].ok
     assert f"add {DB}.nokey to tables[0].exclude" in checks[f"chunk key {DB}.nokey"].fix
     assert all(c.ok for name, c in checks.items() if "nokey" not in name)
+    # plan: the others are planned, the table without a key is listed, exit 3
+    capsys.readouterr()
+    assert plan_command(config, [f"{DB}.*"], as_json=True) == 3
+    document = json.loads(capsys.readouterr().out)
+    assert [t["table"] for t in document["tables"]] == [accounts, orders]  # the pattern's own tables
+    assert [f["table"] for f in document["failed"]] == [f"{DB}.nokey"]
+    assert document["patterns"][0]["excluded"] == [f"{DB}.tmp_scratch"]
 
     # run 1: the others are published; the pattern's filter applies to its tables, not to big
     with pytest.raises(TablesFailed) as partial:
