@@ -13,7 +13,17 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import and_, bindparam, create_engine, insert, inspect, select, update
+from sqlalchemy import (
+    Text,
+    and_,
+    bindparam,
+    create_engine,
+    insert,
+    inspect,
+    select,
+    type_coerce,
+    update,
+)
 from sqlalchemy.engine import make_url
 
 from orchestrator.errors import StateError
@@ -90,6 +100,17 @@ class ManyTablesMixin:
                 key = and_(RUN_TABLES.c.run_id == run_id, RUN_TABLES.c.table_name == c.table)
                 conn.execute(update(RUN_TABLES).where(key).values(status=status, row_count=c.rows,
                                                                   version=c.version))
+
+    def segment_marks(self, run_id: str) -> dict[str, int]:
+        """Per table of the run whose changes were voided (a re-read, a table planned late), the
+        ``segments_after`` its info records (`orchestrator.pipeline.segments.voided`). Only those
+        few rows are decoded: reconcile asks once per table, and a run may have thousands."""
+        query = select(RUN_TABLES.c.table_name, RUN_TABLES.c.info).where(
+            RUN_TABLES.c.run_id == run_id,
+            type_coerce(RUN_TABLES.c.info, Text).like('%"segments_after"%'))  # the JSON text, not a value
+        with self._tx(write=False) as conn:
+            rows = conn.execute(query).all()
+        return {table: int(info.get("segments_after", 0)) for table, info in rows}
 
     def save_table_set(self, pipeline: str, run_id: str, patterns: list[dict[str, Any]],
                        dropped: list[str]) -> None:

@@ -532,3 +532,10 @@ def test_the_table_set_is_peeked_without_writing(store: StateStore, url: str, tm
     missing = tmp_path / "nowhere" / "state.db"
     assert peek_table_set(f"sqlite:///{missing}", "shop") is None
     assert not missing.parent.exists(), "peeking creates nothing"
+
+
+def test_segment_marks_are_the_voided_tables_only(store: StateStore) -> None:
+    run = store.create_run("shop", {"tables": ["shop.a", "shop.b"]})
+    store.add_run_tables(run.run_id, [state.PlannedTable("shop.a", "snapshot", None, ["id"], {"segments_after": 7}, []),
+                                      state.PlannedTable("shop.b", "snapshot", None, ["id"], {"x": 1}, [])])
+    assert store.segment_marks(run.run_id) == {"shop.a": 7}
