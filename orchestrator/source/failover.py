@@ -57,12 +57,14 @@ class Placement:
         recorded: the position as recorded.
         position: where to go on from on the source (None when lost).
         reason: why it is not the source's own (empty for ``same``).
+        failure: why it cannot be found on the source (``lost`` only).
     """
 
     how: Literal["same", "moved", "lost"]
     recorded: BinlogPosition
     position: BinlogPosition | None
     reason: str = ""
+    failure: str = ""
 
     def __str__(self) -> str:
         at = f"binlog position {self.recorded}"
@@ -71,11 +73,10 @@ class Placement:
                 return f"{at} is the source's own"
             case "moved":
                 assert self.position is not None
-                return (f"{at} is not the source's own ({self.reason}); its GTID set "
-                        f"{self.recorded.gtid_set} is {self.position} on {self.position.server}: "
-                        "going on from there, no table re-read")
+                return (f"{at}: {self.reason}; its GTID set {self.recorded.gtid_set} is "
+                        f"{self.position} there: going on from it, no table re-read")
             case "lost":
-                return f"{at} is not the source's own ({self.reason})"
+                return f"{at}: {self.reason}; cannot go on from it: {self.failure}"
 
 
 class Follower:
@@ -105,22 +106,23 @@ class Follower:
                 set was recorded.
         """
         if self.identity.wrote(position) is False:
-            return f"it was recorded on {position.server}; {self.source.address} is {self.identity}"
+            return f"it was recorded on {position.server}, the source {self.source.address} is {self.identity}"
         if not history or position.gtid_set is None or position.file not in self._files:
             return None
         dialect = self.source.dialect
         if dialect.gtid_position_sql is not None:
             here = self.source.query(dialect.gtid_position_sql, (position.file, position.pos))[0][0]
             if here is None or not same_set(str(here), position.gtid_set, dialect.flavor):
-                return (f"at that offset the binlog of {self.source.address} is at GTID set "
-                        f"{here or '(none)'}, not {position.gtid_set} as recorded: its binlog was "
-                        "reset, or it is another server's")
+                return (f"the binlog of the source {self.source.address} ({self.identity}) is at GTID "
+                        f"set {here or '(none)'} there, not {position.gtid_set} as recorded: its "
+                        "binlog was reset, or it is another server's")
             return None
         subset = self.source.query("SELECT GTID_SUBSET(%s, @@global.gtid_executed)",
                                    (position.gtid_set,))[0][0]
         if not int(subset or 0):
-            return (f"{self.source.address} has not executed GTID set {position.gtid_set}, "
-                    "recorded with it: its binlog was reset, or it is another server's")
+            return (f"the source {self.source.address} ({self.identity}) has not executed GTID set "
+                    f"{position.gtid_set}, recorded with it: its binlog was reset, or it is another "
+                    "server's")
         return None
 
     def place(self, position: BinlogPosition) -> Placement:
@@ -132,8 +134,7 @@ class Follower:
             if placement.how == "moved":
                 log.info("%s", placement)
             elif placement.how == "lost":
-                log.warning("%s: cannot go on from it on %s (%s); what needs it is read again",
-                            placement, self.source.address, self.identity)
+                log.warning("%s; what needs it is read again", placement)
         return self._placed[key]
 
     def _place(self, position: BinlogPosition) -> Placement:
@@ -141,13 +142,13 @@ class Follower:
         if reason is None:
             return Placement("same", position, position)
         if position.gtid_set is None:
-            return Placement("lost", position, None, f"{reason}; and no GTID set was recorded with it")
+            return Placement("lost", position, None, reason, "no GTID set was recorded with it")
         try:
             found = self._locate(position.gtid_set)
         except GtidNotInBinlog as exc:
-            return Placement("lost", position, None, f"{reason}; {exc}")
+            return Placement("lost", position, None, reason, str(exc))
         if isinstance(found, str):
-            return Placement("lost", position, None, f"{reason}; {found}")
+            return Placement("lost", position, None, reason, found)
         return Placement("moved", position, found, reason)
 
     def _locate(self, gtid_set: str) -> BinlogPosition | str:
