@@ -19,12 +19,12 @@ import pytest
 from orchestrator.binlog.reader import Boundary, EventReader
 from orchestrator.config import PipelineConfig, load_config
 from orchestrator.demo.localdb import GOOD_BINLOG, LocalMariaDB
-from orchestrator.errors import SourceChanged
+from orchestrator.errors import SourceChanged, SourceNotReady
 from orchestrator.pipeline.plan import plan
 from orchestrator.positions import BinlogPosition
 from orchestrator.runtime.status import status_command
 from orchestrator.source.connection import Source
-from orchestrator.source.doctor import doctor_command
+from orchestrator.source.doctor import doctor_command, preflight, run_checks
 from orchestrator.source.failover import Follower
 from orchestrator.state.store import RunRecord, StateStore
 from tests.conftest import assert_lake_equals_source, pipeline_config, write_config
@@ -197,3 +197,26 @@ def test_follower_places_positions_and_boundaries_carry_the_gtid_set(
     for b in boundaries:
         assert b.server_id == 1
         assert b.gtid_set == primary.execute(f"SELECT BINLOG_GTID_POS('{b.file}', {b.pos})")[0][0], b
+
+
+def test_a_replica_that_does_not_log_what_it_replicates_is_not_ready(tmp_path: Path) -> None:
+    primary = LocalMariaDB.create(base_dir=tmp_path, server_id=1)
+    replica = LocalMariaDB.create(base_dir=tmp_path, server_id=3)  # log_slave_updates OFF
+    try:
+        primary.start()
+        replica.start()
+        replica.replicate_from(primary)
+        primary.execute("CREATE DATABASE fo", "CREATE TABLE fo.t (id INT PRIMARY KEY, v VARCHAR(40))",
+                        "CREATE TABLE fo.other (id INT PRIMARY KEY, v VARCHAR(40))")
+        replica.catch_up(primary)
+        checks = {c.name: c for c in run_checks(pointed_at(tmp_path, replica))}
+        assert not checks["replica binlog"].ok
+        assert "log_slave_updates = OFF" in checks["replica binlog"].detail
+        assert checks["replica binlog"].fix.startswith("set log_slave_updates = ON")
+        with pytest.raises(SourceNotReady, match="replica binlog"):
+            preflight(pointed_at(tmp_path, replica))
+        checks = {c.name: c for c in run_checks(pointed_at(tmp_path, primary))}
+        assert checks["replica binlog"].ok and "not a running replica" in checks["replica binlog"].detail
+    finally:
+        replica.destroy()
+        primary.destroy()
