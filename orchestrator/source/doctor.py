@@ -7,9 +7,12 @@ SELECT on every table, REPLICATION SLAVE and REPLICATION CLIENT (in the
 server's dialect); every table exists, has a chunk key the planner accepts
 (`choose_chunk_key`, so doctor and run never disagree) and only mappable column
 types; the configured ``source.server_id`` differs from the server's own; binlog
-retention outlasts a run (``defaults.expected_run_hours``). `doctor` (not the run's
-preflight, whose failures mean "source not ready") also checks where a run writes:
-output and staging writable, their free space, the state store (`orchestrator.lake.preflight`).
+retention outlasts a run (``defaults.expected_run_hours``); GTIDs (recommended), and a
+replica writes what it replicates to its binlog (`orchestrator.source.topology`). `doctor`
+(not the run's preflight, whose failures mean "source not ready") also checks where a run
+writes: output and staging writable, their free space, the state store
+(`orchestrator.lake.preflight`); and that every position the state store goes on from is
+still on the server and is its own, or can be carried to it by GTID.
 """
 
 from __future__ import annotations
