@@ -328,7 +328,9 @@ def _catalog(r: _Reader, data: Any) -> CatalogConfig:
 
 def _state(r: _Reader, data: Any) -> StateConfig:
     m = r.mapping(data, "state", _keys(StateConfig), {"url"})
-    return StateConfig(url=r.value(m, "url", "state.url", str, ""))
+    return StateConfig(url=r.value(m, "url", "state.url", str, ""),
+                       lock_lease_seconds=r.setting(m, "state.lock_lease_seconds", StateConfig, int,
+                                                    lambda v: None if v >= 2 else f"must be at least 2 (seconds), found {v}"))
 
 
 def _defaults(r: _Reader, data: Any) -> Defaults:

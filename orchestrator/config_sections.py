@@ -65,6 +65,9 @@ class AirflowConfig:
 @dataclass(frozen=True, slots=True)
 class StateConfig:
     url: str
+    #: The pipeline lock's lease: a holder renews it from a heartbeat while it lives; another
+    #: run takes the lock over only after this long without a renewal (docs/design.md "One writer").
+    lock_lease_seconds: int = 900
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,6 +41,13 @@ class RunLocked(StateError):
     """Another run of the same pipeline is active."""
 
 
+class LockLost(StateError):
+    """This process no longer holds the pipeline lock it worked under: another process took
+    it over after the lease ran out (this one was paused, or could not renew it), or it was
+    released by hand. The process stops without writing anything more; the other run goes on.
+    """
+
+
 class RunFailed(TidemarkError):
     """A run step failed; state is kept and a rerun resumes (exit 1)."""
 

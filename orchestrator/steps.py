@@ -19,11 +19,13 @@ their one door.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 from orchestrator.config import PipelineConfig
+from orchestrator.errors import RunLocked
 from orchestrator.pipeline.capture import CaptureResult, capture
-from orchestrator.pipeline.context import open_store
+from orchestrator.pipeline.context import hold_lock, open_store
 from orchestrator.pipeline.plan import BatchRef, RunHandle, plan
 from orchestrator.pipeline.publish import Published, publish
 from orchestrator.pipeline.read import ReadResult, read_batch
@@ -34,6 +36,8 @@ __all__ = [
     "BatchRef", "CaptureResult", "ProgressFn", "Published", "ReadResult", "ReconcileResult", "RunHandle",
     "capture", "fail_run", "plan", "preflight", "publish", "read_batch", "reconcile",
 ]
+
+log = logging.getLogger(__name__)
 
 #: Called with (step, done, total, rows) as a step makes progress; the CLI draws bars from it.
 ProgressFn = Callable[[str, int, int, int], None]
@@ -49,8 +53,21 @@ def fail_run(config: PipelineConfig, run_id: str, error: str, *, holder: str | N
     """Mark a run failed (state kept: the next run resumes it) and release the lock.
 
     A run that finished ``partial`` (some tables failed on their own, the others published)
-    stays so: the next run is a new one that retries those tables.
+    stays so: the next run is a new one that retries those tables. With ``holder``, both
+    writes are made under the pipeline lock as that holder (`hold_lock`): when another run
+    holds the lock now, the run is its own and is left as it is.
     """
+    if holder is None:
+        _mark_failed(config, run_id, error, None)
+        return
+    try:
+        with hold_lock(config, holder):
+            _mark_failed(config, run_id, error, holder)
+    except RunLocked as exc:
+        log.warning("run %s is not marked failed: %s", run_id, exc)
+
+
+def _mark_failed(config: PipelineConfig, run_id: str, error: str, holder: str | None) -> None:
     store = open_store(config)
     try:
         if store.get_run(run_id).status not in ("partial", "succeeded"):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -127,3 +128,13 @@ def assert_lake_equals_source(config: PipelineConfig | Path, server: LocalMariaD
                 assert result.equal, f"{name}: {result.summary()}"
     finally:
         conn.close()
+
+
+def start_run(config: Path, failpoint: str = "") -> subprocess.Popen[str]:
+    """``tidemark run`` of ``config`` as a child process, stopped at ``failpoint`` if given
+    (``TIDEMARK_FAILPOINT``, see orchestrator/runtime/faults.py)."""
+    env = {k: v for k, v in os.environ.items() if k != "TIDEMARK_FAILPOINT"}
+    if failpoint:
+        env["TIDEMARK_FAILPOINT"] = failpoint
+    return subprocess.Popen([sys.executable, "-m", "orchestrator", "run", "--config", str(config),
+                             "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)

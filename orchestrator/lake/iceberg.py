@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 
 import pyarrow as pa
 from pyiceberg.catalog import Catalog, load_catalog
@@ -36,6 +37,8 @@ log = logging.getLogger(__name__)
 
 FIELD_ID = b"PARQUET:field_id"
 RUN_ID, VERSION, POSITION = "tidemark.run-id", "tidemark.version", "tidemark.position"
+#: The publish attempt that wrote the snapshot's new files (`storage.attempt_tag`).
+ATTEMPT = "tidemark.attempt"
 #: Table properties set at creation: old metadata files are deleted as new ones are written.
 _TABLE_PROPERTIES = {TableProperties.METADATA_DELETE_AFTER_COMMIT_ENABLED: "true",
                      TableProperties.METADATA_PREVIOUS_VERSIONS_MAX: "10"}
@@ -153,7 +156,20 @@ def drop_table(config: PipelineConfig, table: str) -> bool:
     return True
 
 
-def find_run(catalog: Catalog, table: str, run_id: str) -> IcebergEntry | None:
+@dataclass(frozen=True, slots=True)
+class RunCommit:
+    """The snapshot a run committed: which version, written by which publish attempt."""
+
+    entry: IcebergEntry
+    version: int | None
+    attempt: str | None  # None: committed before attempts were recorded
+
+    def __str__(self) -> str:
+        return (f"Iceberg snapshot {self.entry['snapshot_id']} of version {self.version} "
+                f"(publish attempt {self.attempt or 'unrecorded'})")
+
+
+def find_run(catalog: Catalog, table: str, run_id: str) -> RunCommit | None:
     """The snapshot a run committed for ``table``, if it did (the rerun of a crashed publish)."""
     try:
         iceberg = catalog.load_table(table)
@@ -161,22 +177,32 @@ def find_run(catalog: Catalog, table: str, run_id: str) -> IcebergEntry | None:
         return None
     for snapshot in iceberg.snapshots():
         if snapshot.summary is not None and snapshot.summary.get(RUN_ID) == run_id:
-            return _entry(catalog, table, iceberg, snapshot.snapshot_id)
+            version = snapshot.summary.get(VERSION)
+            return RunCommit(_entry(catalog, table, iceberg, snapshot.snapshot_id),
+                             int(version) if version else None, snapshot.summary.get(ATTEMPT))
     return None
 
 
-def commit_version(catalog: Catalog, table: str, tdir: str, files: Sequence[str], *,
-                   version: int, run_id: str, position: BinlogPosition) -> IcebergEntry:
+def commit_version(catalog: Catalog, table: str, tdir: str, files: Sequence[str], *, version: int,
+                   run_id: str, position: BinlogPosition, attempt: str,
+                   guard: Callable[[], None] = lambda: None) -> IcebergEntry:
     """Make ``files`` (relative to ``tdir``) the table's current Iceberg snapshot, atomically:
     the files not in the current snapshot are added, those no longer listed are removed.
-    Committing the same run again returns its snapshot."""
+    Committing the same run again returns its snapshot.
+
+    ``guard`` (the fence check) runs after the table is loaded and before the commit: a
+    takeover before the load fails the guard, one after it fails the commit, whose parent
+    snapshot the catalog checks (compare-and-swap). A writer that lost the pipeline lock
+    cannot commit over its successor's versions."""
     done = find_run(catalog, table, run_id)
-    if done is not None:
-        return done
     iceberg = catalog.load_table(table)
+    guard()
+    if done is not None:
+        return done.entry
     listed = {f.file_path: f for f in _data_files(iceberg)}
     wanted = [storage.join(table_uri(tdir), f) for f in files]
-    properties = {RUN_ID: run_id, VERSION: str(version), POSITION: json.dumps(position.to_json(), sort_keys=True)}
+    properties = {RUN_ID: run_id, VERSION: str(version), ATTEMPT: attempt,
+                  POSITION: json.dumps(position.to_json(), sort_keys=True)}
     with iceberg.transaction() as tx:
         update = tx.update_snapshot(snapshot_properties=properties)
         with (update.overwrite() if listed else update.fast_append()) as snapshot:

@@ -1,10 +1,14 @@
 """A table's manifests: ``current.json``, the kept versions, and retention.
 
 CONTRACT.md's "Output layout": ``<table dir>/_tidemark/current.json`` names the
-current version's files; ``_tidemark/versions/NNNNNN.json`` every kept version.
-Retention drops a version once it is neither among the newest ``output.keep_versions`` nor
-younger than ``output.keep_hours`` (a long query may still read it), and deletes a data
-file only when no kept version lists it.
+current version's files; ``_tidemark/versions/NNNNNN.json`` every kept version;
+``_tidemark/pending/NNNNNN-<attempt>.json`` the manifest a publish attempt wrote before its
+Iceberg commit (the crash recovery of `orchestrator.pipeline.publish`). Retention drops a
+version once it is neither among the newest ``output.keep_versions`` nor younger than
+``output.keep_hours`` (a long query may still read it), and deletes a data file only when no
+kept version lists it. It also deletes what attempts that never switched the manifest left:
+data files and pending manifests of a version no newer than the current one that nothing
+lists (no process writes such a version any more, so nothing can come to list them).
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ import pyarrow.dataset as ds
 
 from orchestrator.errors import RunFailed
 from orchestrator.lake import storage
-from orchestrator.lake.layout import FileRange
+from orchestrator.lake.layout import DATA_DIR, FileRange
+from orchestrator.lake.writer import file_version
 from orchestrator.schema.tables import ColumnInfo
 from orchestrator.schema.types import arrow_type
 from orchestrator.schema.values import staging_nullable
@@ -30,6 +35,7 @@ log = logging.getLogger(__name__)
 
 META_DIR = "_tidemark"
 _VERSION_FILE = re.compile(r"^(\d{6})\.json$")
+_PENDING_FILE = re.compile(r"^(\d{6})-[0-9a-f]+\.json$")
 
 
 class ColumnEntry(TypedDict):
@@ -86,6 +92,11 @@ def current_uri(tdir: str) -> str:
 
 def version_uri(tdir: str, version: int) -> str:
     return storage.join(tdir, META_DIR, "versions", f"{version:06d}.json")
+
+
+def pending_uri(tdir: str, version: int, attempt: str) -> str:
+    """The manifest publish attempt ``attempt`` wrote for ``version`` before its Iceberg commit."""
+    return storage.join(tdir, META_DIR, "pending", f"{version:06d}-{attempt}.json")
 
 
 def published_field(column: ColumnInfo) -> pa.Field:
@@ -193,12 +204,15 @@ def _published(manifest: Manifest) -> dt.datetime:
 
 def apply_retention(tdir: str, keep: int,
                     expire: Callable[[list[int]], set[str]] = lambda dropped: set(),
-                    keep_hours: float = 0.0, now: dt.datetime | None = None) -> list[int]:
+                    keep_hours: float = 0.0, now: dt.datetime | None = None,
+                    guard: Callable[[], None] = lambda: None) -> list[int]:
     """Keep the newest ``keep`` versions (the current one always) and every version published
     less than ``keep_hours`` before ``now``; returns the dropped versions.
 
-    ``expire`` is called with the versions about to be dropped, before any file is deleted, and
-    returns files still needed elsewhere (those the kept Iceberg snapshots list): never deleted."""
+    ``guard`` (the fence check) runs before anything is expired or deleted. ``expire`` is
+    then called, when there is anything to delete, with the versions about to be dropped (maybe
+    none) and returns files still needed elsewhere (those the kept Iceberg snapshots list):
+    never deleted."""
     current = find_manifest(tdir)
     manifests = {v: load_manifest(version_uri(tdir, v)) for v in version_numbers(tdir)}
     if current is not None:
@@ -206,14 +220,33 @@ def apply_retention(tdir: str, keep: int,
         manifests = {v: m for v, m in manifests.items() if v <= current["version"]}
     keep_after = (now or dt.datetime.now(dt.UTC)) - dt.timedelta(hours=keep_hours)
     dropped, garbage = files_to_drop(manifests, max(1, keep), keep_after)
-    if dropped:
-        needed = expire(dropped)
-        garbage = [f for f in garbage if f not in needed]
+    if current is not None:
+        listed = {f for v, m in manifests.items() if v not in dropped for f in m["files"]}
+        garbage += _leftovers(tdir, current["version"], listed | set(garbage))
+    guard()
+    needed = expire(dropped) if dropped or garbage else set()
+    garbage = [f for f in garbage if f not in needed]
     for relative in garbage:
         storage.delete_file(storage.join(tdir, relative))
     for version in dropped:
         storage.delete_file(version_uri(tdir, version))
-    if dropped:
+    if dropped or garbage:
         log.info("%s: retention dropped version(s) %s and %d file(s)", tdir,
-                 ", ".join(map(str, dropped)), len(garbage))
+                 ", ".join(map(str, dropped)) or "none", len(garbage))
     return dropped
+
+
+def _leftovers(tdir: str, current: int, listed: set[str]) -> list[str]:
+    """Files (relative to ``tdir``) that publish attempts of versions up to ``current`` left and
+    nothing lists: data files never committed, pending manifests of switched versions."""
+    out = []
+    for uri in storage.list_files(storage.join(tdir, DATA_DIR)):
+        relative = f"{DATA_DIR}/{storage.basename(uri)}"
+        version = file_version(storage.basename(uri))
+        if version is not None and version <= current and relative not in listed:
+            out.append(relative)
+    for uri in storage.list_files(storage.join(tdir, META_DIR, "pending"), suffix=".json"):
+        match = _PENDING_FILE.match(storage.basename(uri))
+        if match and int(match.group(1)) <= current:
+            out.append(f"{META_DIR}/pending/{storage.basename(uri)}")
+    return sorted(out)

@@ -82,6 +82,17 @@ def local_path(uri: str) -> str:
     return os.path.normpath(rest)
 
 
+def attempt_tag() -> str:
+    """A name part unique to one writer attempt. Files named with it are never written by
+    another process, so a writer that lost the pipeline lock cannot overwrite what the new
+    owner relies on (docs/design.md "One writer").
+
+    >>> len(attempt_tag()), attempt_tag() != attempt_tag()
+    (8, True)
+    """
+    return uuid.uuid4().hex[:8]
+
+
 def join(base: str, *parts: str) -> str:
     """Join path segments onto a path or URI with ``/``, keeping the scheme."""
     out = base.rstrip("/") if base not in ("/", "") else base

@@ -9,7 +9,8 @@ slots of an incremental run) into published Parquet files of about
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Iterator, Sequence
+import re
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -30,13 +31,29 @@ from orchestrator.lake.layout import (
 )
 
 
-def data_file(version: int, index: int) -> str:
-    """A data file's path relative to the table dir.
+def data_file(version: int, index: int, attempt: str = "") -> str:
+    """A data file's path relative to the table dir: the version, the publish attempt that
+    writes it (unique to it: no other process ever writes that name), the file's index.
 
-    >>> data_file(2, 0)
-    'data/v000002-c0000.parquet'
+    >>> data_file(2, 0, "a1b2c3d4"), data_file(2, 1)
+    ('data/v000002-a1b2c3d4-c0000.parquet', 'data/v000002-c0001.parquet')
     """
-    return f"{DATA_DIR}/v{version:06d}-c{index:04d}.parquet"
+    tag = f"{attempt}-" if attempt else ""
+    return f"{DATA_DIR}/v{version:06d}-{tag}c{index:04d}.parquet"
+
+
+#: A data file's name: its version first (`data_file`; files of releases before attempts have no tag).
+DATA_FILE = re.compile(r"^v(\d{6,})-(?:[0-9a-f]+-)?c\d{4,}\.parquet$")
+
+
+def file_version(name: str) -> int | None:
+    """The version a data file was written for, from its name; None for another file.
+
+    >>> file_version("v000002-a1b2c3d4-c0000.parquet"), file_version("v000003-c0001.parquet"), file_version("x")
+    (2, 3, None)
+    """
+    match = DATA_FILE.match(name)
+    return int(match.group(1)) if match else None
 
 
 class VersionWriter:
@@ -47,10 +64,12 @@ class VersionWriter:
         version: the version being written (names its files).
         schema: the published schema.
         key: the chunk-key columns (the ranges are of these).
+        attempt: the publish attempt's tag (names its files, `data_file`).
     """
 
-    def __init__(self, tdir: str, version: int, schema: pa.Schema, key: Sequence[str]) -> None:
+    def __init__(self, tdir: str, version: int, schema: pa.Schema, key: Sequence[str], attempt: str = "") -> None:
         self.tdir, self.version, self.schema, self.key = tdir, version, schema, list(key)
+        self.attempt = attempt
         self.files_written = 0
         self.rows_written = 0
 
@@ -89,15 +108,15 @@ class VersionWriter:
     def _write(self, parts: Sequence[Part], rows_per_file: int, bytes_per_file: int) -> list[FileRange]:
         """Concatenate adjacent parts (their keys ascend across them) into new files."""
         batches = itertools.chain.from_iterable(self._batches(p.uri) for p in parts)
-        written = _write_files(self.tdir, self.version, self.files_written, self.schema, self.key,
-                               batches, rows_per_file, bytes_per_file)
+        written = _write_files(self.tdir, lambda i: data_file(self.version, self.files_written + i, self.attempt),
+                               self.schema, self.key, batches, rows_per_file, bytes_per_file)
         self.files_written += len(written)
         self.rows_written += sum(r["rows"] for r in written)
         return written
 
     def write_empty(self) -> FileRange:
         """The one file of an empty table: no rows, the schema."""
-        relative = data_file(self.version, self.files_written)
+        relative = data_file(self.version, self.files_written, self.attempt)
         fs, path = storage.filesystem(storage.join(self.tdir, relative))
         fs.create_dir(storage.parent(path), recursive=True)
         with fs.open_output_stream(path) as out:
@@ -175,9 +194,9 @@ def _key_at(batch: pa.RecordBatch, key: Sequence[str], index: int) -> list[Any]:
     return encoded
 
 
-def _write_files(tdir: str, version: int, first_index: int, schema: pa.Schema, key: Sequence[str],
+def _write_files(tdir: str, name: Callable[[int], str], schema: pa.Schema, key: Sequence[str],
                  batches: Iterable[pa.RecordBatch], rows_per_file: int, bytes_per_file: int) -> list[FileRange]:
-    """Write rows in key order to new files of ``version``: a new file after ``rows_per_file``
+    """Write rows in key order to new files ``name(0)``, ``name(1)``...: a new file after ``rows_per_file``
     rows, or once a file has ``bytes_per_file`` bytes (checked between batches); 0 is no limit."""
     out: list[FileRange] = []
     current: _OpenFile | None = None
@@ -186,7 +205,7 @@ def _write_files(tdir: str, version: int, first_index: int, schema: pa.Schema, k
             offset = 0
             while offset < batch.num_rows:
                 if current is None:
-                    current = _OpenFile(tdir, data_file(version, first_index + len(out)), schema, key)
+                    current = _OpenFile(tdir, name(len(out)), schema, key)
                 take = batch.num_rows - offset
                 if rows_per_file > 0:
                     take = min(take, rows_per_file - current.rows)

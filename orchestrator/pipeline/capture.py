@@ -3,9 +3,9 @@
 One pass over the binlog from the lowest start position (or the run's capture
 checkpoint) to ``stop``, keeping the changes of the run's tables, each only
 when it is after that table's own start. Changes are buffered per table and
-written as numbered segments::
+written as numbered segments, named with a tag unique to this capture attempt::
 
-    <staging>/<run_id>/changes/<db>.<table>/seg-000001.parquet
+    <staging>/<run_id>/changes/<db>.<table>/seg-000001-<writer>.parquet
 
 with columns ``_tm_file, _tm_pos, _tm_row`` (the change's binlog position),
 ``_tm_op`` (``I``/``U``/``D``), every table column in its staging type (the
@@ -13,11 +13,15 @@ after image; for a delete the before image), then ``_tm_old_<c>`` for each
 chunk-key column (the before-image key of updates and deletes).
 
 Segment numbers run across the whole run. After the buffers are written at a
-transaction boundary, the checkpoint records that boundary and the highest
-segment number: segments up to it hold every kept change up to the boundary
-and nothing after it. A resumed capture deletes higher-numbered segments
-(written after the last checkpoint) and reads on from the boundary, so every
-change lands in exactly one durable segment.
+transaction boundary, the checkpoint records that boundary, the highest
+segment number and which attempt wrote which numbers: the durable segments hold
+every kept change up to the boundary and nothing after it. A resumed capture
+reads on from the boundary under a new tag and numbers on from the checkpoint's
+count; segments an earlier attempt wrote after its last checkpoint carry that
+attempt's tag and are never read (`orchestrator.pipeline.segments`), so every
+change lands in exactly one durable segment. Every checkpoint is a fenced write
+and segments are written only after the fence is checked: a capture whose pipeline
+lock was taken over stops (`LockLost`) before it writes anything more.
 
 Rows events arrive undecoded (`orchestrator.binlog.reference.BinlogReader.events`); only
 the run's tables' are kept, and rows at or before a table's start are dropped a
@@ -127,6 +131,8 @@ class _Capture:
     progress: Callable[[int], None] | None
     segments: int
     rows: dict[str, int]
+    owners: list[list[object]] = field(default_factory=list)  # [writer, first segment], checkpointed
+    writer: str = field(default_factory=storage.attempt_tag)  # this attempt's tag in its segment names
     buffers: dict[str, TableBuffer] = field(default_factory=dict)
     buffered: int = 0
     unsaved: bool = False  # segments written since the last checkpoint
@@ -224,23 +230,31 @@ class _Capture:
                                         info={"next_from": hold.to_json()})
 
     def flush(self) -> None:
+        if not any(len(buffer) for buffer in self.buffers.values()):
+            self.buffered = 0
+            return
+        self.store.check_fence()  # a capture that lost the pipeline lock writes nothing more
+        if not self.owners or self.owners[-1][0] != self.writer:
+            self.owners.append([self.writer, self.segments + 1])
         for name, buffer in self.buffers.items():
             if not len(buffer):
                 continue
             self.segments += 1
-            path = f"{self.root}/{self.run_id}/changes/{name}/{segment_name(self.segments)}"
+            path = f"{self.root}/{self.run_id}/changes/{name}/{segment_name(self.segments, self.writer)}"
             write_segment(self.fs, path, self.filters.apply(name, buffer.to_arrow()))
             self.rows[name] = self.rows.get(name, 0) + len(buffer)
             buffer.clear()
             self.unsaved = True
         self.buffered = 0
+        faults.point("capture.flushed")
 
     def checkpoint(self, position: BinlogPosition) -> None:
         hold = self.xa.hold()
         if hold is not None and hold < position:  # a prepared XA transaction's rows are held
             position = hold
         total = sum(self.rows.values())
-        self.store.save_capture_checkpoint(self.run_id, position.to_json(), self.segments, total)
+        self.store.save_capture_checkpoint(self.run_id, position.to_json(), self.segments, total,
+                                           [o for o in self.owners if int(str(o[1])) <= self.segments])
         self.unsaved = False
         self.last_checkpoint = time.monotonic()
         faults.point("capture.checkpoint")
@@ -279,11 +293,11 @@ def capture_changes(config: PipelineConfig, store: StateStore, run_id: str,
     """
     started = time.monotonic()
     fs, root = storage.filesystem(config.staging_path)
-    checkpoint, segments, rows = resume_point(store, run_id, fs, root)
+    checkpoint, segments, rows, owners = resume_point(store, run_id, fs, root)
     begin = checkpoint or min((t.start for t in tables.values()), default=stop)
     capture = _Capture(store=store, run_id=run_id, fs=fs, root=root, tables=tables, stop=stop,
                        batch_rows=max(1, batch_rows), progress=progress, segments=segments,
-                       rows=rows, reported=sum(rows.values()), decoder=decoder,
+                       rows=rows, owners=[list(o) for o in owners], reported=sum(rows.values()), decoder=decoder,
                        filters=ChangeFilters(tables, lambda: open_source(config)))
     if checkpoint is not None:
         log.info("capture %s: resuming from checkpoint %s (%d segments, %d changes)", run_id,

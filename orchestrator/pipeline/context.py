@@ -6,6 +6,8 @@ can run in its own process (an Airflow task) as well as in one (`tidemark run`).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.config import PipelineConfig
@@ -13,6 +15,7 @@ from orchestrator.errors import RunFailed
 from orchestrator.lake import storage
 from orchestrator.positions import BinlogPosition
 from orchestrator.schema.tables import TableInfo, table_info_from_json
+from orchestrator.state import lease
 from orchestrator.state.store import RunTableRecord, StateStore
 
 if TYPE_CHECKING:
@@ -20,7 +23,9 @@ if TYPE_CHECKING:
 
 
 def open_store(config: PipelineConfig) -> StateStore:
-    return StateStore(config.state.url)
+    """The state store, fenced by the pipeline lock when this process holds it (`hold_lock`):
+    every write then fails with `LockLost` once another process took the lock over."""
+    return StateStore(config.state.url, guard=lease.held(config.pipeline))
 
 
 def open_source(config: PipelineConfig) -> Source:
@@ -38,21 +43,46 @@ def spark_session(config: PipelineConfig) -> Any:
     return get_session(config)
 
 
-def take_lock(store: StateStore, config: PipelineConfig, holder: str) -> None:
-    """Take (or re-take, refreshing it) the pipeline lock for ``holder``.
+def _binds_pid(holder: str) -> bool:
+    """A CLI run's lock is bound to its process (taken over once the pid is gone); an
+    Airflow run's tasks are many processes, so only the lease expires it."""
+    return holder.startswith("cli:")
 
-    A CLI run's lock is bound to its process (taken over once the pid is gone);
-    an Airflow run's tasks are many processes, so only the lease expires it.
-    Re-taking lets a single cleared Airflow task continue after the failed run
-    released the lock.
+
+@contextmanager
+def hold_lock(config: PipelineConfig, holder: str) -> Iterator[lease.Lease]:
+    """Hold the pipeline lock for ``holder`` while the block runs: renewed by a heartbeat,
+    and the fence of every store `open_store` opens meanwhile (`orchestrator.state.lease`).
+
+    Re-taking lets a single cleared Airflow task continue after the failed run released
+    the lock; a live lock of another holder raises `RunLocked`.
     """
-    store.acquire_lock(config.pipeline, holder, config_path=str(config.path or ""),
-                       track_pid=holder.startswith("cli:"))
+    with lease.hold(config.state.url, config.pipeline, holder,
+                    lease_seconds=config.state.lock_lease_seconds, track_pid=_binds_pid(holder),
+                    config_path=str(config.path or "")) as held:
+        yield held
+
+
+def take_lock(store: StateStore, config: PipelineConfig, holder: str) -> None:
+    """Take (or re-take, renewing it) the pipeline lock for ``holder``: through the lease when
+    this process holds one for it (`hold_lock`), else directly (a step called on its own)."""
+    held = lease.held(config.pipeline)
+    if held is not None and held.fence.holder == holder:
+        held.take(str(config.path or ""), _binds_pid(holder))
+        return
+    store.acquire_lock(config.pipeline, holder, lease_seconds=config.state.lock_lease_seconds,
+                       config_path=str(config.path or ""), track_pid=_binds_pid(holder))
 
 
 def run_dir(config: PipelineConfig, run_id: str, *parts: str) -> str:
     """The run's staging directory (or a path inside it)."""
     return storage.join(config.staging_path, run_id, *parts)
+
+
+def reconciled_dir(config: PipelineConfig, record: RunTableRecord) -> str:
+    """Where a reconciled table's staging files are: the directory its status records (unique to
+    the reconcile that wrote it), or the fixed one of runs from before that."""
+    return str(record.info.get("reconciled_dir") or run_dir(config, record.run_id, "reconciled", record.table))
 
 
 def table_dir(config: PipelineConfig, table: str) -> str:

@@ -242,8 +242,8 @@ def batch_frame(spark: SparkSession, config: PipelineConfig, table: TableInfo,
 
 
 def read_chunks(spark: SparkSession, config: PipelineConfig, table_info: TableInfo,
-                chunks: Sequence[tuple[int, str]], out_dir_for: Callable[[int], str]
-                ) -> dict[int, tuple[int, int]]:
+                chunks: Sequence[tuple[int, str]], out_dir_for: Callable[[int], str],
+                guard: Callable[[], None] = lambda: None) -> dict[int, tuple[int, int]]:
     """Read a batch of chunks of one table in one Spark job into staging Parquet.
 
     Args:
@@ -251,7 +251,10 @@ def read_chunks(spark: SparkSession, config: PipelineConfig, table_info: TableIn
         config: the pipeline config (source, JDBC jar, fetch size).
         table_info: the table's columns.
         chunks: ``(chunk index, SQL predicate on the raw table)`` per chunk.
-        out_dir_for: the staging directory of a chunk index; replaced if it exists.
+        out_dir_for: the staging directory of a chunk index; a new one (its name is unique to
+            this attempt: a directory a state store names is never replaced).
+        guard: called before the job and before its output is placed (the fence check: a
+            process that lost the pipeline lock writes nothing more).
 
     Returns:
         ``{chunk index: (rows, bytes)}`` for every chunk given.
@@ -266,8 +269,8 @@ def read_chunks(spark: SparkSession, config: PipelineConfig, table_info: TableIn
     apply_required_conf(spark)
     indexes = [index for index, _ in chunks]
     first = out_dir_for(indexes[0])
-    attempt_dir = storage.join(storage.parent(first), f"_tmp-batch-{indexes[0]:06d}")
-    storage.delete_tree(attempt_dir)
+    attempt_dir = storage.join(storage.parent(first), f"_tmp-batch-{indexes[0]:06d}-{storage.attempt_tag()}")
+    guard()
     label = f"{table_info.name} chunks {indexes[0]}..{indexes[-1]}"
     spark.sparkContext.setJobDescription(f"tidemark read {label}")
     try:
@@ -278,6 +281,7 @@ def read_chunks(spark: SparkSession, config: PipelineConfig, table_info: TableIn
         storage.delete_tree(attempt_dir)
         raise _read_error(config, label, exc) from None
     try:
+        guard()
         return _place_chunks(attempt_dir, indexes, out_dir_for, table_info)
     finally:
         storage.delete_tree(attempt_dir)
@@ -295,7 +299,6 @@ def _place_chunks(attempt_dir: str, indexes: Sequence[int], out_dir_for: Callabl
     result: dict[int, tuple[int, int]] = {}
     for partition, index in enumerate(indexes):
         out_dir = out_dir_for(index)
-        storage.delete_tree(out_dir)
         storage.makedirs(out_dir)
         rows = nbytes = 0
         files = by_partition.get(partition) or []

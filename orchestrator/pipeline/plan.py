@@ -25,13 +25,13 @@ from typing import Any
 
 from chunking import chunk_predicate, encode_key
 from orchestrator.config import PipelineConfig, TableConfig
-from orchestrator.errors import ConfigError
+from orchestrator.errors import ConfigError, LockLost
 from orchestrator.lake import storage
-from orchestrator.lake.manifest import read_manifest
+from orchestrator.lake.manifest import find_manifest, read_manifest
 from orchestrator.pipeline.context import open_source, open_store, run_dir, table_dir, take_lock
 from orchestrator.pipeline.failed import fail_table, table_failure
 from orchestrator.pipeline.filtering import compile_table_filter
-from orchestrator.pipeline.segments import drop_segments
+from orchestrator.pipeline.segments import void_mark
 from orchestrator.pipeline.table_plan import plan_table
 from orchestrator.positions import BinlogPosition, file_index
 from orchestrator.runtime.failures import describe
@@ -117,6 +117,8 @@ def plan(config: PipelineConfig, *, tables: list[str] | None = None, snapshot: b
         try:
             _plan_tables(config, store, run, failing or {})
         except Exception as exc:  # no ghost: the run is failed with its reason, the lock released
+            if isinstance(exc, LockLost):  # not ours any more: nothing more is written
+                raise
             store.finish_run(run.run_id, "failed", error=f"planning failed: {describe(exc)}")
             store.release_lock(config.pipeline, holder)
             raise
@@ -248,15 +250,30 @@ def _plan_one(config: PipelineConfig, store: StateStore, run: RunRecord, table: 
         compile_table_filter(table.where, info, None)
     checkpoint = store.table_checkpoint(config.pipeline, table.name)
     since = None
-    if checkpoint is not None and not late and not run.options.get("snapshot"):
+    if checkpoint is not None and not late and not run.options.get("snapshot") and \
+            _not_behind(config, table.name, checkpoint.version):
         since = _published_start(follower, table.name, checkpoint, oldest)
     if since is not None and _same_shape(config, table.name, info):
         _plan_incremental(config, store, run, table, info, since.to_json())
         return
-    if late:  # changes the run captured for it before it was reset would override the new read
-        drop_segments(config.staging_path, run.run_id, table.name)
+    # Changes the run captured for it before it was reset would override the new read: they are
+    # voided in the same transaction that plans it (`pipeline.segments`).
+    void = void_mark(store, run.run_id) if late else 0
     next_batch = max(store.batches(run.run_id), default=-1) + 1
-    _plan_snapshot(config, store, run, table, info, source, next_batch, start=start)
+    _plan_snapshot(config, store, run, table, info, source, next_batch, start=start, void=void)
+
+
+def _not_behind(config: PipelineConfig, table: str, version: int) -> bool:
+    """Whether ``current.json`` names at least the version the table's checkpoint records. It
+    always does, unless a process that lost the pipeline lock replaced it in the instant after
+    its last fence check (docs/design.md "One writer"): the changes since the checkpoint's
+    position would then be applied to an older version, and only a re-read is exact."""
+    manifest = find_manifest(table_dir(config, table))
+    if manifest is not None and manifest["version"] >= version:
+        return True
+    log.warning("table %s: current.json names version %s, older than version %d the state store "
+                "published: re-read", table, manifest["version"] if manifest else "none", version)
+    return False
 
 
 def _published_start(follower: Follower, table: str, checkpoint: TableCheckpoint,
@@ -303,7 +320,8 @@ def replan_snapshot(config: PipelineConfig, store: StateStore, run_id: str, tabl
                     reason: dict[str, Any]) -> None:
     """Plan a table of the run again as a snapshot starting now (a re-read inside the run).
 
-    Its new start position ``P0_T`` is recorded before any key bound is read, as ``P0`` is.
+    Its new start position ``P0_T`` is recorded before any key bound is read, as ``P0`` is. Its
+    change segments captured so far are voided in the transaction that replaces its plan.
     """
     run = store.get_run(run_id)
     start = source.current_position()
@@ -311,13 +329,15 @@ def replan_snapshot(config: PipelineConfig, store: StateStore, run_id: str, tabl
     table_config = config.with_chunk_size(run.options.get("chunk_size")).select_tables([table])[0]
     next_batch = max(store.batches(run_id), default=-1) + 1
     _plan_snapshot(config, store, run, table_config, source.table_info(table), source, next_batch,
-                   start=start.to_json(), reread={**reason, "from": start.to_json()})
+                   start=start.to_json(), reread={**reason, "from": start.to_json()},
+                   void=void_mark(store, run_id))
     log.info("table %s: re-read from %s", table, start)
 
 
 def _plan_snapshot(config: PipelineConfig, store: StateStore, run: RunRecord, table: TableConfig,
                    info: TableInfo, source: Source, next_batch: int, *,
-                   start: dict[str, Any] | None = None, reread: dict[str, Any] | None = None) -> int:
+                   start: dict[str, Any] | None = None, reread: dict[str, Any] | None = None,
+                   void: int = 0) -> int:
     table_plan = plan_table(source.query, table, info, config.defaults)
     chunks = [
         ChunkRecord(
@@ -333,7 +353,8 @@ def _plan_snapshot(config: PipelineConfig, store: StateStore, run: RunRecord, ta
                         chunk_key=list(table_plan.chunk_key),
                         info={"table_info": table_info_to_json(info),
                               "from_position": start or run.start_position, "stats": table_plan.stats,
-                              **({"reread": reread} if reread else {})},
+                              **({"reread": reread} if reread else {}),
+                              **({"segments_after": void} if void else {})},
                         chunks=chunks, replan=reread is not None)
     batches = (len(chunks) + table.batch_chunks - 1) // table.batch_chunks
     log.info("table %s: snapshot, %d chunks in %d batches", table.name, len(chunks), batches)

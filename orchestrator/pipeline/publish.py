@@ -1,35 +1,46 @@
 """Publish: a reconciled table becomes a new immutable version behind an atomic manifest switch.
 
 Layout and manifest are CONTRACT.md's "Output layout"; every version is also an
-Iceberg snapshot (`orchestrator.lake.iceberg`). Order of writes:
+Iceberg snapshot (`orchestrator.lake.iceberg`). Each publish attempt has a tag of its
+own (`storage.attempt_tag`) that names every file it writes. Order of writes:
 
 1. the Iceberg table is created or its schema evolved, which fixes the field IDs;
-2. the version's new data files ``data/v000002-c0000.parquet`` ..., converted from
-   staging types to published types with pyarrow, record batch by record batch,
+2. the version's new data files ``data/v000002-<attempt>-c0000.parquet`` ..., converted
+   from staging types to published types with pyarrow, record batch by record batch,
    each one key range in key order (`orchestrator.lake.layout`); after an incremental
    reconcile only the rewritten ranges are new and every other file of the
    previous version is shared (listed again, never copied);
-3. ``_tidemark/versions/000002.json`` (without its ``iceberg`` entry yet);
-4. the Iceberg snapshot: the files of the version, the run id in its summary;
-5. ``_tidemark/versions/000002.json`` again and ``_tidemark/current.json``, replaced
+3. ``_tidemark/pending/000002-<attempt>.json``, the version's manifest (without its
+   ``iceberg`` entry yet);
+4. the Iceberg snapshot: the files of the version, the run id and the attempt in its
+   summary; the catalog commits it only on the parent snapshot the attempt loaded;
+5. ``_tidemark/versions/000002.json`` and ``_tidemark/current.json``, replaced
    atomically (`storage.write_atomic`): the moment Tidemark's readers switch;
 6. retention: versions beyond ``output.keep_versions`` and older than
    ``output.keep_hours`` are dropped, their Iceberg snapshots expired, with the
-   files no kept version or snapshot references.
+   files no kept version or snapshot references, and what attempts that never
+   switched left behind (`manifest.apply_retention`).
 
-A crash before 4 leaves the previous version current and some unreferenced
-files of the new version number; the rerun deletes those and writes them again.
-A crash between 4 and 5 is found by the rerun (a snapshot carries its run id):
-it completes 5 from the version file of 3 without committing again. A crash
+A crash before 4 leaves the previous version current and some unreferenced files
+of the attempt; the rerun writes the version again under its own tag, and retention
+deletes the crashed attempt's files once that version is current. A crash between
+4 and 5 is found by the rerun (a snapshot carries its run id and attempt): it
+completes 5 from that attempt's manifest of 3 without committing again. A crash
 after 5 is detected by the rerun (``current.json`` already carries the run id)
 and returns the published manifest.
+
+Every write and delete is preceded by the fence check (``guard``): a process that
+lost the pipeline lock stops before it touches the lake. Files of an attempt are
+never overwritten or deleted by another attempt while anything may list them, so a
+stale process paused past its check cannot spoil what the lock's new owner publishes
+(docs/design.md, "One writer").
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,7 +49,6 @@ from pyiceberg.catalog import Catalog
 from orchestrator.config import PipelineConfig
 from orchestrator.errors import RunFailed, resnapshot_hint
 from orchestrator.lake import iceberg, layout, storage
-from orchestrator.lake.layout import DATA_DIR
 from orchestrator.lake.manifest import (
     IcebergEntry,
     Manifest,
@@ -49,11 +59,19 @@ from orchestrator.lake.manifest import (
     find_manifest,
     load_manifest,
     manifest_json,
+    pending_uri,
     published_schema,
     version_uri,
 )
 from orchestrator.lake.writer import VersionWriter
-from orchestrator.pipeline.context import open_store, position, run_dir, table_dir, table_info
+from orchestrator.pipeline.context import (
+    open_store,
+    position,
+    reconciled_dir,
+    run_dir,
+    table_dir,
+    table_info,
+)
 from orchestrator.pipeline.failed import TablesFailed, fail_table, failures, table_failure
 from orchestrator.positions import BinlogPosition
 from orchestrator.runtime import faults
@@ -66,7 +84,8 @@ log = logging.getLogger(__name__)
 
 
 def publish_table(config: PipelineConfig, table_info: TableInfo, key: Sequence[str],
-                  reconciled_dir: str, position: BinlogPosition, run_id: str) -> Manifest:
+                  reconciled_dir: str, position: BinlogPosition, run_id: str,
+                  guard: Callable[[], None] = lambda: None) -> Manifest:
     """Publish a reconciled table as the next version and switch its manifest to it.
 
     Args:
@@ -77,6 +96,8 @@ def publish_table(config: PipelineConfig, table_info: TableInfo, key: Sequence[s
             rewritten slots and `layout.RewritePlan` of an incremental reconcile.
         position: ``H``, the binlog position the data equals the source at.
         run_id: the run publishing; publishing the same run again returns its manifest.
+        guard: the fence check (`StateStore.check_fence`), run before every write and
+            delete in the lake: a process that lost the pipeline lock stops there.
 
     Returns:
         The manifest now in ``current.json``.
@@ -87,14 +108,15 @@ def publish_table(config: PipelineConfig, table_info: TableInfo, key: Sequence[s
     if current is not None and current["run_id"] == run_id:
         log.info("table %s: version %d of run %s is already published", table_info.name,
                  current["version"], run_id)
-        _retain(config, catalog, tdir, current)
+        _retain(config, catalog, tdir, current, guard)
         return current
-    version = current["version"] + 1 if current is not None else 1
     committed = iceberg.find_run(catalog, table_info.name, run_id)
-    if committed is not None and storage.exists(version_uri(tdir, version)):
-        log.info("table %s: Iceberg snapshot %d of run %s is committed; switching the manifest to it",
-                 table_info.name, committed["snapshot_id"], run_id)
-        return _switch(config, catalog, tdir, load_manifest(version_uri(tdir, version)), committed)
+    recovered = _committed_manifest(tdir, committed) if committed is not None else None
+    if committed is not None and recovered is not None:
+        log.info("table %s: %s of run %s is committed; switching the manifest to it",
+                 table_info.name, committed, run_id)
+        return _switch(config, catalog, tdir, recovered, committed.entry, guard)
+    version = current["version"] + 1 if current is not None else 1
     plan = layout.read_plan(reconciled_dir)
     if plan is not None:
         current = _check_base(table_info.name, current, plan)
@@ -102,9 +124,10 @@ def publish_table(config: PipelineConfig, table_info: TableInfo, key: Sequence[s
             log.info("table %s: no change since version %d; no new version, no Iceberg snapshot "
                      "(the state store records %s as checked)", table_info.name, current["version"], position)
             return current
-    _delete_partial(tdir, version)
+    attempt = storage.attempt_tag()  # names every file this attempt writes: no other process writes them
+    guard()
     schema = iceberg.prepare(catalog, table_info.name, tdir, published_schema(table_info.columns))
-    writer = VersionWriter(tdir, version, schema, [table_info.column(k).name for k in key])
+    writer = VersionWriter(tdir, version, schema, [table_info.column(k).name for k in key], attempt)
     if plan is None:
         ranges = writer.write_all(reconciled_dir)
     else:
@@ -125,14 +148,25 @@ def publish_table(config: PipelineConfig, table_info: TableInfo, key: Sequence[s
         published_at=dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), run_id=run_id,
         file_ranges=ranges,
     )
-    storage.write_atomic(version_uri(tdir, version), manifest_json(manifest))
+    storage.write_atomic(pending_uri(tdir, version, attempt), manifest_json(manifest))
     snapshot = iceberg.commit_version(catalog, table_info.name, tdir, manifest["files"], version=version,
-                                      run_id=run_id, position=position)
+                                      run_id=run_id, position=position, attempt=attempt, guard=guard)
     faults.point("publish.iceberg_committed")
     log.info("table %s: publishing version %d (%d rows, %d files: %d new holding %d rows, %d shared) at %s",
              table_info.name, version, rows, len(ranges), writer.files_written, writer.rows_written,
              len(ranges) - writer.files_written, position)
-    return _switch(config, catalog, tdir, manifest, snapshot)
+    return _switch(config, catalog, tdir, manifest, snapshot, guard)
+
+
+def _committed_manifest(tdir: str, committed: iceberg.RunCommit) -> Manifest | None:
+    """The manifest of the version a run's Iceberg snapshot holds: the one its publish attempt
+    wrote before committing (whichever process's attempt won the commit), or, for a snapshot
+    of a release before attempts, the version's manifest; None when neither is there."""
+    if committed.version is None:
+        return None
+    uri = (pending_uri(tdir, committed.version, committed.attempt) if committed.attempt
+           else version_uri(tdir, committed.version))
+    return load_manifest(uri) if storage.exists(uri) else None
 
 
 def _check_base(table: str, current: Manifest | None, plan: layout.RewritePlan) -> Manifest:
@@ -158,32 +192,43 @@ def _unchanged(current: Manifest, plan: layout.RewritePlan, table_info: TableInf
             and list(current["chunk_key"]) == list(key))
 
 
-def _switch(config: PipelineConfig, catalog: Catalog, tdir: str, manifest: Manifest, snapshot: IcebergEntry
-            ) -> Manifest:
+def _switch(config: PipelineConfig, catalog: Catalog, tdir: str, manifest: Manifest, snapshot: IcebergEntry,
+            guard: Callable[[], None]) -> Manifest:
     """Record the Iceberg snapshot in the version's manifest, make it current, apply retention."""
     manifest["iceberg"] = snapshot
+    guard()
     _write_current(tdir, manifest)
-    _retain(config, catalog, tdir, manifest)
+    _retain(config, catalog, tdir, manifest, guard)
     return manifest
 
 
 def _write_current(tdir: str, manifest: Manifest) -> None:
+    """Write the version's manifest and make it current; never over a newer version (only a
+    process that lost the pipeline lock could try: it fails here instead)."""
+    shown = find_manifest(tdir)
+    if shown is not None and shown["version"] > manifest["version"]:
+        raise RunFailed(f"table {manifest['table']}: version {shown['version']} is current, newer than "
+                        f"version {manifest['version']} this run was switching to: another run published "
+                        "it; rerun `tidemark run`")
     body = manifest_json(manifest)
     storage.write_atomic(version_uri(tdir, manifest["version"]), body)
     storage.write_atomic(current_uri(tdir), body)
 
 
-def _retain(config: PipelineConfig, catalog: Catalog, tdir: str, manifest: Manifest) -> None:
+def _retain(config: PipelineConfig, catalog: Catalog, tdir: str, manifest: Manifest,
+            guard: Callable[[], None]) -> None:
     """Retention; expiring snapshots writes new Iceberg metadata, which ``current.json`` then names."""
     def expire(dropped: list[int]) -> set[str]:
         needed, location = iceberg.expire_versions(catalog, manifest["table"], tdir, dropped)
         entry = manifest.get("iceberg")
         if entry is not None and location is not None and location != entry["metadata_location"]:
             entry["metadata_location"] = location
+            guard()
             _write_current(tdir, manifest)
         return needed
 
-    apply_retention(tdir, config.output.keep_versions, expire, keep_hours=config.output.keep_hours)
+    apply_retention(tdir, config.output.keep_versions, expire, keep_hours=config.output.keep_hours,
+                    guard=guard)
 
 
 def _published_at(manifest: Manifest) -> dt.datetime:
@@ -193,16 +238,6 @@ def _published_at(manifest: Manifest) -> dt.datetime:
     '2026-11-22T10:00:00+00:00'
     """
     return dt.datetime.strptime(manifest["published_at"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
-
-
-def _delete_partial(tdir: str, version: int) -> None:
-    """Remove files of ``version`` left by an earlier attempt that never switched the manifest."""
-    prefix = f"v{version:06d}-"
-    for uri in storage.list_files(storage.join(tdir, DATA_DIR)):
-        if storage.basename(uri).startswith(prefix):
-            storage.delete_file(uri)
-
-
 
 
 # --------------------------------------------------------------------------- the step
@@ -279,7 +314,7 @@ def _publish_one(config: PipelineConfig, store: StateStore, run_id: str, record:
     A table without changes keeps its version (and the run and time that published it); its
     checkpoint moves on all the same: lag and the next run start from ``high``."""
     manifest = publish_table(config, table_info(record), tuple(record.chunk_key),
-                             run_dir(config, run_id, "reconciled", record.table), high, run_id)
+                             reconciled_dir(config, record), high, run_id, guard=store.check_fence)
     faults.point("publish.files_written")
     changed = manifest["run_id"] == run_id
     store.save_table_checkpoint(TableCheckpoint(

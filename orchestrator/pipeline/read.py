@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pyspark.sql import SparkSession
 
 from orchestrator.config import PipelineConfig
+from orchestrator.lake import storage
 from orchestrator.pipeline.context import (
     open_source,
     open_store,
@@ -87,17 +88,21 @@ def _read_pending(config: PipelineConfig, store: StateStore, run_id: str, batch:
                   holder: str | None) -> ReadResult:
     """`read_batch` of the batch's pending chunks, all of one table."""
     table = pending[0].table
-    paths = {c.index: run_dir(config, run_id, "snapshot", table, f"chunk-{c.index:06d}") for c in pending}
     session = spark or spark_session(config)
     with open_source(config) as source:
         for attempt in read_retry(config.defaults.read_attempts, f"batch {batch} ({table})"):
             with attempt:
+                # Chunk dirs unique to this attempt: one the state names is never replaced by
+                # another attempt's read (a retry here, or a process that lost the lock).
+                tag = storage.attempt_tag()
+                paths = {c.index: run_dir(config, run_id, "snapshot", table, f"chunk-{c.index:06d}-{tag}")
+                         for c in pending}
                 # A retried batch records a fresh L: its reads start again after it.
                 low = source.current_position()
                 store.mark_batch_started(run_id, batch, low.to_json())
                 time.sleep(config.defaults.read_margin_seconds)
                 results = read_chunks(session, config, info, [(c.index, c.where) for c in pending],
-                                      paths.__getitem__)
+                                      paths.__getitem__, guard=store.check_fence)
         high = source.current_position()
     for chunk in pending:
         rows, nbytes = results[chunk.index]

@@ -49,6 +49,7 @@ from orchestrator.pipeline.changes import DELETE, KIND, OLD_PREFIX, OP, POSITION
 from orchestrator.pipeline.context import open_store, run_dir, spark_session, table_dir, table_info
 from orchestrator.pipeline.failed import fail_table, table_failure
 from orchestrator.pipeline.reconcile_local import local_rewrite_allowed, rewrite_locally
+from orchestrator.pipeline.segments import Changes, segment_files, segment_paths
 from orchestrator.runtime import faults
 from orchestrator.runtime.spark import apply_required_conf, spark_schema, spark_type
 from orchestrator.schema.tables import TableInfo
@@ -94,6 +95,10 @@ def changes_schema(table: TableInfo, key: Sequence[str]) -> T.StructType:
     fields.extend(rows.fields)
     fields.extend(T.StructField(OLD_PREFIX + k, rows[k].dataType) for k in key)
     return T.StructType(fields)
+
+
+def _read_changes(spark: SparkSession, table: TableInfo, key: Sequence[str], segments: Sequence[str]) -> DataFrame:
+    return spark.read.schema(changes_schema(table, key)).parquet(*[storage.spark_uri(p) for p in segments])
 
 
 def _key_names(table: TableInfo, key: Sequence[str]) -> tuple[str, ...]:
@@ -172,7 +177,7 @@ def _merge(base: DataFrame, last: DataFrame, columns: Sequence[str], key: Sequen
 
 
 def reconcile_table(spark: SparkSession, table_info: TableInfo, key: Sequence[str],
-                    base_paths: Sequence[str], changes_dir: str, out_dir: str,
+                    base_paths: Sequence[str], changes: Changes, out_dir: str,
                     *, target_file_bytes: int | None = None) -> int:
     """Write the table at ``H`` to ``out_dir`` as staging Parquet, sorted by key.
 
@@ -182,7 +187,7 @@ def reconcile_table(spark: SparkSession, table_info: TableInfo, key: Sequence[st
         key: the chunk key (primary key or unique NOT NULL key) the changes are keyed on.
         base_paths: Parquet files or directories of the base rows: the snapshot's
             chunk directories, or the current version's files (empty: no base rows).
-        changes_dir: the run's change segments of the table; absent or empty means no changes.
+        changes: the table's change segments (`segment_files`); none means no changes.
         out_dir: where the result goes; replaced if it exists.
         target_file_bytes: about how big each output file should be (default
             `layout.TARGET_FILE_BYTES`); never more than one file per `MIN_FILE_BYTES`
@@ -196,10 +201,9 @@ def reconcile_table(spark: SparkSession, table_info: TableInfo, key: Sequence[st
     schema = spark_schema(staging_schema(table_info.columns))
     base = (spark.read.schema(schema).parquet(*[storage.spark_uri(p) for p in base_paths])
             if base_paths else spark.createDataFrame([], schema))
-    segments = storage.list_files(changes_dir, suffix=".parquet")
-    changes = (spark.read.schema(changes_schema(table_info, key)).parquet(storage.spark_uri(changes_dir))
-               if segments else None)
-    result = apply_changes(base, changes, table_info, key)
+    segments = segment_files(changes)
+    frame = _read_changes(spark, table_info, key, segments) if segments else None
+    result = apply_changes(base, frame, table_info, key)
     input_bytes = _input_bytes([*base_paths, *segments])
     wanted = math.ceil(input_bytes / (target_file_bytes or layout.TARGET_FILE_BYTES))
     cap = max(4 * spark.sparkContext.defaultParallelism, input_bytes // MIN_FILE_BYTES)
@@ -216,7 +220,7 @@ def reconcile_table(spark: SparkSession, table_info: TableInfo, key: Sequence[st
 
 
 def reconcile_incremental(spark: SparkSession | Callable[[], SparkSession], table_info: TableInfo,
-                          key: Sequence[str], table_dir: str, changes_dir: str, out_dir: str, *,
+                          key: Sequence[str], table_dir: str, changes: Changes, out_dir: str, *,
                           engine: Engine = "auto", target_file_bytes: int | None = None) -> int:
     """Rewrite only the files of the current version that hold changed keys.
 
@@ -231,7 +235,7 @@ def reconcile_incremental(spark: SparkSession | Callable[[], SparkSession], tabl
         table_info: the table's columns.
         key: the chunk key the changes are keyed on.
         table_dir: the published table (its ``current.json`` is the base).
-        changes_dir: the run's change segments of the table.
+        changes: the table's change segments (`segment_files`).
         out_dir: where the result goes; replaced if it exists.
         engine: ``"auto"`` (local when the keys and sizes allow, Spark otherwise),
             ``"spark"``, or ``"local"`` (ValueError when the key types do not allow it).
@@ -251,12 +255,12 @@ def reconcile_incremental(spark: SparkSession | Callable[[], SparkSession], tabl
         log.info("table %s: version %d has no file ranges; rewriting the whole table once",
                  table_info.name, manifest["version"])
         paths = [storage.join(table_dir, f) for f in manifest["files"]]
-        return reconcile_table(session(), table_info, key, paths, changes_dir, out_dir,
+        return reconcile_table(session(), table_info, key, paths, changes, out_dir,
                                target_file_bytes=target_file_bytes)
     key = _key_names(table_info, key)
     slot = layout.slot_column([c.name for c in table_info.columns])
     storage.delete_tree(out_dir)
-    segments = storage.list_files(changes_dir, suffix=".parquet")
+    segments = segment_files(changes)
     rewriter = _choose_rewriter(table_info, key, segments, engine)
     slots: list[int] | None = None
     match rewriter:
@@ -268,7 +272,7 @@ def reconcile_incremental(spark: SparkSession | Callable[[], SparkSession], tabl
             slots = rewrite_locally(table_info, key, table_dir, ranges, segments, out_dir, slot, limit)
             used = "the driver (pyarrow)"
     if slots is None:
-        slots = _rewrite_with_spark(session(), table_info, key, table_dir, ranges, changes_dir, out_dir, slot)
+        slots = _rewrite_with_spark(session(), table_info, key, table_dir, ranges, segments, out_dir, slot)
         used = "Spark"
     layout.write_plan(out_dir, RewritePlan(manifest["version"], tuple(slots), slot))
     rewritten = [ranges[s] for s in slots if 0 <= s < len(ranges)]
@@ -281,10 +285,10 @@ def reconcile_incremental(spark: SparkSession | Callable[[], SparkSession], tabl
 
 
 def _rewrite_with_spark(spark: SparkSession, table_info: TableInfo, key: Sequence[str], table_dir: str,
-                        ranges: Sequence[FileRange], changes_dir: str, out_dir: str, slot: str) -> list[int]:
+                        ranges: Sequence[FileRange], segments: Sequence[str], out_dir: str, slot: str) -> list[int]:
     """The rewritten slots' files, by Spark; returns the rewritten slots."""
     spark.sparkContext.setJobDescription(f"tidemark reconcile {table_info.name} (incremental)")
-    changes = spark.read.schema(changes_schema(table_info, key)).parquet(storage.spark_uri(changes_dir))
+    changes = _read_changes(spark, table_info, key, segments)
     last = assign_slots(spark, last_events(events(changes, table_info, key), len(key)), table_info, key,
                         layout.territories(ranges), slot).cache()
     try:
@@ -383,11 +387,12 @@ class ReconcileResult:
 
 
 def _reconcile_one(config: PipelineConfig, store: StateStore, run_id: str, record: RunTableRecord,
-                   spark: SparkSession | None) -> tuple[int, SparkSession | None]:
-    """Reconcile one captured table; returns its rows and the session (started if it needed one)."""
+                   reconciled: str, spark: SparkSession | None) -> tuple[int, SparkSession | None]:
+    """Reconcile one captured table into ``reconciled``; returns its rows and the session
+    (started if it needed one)."""
     info = table_info(record)
-    changes = run_dir(config, run_id, "changes", record.table)
-    reconciled = run_dir(config, run_id, "reconciled", record.table)
+    changes = segment_paths(store, config.staging_path, run_id, record.table)  # the durable ones only
+    store.check_fence()  # a process that lost the pipeline lock writes nothing more
     if record.mode == "snapshot":
         spark = spark or spark_session(config)
         base = [c.path for c in store.chunks(run_id, table=record.table) if c.path]
@@ -405,14 +410,18 @@ def reconcile(config: PipelineConfig, run_id: str, *, spark: SparkSession | None
         for record in store.run_tables(run_id):
             if record.status != "captured":
                 continue
+            # Unique to this attempt: another process's reconcile (one that lost the lock) never
+            # writes where publish reads, and publish reads what the state names.
+            out_dir = run_dir(config, run_id, "reconciled", f"{record.table}-{storage.attempt_tag()}")
             try:
-                rows, spark = _reconcile_one(config, store, run_id, record, spark)
+                rows, spark = _reconcile_one(config, store, run_id, record, out_dir, spark)
             except Exception as exc:  # one table's own trouble fails that table alone
                 if (reason := table_failure(exc)) is None:
                     raise
                 fail_table(store, run_id, record.table, "reconcile", reason)
                 continue
-            store.set_table_status(run_id, record.table, "reconciled", rows=rows)
+            store.set_table_status(run_id, record.table, "reconciled", rows=rows,
+                                   info={"reconciled_dir": out_dir})
             faults.point("reconcile.table_done")
             out[record.table] = rows
             log.info("table %s: reconciled, %d rows at H", record.table, rows)

@@ -6,16 +6,17 @@ planned decoder cannot read. The capture records each such change on the table
 (``reread_pending``: what and where) before it checkpoints past it, then stops
 keeping the table's rows. After the pass, `prepare_rereads`:
 
-1. deletes the table's change segments of the run (rows of before the change);
-2. plans the table again as a snapshot from ``P0_T``, the source's position now
-   (recorded before any key bound is read, as ``P0`` is) - `plan.replan_snapshot`;
-3. reads its new chunks (`read.read_batch`: ``L``, margin, read, ``Hb``);
-4. moves the run's ``H`` past every chunk's ``Hb``.
+1. plans the table again as a snapshot from ``P0_T``, the source's position now
+   (recorded before any key bound is read, as ``P0`` is) - `plan.replan_snapshot` -
+   and, in the same transaction, voids its change segments of the run (rows of before
+   the change; `orchestrator.pipeline.segments`);
+2. reads its new chunks (`read.read_batch`: ``L``, margin, read, ``Hb``);
+3. moves the run's ``H`` past every chunk's ``Hb``.
 
 The capture then goes on from its checkpoint to the new ``H`` for every table, the
 re-read one from ``P0_T``: that table becomes a snapshot taken inside the run, exact
 by the same rule as any snapshot. Each step is recorded before the next, so a crash
-anywhere resumes: a pending change is re-read again (segments deleted, plan
+anywhere resumes: a pending change is re-read again (segments voided, plan
 replaced), unread chunks of a re-read table are read, and ``H`` is moved again.
 """
 
@@ -30,7 +31,6 @@ from orchestrator.pipeline.context import open_source, position, spark_session
 from orchestrator.pipeline.failed import fail_table, table_failure
 from orchestrator.pipeline.plan import replan_snapshot
 from orchestrator.pipeline.read import read_batch
-from orchestrator.pipeline.segments import drop_segments
 from orchestrator.positions import file_index
 from orchestrator.state.store import RunRecord, RunTableRecord, StateStore
 
@@ -58,7 +58,6 @@ def prepare_rereads(config: PipelineConfig, store: StateStore, run_id: str) -> b
     pending = pending_rereads(store, run_id)
     with open_source(config) as source:
         for table, reason in sorted(pending.items()):
-            drop_segments(config.staging_path, run_id, table)
             try:
                 replan_snapshot(config, store, run_id, table, source, reason)
             except Exception as exc:  # e.g. the DDL dropped it: that table's failure alone

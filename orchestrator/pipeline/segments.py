@@ -2,63 +2,131 @@
 
 A table's changes are numbered segments under the run's staging::
 
-    <staging>/<run_id>/changes/<db>.<table>/seg-000001.parquet
+    <staging>/<run_id>/changes/<db>.<table>/seg-000001-<writer>.parquet
 
-Segment numbers run across the whole run; the capture checkpoint records the
-highest durable one (see `orchestrator.pipeline.capture`).
+Segment numbers run across the whole run. ``writer`` is a tag unique to one capture
+attempt (`storage.attempt_tag`). The capture checkpoint records the highest durable
+number and, per attempt, the first number it wrote (``owners``, `owner_of`): a segment is
+durable when its number is at most the checkpoint's and its file carries the tag of the
+attempt that owns that number. Files of any other attempt - one that crashed before its
+checkpoint, or one that lost the pipeline lock and wrote on - are never read, and no
+capture deletes them: a deleter whose view of the checkpoint is stale would delete the
+new owner's durable segments. They go with the run's staging when the run ends.
+
+A table's segments before its re-read are voided in state (``segments_after`` in its
+run-table info, `void_mark`), in the transaction that plans it again, never deleted.
+Segments written before the state schema recorded owners have no tag (owner ``""``).
 """
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import os
 import re
+from collections.abc import Sequence
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from orchestrator.errors import RunFailed
 from orchestrator.lake import storage
 from orchestrator.positions import BinlogPosition
 from orchestrator.state.store import StateStore
 
-log = logging.getLogger("orchestrator.pipeline.capture")
+SEGMENT = re.compile(r"^seg-(\d{6,})(?:-([0-9a-f]+))?\.parquet$")
 
-SEGMENT = re.compile(r"^seg-(\d{6,})\.parquet$")
+def segment_name(number: int, writer: str = "") -> str:
+    """The file name of segment ``number`` written by ``writer``.
 
-
-def segment_name(number: int) -> str:
-    """The file name of segment ``number``.
-
-    >>> segment_name(12)
-    'seg-000012.parquet'
+    >>> segment_name(12, "a1b2c3d4"), segment_name(12)
+    ('seg-000012-a1b2c3d4.parquet', 'seg-000012.parquet')
     """
-    return f"seg-{number:06d}.parquet"
+    return f"seg-{number:06d}-{writer}.parquet" if writer else f"seg-{number:06d}.parquet"
 
 
-def _segments(fs: pafs.FileSystem, directory: str) -> list[tuple[int, str, str]]:
-    """``(number, table, path)`` of every segment under ``directory``, in number order."""
+def owner_of(owners: Sequence[Sequence[object]], number: int) -> str | None:
+    """The writer of segment ``number``: the last ``[writer, first]`` with ``first <= number``.
+
+    >>> owner_of([["", 1], ["a1", 4], ["b2", 9]], 5), owner_of([["a1", 4]], 3)
+    ('a1', None)
+    """
+    found = None
+    for writer, first in owners:
+        if int(str(first)) <= number:
+            found = str(writer)
+    return found
+
+
+def _segments(fs: pafs.FileSystem, directory: str) -> list[tuple[int, str, str, str]]:
+    """``(number, writer, table, path)`` of every segment file under ``directory``, by number."""
     found = []
     for info in fs.get_file_info(pafs.FileSelector(directory, recursive=True, allow_not_found=True)):
         match = SEGMENT.match(info.base_name)
         if info.type == pafs.FileType.File and match:
             table = info.path.rstrip("/").rsplit("/", 2)[-2]
-            found.append((int(match.group(1)), table, info.path))
+            found.append((int(match.group(1)), match.group(2) or "", table, info.path))
     return sorted(found)
 
 
-def segment_paths(staging: str, run_id: str, table: str) -> list[str]:
-    """The paths (within the staging filesystem) of a table's segments, in number order."""
+def _durable(fs: pafs.FileSystem, directory: str, segments: int, owners: Sequence[Sequence[object]]
+             ) -> list[tuple[int, str, str]]:
+    """``(number, table, path)`` of the durable segments; a RunFailed naming a missing one."""
+    found = [(n, t, p) for n, w, t, p in _segments(fs, directory) if n <= segments and w == owner_of(owners, n)]
+    numbers = {n for n, _, _ in found}
+    missing = [n for n in range(1, segments + 1) if n not in numbers and owner_of(owners, n)]
+    if missing:
+        raise RunFailed(f"the capture checkpoint names change segment {missing[0]} of {directory} "
+                        f"(written by capture {owner_of(owners, missing[0])}), but it is gone; "
+                        "reset the run's tables (`tidemark reset --table T --yes`) and run again")
+    return found
+
+
+def voided(store: StateStore, run_id: str) -> dict[str, int]:
+    """Per table of the run, the segment number up to which its segments are void (re-read)."""
+    return {r.table: int(r.info.get("segments_after", 0)) for r in store.run_tables(run_id)}
+
+
+def void_mark(store: StateStore, run_id: str) -> int:
+    """The mark that voids every segment captured so far (`voided`): the checkpoint's count."""
+    saved = store.capture_checkpoint(run_id)
+    return int(saved["segments"]) if saved else 0
+
+
+def durable_segments(store: StateStore, staging: str, run_id: str) -> dict[str, list[str]]:
+    """Per table, the URIs of its durable segments of the run in number order, voided ones left out."""
+    saved = store.capture_checkpoint(run_id)
+    if saved is None:
+        return {}
     fs, root = storage.filesystem(staging)
-    return [p for _, t, p in _segments(fs, f"{root}/{run_id}/changes") if t == table]
+    void = voided(store, run_id)
+    out: dict[str, list[str]] = {}
+    for number, table, path in _durable(fs, f"{root}/{run_id}/changes", int(saved["segments"]), saved["owners"]):
+        if number > void.get(table, 0):
+            out.setdefault(table, []).append(storage.join(staging, run_id, "changes", table, path.rsplit("/", 1)[1]))
+    return out
 
 
-def read_changes(staging: str, run_id: str, table: str) -> pa.Table:
+#: A table's change segments: the files (the run's durable ones, `segment_paths`), or a directory
+#: all of whose Parquet files are changes (tests and library use).
+Changes = str | Sequence[str]
+
+
+def segment_files(changes: Changes) -> list[str]:
+    """The change segment files ``changes`` names (a directory that does not exist has none)."""
+    return storage.list_files(changes, suffix=".parquet") if isinstance(changes, str) else list(changes)
+
+
+def segment_paths(store: StateStore, staging: str, run_id: str, table: str) -> list[str]:
+    """The URIs of a table's durable segments, in number order."""
+    return durable_segments(store, staging, run_id).get(table, [])
+
+
+def read_changes(store: StateStore, staging: str, run_id: str, table: str) -> pa.Table:
     """All of a table's captured changes in segment order (an empty table if there are none)."""
-    fs, root = storage.filesystem(staging)
-    parts = [pq.read_table(p, filesystem=fs) for n, t, p in _segments(fs, f"{root}/{run_id}/changes")
-             if t == table]
+    parts = []
+    for uri in segment_paths(store, staging, run_id, table):
+        fs, path = storage.filesystem(uri)
+        parts.append(pq.read_table(path, filesystem=fs))
     return pa.concat_tables(parts) if parts else pa.table({})
 
 
@@ -78,32 +146,16 @@ def write_segment(fs: pafs.FileSystem, path: str, table: pa.Table) -> None:
 
 
 def resume_point(store: StateStore, run_id: str, fs: pafs.FileSystem, root: str
-                  ) -> tuple[BinlogPosition | None, int, dict[str, int]]:
-    """The run's checkpoint (position, segments) and rows per table in durable segments.
-
-    Segments numbered above the checkpoint, and temporary files, are deleted.
-    """
+                 ) -> tuple[BinlogPosition | None, int, dict[str, int], list[list[object]]]:
+    """The run's checkpoint (position, segments), rows per table in its durable segments (voided
+    ones left out) and the owners of the segment numbers. Deletes nothing (module docstring)."""
     saved = store.capture_checkpoint(run_id)
-    position = BinlogPosition.from_json(saved["position"]) if saved else None
-    durable = int(saved["segments"]) if saved else 0
-    directory = f"{root}/{run_id}/changes"
+    if saved is None:
+        return None, 0, {}, []
+    durable, owners = int(saved["segments"]), saved["owners"]
+    void = voided(store, run_id)
     rows: dict[str, int] = {}
-    for number, table, path in _segments(fs, directory):
-        if number > durable:
-            log.info("capture %s: deleting %s, written after the last checkpoint", run_id, path)
-            fs.delete_file(path)
-        else:
+    for number, table, path in _durable(fs, f"{root}/{run_id}/changes", durable, owners):
+        if number > void.get(table, 0):
             rows[table] = rows.get(table, 0) + storage.parquet_rows(path, fs)
-    for info in fs.get_file_info(pafs.FileSelector(directory, recursive=True, allow_not_found=True)):
-        if info.type == pafs.FileType.File and info.base_name.endswith(".tmp"):
-            with contextlib.suppress(FileNotFoundError):
-                fs.delete_file(info.path)
-    return position, durable, rows
-
-
-def drop_segments(staging: str, run_id: str, table: str) -> None:
-    """Delete a table's change segments of the run (its rows are read again)."""
-    fs, _ = storage.filesystem(staging)
-    for path in segment_paths(staging, run_id, table):
-        with contextlib.suppress(FileNotFoundError):
-            fs.delete_file(path)
+    return BinlogPosition.from_json(saved["position"]), durable, rows, owners

@@ -33,7 +33,8 @@ from airflow.sdk import (
 
 from orchestrator import steps
 from orchestrator.config import PipelineConfig
-from orchestrator.errors import ConfigError, RunLocked, SourceNotReady
+from orchestrator.errors import ConfigError, LockLost, RunLocked, SourceNotReady
+from orchestrator.pipeline.context import hold_lock
 from orchestrator.pipeline.failed import TablesFailed
 from orchestrator.runtime import airflow_support as support
 from orchestrator.runtime.failures import describe
@@ -45,7 +46,7 @@ RETRIES = 2
 RETRY_DELAY = timedelta(minutes=1)
 #: Retrying cannot fix a bad config, a source that is not set up, or a run held by another.
 NO_RETRY_ON = ExceptionRetryPolicy(rules=[RetryRule(
-    exception=[ConfigError, SourceNotReady, RunLocked, TablesFailed], action=RetryAction.FAIL,
+    exception=[ConfigError, SourceNotReady, RunLocked, LockLost, TablesFailed], action=RetryAction.FAIL,
     reason="not transient: fix the config or the source, then clear the task (or trigger the DAG: "
            "a new run retries the tables that failed)")])
 MAP_INDEX_TEMPLATE = "{{ task.op_kwargs['batch']['label'] }}"
@@ -119,8 +120,9 @@ def build_dag(config: PipelineConfig) -> DAG:
         def plan() -> list[dict[str, Any]]:
             _mask_password(config)
             request = _request(config)
-            handle = steps.plan(config, tables=request.tables, snapshot=request.snapshot,
-                                chunk_size=request.chunk_size, holder=_holder())
+            with hold_lock(config, _holder()):  # renewed while the task runs; fences its writes
+                handle = steps.plan(config, tables=request.tables, snapshot=request.snapshot,
+                                    chunk_size=request.chunk_size, holder=_holder())
             log.info("%s; tables %s", handle, ", ".join(handle.tables))
             get_current_context()["ti"].xcom_push(key="run_id", value=handle.run_id)
             return [support.batch_xcom(b) for b in handle.batches]
@@ -128,22 +130,26 @@ def build_dag(config: PipelineConfig) -> DAG:
         @task(pool=pool, map_index_template=MAP_INDEX_TEMPLATE, execution_timeout=limit["read"])
         def read(run: str, batch: dict[str, Any]) -> None:
             _mask_password(config)
-            log.info("%s", steps.read_batch(config, run, int(batch["batch"]), holder=_holder()))
+            with hold_lock(config, _holder()):
+                log.info("%s", steps.read_batch(config, run, int(batch["batch"]), holder=_holder()))
 
         # Zero batches (only incremental tables) skip `read`; capture still runs.
         @task(pool=pool, trigger_rule="none_failed", execution_timeout=limit["capture"])
         def capture(run: str) -> None:
             _mask_password(config)
-            result = steps.capture(config, run)
+            with hold_lock(config, _holder()):
+                result = steps.capture(config, run)
             log.info("capture: %s", result or "every table already captured")
 
         @task(execution_timeout=limit["reconcile"])
         def reconcile(run: str) -> None:
-            log.info("%s", steps.reconcile(config, run))
+            with hold_lock(config, _holder()):
+                log.info("%s", steps.reconcile(config, run))
 
         @task(outlets=list(assets.values()), execution_timeout=limit["publish"])
         def publish(run: str) -> Iterator[Metadata]:
-            published = {p.table: p for p in steps.publish(config, run, holder=_holder())}
+            with hold_lock(config, _holder()):
+                published = {p.table: p for p in steps.publish(config, run, holder=_holder())}
             for p in published.values():
                 log.info("published %s", p)
             for table, asset in assets.items():

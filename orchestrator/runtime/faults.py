@@ -6,17 +6,23 @@ power cut or an OOM kill would cause. ``name:n:stop`` sends SIGSTOP instead: the
 process waits there until a test has broken something (killed the source) and
 sends SIGCONT. Unset (always, in production) it costs one dictionary lookup.
 
-Points: ``read.batch_done``, ``capture.checkpoint``, ``reconcile.table_done``,
-``publish.iceberg_committed``, ``publish.files_written``, ``publish.table_done``,
-``capture.reading`` (before the binlog is opened).
+Points: ``read.batch_done``, ``capture.checkpoint``, ``capture.flushed`` (segments
+written, not yet checkpointed), ``reconcile.table_done``, ``publish.iceberg_committed``,
+``publish.files_written``, ``publish.table_done``, ``capture.reading`` (before the binlog
+is opened).
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import threading
 
 _passed: dict[str, int] = {}
+
+#: Held while a failpoint stops the process, and by the lease's heartbeat around its renewal
+#: (`orchestrator.state.lease`): a test's pause never leaves a state-store transaction open.
+QUIET = threading.Lock()
 
 
 def point(name: str) -> None:
@@ -28,5 +34,10 @@ def point(name: str) -> None:
         return
     count, _, action = rest.partition(":")
     _passed[name] = _passed.get(name, 0) + 1
-    if _passed[name] == int(count or 1):  # the n-th pass only (a retried step passes again)
-        os.kill(os.getpid(), signal.SIGSTOP if action == "stop" else signal.SIGKILL)
+    if _passed[name] != int(count or 1):  # the n-th pass only (a retried step passes again)
+        return
+    if action == "stop":
+        with QUIET:
+            os.kill(os.getpid(), signal.SIGSTOP)
+    else:
+        os.kill(os.getpid(), signal.SIGKILL)

@@ -8,13 +8,21 @@ import socket
 import sys
 import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from orchestrator import steps
 from orchestrator.config import PipelineConfig
-from orchestrator.errors import ConfigError, RunFailed, RunLocked, TidemarkError, first_line
-from orchestrator.pipeline.context import open_store, spark_session
+from orchestrator.errors import (
+    ConfigError,
+    LockLost,
+    RunFailed,
+    RunLocked,
+    TidemarkError,
+    first_line,
+)
+from orchestrator.pipeline.context import hold_lock, open_store, spark_session
 from orchestrator.pipeline.failed import TablesFailed
 from orchestrator.pipeline.plan import takes_out
 from orchestrator.runtime.failures import current_log, record_trace, root_cause
@@ -79,18 +87,38 @@ def _clock(seconds: float) -> str:
 
 def run_command(config: PipelineConfig, *, tables: list[str], snapshot: bool, chunk_size: int | None,
                 progress: bool = True) -> int:
-    """The CLI verb. Resumes an unfinished run first, then does what was asked if that differs."""
-    bars = progress and sys.stdout.isatty()
+    """The CLI verb. Resumes an unfinished run first, then does what was asked if that differs.
+
+    The pipeline lock is held for the whole run, renewed by a heartbeat, and fences every
+    write (`orchestrator.state.lease`): a run whose lock was taken over stops with `LockLost`.
+    """
     started = time.monotonic()
     holder = cli_holder()
     failing = steps.preflight(config, tables or None)
     for table, why in sorted(failing.items()):
         log.warning("table %s is left out of this run: %s", table, why)
     names = [t.name for t in config.select_tables(tables or None)]
-    request = {"tables": names, "snapshot": snapshot, "chunk_size": chunk_size}
     if snapshot:
         _announce_fresh(config, names)
-    results = []
+    with ExitStack() as held:
+        try:
+            held.enter_context(hold_lock(config, holder))
+        except Exception as exc:  # another run holds it, or the state store cannot be written
+            raise after_start(config, exc, None) from exc
+        results, partial = _runs(config, holder, names, tables=tables, snapshot=snapshot, chunk_size=chunk_size,
+                                 bars=progress and sys.stdout.isatty(), failing=failing)
+    _summary(results, time.monotonic() - started)
+    if partial is not None:
+        raise partial
+    return 0
+
+
+def _runs(config: PipelineConfig, holder: str, names: list[str], *, tables: list[str], snapshot: bool,
+          chunk_size: int | None, bars: bool, failing: dict[str, str]
+          ) -> tuple[list[steps.Published], TablesFailed | None]:
+    """The unfinished run if there is one, then the requested run if it differs."""
+    request = {"tables": names, "snapshot": snapshot, "chunk_size": chunk_size}
+    results: list[steps.Published] = []
     spark: Any = None
     partial: TablesFailed | None = None
     for _ in range(2):
@@ -110,6 +138,8 @@ def run_command(config: PipelineConfig, *, tables: list[str], snapshot: bool, ch
         except TablesFailed as exc:  # the others are published; the run is finished (partial)
             log.error("%s", exc)
             partial, published = exc, exc.published
+        except LockLost as exc:  # the run is another process's now: nothing more is written
+            raise after_start(config, exc, handle.run_id) from exc
         except Exception as exc:  # Spark/JDBC/IO errors too: one line, state kept
             failure = after_start(config, exc, handle.run_id)
             steps.fail_run(config, handle.run_id, str(failure), holder=holder)
@@ -117,10 +147,7 @@ def run_command(config: PipelineConfig, *, tables: list[str], snapshot: bool, ch
         results.extend(published)
         if not handle.resumed or _same_request(config, handle.run_id, request):
             break
-    _summary(results, time.monotonic() - started)
-    if partial is not None:
-        raise partial
-    return 0
+    return results, partial
 
 
 def after_start(config: PipelineConfig, exc: BaseException, run_id: str | None) -> TidemarkError:
@@ -128,7 +155,7 @@ def after_start(config: PipelineConfig, exc: BaseException, run_id: str | None) 
     file named; exit 1 (state kept, a rerun resumes), even for a source that went away after
     preflight found it ready. Bad arguments stay exit 2; a locked pipeline is left as it is."""
     record_trace(exc)
-    if isinstance(exc, ConfigError | RunLocked):
+    if isinstance(exc, ConfigError | RunLocked | LockLost):
         return exc
     what = f"run {run_id} failed" if run_id else "planning failed"
     cause = root_cause(exc, f"{config.source.host}:{config.source.port}")

@@ -87,7 +87,8 @@ def status_command(config: PipelineConfig) -> int:
         lock = store.lock_info(config.pipeline)
         if lock is not None:
             print(f"  locked by {lock.holder} on {lock.hostname} (pid {lock.pid}) since "
-                  f"{lock.acquired_at.isoformat(timespec='seconds')}", file=out)
+                  f"{lock.acquired_at.isoformat(timespec='seconds')}, last renewed "
+                  f"{lock.refreshed_at.isoformat(timespec='seconds')} (lease {lock.lease_seconds} s)", file=out)
         print("published:", file=out)
         if not checkpoints:
             print("  nothing published yet", file=out)

@@ -22,7 +22,7 @@ class ChunksMixin:
     """The chunk methods of ``StateStore``."""
 
     if TYPE_CHECKING:
-        def _tx(self, *, write: bool = True) -> AbstractContextManager[Connection]: ...
+        def _tx(self, *, write: bool = True, fenced: bool = True) -> AbstractContextManager[Connection]: ...
 
     def chunks(self, run_id: str, *, table: str | None = None, batch: int | None = None,
                status: ChunkStatus | None = None) -> list[ChunkRecord]:

@@ -83,7 +83,8 @@ class LockRecord:
     hostname: str
     pid: int | None
     acquired_at: datetime
-    refreshed_at: datetime
+    refreshed_at: datetime  # the holder's last renewal (a heartbeat, or a fenced write)
+    lease_seconds: int  # the holder's lease: taken over once not renewed for this long
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,5 +135,10 @@ def _table_checkpoint(r: Row[Any]) -> TableCheckpoint:
                            r.manifest, r.run_id, r.published_at)
 
 
+#: The lease of a lock taken before leases were recorded (schema 1).
+LEGACY_LEASE_SECONDS = 900
+
+
 def _lock_record(r: Row[Any]) -> LockRecord:
-    return LockRecord(r.pipeline, r.holder, r.hostname, r.pid, r.acquired_at, r.refreshed_at)
+    return LockRecord(r.pipeline, r.holder, r.hostname, r.pid, r.acquired_at, r.refreshed_at,
+                      r.lease_seconds or LEGACY_LEASE_SECONDS)

@@ -194,6 +194,9 @@ CAPTURE_CHECKPOINTS = Table(
     Column("segments", Integer, nullable=False),
     Column("row_count", BigInteger, nullable=False),
     Column("updated_at", _UTCDateTime, nullable=False),
+    # [[writer, first segment], ...]: which capture attempt wrote each durable segment
+    # (`orchestrator.pipeline.segments`); NULL before schema 2 (segments without a writer tag)
+    Column("owners", _JsonText),
     **_MYSQL,
 )
 TABLE_CHECKPOINTS = Table(
@@ -217,6 +220,7 @@ LOCKS = Table(
     Column("token", String(32), nullable=False),  # changes on every takeover: compare-and-swap
     Column("acquired_at", _UTCDateTime, nullable=False),
     Column("refreshed_at", _UTCDateTime, nullable=False),
+    Column("lease_seconds", Integer),  # the holder's lease; NULL before schema 2 (then 900 s)
     **_MYSQL,
 )
 
@@ -225,6 +229,25 @@ FORGET_KINDS = ("runs", "run_tables", "chunks", "capture_checkpoints", "table_ch
 
 def _now() -> datetime:
     return datetime.now(UTC)
+
+
+# --- migrations ---------------------------------------------------------------------
+
+
+def _add_column(conn: Connection, table: Table, name: str) -> None:
+    """``ALTER TABLE ... ADD COLUMN`` for a nullable column declared on ``table`` above."""
+    kind = table.c[name].type.compile(dialect=conn.dialect)
+    conn.execute(text(f"ALTER TABLE {table.name} ADD COLUMN {name} {kind}"))
+
+
+def _fencing(conn: Connection) -> None:
+    """Schema 2: the lock records its holder's lease; the capture checkpoint records which
+    attempt wrote each durable segment (one writer per run, fenced: docs/design.md)."""
+    _add_column(conn, LOCKS, "lease_seconds")
+    _add_column(conn, CAPTURE_CHECKPOINTS, "owners")
+
+
+MIGRATIONS.append(_fencing)
 
 
 # --- backends: engine, insert-or-ignore, creating and migrating the schema ------------

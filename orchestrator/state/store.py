@@ -23,6 +23,7 @@ this module re-exports their public names, so import them from here.
 
 from __future__ import annotations
 
+import functools
 import logging
 import uuid
 from collections.abc import Iterator
@@ -46,7 +47,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, NoSuchModu
 
 from orchestrator.errors import StateError
 from orchestrator.state.chunks import ChunksMixin
-from orchestrator.state.lock import PipelineLockMixin
+from orchestrator.state.lock import Guard, PipelineLockMixin
 from orchestrator.state.records import (
     ChunkRecord,
     ChunkStatus,
@@ -98,20 +99,24 @@ log = logging.getLogger("tidemark.state")
 class StateStore(PipelineLockMixin, RunTablesMixin, ChunksMixin):
     """The pipeline state behind one SQLAlchemy URL.
 
-    The pipeline lock (``acquire_lock``, ``lock_info``, ``refresh_lock``,
-    ``release_lock``, ``force_unlock``) comes from ``PipelineLockMixin``; ``fail_table`` and
+    The pipeline lock (``acquire_lock``, ``renew_lock``, ``lock_info``, ``release_lock``,
+    ``force_unlock``) comes from ``PipelineLockMixin``; ``fail_table`` and
     ``drop_from_run`` from ``RunTablesMixin``; the chunk methods from ``ChunksMixin``.
 
     Args:
         url: an SQLAlchemy URL, e.g. ``sqlite:////var/lib/tidemark/state.db`` or
             ``postgresql+psycopg://tidemark@db/tidemark``.
+        guard: the fence of the pipeline lock this store writes under (`orchestrator.state.lock`):
+            every writing transaction checks it first and fails with `LockLost` once the lock
+            was taken over. None: unfenced (status, reset, tests).
 
     Raises:
         StateError: the URL is invalid, its driver is missing, the store is
             unreachable, or its schema is newer than this code.
     """
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, guard: Guard | None = None) -> None:
+        self.guard = guard
         try:
             parsed = make_url(url)
         except ArgumentError:
@@ -126,7 +131,7 @@ class StateStore(PipelineLockMixin, RunTablesMixin, ChunksMixin):
             raise StateError(f"state store at {self.url}: cannot load the driver "
                              f"{parsed.drivername} ({self._scrub(exc)}); install it") from None
         try:
-            ensure_schema(self._tx, self.url)
+            ensure_schema(functools.partial(self._tx, fenced=False), self.url)
         except DBAPIError as exc:
             self._engine.dispose()
             raise StateError(f"state store at {self.url} is unreachable or unusable: "
@@ -146,13 +151,21 @@ class StateStore(PipelineLockMixin, RunTablesMixin, ChunksMixin):
         return message.replace(str(self._password), "***") if self._password else message
 
     @contextmanager
-    def _tx(self, *, write: bool = True) -> Iterator[Connection]:
-        """One short transaction; ``write`` takes SQLite's write lock up front."""
+    def _tx(self, *, write: bool = True, fenced: bool = True) -> Iterator[Connection]:
+        """One short transaction; ``write`` takes SQLite's write lock up front and, on a
+        fenced store, first confirms the fence (`LockLost`: nothing of it is written)."""
         with self._engine.connect() as conn:
             if write:
                 conn.execution_options(tm_write=True)
             with conn.begin():
+                if write and fenced and self.guard is not None:
+                    self.guard.confirm(conn)
                 yield conn
+
+    def check_fence(self) -> None:
+        """Before a file of the run is written or deleted: raise `LockLost` if the lock may be lost."""
+        if self.guard is not None:
+            self.guard.check()
 
     # --- runs ------------------------------------------------------------------
     def unfinished_run(self, pipeline: str) -> RunRecord | None:
@@ -257,19 +270,22 @@ class StateStore(PipelineLockMixin, RunTablesMixin, ChunksMixin):
 
     # --- capture checkpoints ----------------------------------------------------
     def capture_checkpoint(self, run_id: str) -> dict[str, Any] | None:
-        """{"position": {...}, "segments": int, "rows": int} or None."""
+        """{"position": {...}, "segments": int, "rows": int, "owners": [[writer, first], ...]} or
+        None. ``owners``: which capture attempt wrote the durable segments from which number on
+        (`orchestrator.pipeline.segments`); a checkpoint of schema 1 has untagged ones (``""``)."""
         query = select(CAPTURE_CHECKPOINTS).where(CAPTURE_CHECKPOINTS.c.run_id == run_id)
         with self._tx(write=False) as conn:
             row = conn.execute(query).first()
         if row is None:
             return None
-        return {"position": row.position, "segments": row.segments, "rows": row.row_count}
+        return {"position": row.position, "segments": row.segments, "rows": row.row_count,
+                "owners": row.owners if row.owners is not None else [["", 1]]}
 
     def save_capture_checkpoint(self, run_id: str, position: dict[str, Any], segments: int,
-                                rows: int) -> None:
-        """Record (replacing any earlier one) how far the run's capture has written."""
+                                rows: int, owners: list[list[Any]] | None = None) -> None:
+        """Record (replacing any earlier one) how far the run's capture has written, and by whom."""
         values = {"position": position, "segments": segments, "row_count": rows,
-                  "updated_at": _now()}
+                  "owners": owners or [], "updated_at": _now()}
         with self._tx() as conn:
             key = CAPTURE_CHECKPOINTS.c.run_id == run_id
             if conn.execute(update(CAPTURE_CHECKPOINTS).where(key).values(values)).rowcount == 0:

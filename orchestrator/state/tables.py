@@ -20,7 +20,7 @@ class RunTablesMixin:
     """The methods of ``StateStore`` that take a table out of a run's normal course."""
 
     if TYPE_CHECKING:
-        def _tx(self, *, write: bool = True) -> AbstractContextManager[Connection]: ...
+        def _tx(self, *, write: bool = True, fenced: bool = True) -> AbstractContextManager[Connection]: ...
 
     def fail_table(self, run_id: str, table: str, failure: dict[str, Any]) -> None:
         """Mark a table of the run failed with ``failure`` (step, reason); one never planned

@@ -47,7 +47,7 @@ def capture_both(tmp_path: Path, server: LocalMariaDB, name: str, key: tuple[str
         run_id = store.create_run("fast", {}).run_id
         capture_changes(config, store, run_id, tables, stop, batch_rows=batch_rows,
                         decoder=decoder)
-        out.append(read_changes(config.staging_path, run_id, name))
+        out.append(read_changes(store, config.staging_path, run_id, name))
     return out[0], out[1]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -31,12 +32,19 @@ def make_config(tmp_path: Path, server: LocalMariaDB, names: list[str]) -> Pipel
 
 
 def rows_of(config: PipelineConfig, run_id: str, table: str) -> list[dict[str, Any]]:
-    return read_changes(config.staging_path, run_id, table).to_pylist()
+    with StateStore(config.state.url) as store:
+        return read_changes(store, config.staging_path, run_id, table).to_pylist()
 
 
-def segment_numbers(config: PipelineConfig, run_id: str, tables: list[str]) -> list[int]:
-    return sorted(int(Path(p).name[4:10]) for t in tables
-                  for p in segment_paths(config.staging_path, run_id, t))
+def segment_numbers(config: PipelineConfig, run_id: str, tables: list[str], *, durable: bool = True) -> list[int]:
+    """The numbers of the tables' durable segments (as the checkpoint names them), or of every
+    segment file on disk (those of attempts that never checkpointed them too)."""
+    if durable:
+        with StateStore(config.state.url) as store:
+            paths = [p for t in tables for p in segment_paths(store, config.staging_path, run_id, t)]
+    else:
+        paths = [str(p) for t in tables for p in (Path(config.staging_path) / run_id / "changes" / t).glob("seg-*")]
+    return sorted(int(Path(p).name[4:10]) for p in paths)
 
 
 # --------------------------------------------------------------------------- segments
@@ -66,7 +74,7 @@ def test_segments_hold_ops_keys_and_positions(tmp_path: Path, mariadb: LocalMari
     result = capture_changes(config, store, run_id, tables, stop, batch_rows=2,
                              progress=calls.append)
 
-    t = read_changes(config.staging_path, run_id, "cap_seg.t")
+    t = read_changes(store, config.staging_path, run_id, "cap_seg.t")
     assert t.column_names == ["_tm_file", "_tm_pos", "_tm_row", "_tm_op", "a", "b", "v",
                               "_tm_old_a", "_tm_old_b"]
     got = [(r["_tm_op"], r["a"], r["b"], r["v"], r["_tm_old_a"], r["_tm_old_b"]) for r in t.to_pylist()]
@@ -83,8 +91,9 @@ def test_segments_hold_ops_keys_and_positions(tmp_path: Path, mariadb: LocalMari
     assert numbers == list(range(1, result.segments + 1)) and result.segments > 2
     assert result.rows == {"cap_seg.t": 5, "cap_seg.u": 2} and result.end == stop
     assert sum(calls) == 7
-    assert store.capture_checkpoint(run_id) == {"position": stop.to_json(), "segments": result.segments,
-                                                "rows": 7}
+    saved = store.capture_checkpoint(run_id)
+    assert saved is not None and saved.pop("owners")[0][1] == 1  # one attempt wrote them all
+    assert saved == {"position": stop.to_json(), "segments": result.segments, "rows": 7}
     assert not [p for p in Path(config.staging_path).rglob("*") if p.name.endswith(".tmp")]
 
     again = capture_changes(config, store, run_id, tables, stop, batch_rows=2)
@@ -145,11 +154,11 @@ class FailingStore(StateStore):
         self.fail_at = fail_at
 
     def save_capture_checkpoint(self, run_id: str, position: dict[str, Any], segments: int,
-                                rows: int) -> None:
+                                rows: int, owners: list[list[Any]] | None = None) -> None:
         self.saves += 1
         if self.saves == self.fail_at:
             raise RuntimeError("crash before the checkpoint")
-        super().save_capture_checkpoint(run_id, position, segments, rows)
+        super().save_capture_checkpoint(run_id, position, segments, rows, owners)
 
 
 @pytest.fixture(scope="module")
@@ -201,14 +210,18 @@ def test_resume_after_interruptions_has_every_change_once(
         capture_changes(config, failing, run_id, tables, stop, batch_rows=7)
     second = store.capture_checkpoint(run_id)
     assert second is not None and second["segments"] > first["segments"]
-    orphans = [n for n in segment_numbers(config, run_id, RESUME_TABLES) if n > second["segments"]]
-    assert orphans
+    orphans = [n for n in segment_numbers(config, run_id, RESUME_TABLES, durable=False) if n > second["segments"]]
+    assert orphans and max(segment_numbers(config, run_id, RESUME_TABLES)) == second["segments"]
 
     result = capture_changes(config, store, run_id, tables, stop, batch_rows=7)
     assert result.resumed and result.end == stop
     assert all_changes(config, run_id) == expected  # every change once, none missing
     assert segment_numbers(config, run_id, RESUME_TABLES) == list(range(1, result.segments + 1))
     assert sum(result.rows.values()) == len(expected)
+    # The failed attempt's segments are not deleted (a deleter with a stale view of the checkpoint
+    # could hit the new owner's), only never read: the same numbers, its own tag.
+    on_disk = segment_numbers(config, run_id, RESUME_TABLES, durable=False)
+    assert len(on_disk) == result.segments + len(orphans)
 
 
 WORKER = """
@@ -263,8 +276,9 @@ def test_nothing_to_capture_still_checkpoints(tmp_path: Path, mariadb: LocalMari
     tables = {"cap_empty.t": CaptureTable(table_info(mariadb, "cap_empty.t"), ("id",), here)}
     result = capture_changes(config, store, run_id, tables, here)
     assert result.rows == {"cap_empty.t": 0} and result.segments == 0
-    assert store.capture_checkpoint(run_id) == {"position": here.to_json(), "segments": 0, "rows": 0}
-    assert read_changes(config.staging_path, run_id, "cap_empty.t").num_rows == 0
+    assert store.capture_checkpoint(run_id) == {"position": here.to_json(), "segments": 0, "rows": 0,
+                                                "owners": []}
+    assert read_changes(store, config.staging_path, run_id, "cap_empty.t").num_rows == 0
 
 
 def test_segment_files_are_plain_parquet(tmp_path: Path, mariadb: LocalMariaDB) -> None:
@@ -279,9 +293,10 @@ def test_segment_files_are_plain_parquet(tmp_path: Path, mariadb: LocalMariaDB) 
     run_id = store.create_run("cap", {}).run_id
     tables = {"cap_pq.t": CaptureTable(table_info(mariadb, "cap_pq.t"), ("id",), start)}
     capture_changes(config, store, run_id, tables, stop)
-    [path] = segment_paths(config.staging_path, run_id, "cap_pq.t")
-    assert path == f"{tmp_path}/staging/{run_id}/changes/cap_pq.t/seg-000001.parquet"
-    table = pq.read_table(path)
+    [path] = segment_paths(store, config.staging_path, run_id, "cap_pq.t")
+    directory = re.escape(f"file://{tmp_path}/staging/{run_id}/changes/cap_pq.t/")
+    assert re.fullmatch(directory + r"seg-000001-[0-9a-f]{8}\.parquet", path)
+    table = pq.read_table(path.removeprefix("file://"))
     assert str(table.schema.field("id").type) == "decimal128(20, 0)"
     assert str(table.schema.field("t").type) == "int64"
     assert table.column("t").to_pylist() == [-3_020_399_000_001]

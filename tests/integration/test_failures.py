@@ -21,7 +21,7 @@ from orchestrator.config import load_config
 from orchestrator.demo.localdb import LocalMariaDB
 from orchestrator.errors import resnapshot_hint
 from orchestrator.state.store import StateStore
-from tests.conftest import assert_lake_equals_source, pipeline_config, write_config
+from tests.conftest import assert_lake_equals_source, pipeline_config, start_run, write_config
 
 pytestmark = pytest.mark.integration
 
@@ -190,13 +190,6 @@ def own_server(tmp_path: Path) -> Iterator[tuple[LocalMariaDB, Path]]:
     yield server, write_config(tmp_path / "killed.yaml", data)
     server.destroy()
 
-
-def start_run(config: Path, failpoint: str = "") -> subprocess.Popen[str]:
-    env = {k: v for k, v in os.environ.items() if k != "TIDEMARK_FAILPOINT"}
-    if failpoint:
-        env["TIDEMARK_FAILPOINT"] = failpoint
-    return subprocess.Popen([sys.executable, "-m", "orchestrator", "run", "--config", str(config),
-                             "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
 def wait_for_first_read(config: Path, proc: subprocess.Popen[str]) -> None:

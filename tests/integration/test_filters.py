@@ -165,7 +165,7 @@ def decoded_rows(tmp_path: Path, server: LocalMariaDB, rows: list[tuple[Any, ...
     run_id = store.create_run("cap", {}).run_id
     capture_changes(config, store, run_id, {"flt.t": CaptureTable(table_info(server, "flt.t"),
                                                                   ("id",), start)}, stop)
-    return read_changes(config.staging_path, run_id, "flt.t").to_pylist()
+    return read_changes(store, config.staging_path, run_id, "flt.t").to_pylist()
 
 
 def test_evaluator_agrees_with_mariadb(tmp_path: Path, mariadb: LocalMariaDB) -> None:

@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from orchestrator.errors import RunFailed
+from orchestrator.lake.iceberg import open_catalog
 from orchestrator.lake.manifest import read_manifest, read_published
 from orchestrator.pipeline.publish import publish_table
 from orchestrator.pipeline.reconcile import reconcile_table
@@ -64,6 +65,17 @@ def staging_dir(spark: Any, tmp_path: Path, rows: list[dict[str, Any]], name: st
     return str(out)
 
 
+def untagged(names: Any) -> list[str]:
+    """Data file names without their publish attempt's tag, sorted."""
+    return sorted(re.sub(r"-[0-9a-f]{8}-", "-", n) for n in names)
+
+
+def committed_files(config: Any) -> list[str]:
+    """The data files of the Iceberg table's current snapshot, relative to the table dir."""
+    table = open_catalog(config).load_table("shop.orders")
+    return sorted("data/" + f.file.file_path.rsplit("/data/", 1)[1] for f in table.scan().plan_files())
+
+
 def rows_of(tdir: Path) -> list[dict[str, Any]]:
     manifest = read_manifest(str(tdir))
     table = ds.dataset([str(tdir / f) for f in manifest["files"]], format="parquet").to_table()
@@ -79,15 +91,16 @@ def test_manifest_and_files_follow_the_contract(spark: Any, tmp_path: Path) -> N
     on_disk = json.loads((tdir / "_tidemark" / "current.json").read_text())
     assert on_disk == manifest == json.loads((tdir / "_tidemark" / "versions" / "000001.json").read_text())
     assert set(on_disk) == KEYS | ADDED_KEYS
-    assert on_disk["file_ranges"] == [{"file": "data/v000001-c0000.parquet", "min_key": [{"decimal": "1"}],
+    [name] = on_disk["files"]  # named by version, publish attempt and index
+    assert re.fullmatch(r"data/v000001-[0-9a-f]{8}-c0000\.parquet", name)
+    assert on_disk["file_ranges"] == [{"file": name, "min_key": [{"decimal": "1"}],
                                        "max_key": [{"decimal": "20"}], "rows": 20,
-                                       "bytes": (tdir / "data" / "v000001-c0000.parquet").stat().st_size}]
+                                       "bytes": (tdir / name).stat().st_size}]
     assert on_disk["table"] == "shop.orders" and on_disk["version"] == 1 and on_disk["rows"] == 20
     assert on_disk["position"] == {"file": "binlog.000007", "pos": 1234, "gtid_set": "0-1-42",
                                    "server_id": 1, "server_uuid": None}
     assert on_disk["chunk_key"] == ["id"] and on_disk["run_id"] == "run-1"
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", on_disk["published_at"])
-    assert on_disk["files"] == ["data/v000001-c0000.parquet"]
     assert on_disk["columns"][0] == {"name": "id", "mysql_type": "bigint(20) unsigned",
                                      "arrow_type": "decimal128(20, 0)", "nullable": False}
     assert [c["arrow_type"] for c in on_disk["columns"]] == [str(arrow_type(c)) for c in TABLE.columns]
@@ -101,7 +114,8 @@ def test_manifest_and_files_follow_the_contract(spark: Any, tmp_path: Path) -> N
     for reader in (duckdb_table(str(tdir)), pyiceberg_table(config, "shop.orders")):
         assert sorted(reader.to_pylist(), key=lambda x: x["id"]) == [published(x) for x in rows]
     assert read_published(str(tdir)).num_rows == 20
-    assert sorted(os.listdir(tdir / "_tidemark")) == ["current.json", "versions"]
+    assert sorted(os.listdir(tdir / "_tidemark")) == ["current.json", "pending", "versions"]
+    assert os.listdir(tdir / "_tidemark" / "pending") == []  # the attempt's manifest, once switched
     assert sorted(os.listdir(tdir)) == ["_tidemark", "data", "metadata"]
 
 
@@ -115,7 +129,7 @@ def test_versions_increment_and_retention_drops_old_files(spark: Any, tmp_path: 
         assert manifest["version"] == n and manifest["rows"] == len(rows)
         assert rows_of(tdir) == [published(x) for x in rows]
     assert sorted(os.listdir(tdir / "_tidemark" / "versions")) == ["000002.json", "000003.json"]
-    assert sorted(os.listdir(tdir / "data")) == ["v000002-c0000.parquet", "v000003-c0000.parquet"]
+    assert untagged(os.listdir(tdir / "data")) == ["v000002-c0000.parquet", "v000003-c0000.parquet"]
     previous = json.loads((tdir / "_tidemark" / "versions" / "000002.json").read_text())
     old = ds.dataset([str(tdir / f) for f in previous["files"]], format="parquet").to_table()
     assert old.num_rows == 7 and set(old.column("name").to_pylist()) == {"v2"}
@@ -128,23 +142,27 @@ def test_rerun_of_a_published_run_returns_its_manifest(spark: Any, tmp_path: Pat
     first = publish_table(config, TABLE, ("id",), reconciled, H, "run-1")
     again = publish_table(config, TABLE, ("id",), reconciled, H, "run-1")
     assert again == first
-    assert os.listdir(tmp_path / "lake" / "shop" / "orders" / "data") == ["v000001-c0000.parquet"]
+    assert os.listdir(tmp_path / "lake" / "shop" / "orders" / "data") == [first["files"][0][len("data/"):]]
 
 
 def test_rerun_after_a_crash_before_the_switch_cleans_partial_files(spark: Any, tmp_path: Path) -> None:
     config = spark_test_config(tmp_path)
     tdir = tmp_path / "lake" / "shop" / "orders"
     publish_table(config, TABLE, ("id",), staging_dir(spark, tmp_path, [staged(1, "old")], "a"), H, "run-1")
-    # What a crash of run-2 after some files (and even its version manifest) could leave:
-    (tdir / "data" / "v000002-c0000.parquet").write_bytes(b"half a file")
+    # What crashed attempts of run-2 could leave (before its Iceberg commit): some of their files, a
+    # pending manifest, and one of a release before attempts even its version manifest.
+    (tdir / "data" / "v000002-0badc0de-c0000.parquet").write_bytes(b"half a file")
     (tdir / "data" / "v000002-c0003.parquet").write_bytes(b"from a wider attempt")
+    (tdir / "_tidemark" / "pending" / "000002-0badc0de.json").write_text("{not json")
     (tdir / "_tidemark" / "versions" / "000002.json").write_text("{not json")
     assert read_manifest(str(tdir))["version"] == 1
 
     rows = [staged(i, "new") for i in range(1, 4)]
     manifest = publish_table(config, TABLE, ("id",), staging_dir(spark, tmp_path, rows, "b"), H, "run-2")
-    assert manifest["version"] == 2 and manifest["files"] == ["data/v000002-c0000.parquet"]
-    assert sorted(os.listdir(tdir / "data")) == ["v000001-c0000.parquet", "v000002-c0000.parquet"]
+    assert manifest["version"] == 2 and untagged(f[len("data/"):] for f in manifest["files"]) == ["v000002-c0000.parquet"]
+    # Once version 2 is current nothing can list the crashed attempts' files: retention deletes them.
+    assert untagged(os.listdir(tdir / "data")) == ["v000001-c0000.parquet", "v000002-c0000.parquet"]
+    assert "0badc0de" not in manifest["files"][0] and os.listdir(tdir / "_tidemark" / "pending") == []
     assert rows_of(tdir) == [published(x) for x in rows]
     assert json.loads((tdir / "_tidemark" / "versions" / "000002.json").read_text()) == manifest
 
@@ -168,10 +186,12 @@ def test_failed_switch_leaves_the_previous_version_current(spark: Any, tmp_path:
     monkeypatch.undo()
     assert read_manifest(str(tdir))["run_id"] == "run-1"
     assert [x["name"] for x in rows_of(tdir)] == ["old"]
-    assert sorted(os.listdir(tdir / "_tidemark")) == ["current.json", "versions"]
+    assert sorted(os.listdir(tdir / "_tidemark")) == ["current.json", "pending", "versions"]
     assert sorted(os.listdir(tdir)) == ["_tidemark", "data", "metadata"]
 
-    assert publish_table(config, TABLE, ("id",), reconciled, H, "run-2")["version"] == 2
+    # The Iceberg snapshot was committed: the rerun switches to it from the attempt's manifest.
+    again = publish_table(config, TABLE, ("id",), reconciled, H, "run-2")
+    assert again["version"] == 2 and again["files"] == committed_files(config)
     assert [x["name"] for x in rows_of(tdir)] == ["new"]
 
 

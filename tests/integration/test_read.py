@@ -238,20 +238,21 @@ def test_batch_writes_each_chunk_to_its_own_dir(spark: Any, mariadb: LocalMariaD
     chunks = [(10, "`id` >= 1 AND `id` < 100"), (11, "`id` >= 100 AND `id` < 400"),
               (12, "`id` >= 400 AND `id` < 400"), (13, "`id` >= 400")]
     out = tmp_path / "snapshot" / f"{DB}.many"
-    stale = out / "chunk-000011" / "part-00007.parquet"
+    stale = out / "chunk-000011-0ld" / "part-00007.parquet"
     stale.parent.mkdir(parents=True)
     stale.write_bytes(b"left by a failed attempt")
 
-    for _ in range(2):  # a rerun of the batch replaces its chunk dirs
-        result = read_chunks(spark, config, info, chunks, lambda i: str(out / f"chunk-{i:06d}"))
+    for attempt in ("a1", "b2"):  # each attempt writes dirs of its own; none is replaced
+        result = read_chunks(spark, config, info, chunks, lambda i, a=attempt: str(out / f"chunk-{i:06d}-{a}"))
         assert {i: rows for i, (rows, _) in result.items()} == {10: 99, 11: 300, 12: 0, 13: 601}
         assert all(nbytes > 0 for _, nbytes in result.values())
         for index, low, high in [(10, 1, 100), (11, 100, 400), (12, 400, 400), (13, 400, 1001)]:
-            table = ds.dataset(str(out / f"chunk-{index:06d}"), format="parquet").to_table()
+            table = ds.dataset(str(out / f"chunk-{index:06d}-{attempt}"), format="parquet").to_table()
             assert sorted(table.column("id").to_pylist()) == list(range(low, high))
             assert table.schema.names == ["id", "v"]
-    assert not stale.exists()
-    assert sorted(p.name for p in out.iterdir()) == [f"chunk-0000{i}" for i in (10, 11, 12, 13)]
+    assert stale.read_bytes() == b"left by a failed attempt"  # another attempt's: never touched
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        ["chunk-000011-0ld"] + [f"chunk-0000{i}-{a}" for i in (10, 11, 12, 13) for a in ("a1", "b2")])
 
 
 @pytest.mark.usefixtures("reader")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,7 @@ def test_files_to_drop(files: dict[int, list[str]], keep: int, dropped: list[int
 def test_data_file_names() -> None:
     assert data_file(1, 0) == "data/v000001-c0000.parquet"
     assert data_file(123456, 42) == "data/v123456-c0042.parquet"
+    assert data_file(2, 3, "a1b2c3d4") == "data/v000002-a1b2c3d4-c0003.parquet"  # one publish attempt's
 
 
 def test_published_schema_and_column_entries() -> None:
@@ -118,7 +120,8 @@ def test_publish_streams_batches_and_keeps_versions(tmp_path: Path, monkeypatch:
                                           "rows": 5 * n, "bytes": (tdir / result["files"][0]).stat().st_size}]
         assert json.loads((tdir / "_tidemark" / "current.json").read_text())["version"] == n
     assert sorted(p.name for p in (tdir / "_tidemark" / "versions").iterdir()) == ["000003.json", "000004.json"]
-    assert sorted(p.name for p in (tdir / "data").iterdir()) == ["v000003-c0000.parquet", "v000004-c0000.parquet"]
+    names = sorted(p.name for p in (tdir / "data").iterdir())
+    assert [re.sub(r"-[0-9a-f]{8}-", "-", n) for n in names] == ["v000003-c0000.parquet", "v000004-c0000.parquet"]
 
 
 def test_retention_never_drops_files_a_kept_version_shares(tmp_path: Path) -> None:
@@ -173,3 +176,36 @@ def test_keep_hours_is_read_and_checked(tmp_path: Path) -> None:
     assert config({"keep_hours": 0.5}).output.keep_hours == 0.5
     with pytest.raises(ConfigError, match=r"output\.keep_hours: must be >= 0"):
         config({"keep_hours": -1})
+
+
+def test_retention_deletes_what_attempts_left_only_up_to_the_current_version(tmp_path: Path) -> None:
+    """Leftovers of publish attempts that never switched: deleted once their version is no newer
+    than the current one (nothing can come to list them), kept above it (an attempt may be
+    writing that version now)."""
+    tdir = tmp_path / "t"
+    (tdir / "_tidemark" / "versions").mkdir(parents=True)
+    (tdir / "_tidemark" / "pending").mkdir()
+    (tdir / "data").mkdir()
+    files = {1: ["data/v000001-aaaaaaaa-c0000.parquet"], 2: ["data/v000002-bbbbbbbb-c0000.parquet"]}
+    for version, listed in files.items():
+        (tdir / listed[0]).write_bytes(b"x")
+        (tdir / "_tidemark" / "versions" / f"{version:06d}.json").write_bytes(manifest_json(manifest(version, listed)))
+    (tdir / "_tidemark" / "current.json").write_bytes(manifest_json(manifest(2, files[2])))
+    left = ["data/v000002-0badc0de-c0000.parquet", "data/v000001-c0003.parquet",  # crashed attempts
+            "_tidemark/pending/000002-0badc0de.json", "_tidemark/pending/000002-bbbbbbbb.json"]
+    in_flight = ["data/v000003-cccccccc-c0000.parquet", "_tidemark/pending/000003-cccccccc.json"]
+    for relative in left + in_flight:
+        (tdir / relative).write_bytes(b"x")
+    asked: list[list[int]] = []
+
+    def expire(dropped: list[int]) -> set[str]:
+        asked.append(dropped)
+        return set()
+
+    assert apply_retention(str(tdir), 5, expire) == []
+    assert asked == [[]]  # the kept Iceberg snapshots' files are asked for before deleting
+    remaining = {str(p.relative_to(tdir)) for p in tdir.rglob("*") if p.is_file()}
+    assert not remaining & set(left)
+    assert remaining >= {*in_flight, *files[1], *files[2], "_tidemark/current.json"}
+    apply_retention(str(tdir), 5, expire)
+    assert asked == [[]]  # nothing left to delete: Iceberg is not asked again

@@ -4,7 +4,7 @@ Every test runs twice: on a fresh SQLite file, and on a fresh schema of a
 database created for this session on the machine's PostgreSQL (127.0.0.1:5432,
 user postgres). The PostgreSQL URL carries a password (trust auth ignores it)
 so the tests can check it never shows. The lock tests race real processes
-(``tests/unit/state_lock_worker.py``).
+(``tests/unit/state_lock_worker.py``). The fixtures are in tests/unit/conftest.py.
 """
 
 from __future__ import annotations
@@ -16,8 +16,6 @@ import socket
 import sqlite3
 import subprocess
 import sys
-import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -31,67 +29,11 @@ from orchestrator.errors import RunLocked, StateError
 from orchestrator.state import schema as state_schema
 from orchestrator.state import store as state
 from orchestrator.state.store import ChunkRecord, StateStore, TableCheckpoint
+from tests.unit.conftest import PG_SECRET, run_sql
 
 ROOT = Path(__file__).resolve().parents[2]
-PG_ADMIN = "host=127.0.0.1 port=5432 user=postgres dbname=postgres connect_timeout=5"
-PG_SECRET = "pg-secret-must-not-show"
 BIG = 18446744073709551615  # max BIGINT UNSIGNED: more than a signed 64-bit column holds
 POS = {"file": "binlog.000003", "pos": 4567, "row": 2, "gtid_set": None}
-
-
-# --- fixtures ------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="session")
-def pg_database() -> Iterator[str]:
-    """A database of our own on the local PostgreSQL, dropped at the end of the session."""
-    psycopg = pytest.importorskip("psycopg")
-    try:
-        admin = psycopg.connect(PG_ADMIN, autocommit=True)
-    except psycopg.OperationalError as exc:
-        pytest.skip(f"PostgreSQL at 127.0.0.1:5432 (user postgres) is unreachable, "
-                    f"so the postgresql params cannot run: {exc}")
-    name = f"tidemark_state_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
-    admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield name
-    finally:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.close()
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A URL to an empty store: a SQLite file in a directory that does not exist yet,
-    or a fresh PostgreSQL schema (through ``search_path``) in the session's database."""
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'state' / 'state.db'}"
-    import psycopg
-
-    database = request.getfixturevalue("pg_database")
-    schema = f"t_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(PG_ADMIN.replace("dbname=postgres", f"dbname={database}"),
-                         autocommit=True) as conn:
-        conn.execute(f'CREATE SCHEMA "{schema}"')
-    return (f"postgresql+psycopg://postgres:{PG_SECRET}@127.0.0.1:5432/{database}"
-            f"?options=-csearch_path%3D{schema}")
-
-
-@pytest.fixture
-def store(url: str) -> Iterator[StateStore]:
-    with StateStore(url) as opened:
-        yield opened
-
-
-def run_sql(url: str, statement: Any, params: dict[str, Any] | None = None) -> Any:
-    """Execute one statement on the store's database, outside StateStore; returns all rows."""
-    engine = create_engine(url)
-    try:
-        with engine.begin() as conn:
-            result = conn.execute(statement, params or {})
-            return result.all() if result.returns_rows else None
-    finally:
-        engine.dispose()
 
 
 def chunk(run_id: str, table: str, index: int, batch: int, start: Any, end: Any) -> ChunkRecord:
@@ -142,12 +84,34 @@ def test_older_schema_runs_the_migrations(store: StateStore, url: str,
         conn.execute(text("CREATE TABLE tm_test_notes (id INTEGER PRIMARY KEY)"))
         ran.append(1)
 
-    monkeypatch.setattr(state_schema, "MIGRATIONS", [add_notes_table])  # where it is read
+    code = state.code_schema_version()
+    monkeypatch.setattr(state_schema, "MIGRATIONS", [*state_schema.MIGRATIONS, add_notes_table])  # where it is read
     StateStore(url).close()
     StateStore(url).close()  # already migrated: nothing runs twice
     assert ran == [1]
-    assert run_sql(url, select(state.SCHEMA.c.version)) == [(2,)]
+    assert run_sql(url, select(state.SCHEMA.c.version)) == [(code + 1,)]
     assert run_sql(url, text("SELECT count(*) FROM tm_test_notes")) == [(0,)]
+
+
+def test_schema_1_store_gains_the_lease_and_the_segment_owners(store: StateStore, url: str) -> None:
+    """A store of schema 1 (before fencing) with a lock and a capture checkpoint is migrated:
+    its lock counts with the lease of those days, its segments are the untagged ones."""
+    run_id = store.create_run("shop", {}).run_id
+    store.save_capture_checkpoint(run_id, POS, 3, 30)
+    store.acquire_lock("shop", "old-run")
+    store.close()
+    run_sql(url, text("ALTER TABLE tm_locks DROP COLUMN lease_seconds"))
+    run_sql(url, text("ALTER TABLE tm_capture_checkpoints DROP COLUMN owners"))
+    run_sql(url, update(state.SCHEMA).values(version=1))
+    with StateStore(url) as migrated:
+        assert run_sql(url, select(state.SCHEMA.c.version)) == [(2,)]
+        lock = migrated.lock_info("shop")
+        assert lock is not None and lock.lease_seconds == 900
+        checkpoint = migrated.capture_checkpoint(run_id)
+        assert checkpoint is not None and checkpoint["owners"] == [["", 1]]
+        migrated.save_capture_checkpoint(run_id, POS, 4, 40, [["", 1], ["a1b2c3d4", 4]])
+        saved = migrated.capture_checkpoint(run_id)
+        assert saved is not None and saved["owners"] == [["", 1], ["a1b2c3d4", 4]]
 
 
 def test_unreachable_store_is_a_state_error_without_password() -> None:
@@ -342,9 +306,9 @@ def test_capture_checkpoint_is_overwritten(store: StateStore) -> None:
     assert store.capture_checkpoint(run_id) is None
     store.save_capture_checkpoint(run_id, POS, segments=1, rows=10)
     later = {**POS, "file": "binlog.000004", "pos": BIG}
-    store.save_capture_checkpoint(run_id, later, segments=3, rows=BIG // 8)
+    store.save_capture_checkpoint(run_id, later, segments=3, rows=BIG // 8, owners=[["a1", 1], ["b2", 3]])
     assert store.capture_checkpoint(run_id) == {"position": later, "segments": 3,
-                                                "rows": BIG // 8}
+                                                "rows": BIG // 8, "owners": [["a1", 1], ["b2", 3]]}
 
 
 def test_table_checkpoints_round_trip(store: StateStore) -> None:
@@ -481,16 +445,18 @@ def test_lock_of_a_dead_process_on_this_host_is_taken_over(
 
 def test_lock_not_refreshed_within_its_lease_is_taken_over(
         store: StateStore, url: str, caplog: pytest.LogCaptureFixture) -> None:
-    store.acquire_lock("shop", "slow")  # this process: alive, so only the lease can expire
+    """The holder's own lease decides (it is recorded with the lock), not the taker's."""
+    store.acquire_lock("shop", "slow", lease_seconds=2 * 3600)  # this process: alive, only the lease can expire
     an_hour_ago = datetime.now(UTC) - timedelta(hours=1)
     run_sql(url, update(state.LOCKS).values(refreshed_at=an_hour_ago))
-    with pytest.raises(RunLocked, match="locked by run slow"):
-        store.acquire_lock("shop", "eager", lease_seconds=2 * 3600)
+    with pytest.raises(RunLocked, match=r"locked by run slow .*lease 7200 s"):
+        store.acquire_lock("shop", "eager", lease_seconds=60)
+    run_sql(url, update(state.LOCKS).values(refreshed_at=an_hour_ago - timedelta(hours=2)))
     with caplog.at_level(logging.WARNING, logger="tidemark.state"):
         store.acquire_lock("shop", "eager", lease_seconds=1800)
     taken = store.lock_info("shop")
-    assert taken is not None and taken.holder == "eager"
-    assert "not refreshed for more than 1800 s" in caplog.text
+    assert taken is not None and taken.holder == "eager" and taken.lease_seconds == 1800
+    assert "not renewed within its lease of 7200 s" in caplog.text
     with pytest.raises(RunLocked, match="locked by run eager"):
         store.acquire_lock("shop", "slow")  # the old holder learns it lost the lock
 

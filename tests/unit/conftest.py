@@ -1,0 +1,71 @@
+"""Fixtures of the state store tests (test_state.py, test_lease.py): a fresh store on a real
+SQLite file and on a real PostgreSQL (127.0.0.1:5432, user postgres). The PostgreSQL URL carries
+a password (trust auth ignores it) so the tests can check it never shows."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import create_engine
+
+from orchestrator.state.store import StateStore
+
+PG_ADMIN = "host=127.0.0.1 port=5432 user=postgres dbname=postgres connect_timeout=5"
+PG_SECRET = "pg-secret-must-not-show"
+
+
+@pytest.fixture(scope="session")
+def pg_database() -> Iterator[str]:
+    """A database of our own on the local PostgreSQL, dropped at the end of the session."""
+    psycopg = pytest.importorskip("psycopg")
+    try:
+        admin = psycopg.connect(PG_ADMIN, autocommit=True)
+    except psycopg.OperationalError as exc:
+        pytest.skip(f"PostgreSQL at 127.0.0.1:5432 (user postgres) is unreachable, "
+                    f"so the postgresql params cannot run: {exc}")
+    name = f"tidemark_state_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield name
+    finally:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.close()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A URL to an empty store: a SQLite file in a directory that does not exist yet,
+    or a fresh PostgreSQL schema (through ``search_path``) in the session's database."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'state' / 'state.db'}"
+    import psycopg
+
+    database = request.getfixturevalue("pg_database")
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(PG_ADMIN.replace("dbname=postgres", f"dbname={database}"),
+                         autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+    return (f"postgresql+psycopg://postgres:{PG_SECRET}@127.0.0.1:5432/{database}"
+            f"?options=-csearch_path%3D{schema}")
+
+
+@pytest.fixture
+def store(url: str) -> Iterator[StateStore]:
+    with StateStore(url) as opened:
+        yield opened
+
+
+def run_sql(url: str, statement: Any, params: dict[str, Any] | None = None) -> Any:
+    """Execute one statement on the store's database, outside StateStore; returns all rows."""
+    engine = create_engine(url)
+    try:
+        with engine.begin() as conn:
+            result = conn.execute(statement, params or {})
+            return result.all() if result.returns_rows else None
+    finally:
+        engine.dispose()
