@@ -9,6 +9,11 @@ every table to snapshot; a table already published
 is incremental. One table's chunk plan (`plan_table`) and ``tidemark plan`` live in
 `orchestrator.pipeline.table_plan`. Planning reads only key bounds and index walks,
 never row data, and never prints connection settings.
+
+Positions belong to the server that recorded them (`orchestrator.source.failover`): a
+published position of another server (a failover, a new replica, ``RESET MASTER``) is
+carried to the source by its GTID set, or the table is read again; an unfinished run
+whose positions are another server's is left behind and a new run starts.
 """
 
 from __future__ import annotations
@@ -21,8 +26,9 @@ from typing import Any
 from chunking import chunk_predicate, encode_key
 from orchestrator.config import PipelineConfig, TableConfig
 from orchestrator.errors import ConfigError, LockLost
+from orchestrator.lake import storage
 from orchestrator.lake.manifest import find_manifest, read_manifest
-from orchestrator.pipeline.context import open_source, open_store, table_dir, take_lock
+from orchestrator.pipeline.context import open_source, open_store, run_dir, table_dir, take_lock
 from orchestrator.pipeline.failed import fail_table, table_failure
 from orchestrator.pipeline.filtering import compile_table_filter
 from orchestrator.pipeline.segments import void_mark
@@ -31,7 +37,8 @@ from orchestrator.positions import BinlogPosition, file_index
 from orchestrator.runtime.failures import describe
 from orchestrator.schema.tables import TableInfo, table_info_to_json
 from orchestrator.source.connection import Source
-from orchestrator.state.store import ChunkRecord, RunRecord, StateStore
+from orchestrator.source.failover import Follower, moved_run
+from orchestrator.state.store import ChunkRecord, RunRecord, StateStore, TableCheckpoint
 
 log = logging.getLogger("tidemark.planning")
 
@@ -92,6 +99,8 @@ def plan(config: PipelineConfig, *, tables: list[str] | None = None, snapshot: b
         selected = [t.name for t in config.select_tables(tables)]
         if run is not None and fresh:
             run = _take_out(store, run, selected)
+        if run is not None:
+            run = _leave_if_moved(config, store, run)
         resumed = run is not None
         if run is None:
             if chunk_size is not None and chunk_size < 1:
@@ -152,6 +161,20 @@ def _take_out(store: StateStore, run: RunRecord, tables: list[str]) -> RunRecord
     return store.get_run(run.run_id)
 
 
+def _leave_if_moved(config: PipelineConfig, store: StateStore, run: RunRecord) -> RunRecord | None:
+    """An unfinished run whose positions are another server's is left behind (its reads are
+    lost: what it snapshotted is read again) and a new run starts; None then."""
+    with open_source(config) as source:
+        reason = moved_run(Follower(config, source), store, run)
+    if reason is None:
+        return run
+    log.warning("run %s is left behind: %s; a new run starts, going on from the published "
+                "positions by GTID and reading again what this run had not published", run.run_id, reason)
+    store.finish_run(run.run_id, "failed", error=f"left behind: the source changed ({reason})")
+    storage.delete_tree(run_dir(config, run.run_id))
+    return None
+
+
 def pending_batches(store: StateStore, run_id: str) -> list[BatchRef]:
     """The run's batches that still have chunks to read, in batch order."""
     by_batch: dict[int, list[ChunkRecord]] = {}
@@ -202,12 +225,13 @@ def _plan_tables(config: PipelineConfig, store: StateStore, run: RunRecord, fail
             run = store.get_run(run.run_id)
         time.sleep(config.defaults.read_margin_seconds)  # before any key bound: see the docstring
         oldest = source.oldest_binlog()
+        follower = Follower(config, source)
         for table in todo:
             if table.name in failing:
                 fail_table(store, run.run_id, table.name, "plan", failing[table.name])
                 continue
             try:
-                _plan_one(config, store, run, table, source, oldest, late=late)
+                _plan_one(config, store, run, table, source, oldest, follower, late=late)
             except Exception as exc:  # one table's trouble is its own (`pipeline.failed`)
                 reason = table_failure(exc)
                 if reason is None:
@@ -216,7 +240,7 @@ def _plan_tables(config: PipelineConfig, store: StateStore, run: RunRecord, fail
 
 
 def _plan_one(config: PipelineConfig, store: StateStore, run: RunRecord, table: TableConfig, source: Source,
-              oldest: str | None, *, late: bool) -> None:
+              oldest: str | None, follower: Follower, *, late: bool) -> None:
     """Plan one table of the run: incremental from its published position, or a snapshot."""
     start = source.current_position().to_json() if late else None  # before the table is looked at
     if late:  # its own P0_T wants the same margin before any key bound is read
@@ -225,15 +249,12 @@ def _plan_one(config: PipelineConfig, store: StateStore, run: RunRecord, table: 
     if table.where:  # the binlog must evaluate it exactly (refused before any read)
         compile_table_filter(table.where, info, None)
     checkpoint = store.table_checkpoint(config.pipeline, table.name)
-    if checkpoint is not None and oldest is not None and \
-            file_index(checkpoint.position["file"]) < file_index(oldest):
-        log.warning("table %s: the binlog since its version %d (%s) was purged (oldest kept: "
-                    "%s); it is snapshotted again", table.name, checkpoint.version,
-                    checkpoint.position["file"], oldest)
-        checkpoint = None
+    since = None
     if checkpoint is not None and not late and not run.options.get("snapshot") and \
-            _not_behind(config, table.name, checkpoint.version) and _same_shape(config, table.name, info):
-        _plan_incremental(config, store, run, table, info, checkpoint.position)
+            _not_behind(config, table.name, checkpoint.version):
+        since = _published_start(follower, table.name, checkpoint, oldest)
+    if since is not None and _same_shape(config, table.name, info):
+        _plan_incremental(config, store, run, table, info, since.to_json())
         return
     # Changes the run captured for it before it was reset would override the new read: they are
     # voided in the same transaction that plans it (`pipeline.segments`).
@@ -253,6 +274,23 @@ def _not_behind(config: PipelineConfig, table: str, version: int) -> bool:
     log.warning("table %s: current.json names version %s, older than version %d the state store "
                 "published: re-read", table, manifest["version"] if manifest else "none", version)
     return False
+
+
+def _published_start(follower: Follower, table: str, checkpoint: TableCheckpoint,
+                     oldest: str | None) -> BinlogPosition | None:
+    """Where on the source the table's published version goes on from; None when it must be
+    read again (the position is another server's and its GTID set cannot be found here, or
+    the binlog since was purged)."""
+    placed = follower.place(BinlogPosition.from_json(checkpoint.position))
+    if placed.position is None:
+        log.warning("table %s: re-read (version %d): %s", table, checkpoint.version, placed)
+        return None
+    if oldest is not None and file_index(placed.position.file) < file_index(oldest):
+        log.warning("table %s: the binlog since its version %d (%s) was purged (oldest kept: "
+                    "%s); it is snapshotted again", table, checkpoint.version,
+                    placed.position.file, oldest)
+        return None
+    return placed.position
 
 
 def _same_shape(config: PipelineConfig, table: str, info: TableInfo) -> bool:
