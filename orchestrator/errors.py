@@ -106,3 +106,14 @@ def first_line(exc: BaseException, limit: int = 500) -> str:
     """
     lines = str(exc).strip().splitlines()
     return (lines[0] if lines else type(exc).__name__)[:limit]
+
+
+class SourceChanged(RunFailed):
+    """Positions of one server were about to be used against another (a failover, a new
+    replica, ``RESET MASTER``): never by file offset. The unfinished run is left behind and
+    the next one goes on from the published positions by GTID (`orchestrator.source.failover`)."""
+
+
+class GtidNotInBinlog(RunFailed):
+    """The server cannot send its binlog from a GTID set: the set is not in its binlog (purged,
+    diverged, another topology). What needed it is read again from the source."""

@@ -31,9 +31,12 @@ WRITE_ROWS_V1, UPDATE_ROWS_V1, DELETE_ROWS_V1 = 23, 24, 25
 WRITE_ROWS, UPDATE_ROWS, DELETE_ROWS = 30, 31, 32
 XA_PREPARE = 38
 PARTIAL_UPDATE_ROWS = 39
+#: MySQL's GTID events: a transaction's GTID, and the placeholder when GTIDs are off.
+MYSQL_GTID, MYSQL_ANONYMOUS_GTID = 33, 34
 #: MySQL's compressed transaction (binlog_transaction_compression=ON; see `compressed`).
 TRANSACTION_PAYLOAD = 40
 MARIADB_GTID = 162
+MARIADB_GTID_LIST = 163
 #: MariaDB's compressed rows events (log_bin_compress=ON; see `compressed`).
 MARIADB_COMPRESSED_ROWS = frozenset(range(166, 172))
 MARIADB_COMPRESSED_QUERY = 165
@@ -43,6 +46,8 @@ ROWS_OPS: dict[int, Literal["I", "U", "D"]] = {WRITE_ROWS_V1: "I", WRITE_ROWS: "
             DELETE_ROWS_V1: "D", DELETE_ROWS: "D"}
 
 _HEADER = struct.Struct("<xIBIIIH")
+#: LOG_EVENT_ARTIFICIAL_F: an event the server made up for this stream (not in the file).
+ARTIFICIAL = 0x20
 _MARIADB_FL_STANDALONE = 0x01
 _MARIADB_FL_PREPARED_XA = 0x40
 
@@ -51,6 +56,13 @@ def header(packet: bytes) -> tuple[int, int]:
     """``(event type, next position)`` of a stream packet (next position 0 for fake events)."""
     _, kind, _, _, end, _ = _HEADER.unpack_from(packet)
     return kind, end
+
+
+def placed(packet: bytes) -> tuple[int, int, bool]:
+    """``(start, end, artificial)`` of a stream packet's event in its binlog file: the next
+    position minus the event's size, the next position, and whether the server made it up."""
+    _, _, _, size, end, flags = _HEADER.unpack_from(packet)
+    return end - size, end, bool(flags & ARTIFICIAL)
 
 
 def lenenc(data: bytes, pos: int) -> tuple[int, int]:

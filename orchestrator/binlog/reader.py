@@ -16,7 +16,11 @@ they stand for (`orchestrator.binlog.compressed`), at the compressed event's pos
 Positions: a row's position is the end of its rows event (what ``SHOW MASTER
 STATUS`` would have said right after it) and its index within the event; a
 boundary's is the end of the event that closes the transaction (XID, COMMIT, a
-standalone DDL), the start of the next file after a rotation, or the stop.
+standalone DDL), the start of the next file after a rotation, or the stop. A
+boundary carries the server's identity and the GTID set there (`GtidTracker`: the
+start's set plus every GTID event since). The server must be the one the start and
+stop positions were recorded on (`SourceChanged` otherwise: offsets of another
+server's binlog mean nothing here).
 """
 
 from __future__ import annotations
@@ -31,12 +35,19 @@ import pymysql
 
 from orchestrator.binlog import events as ev
 from orchestrator.binlog.compressed import COMPRESSED, expand
+from orchestrator.binlog.gtid import GtidTracker
 from orchestrator.binlog.shape import metadata_difference, shape_difference
 from orchestrator.binlog.statements import Xid, classify, fold
-from orchestrator.binlog.stream import DumpStream
+from orchestrator.binlog.stream import DumpStream, dump_settings
 from orchestrator.config import SourceConfig
-from orchestrator.errors import BinlogConnectionLost, BinlogPurged, RunFailed, source_timeout
-from orchestrator.positions import BinlogPosition, file_index
+from orchestrator.errors import (
+    BinlogConnectionLost,
+    BinlogPurged,
+    RunFailed,
+    SourceChanged,
+    source_timeout,
+)
+from orchestrator.positions import BinlogPosition, ServerIdentity, file_index
 from orchestrator.schema.tables import TableInfo
 from orchestrator.source.dialect import Dialect
 from orchestrator.source.retry import is_timeout
@@ -158,6 +169,10 @@ class EventReader:
         self._lower_case_table_names = 0
         self._folded: dict[str, str] = {}  # folded name -> the chosen table
         self._collations: dict[str, int] = {}  # collation name -> the id TABLE_MAPs carry
+        self._identity: ServerIdentity | None = None  # the server read (`check_available`)
+        self._files: list[str] = []  # its binlog files
+        self._gtid = GtidTracker("mariadb", None)  # the GTID set where the stream is
+
     def __enter__(self) -> Self:
         return self
 
@@ -175,10 +190,7 @@ class EventReader:
         return f"{self.source.host}:{self.source.port}"
 
     def _settings(self) -> dict[str, Any]:
-        return {"host": self.source.host, "port": self.source.port, "user": self.source.user,
-                "password": self._password, "connect_timeout": self.source.connect_timeout,
-                "read_timeout": self.source.read_timeout, "write_timeout": self.source.read_timeout,
-                "charset": "utf8mb4"}
+        return dump_settings(self.source, self._password)
 
     def _connect(self, **settings: Any) -> pymysql.connections.Connection[Any]:
         """Open a connection; refuses to open a second stream connection.
@@ -212,14 +224,16 @@ class EventReader:
         try:
             with conn.cursor() as cur:
                 cur.execute("SHOW BINARY LOGS")
-                files = [str(row[0]) for row in cur.fetchall()]
-                cur.execute(Dialect.from_version(conn.get_server_info()).binlog_status_sql)
+                files = self._files = [str(row[0]) for row in cur.fetchall()]
+                dialect = Dialect.from_version(conn.get_server_info())
+                cur.execute(dialect.binlog_status_sql)
                 status = cur.fetchone()
                 cur.execute("SELECT @@lower_case_table_names")
                 row = cur.fetchone()
                 cur.execute("SELECT COLLATION_NAME, ID FROM information_schema.COLLATIONS")
                 self._collations = {str(name): int(number) for name, number in cur.fetchall()
                                     if number is not None}
+                self._check_server(cur, dialect)
         finally:
             conn.close()
         self._lower_case_table_names = int(row[0]) if row else 0
@@ -236,6 +250,30 @@ class EventReader:
             if self.stop > current:
                 raise RunFailed(f"stop position {self.stop} is after the binlog end {current} "
                                 f"on {self.address}; was the server's binlog reset?")
+
+    def _check_server(self, cur: Any, dialect: Dialect) -> None:
+        """The server must be the one the start and stop were recorded on; the GTID set at the
+        start (asked of the server when the start does not carry it) seeds the tracker."""
+        cur.execute(dialect.identity_sql)
+        server_id, server_uuid = cur.fetchone()
+        self._identity = identity = ServerIdentity(int(server_id), server_uuid and str(server_uuid))
+        for what, at in (("start", self.start), ("stop", self.stop)):
+            if at is not None and identity.wrote(at) is False:
+                raise SourceChanged(
+                    f"the binlog {what} position {at} was recorded on {at.server}, but "
+                    f"{self.address} is {identity}: the source changed during the run; rerun "
+                    "`tidemark run`, which leaves this run and goes on from the published "
+                    "positions by GTID")
+        gtid = self.start.gtid_set
+        if gtid is None and dialect.gtid_position_sql is not None and self.start.file in self._files:
+            cur.execute(dialect.gtid_position_sql, (self.start.file, self.start.pos))
+            gtid = (cur.fetchone() or (None,))[0] or None
+        self._gtid = GtidTracker(dialect.flavor, None if gtid is None else str(gtid))
+
+    def _at(self, file: str, pos: int) -> BinlogPosition:
+        """A boundary of the stream, stamped with the server and the GTID set there."""
+        position = BinlogPosition(file, pos)
+        return position if self._identity is None else position.on(self._identity, self._gtid.text)
 
     def events(self) -> Iterator[Record]:
         """The chosen tables' rows events (undecoded) and other changes, and the boundaries,
@@ -257,7 +295,7 @@ class EventReader:
         fmt = ev.Format()
         maps: dict[int, ev.TableMap | None] = {}  # table id -> map (None: not a chosen table)
         in_transaction = False
-        last = self.start  # the last boundary: where the current event group began
+        last = self._at(self.start.file, self.start.pos)  # where the current event group began
         for outer in stream:
             kind, end = ev.header(outer)  # end is 0 for the fake events sent on connecting
             if kind == ev.FORMAT_DESCRIPTION:
@@ -270,7 +308,7 @@ class EventReader:
                 file, position = ev.rotate(outer)
                 index = file_index(file)
                 if end:
-                    last = BinlogPosition(file, position)
+                    last = self._at(file, position)
                     yield Boundary(last, "rotate")
                 continue
             # A compressed event stands for one plain event (MariaDB) or a whole transaction
@@ -292,12 +330,15 @@ class EventReader:
                                     "binlog_row_value_options='' on the source so row images "
                                     "are full")
                 elif kind == ev.MARIADB_GTID:
+                    self._gtid.seen(packet)
                     in_transaction = not ev.gtid_standalone(packet)
                     if ev.gtid_prepared_xa(packet):  # MariaDB's XA START: the group is XA's
                         yield XaEvent("start", None, file, end, last)
+                elif kind == ev.MYSQL_GTID:
+                    self._gtid.seen(packet)
                 elif kind in (ev.XID, ev.XA_PREPARE):
                     in_transaction = False
-                    last = BinlogPosition(file, end)
+                    last = self._at(file, end)
                     yield Boundary(last, "commit")
                 elif kind == ev.QUERY:
                     records, framing = self._query(packet, fmt, file, end, last)
@@ -306,7 +347,7 @@ class EventReader:
                         in_transaction = True
                     elif framing == "end" or not in_transaction:
                         in_transaction = False
-                        last = BinlogPosition(file, end)
+                        last = self._at(file, end)
                         yield Boundary(last, "commit")
             if end and (index, end) == stop:
                 break

@@ -6,6 +6,12 @@ waiting for more), rotating through the files by itself. This module only
 frames: it hands over each event's bytes, and the caller parses what it needs.
 PyMySQL does the handshake, authentication and packet reassembly.
 
+A stream can also start from a GTID set instead of ``file:pos`` (``gtid=``), as a GTID
+replica does: MariaDB's ``COM_BINLOG_DUMP`` after ``@slave_connect_state`` (strict mode),
+MySQL's ``COM_BINLOG_DUMP_GTID``. The server then finds where that set ends in its own
+binlog, or refuses (`GtidNotInBinlog`: the set is not in its binlog). That is how
+`orchestrator.source.failover` finds a position on another server.
+
 A hung source must not hang the run: the connection's read timeout
 (``source.read_timeout``) bounds the wait for each packet, and the server is
 asked for heartbeat events (``@master_heartbeat_period``) at a quarter of it,
@@ -26,7 +32,16 @@ from typing import Any
 import pymysql
 
 from orchestrator.binlog import events as ev
-from orchestrator.errors import BinlogConnectionLost, BinlogPurged, RunFailed, source_timeout
+from orchestrator.binlog.gtid import encode_mysql, parse_mysql
+from orchestrator.config import SourceConfig
+from orchestrator.errors import (
+    BinlogConnectionLost,
+    BinlogPurged,
+    GtidNotInBinlog,
+    RunFailed,
+    source_timeout,
+)
+from orchestrator.source.dialect import Dialect
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +49,9 @@ log = logging.getLogger(__name__)
 WAITING_LOG_SECONDS = 30.0
 
 _COM_BINLOG_DUMP = 0x12
+_COM_BINLOG_DUMP_GTID = 0x1E
 _BINLOG_DUMP_NON_BLOCK = 0x01
+_BINLOG_THROUGH_GTID = 0x04
 #: Errors meaning the connection dropped: client-side (gone, lost), the server shutting down
 #: (1053), the connection killed on the server (1927).
 _LOST = frozenset({2006, 2013, 1053, 1927})
@@ -44,6 +61,14 @@ _FATAL_READING_BINLOG = 1236
 _HEARTBEATS = frozenset({27, 41})
 
 Connect = Callable[..., "pymysql.connections.Connection[Any]"]
+
+
+def dump_settings(source: SourceConfig, password: str) -> dict[str, Any]:
+    """``pymysql.connect``'s arguments for a binlog connection to ``source`` (read and write
+    waits bounded by ``source.read_timeout``)."""
+    return {"host": source.host, "port": source.port, "user": source.user, "password": password,
+            "connect_timeout": source.connect_timeout, "read_timeout": source.read_timeout,
+            "write_timeout": source.read_timeout, "charset": "utf8mb4"}
 
 
 class DumpStream:
@@ -56,18 +81,21 @@ class DumpStream:
         file: the binlog file to start in.
         pos: the position in it (an event boundary).
         address: ``host:port`` for messages.
+        gtid: start after this GTID set instead (``file`` and ``pos`` are then unused).
     """
 
     def __init__(self, connect: Connect, settings: dict[str, Any], server_id: int, file: str,
-                 pos: int, address: str) -> None:
+                 pos: int, address: str, *, gtid: str | None = None) -> None:
         self._connect = connect
         self._settings = settings
         self.server_id = server_id
         self.file = file
         self.pos = pos
         self.address = address
+        self.gtid = gtid
         self.read_timeout = int(settings.get("read_timeout") or 0)
-        self.reached = f"{file}:{pos}"  # the end of the last event received, for messages
+        # the end of the last event received, for messages
+        self.reached = f"{file}:{pos}" if gtid is None else f"GTID set {gtid}"
         self.last_heard = time.monotonic()
         self._conn: pymysql.connections.Connection[Any] | None = None
 
@@ -79,6 +107,7 @@ class DumpStream:
     def open(self) -> None:
         """Connect, agree on checksums, and ask for the binlog."""
         conn = self._conn = self._connect(**self._settings)
+        flavor = Dialect.from_version(conn.get_server_info()).flavor
         with conn.cursor() as cur:
             # We read checksums: files written with them are sent with them (each file's
             # format description says whether its events have one), not refused.
@@ -87,11 +116,26 @@ class DumpStream:
             cur.execute("SET @mariadb_slave_capability = 4")
             if self.read_timeout:  # nanoseconds; a heartbeat well within the read timeout
                 cur.execute("SET @master_heartbeat_period = %s", (self.read_timeout * 250_000_000,))
-        name = self.file.encode()
-        command = struct.pack("<BIHI", _COM_BINLOG_DUMP, self.pos, _BINLOG_DUMP_NON_BLOCK,
-                              self.server_id) + name
+            if self.gtid is not None and flavor == "mariadb":  # what a GTID replica says
+                cur.execute("SET @slave_connect_state = %s", (self.gtid,))
+                cur.execute("SET @slave_gtid_strict_mode = 1")
+                cur.execute("SET @slave_gtid_ignore_duplicates = 0")
+        command = self._command(flavor)
         conn._write_bytes(struct.pack("<I", len(command))[:3] + b"\x00" + command)
         conn._next_seq_id = 1
+
+    def _command(self, flavor: str) -> bytes:
+        """The dump command: from ``file:pos``; from the GTID set (MariaDB: no file, the
+        connect state says where); MySQL's ``COM_BINLOG_DUMP_GTID``: flags, server id, an
+        empty file name (its length, u32), position 4 (u64), then the encoded set and its size."""
+        if self.gtid is None:
+            return struct.pack("<BIHI", _COM_BINLOG_DUMP, self.pos, _BINLOG_DUMP_NON_BLOCK,
+                               self.server_id) + self.file.encode()
+        if flavor == "mariadb":
+            return struct.pack("<BIHI", _COM_BINLOG_DUMP, 4, _BINLOG_DUMP_NON_BLOCK, self.server_id)
+        data = encode_mysql(parse_mysql(self.gtid))
+        return struct.pack("<BHIIQI", _COM_BINLOG_DUMP_GTID, _BINLOG_DUMP_NON_BLOCK | _BINLOG_THROUGH_GTID,
+                           self.server_id, 0, 4, len(data)) + data
 
     def __iter__(self) -> Iterator[bytes]:
         """Each event's packet (0x00, header, body, checksum) until the end of the binlog."""
@@ -149,6 +193,9 @@ class DumpStream:
         message = str(exc.args[1]) if len(exc.args) > 1 else str(exc)
         if code in _LOST and "timed out" in message:
             return source_timeout(self.address, self.read_timeout, f"the binlog after {self.reached}")
+        if code == _FATAL_READING_BINLOG and self.gtid is not None:
+            return GtidNotInBinlog(f"{self.address} cannot send its binlog after GTID set "
+                                   f"{self.gtid}: {message}")
         if code in _LOST:
             return BinlogConnectionLost(f"lost the binlog connection to {self.address} after "
                                         f"{self.reached}; the capture resumes from its last checkpoint")

@@ -79,8 +79,11 @@ class LocalMariaDB:
         *,
         base_dir: str | os.PathLike[str] | None = None,
         port: int | None = None,
+        server_id: int = 1,
     ) -> LocalMariaDB:
-        """Make a fresh data directory (about a second) and return a stopped server."""
+        """Make a fresh data directory (about a second) and return a stopped server.
+
+        Servers of one replication topology need distinct ``server_id``s."""
         root = Path(tempfile.mkdtemp(prefix="tidemark-mariadb-", dir=base_dir))
         datadir = root / "data"
         # A private tmpdir: servers sharing /tmp have collided on their temporary tables.
@@ -99,7 +102,7 @@ class LocalMariaDB:
         if result.returncode != 0:
             raise RuntimeError(f"mariadb-install-db failed: {result.stderr.strip()[-2000:]}")
         server = cls(datadir=datadir, port=port or free_port(),
-                     settings=dict(GOOD_BINLOG if settings is None else settings))
+                     settings=dict(GOOD_BINLOG if settings is None else settings), server_id=server_id)
         server._owns_dir = True
         return server
 
@@ -233,6 +236,28 @@ class LocalMariaDB:
             f"CREATE USER IF NOT EXISTS '{user}'@'%' IDENTIFIED BY '{password}'",
             f"GRANT {grants} ON *.* TO '{user}'@'%'",
         )
+
+    # ------------------------------------------------------------------ replication
+
+    def replicate_from(self, primary: LocalMariaDB, *, user: str = "tidemark_repl",
+                       password: str = "repl") -> None:
+        """Make this server a GTID replica of ``primary`` (``MASTER_USE_GTID = slave_pos``, from
+        the start of the primary's binlog) and start replicating. Give this one
+        ``log-slave-updates`` in its settings for its binlog to hold what it replicates."""
+        primary.execute(f"CREATE USER IF NOT EXISTS '{user}'@'%' IDENTIFIED BY '{password}'",
+                        f"GRANT REPLICATION SLAVE ON *.* TO '{user}'@'%'")
+        self.execute(f"CHANGE MASTER TO MASTER_HOST = '127.0.0.1', MASTER_PORT = {primary.port}, "
+                     f"MASTER_USER = '{user}', MASTER_PASSWORD = '{password}', "
+                     "MASTER_USE_GTID = slave_pos", "START SLAVE")
+
+    def catch_up(self, primary: LocalMariaDB, timeout: float = 60.0) -> str:
+        """Wait until this replica applied everything in ``primary``'s binlog now; its GTID position."""
+        gtid = str(primary.execute("SELECT @@gtid_binlog_pos")[0][0])
+        waited = self.execute(f"SELECT MASTER_GTID_WAIT('{gtid}', {timeout})")[0][0]
+        if int(waited) != 0:
+            raise RuntimeError(f"replica on port {self.port} did not reach GTID {gtid} within "
+                               f"{timeout}s: {self.execute('SHOW SLAVE STATUS')}")
+        return gtid
 
     def source_config(self, user: str = "root", password: str | None = None,
                       server_id: int = 54001) -> dict[str, Any]:

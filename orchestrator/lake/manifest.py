@@ -46,9 +46,14 @@ class ColumnEntry(TypedDict):
 
 
 class PositionEntry(TypedDict):
+    """CONTRACT.md "Positions": where the version is, and on which server. Manifests written
+    before positions carried their server lack ``server_id`` and ``server_uuid``."""
+
     file: str
     pos: int
     gtid_set: str | None
+    server_id: NotRequired[int | None]
+    server_uuid: NotRequired[str | None]
 
 
 class IcebergEntry(TypedDict):

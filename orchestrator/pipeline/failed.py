@@ -12,7 +12,8 @@ ones go on from theirs. A failed table holds back nobody: it takes no part in th
 capture, and the others publish at the run's ``H``.
 
 What is *not* one table's failure fails the run as before (state kept, a rerun resumes): a
-lost source, a full disk, an unwritable state store, Spark out of memory, purged binlogs.
+lost source, a full disk, an unwritable state store, Spark out of memory, purged binlogs, a
+source that is another server than the run's positions were recorded on.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 from orchestrator.errors import (
     BinlogPurged,
     RunFailed,
+    SourceChanged,
     StateError,
     TransientReadError,
     resnapshot_hint,
@@ -55,7 +57,8 @@ def table_failure(exc: BaseException) -> str | None:
     >>> table_failure(OSError(28, "No space left on device")) is None
     True
     """
-    if isinstance(exc, TransientReadError | BinlogPurged | StateError) or not isinstance(exc, Exception):
+    if isinstance(exc, TransientReadError | BinlogPurged | SourceChanged | StateError) or \
+            not isinstance(exc, Exception):
         return None
     if root_cause(exc) is not None:
         return None

@@ -9,6 +9,11 @@ every table to snapshot; a table already published
 is incremental. One table's chunk plan (`plan_table`) and ``tidemark plan`` live in
 `orchestrator.pipeline.table_plan`. Planning reads only key bounds and index walks,
 never row data, and never prints connection settings.
+
+Positions belong to the server that recorded them (`orchestrator.source.failover`): a
+published position of another server (a failover, a new replica, ``RESET MASTER``) is
+carried to the source by its GTID set, or the table is read again; an unfinished run
+whose positions are another server's is left behind and a new run starts.
 """
 
 from __future__ import annotations
@@ -21,9 +26,10 @@ from typing import Any
 from chunking import chunk_predicate, encode_key
 from orchestrator.config import PipelineConfig, TableConfig
 from orchestrator.errors import ConfigError, LockLost
+from orchestrator.lake import storage
 from orchestrator.lake.manifest import Manifest, find_manifest
 from orchestrator.pipeline.batches import BatchRef, Draft, assign_batches, pending_batches
-from orchestrator.pipeline.context import open_source, open_store, table_dir, take_lock
+from orchestrator.pipeline.context import open_source, open_store, run_dir, table_dir, take_lock
 from orchestrator.pipeline.failed import fail_table, table_failure
 from orchestrator.pipeline.filtering import compile_table_filter
 from orchestrator.pipeline.segments import void_mark
@@ -32,6 +38,7 @@ from orchestrator.positions import BinlogPosition, file_index
 from orchestrator.runtime.failures import describe
 from orchestrator.schema.tables import TableInfo, table_info_to_json
 from orchestrator.source.connection import Source
+from orchestrator.source.failover import Follower, moved_run
 from orchestrator.source.listing import table_set, tables_info
 from orchestrator.state.store import (
     ChunkRecord,
@@ -97,9 +104,11 @@ def plan(config: PipelineConfig, *, tables: list[str] | None = None, snapshot: b
         if run is not None and fresh:
             assert found is not None
             run = _take_out(store, run, found.selected)
+        if run is not None:
+            run = _leave_if_moved(config, store, run)
         resumed = run is not None
         if run is None:
-            assert found is not None
+            found = found or find_tables(config, store, tables)
             run = _new_run(config, store, found, snapshot, chunk_size)
         else:
             log.info("run %s: resuming the unfinished run started %s (status %s)",
@@ -202,6 +211,20 @@ def _take_out(store: StateStore, run: RunRecord, tables: list[str]) -> RunRecord
     return store.get_run(run.run_id)
 
 
+def _leave_if_moved(config: PipelineConfig, store: StateStore, run: RunRecord) -> RunRecord | None:
+    """An unfinished run whose positions are another server's is left behind (its reads are
+    lost: what it snapshotted is read again) and a new run starts; None then."""
+    with open_source(config) as source:
+        reason = moved_run(Follower(config, source), store, run)
+    if reason is None:
+        return run
+    log.warning("run %s is left behind: %s; a new run starts, going on from the published "
+                "positions by GTID and reading again what this run had not published", run.run_id, reason)
+    store.finish_run(run.run_id, "failed", error=f"left behind: the source changed ({reason})")
+    storage.delete_tree(run_dir(config, run.run_id))
+    return None
+
+
 def _plan_tables(config: PipelineConfig, store: StateStore, run: RunRecord, failing: dict[str, str]) -> None:
     """Plan every table of the run not planned yet (all of them on a fresh run), recording them
     `FLUSH_TABLES` at a time, each time in one transaction with their chunks in batches."""
@@ -223,6 +246,7 @@ def _plan_tables(config: PipelineConfig, store: StateStore, run: RunRecord, fail
         time.sleep(config.defaults.read_margin_seconds)  # before any key bound: see the docstring
         oldest = source.oldest_binlog()
         check_escaping(source.query)
+        follower = Follower(config, source)
         checkpoints = {cp.table: cp for cp in store.table_checkpoints(config.pipeline)}
         for first in range(0, len(todo), FLUSH_TABLES):
             part = todo[first:first + FLUSH_TABLES]
@@ -233,8 +257,8 @@ def _plan_tables(config: PipelineConfig, store: StateStore, run: RunRecord, fail
                     fail_table(store, run.run_id, table.name, "plan", failing[table.name])
                     continue
                 try:
-                    drafts.append(_plan_one(config, store, run, table, source, oldest, infos.get(table.name),
-                                            checkpoints.get(table.name), late=late))
+                    drafts.append(_plan_one(config, store, run, table, source, oldest, follower,
+                                            infos.get(table.name), checkpoints.get(table.name), late=late))
                 except Exception as exc:  # one table's trouble is its own (`pipeline.failed`)
                     reason = table_failure(exc)
                     if reason is None:
@@ -257,8 +281,8 @@ def _record(config: PipelineConfig, store: StateStore, run_id: str, drafts: list
 
 
 def _plan_one(config: PipelineConfig, store: StateStore, run: RunRecord, table: TableConfig, source: Source,
-              oldest: str | None, info: TableInfo | None, checkpoint: TableCheckpoint | None, *,
-              late: bool) -> PlannedTable | Draft:
+              oldest: str | None, follower: Follower, info: TableInfo | None,
+              checkpoint: TableCheckpoint | None, *, late: bool) -> PlannedTable | Draft:
     """Plan one table of the run: incremental from its published position, or a snapshot."""
     start = source.current_position().to_json() if late else None  # before the table is looked at
     if late:  # its own P0_T wants the same margin before any key bound is read
@@ -266,17 +290,13 @@ def _plan_one(config: PipelineConfig, store: StateStore, run: RunRecord, table: 
     info = info or source.table_info(table.name)  # not found in bulk: it says why
     if table.where:  # the binlog must evaluate it exactly (refused before any read)
         compile_table_filter(table.where, info, None)
-    if checkpoint is not None and oldest is not None and \
-            file_index(checkpoint.position["file"]) < file_index(oldest):
-        log.warning("table %s: the binlog since its version %d (%s) was purged (oldest kept: "
-                    "%s); it is snapshotted again", table.name, checkpoint.version,
-                    checkpoint.position["file"], oldest)
-        checkpoint = None
     if checkpoint is not None and not late and not run.options.get("snapshot"):
         manifest = find_manifest(table_dir(config, table.name))
-        if _not_behind(table.name, manifest, checkpoint.version) and _same_shape(table.name, manifest, info):
+        since = _published_start(follower, table.name, checkpoint, oldest) \
+            if _not_behind(table.name, manifest, checkpoint.version) else None
+        if since is not None and _same_shape(table.name, manifest, info):
             assert manifest is not None, "_not_behind: there is one"
-            return _incremental(table, manifest, info, checkpoint.position)
+            return _incremental(table, manifest, info, since.to_json())
     # Changes the run captured for it before it was reset would override the new read: they are
     # voided in the same transaction that plans it (`pipeline.segments`).
     void = void_mark(store, run.run_id) if late else 0
@@ -293,6 +313,23 @@ def _not_behind(table: str, manifest: Manifest | None, version: int) -> bool:
     log.warning("table %s: current.json names version %s, older than version %d the state store "
                 "published: re-read", table, manifest["version"] if manifest else "none", version)
     return False
+
+
+def _published_start(follower: Follower, table: str, checkpoint: TableCheckpoint,
+                     oldest: str | None) -> BinlogPosition | None:
+    """Where on the source the table's published version goes on from; None when it must be
+    read again (the position is another server's and its GTID set cannot be found here, or
+    the binlog since was purged)."""
+    placed = follower.place(BinlogPosition.from_json(checkpoint.position))
+    if placed.position is None:
+        log.warning("table %s: re-read (version %d): %s", table, checkpoint.version, placed)
+        return None
+    if oldest is not None and file_index(placed.position.file) < file_index(oldest):
+        log.warning("table %s: the binlog since its version %d (%s) was purged (oldest kept: "
+                    "%s); it is snapshotted again", table, checkpoint.version,
+                    placed.position.file, oldest)
+        return None
+    return placed.position
 
 
 def _same_shape(table: str, manifest: Manifest | None, info: TableInfo) -> bool:

@@ -149,7 +149,8 @@ def publish_table(config: PipelineConfig, table_info: TableInfo, key: Sequence[s
     rows = sum(r["rows"] for r in ranges)
     manifest = Manifest(
         table=table_info.name, version=version, files=[r["file"] for r in ranges],
-        position=PositionEntry(file=position.file, pos=position.pos, gtid_set=position.gtid_set),
+        position=PositionEntry(file=position.file, pos=position.pos, gtid_set=position.gtid_set,
+                               server_id=position.server_id, server_uuid=position.server_uuid),
         rows=rows, columns=column_entries(table_info.columns), chunk_key=list(key),
         published_at=dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), run_id=run_id,
         file_ranges=ranges,

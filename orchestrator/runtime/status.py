@@ -10,7 +10,7 @@ from orchestrator.errors import TidemarkError
 from orchestrator.lake import iceberg, storage
 from orchestrator.lake.manifest import Manifest, load_manifest
 from orchestrator.pipeline.context import open_store, table_dir
-from orchestrator.positions import BinlogPosition, file_index
+from orchestrator.positions import BinlogPosition, ServerIdentity, file_index
 from orchestrator.source.connection import Source
 from orchestrator.source.kept import needs, purged
 from orchestrator.state.store import StateStore
@@ -34,8 +34,10 @@ def bytes_behind(position: BinlogPosition, binlogs: list[tuple[str, int]]) -> in
     return behind
 
 
-def lag_text(position: BinlogPosition, binlogs: list[tuple[str, int]] | None) -> str:
-    """How far a published table is behind the source, as `status` prints it.
+def lag_text(position: BinlogPosition, binlogs: list[tuple[str, int]] | None,
+             server: ServerIdentity | None = None) -> str:
+    """How far a published table is behind the source, as `status` prints it; a position
+    another server recorded has no lag here (its offsets are not the source's).
 
     >>> lag_text(BinlogPosition("b.000002", 100), [("b.000002", 400)])
     '300 binlog bytes behind'
@@ -43,9 +45,15 @@ def lag_text(position: BinlogPosition, binlogs: list[tuple[str, int]] | None) ->
     'needs a re-read: binlog b.000001 was purged (the next run snapshots it again)'
     >>> lag_text(BinlogPosition("b.000001", 100), None)
     'lag unknown (source not reachable)'
+    >>> lag_text(BinlogPosition("b.000001", 100, server_id=2, gtid_set="0-2-5"), [], ServerIdentity(1))
+    'recorded on server_id 2, the source is server_id 1: the next run goes on from GTID set 0-2-5 (`tidemark doctor` checks it)'
     """
     if binlogs is None:
         return "lag unknown (source not reachable)"
+    if server is not None and server.wrote(position) is False:
+        how = (f"the next run goes on from GTID set {position.gtid_set} (`tidemark doctor` checks it)"
+               if position.gtid_set else "no GTID set was recorded: the next run reads it again")
+        return f"recorded on {position.server}, the source is {server}: {how}"
     if binlogs and position.file not in {name for name, _ in binlogs}:
         return f"needs a re-read: binlog {position.file} was purged (the next run snapshots it again)"
     return f"{bytes_behind(position, binlogs):,} binlog bytes behind"
@@ -58,8 +66,8 @@ def status_command(config: PipelineConfig) -> int:
         runs = store.runs(config.pipeline, limit=5)
         checkpoints = store.table_checkpoints(config.pipeline)
         out = sys.stdout
-        lag = _binlogs(config) if checkpoints or runs else None
-        rereads = _unfinished_rereads(store, config, lag)
+        lag, server = _binlogs(config) if checkpoints or runs else (None, None)
+        rereads = _unfinished_rereads(store, config, lag, server)
         print(f"pipeline {config.pipeline}", file=out)
         found = store.table_set(config.pipeline) if config.has_patterns else None
         dropped = set(found.dropped) if found else set()
@@ -92,7 +100,7 @@ def status_command(config: PipelineConfig) -> int:
             print("  nothing published yet", file=out)
         for cp in checkpoints:
             position = BinlogPosition.from_json(cp.position)
-            behind = lag_text(position, lag)
+            behind = lag_text(position, lag, server)
             manifest = load_manifest(cp.manifest) if storage.exists(cp.manifest) else None
             print(f"  {cp.table:<32} v{cp.version:<5} {cp.rows:>12,} rows  at {position}  "
                   f"{cp.published_at.isoformat(timespec='seconds')}  {behind}  {_snapshot(manifest)}"
@@ -105,13 +113,13 @@ def status_command(config: PipelineConfig) -> int:
 _DROPPED = "  dropped at the source: kept as last published"
 
 
-def _unfinished_rereads(store: StateStore, config: PipelineConfig,
-                        binlogs: list[tuple[str, int]] | None) -> dict[str, str]:
+def _unfinished_rereads(store: StateStore, config: PipelineConfig, binlogs: list[tuple[str, int]] | None,
+                        server: ServerIdentity | None) -> dict[str, str]:
     """The unfinished run's tables whose binlog was purged: ``{table: "  needs a re-read..."}``."""
     if not binlogs:
         return {}
     gone = purged([n for n in needs(store, config.pipeline) if n.who.startswith("run ")],
-                  [name for name, _ in binlogs])
+                  [name for name, _ in binlogs], server)
     return {n.table: f"  needs a re-read: binlog {n.position.file} was purged (the next run reads it again)"
             for n in gone}
 
@@ -140,14 +148,15 @@ def _checked(manifest: Manifest | None, position: BinlogPosition) -> str:
     return f"  (version {manifest['version']} is at {at}; no change since)"
 
 
-def _binlogs(config: PipelineConfig) -> list[tuple[str, int]] | None:
-    """The source's binlog list, or None when the source cannot be reached (status still prints)."""
+def _binlogs(config: PipelineConfig) -> tuple[list[tuple[str, int]] | None, ServerIdentity | None]:
+    """The source's binlog list and identity, or Nones when the source cannot be reached
+    (status still prints)."""
     try:
         with Source.from_pipeline(config) as source:
-            return source.binlogs()
+            return source.binlogs(), source.identity()
     except TidemarkError as exc:  # no password here, or the source is down
         log.debug("lag unknown: %s", exc)
-        return None
+        return None, None
 
 
 def _reset_tables(config: PipelineConfig, store: StateStore, names: list[str] | None) -> list[str]:

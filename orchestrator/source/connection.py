@@ -22,7 +22,7 @@ import tenacity
 
 from orchestrator.config import PipelineConfig, SourceConfig
 from orchestrator.errors import RunFailed, SourceNotReady, source_timeout
-from orchestrator.positions import BinlogPosition
+from orchestrator.positions import BinlogPosition, ServerIdentity
 from orchestrator.schema.tables import ColumnInfo, TableInfo
 from orchestrator.source.dialect import Dialect
 from orchestrator.source.retry import error_code, is_connection_lost, is_timeout, transient_retry
@@ -69,6 +69,7 @@ class Source:
         # restarting and is retried like a lost connection.
         self._connected_once = known_good
         self._version: str | None = None
+        self._connections = 0  # connections opened so far: a reconnect changes it
 
     @classmethod
     def from_pipeline(cls, config: PipelineConfig, *, known_good: bool = False) -> Source:
@@ -132,6 +133,7 @@ class Source:
                     "use an offset such as +00:00, or load the server's time zone tables "
                     "(mariadb-tzinfo-to-sql / mysql_tzinfo_to_sql)") from exc
             raise
+        self._connections += 1
         if not self._connected_once:
             log.debug("connected to %s as %s", self.address, cfg.user)
         self._connected_once = True
@@ -220,28 +222,41 @@ class Source:
     # ------------------------------------------------------------------ binlog
 
     def current_position(self) -> BinlogPosition:
-        """The server's current binlog position, with its GTID set when GTIDs are on.
+        """The server's current binlog position, stamped with the server's identity and the
+        GTID set there (None when the server has no GTIDs).
 
         Asks the dialect's binlog status statement (``SHOW BINARY LOG STATUS`` on MySQL 8.4+,
-        ``SHOW MASTER STATUS`` elsewhere).
+        ``SHOW MASTER STATUS`` elsewhere), then, on the same connection, the identity and
+        (MariaDB) ``BINLOG_GTID_POS`` of that very position; a reconnect in between (another
+        server may answer behind a proxy) asks both again.
 
         Raises:
             SourceNotReady: the binlog is off.
         """
         dialect = self.dialect
-        names, rows = self._execute(dialect.binlog_status_sql)
-        if not rows:
-            raise self._binlog_off()
-        row = dict(zip((n.lower() for n in names), rows[0], strict=True))
-        file, pos = str(row["file"]), int(row["position"])
-        gtid: str | None
-        if dialect.gtid_position_sql is not None:
-            found = self.query(dialect.gtid_position_sql, (file, pos))
-            gtid = str(found[0][0]) if found and found[0][0] else None
+        for _ in range(3):
+            names, rows = self._execute(dialect.binlog_status_sql)
+            if not rows:
+                raise self._binlog_off()
+            connection = self._connections
+            row = dict(zip((n.lower() for n in names), rows[0], strict=True))
+            file, pos = str(row["file"]), int(row["position"])
+            server_id, server_uuid, gtid = self.query(
+                dialect.position_identity_sql, (file, pos) if dialect.flavor == "mariadb" else None)[0]
+            if self._connections == connection:
+                break
         else:
-            executed = row.get("executed_gtid_set")
-            gtid = str(executed).replace("\n", "") if executed else None
-        return BinlogPosition(file, pos, gtid_set=gtid)
+            raise RunFailed(f"the connection to {self.address} was lost each time its binlog position "
+                            "was read; check that the server is up, then rerun")
+        if dialect.flavor == "mysql":
+            gtid = row.get("executed_gtid_set")
+        gtid_set = str(gtid).replace("\n", "") if gtid else None
+        return BinlogPosition(file, pos).on(ServerIdentity(int(server_id), _text(server_uuid)), gtid_set)
+
+    def identity(self) -> ServerIdentity:
+        """Which server answers: ``@@server_id``, and ``@@server_uuid`` on MySQL."""
+        server_id, server_uuid = self.query(self.dialect.identity_sql)[0]
+        return ServerIdentity(int(server_id), _text(server_uuid))
 
     def binlogs(self) -> list[tuple[str, int]]:
         """The binlog files still on the server, ``(name, size)``, oldest first.

@@ -80,6 +80,22 @@ class Dialect:
         return "SELECT BINLOG_GTID_POS(%s, %s)" if self.flavor == "mariadb" else None
 
     @property
+    def identity_sql(self) -> str:
+        """The query of the server's identity: ``server_id`` and ``server_uuid`` (NULL on
+        MariaDB, which has none).
+
+        >>> Dialect("mysql").identity_sql, Dialect("mariadb").identity_sql
+        ('SELECT @@global.server_id, @@global.server_uuid', 'SELECT @@global.server_id, NULL')
+        """
+        return f"SELECT @@global.server_id, {'NULL' if self.flavor == 'mariadb' else '@@global.server_uuid'}"
+
+    @property
+    def position_identity_sql(self) -> str:
+        """`identity_sql` and, on MariaDB, the GTID set at a binlog position (``%s`` for file and
+        position; NULL on MySQL): asked on the connection that read the position, right after it."""
+        return self.identity_sql + (", BINLOG_GTID_POS(%s, %s)" if self.flavor == "mariadb" else ", NULL")
+
+    @property
     def binlog_monitor_privileges(self) -> frozenset[str]:
         """The privileges (any one) that let a user read binlog positions (``SHOW BINARY LOGS``
         and `binlog_status_sql`), as ``SHOW GRANTS`` prints them.

@@ -7,9 +7,12 @@ SELECT on every table, REPLICATION SLAVE and REPLICATION CLIENT (in the
 server's dialect); every table exists, has a chunk key the planner accepts
 (`choose_chunk_key`, so doctor and run never disagree) and only mappable column
 types; the configured ``source.server_id`` differs from the server's own; binlog
-retention outlasts a run (``defaults.expected_run_hours``). `doctor` (not the run's
-preflight, whose failures mean "source not ready") also checks where a run writes:
-output and staging writable, their free space, the state store (`orchestrator.lake.preflight`).
+retention outlasts a run (``defaults.expected_run_hours``); GTIDs (recommended), and a
+replica writes what it replicates to its binlog (`orchestrator.source.topology`). `doctor`
+(not the run's preflight, whose failures mean "source not ready") also checks where a run
+writes: output and staging writable, their free space, the state store
+(`orchestrator.lake.preflight`); and that every position the state store goes on from is
+still on the server and is its own, or can be carried to it by GTID.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from orchestrator.source.grants import privilege_checks
 from orchestrator.source.kept import binlog_kept_checks
 from orchestrator.source.listing import table_set, tables_info
 from orchestrator.source.retry import transient_retry
+from orchestrator.source.topology import identity_checks, replica_check
 
 # --------------------------------------------------------------------------- entry points
 
@@ -64,6 +68,7 @@ def _checks(config: PipelineConfig, tables: list[str] | None) -> tuple[list[Chec
         selected = found.select(tables)
         checks += [Check(f"pattern {m.pattern}", True, str(m)) for m in found.patterns]
         checks += _binlog_settings(source)
+        checks.append(replica_check(source))
         checks.append(_retention(source, config.defaults.expected_run_hours))
         checks.append(_server_id(source, config.source.server_id))
         checks += privilege_checks(source, selected)
@@ -110,7 +115,8 @@ def doctor_command(config: PipelineConfig) -> int:
             except (SourceNotReady, pymysql.err.MySQLError):  # binlog off or not visible: failed above
                 kept = None
             if kept is not None:
-                checks += binlog_kept_checks(config, kept)
+                checks += binlog_kept_checks(config, kept, source.identity())
+                checks += identity_checks(config, source)
     for check in checks:
         print(check.line())
     failed = [c for c in checks if not c.ok]
@@ -169,6 +175,19 @@ _SETTINGS = (
              why="compressed events are decoded"),
     _Setting("binlog_transaction_compression", "OFF", "", optional=True, level="info",
              why="compressed transactions are decoded"),
+    # Positions carry the GTID set: a pipeline pointed at another server of the topology (a
+    # failover, a new replica) goes on by GTID (orchestrator.source.failover), else re-reads.
+    _Setting("gtid_mode", "ON", "set gtid_mode = ON step by step (OFF_PERMISSIVE, ON_PERMISSIVE, ON) "
+             "with enforce_gtid_consistency = ON", optional=True, level="recommended",
+             why="positions then carry GTID sets, and a pipeline pointed at another server of the "
+                 "topology (a failover) goes on by GTID instead of reading every table again"),
+    _Setting("gtid_strict_mode", "ON", _dynamic_fix("gtid_strict_mode", "ON"), optional=True,
+             level="recommended", why="GTID sequence numbers then only grow within a domain, "
+                                      "which following a failover by GTID relies on"),
+    _Setting("log_slave_updates", "ON", "in my.cnf set log_slave_updates = ON, then restart the server",
+             optional=True, level="recommended",
+             why="a replica then writes what it replicates to its binlog: needed to read a replica, "
+                 "and for a failover to this server to go on by GTID"),
 )
 
 

@@ -4,7 +4,8 @@ A published table goes on from its version's position; an unfinished run's table
 the capture's checkpoint (or from where their reads began). When the file holding that position
 was purged, the next run cannot apply the changes since: it reads those tables from the source
 again (`orchestrator.pipeline.reread`). `doctor` says so before a run fails on it, naming the
-table, the position and the command that gets it back.
+table, the position and the command that gets it back. A position another server recorded
+says nothing about this server's files: `orchestrator.source.topology` checks those.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from orchestrator.config import PipelineConfig
-from orchestrator.positions import BinlogPosition, file_index
+from orchestrator.positions import BinlogPosition, ServerIdentity, file_index
 from orchestrator.source.check import Check
 from orchestrator.state.store import StateStore
 
@@ -45,29 +46,34 @@ def needs(store: StateStore, pipeline: str) -> list[Need]:
     return out
 
 
-def purged(all_needs: list[Need], binlogs: list[str]) -> list[Need]:
-    """The needs whose binlog file is older than the oldest the server keeps.
+def purged(all_needs: list[Need], binlogs: list[str], server: ServerIdentity | None = None) -> list[Need]:
+    """The needs whose binlog file is older than the oldest the server keeps (those recorded on
+    another server than ``server`` aside).
 
-    >>> n = Need("d.t", BinlogPosition("b.000001", 4), "published version 1")
+    >>> n = Need("d.t", BinlogPosition("b.000001", 4, server_id=1), "published version 1")
     >>> [x.table for x in purged([n], ["b.000002", "b.000003"])], purged([n], ["b.000001"])
     (['d.t'], [])
+    >>> purged([n], ["b.000002"], ServerIdentity(2))
+    []
     """
     if not binlogs:
         return []
     oldest = min(file_index(name) for name in binlogs)
-    return [n for n in all_needs if file_index(n.position.file) < oldest]
+    return [n for n in all_needs if file_index(n.position.file) < oldest
+            and (server is None or server.wrote(n.position) is not False)]
 
 
-def binlog_kept_checks(config: PipelineConfig, binlogs: list[str]) -> list[Check]:
+def binlog_kept_checks(config: PipelineConfig, binlogs: list[str], server: ServerIdentity) -> list[Check]:
     """One check per table whose needed binlog is gone (one passing check when none is).
 
     Args:
         config: the pipeline (its state store is read).
         binlogs: the file names ``SHOW BINARY LOGS`` lists.
+        server: the server they are on.
     """
     store = StateStore(config.state.url)
     try:
-        gone = purged(needs(store, config.pipeline), binlogs)
+        gone = purged(needs(store, config.pipeline), binlogs, server)
     finally:
         store.close()
     if not gone:

@@ -87,9 +87,11 @@ def test_good_server_and_minimal_grants_pass(good: LocalMariaDB, tmp_path: Path,
     assert doctor_command(config) == 0
     out, err = capsys.readouterr()
     # the source's checks, then where the run writes (output, its free space, the state store),
-    # that the binlog the state store goes on from is kept, the summary
-    assert len(out.strip().splitlines()) == len(checks) + 4 + 1
+    # that the binlog the state store goes on from is kept and is the source's, the summary
+    assert len(out.strip().splitlines()) == len(checks) + 5 + 1
     assert "PASS  output:" in out and "PASS  state store:" in out and "PASS  binlog kept" in out
+    assert "PASS  server identity: every position the state store goes on from is" in out
+    assert "PASS  replica binlog:" in out and "PASS  gtid_strict_mode: gtid_strict_mode = OFF; ON is recommended" in out
     assert all(line.startswith("PASS  ") for line in out.splitlines()[:-1])
     assert "all" in out.splitlines()[-1] and err == ""
     preflight(config)  # does not raise
@@ -107,7 +109,7 @@ def test_select_only_user_fails_naming_the_privileges(good: LocalMariaDB, tmp_pa
     assert doctor_command(config) == 3
     out, err = capsys.readouterr()
     assert "FAIL  privilege REPLICATION SLAVE: 'tm_doc_select'@'%' lacks REPLICATION SLAVE" in out
-    assert err.strip() == ("tidemark: error: doctor: 2 of 21 checks failed: "
+    assert err.strip() == ("tidemark: error: doctor: 2 of 25 checks failed: "
                            "privilege REPLICATION SLAVE, privilege REPLICATION CLIENT")
 
 

@@ -42,7 +42,7 @@ TABLE = TableInfo("shop", "orders", (
 KEYS = {"table", "version", "files", "position", "rows", "columns", "chunk_key", "published_at", "run_id",
         "iceberg"}
 ADDED_KEYS = {"file_ranges"}  # README "Output": additions to CONTRACT.md's fields
-H = BinlogPosition("binlog.000007", 1234, gtid_set=None)
+H = BinlogPosition("binlog.000007", 1234, gtid_set="0-1-42", server_id=1)
 
 
 def staged(i: int, name: str) -> dict[str, Any]:
@@ -97,7 +97,8 @@ def test_manifest_and_files_follow_the_contract(spark: Any, tmp_path: Path) -> N
                                        "max_key": [{"decimal": "20"}], "rows": 20,
                                        "bytes": (tdir / name).stat().st_size}]
     assert on_disk["table"] == "shop.orders" and on_disk["version"] == 1 and on_disk["rows"] == 20
-    assert on_disk["position"] == {"file": "binlog.000007", "pos": 1234, "gtid_set": None}
+    assert on_disk["position"] == {"file": "binlog.000007", "pos": 1234, "gtid_set": "0-1-42",
+                                   "server_id": 1, "server_uuid": None}
     assert on_disk["chunk_key"] == ["id"] and on_disk["run_id"] == "run-1"
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", on_disk["published_at"])
     assert on_disk["columns"][0] == {"name": "id", "mysql_type": "bigint(20) unsigned",
