@@ -1,17 +1,23 @@
-"""The config's sections as frozen dataclasses (`orchestrator.config` reads the YAML into them).
+"""The config's sections as frozen dataclasses, and the `Reader` that fills them from YAML.
 
 One dataclass per YAML section; a field's default here is the one place that default is
-written (`orchestrator.config.field_default`). `orchestrator.config` re-exports them all.
+written (`field_default`). `Reader` walks the parsed YAML and collects every problem with
+its file and key path (`orchestrator.config` reads the sections, `orchestrator.table_patterns`
+the ``tables`` list). `orchestrator.config` re-exports the dataclasses.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any
 
 from orchestrator.credentials import Secret
 
 DEFAULT_JDBC_JAR = "/usr/share/java/mariadb-java-client.jar"
+IDENTIFIER = re.compile(r"^[A-Za-z0-9_$]+$")
+TABLE_NAME = re.compile(r"^[A-Za-z0-9_$]+\.[A-Za-z0-9_$]+$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,11 +90,20 @@ class Defaults:
 
 @dataclass(frozen=True, slots=True)
 class TableConfig:
+    """One entry of ``tables``: a table, or a glob over database and table names (`pattern`)
+    whose per-table keys apply to every table it matches (`orchestrator.table_patterns`)."""
+
     name: str
     chunk_size: int
     batch_chunks: int
     chunk_key: tuple[str, ...] | None = None
     where: str | None = None
+    exclude: tuple[str, ...] = ()  # globs a pattern entry leaves out
+
+    @property
+    def pattern(self) -> bool:
+        """Whether ``name`` is a glob (``*``, ``?`` or ``[``) rather than one table."""
+        return any(c in self.name for c in "*?[")
 
     @property
     def database(self) -> str:
@@ -97,3 +112,97 @@ class TableConfig:
     @property
     def table(self) -> str:
         return self.name.split(".", 1)[1]
+
+
+# --------------------------------------------------------------------------- reading
+
+
+class Reader:
+    """Walks a parsed YAML mapping, collecting problems instead of stopping at the first."""
+
+    def __init__(self, origin: str) -> None:
+        self.origin = origin
+        self.problems: list[str] = []
+
+    def problem(self, key: str, message: str) -> None:
+        self.problems.append(f"{self.origin}: {key}: {message}")
+
+    def mapping(self, data: Any, key: str, allowed: set[str], required: set[str]) -> dict[str, Any]:
+        if not isinstance(data, dict):
+            self.problem(key, f"expected a mapping, found {kind_name(data)}")
+            return {}
+        for unknown in sorted(set(data) - allowed, key=str):
+            self.problem(f"{key}.{unknown}" if key else str(unknown),
+                         f"unknown key; expected one of {', '.join(sorted(allowed))}")
+        for missing in sorted(required - set(data)):
+            self.problem(f"{key}.{missing}" if key else missing, "missing required key")
+        return data
+
+    def setting(self, data: Mapping[str, Any], path: str, section: type[Any], kind: type | tuple[type, ...],
+                check: Callable[[Any], str | None] | None = None) -> Any:
+        """`value` at ``path`` (e.g. ``source.time_zone``), defaulting to what the section's
+        dataclass (e.g. `SourceConfig`) declares for the field the path ends in."""
+        key = path.rpartition(".")[2]
+        return self.value(data, key, path, kind, field_default(section, key), check)
+
+    def value(
+        self,
+        data: Mapping[str, Any],
+        key: str,
+        path: str,
+        kind: type | tuple[type, ...],
+        default: Any = None,
+        check: Callable[[Any], str | None] | None = None,
+    ) -> Any:
+        if key not in data or data[key] is None:
+            return default
+        value = data[key]
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        if isinstance(value, bool) and bool not in kinds:
+            self.problem(path, f"expected {_kind_names(kinds)}, found boolean {value}")
+            return default
+        if float in kinds and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, kinds):
+            self.problem(path, f"expected {_kind_names(kinds)}, found {kind_name(value)} {value!r}")
+            return default
+        if check is not None:
+            message = check(value)
+            if message:
+                self.problem(path, message)
+                return default
+        return value
+
+
+def field_default(cls: type[Any], name: str) -> Any:
+    """The default a config dataclass declares for a field: the one place each default is written.
+
+    >>> field_default(Defaults, "chunk_size"), field_default(SparkConfig, "conf")
+    (50000, {})
+    """
+    for declared in fields(cls):
+        if declared.name == name:
+            if declared.default_factory is not MISSING:
+                return declared.default_factory()
+            if declared.default is not MISSING:
+                return declared.default
+    raise TypeError(f"{cls.__name__}.{name} declares no default")
+
+
+def section_keys(cls: type[Any]) -> set[str]:
+    """The keys a config section takes: its dataclass's fields."""
+    return {declared.name for declared in fields(cls)}
+
+
+def kind_name(value: Any) -> str:
+    return {dict: "a mapping", list: "a list", str: "a string", int: "an integer",
+            float: "a number", bool: "a boolean", type(None): "nothing"}.get(type(value), type(value).__name__)
+
+
+def _kind_names(kinds: tuple[type, ...]) -> str:
+    return " or ".join({int: "an integer", str: "a string", float: "a number", bool: "a boolean",
+                        dict: "a mapping", list: "a list"}.get(k, k.__name__) for k in kinds)
+
+
+def positive(value: Any) -> str | None:
+    return None if value > 0 else f"must be a positive integer, found {value}"

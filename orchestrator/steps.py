@@ -24,9 +24,10 @@ from collections.abc import Callable
 
 from orchestrator.config import PipelineConfig
 from orchestrator.errors import RunLocked
+from orchestrator.pipeline.batches import BatchRef
 from orchestrator.pipeline.capture import CaptureResult, capture
 from orchestrator.pipeline.context import hold_lock, open_store
-from orchestrator.pipeline.plan import BatchRef, RunHandle, plan
+from orchestrator.pipeline.plan import RunHandle, plan, requested_tables
 from orchestrator.pipeline.publish import Published, publish
 from orchestrator.pipeline.read import ReadResult, read_batch
 from orchestrator.pipeline.reconcile import ReconcileResult, reconcile
@@ -34,7 +35,7 @@ from orchestrator.source.doctor import preflight as _check_source
 
 __all__ = [
     "BatchRef", "CaptureResult", "ProgressFn", "Published", "ReadResult", "ReconcileResult", "RunHandle",
-    "capture", "fail_run", "plan", "preflight", "publish", "read_batch", "reconcile",
+    "capture", "fail_run", "plan", "preflight", "publish", "read_batch", "reconcile", "requested_tables",
 ]
 
 log = logging.getLogger(__name__)
@@ -45,8 +46,9 @@ ProgressFn = Callable[[str, int, int, int], None]
 
 def preflight(config: PipelineConfig, tables: list[str] | None = None) -> dict[str, str]:
     """Raise SourceNotReady with every failed check (see `orchestrator.source.doctor`); returns
-    the tables that failed a check of their own (the run goes on without them)."""
-    return _check_source(config, [t.name for t in config.select_tables(tables)])
+    the tables that failed a check of their own (the run goes on without them). ``tables``
+    may name pattern entries: all the tables they match."""
+    return _check_source(config, tables)
 
 
 def fail_run(config: PipelineConfig, run_id: str, error: str, *, holder: str | None = None) -> None:

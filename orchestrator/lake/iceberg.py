@@ -80,6 +80,11 @@ def prepare(catalog: Catalog, table: str, tdir: str, schema: pa.Schema) -> pa.Sc
     """Create the Iceberg table, or evolve its schema to ``schema`` (new columns get new field
     IDs, existing IDs never change, widenings Iceberg allows evolve in place); returns ``schema``
     with the table's field IDs, the schema the version's files are written with."""
+    return prepare_table(catalog, table, tdir, schema)[0]
+
+
+def prepare_table(catalog: Catalog, table: str, tdir: str, schema: pa.Schema) -> tuple[pa.Schema, Table]:
+    """`prepare`, and the Iceberg table as loaded (hand it to `commit_version`: no second load)."""
     namespace = table.split(".", 1)[0]
     try:
         iceberg = catalog.load_table(table)
@@ -98,7 +103,7 @@ def prepare(catalog: Catalog, table: str, tdir: str, schema: pa.Schema) -> pa.Sc
     if set(ids) != set(schema.names) or (  # in any order: a replaced column comes last (_evolve)
             set(pyarrow_to_schema(with_field_ids(wanted, ids)).fields) != set(iceberg.schema().fields)):
         iceberg = _evolve(iceberg, table, wanted)
-    return with_field_ids(schema, {f.name: f.field_id for f in iceberg.schema().fields})
+    return with_field_ids(schema, {f.name: f.field_id for f in iceberg.schema().fields}), iceberg
 
 
 def _evolve(iceberg: Table, table: str, schema: pa.Schema) -> Table:
@@ -185,7 +190,7 @@ def find_run(catalog: Catalog, table: str, run_id: str) -> RunCommit | None:
 
 def commit_version(catalog: Catalog, table: str, tdir: str, files: Sequence[str], *, version: int,
                    run_id: str, position: BinlogPosition, attempt: str,
-                   guard: Callable[[], None] = lambda: None) -> IcebergEntry:
+                   guard: Callable[[], None] = lambda: None, loaded: Table | None = None) -> IcebergEntry:
     """Make ``files`` (relative to ``tdir``) the table's current Iceberg snapshot, atomically:
     the files not in the current snapshot are added, those no longer listed are removed.
     Committing the same run again returns its snapshot.
@@ -193,12 +198,17 @@ def commit_version(catalog: Catalog, table: str, tdir: str, files: Sequence[str]
     ``guard`` (the fence check) runs after the table is loaded and before the commit: a
     takeover before the load fails the guard, one after it fails the commit, whose parent
     snapshot the catalog checks (compare-and-swap). A writer that lost the pipeline lock
-    cannot commit over its successor's versions."""
-    done = find_run(catalog, table, run_id)
-    iceberg = catalog.load_table(table)
-    guard()
-    if done is not None:
-        return done.entry
+    cannot commit over its successor's versions. ``loaded``: the table as `prepare_table`
+    loaded it, by a caller that found no snapshot of this run (`find_run`): neither is done again."""
+    if loaded is None:
+        done = find_run(catalog, table, run_id)
+        iceberg = catalog.load_table(table)
+        guard()
+        if done is not None:
+            return done.entry
+    else:
+        iceberg = loaded
+        guard()
     listed = {f.file_path: f for f in _data_files(iceberg)}
     wanted = [storage.join(table_uri(tdir), f) for f in files]
     properties = {RUN_ID: run_id, VERSION: str(version), ATTEMPT: attempt,
@@ -211,7 +221,6 @@ def commit_version(catalog: Catalog, table: str, tdir: str, files: Sequence[str]
             for path in wanted:
                 if path not in listed:
                     snapshot.append_data_file(parquet_file_to_data_file(iceberg.io, tx.table_metadata, path))
-    iceberg = iceberg.refresh()
     current = iceberg.current_snapshot()
     assert current is not None, "a commit makes a snapshot"
     log.info("table %s: Iceberg snapshot %d for version %d (%d files added, %d removed)", table,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Sequence
 
 from orchestrator.config import PipelineConfig
 from orchestrator.lake import storage
@@ -51,9 +52,9 @@ def _published(config: PipelineConfig, table: str) -> bool:
         return False
 
 
-def to_snapshot_bytes(config: PipelineConfig, source: Source) -> int:
-    """InnoDB data length of the configured tables not published yet."""
-    names = [t.name for t in config.tables if not _published(config, t.name)]
+def to_snapshot_bytes(config: PipelineConfig, source: Source, tables: Sequence[str]) -> int:
+    """InnoDB data length of the pipeline's ``tables`` not published yet."""
+    names = [t for t in tables if not _published(config, t)]
     if not names:
         return 0
     marks = ", ".join(["%s"] * len(names))
@@ -105,11 +106,11 @@ def state_store(config: PipelineConfig) -> Check:
     return Check("state store", True, "opens and is writable")
 
 
-def lake_checks(config: PipelineConfig, source: Source) -> list[Check]:
-    """Every check of where a run writes."""
+def lake_checks(config: PipelineConfig, source: Source, tables: Sequence[str]) -> list[Check]:
+    """Every check of where a run writes (``tables``: the pipeline's, patterns expanded)."""
     checks = [writable("output", "output.path", config.output.path)]
     if config.staging_path != storage.join(config.output.path, "_staging") or not checks[0].ok:
         checks.append(writable("staging", "output.staging", config.staging_path))
-    checks += free_space(config, to_snapshot_bytes(config, source))
+    checks += free_space(config, to_snapshot_bytes(config, source, tables))
     checks.append(state_store(config))
     return checks

@@ -20,40 +20,39 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from chunking import chunk_predicate, encode_key
 from orchestrator.config import PipelineConfig, TableConfig
 from orchestrator.errors import ConfigError, LockLost
 from orchestrator.lake import storage
-from orchestrator.lake.manifest import find_manifest, read_manifest
+from orchestrator.lake.manifest import Manifest, find_manifest
+from orchestrator.pipeline.batches import BatchRef, Draft, assign_batches, pending_batches
 from orchestrator.pipeline.context import open_source, open_store, run_dir, table_dir, take_lock
 from orchestrator.pipeline.failed import fail_table, table_failure
 from orchestrator.pipeline.filtering import compile_table_filter
 from orchestrator.pipeline.segments import void_mark
-from orchestrator.pipeline.table_plan import plan_table
+from orchestrator.pipeline.table_plan import check_escaping, plan_table
 from orchestrator.positions import BinlogPosition, file_index
 from orchestrator.runtime.failures import describe
 from orchestrator.schema.tables import TableInfo, table_info_to_json
 from orchestrator.source.connection import Source
 from orchestrator.source.failover import Follower, moved_run
-from orchestrator.state.store import ChunkRecord, RunRecord, StateStore, TableCheckpoint
+from orchestrator.source.listing import table_set, tables_info
+from orchestrator.state.store import (
+    ChunkRecord,
+    PlannedTable,
+    RunRecord,
+    StateStore,
+    TableCheckpoint,
+)
+from orchestrator.table_patterns import TableSet, dropped, explicit_set, listed
 
 log = logging.getLogger("tidemark.planning")
 
-
-@dataclass(frozen=True, slots=True)
-class BatchRef:
-    """One unit of parallel reading: some chunks of one table, one Spark job."""
-
-    batch: int
-    table: str
-    chunks: int
-    label: str  # e.g. "shop.orders chunks 0-15 [1 .. 400001)": the Airflow map index label
-
-    def __str__(self) -> str:
-        return f"batch {self.batch}: {self.label}"
+#: Tables planned before they are recorded, in one transaction with their chunks.
+FLUSH_TABLES = 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,12 +64,14 @@ class RunHandle:
     tables: list[str]  # every table of the run
     snapshot_tables: list[str]  # those being snapshotted (the rest are incremental)
     batches: list[BatchRef]  # batches with chunks still to read
+    dropped: list[str] = field(default_factory=list)  # published tables a pattern no longer finds
 
     def __str__(self) -> str:
         how = "resumed" if self.resumed else "started"
         incremental = len(self.tables) - len(self.snapshot_tables)
+        dropped = f"; {len(self.dropped)} dropped at the source, kept as published" if self.dropped else ""
         return (f"run {self.run_id} {how}: {len(self.snapshot_tables)} table(s) to snapshot, "
-                f"{incremental} incremental, {len(self.batches)} batch(es) to read")
+                f"{incremental} incremental, {len(self.batches)} batch(es) to read{dropped}")
 
 
 # --------------------------------------------------------------------------- the step
@@ -86,8 +87,9 @@ def plan(config: PipelineConfig, *, tables: list[str] | None = None, snapshot: b
     while the failed run exists; an interrupted run (killed, still ``running``) is
     resumed as always.
 
-    Takes the pipeline lock for ``holder``, records ``P0``, then plans the
-    chunks of every table to snapshot. Tables already published and not asked
+    Takes the pipeline lock for ``holder``, fixes a new run's tables (its patterns expanded
+    over the source's tables, `orchestrator.source.listing.table_set`), records ``P0``, then
+    plans the chunks of every table to snapshot. Tables already published and not asked
     to be re-snapshotted are incremental: their binlog is applied from their
     checkpoint. A rerun of the same run reuses what was planned. ``failing`` (preflight's
     tables that failed a check of their own, with its line) are recorded failed, not planned.
@@ -96,19 +98,18 @@ def plan(config: PipelineConfig, *, tables: list[str] | None = None, snapshot: b
     try:
         take_lock(store, config, holder)
         run = store.unfinished_run(config.pipeline)
-        selected = [t.name for t in config.select_tables(tables)]
+        found: FoundTables | None = None
+        if run is None or fresh:
+            found = find_tables(config, store, tables)
         if run is not None and fresh:
-            run = _take_out(store, run, selected)
+            assert found is not None
+            run = _take_out(store, run, found.selected)
         if run is not None:
             run = _leave_if_moved(config, store, run)
         resumed = run is not None
         if run is None:
-            if chunk_size is not None and chunk_size < 1:
-                raise ConfigError(f"chunk_size must be a positive integer, got {chunk_size}")
-            run = store.create_run(config.pipeline, {"tables": selected, "snapshot": snapshot,
-                                                     "chunk_size": chunk_size})
-            log.info("run %s: new, tables %s%s", run.run_id, ", ".join(selected),
-                     " (re-snapshot)" if snapshot else "")
+            found = found or find_tables(config, store, tables)
+            run = _new_run(config, store, found, snapshot, chunk_size)
         else:
             log.info("run %s: resuming the unfinished run started %s (status %s)",
                      run.run_id, run.created_at.isoformat(timespec="seconds"), run.status)
@@ -129,9 +130,58 @@ def plan(config: PipelineConfig, *, tables: list[str] | None = None, snapshot: b
             tables=[r.table for r in records],
             snapshot_tables=[r.table for r in records if r.mode == "snapshot" and r.status != "failed"],
             batches=pending_batches(store, run.run_id),
+            dropped=found.dropped if found is not None else [],
         )
     finally:
         store.close()
+
+
+@dataclass(frozen=True, slots=True)
+class FoundTables:
+    """The pipeline's tables now, those a request names, and the published ones no pattern finds."""
+
+    tables: TableSet
+    selected: list[str]
+    dropped: list[str]
+
+
+def find_tables(config: PipelineConfig, store: StateStore, names: list[str] | None) -> FoundTables:
+    """The table set (the source is asked only when the config has patterns), the tables of it
+    ``names`` select (all when none), and the published tables a pattern took that are gone."""
+    if not config.has_patterns:
+        found = explicit_set(config.tables)
+        return FoundTables(found, [t.name for t in found.select(names)], [])
+    with open_source(config) as source:
+        found = table_set(config, source)
+    published = {cp.table: cp.version for cp in store.table_checkpoints(config.pipeline)}
+    gone = dropped(config.tables, found, published)
+    for table in gone:
+        log.warning("table %s: a pattern took it, but it is no longer at the source: kept in the lake as "
+                    "published (version %d)", table, published[table])
+    return FoundTables(found, [t.name for t in found.select(names)], gone)
+
+
+def requested_tables(config: PipelineConfig, names: list[str] | None) -> list[str]:
+    """The tables a request names (all when none; a pattern entry: what it matches); the source
+    is asked only when the config has patterns."""
+    if not config.has_patterns:
+        return [t.name for t in config.select_tables(names)]
+    with open_source(config) as source:
+        return [t.name for t in table_set(config, source).select(names)]
+
+
+def _new_run(config: PipelineConfig, store: StateStore, found: FoundTables, snapshot: bool,
+             chunk_size: int | None) -> RunRecord:
+    if chunk_size is not None and chunk_size < 1:
+        raise ConfigError(f"chunk_size must be a positive integer, got {chunk_size}")
+    run = store.create_run(config.pipeline, {"tables": found.selected, "snapshot": snapshot,
+                                             "chunk_size": chunk_size})
+    if config.has_patterns:
+        store.save_table_set(config.pipeline, run.run_id, [m.to_json() for m in found.tables.patterns],
+                             found.dropped)
+    log.info("run %s: new, %d table(s) %s%s", run.run_id, len(found.selected), listed(found.selected),
+             " (re-snapshot)" if snapshot else "")
+    return run
 
 
 def takes_out(run: RunRecord, tables: list[str]) -> bool:
@@ -175,39 +225,9 @@ def _leave_if_moved(config: PipelineConfig, store: StateStore, run: RunRecord) -
     return None
 
 
-def pending_batches(store: StateStore, run_id: str) -> list[BatchRef]:
-    """The run's batches that still have chunks to read, in batch order."""
-    by_batch: dict[int, list[ChunkRecord]] = {}
-    last_index: dict[str, int] = {}
-    failed = {r.table for r in store.run_tables(run_id) if r.status == "failed"}
-    for chunk in store.chunks(run_id):
-        last_index[chunk.table] = max(chunk.index, last_index.get(chunk.table, -1))
-        if chunk.status == "pending" and chunk.table not in failed:
-            by_batch.setdefault(chunk.batch, []).append(chunk)
-    return [BatchRef(batch=b, table=cs[0].table, chunks=len(cs),
-                     label=_batch_label(cs[0].table, cs, ends_table=cs[-1].index == last_index[cs[0].table]))
-            for b, cs in sorted(by_batch.items())]
-
-
-def _batch_label(table: str, chunks: list[ChunkRecord], *, ends_table: bool) -> str:
-    """A batch's key range as ``[start .. end)``; ``]`` when it holds the table's last chunk,
-    which includes its end key (the table's max key).
-
-    >>> from dataclasses import replace
-    >>> c = ChunkRecord("r", "db.t", 0, 0, None, [5], "", "pending", None, None, None, None, None, 0)
-    >>> _batch_label("db.t", [c, replace(c, index=1, start=[5], end=[9])], ends_table=True)
-    'db.t chunks 0-1 [-inf .. [9]]'
-    >>> _batch_label("db.t", [c], ends_table=False)
-    'db.t chunks 0-0 [-inf .. [5])'
-    """
-    first, last = chunks[0], chunks[-1]
-    start = "-inf" if first.start is None else str(first.start)
-    end = "max)" if last.end is None else f"{last.end}{']' if ends_table else ')'}"
-    return f"{table} chunks {first.index}-{last.index} [{start} .. {end}"
-
-
 def _plan_tables(config: PipelineConfig, store: StateStore, run: RunRecord, failing: dict[str, str]) -> None:
-    """Plan every table of the run not planned yet (all of them on a fresh run)."""
+    """Plan every table of the run not planned yet (all of them on a fresh run), recording them
+    `FLUSH_TABLES` at a time, each time in one transaction with their chunks in batches."""
     options = run.options
     effective = config.with_chunk_size(options.get("chunk_size"))
     planned = {r.table for r in store.run_tables(run.run_id)}
@@ -225,50 +245,69 @@ def _plan_tables(config: PipelineConfig, store: StateStore, run: RunRecord, fail
             run = store.get_run(run.run_id)
         time.sleep(config.defaults.read_margin_seconds)  # before any key bound: see the docstring
         oldest = source.oldest_binlog()
+        check_escaping(source.query)
         follower = Follower(config, source)
-        for table in todo:
-            if table.name in failing:
-                fail_table(store, run.run_id, table.name, "plan", failing[table.name])
-                continue
-            try:
-                _plan_one(config, store, run, table, source, oldest, follower, late=late)
-            except Exception as exc:  # one table's trouble is its own (`pipeline.failed`)
-                reason = table_failure(exc)
-                if reason is None:
-                    raise
-                fail_table(store, run.run_id, table.name, "plan", reason)
+        checkpoints = {cp.table: cp for cp in store.table_checkpoints(config.pipeline)}
+        for first in range(0, len(todo), FLUSH_TABLES):
+            part = todo[first:first + FLUSH_TABLES]
+            infos = {} if late else tables_info(source, [t.name for t in part if t.name not in failing])
+            drafts: list[PlannedTable | Draft] = []
+            for table in part:
+                if table.name in failing:
+                    fail_table(store, run.run_id, table.name, "plan", failing[table.name])
+                    continue
+                try:
+                    drafts.append(_plan_one(config, store, run, table, source, oldest, follower,
+                                            infos.get(table.name), checkpoints.get(table.name), late=late))
+                except Exception as exc:  # one table's trouble is its own (`pipeline.failed`)
+                    reason = table_failure(exc)
+                    if reason is None:
+                        raise
+                    fail_table(store, run.run_id, table.name, "plan", reason)
+            _record(config, store, run.run_id, drafts)
+
+
+def _record(config: PipelineConfig, store: StateStore, run_id: str, drafts: list[PlannedTable | Draft]) -> None:
+    """Record planned tables in one transaction, the snapshots' chunks in batches."""
+    snapshots = [d for d in drafts if isinstance(d, Draft)]
+    next_batch = max(store.batches(run_id), default=-1) + 1
+    batched = iter(assign_batches(snapshots, next_batch, config.defaults))
+    plans = [next(batched) if isinstance(d, Draft) else d for d in drafts]
+    store.add_run_tables(run_id, plans)
+    for p in plans:
+        if p.mode == "snapshot":
+            batches = len({c.batch for c in p.chunks})
+            log.info("table %s: snapshot, %d chunks in %d batch(es)", p.table, len(p.chunks), batches)
 
 
 def _plan_one(config: PipelineConfig, store: StateStore, run: RunRecord, table: TableConfig, source: Source,
-              oldest: str | None, follower: Follower, *, late: bool) -> None:
+              oldest: str | None, follower: Follower, info: TableInfo | None,
+              checkpoint: TableCheckpoint | None, *, late: bool) -> PlannedTable | Draft:
     """Plan one table of the run: incremental from its published position, or a snapshot."""
     start = source.current_position().to_json() if late else None  # before the table is looked at
     if late:  # its own P0_T wants the same margin before any key bound is read
         time.sleep(config.defaults.read_margin_seconds)
-    info = source.table_info(table.name)
+    info = info or source.table_info(table.name)  # not found in bulk: it says why
     if table.where:  # the binlog must evaluate it exactly (refused before any read)
         compile_table_filter(table.where, info, None)
-    checkpoint = store.table_checkpoint(config.pipeline, table.name)
-    since = None
-    if checkpoint is not None and not late and not run.options.get("snapshot") and \
-            _not_behind(config, table.name, checkpoint.version):
-        since = _published_start(follower, table.name, checkpoint, oldest)
-    if since is not None and _same_shape(config, table.name, info):
-        _plan_incremental(config, store, run, table, info, since.to_json())
-        return
+    if checkpoint is not None and not late and not run.options.get("snapshot"):
+        manifest = find_manifest(table_dir(config, table.name))
+        since = _published_start(follower, table.name, checkpoint, oldest) \
+            if _not_behind(table.name, manifest, checkpoint.version) else None
+        if since is not None and _same_shape(table.name, manifest, info):
+            assert manifest is not None, "_not_behind: there is one"
+            return _incremental(table, manifest, info, since.to_json())
     # Changes the run captured for it before it was reset would override the new read: they are
     # voided in the same transaction that plans it (`pipeline.segments`).
     void = void_mark(store, run.run_id) if late else 0
-    next_batch = max(store.batches(run.run_id), default=-1) + 1
-    _plan_snapshot(config, store, run, table, info, source, next_batch, start=start, void=void)
+    return _snapshot_draft(config, run, table, info, source, start=start, void=void)
 
 
-def _not_behind(config: PipelineConfig, table: str, version: int) -> bool:
+def _not_behind(table: str, manifest: Manifest | None, version: int) -> bool:
     """Whether ``current.json`` names at least the version the table's checkpoint records. It
     always does, unless a process that lost the pipeline lock replaced it in the instant after
     its last fence check (docs/design.md "One writer"): the changes since the checkpoint's
     position would then be applied to an older version, and only a re-read is exact."""
-    manifest = find_manifest(table_dir(config, table))
     if manifest is not None and manifest["version"] >= version:
         return True
     log.warning("table %s: current.json names version %s, older than version %d the state store "
@@ -293,10 +332,10 @@ def _published_start(follower: Follower, table: str, checkpoint: TableCheckpoint
     return placed.position
 
 
-def _same_shape(config: PipelineConfig, table: str, info: TableInfo) -> bool:
+def _same_shape(table: str, manifest: Manifest | None, info: TableInfo) -> bool:
     """Whether the table has the columns of its published version; if not, it is re-read
     (its changes since then cannot be applied to rows of another shape)."""
-    manifest = read_manifest(table_dir(config, table))
+    assert manifest is not None, "a published table has a manifest"
     published = [(c["name"], c["mysql_type"]) for c in manifest["columns"]]
     current = [(c.name, c.column_type) for c in info.columns]
     if published != current:
@@ -305,15 +344,12 @@ def _same_shape(config: PipelineConfig, table: str, info: TableInfo) -> bool:
     return published == current
 
 
-def _plan_incremental(config: PipelineConfig, store: StateStore, run: RunRecord, table: TableConfig,
-                      info: TableInfo, since: dict[str, Any]) -> None:
-    manifest = read_manifest(table_dir(config, table.name))
-    store.add_run_table(run.run_id, table.name, "incremental", strategy=None,
-                        chunk_key=list(manifest["chunk_key"]),
-                        info={"table_info": table_info_to_json(info), "from_position": since,
-                              "base_version": manifest["version"]})
+def _incremental(table: TableConfig, manifest: Manifest, info: TableInfo, since: dict[str, Any]) -> PlannedTable:
     log.info("table %s: incremental from %s (published version %s)", table.name,
              BinlogPosition.from_json(since), manifest["version"])
+    return PlannedTable(table.name, "incremental", None, list(manifest["chunk_key"]),
+                        {"table_info": table_info_to_json(info), "from_position": since,
+                         "base_version": manifest["version"]}, [])
 
 
 def replan_snapshot(config: PipelineConfig, store: StateStore, run_id: str, table: str, source: Source,
@@ -326,36 +362,33 @@ def replan_snapshot(config: PipelineConfig, store: StateStore, run_id: str, tabl
     run = store.get_run(run_id)
     start = source.current_position()
     time.sleep(config.defaults.read_margin_seconds)  # P0_T's margin, as P0's
-    table_config = config.with_chunk_size(run.options.get("chunk_size")).select_tables([table])[0]
+    table_config = config.with_chunk_size(run.options.get("chunk_size")).table(table)
+    draft = _snapshot_draft(config, run, table_config, source.table_info(table), source,
+                            start=start.to_json(), reread={**reason, "from": start.to_json()},
+                            void=void_mark(store, run_id))
     next_batch = max(store.batches(run_id), default=-1) + 1
-    _plan_snapshot(config, store, run, table_config, source.table_info(table), source, next_batch,
-                   start=start.to_json(), reread={**reason, "from": start.to_json()},
-                   void=void_mark(store, run_id))
+    p = assign_batches([draft], next_batch, config.defaults)[0]
+    store.add_run_table(run_id, p.table, "snapshot", strategy=p.strategy, chunk_key=p.chunk_key,
+                        info=p.info, chunks=p.chunks, replan=True)
     log.info("table %s: re-read from %s", table, start)
 
 
-def _plan_snapshot(config: PipelineConfig, store: StateStore, run: RunRecord, table: TableConfig,
-                   info: TableInfo, source: Source, next_batch: int, *,
-                   start: dict[str, Any] | None = None, reread: dict[str, Any] | None = None,
-                   void: int = 0) -> int:
-    table_plan = plan_table(source.query, table, info, config.defaults)
+def _snapshot_draft(config: PipelineConfig, run: RunRecord, table: TableConfig, info: TableInfo,
+                    source: Source, *, start: dict[str, Any] | None = None,
+                    reread: dict[str, Any] | None = None, void: int = 0) -> Draft:
+    table_plan = plan_table(source.query, table, info, config.defaults, check_mode=False)
     chunks = [
         ChunkRecord(
-            run_id=run.run_id, table=table.name, index=chunk.index,
-            batch=next_batch + i // table.batch_chunks,
+            run_id=run.run_id, table=table.name, index=chunk.index, batch=-1,
             start=encode_key(chunk.range.start), end=encode_key(chunk.range.end),
             where=chunk_predicate(table_plan.chunk_key, chunk.range, info.columns, table.where),
             status="pending", low=None, high=None, rows=None, bytes=None, path=None, attempts=0,
         )
-        for i, chunk in enumerate(table_plan.chunks)
+        for chunk in table_plan.chunks
     ]
-    store.add_run_table(run.run_id, table.name, "snapshot", strategy=table_plan.strategy,
-                        chunk_key=list(table_plan.chunk_key),
-                        info={"table_info": table_info_to_json(info),
-                              "from_position": start or run.start_position, "stats": table_plan.stats,
-                              **({"reread": reread} if reread else {}),
-                              **({"segments_after": void} if void else {})},
-                        chunks=chunks, replan=reread is not None)
-    batches = (len(chunks) + table.batch_chunks - 1) // table.batch_chunks
-    log.info("table %s: snapshot, %d chunks in %d batches", table.name, len(chunks), batches)
-    return next_batch + batches
+    plan = PlannedTable(table.name, "snapshot", table_plan.strategy, list(table_plan.chunk_key),
+                        {"table_info": table_info_to_json(info),
+                         "from_position": start or run.start_position, "stats": table_plan.stats,
+                         **({"reread": reread} if reread else {}),
+                         **({"segments_after": void} if void else {})}, chunks)
+    return Draft(plan, int(table_plan.stats.get("rows") or 0), table.batch_chunks)

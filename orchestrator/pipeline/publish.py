@@ -47,7 +47,7 @@ from typing import Any
 from pyiceberg.catalog import Catalog
 
 from orchestrator.config import PipelineConfig
-from orchestrator.errors import RunFailed, resnapshot_hint
+from orchestrator.errors import RunFailed, StateError, resnapshot_hint
 from orchestrator.lake import iceberg, layout, storage
 from orchestrator.lake.manifest import (
     IcebergEntry,
@@ -80,12 +80,15 @@ from orchestrator.state.store import RunTableRecord, StateStore, TableCheckpoint
 
 log = logging.getLogger(__name__)
 
+#: Published tables recorded in the state store per transaction.
+RECORD_TABLES = 200
+
 # --------------------------------------------------------------------------- publish
 
 
 def publish_table(config: PipelineConfig, table_info: TableInfo, key: Sequence[str],
                   reconciled_dir: str, position: BinlogPosition, run_id: str,
-                  guard: Callable[[], None] = lambda: None) -> Manifest:
+                  guard: Callable[[], None] = lambda: None, catalog: Catalog | None = None) -> Manifest:
     """Publish a reconciled table as the next version and switch its manifest to it.
 
     Args:
@@ -98,13 +101,22 @@ def publish_table(config: PipelineConfig, table_info: TableInfo, key: Sequence[s
         run_id: the run publishing; publishing the same run again returns its manifest.
         guard: the fence check (`StateStore.check_fence`), run before every write and
             delete in the lake: a process that lost the pipeline lock stops there.
+        catalog: the Iceberg catalog, opened once for many tables (default: opened here).
 
     Returns:
         The manifest now in ``current.json``.
     """
     tdir = table_dir(config, table_info.name)
-    catalog = iceberg.open_catalog(config)
     current = find_manifest(tdir)
+    plan = layout.read_plan(reconciled_dir)
+    if plan is not None and not plan.slots and current is not None and current["run_id"] != run_id:
+        # No slot rewritten: nothing of this run was committed, and the catalog need not be opened.
+        current = _check_base(table_info.name, current, plan)
+        if _unchanged(current, plan, table_info, key):
+            log.info("table %s: no change since version %d; no new version, no Iceberg snapshot "
+                     "(the state store records %s as checked)", table_info.name, current["version"], position)
+            return current
+    catalog = catalog or iceberg.open_catalog(config)
     if current is not None and current["run_id"] == run_id:
         log.info("table %s: version %d of run %s is already published", table_info.name,
                  current["version"], run_id)
@@ -117,16 +129,11 @@ def publish_table(config: PipelineConfig, table_info: TableInfo, key: Sequence[s
                  table_info.name, committed, run_id)
         return _switch(config, catalog, tdir, recovered, committed.entry, guard)
     version = current["version"] + 1 if current is not None else 1
-    plan = layout.read_plan(reconciled_dir)
     if plan is not None:
         current = _check_base(table_info.name, current, plan)
-        if _unchanged(current, plan, table_info, key):
-            log.info("table %s: no change since version %d; no new version, no Iceberg snapshot "
-                     "(the state store records %s as checked)", table_info.name, current["version"], position)
-            return current
     attempt = storage.attempt_tag()  # names every file this attempt writes: no other process writes them
     guard()
-    schema = iceberg.prepare(catalog, table_info.name, tdir, published_schema(table_info.columns))
+    schema, loaded = iceberg.prepare_table(catalog, table_info.name, tdir, published_schema(table_info.columns))
     writer = VersionWriter(tdir, version, schema, [table_info.column(k).name for k in key], attempt)
     if plan is None:
         ranges = writer.write_all(reconciled_dir)
@@ -150,7 +157,8 @@ def publish_table(config: PipelineConfig, table_info: TableInfo, key: Sequence[s
     )
     storage.write_atomic(pending_uri(tdir, version, attempt), manifest_json(manifest))
     snapshot = iceberg.commit_version(catalog, table_info.name, tdir, manifest["files"], version=version,
-                                      run_id=run_id, position=position, attempt=attempt, guard=guard)
+                                      run_id=run_id, position=position, attempt=attempt, guard=guard,
+                                      loaded=loaded if committed is None else None)
     faults.point("publish.iceberg_committed")
     log.info("table %s: publishing version %d (%d rows, %d files: %d new holding %d rows, %d shared) at %s",
              table_info.name, version, rows, len(ranges), writer.files_written, writer.rows_written,
@@ -268,6 +276,10 @@ class Published:
 def publish(config: PipelineConfig, run_id: str, *, holder: str) -> list[Published]:
     """Write versions, switch manifests, checkpoint tables, finish the run, release the lock.
 
+    The Iceberg catalog is opened once; the tables' checkpoints are recorded `RECORD_TABLES` at a
+    time in one transaction (a table switched but not recorded yet is found published by the
+    rerun, which records it).
+
     Raises:
         TablesFailed: some tables failed on their own (`orchestrator.pipeline.failed`); the
             others are published and the run is finished ``partial``.
@@ -275,23 +287,27 @@ def publish(config: PipelineConfig, run_id: str, *, holder: str) -> list[Publish
     store = open_store(config)
     try:
         run = store.get_run(run_id)
-        published: list[Published] = []
-        for record in store.run_tables(run_id):
-            if record.status == "failed":
-                continue
-            if record.status == "reconciled":
-                try:
-                    _publish_one(config, store, run_id, record, position(record.info.get("captured_to")
-                                                                         or run.high_position))
-                except Exception as exc:  # one table's own trouble fails that table alone
-                    if (reason := table_failure(exc)) is None:
-                        raise
-                    fail_table(store, run_id, record.table, "publish", reason)
-                    continue
-            elif record.status != "published":
-                raise RunFailed(f"table {record.table} is {record.status}, not reconciled; "
-                                "rerun to resume")
-            published.append(_published(config, store, record.table, run_id))
+        records = store.run_tables(run_id)
+        for record in records:
+            if record.status not in ("failed", "reconciled", "published"):
+                raise RunFailed(f"table {record.table} is {record.status}, not reconciled; rerun to resume")
+        todo = [r for r in records if r.status == "reconciled"]
+        catalog = iceberg.open_catalog(config) if todo else None
+        done: list[tuple[TableCheckpoint, bool]] = []
+        for record in todo:
+            try:
+                done.append(_publish_one(config, store, run_id, record,
+                                         position(record.info.get("captured_to") or run.high_position), catalog))
+            except Exception as exc:  # one table's own trouble fails that table alone
+                if (reason := table_failure(exc)) is None:
+                    if not isinstance(exc, StateError):  # the tables switched so far are recorded
+                        _record(store, run_id, done)
+                    raise
+                fail_table(store, run_id, record.table, "publish", reason)
+            if len(done) >= RECORD_TABLES:
+                done = _record(store, run_id, done)
+        _record(store, run_id, done)
+        published = _all_published(config, store, run_id)
         failed = failures(store, run_id)
         if failed:
             error = TablesFailed(run_id, failed, config.path, published)
@@ -308,35 +324,55 @@ def publish(config: PipelineConfig, run_id: str, *, holder: str) -> list[Publish
 
 
 def _publish_one(config: PipelineConfig, store: StateStore, run_id: str, record: RunTableRecord,
-                 high: BinlogPosition) -> None:
-    """Publish one reconciled table at ``high`` and record its checkpoint.
+                 high: BinlogPosition, catalog: Catalog | None) -> tuple[TableCheckpoint, bool]:
+    """Publish one reconciled table at ``high``; returns its checkpoint (recorded by the caller)
+    and whether this run published a new version.
 
     A table without changes keeps its version (and the run and time that published it); its
     checkpoint moves on all the same: lag and the next run start from ``high``."""
     manifest = publish_table(config, table_info(record), tuple(record.chunk_key),
-                             reconciled_dir(config, record), high, run_id, guard=store.check_fence)
+                             reconciled_dir(config, record), high, run_id, guard=store.check_fence, catalog=catalog)
     faults.point("publish.files_written")
     changed = manifest["run_id"] == run_id
-    store.save_table_checkpoint(TableCheckpoint(
+    checkpoint = TableCheckpoint(
         pipeline=config.pipeline, table=record.table, version=manifest["version"],
         position=record.info.get("next_from") or high.to_json(),  # held for XA: pipeline.xa
         rows=manifest["rows"], manifest=current_uri(table_dir(config, record.table)),
         run_id=manifest["run_id"],
-        published_at=dt.datetime.now(dt.UTC) if changed else _published_at(manifest)))
-    store.set_table_status(run_id, record.table, "published", rows=manifest["rows"],
-                           version=manifest["version"])
-    faults.point("publish.table_done")
+        published_at=dt.datetime.now(dt.UTC) if changed else _published_at(manifest))
     log.info("table %s: %s version %d, %d rows at %s", record.table,
              "published" if changed else "no change: kept", manifest["version"], manifest["rows"], high)
+    return checkpoint, changed
 
 
-def _published(config: PipelineConfig, store: StateStore, table: str, run_id: str) -> Published:
-    """What ``table``'s checkpoint says was published (``changed``: by this run)."""
-    checkpoint = store.table_checkpoint(config.pipeline, table)
-    if checkpoint is None:
-        raise RunFailed(f"internal: table {table} is published but has no checkpoint; rerun to resume")
-    tdir = table_dir(config, table)
+def _record(store: StateStore, run_id: str, done: list[tuple[TableCheckpoint, bool]]
+            ) -> list[tuple[TableCheckpoint, bool]]:
+    """Record published tables' checkpoints and status in one transaction; returns an empty list."""
+    store.publish_tables(run_id, [c for c, _ in done])
+    for _ in done:
+        faults.point("publish.table_done")
+    return []
+
+
+def _all_published(config: PipelineConfig, store: StateStore, run_id: str) -> list[Published]:
+    """What each published table of the run's checkpoint says (``changed``: by this run)."""
+    checkpoints = {cp.table: cp for cp in store.table_checkpoints(config.pipeline)}
+    out = []
+    for record in store.run_tables(run_id):
+        if record.status != "published":
+            continue
+        checkpoint = checkpoints.get(record.table)
+        if checkpoint is None:
+            raise RunFailed(f"internal: table {record.table} is published but has no checkpoint; "
+                            "rerun to resume")
+        out.append(_published(config, checkpoint, run_id))
+    return out
+
+
+def _published(config: PipelineConfig, checkpoint: TableCheckpoint, run_id: str) -> Published:
+    """What ``checkpoint`` says was published (``changed``: by this run)."""
+    tdir = table_dir(config, checkpoint.table)
     found = find_manifest(tdir)
-    return Published(table=table, uri=tdir, version=checkpoint.version, rows=checkpoint.rows,
+    return Published(table=checkpoint.table, uri=tdir, version=checkpoint.version, rows=checkpoint.rows,
                      position=checkpoint.position, iceberg=found.get("iceberg") if found else None,
                      changed=found is not None and found["run_id"] == run_id)

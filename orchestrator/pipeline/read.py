@@ -1,20 +1,29 @@
 """The read step: one batch of chunks between its low and high binlog position.
 
 ``L`` is recorded before the reads start and the read margin waited out; the
-Spark JDBC job (`orchestrator.pipeline.jdbc`) reads the batch's chunks; ``Hb`` is
-recorded after it. A batch whose connection was lost is read again with a fresh ``L``.
+Spark JDBC jobs (`orchestrator.pipeline.jdbc`) read the batch's chunks; ``Hb`` is
+recorded after every one of them ended. A batch holds chunks of one table, or many
+small tables packed together by the plan (`orchestrator.pipeline.batches`): each
+table's chunks are one job, and the jobs of a batch run `TABLE_JOBS` at a time from
+the driver, so a small table's fixed costs (a job's scheduling, its JDBC connection,
+its files' commit) overlap instead of adding up. The batch's chunks are recorded in one
+transaction. A batch whose connection was lost is read again whole, with a fresh ``L``;
+a table whose read fails on its own (`orchestrator.pipeline.failed`) fails alone.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
 
 from orchestrator.config import PipelineConfig
 from orchestrator.lake import storage
+from orchestrator.pipeline.batches import TABLE_JOBS
 from orchestrator.pipeline.context import (
     open_source,
     open_store,
@@ -29,28 +38,29 @@ from orchestrator.positions import BinlogPosition
 from orchestrator.runtime import faults
 from orchestrator.schema.tables import TableInfo
 from orchestrator.source.retry import read_retry
-from orchestrator.state.store import ChunkRecord, StateStore
+from orchestrator.state.store import ChunkRead, ChunkRecord, StateStore
 
 log = logging.getLogger(__name__)
-
 
 @dataclass(frozen=True, slots=True)
 class ReadResult:
     """What one read batch did."""
 
     batch: int
-    table: str
+    table: str  # the batch's table, or "N tables" for a batch of small tables
     chunks: int  # chunks read by this call (0 when the batch was already done)
     rows: int
     bytes: int
     low: BinlogPosition | None = None  # L
     high: BinlogPosition | None = None  # Hb
+    failed: int = 0  # tables of the batch that failed on their own
 
     def __str__(self) -> str:
-        if not self.chunks:
+        if not self.chunks and not self.failed:
             return f"batch {self.batch}: already read"
+        failed = f", {self.failed} table(s) failed" if self.failed else ""
         return (f"batch {self.batch} ({self.table}, {self.chunks} chunks): {self.rows} rows, "
-                f"{self.bytes} bytes, L={self.low} Hb={self.high}")
+                f"{self.bytes} bytes, L={self.low} Hb={self.high}{failed}")
 
 
 def read_batch(config: PipelineConfig, run_id: str, batch: int, *, spark: SparkSession | None = None,
@@ -59,7 +69,7 @@ def read_batch(config: PipelineConfig, run_id: str, batch: int, *, spark: SparkS
 
     Records ``L`` before the reads start and waits ``read_margin_seconds`` (a
     transaction can reach the binlog a moment before its rows are visible),
-    then runs one Spark job for the batch's chunks and records ``Hb`` after it.
+    then runs one Spark job per table of the batch and records ``Hb`` after all.
     A read that lost its connection is tried again, with a fresh ``L``.
     """
     store = open_store(config)
@@ -67,51 +77,91 @@ def read_batch(config: PipelineConfig, run_id: str, batch: int, *, spark: SparkS
         pending = store.chunks(run_id, batch=batch, status="pending")
         if not pending:
             return ReadResult(batch, "", 0, 0, 0)
-        table = pending[0].table
-        record = next(r for r in store.run_tables(run_id) if r.table == table)
-        if record.status == "failed":  # an earlier batch of it failed: the others go on
-            return ReadResult(batch, table, 0, 0, 0)
-        try:
-            return _read_pending(config, store, run_id, batch, pending, table_info(record), spark, holder)
-        except Exception as exc:
-            reason = table_failure(exc)
-            if reason is None:  # a lost source, a full disk...: the run fails, a rerun resumes
-                raise
-            fail_table(store, run_id, table, "read", reason)
-            return ReadResult(batch, table, 0, 0, 0)
+        tables = {c.table for c in pending}
+        records = {r.table: r for r in store.run_tables(run_id) if r.table in tables}
+        by_table: dict[str, list[ChunkRecord]] = {}
+        for chunk in pending:  # an earlier batch of a failed table failed it: the others go on
+            if records[chunk.table].status != "failed":
+                by_table.setdefault(chunk.table, []).append(chunk)
+        if not by_table:
+            return ReadResult(batch, pending[0].table, 0, 0, 0)
+        infos = {t: table_info(records[t]) for t in by_table}
+        return _read_pending(config, store, run_id, batch, by_table, infos, spark, holder)
     finally:
         store.close()
 
 
 def _read_pending(config: PipelineConfig, store: StateStore, run_id: str, batch: int,
-                  pending: list[ChunkRecord], info: TableInfo, spark: SparkSession | None,
-                  holder: str | None) -> ReadResult:
-    """`read_batch` of the batch's pending chunks, all of one table."""
-    table = pending[0].table
+                  by_table: Mapping[str, list[ChunkRecord]], infos: Mapping[str, TableInfo],
+                  spark: SparkSession | None, holder: str | None) -> ReadResult:
+    """`read_batch` of the batch's pending chunks, grouped by table."""
+    what = next(iter(by_table)) if len(by_table) == 1 else f"{len(by_table)} tables"
     session = spark or spark_session(config)
     with open_source(config) as source:
-        for attempt in read_retry(config.defaults.read_attempts, f"batch {batch} ({table})"):
+        for attempt in read_retry(config.defaults.read_attempts, f"batch {batch} ({what})"):
             with attempt:
-                # Chunk dirs unique to this attempt: one the state names is never replaced by
-                # another attempt's read (a retry here, or a process that lost the lock).
-                tag = storage.attempt_tag()
-                paths = {c.index: run_dir(config, run_id, "snapshot", table, f"chunk-{c.index:06d}-{tag}")
-                         for c in pending}
                 # A retried batch records a fresh L: its reads start again after it.
                 low = source.current_position()
                 store.mark_batch_started(run_id, batch, low.to_json())
                 time.sleep(config.defaults.read_margin_seconds)
-                results = read_chunks(session, config, info, [(c.index, c.where) for c in pending],
-                                      paths.__getitem__, guard=store.check_fence)
+                # Chunk dirs unique to this attempt: one the state names is never replaced by
+                # another attempt's read (a retry here, or a process that lost the lock).
+                reads, failed = _read_tables(session, config, run_id, by_table, infos, storage.attempt_tag(),
+                                             store.check_fence)
         high = source.current_position()
-    for chunk in pending:
-        rows, nbytes = results[chunk.index]
-        store.mark_chunk_done(run_id, table, chunk.index, high=high.to_json(), rows=rows, bytes=nbytes,
-                              path=paths[chunk.index])
+    for table, reason in sorted(failed.items()):
+        fail_table(store, run_id, table, "read", reason)
+    store.mark_chunks_done(run_id, reads, high=high.to_json())
     faults.point("read.batch_done")
     if holder:
         take_lock(store, config, holder)
-    result = ReadResult(batch, table, len(pending), sum(n for n, _ in results.values()),
-                        sum(b for _, b in results.values()), low, high)
+    result = ReadResult(batch, what, len(reads), sum(r.rows for r in reads), sum(r.bytes for r in reads),
+                        low, high, failed=len(failed))
     log.info("%s", result)
     return result
+
+
+def _read_tables(spark: SparkSession, config: PipelineConfig, run_id: str,
+                 by_table: Mapping[str, Sequence[ChunkRecord]], infos: Mapping[str, TableInfo], tag: str,
+                 guard: Callable[[], None]) -> tuple[list[ChunkRead], dict[str, str]]:
+    """Each table's chunks in a job of its own, `TABLE_JOBS` at a time, into chunk dirs named with
+    the attempt's ``tag``; ``guard`` is the fence check before files are written. Returns the
+    chunks read and the tables that failed on their own (with the reason). Any other error is
+    raised once every job started has ended (a lost connection: the caller reads the batch again)."""
+    def one(table: str) -> list[ChunkRead]:
+        chunks = by_table[table]
+        paths = {c.index: run_dir(config, run_id, "snapshot", table, f"chunk-{c.index:06d}-{tag}") for c in chunks}
+        done = read_chunks(spark, config, infos[table], [(c.index, c.where) for c in chunks], paths.__getitem__,
+                           guard=guard)
+        return [ChunkRead(table, i, rows, nbytes, paths[i]) for i, (rows, nbytes) in sorted(done.items())]
+
+    reads: list[ChunkRead] = []
+    failed: dict[str, str] = {}
+    errors: list[Exception] = []
+    if len(by_table) == 1:
+        outcomes = {table: _outcome(one, table) for table in by_table}
+    else:
+        with ThreadPoolExecutor(min(TABLE_JOBS, len(by_table)), thread_name_prefix="tidemark-table") as pool:
+            futures = {table: pool.submit(_outcome, one, table) for table in by_table}
+        outcomes = {table: future.result() for table, future in futures.items()}
+    for table, outcome in outcomes.items():
+        if isinstance(outcome, Exception):
+            reason = table_failure(outcome)
+            if reason is None:
+                errors.append(outcome)
+            else:
+                failed[table] = reason
+        else:
+            reads.extend(outcome)
+    if errors:  # a lost source, a full disk...: the batch (or the run) fails, a rerun resumes
+        raise errors[0]
+    return reads, failed
+
+
+def _outcome(read: Callable[[str], list[ChunkRead]], table: str) -> list[ChunkRead] | Exception:
+    """``read(table)``, or the exception it raised (so every job of the batch ends before the
+    batch decides what a failure means)."""
+    try:
+        return read(table)
+    except Exception as exc:
+        return exc

@@ -83,7 +83,7 @@ def _durable(fs: pafs.FileSystem, directory: str, segments: int, owners: Sequenc
 
 def voided(store: StateStore, run_id: str) -> dict[str, int]:
     """Per table of the run, the segment number up to which its segments are void (re-read)."""
-    return {r.table: int(r.info.get("segments_after", 0)) for r in store.run_tables(run_id)}
+    return store.segment_marks(run_id)  # tables without a mark: 0
 
 
 def void_mark(store: StateStore, run_id: str) -> int:

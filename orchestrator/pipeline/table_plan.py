@@ -21,6 +21,7 @@ from orchestrator.errors import ConfigError, SourceNotReady, TidemarkError
 from orchestrator.schema.keys import choose_chunk_key
 from orchestrator.schema.tables import ColumnInfo, TableInfo
 from orchestrator.source.connection import Source
+from orchestrator.source.listing import table_set, tables_info
 
 log = logging.getLogger("tidemark.planning")
 
@@ -38,7 +39,8 @@ def _key_columns(info: TableInfo, key: Sequence[str]) -> list[ColumnInfo]:
     return [info.column(name) for name in key]
 
 
-def plan_table(query: Query, table_config: TableConfig, table_info: TableInfo, defaults: Defaults) -> TablePlan:
+def plan_table(query: Query, table_config: TableConfig, table_info: TableInfo, defaults: Defaults, *,
+               check_mode: bool = True) -> TablePlan:
     """Plan one table's chunks and log the decision with its numbers.
 
     Args:
@@ -46,12 +48,15 @@ def plan_table(query: Query, table_config: TableConfig, table_info: TableInfo, d
         table_config: the table's config (chunk size, chunk key).
         table_info: the table's schema and row estimate.
         defaults: the pipeline defaults (the even strategy's distribution factor bounds).
+        check_mode: check the source's ``sql_mode`` (`check_escaping`) first; off when the
+            caller checked it once for many tables.
 
     Raises:
         ConfigError, SourceNotReady: see `choose_chunk_key` and `check_escaping`.
     """
     key = choose_chunk_key(table_config, table_info)
-    check_escaping(query)
+    if check_mode:
+        check_escaping(query)
     try:
         plan = plan_key_space(query, table_info.name, key, _key_columns(table_info, key),
                               table_config.chunk_size, row_estimate=table_info.row_estimate,
@@ -128,26 +133,47 @@ def render_plans(plans: Sequence[TablePlan]) -> str:
 
 
 def plan_command(config: PipelineConfig, tables: list[str], as_json: bool) -> int:
-    """``tidemark plan``: plan the chosen tables (all when none named) and print the plans.
+    """``tidemark plan``: plan the chosen tables (all when none named; a pattern entry names all it
+    matches) and print the plans, with what each pattern matched.
 
-    Every table's key problems are reported together before any planning query runs.
+    The key problems of explicitly configured tables are reported together before any planning
+    query runs. A table a pattern matched that cannot be planned (no usable key, a type that
+    cannot be chunked) fails alone: the others are planned and printed, it is listed with its
+    reason, and the exit code is 3.
     """
-    selected = config.select_tables(tables)
     with Source.from_pipeline(config) as source:
-        infos = [source.table_info(t.name) for t in selected]
-        _check_keys(selected, infos)
-        items = [(t, info, plan_table(source.query, t, info, config.defaults))
-                 for t, info in zip(selected, infos, strict=True)]
+        found = table_set(config, source)
+        selected = found.select(tables)
+        shapes = tables_info(source, [t.name for t in selected])
+        infos = [shapes.get(t.name) or source.table_info(t.name) for t in selected]
+        from_pattern = {t.name for t in selected if config.tables[found.entry_index(t.name)].pattern}
+        _check_keys([(t, i) for t, i in zip(selected, infos, strict=True) if t.name not in from_pattern])
+        check_escaping(source.query)
+        items, failed = [], {}
+        for t, info in zip(selected, infos, strict=True):
+            try:
+                items.append((t, info, plan_table(source.query, t, info, config.defaults, check_mode=False)))
+            except (ConfigError, SourceNotReady) as exc:
+                if t.name not in from_pattern:
+                    raise
+                failed[t.name] = str(exc)
     if as_json:
-        print(json.dumps(plan_document(items), indent=2))
+        document = plan_document(items)
+        document["patterns"] = [m.to_json() for m in found.patterns]
+        document["failed"] = [{"table": name, "reason": why} for name, why in failed.items()]
+        print(json.dumps(document, indent=2))
     else:
+        for match in found.patterns:
+            print(f"pattern {match}")
         print(render_plans([plan for _, _, plan in items]))
-    return 0
+        for name, why in failed.items():
+            print(f"not planned: {name}: {why}")
+    return SourceNotReady.exit_code if failed else 0
 
 
-def _check_keys(selected: Sequence[TableConfig], infos: Sequence[TableInfo]) -> None:
+def _check_keys(tables: Sequence[tuple[TableConfig, TableInfo]]) -> None:
     problems: list[TidemarkError] = []
-    for table_config, info in zip(selected, infos, strict=True):
+    for table_config, info in tables:
         try:
             choose_chunk_key(table_config, info)
         except (ConfigError, SourceNotReady) as exc:

@@ -20,6 +20,7 @@ from typing import Any
 from airflow.sdk import (
     DAG,
     Asset,
+    AssetAlias,
     Context,
     ExceptionRetryPolicy,
     Metadata,
@@ -91,13 +92,16 @@ def _mask_password(config: PipelineConfig) -> None:
 
 def build_dag(config: PipelineConfig) -> DAG:
     """The DAG ``tidemark_<pipeline>`` of one pipeline config (not auto-registered)."""
-    assets = {t.name: Asset(support.asset_uri(config, t.name)) for t in config.tables}
+    # A table of an explicit entry is an Asset; a pattern entry's tables are known only when a run
+    # is planned, so the pattern is an AssetAlias its published tables' Assets are added to.
+    assets = {t.name: Asset(support.asset_uri(config, t.name)) for t in config.tables if not t.pattern}
+    aliases = {t.name: AssetAlias(support.alias_name(config, t.name)) for t in config.tables if t.pattern}
     pool = support.pool_name(config)
     # Airflow fails (and retries) a task running longer than this; the run resumes.
     limit = support.execution_timeouts(config)
     with DAG(
         dag_id=support.dag_id(config),
-        description=f"Tidemark snapshots of {len(config.tables)} table(s) from {config.path}",
+        description=f"Tidemark snapshots of {len(config.tables)} table entr(ies) from {config.path}",
         doc_md=support.doc_md(config),
         schedule=config.schedule,
         start_date=START_DATE,
@@ -146,12 +150,16 @@ def build_dag(config: PipelineConfig) -> DAG:
             with hold_lock(config, _holder()):
                 log.info("%s", steps.reconcile(config, run))
 
-        @task(outlets=list(assets.values()), execution_timeout=limit["publish"])
+        @task(outlets=[*assets.values(), *aliases.values()], execution_timeout=limit["publish"])
         def publish(run: str) -> Iterator[Metadata]:
             with hold_lock(config, _holder()):
                 published = {p.table: p for p in steps.publish(config, run, holder=_holder())}
             for p in published.values():
                 log.info("published %s", p)
+                pattern = support.pattern_of(config, p.table)
+                if p.table not in assets and pattern is not None:  # its Asset joins the pattern's alias
+                    yield Metadata(Asset(support.asset_uri(config, p.table)), support.asset_extra(p, run),
+                                   alias=aliases[pattern])
             for table, asset in assets.items():
                 if table in published:
                     yield Metadata(asset, support.asset_extra(published[table], run))

@@ -30,9 +30,11 @@ from typing import Any
 from orchestrator.config import OutputConfig, PipelineConfig, StateConfig, load_config
 from orchestrator.errors import ConfigError, RunFailed
 from orchestrator.lake import storage
+from orchestrator.pipeline.batches import PACK_TABLES, TABLE_JOBS, BatchRef
 from orchestrator.pipeline.context import table_dir
-from orchestrator.pipeline.plan import BatchRef
 from orchestrator.pipeline.publish import Published
+from orchestrator.state.many import peek_table_set
+from orchestrator.table_patterns import takes
 
 #: Env var naming the folder of pipeline YAML files the DAGs are built from.
 CONFIG_DIR_ENV = "TIDEMARK_CONFIG_DIR"
@@ -172,15 +174,34 @@ def relative_path_problems(path: str, output: OutputConfig | None,
 # ------------------------------------------------------------------ params
 
 
-def params_schema(config: PipelineConfig) -> dict[str, dict[str, Any]]:
+def table_choices(config: PipelineConfig, known: list[str] | None = None) -> list[str]:
+    """What the trigger form's ``tables`` offers: every entry of ``tables`` (a pattern entry means
+    all it matches), then the tables the patterns matched when a run was last planned (``known``;
+    default: read from the state store without writing, `peek_table_set`).
+
+    >>> from orchestrator.config import parse_config
+    >>> c = parse_config({"pipeline": "p", "source": {"host": "h", "user": "u", "server_id": 1},
+    ...     "output": {"path": "/l"}, "state": {"url": "sqlite://"},
+    ...     "tables": [{"name": "crm.*"}, {"name": "shop.orders"}]})
+    >>> table_choices(c, ["crm.b", "crm.a"])
+    ['crm.*', 'shop.orders', 'crm.a', 'crm.b']
+    """
+    entries = [t.name for t in config.tables]
+    if known is None:
+        found = peek_table_set(config.state.url, config.pipeline) if config.has_patterns else None
+        known = [name for m in (found.patterns if found else []) for name in m.get("tables", [])]
+    return entries + sorted(set(known) - set(entries))
+
+
+def params_schema(config: PipelineConfig, choices: list[str] | None = None) -> dict[str, dict[str, Any]]:
     """The trigger params as ``{name: {"default": ..., **json_schema}}`` (keyword args of ``Param``).
 
-    ``tables`` also lists the table names as ``examples``: that is what turns an
+    ``tables`` also lists the choices (`table_choices`) as ``examples``: that is what turns an
     array param into a multi-select in the Airflow 3 trigger form, while
     ``items.enum`` makes Airflow refuse any other name. It accepts ``null`` because
     the form sends ``null`` when a selection is cleared.
     """
-    names = [t.name for t in config.tables]
+    names = table_choices(config) if choices is None else choices
     return {
         "tables": {
             "default": [],
@@ -189,8 +210,8 @@ def params_schema(config: PipelineConfig) -> dict[str, dict[str, Any]]:
             "uniqueItems": True,
             "examples": names,
             "title": "Tables",
-            "description": ("Tables for this run (empty: all). Published tables get a binlog "
-                            "catch-up unless Re-snapshot is on"),
+            "description": ("Tables for this run (empty: all; a pattern: all it matches). Published "
+                            "tables get a binlog catch-up unless Re-snapshot is on"),
         },
         "snapshot": {
             "default": False,
@@ -232,15 +253,19 @@ def run_request(config: PipelineConfig, params: Mapping[str, Any],
         ConfigError: an unknown conf key, or a value the schema should have refused,
             naming the param.
     """
-    unknown = sorted(set(conf or {}) - set(params_schema(config)))
+    valid = ("tables", "snapshot", "chunk_size")  # params_schema's keys
+    unknown = sorted(set(conf or {}) - set(valid))
     if unknown:
         raise ConfigError(f"run conf: unknown key{'s' if len(unknown) > 1 else ''} "
-                          f"{', '.join(map(repr, unknown))}; valid keys: {', '.join(params_schema(config))}")
+                          f"{', '.join(map(repr, unknown))}; valid keys: {', '.join(valid)}")
     tables = params.get("tables") or None
     if tables is not None:
         if not isinstance(tables, list) or not all(isinstance(t, str) for t in tables):
             raise ConfigError(f"param tables: expected a list of table names, found {tables!r}")
-        config.select_tables(tables)
+        patterns = {t.name for t in config.tables if t.pattern}  # a pattern entry: all it matches
+        concrete = [t for t in tables if t not in patterns]
+        if concrete:
+            config.select_tables(concrete)
     snapshot = params.get("snapshot")
     snapshot = False if snapshot is None else snapshot
     if not isinstance(snapshot, bool):
@@ -267,19 +292,21 @@ def execution_timeouts(config: PipelineConfig) -> dict[str, timedelta]:
     """Each task's ``execution_timeout``, derived from ``source.read_timeout``.
 
     A read task runs one batch: each chunk's statement is bounded by read_timeout (JDBC
-    ``queryTimeout``), so even one chunk at a time, ``batch_chunks`` of them, in
-    ``read_attempts`` tries, it ends within ``(batch_chunks * read_attempts + 1) * read_timeout``.
+    ``queryTimeout``), so even one chunk at a time, ``batch_chunks`` of them (or a batch of
+    `PACK_TABLES` small tables read `TABLE_JOBS` at a time: as many rounds), in ``read_attempts``
+    tries, it ends within ``(rounds * read_attempts + 1) * read_timeout``.
 
     >>> from orchestrator.config import parse_config
     >>> cfg = parse_config({"pipeline": "p", "source": {"host": "h", "user": "u", "server_id": 1,
     ...     "password": "x", "read_timeout": 60}, "output": {"path": "/tmp/l"},
     ...     "state": {"url": "sqlite:///:memory:"}, "tables": [{"name": "d.t"}]})
     >>> {k: int(v.total_seconds()) for k, v in execution_timeouts(cfg).items()}
-    {'preflight': 360, 'plan': 360, 'read': 2940, 'capture': 2880, 'reconcile': 2880, 'publish': 2880}
+    {'preflight': 360, 'plan': 360, 'read': 5820, 'capture': 2880, 'reconcile': 2880, 'publish': 2880}
     """
     seconds = config.source.read_timeout
-    batch_chunks = max([config.defaults.batch_chunks, *(t.batch_chunks for t in config.tables)])
-    read = (batch_chunks * config.defaults.read_attempts + 1) * seconds
+    rounds = max([config.defaults.batch_chunks, *(t.batch_chunks for t in config.tables),
+                  -(-PACK_TABLES // TABLE_JOBS)])
+    read = (rounds * config.defaults.read_attempts + 1) * seconds
     source_step = timedelta(seconds=SOURCE_STEP_FACTOR * seconds)
     data_step = timedelta(seconds=DATA_STEP_FACTOR * seconds)
     return {"preflight": source_step, "plan": source_step, "read": timedelta(seconds=read),
@@ -309,6 +336,26 @@ def asset_uri(config: PipelineConfig, table: str) -> str:
     if storage.is_local(directory):
         return "file://" + storage.local_path(directory)
     return directory
+
+
+def alias_name(config: PipelineConfig, pattern: str) -> str:
+    """The AssetAlias of a pattern entry: its published tables' Assets are added to it.
+
+    >>> from orchestrator.config import parse_config
+    >>> c = parse_config({"pipeline": "p", "source": {"host": "h", "user": "u", "server_id": 1},
+    ...                   "output": {"path": "/lake/"}, "state": {"url": "sqlite://"},
+    ...                   "tables": [{"name": "crm.*"}]})
+    >>> alias_name(c, "crm.*"), pattern_of(c, "crm.accounts"), pattern_of(c, "shop.x")
+    ('tidemark_p:crm.*', 'crm.*', None)
+    """
+    return f"{dag_id(config)}:{pattern}"
+
+
+def pattern_of(config: PipelineConfig, table: str) -> str | None:
+    """The pattern entry that configures ``table`` (None: an entry of its own, or none)."""
+    if any(not t.pattern and t.name == table for t in config.tables):
+        return None
+    return next((t.name for t in config.tables if t.pattern and takes(t, table)), None)
 
 
 def asset_extra(published: Published, run_id: str) -> dict[str, Any]:
@@ -344,7 +391,9 @@ def doc_md(config: PipelineConfig) -> str:
     ]
     for t in config.tables:
         key = ", ".join(t.chunk_key) if t.chunk_key else "primary key"
-        lines.append(f"| `{t.name}` | {key} | {t.chunk_size:,} | {t.batch_chunks} | "
+        name = f"`{t.name}`" + (f" (pattern; exclude {', '.join(f'`{x}`' for x in t.exclude)})" if t.exclude
+                                else " (pattern)" if t.pattern else "")
+        lines.append(f"| {name} | {key} | {t.chunk_size:,} | {t.batch_chunks} | "
                      f"{'`' + t.where + '`' if t.where else ''} |")
     lines += [
         "",

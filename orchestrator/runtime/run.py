@@ -97,7 +97,7 @@ def run_command(config: PipelineConfig, *, tables: list[str], snapshot: bool, ch
     failing = steps.preflight(config, tables or None)
     for table, why in sorted(failing.items()):
         log.warning("table %s is left out of this run: %s", table, why)
-    names = [t.name for t in config.select_tables(tables or None)]
+    names = steps.requested_tables(config, tables or None)
     if snapshot:
         _announce_fresh(config, names)
     with ExitStack() as held:
@@ -129,6 +129,9 @@ def _runs(config: PipelineConfig, holder: str, names: list[str], *, tables: list
             raise after_start(config, exc, None) from exc
         if handle.resumed:
             print(f"resuming unfinished run {handle.run_id} ({len(handle.batches)} batch(es) to read)",
+                  file=sys.stdout, flush=True)
+        if handle.dropped:
+            print(f"dropped at the source, kept in the lake as last published: {', '.join(handle.dropped)}",
                   file=sys.stdout, flush=True)
         try:
             spark, published = execute(config, handle, holder=holder, bars=bars, spark=spark)

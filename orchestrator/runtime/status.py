@@ -14,6 +14,7 @@ from orchestrator.positions import BinlogPosition, ServerIdentity, file_index
 from orchestrator.source.connection import Source
 from orchestrator.source.kept import needs, purged
 from orchestrator.state.store import StateStore
+from orchestrator.table_patterns import PatternMatch, resolve, takes
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +69,11 @@ def status_command(config: PipelineConfig) -> int:
         lag, server = _binlogs(config) if checkpoints or runs else (None, None)
         rereads = _unfinished_rereads(store, config, lag, server)
         print(f"pipeline {config.pipeline}", file=out)
+        found = store.table_set(config.pipeline) if config.has_patterns else None
+        dropped = set(found.dropped) if found else set()
+        if found is not None:
+            for match in found.patterns:
+                print(f"  pattern {PatternMatch.from_json(match)} (when run {found.run_id} was planned)", file=out)
         if not runs:
             print("  no runs yet", file=out)
         for i, run in enumerate(runs):  # newest first; the latest run's tables under it
@@ -98,10 +104,13 @@ def status_command(config: PipelineConfig) -> int:
             manifest = load_manifest(cp.manifest) if storage.exists(cp.manifest) else None
             print(f"  {cp.table:<32} v{cp.version:<5} {cp.rows:>12,} rows  at {position}  "
                   f"{cp.published_at.isoformat(timespec='seconds')}  {behind}  {_snapshot(manifest)}"
-                  f"{_checked(manifest, position)}", file=out)
+                  f"{_checked(manifest, position)}{_DROPPED if cp.table in dropped else ''}", file=out)
         return 0
     finally:
         store.close()
+
+
+_DROPPED = "  dropped at the source: kept as last published"
 
 
 def _unfinished_rereads(store: StateStore, config: PipelineConfig, binlogs: list[tuple[str, int]] | None,
@@ -150,12 +159,35 @@ def _binlogs(config: PipelineConfig) -> tuple[list[tuple[str, int]] | None, Serv
         return None, None
 
 
+def _reset_tables(config: PipelineConfig, store: StateStore, names: list[str] | None) -> list[str]:
+    """The tables ``reset`` names: configured tables, or what a pattern entry takes among the tables
+    the state store knows (published, or in the latest run); all of those when none are named.
+    No source is asked: reset works while it is down."""
+    if not config.has_patterns:
+        return [t.name for t in config.select_tables(names)]
+    known = {cp.table for cp in store.table_checkpoints(config.pipeline)}
+    for run in store.runs(config.pipeline, limit=1):
+        known |= set(run.options.get("tables", []))
+    known |= {t.name for t in config.tables if not t.pattern}
+    taken = sorted(n for n in known if resolve(config.tables, n) is not None)
+    if not names:
+        return taken
+    chosen: list[str] = []
+    for name in names:
+        entry = next((t for t in config.tables if t.pattern and t.name == name), None)
+        if entry is not None:
+            chosen += [n for n in taken if resolve(config.tables, n) is not None and takes(entry, n)]
+        else:
+            chosen.append(config.table(name).name)
+    return list(dict.fromkeys(chosen))
+
+
 def reset_command(config: PipelineConfig, *, tables: list[str], purge_output: bool, unlock: bool,
                   yes: bool) -> int:
     """Show what would be forgotten; with ``yes``, forget it."""
-    names = [t.name for t in config.select_tables(tables)] if tables else None
     store = open_store(config)
     try:
+        names = _reset_tables(config, store, tables) if tables else None
         if unlock:
             if yes:
                 store.force_unlock(config.pipeline)
@@ -168,7 +200,7 @@ def reset_command(config: PipelineConfig, *, tables: list[str], purge_output: bo
         print(f"reset {scope}:")
         for kind, n in counts.items():
             print(f"  {n:>6} {kind}")
-        dirs = {t.name: table_dir(config, t.name) for t in config.select_tables(names)}
+        dirs = {name: table_dir(config, name) for name in names or _reset_tables(config, store, None)}
         if purge_output:
             for name, d in dirs.items():
                 print(f"  output {d}{'' if storage.exists(d) else ' (absent)'} and Iceberg table {name}")

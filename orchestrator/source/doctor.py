@@ -35,6 +35,7 @@ from orchestrator.source.check import Check
 from orchestrator.source.connection import Source
 from orchestrator.source.grants import privilege_checks
 from orchestrator.source.kept import binlog_kept_checks
+from orchestrator.source.listing import table_set, tables_info
 from orchestrator.source.retry import transient_retry
 from orchestrator.source.topology import identity_checks, replica_check
 
@@ -46,26 +47,37 @@ def run_checks(config: PipelineConfig, tables: list[str] | None = None) -> list[
 
     Args:
         config: the pipeline.
-        tables: the tables to check (all configured ones when empty or None).
+        tables: the tables to check: tables or pattern entries (all of the pipeline's when empty
+            or None; patterns are expanded over the source's tables, one check line each).
 
     Raises:
-        ConfigError: a named table is not configured, or the password env var is unset.
+        ConfigError: a named table is not in the pipeline, or the password env var is unset.
     """
-    selected = config.select_tables(tables)
+    return _checks(config, tables)[0]
+
+
+def _checks(config: PipelineConfig, tables: list[str] | None) -> tuple[list[Check], list[str]]:
+    """`run_checks`, and the names of the tables checked."""
     source = Source(config.source, config.resolve_password(), retry=transient_retry(attempts=3, max_wait=2.0))
     with source:
         try:
             checks = [_reachable(source)]
         except SourceNotReady as exc:
-            return [Check("reachable", False, str(exc))]
+            return [Check("reachable", False, str(exc))], []
+        found = table_set(config, source)
+        selected = found.select(tables)
+        checks += [Check(f"pattern {m.pattern}", True, str(m)) for m in found.patterns]
         checks += _binlog_settings(source)
         checks.append(replica_check(source))
         checks.append(_retention(source, config.defaults.expected_run_hours))
         checks.append(_server_id(source, config.source.server_id))
         checks += privilege_checks(source, selected)
+        infos = tables_info(source, [t.name for t in selected])
         for table in selected:
-            checks += _table_checks(source, table, config.tables.index(table))
-    return checks
+            entry = config.tables[found.entry_index(table.name)]
+            checks += _table_checks(source, table, found.entry_index(table.name), infos.get(table.name),
+                                    entry.pattern)
+    return checks, [t.name for t in selected]
 
 
 def preflight(config: PipelineConfig, tables: list[str] | None = None) -> dict[str, str]:
@@ -75,10 +87,11 @@ def preflight(config: PipelineConfig, tables: list[str] | None = None) -> dict[s
 
     Args:
         config: the pipeline.
-        tables: the run's tables (all configured ones when empty or None).
+        tables: the run's tables or pattern entries (all of the pipeline's when empty or None).
     """
-    selected = {t.name for t in config.select_tables(tables)}
-    failed = [c for c in run_checks(config, tables) if not c.ok]
+    checks, names = _checks(config, tables)
+    selected = set(names)
+    failed = [c for c in checks if not c.ok]
     own: dict[str, list[str]] = {}
     for check in failed:
         for table in check.tables:
@@ -93,10 +106,10 @@ def doctor_command(config: PipelineConfig) -> int:
 
     When some fail, stderr gets one summary line (or the connection error itself).
     """
-    checks = run_checks(config)
+    checks, tables = _checks(config, None)
     if checks[0].ok:  # reachable: where the run writes is checked too (not by run's preflight)
         with Source.from_pipeline(config) as source:
-            checks += lake_checks(config, source)
+            checks += lake_checks(config, source, tables)
             try:
                 kept = [name for name, _ in source.binlogs()]
             except (SourceNotReady, pymysql.err.MySQLError):  # binlog off or not visible: failed above
@@ -260,49 +273,56 @@ def _server_id(source: Source, replica_id: int) -> Check:
 # --------------------------------------------------------------------------- tables
 
 
-def _table_checks(source: Source, table: TableConfig, index: int) -> list[Check]:
-    return [replace(c, tables=(table.name,)) for c in _one_table_checks(source, table, index)]
+def _table_checks(source: Source, table: TableConfig, index: int, info: TableInfo | None,
+                  pattern: bool) -> list[Check]:
+    return [replace(c, tables=(table.name,)) for c in _one_table_checks(source, table, index, info, pattern)]
 
 
-def _one_table_checks(source: Source, table: TableConfig, index: int) -> list[Check]:
-    try:
-        info = source.table_info(table.name)
-    except SourceNotReady:
+def _one_table_checks(source: Source, table: TableConfig, index: int, info: TableInfo | None,
+                      pattern: bool) -> list[Check]:
+    if info is None:
         return [Check(f"table {table.name}", False,
                       f"table {table.name} does not exist on {source.address} "
                       f"(as seen by user `{source.config.user}`)",
                       f"check tables[{index}].name, and that the user has SELECT on the table")]
     return [Check(f"table {table.name}", True,
                   f"{len(info.columns)} columns, about {info.row_estimate} rows, engine {info.engine}"),
-            chunk_key_check(table, index, info), _types(info)]
+            chunk_key_check(table, index, info, pattern=pattern), _types(info, index, pattern)]
 
 
 def _cols(key: Iterable[str]) -> str:
     return "(" + ", ".join(key) + ")"
 
 
-def chunk_key_check(table: TableConfig, index: int, info: TableInfo) -> Check:
+def chunk_key_check(table: TableConfig, index: int, info: TableInfo, *, pattern: bool = False) -> Check:
     """The table's chunk key, chosen by the planner's own rule (`choose_chunk_key`).
 
     Args:
         table: the table's config.
-        index: its place in the config's ``tables`` list, to name the setting.
+        index: the place in the config's ``tables`` list of the entry configuring it, to name the setting.
         info: the table as the source describes it.
+        pattern: the entry is a pattern: the fix is an entry of the table's own, or an exclude.
     """
     name = f"chunk key {table.name}"
     setting = f"tables[{index}].chunk_key"
     try:
         key = choose_chunk_key(table, info)
     except ConfigError as exc:
-        return Check(name, False, str(exc), f"{'change' if table.chunk_key else 'set'} {setting}")
+        fix = (f"give {table.name} an entry of its own with a chunk_key, or add it to tables[{index}].exclude"
+               if pattern else f"{'change' if table.chunk_key else 'set'} {setting}")
+        return Check(name, False, str(exc), fix)
     except SourceNotReady as exc:
-        return Check(name, False, str(exc))
+        return Check(name, False, str(exc), _exclude_fix(table, index) if pattern else "")
     if table.chunk_key is None:
         return Check(name, True, f"primary key {_cols(key)}")
     return Check(name, True, f"{_cols(key)} from {setting}, a unique NOT NULL key")
 
 
-def _types(info: TableInfo) -> Check:
+def _exclude_fix(table: TableConfig, index: int) -> str:
+    return f"add {table.name} to tables[{index}].exclude to leave it out of the pattern"
+
+
+def _types(info: TableInfo, index: int, pattern: bool) -> Check:
     problems = []
     for column in info.columns:
         try:
@@ -310,6 +330,7 @@ def _types(info: TableInfo) -> Check:
         except UnsupportedType as exc:
             problems.append(str(exc).split(";")[0])
     if problems:
+        fix = (f"add {info.name} to tables[{index}].exclude" if pattern else "leave the table out of the pipeline")
         return Check(f"types {info.name}", False, f"{info.name}: " + "; ".join(problems),
-                     "leave the table out of the pipeline, or change the column to a mappable type")
+                     f"{fix}, or change the column to a mappable type")
     return Check(f"types {info.name}", True, f"all {len(info.columns)} column types map to Arrow")

@@ -142,3 +142,42 @@ LEGACY_LEASE_SECONDS = 900
 def _lock_record(r: Row[Any]) -> LockRecord:
     return LockRecord(r.pipeline, r.holder, r.hostname, r.pid, r.acquired_at, r.refreshed_at,
                       r.lease_seconds or LEGACY_LEASE_SECONDS)
+
+
+
+@dataclass(frozen=True, slots=True)
+class TableSetRecord:
+    """What a pipeline's table patterns matched when a run was last planned (`orchestrator.table_patterns`)."""
+
+    pipeline: str
+    run_id: str
+    patterns: list[dict[str, Any]]  # PatternMatch.to_json() of each pattern entry
+    dropped: list[str]  # published tables a pattern took, no longer at the source
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedTable:
+    """One table's plan, for `StateStore.add_run_tables` (many tables in one transaction)."""
+
+    table: str
+    mode: TableMode
+    strategy: str | None
+    chunk_key: list[str]
+    info: dict[str, Any]
+    chunks: list[ChunkRecord]
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkRead:
+    """What reading one chunk gave, for `StateStore.mark_chunks_done`."""
+
+    table: str
+    index: int
+    rows: int
+    bytes: int
+    path: str
+
+
+def _table_set_record(r: Row[Any]) -> TableSetRecord:
+    return TableSetRecord(r.pipeline, r.run_id, r.patterns, r.dropped, r.updated_at)

@@ -56,7 +56,7 @@ log = logging.getLogger("tidemark.state")
 
 
 #: ``MIGRATIONS[i]`` upgrades a store from schema version ``i + 1`` to ``i + 2``,
-#: inside the transaction that then records the new version.
+#: inside the transaction that then records the new version (filled in below the tables).
 MIGRATIONS: list[Callable[[Connection], None]] = []
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
@@ -224,6 +224,16 @@ LOCKS = Table(
     **_MYSQL,
 )
 
+TABLE_SETS = Table(
+    "tm_table_sets", METADATA,  # the tables a pipeline's patterns matched when a run was last planned
+    Column("pipeline", _NAME, ForeignKey("tm_pipelines.name"), primary_key=True),
+    Column("run_id", _RUN_ID, nullable=False),  # no FK: it outlives its run's rows
+    Column("patterns", _JsonText, nullable=False),  # [PatternMatch.to_json(), ...]
+    Column("dropped", _JsonText, nullable=False),  # published tables no pattern finds at the source any more
+    Column("updated_at", _UTCDateTime, nullable=False),
+    **_MYSQL,
+)
+
 FORGET_KINDS = ("runs", "run_tables", "chunks", "capture_checkpoints", "table_checkpoints", "locks")
 
 
@@ -248,6 +258,14 @@ def _fencing(conn: Connection) -> None:
 
 
 MIGRATIONS.append(_fencing)
+
+
+def _table_sets(conn: Connection) -> None:
+    """Schema 3: ``tm_table_sets``, what a pipeline's table patterns matched (issue 16)."""
+    TABLE_SETS.create(conn, checkfirst=True)
+
+
+MIGRATIONS.append(_table_sets)
 
 
 # --- backends: engine, insert-or-ignore, creating and migrating the schema ------------

@@ -48,16 +48,20 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, NoSuchModu
 from orchestrator.errors import StateError
 from orchestrator.state.chunks import ChunksMixin
 from orchestrator.state.lock import Guard, PipelineLockMixin
+from orchestrator.state.many import ManyTablesMixin, save_checkpoint
 from orchestrator.state.records import (
+    ChunkRead,
     ChunkRecord,
     ChunkStatus,
     LockRecord,
+    PlannedTable,
     RunRecord,
     RunStatus,
     RunTableRecord,
     TableCheckpoint,
     TableMode,
     TableProgress,
+    TableSetRecord,
     TableStatus,
     _chunk_rows,
     _run_record,
@@ -77,6 +81,7 @@ from orchestrator.state.schema import (
     SCHEMA,
     SQLITE_BUSY_TIMEOUT_MS,
     TABLE_CHECKPOINTS,
+    TABLE_SETS,
     _insert_ignore,
     _make_engine,
     _now,
@@ -87,21 +92,24 @@ from orchestrator.state.tables import RunTablesMixin
 
 __all__ = [
     "CAPTURE_CHECKPOINTS", "CHUNKS", "FORGET_KINDS", "LOCKS", "METADATA", "MIGRATIONS",
-    "PIPELINES", "RUNS", "RUN_TABLES", "SCHEMA", "SQLITE_BUSY_TIMEOUT_MS", "TABLE_CHECKPOINTS",
-    "ChunkRecord", "ChunkStatus", "LockRecord", "RunRecord", "RunStatus", "RunTableRecord",
-    "StateStore", "TableCheckpoint", "TableMode", "TableProgress", "TableStatus",
+    "PIPELINES", "RUNS", "RUN_TABLES", "SCHEMA", "SQLITE_BUSY_TIMEOUT_MS", "TABLE_CHECKPOINTS", "TABLE_SETS",
+    "ChunkRead", "ChunkRecord", "ChunkStatus", "LockRecord", "PlannedTable", "RunRecord", "RunStatus",
+    "RunTableRecord", "StateStore", "TableCheckpoint", "TableMode", "TableProgress", "TableSetRecord",
+    "TableStatus",
     "code_schema_version", "log",
 ]
 
 log = logging.getLogger("tidemark.state")
 
 
-class StateStore(PipelineLockMixin, RunTablesMixin, ChunksMixin):
+class StateStore(PipelineLockMixin, RunTablesMixin, ChunksMixin, ManyTablesMixin):
     """The pipeline state behind one SQLAlchemy URL.
 
     The pipeline lock (``acquire_lock``, ``renew_lock``, ``lock_info``, ``release_lock``,
     ``force_unlock``) comes from ``PipelineLockMixin``; ``fail_table`` and
-    ``drop_from_run`` from ``RunTablesMixin``; the chunk methods from ``ChunksMixin``.
+    ``drop_from_run`` from ``RunTablesMixin``; the chunk methods from ``ChunksMixin``; what many
+    tables record in one transaction (``add_run_tables``, ``mark_chunks_done``, ``publish_tables``,
+    ``save_table_set``, ``table_set``) from ``ManyTablesMixin``.
 
     Args:
         url: an SQLAlchemy URL, e.g. ``sqlite:////var/lib/tidemark/state.db`` or
@@ -310,17 +318,9 @@ class StateStore(PipelineLockMixin, RunTablesMixin, ChunksMixin):
 
     def save_table_checkpoint(self, checkpoint: TableCheckpoint) -> None:
         """Record (replacing the table's earlier one) a published version."""
-        c = checkpoint
-        if c.published_at.tzinfo is None:
-            raise ValueError(f"published_at of {c.table} has no time zone; pass an aware UTC datetime")
-        key = and_(TABLE_CHECKPOINTS.c.pipeline == c.pipeline, TABLE_CHECKPOINTS.c.table_name == c.table)
-        values = {"version": c.version, "position": c.position, "row_count": c.rows,
-                  "manifest": c.manifest, "run_id": c.run_id, "published_at": c.published_at}
         with self._tx() as conn:
-            _insert_ignore(conn, PIPELINES, {"name": c.pipeline, "created_at": _now()})
-            if conn.execute(update(TABLE_CHECKPOINTS).where(key).values(values)).rowcount == 0:
-                conn.execute(insert(TABLE_CHECKPOINTS).values(pipeline=c.pipeline,
-                                                              table_name=c.table, **values))
+            _insert_ignore(conn, PIPELINES, {"name": checkpoint.pipeline, "created_at": _now()})
+            save_checkpoint(conn, checkpoint)
 
     # --- status ------------------------------------------------------------------
     def status_rows(self, pipeline: str, run_id: str | None = None) -> list[TableProgress]:
@@ -384,6 +384,7 @@ class StateStore(PipelineLockMixin, RunTablesMixin, ChunksMixin):
                 else:
                     counts[kind] = conn.execute(delete(table).where(where)).rowcount
             if tables is None and not dry_run:
+                conn.execute(delete(TABLE_SETS).where(TABLE_SETS.c.pipeline == pipeline))
                 conn.execute(delete(PIPELINES).where(PIPELINES.c.name == pipeline))
         return counts
 

@@ -35,13 +35,17 @@ CONN_ID = "tidemark_dagtest_source"
 
 
 def load_dag(monkeypatch: pytest.MonkeyPatch, configs: Path) -> Any:
+    return load_dag_of(monkeypatch, configs, f"tidemark_{DB}")
+
+
+def load_dag_of(monkeypatch: pytest.MonkeyPatch, configs: Path, dag_id: str) -> Any:
     from airflow.dag_processing.dagbag import BundleDagBag
 
     monkeypatch.setenv("TIDEMARK_CONFIG_DIR", str(configs))
     dags = REPO / "dags"
     bag = BundleDagBag(dag_folder=dags, bundle_path=dags, bundle_name="dags-folder")
     assert bag.import_errors == {}
-    dag = bag.dags[f"tidemark_{DB}"]
+    dag = bag.dags[dag_id]
     for task in dag.tasks:
         task.retries = 0  # a failure fails the test now, not after the retry delays
     return dag

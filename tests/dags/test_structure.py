@@ -74,7 +74,8 @@ def test_every_task_has_an_execution_timeout_from_read_timeout(tmp_path: Path,
     assert bag.import_errors == {}
     limits = {t.task_id: t.execution_timeout for t in bag.dags["tidemark_slow"].tasks}
     assert limits == {"preflight": timedelta(minutes=3), "plan": timedelta(minutes=3),
-                      "read": timedelta(seconds=(4 * 2 + 1) * 30), "capture": timedelta(minutes=24),
+                      # a batch of 256 small tables read 8 at a time: 32 rounds, more than 4 chunks
+                      "read": timedelta(seconds=(32 * 2 + 1) * 30), "capture": timedelta(minutes=24),
                       "reconcile": timedelta(minutes=24), "publish": timedelta(minutes=24)}
 
 

@@ -104,7 +104,7 @@ def test_schema_1_store_gains_the_lease_and_the_segment_owners(store: StateStore
     run_sql(url, text("ALTER TABLE tm_capture_checkpoints DROP COLUMN owners"))
     run_sql(url, update(state.SCHEMA).values(version=1))
     with StateStore(url) as migrated:
-        assert run_sql(url, select(state.SCHEMA.c.version)) == [(2,)]
+        assert run_sql(url, select(state.SCHEMA.c.version)) == [(state.code_schema_version(),)]
         lock = migrated.lock_info("shop")
         assert lock is not None and lock.lease_seconds == 900
         checkpoint = migrated.capture_checkpoint(run_id)
@@ -486,3 +486,56 @@ def test_two_processes_race_for_the_lock(store: StateStore, url: str) -> None:
         results = [w.communicate("exit\n", timeout=120) for w in workers]
     codes = sorted(w.returncode for w in workers)
     assert codes in ([0, 3], [3, 3]), results  # a racer that lost at least once exits 3
+
+
+# --- many tables at once (issue 16) ------------------------------------------------------
+
+
+def test_a_store_of_schema_2_gets_the_table_sets_table(store: StateStore, url: str) -> None:
+    store.close()
+    run_sql(url, text("DROP TABLE tm_table_sets"))
+    run_sql(url, update(state.SCHEMA).values(version=2))
+    with StateStore(url) as migrated:
+        assert migrated.table_set("shop") is None
+        migrated.save_table_set("shop", "r1", [{"pattern": "crm.*", "index": 0, "tables": ["crm.a"]}], [])
+        assert migrated.table_set("shop").patterns[0]["tables"] == ["crm.a"]  # type: ignore[union-attr]
+    assert run_sql(url, select(state.SCHEMA.c.version)) == [(state.code_schema_version(),)]
+
+
+def test_many_tables_are_planned_read_and_published_in_one_transaction_each(store: StateStore) -> None:
+    run = store.create_run("shop", {"tables": ["shop.a", "shop.b"]})
+    plans = [state.PlannedTable(t, "snapshot", "even", ["id"], {"n": i},
+                                [chunk(run.run_id, t, 0, 0, None, None)]) for i, t in enumerate(["shop.a", "shop.b"])]
+    store.add_run_tables(run.run_id, plans)
+    assert [(t.table, t.status, t.info) for t in store.run_tables(run.run_id)] == [
+        ("shop.a", "planned", {"n": 0}), ("shop.b", "planned", {"n": 1})]
+    store.mark_chunks_done(run.run_id, [state.ChunkRead("shop.a", 0, 5, 50, "/a"),
+                                        state.ChunkRead("shop.b", 0, 6, 60, "/b")], high=POS)
+    assert [(c.table, c.status, c.rows, c.path, c.high) for c in store.chunks(run.run_id)] == [
+        ("shop.a", "done", 5, "/a", POS), ("shop.b", "done", 6, "/b", POS)]
+    with pytest.raises(StateError):
+        store.mark_chunks_done(run.run_id, [state.ChunkRead("shop.zz", 0, 1, 1, "/z")], high=POS)
+    now = datetime.now(UTC)
+    store.publish_tables(run.run_id, [TableCheckpoint("shop", t, 1, POS, 5, f"/{t}", run.run_id, now)
+                                      for t in ("shop.a", "shop.b")])
+    assert [(c.table, c.version) for c in store.table_checkpoints("shop")] == [("shop.a", 1), ("shop.b", 1)]
+    assert {t.status for t in store.run_tables(run.run_id)} == {"published"}
+
+
+def test_the_table_set_is_peeked_without_writing(store: StateStore, url: str, tmp_path: Path) -> None:
+    from orchestrator.state.many import peek_table_set
+
+    assert peek_table_set(url, "shop") is None
+    store.save_table_set("shop", "r2", [{"pattern": "crm.*", "index": 0, "tables": ["crm.b"]}], ["crm.gone"])
+    found = peek_table_set(url, "shop")
+    assert found is not None and found.run_id == "r2" and found.dropped == ["crm.gone"]
+    missing = tmp_path / "nowhere" / "state.db"
+    assert peek_table_set(f"sqlite:///{missing}", "shop") is None
+    assert not missing.parent.exists(), "peeking creates nothing"
+
+
+def test_segment_marks_are_the_voided_tables_only(store: StateStore) -> None:
+    run = store.create_run("shop", {"tables": ["shop.a", "shop.b"]})
+    store.add_run_tables(run.run_id, [state.PlannedTable("shop.a", "snapshot", None, ["id"], {"segments_after": 7}, []),
+                                      state.PlannedTable("shop.b", "snapshot", None, ["id"], {"x": 1}, [])])
+    assert store.segment_marks(run.run_id) == {"shop.a": 7}

@@ -1,0 +1,142 @@
+"""The source's tables in bulk: which tables a pipeline's patterns match, and many tables' shapes.
+
+A pipeline of thousands of tables must not ask ``information_schema`` three questions per
+table: `table_set` lists the base tables once (one query) and expands the config's patterns
+over them (`orchestrator.table_patterns.expand`); `tables_info` reads the shape of many tables
+with three queries in all, the same `TableInfo` that `Source.table_info` gives one table.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from orchestrator.config import PipelineConfig, TableConfig
+from orchestrator.errors import SourceNotReady
+from orchestrator.schema.tables import TableInfo
+from orchestrator.source.connection import Source, _column, _keys
+from orchestrator.table_patterns import SYSTEM_SCHEMAS, TableSet, expand, explicit_set, is_glob
+
+log = logging.getLogger("tidemark.planning")
+
+#: Below this many tables, `tables_info` asks per table (its queries name the table exactly).
+BULK_FROM = 20
+#: Names per ``IN (...)`` list of one query.
+IN_LIST = 1000
+
+_TABLES_SQL = ("SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES "
+               "WHERE TABLE_TYPE = 'BASE TABLE'")
+
+
+def folds_names(source: Source) -> bool:
+    """Whether the server compares table names without case (``lower_case_table_names`` 1 or 2)."""
+    value = source.variables("lower_case_table_names")["lower_case_table_names"]
+    return value not in (None, "0")
+
+
+def base_tables(source: Source, entries: Sequence[TableConfig]) -> list[str]:
+    """``database.table`` of every base table the pattern entries could match (one query: the
+    databases they name, or every database but the server's own when a glob is in the database part)."""
+    databases = {t.name.partition(".")[0] for t in entries if t.pattern}
+    if any(is_glob(d) for d in databases):
+        marks = ", ".join(["%s"] * len(SYSTEM_SCHEMAS))
+        rows = source.query(f"{_TABLES_SQL} AND TABLE_SCHEMA NOT IN ({marks})", sorted(SYSTEM_SCHEMAS))
+    elif databases:
+        marks = ", ".join(["%s"] * len(databases))
+        rows = source.query(f"{_TABLES_SQL} AND TABLE_SCHEMA IN ({marks})", sorted(databases))
+    else:
+        rows = []
+    return [f"{_text(schema)}.{_text(name)}" for schema, name in rows]
+
+
+def table_set(config: PipelineConfig, source: Source) -> TableSet:
+    """The pipeline's tables now: explicit entries as they are, patterns expanded over the source's
+    base tables (a config without patterns asks nothing)."""
+    if not config.has_patterns:
+        return explicit_set(config.tables)
+    found = expand(config.tables, base_tables(source, config.tables), fold=folds_names(source))
+    for match in found.patterns:
+        log.info("pattern %s", match)
+    return found
+
+
+# --------------------------------------------------------------------------- shapes in bulk
+
+_BULK_TABLES = "SELECT TABLE_SCHEMA, TABLE_NAME, TABLE_ROWS, ENGINE FROM information_schema.TABLES"
+_BULK_COLUMNS = (
+    "SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE, NUMERIC_PRECISION,"
+    " NUMERIC_SCALE, DATETIME_PRECISION, CHARACTER_SET_NAME, COLLATION_NAME FROM information_schema.COLUMNS")
+_BULK_INDEXES = ("SELECT TABLE_SCHEMA, TABLE_NAME, INDEX_NAME, NON_UNIQUE, COLUMN_NAME, SUB_PART"
+                 " FROM information_schema.STATISTICS")
+
+
+def tables_info(source: Source, names: Sequence[str]) -> dict[str, TableInfo]:
+    """The shape of each table of ``names`` that exists (absent: the source has no such table, or
+    the user cannot see it), keyed and named as asked; as `Source.table_info` would give it."""
+    if len(names) < BULK_FROM:
+        found = {}
+        for name in names:
+            with contextlib.suppress(SourceNotReady):  # absent: the caller says what is missing
+                found[name] = source.table_info(name)
+        return found
+    tables = _grouped(source, _BULK_TABLES, "", names)
+    columns = _grouped(source, _BULK_COLUMNS, " ORDER BY TABLE_SCHEMA, TABLE_NAME, ORDINAL_POSITION", names)
+    indexes = _grouped(source, _BULK_INDEXES, " ORDER BY TABLE_SCHEMA, TABLE_NAME, INDEX_NAME, SEQ_IN_INDEX",
+                       names)
+    out: dict[str, TableInfo] = {}
+    for name in names:
+        key = _key_of(name, tables)
+        if key is None:
+            continue
+        rows, engine = tables[key][0]
+        cols = tuple(_column(r) for r in columns.get(key, []))
+        primary, uniques = _keys(indexes.get(key, []), cols)
+        database, _, table = name.partition(".")
+        out[name] = TableInfo(database=database, table=table, columns=cols, primary_key=primary,
+                              unique_not_null_keys=uniques, row_estimate=int(rows or 0),
+                              engine=None if engine is None else str(engine))
+    return out
+
+
+def _grouped(source: Source, sql: str, order: str, names: Sequence[str]
+             ) -> dict[tuple[str, str], list[tuple[Any, ...]]]:
+    """The rows of ``sql`` for the tables of ``names``, by (schema, table), the first two columns
+    dropped; the databases and tables are asked with ``IN`` lists, the pairs filtered here."""
+    wanted = {_pair(n) for n in names} | {_pair(n.lower()) for n in names}
+    by_db: dict[str, list[str]] = {}
+    for name in names:
+        database, _, table = name.partition(".")
+        by_db.setdefault(database, []).append(table)
+    out: dict[tuple[str, str], list[tuple[Any, ...]]] = {}
+    for database, tables in by_db.items():
+        for start in range(0, len(tables), IN_LIST):
+            part = tables[start:start + IN_LIST]
+            marks = ", ".join(["%s"] * len(part))
+            query = f"{sql} WHERE TABLE_SCHEMA = %s AND TABLE_NAME IN ({marks}){order}"
+            for row in source.query(query, [database, *part]):
+                pair = (_text(row[0]), _text(row[1]))
+                if pair in wanted or (pair[0].lower(), pair[1].lower()) in wanted:
+                    out.setdefault(pair, []).append(tuple(row[2:]))
+    return out
+
+
+def _key_of(name: str, tables: dict[tuple[str, str], list[tuple[Any, ...]]]) -> tuple[str, str] | None:
+    """The (schema, table) the server reported for ``name``: the same spelling, else the one table
+    whose name differs only in case (a server comparing names without case)."""
+    exact = _pair(name)
+    if exact in tables:
+        return exact
+    folded = [key for key in tables if (key[0].lower(), key[1].lower()) == _pair(name.lower())]
+    return folded[0] if len(folded) == 1 else None
+
+
+def _pair(name: str) -> tuple[str, str]:
+    database, _, table = name.partition(".")
+    return database, table
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+

@@ -1,0 +1,163 @@
+"""What a run of many tables records in one transaction: its tables' plans, a read batch's chunks,
+its published checkpoints, and the tables its patterns matched.
+
+A pipeline of thousands of small tables pays a transaction per call (on SQLite, a write lock
+and a WAL commit each): these methods take lists, so a step records all its tables at once.
+``ManyTablesMixin`` holds these ``StateStore`` methods; it needs the store's ``_tx``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import (
+    Text,
+    and_,
+    bindparam,
+    create_engine,
+    insert,
+    inspect,
+    select,
+    type_coerce,
+    update,
+)
+from sqlalchemy.engine import make_url
+
+from orchestrator.errors import StateError
+from orchestrator.state.records import (
+    ChunkRead,
+    PlannedTable,
+    TableCheckpoint,
+    TableSetRecord,
+    TableStatus,
+    _chunk_rows,
+    _table_set_record,
+)
+from orchestrator.state.schema import (
+    CHUNKS,
+    PIPELINES,
+    RUN_TABLES,
+    TABLE_CHECKPOINTS,
+    TABLE_SETS,
+    _insert_ignore,
+    _now,
+)
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
+
+class ManyTablesMixin:
+    """The many-tables methods of ``StateStore``."""
+
+    if TYPE_CHECKING:
+        def _tx(self, *, write: bool = True, fenced: bool = True) -> AbstractContextManager[Connection]: ...
+
+    def add_run_tables(self, run_id: str, plans: Sequence[PlannedTable]) -> None:
+        """Add tables to the run as planned, with their chunks, all in one transaction (tables
+        not in the run yet: `add_run_table` replaces one plan)."""
+        if not plans:
+            return
+        rows = [{"run_id": run_id, "table_name": p.table, "status": "planned", "mode": p.mode,
+                 "strategy": p.strategy, "chunk_key": p.chunk_key, "info": p.info} for p in plans]
+        chunks = [c for p in plans for c in p.chunks]
+        with self._tx() as conn:
+            conn.execute(insert(RUN_TABLES), rows)
+            if chunks:
+                conn.execute(insert(CHUNKS), _chunk_rows(chunks))
+
+    def mark_chunks_done(self, run_id: str, reads: Sequence[ChunkRead], *, high: dict[str, Any]) -> None:
+        """Record read chunks (status done, ``Hb``, rows, bytes, staging path) in one transaction."""
+        if not reads:
+            return
+        statement = (update(CHUNKS)
+                     .where(CHUNKS.c.run_id == bindparam("b_run"), CHUNKS.c.table_name == bindparam("b_table"),
+                            CHUNKS.c.chunk_index == bindparam("b_index"))
+                     .values(status="done", high_position=high, row_count=bindparam("b_rows"),
+                             byte_count=bindparam("b_bytes"), path=bindparam("b_path")))
+        params = [{"b_run": run_id, "b_table": r.table, "b_index": r.index, "b_rows": r.rows,
+                   "b_bytes": r.bytes, "b_path": r.path} for r in reads]
+        with self._tx() as conn:
+            done = conn.execute(statement, params)
+            if done.rowcount not in (-1, len(reads)):
+                raise StateError(f"run {run_id}: {len(reads) - done.rowcount} of the chunks read are not "
+                                 "in its plan")
+
+    def publish_tables(self, run_id: str, checkpoints: Sequence[TableCheckpoint],
+                       status: TableStatus = "published") -> None:
+        """Record many published tables in one transaction: each one's checkpoint, and its status,
+        row count and version in the run."""
+        if not checkpoints:
+            return
+        with self._tx() as conn:
+            for pipeline in {c.pipeline for c in checkpoints}:
+                _insert_ignore(conn, PIPELINES, {"name": pipeline, "created_at": _now()})
+            for c in checkpoints:
+                save_checkpoint(conn, c)
+                key = and_(RUN_TABLES.c.run_id == run_id, RUN_TABLES.c.table_name == c.table)
+                conn.execute(update(RUN_TABLES).where(key).values(status=status, row_count=c.rows,
+                                                                  version=c.version))
+
+    def segment_marks(self, run_id: str) -> dict[str, int]:
+        """Per table of the run whose changes were voided (a re-read, a table planned late), the
+        ``segments_after`` its info records (`orchestrator.pipeline.segments.voided`). Only those
+        few rows are decoded: reconcile asks once per table, and a run may have thousands."""
+        query = select(RUN_TABLES.c.table_name, RUN_TABLES.c.info).where(
+            RUN_TABLES.c.run_id == run_id,
+            type_coerce(RUN_TABLES.c.info, Text).like('%"segments_after"%'))  # the JSON text, not a value
+        with self._tx(write=False) as conn:
+            rows = conn.execute(query).all()
+        return {table: int(info.get("segments_after", 0)) for table, info in rows}
+
+    def save_table_set(self, pipeline: str, run_id: str, patterns: list[dict[str, Any]],
+                       dropped: list[str]) -> None:
+        """Record (replacing the last) what the pipeline's patterns matched when ``run_id`` was planned."""
+        values = {"run_id": run_id, "patterns": patterns, "dropped": dropped, "updated_at": _now()}
+        with self._tx() as conn:
+            _insert_ignore(conn, PIPELINES, {"name": pipeline, "created_at": _now()})
+            key = TABLE_SETS.c.pipeline == pipeline
+            if conn.execute(update(TABLE_SETS).where(key).values(values)).rowcount == 0:
+                conn.execute(insert(TABLE_SETS).values(pipeline=pipeline, **values))
+
+    def table_set(self, pipeline: str) -> TableSetRecord | None:
+        """What the pipeline's patterns matched when a run was last planned (None: never)."""
+        with self._tx(write=False) as conn:
+            row = conn.execute(select(TABLE_SETS).where(TABLE_SETS.c.pipeline == pipeline)).first()
+        return None if row is None else _table_set_record(row)
+
+
+def save_checkpoint(conn: Connection, c: TableCheckpoint) -> None:
+    """Insert or replace one table's checkpoint inside ``conn``'s transaction."""
+    if c.published_at.tzinfo is None:
+        raise ValueError(f"published_at of {c.table} has no time zone; pass an aware UTC datetime")
+    key = and_(TABLE_CHECKPOINTS.c.pipeline == c.pipeline, TABLE_CHECKPOINTS.c.table_name == c.table)
+    values = {"version": c.version, "position": c.position, "row_count": c.rows,
+              "manifest": c.manifest, "run_id": c.run_id, "published_at": c.published_at}
+    if conn.execute(update(TABLE_CHECKPOINTS).where(key).values(values)).rowcount == 0:
+        conn.execute(insert(TABLE_CHECKPOINTS).values(pipeline=c.pipeline, table_name=c.table, **values))
+
+
+def peek_table_set(url: str, pipeline: str) -> TableSetRecord | None:
+    """`ManyTablesMixin.table_set` without opening a `StateStore`: nothing is created or migrated,
+    and a store that does not exist, cannot be read or has no table set gives None. For Airflow's
+    DAG parsing, which must never write (the trigger form lists the tables patterns matched)."""
+    try:
+        parsed = make_url(url)
+        if parsed.get_backend_name() == "sqlite" and not os.path.isfile(parsed.database or ""):
+            return None  # connecting would create the file
+        engine = create_engine(parsed)
+    except Exception:  # an unusable URL or driver: nothing to peek at (validate reports it)
+        return None
+    try:
+        with engine.connect() as conn:
+            if not inspect(conn).has_table(TABLE_SETS.name):
+                return None
+            row = conn.execute(select(TABLE_SETS).where(TABLE_SETS.c.pipeline == pipeline)).first()
+        return None if row is None else _table_set_record(row)
+    except Exception:  # unreachable or locked: the form offers the entries alone
+        return None
+    finally:
+        engine.dispose()

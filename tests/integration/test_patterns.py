@@ -1,0 +1,113 @@
+"""Table patterns across plain `tidemark run`s (issue 16): a pattern with an exclude and an entry
+overriding it; a matched table without a key failing alone; a table created between runs
+snapshotted while the others stay incremental; a dropped table reported and kept as last
+published. Real MariaDB, local Spark; every published table compared with its source row for row."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from orchestrator.config import PipelineConfig, load_config
+from orchestrator.demo.localdb import LocalMariaDB
+from orchestrator.lake.manifest import read_manifest
+from orchestrator.pipeline.context import open_store, table_dir
+from orchestrator.pipeline.failed import TablesFailed
+from orchestrator.pipeline.table_plan import plan_command
+from orchestrator.runtime.run import run_command
+from orchestrator.runtime.status import status_command
+from orchestrator.source.doctor import run_checks
+from tests.conftest import assert_lake_equals_source, pipeline_config, write_config
+
+pytestmark = pytest.mark.integration
+
+DB = "pat_crm"
+
+
+def run(config: PipelineConfig) -> None:
+    assert run_command(config, tables=[], snapshot=False, chunk_size=None, progress=False) == 0
+
+
+def latest_modes(config: PipelineConfig) -> dict[str, str]:
+    """Table -> mode (snapshot or incremental) in the pipeline's latest run."""
+    store = open_store(config)
+    try:
+        run_id = store.runs(config.pipeline, limit=1)[0].run_id
+        return {r.table: r.mode for r in store.run_tables(run_id)}
+    finally:
+        store.close()
+
+
+def test_a_pattern_follows_the_tables_of_the_source(mariadb: LocalMariaDB, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    mariadb.execute(f"CREATE DATABASE {DB}")
+    mariadb.execute(
+        "CREATE TABLE accounts (id INT PRIMARY KEY, v VARCHAR(20))",
+        "CREATE TABLE orders (id INT PRIMARY KEY, amount DECIMAL(10, 2))",
+        "CREATE TABLE tmp_scratch (id INT PRIMARY KEY)",
+        "CREATE TABLE nokey (id INT, b INT)",
+        "CREATE TABLE big (id INT PRIMARY KEY, n INT)",
+        "INSERT INTO accounts SELECT seq, CONCAT('a', seq) FROM seq_1_to_100",
+        "INSERT INTO orders SELECT seq, seq * 1.5 FROM seq_1_to_100",
+        "INSERT INTO tmp_scratch SELECT seq FROM seq_1_to_10",
+        "INSERT INTO nokey SELECT seq, seq FROM seq_1_to_10",
+        "INSERT INTO big SELECT seq, seq FROM seq_1_to_200", database=DB)
+    entries = [{"name": f"{DB}.*", "exclude": [f"{DB}.tmp_*"], "where": "id <= 80"},
+               {"name": f"{DB}.big", "chunk_size": 20}]  # its own entry: no filter, small chunks
+    config = load_config(write_config(tmp_path / "p.yaml", pipeline_config(tmp_path, mariadb, entries,
+                                                                              name="patterns")))
+    accounts, orders, big, fresh = (f"{DB}.{t}" for t in ("accounts", "orders", "big", "fresh"))
+
+    # doctor shows what the pattern matched; the table without a key fails alone, naming the exclude
+    checks = {c.name: c for c in run_checks(config)}
+    assert checks[f"pattern {DB}.*"].detail == (
+        f"{DB}.* matches 3 table(s): {accounts}, {DB}.nokey, {orders}; excluded: {DB}.tmp_scratch; "
+        f"configured by their own entry: {big}")
+    assert not checks[f"chunk key {DB}.nokey"].ok
+    assert f"add {DB}.nokey to tables[0].exclude" in checks[f"chunk key {DB}.nokey"].fix
+    assert all(c.ok for name, c in checks.items() if "nokey" not in name)
+    # plan: the others are planned, the table without a key is listed, exit 3
+    capsys.readouterr()
+    assert plan_command(config, [f"{DB}.*"], as_json=True) == 3
+    document = json.loads(capsys.readouterr().out)
+    assert [t["table"] for t in document["tables"]] == [accounts, orders]  # the pattern's own tables
+    assert [f["table"] for f in document["failed"]] == [f"{DB}.nokey"]
+    assert document["patterns"][0]["excluded"] == [f"{DB}.tmp_scratch"]
+
+    # run 1: the others are published; the pattern's filter applies to its tables, not to big
+    with pytest.raises(TablesFailed) as partial:
+        run(config)
+    assert list(partial.value.failed) == [f"{DB}.nokey"]
+    assert_lake_equals_source(config, mariadb, [accounts, orders, big])
+    assert read_manifest(table_dir(config, accounts))["rows"] == 80
+    assert read_manifest(table_dir(config, big))["rows"] == 200
+    assert not Path(table_dir(config, f"{DB}.tmp_scratch")).exists()
+
+    # run 2: a table created since is snapshotted; the others are caught up from the binlog
+    mariadb.execute("DROP TABLE nokey", "CREATE TABLE fresh (id INT PRIMARY KEY, v VARCHAR(20))",
+                    "INSERT INTO fresh SELECT seq, 'f' FROM seq_1_to_50",
+                    "UPDATE accounts SET v = 'changed' WHERE id BETWEEN 10 AND 20",
+                    "UPDATE accounts SET id = id + 1000 WHERE id = 5",  # leaves the filter
+                    "DELETE FROM big WHERE id > 190", database=DB)
+    run(config)
+    assert latest_modes(config) == {accounts: "incremental", orders: "incremental", big: "incremental",
+                                    fresh: "snapshot"}
+    assert_lake_equals_source(config, mariadb, [accounts, orders, big, fresh])
+    orders_version = read_manifest(table_dir(config, orders))
+
+    # run 3: a dropped table is reported and kept in the lake as last published
+    mariadb.execute("DROP TABLE orders", "INSERT INTO fresh VALUES (51, 'g')", database=DB)
+    capsys.readouterr()
+    run(config)
+    out = capsys.readouterr().out
+    assert f"dropped at the source, kept in the lake as last published: {orders}" in out
+    assert orders not in latest_modes(config)
+    assert read_manifest(table_dir(config, orders)) == orders_version
+    assert_lake_equals_source(config, mariadb, [accounts, big, fresh])
+    assert status_command(config) == 0
+    status = capsys.readouterr().out
+    assert f"pattern {DB}.* matches 2 table(s): {accounts}, {fresh}" in status
+    line = next(x for x in status.split("published:", 1)[1].splitlines() if x.strip().startswith(orders))
+    assert "dropped at the source: kept as last published" in line
