@@ -9,20 +9,25 @@ incremental run: no ``read`` task). Each wall time is from the start of the comm
 REST trigger) to the published table; the Airflow processes are started before and not
 counted. Settings are the README walk-through's: a pool of ``--pool`` slots,
 ``AIRFLOW__CORE__PARALLELISM=4``, one API worker; the config's defaults for chunks.
+``--connect``: both attach to one Spark Connect server (``spark.remote``), started before and
+not counted, as a deployment keeps it running: no task starts a JVM.
 
     .venv/bin/python bench/bench_dag_vs_cli.py                  # 200,000 rows
     .venv/bin/python bench/bench_dag_vs_cli.py --rows 50000 --pool 1
+    .venv/bin/python bench/bench_dag_vs_cli.py --connect
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -32,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 from bench.shop_lake import load_sample_shop, scratch_server  # noqa: E402
 from orchestrator.demo.localdb import LocalMariaDB  # noqa: E402
 from tests.e2e.stack import AirflowStack, wait_for  # noqa: E402
+from tests.spark_connect import connect_server  # noqa: E402
 
 PIPELINE = "bench_dag"
 DAG_ID = f"tidemark_{PIPELINE}"
@@ -45,11 +51,13 @@ def machine() -> str:
     return f"{os.cpu_count()} cores, {total / 1024 / 1024:.0f} GiB, load average {load}"
 
 
-def write_config(path: Path, work: Path, server: LocalMariaDB, name: str) -> Path:
+def write_config(path: Path, work: Path, server: LocalMariaDB, name: str, remote: str | None) -> Path:
+    spark: dict[str, Any] = {"conf": {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4"}}
+    spark.update({"remote": remote} if remote else {"master": "local[*]"})
     config = {
         "pipeline": name,
         "source": server.source_config(),
-        "spark": {"master": "local[*]", "conf": {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4"}},
+        "spark": spark,
         "output": {"path": str(work / name / "lake")},
         "state": {"url": f"sqlite:///{work / name / 'state.db'}"},
         "tables": [{"name": "shop.orders"}],
@@ -96,12 +104,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--pool", type=int, default=2, help="slots of the source pool (Spark drivers at once)")
+    parser.add_argument("--connect", action="store_true",
+                        help="both through one Spark Connect server (spark.remote), started before and not counted")
     args = parser.parse_args(argv)
     print(f"machine: {machine()}")
-    with scratch_server("tm-bench-dag-") as (work, server):
+    with scratch_server("tm-bench-dag-") as (work, server), contextlib.ExitStack() as stack_of_servers:
+        remote = stack_of_servers.enter_context(connect_server(work)) if args.connect else None
         conn = load_sample_shop(server, args.rows)
-        cli_config = write_config(work / "cli.yaml", work, server, "bench_cli")
-        write_config(work / "configs" / f"{PIPELINE}.yaml", work, server, PIPELINE)
+        cli_config = write_config(work / "cli.yaml", work, server, "bench_cli", remote)
+        write_config(work / "configs" / f"{PIPELINE}.yaml", work, server, PIPELINE, remote)
         home = work / "airflow"
         home.mkdir()
         stack = AirflowStack(home=home, extra_env={"TIDEMARK_CONFIG_DIR": str(work / "configs"),

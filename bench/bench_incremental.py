@@ -55,25 +55,31 @@ _CLI = """
 import sys
 sys.path.insert(0, {root!r})
 from orchestrator.lake import layout
-layout.TARGET_FILE_BYTES, layout.SMALL_FILE_BYTES = {target}, {target} // 4
+from orchestrator.pipeline import reconcile
+layout.TARGET_FILE_BYTES = {target}
+if {spark}:
+    reconcile.LOCAL_CHANGES_BYTES = 0  # every rewrite on Spark
 from orchestrator.runtime.cli import main
 sys.exit(main(["run", "--config", {config!r}, "--no-progress"]))
 """
 
 
-def tidemark_run(config: Path, log: Path | None, target: int) -> tuple[float, str]:
+def tidemark_run(config: Path, log: Path | None, target: int, spark: bool = False) -> tuple[float, str]:
     """Seconds of one `tidemark run` in its own process, with ``target`` as the layout's target
-    file size, and the engine that rewrote the files (its log is saved to ``log``)."""
+    file size (``spark``: rewrites on Spark), and the engine that rewrote the files (its log,
+    the run's log file, is saved to ``log``)."""
     start = time.perf_counter()
-    code = _CLI.format(root=str(ROOT), config=str(config), target=target)
+    code = _CLI.format(root=str(ROOT), config=str(config), target=target, spark=spark)
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=False)
     seconds = time.perf_counter() - start
+    logs = sorted((config.parent / "logs").glob("*.log"), key=lambda p: p.stat().st_mtime)
+    text = logs[-1].read_text() if logs else done.stderr
     if log is not None:
         log.parent.mkdir(parents=True, exist_ok=True)
-        log.write_text(done.stderr)
+        log.write_text(text)
     if done.returncode != 0:
         raise SystemExit(f"tidemark run failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    return seconds, rewrite_engine(done.stderr)
+    return seconds, rewrite_engine(text)
 
 
 def rewrite_engine(log: str) -> str:
@@ -82,7 +88,7 @@ def rewrite_engine(log: str) -> str:
         return "pyarrow in the driver"
     if "Spark rewrote" in log:
         return "Spark"
-    return "Spark, whole table" if "base path(s)" in log else "unknown"
+    return "Spark, whole table" if "Spark reconciled the whole table" in log else "unknown"
 
 
 def warm_run(config: Path, target: int) -> float:
@@ -91,7 +97,7 @@ def warm_run(config: Path, target: int) -> float:
     from orchestrator.lake import layout
     from orchestrator.runtime.run import run_command
 
-    layout.TARGET_FILE_BYTES, layout.SMALL_FILE_BYTES = target, target // 4
+    layout.TARGET_FILE_BYTES = target
     start = time.perf_counter()
     with contextlib.redirect_stdout(io.StringIO()):
         run_command(load_config(config), tables=[], snapshot=False, chunk_size=None, progress=False)
@@ -105,10 +111,14 @@ def jvm_start(config: Path) -> float:
     return float(done.stdout.strip().splitlines()[-1])
 
 
-def apply_changes(conn: Any, rows: int, pattern: str, total: int, seed: int = 1) -> dict[str, int]:
-    """``total`` row changes to shop.orders (ids are 10, 20, ... 10 * rows); returns rows per kind."""
+def apply_changes(conn: Any, rows: int, pattern: str, total: int, seed: int = 1, *, top: int | None = None,
+                  between: int = 3) -> dict[str, int]:
+    """``total`` row changes to shop.orders (ids are 10, 20, ... 10 * rows); returns rows per kind.
+
+    Inserts above go from ``top`` (default ``10 * rows``) up, inserts between are at ``10 * k +
+    between``: a second call on the same table passes others so that no insert collides."""
     rng = random.Random(seed)
-    top = 10 * rows
+    top = 10 * rows if top is None else top
     counts = {"insert above": total * 40 // 100, "insert between": total * 10 // 100,
               "update": total * 35 // 100, "delete": total * 10 // 100}
     counts["key change"] = total - sum(counts.values())
@@ -118,7 +128,7 @@ def apply_changes(conn: Any, rows: int, pattern: str, total: int, seed: int = 1)
     updates = existing[:counts["update"]]
     deletes = existing[counts["update"]:counts["update"] + counts["delete"]]
     moves = existing[counts["update"] + counts["delete"]:]
-    between = [10 * k + 3 for k in rng.sample(range(low, rows + 1), counts["insert between"])]
+    between_ids = [10 * k + between for k in rng.sample(range(low, rows + 1), counts["insert between"])]
     done = dict.fromkeys(counts, 0)
     with conn.cursor() as cur:
         for kind, ids, sql in (("update", updates, "UPDATE orders SET amount = amount + 1, note = 'bench'"
@@ -128,8 +138,8 @@ def apply_changes(conn: Any, rows: int, pattern: str, total: int, seed: int = 1)
             for i in range(0, len(ids), 1000):
                 batch = ids[i:i + 1000]
                 done[kind] += cur.execute(sql.format(", ".join(["%s"] * len(batch))), batch)
-        for i in range(0, len(between), 1000):
-            batch = between[i:i + 1000]
+        for i in range(0, len(between_ids), 1000):
+            batch = between_ids[i:i + 1000]
             done["insert between"] += cur.execute(
                 "INSERT INTO orders (id, customer_id, status, amount, created_at) VALUES "
                 + ", ".join(["(%s, 1, 'new', 1.5, NOW(6))"] * len(batch)), batch)
@@ -173,6 +183,8 @@ def main() -> int:
     parser.add_argument("--logs", type=Path, help="save each run's log (snapshot.log, incremental.log) here")
     parser.add_argument("--target-mb", type=float, default=None,
                         help="target data file size (default: orchestrator.lake.layout.TARGET_FILE_BYTES)")
+    parser.add_argument("--engine", choices=("auto", "spark"), default="auto",
+                        help="spark: the incremental rewrite on Spark (to compare with the driver's)")
     parser.add_argument("--warm", action="store_true",
                         help="both runs in this process on one SparkSession started beforehand (as with a "
                              "long-lived driver or Spark Connect): no JVM start in either figure")
@@ -203,7 +215,7 @@ def main() -> int:
             incremental = warm_run(config_path, target)
         else:
             incremental, engine = tidemark_run(
-                config_path, args.logs / "incremental.log" if args.logs else None, target)
+                config_path, args.logs / "incremental.log" if args.logs else None, target, args.engine == "spark")
             jvm = jvm_start(config_path)
         print(f"changes applied: {sum(done.values()):,} rows ({', '.join(f'{k} {v:,}' for k, v in done.items())}),"
               f" pattern {args.pattern}")

@@ -65,6 +65,15 @@ class Timing:
     peak_python: int = 0
 
 
+def _forked_jvm(member: psutil.Process, jvms: set[int]) -> bool:
+    """Whether ``member`` is a JVM's child not yet ``exec``-ed into its command (Hadoop runs
+    ``chmod`` and the like by forking): its resident pages are the JVM's, shared, not its own."""
+    try:
+        return member.ppid() in jvms and member.exe().endswith("/java")
+    except psutil.Error:
+        return False
+
+
 class TreeSampler:
     """Samples a process and its descendants every ``every`` seconds, from a thread, until closed.
 
@@ -92,7 +101,10 @@ class TreeSampler:
         except psutil.NoSuchProcess:
             return
         jvm = python = 0
+        jvms: set[int] = set()
         for member in members:
+            if _forked_jvm(member, jvms):
+                continue
             try:
                 with member.oneshot():
                     rss, name, times = member.memory_info().rss, member.name(), member.cpu_times()
@@ -100,6 +112,7 @@ class TreeSampler:
                 continue
             self.cpu[member.pid] = times.user + times.system
             if name == "java":
+                jvms.add(member.pid)
                 jvm += rss
             else:
                 python += rss

@@ -3,6 +3,9 @@
 Runs, one after the other (never side by side with each other, so they do not
 share the two cores), each script of ``bench/`` with the sizes given here:
 
+- ``bench_vs_dump.py``: `tidemark run` vs the plain Spark JDBC dump on one table (snapshot,
+  spread and recent changes, 1M updated rows vs ``mariadb-binlog``), at 1M and 4M rows;
+- ``bench_read.py``: the read alone, warm, vs the plain dump's (wall and CPU seconds);
 - ``bench_snapshot.py``: `tidemark run` end to end vs a raw ``mariadb --quick`` scan;
 - ``bench_binlog.py``: the capture vs ``mariadb-binlog -vv`` and vs python-mysql-replication;
 - ``bench_incremental.py``: an incremental run of a few changes vs the initial snapshot;
@@ -33,12 +36,17 @@ def benches(quick: bool) -> list[tuple[str, list[str]]]:
     """(title, script and arguments) of each benchmark, at full or quick sizes."""
     if quick:
         return [
+            ("vs_dump", ["bench_vs_dump.py", "--quick"]),
+            ("read", ["bench_read.py", "--rows", "100000", "--repeat", "1"]),
             ("snapshot", ["bench_snapshot.py", "--rows", "100000"]),
             ("binlog", ["bench_binlog.py", "--changes", "20000"]),
             ("incremental", ["bench_incremental.py", "--rows", "100000", "--changes", "1000"]),
             ("memory", ["bench_memory.py", "--small", "50000", "--large", "200000"]),
         ]
     return [
+        ("vs_dump", ["bench_vs_dump.py", "--rows", "1000000", "--repeat", "3"]),
+        ("vs_dump_4m", ["bench_vs_dump.py", "--rows", "4000000", "--repeat", "3"]),
+        ("read", ["bench_read.py", "--rows", "1000000", "--repeat", "5"]),
         ("snapshot", ["bench_snapshot.py", "--rows", "1000000", "--repeat", "3"]),
         ("binlog", ["bench_binlog.py", "--changes", "500000"]),
         ("incremental", ["bench_incremental.py", "--rows", "5000000", "--changes", "10000"]),
@@ -69,7 +77,7 @@ def main() -> int:
     parser.add_argument("--compare-with", metavar="DIR",
                         help="another checkout, timed side by side by the snapshot benchmark")
     parser.add_argument("--only", action="append", default=[],
-                        help="run only this benchmark (snapshot, binlog, incremental, memory)")
+                        help="run only this benchmark (vs_dump, vs_dump_4m, read, snapshot, binlog, incremental, memory)")
     args = parser.parse_args()
     summary: list[str] = []
     failed = []

@@ -228,11 +228,20 @@ def _source_obj(r: Reader, m: dict[str, Any], host: str, user: str, server_id: i
     )
 
 
+#: A Spark Connect URL: ``sc://host[:port][/;param=value...]``.
+SPARK_REMOTE = re.compile(r"sc://[^/:;\s]+(:\d+)?(/(;[^;\s=]+=[^;\s]*)*)?")
+
+
 def _spark(r: Reader, data: Any) -> SparkConfig:
     m = r.mapping(data, "spark", section_keys(SparkConfig), set())
     conf = r.setting(m, "spark.conf", SparkConfig, dict)
+    remote = r.value(m, "remote", "spark.remote", str, None,
+                     lambda v: None if SPARK_REMOTE.match(v)
+                     else f"expected a Spark Connect URL like sc://host:15002, found {v!r}")
+    if remote is not None and "master" in m:
+        r.problem("spark", "give one of spark.master and spark.remote (a Spark Connect server has its own master)")
     return SparkConfig(master=r.setting(m, "spark.master", SparkConfig, str),
-                       conf={str(k): str(v) for k, v in conf.items()})
+                       conf={str(k): str(v) for k, v in conf.items()}, remote=remote)
 
 
 def _output(r: Reader, data: Any) -> OutputConfig:

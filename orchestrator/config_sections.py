@@ -38,8 +38,12 @@ class SourceConfig:
 
 @dataclass(frozen=True, slots=True)
 class SparkConfig:
+    """``spark``: a master the run starts its own driver on, or ``remote``, a Spark Connect
+    server (``sc://host:15002``) every step attaches to (one of the two)."""
+
     master: str = "local[*]"
     conf: Mapping[str, str] = field(default_factory=dict)
+    remote: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +82,7 @@ class StateConfig:
 
 @dataclass(frozen=True, slots=True)
 class Defaults:
-    chunk_size: int = 50000
+    chunk_size: int = 200000
     batch_chunks: int = 16
     fetch_size: int = 10000
     read_margin_seconds: float = 0.5
@@ -178,7 +182,7 @@ def field_default(cls: type[Any], name: str) -> Any:
     """The default a config dataclass declares for a field: the one place each default is written.
 
     >>> field_default(Defaults, "chunk_size"), field_default(SparkConfig, "conf")
-    (50000, {})
+    (200000, {})
     """
     for declared in fields(cls):
         if declared.name == name:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -26,14 +27,17 @@ from pyiceberg.io.pyarrow import parquet_file_to_data_file, pyarrow_to_schema
 from pyiceberg.manifest import DataFile
 from pyiceberg.schema import promote
 from pyiceberg.table import Table, TableProperties
+from pyiceberg.table.update.schema import UpdateSchema
 
 from orchestrator.config import PipelineConfig
 from orchestrator.errors import RunFailed, resnapshot_hint
 from orchestrator.lake import storage
-from orchestrator.lake.manifest import IcebergEntry
+from orchestrator.lake.manifest import IcebergEntry, published_schema
 from orchestrator.positions import BinlogPosition
+from orchestrator.schema.tables import TableInfo
 
 log = logging.getLogger(__name__)
+_OPENING = threading.Lock()
 
 FIELD_ID = b"PARQUET:field_id"
 RUN_ID, VERSION, POSITION = "tidemark.run-id", "tidemark.version", "tidemark.position"
@@ -51,10 +55,20 @@ def catalog_properties(config: PipelineConfig) -> dict[str, str]:
 
 
 def open_catalog(config: PipelineConfig) -> Catalog:
-    """The configured catalog (open it once per publish: an in-memory one lives as long as it)."""
+    """The configured catalog (open it once per publish: an in-memory one lives as long as it).
+
+    Read tasks open it too, several at once: a SQL catalog creates its tables when first
+    opened, and one opening may find them created by another between its check and its
+    CREATE; the second try finds them there."""
     name = config.output.catalog.name
     try:
-        return load_catalog(name, **catalog_properties(config))
+        with _OPENING:
+            try:
+                return load_catalog(name, **catalog_properties(config))
+            except Exception as exc:
+                if "already exists" not in str(exc):
+                    raise
+                return load_catalog(name, **catalog_properties(config))
     except Exception as exc:  # pyiceberg raises ValueError, ImportError, driver errors...
         raise RunFailed(f"cannot open the Iceberg catalog `{name}` (output.catalog): "
                         f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}; "
@@ -71,9 +85,10 @@ def table_uri(tdir: str) -> str:
 
 
 def with_field_ids(schema: pa.Schema, ids: dict[str, int]) -> pa.Schema:
-    """``schema`` with each field's Iceberg field ID in its ``PARQUET:field_id`` metadata."""
-    return pa.schema(f.with_metadata({**(f.metadata or {}), FIELD_ID: str(ids[f.name]).encode()})
-                     for f in schema)
+    """``schema`` with each field's Iceberg field ID as its one metadata entry, ``PARQUET:field_id``
+    (the data files' schema: Spark's writer, which writes the chunk files, keeps no other field
+    metadata, so neither do pyarrow's files; the manifest's ``columns`` name the MySQL types)."""
+    return pa.schema(f.with_metadata({FIELD_ID: str(ids[f.name]).encode()}) for f in schema)
 
 
 def prepare(catalog: Catalog, table: str, tdir: str, schema: pa.Schema) -> pa.Schema:
@@ -90,20 +105,81 @@ def prepare_table(catalog: Catalog, table: str, tdir: str, schema: pa.Schema) ->
         iceberg = catalog.load_table(table)
     except NoSuchTableError:
         catalog.create_namespace_if_not_exists(namespace)
-        first = with_field_ids(schema, {f.name: i for i, f in enumerate(schema, start=1)})
-        iceberg = catalog.create_table(table, schema=pyarrow_to_schema(first), location=table_uri(tdir),
-                                       properties=_TABLE_PROPERTIES)
+        iceberg = catalog.create_table(table, schema=pyarrow_to_schema(_first_schema(schema)),
+                                       location=table_uri(tdir), properties=_TABLE_PROPERTIES)
         log.info("table %s: created Iceberg table %s at %s", table, table, table_uri(tdir))
+    wanted = _wanted(iceberg, schema)
+    if wanted is not None:
+        iceberg = _evolve(iceberg, table, wanted)
+    return with_field_ids(schema, {f.name: f.field_id for f in iceberg.schema().fields}), iceberg
+
+
+def planned_schema(catalog: Catalog, table: str, schema: pa.Schema) -> pa.Schema:
+    """What `prepare` will return for ``schema``, without changing the catalog: the schema data
+    files written before publish (a snapshot's chunk files, rewritten files) carry. Publish
+    checks each file's field IDs against `prepare`'s and rewrites a file that differs."""
+    try:
+        iceberg = catalog.load_table(table)
+    except NoSuchTableError:
+        return _first_schema(schema)
+    wanted = _wanted(iceberg, schema)
+    fields = iceberg.schema().fields
+    if wanted is not None:
+        try:  # the same update `prepare` commits, applied to a copy of the metadata only
+            fields = _schema_update(iceberg, table, wanted)._apply().fields
+        except Exception as exc:
+            log.info("table %s: cannot foresee the Iceberg field IDs (%s); publish will check them", table, exc)
+    ids = {f.name: f.field_id for f in fields}
+    return with_field_ids(schema, {name: ids.get(name, 0) for name in schema.names})
+
+
+def data_file_schema(config: PipelineConfig, table: TableInfo) -> pa.Schema:
+    """The schema a table's new data files are written with before publish: published types,
+    the field IDs publish will commit (`planned_schema`)."""
+    return planned_schema(open_catalog(config), table.name, published_schema(table.columns))
+
+
+def _first_schema(schema: pa.Schema) -> pa.Schema:
+    """The field IDs of a new table: 1, 2, ... in column order (as Iceberg assigns them)."""
+    return with_field_ids(schema, {f.name: i for i, f in enumerate(schema, start=1)})
+
+
+def _wanted(iceberg: Table, schema: pa.Schema) -> pa.Schema | None:
+    """The Iceberg schema ``schema`` evolves the table to, or None when it needs no change.
+
+    Iceberg adds a column only as optional, and never tightens one: a column the table has as
+    optional, or does not have yet, is wanted optional (the files may still hold it required)."""
     ids = {f.name: f.field_id for f in iceberg.schema().fields}
-    # Iceberg adds a column only as optional, and never tightens one: a column the table has as
-    # optional, or does not have yet, is wanted optional (the files may still hold it required).
     optional = {f.name for f in iceberg.schema().fields if not f.required}
     wanted = pa.schema(f.with_nullable(True) if f.name in optional or f.name not in ids else f
                        for f in schema)
     if set(ids) != set(schema.names) or (  # in any order: a replaced column comes last (_evolve)
             set(pyarrow_to_schema(with_field_ids(wanted, ids)).fields) != set(iceberg.schema().fields)):
-        iceberg = _evolve(iceberg, table, wanted)
-    return with_field_ids(schema, {f.name: f.field_id for f in iceberg.schema().fields}), iceberg
+        return wanted
+    return None
+
+
+def _schema_update(iceberg: Table, table: str, schema: pa.Schema) -> UpdateSchema:
+    """The uncommitted schema update to ``schema`` (see `_evolve`)."""
+    replaced = _unpromotable(iceberg, schema)
+    update = iceberg.update_schema(allow_incompatible_changes=False)
+    try:
+        for name in replaced:
+            update.delete_column(name)
+        for name in replaced:
+            field = pyarrow_to_schema(with_field_ids(pa.schema([schema.field(name)]), {name: 1})).fields[0]
+            update.add_column(name, field.field_type, doc=field.doc)
+        update.union_by_name(pa.schema(f for f in schema if f.name not in replaced))
+        for name in {f.name for f in iceberg.schema().fields} - set(schema.names):
+            update.delete_column(name)
+    except ValueError as exc:
+        raise _cannot_evolve(table, exc) from exc
+    return update
+
+
+def _cannot_evolve(table: str, exc: ValueError) -> RunFailed:
+    return RunFailed(f"table {table}: the source's columns changed in a way Iceberg cannot evolve ({exc}); "
+                     f"drop the Iceberg table {table} from output.catalog and " + resnapshot_hint(table))
 
 
 def _evolve(iceberg: Table, table: str, schema: pa.Schema) -> Table:
@@ -114,20 +190,11 @@ def _evolve(iceberg: Table, table: str, schema: pa.Schema) -> Table:
     (every file written anew) publishes a changed column type, so the new snapshot's files all
     carry the new ID, and older snapshots keep reading their files with their own schema."""
     replaced = _unpromotable(iceberg, schema)
+    update = _schema_update(iceberg, table, schema)
     try:
-        with iceberg.update_schema(allow_incompatible_changes=False) as update:
-            for name in replaced:
-                update.delete_column(name)
-            for name in replaced:
-                field = pyarrow_to_schema(with_field_ids(pa.schema([schema.field(name)]), {name: 1})).fields[0]
-                update.add_column(name, field.field_type, doc=field.doc)
-            update.union_by_name(pa.schema(f for f in schema if f.name not in replaced))
-            for name in {f.name for f in iceberg.schema().fields} - set(schema.names):
-                update.delete_column(name)
+        update.commit()
     except ValueError as exc:
-        raise RunFailed(f"table {table}: the source's columns changed in a way Iceberg cannot evolve "
-                        f"({exc}); drop the Iceberg table {table} from output.catalog and "
-                        + resnapshot_hint(table)) from exc
+        raise _cannot_evolve(table, exc) from exc
     if replaced:
         log.warning("table %s: column(s) %s changed to a type Iceberg cannot promote: replaced by new "
                     "column(s) of the same name with new field IDs (older snapshots and readers of an "

@@ -9,14 +9,21 @@ The layout (CONTRACT.md "Output layout"; README "Output"):
 - a version shares every file whose keys did not change with the previous one;
   files are never modified (copy-on-write per file).
 
-*Which order.* Files are range-partitioned and sorted by Spark, so their order is
-Spark's order of the staging values: numbers, decimals and temporal values by
-value, binary strings bytewise, text by its UTF-8 bytes (code points, *not* the
-column's collation), NULL first. Membership of a changed key is decided in that
-same order, never by Python comparisons, so it holds for any collation: by Spark
-with the ranges as data, or by pyarrow, whose order is the same for the key types
-it is given (`orchestrator.pipeline.reconcile`). Key equality is value equality, as in the
-reconcile (the binlog carries a key exactly as stored).
+*Which order.* Files are sorted by Spark (each snapshot chunk's file, and a table
+reconciled whole) or merged in that order by pyarrow, so their order is Spark's order of
+the published values: numbers, decimals and temporal values by value, binary strings
+bytewise, text by its UTF-8 bytes (code points, *not* the column's collation), NULL first.
+pyarrow sorts these types the same way with nulls first, and Python orders their values the
+same way with NULL made the smallest (`orchestrator.lake.order`), so membership of a changed
+key is decided in the files' order by either engine, for any collation. Key equality is
+value equality, NULL equal to NULL, as in the reconcile (the binlog carries a key exactly
+as stored).
+
+*The first version* of a table is the snapshot's chunk files: chunks are disjoint key ranges
+and each chunk's file is sorted, so when their ranges, ordered by first key, are also
+disjoint in the files' order (always, unless a text key's collation orders otherwise than
+its bytes) they are a version's layout as they stand, and only the files whose slot holds a
+change of the run are rewritten.
 
 *Territories.* The ``n`` non-empty files of the base version cut the key space
 into slots: slot ``-1`` below the first file's first key (new head file),
@@ -26,37 +33,43 @@ and slot ``n`` above it (new tail file). A changed key (or the old key of a
 key-changing update) belongs to exactly one slot; only slots with changes are
 rewritten.
 
-*Sizes* are published bytes. A whole table is cut into files of about
-`TARGET_FILE_BYTES`. A rewritten file is cut into equal pieces once it would
-exceed twice the target (its size estimated from the table's bytes per row); a
-new small file (under `SMALL_FILE_BYTES`) is merged with an adjacent small file
-(`group_parts`), so runs of tail inserts do not fragment the table.
+*Sizes* are published bytes. A snapshot writes one file per chunk (``chunk_size`` rows); a
+whole table that Spark reconciles is cut into files of about `TARGET_FILE_BYTES`. A rewritten
+file is cut into equal pieces once it would exceed twice the target (its size estimated from
+the table's bytes per row); a new small file (under `SMALL_FILE_BYTES`) is merged with an
+adjacent small file (`group_parts`), so runs of tail inserts do not fragment the table.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypedDict
 
 from chunking import decode_key
+from orchestrator.errors import RunFailed
 from orchestrator.lake import storage
 from orchestrator.schema.tables import ColumnInfo
 from orchestrator.schema.values import time_micros
 
-#: Aim for data files of about this many bytes of Parquet (snapshot and rewrites alike).
+#: A whole table written at once (Spark's reconcile) is cut into files of about this many bytes
+#: of Parquet; a rewritten file is split once it would exceed twice this.
 TARGET_FILE_BYTES = 32 * 1024 * 1024
-#: A file below this size is small: a new small file is merged with a small neighbour.
-SMALL_FILE_BYTES = TARGET_FILE_BYTES // 4
+#: A file below this size is small: a new small file is merged with a small neighbour. Well below
+#: a chunk's file (a snapshot writes one per chunk: 200,000 rows of shop.orders are 2.7 MiB), so
+#: a rewrite never pulls unchanged chunk files in; what it merges is the small files runs of
+#: tail inserts leave behind.
+SMALL_FILE_BYTES = 1024 * 1024
 DATA_DIR = "data"
 #: Rows per record batch when converting or copying data files.
 BATCH_ROWS = 65536
 #: The hand-over from reconcile to publish, in the reconciled staging dir
 #: (a name starting with ``_`` that `storage.list_files` leaves out).
-PLAN_FILE = "_tidemark_rewrite.json"
+PLAN_FILE = "_tidemark_version.json"
+PLAN_FORMAT = 2
 HEAD_SLOT = -1
 
 
@@ -81,35 +94,72 @@ class Territory:
     high_inclusive: bool
 
 
-@dataclass(frozen=True, slots=True)
-class RewritePlan:
-    """What an incremental reconcile wrote: the base version and the slots it rewrote.
+class PlannedFile(TypedDict):
+    """One file of the version a reconcile planned, in key order: a `FileRange` whose ``file`` is
+    either a file of the base version (``shared``, relative to the table dir) or a finished data
+    file in staging (a URI) that publish moves into the table's ``data/``."""
 
-    The staging dir holds ``<slot_column>=<slot>/part-*.parquet`` for every
-    rewritten slot that still has rows; a rewritten slot without a directory is empty.
+    file: str
+    min_key: list[Any] | None
+    max_key: list[Any] | None
+    rows: int
+    bytes: int
+    shared: bool
+
+
+def planned(entry: FileRange, file: str, shared: bool) -> PlannedFile:
+    """``entry`` as a planned file named ``file``."""
+    return PlannedFile(file=file, min_key=entry["min_key"], max_key=entry["max_key"], rows=entry["rows"],
+                       bytes=entry["bytes"], shared=shared)
+
+
+def as_range(entry: PlannedFile, file: str, nbytes: int) -> FileRange:
+    """A planned file as the manifest's `FileRange`, named ``file`` with ``nbytes`` bytes."""
+    return FileRange(file=file, min_key=entry["min_key"], max_key=entry["max_key"], rows=entry["rows"],
+                     bytes=nbytes)
+
+
+@dataclass(frozen=True, slots=True)
+class VersionPlan:
+    """The hand-over from reconcile to publish: the new version's files, in key order.
+
+    ``base_version`` is the version an incremental run rewrote (None: a snapshot, whose files
+    are all new); ``slots`` the slots whose files were rewritten (for the log and tests).
     """
 
-    base_version: int
+    base_version: int | None
     slots: tuple[int, ...]
-    slot_column: str
+    files: tuple[PlannedFile, ...]
+
+    @property
+    def rows(self) -> int:
+        return sum(f["rows"] for f in self.files)
+
+    def __str__(self) -> str:
+        new = [f for f in self.files if not f["shared"]]
+        return (f"{len(self.files)} file(s) ({len(new)} new holding {sum(f['rows'] for f in new)} rows, "
+                f"{len(self.files) - len(new)} shared), {self.rows} rows")
 
 
 @dataclass(frozen=True, slots=True)
 class Part:
     """A run of rows, in key order, that a new version consists of.
 
-    ``shared`` is the base version's entry when the part is a base file kept as
-    is; otherwise ``uri`` is a staging file the reconcile wrote (new rows).
+    ``kept`` is set when the part is a finished file that can stay as it is (a base version's
+    file, or a snapshot's chunk file); ``slot`` when it is a rewritten slot: the rows of ``uri``
+    (the slot's base file; empty: none) with the slot's changes merged in. Otherwise ``uri`` is a
+    staging file of new rows. ``rows`` and ``bytes`` (published bytes) may be estimates.
     """
 
     uri: str
     rows: int
     bytes: int
-    shared: FileRange | None = None
+    kept: FileRange | None = None
+    slot: int | None = None
 
     @property
     def new(self) -> bool:
-        return self.shared is None
+        return self.kept is None
 
 
 # --------------------------------------------------------------------------- manifest ranges
@@ -186,6 +236,32 @@ def piece_rows(rows: int, nbytes: int, target: int) -> int:
     return math.ceil(rows / math.ceil(nbytes / target))
 
 
+def version_parts(base: Sequence[tuple[str, FileRange]], rewritten: Mapping[int, tuple[int, int]]) -> list[Part]:
+    """The parts of a new version in key order: each base file (``(uri, range)``, in key order)
+    kept as it is, unless its slot is rewritten: then the slot's part, which reads the file's
+    rows (``uri``) with the slot's changes merged in; ``rewritten`` gives each rewritten slot's
+    rows and bytes (or estimates; 0 rows: the slot lost every row, no part). The head and tail
+    slots have no base file.
+
+    >>> r = {"file": "f", "min_key": [1], "max_key": [2], "rows": 5, "bytes": 50}
+    >>> [(p.uri, p.slot, p.new) for p in version_parts([("a", r), ("b", r)], {-1: (1, 9), 1: (6, 60)})]
+    [('', -1, True), ('a', None, False), ('b', 1, True)]
+    >>> [p.uri for p in version_parts([("a", r), ("b", r)], {0: (0, 0)})]
+    ['b']
+    """
+    parts = []
+    for slot in range(HEAD_SLOT, len(base) + 1):
+        uri = base[slot][0] if 0 <= slot < len(base) else ""
+        if slot in rewritten:
+            rows, nbytes = rewritten[slot]
+            if rows:  # a slot that lost every row leaves no part
+                parts.append(Part(uri, rows, nbytes, slot=slot))
+        elif uri:
+            entry = base[slot][1]
+            parts.append(Part(uri, entry["rows"], entry["bytes"], kept=entry))
+    return parts
+
+
 def group_parts(parts: Sequence[Part], small: int) -> list[list[int]]:
     """Indexes of adjacent parts to write as one file; every other part is one group.
 
@@ -216,23 +292,30 @@ def group_parts(parts: Sequence[Part], small: int) -> list[list[int]]:
 # --------------------------------------------------------------------------- the reconcile -> publish hand-over
 
 
-def write_plan(out_dir: str, plan: RewritePlan) -> None:
-    body = {"base_version": plan.base_version, "slots": list(plan.slots), "slot_column": plan.slot_column}
+def write_plan(out_dir: str, plan: VersionPlan) -> None:
+    body = {"format": PLAN_FORMAT, "base_version": plan.base_version, "slots": list(plan.slots),
+            "files": list(plan.files)}
     storage.write_atomic(storage.join(out_dir, PLAN_FILE), (json.dumps(body) + "\n").encode())
 
 
-def read_plan(out_dir: str) -> RewritePlan | None:
-    """The rewrite plan of an incremental reconcile, or None for a full table (snapshot)."""
+def read_plan(out_dir: str) -> VersionPlan | None:
+    """The version plan a reconcile wrote to ``out_dir``, or None when there is none (a directory
+    of staging files that make a whole table, in order)."""
     uri = storage.join(out_dir, PLAN_FILE)
     if not storage.exists(uri):
         return None
     data = json.loads(storage.read_bytes(uri))
-    return RewritePlan(int(data["base_version"]), tuple(int(s) for s in data["slots"]),
-                       str(data["slot_column"]))
+    if data.get("format") != PLAN_FORMAT:
+        raise RunFailed(f"{uri} was written by an older release of Tidemark, which publish cannot "
+                        "read; re-snapshot the table: tidemark run --table <table> --snapshot")
+    base = data["base_version"]
+    return VersionPlan(None if base is None else int(base), tuple(int(s) for s in data["slots"]),
+                       tuple(_planned_from_json(f) for f in data["files"]))
 
 
-def slot_dir(out_dir: str, plan: RewritePlan, slot: int) -> str:
-    return storage.join(out_dir, f"{plan.slot_column}={slot}")
+def _planned_from_json(data: dict[str, Any]) -> PlannedFile:
+    return PlannedFile(file=str(data["file"]), min_key=data["min_key"], max_key=data["max_key"],
+                       rows=int(data["rows"]), bytes=int(data["bytes"]), shared=bool(data["shared"]))
 
 
 def slot_column(columns: Sequence[str]) -> str:

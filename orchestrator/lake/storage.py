@@ -37,9 +37,11 @@ import contextlib
 import functools
 import os
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
@@ -167,6 +169,24 @@ def parquet_rows(uri: str, fs: pafs.FileSystem | None = None) -> int:
         return int(pq.read_metadata(handle).num_rows)
 
 
+def parquet_schema(uri: str) -> pa.Schema:
+    """The Arrow schema of a Parquet file, from its footer (field metadata included)."""
+    fs, path = filesystem(uri)
+    with fs.open_input_file(path) as handle:
+        return pq.read_schema(handle)
+
+
+def tree_bytes(uris: Sequence[str]) -> int:
+    """Bytes of the Parquet files given (a directory: every Parquet file under it)."""
+    total = 0
+    for uri in uris:
+        if is_file(uri):
+            total += size(uri)
+        else:
+            total += sum(size(f) for f in list_files(uri, suffix=".parquet", recursive=True))
+    return total
+
+
 def table_dir(root: str, table: str) -> str:
     """A table's directory under the output root (CONTRACT.md "Output layout").
 
@@ -263,6 +283,24 @@ def move(source: str, target: str) -> None:
     _, dst = filesystem(target)
     fs.create_dir(parent(dst), recursive=True)
     fs.move(src, dst)
+
+
+def adopt(source: str, target: str) -> None:
+    """Move a finished file to ``target`` (replacing it): a rename where both are on one
+    filesystem, else a copy and a delete of the source."""
+    fs, src = filesystem(source)
+    target_fs, dst = filesystem(target)
+    if type(fs) is type(target_fs) and _authority(source) == _authority(target):
+        move(source, target)
+        return
+    target_fs.create_dir(parent(dst), recursive=True)
+    pafs.copy_files(src, dst, source_filesystem=fs, destination_filesystem=target_fs)
+    fs.delete_file(src)
+
+
+def _authority(uri: str) -> str:
+    scheme, rest = _split(uri)
+    return "" if scheme in ("", "file") else urlsplit(f"{scheme}://{rest}").netloc
 
 
 def write_atomic(uri: str, data: bytes) -> None:

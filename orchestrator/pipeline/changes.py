@@ -10,6 +10,10 @@ Reconcile turns changes into events: a key, a position and a kind (put or delete
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from orchestrator.schema.tables import TableInfo
+
 #: The change's binlog position, compared as a tuple.
 POSITION = ("_tm_file", "_tm_pos", "_tm_row")
 #: The operation: "I", "U" or "D".
@@ -30,3 +34,10 @@ def event_key(i: int) -> str:
     '_tm_k0'
     """
     return f"_tm_k{i}"
+
+
+def key_names(table: TableInfo, key: Sequence[str]) -> tuple[str, ...]:
+    """The chunk key the changes are keyed on, as the table spells its columns."""
+    if not key:
+        raise ValueError(f"table {table.name}: reconcile needs a chunk key")
+    return tuple(table.column(k).name for k in key)

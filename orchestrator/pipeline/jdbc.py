@@ -3,8 +3,11 @@
 The job reads ``SELECT <per-type expressions> FROM (<table with converted
 columns>) WHERE <chunk predicate>``, one JDBC partition per chunk (Spark's
 ``predicates``), so partition ``i`` of the job holds exactly chunk ``i``'s rows.
-Spark writes one Parquet file per partition, named ``part-<i>-...``; after the
-job each file is moved to its chunk's directory.
+Each partition is sorted by the chunk key and written as one Parquet file, named
+``part-<i>-...``, in the data file schema (published types, Iceberg field IDs, NOT NULL
+columns required): it is the chunk's data file, which reconcile keeps as the first
+version's file of that key range unless a change falls in it. After the job each file
+is moved to its chunk's directory.
 
 Values follow CONTRACT.md's type mapping without depending on the driver's
 date/time handling: the server turns temporal values into integers (epoch
@@ -25,7 +28,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -33,9 +35,11 @@ from pyspark.sql import types as T
 from chunking.mysql import quote_identifier, quote_table
 from orchestrator.config import PipelineConfig
 from orchestrator.errors import ConfigError, RunFailed, TransientReadError, source_timeout
-from orchestrator.lake import storage
+from orchestrator.lake import iceberg, storage
+from orchestrator.lake.iceberg import FIELD_ID
+from orchestrator.lake.writer import write_empty
 from orchestrator.runtime.failures import error_chain
-from orchestrator.runtime.spark import apply_required_conf, spark_type
+from orchestrator.runtime.spark import apply_required_conf, job_description, spark_type
 from orchestrator.schema.families import DECIMAL_TYPES
 from orchestrator.schema.tables import ColumnInfo, TableInfo
 from orchestrator.schema.types import is_boolean
@@ -45,10 +49,12 @@ from orchestrator.source.dialect import MARIADB_DRIVER, MYSQL_DRIVER
 #: Seconds the server waits on a slow reader of a streamed result before dropping it.
 NET_WRITE_TIMEOUT = 600
 
-#: Parquet writer options of staging files, which only reconcile reads back: zstd without
-#: dictionary pages; no measurable difference in time from snappy (1M rows of
-#: shop.orders read and written warm: 5.4-5.5 s either way).
-STAGING_PARQUET_OPTIONS: dict[str, str] = {
+#: Parquet writer options of the chunk files (a snapshot's data files): zstd without dictionary
+#: pages, as `orchestrator.lake.writer.PARQUET_OPTIONS`. Measured (bench_read.py, 1M rows, 9
+#: chunks, CPU seconds of the driver JVM and MariaDB, load 8, noise about 0.5 s): snappy 5.9,
+#: zstd 6.3, zstd or snappy without dictionary pages 5.4; zstd files are 2.2x smaller than
+#: snappy's, and pyarrow reads them back faster when a rewrite reads every file.
+DATA_PARQUET_OPTIONS: dict[str, str] = {
     "compression": "zstd",
     "parquet.enable.dictionary": "false",
 }
@@ -225,8 +231,14 @@ def source_query(table: TableInfo, aliases: Sequence[str], reads: Sequence[Colum
 
 
 def batch_frame(spark: SparkSession, config: PipelineConfig, table: TableInfo,
-                predicates: Sequence[str]) -> DataFrame:
-    """The batch as a DataFrame in staging types; partition ``i`` reads ``predicates[i]``."""
+                predicates: Sequence[str], schema: pa.Schema | None = None) -> DataFrame:
+    """The batch as a DataFrame; partition ``i`` reads ``predicates[i]``.
+
+    In ``schema`` (a data file schema: published types, `iceberg.FIELD_ID` on each field) the
+    columns carry their field IDs (Spark writes them to Parquet) and the NOT NULL ones are
+    non-nullable (written ``required``, as Iceberg wants a required field): a NULL read from such
+    a column fails the job rather than be written. Without it: staging types, all nullable.
+    """
     reads = [column_read(c) for c in table.columns]
     aliases = _aliases(table.columns)
     props = jdbc_properties(config, driver_class(config.source.jdbc_driver_jar))
@@ -234,17 +246,53 @@ def batch_frame(spark: SparkSession, config: PipelineConfig, table: TableInfo,
                                       for a, r in zip(aliases, reads, strict=True))
     df = spark.read.jdbc(jdbc_url(config), source_query(table, aliases, reads),
                          predicates=list(predicates), properties=props)
-    schema = staging_schema(table.columns)
-    return df.select([
-        r.to_staging(F.col(a)).cast(spark_type(f.type)).alias(f.name)
-        for a, r, f in zip(aliases, reads, schema, strict=True)
-    ])
+    fields = schema if schema is not None else staging_schema(table.columns)
+    columns = []
+    for a, r, f in zip(aliases, reads, fields, strict=True):
+        kind = spark_type(f.type)
+        column = r.to_staging(F.col(a)).cast(kind)
+        if schema is None:
+            columns.append(column.alias(f.name))
+            continue
+        if not f.nullable:
+            column = required(column, kind, f"table {table.name}: NULL read from NOT NULL column {f.name}")
+        field_id = int((f.metadata or {}).get(FIELD_ID, b"0"))
+        columns.append(column.alias(f.name, metadata={"parquet.field.id": field_id}))
+    return df.select(columns)
+
+
+def required(column: Column, kind: T.DataType, message: str) -> Column:
+    """``column`` as a non-nullable column to Spark (written ``required``); a NULL in it fails the
+    job with ``message``: ``COALESCE(column, RAISE_ERROR(message), <a literal>)``, whose last
+    argument is never reached."""
+    return F.coalesce(column, F.raise_error(F.lit(message)).cast(kind), _filler(kind))
+
+
+def _filler(kind: T.DataType) -> Column:
+    """A non-null literal of ``kind``: the last argument of a COALESCE that makes a column
+    non-nullable to Spark (never reached: `batch_frame` puts an error before it)."""
+    if isinstance(kind, T.StringType):
+        return F.lit("")
+    if isinstance(kind, T.BinaryType):
+        return F.lit(bytearray())
+    if isinstance(kind, T.BooleanType):
+        return F.lit(False)
+    if isinstance(kind, T.DateType):
+        return F.date_from_unix_date(F.lit(0))
+    if isinstance(kind, T.TimestampType | T.TimestampNTZType):
+        return F.timestamp_micros(F.lit(0)).cast(kind)
+    return F.lit(0).cast(kind)
 
 
 def read_chunks(spark: SparkSession, config: PipelineConfig, table_info: TableInfo,
                 chunks: Sequence[tuple[int, str]], out_dir_for: Callable[[int], str],
-                guard: Callable[[], None] = lambda: None) -> dict[int, tuple[int, int]]:
-    """Read a batch of chunks of one table in one Spark job into staging Parquet.
+                key: Sequence[str], guard: Callable[[], None] = lambda: None) -> dict[int, tuple[int, int]]:
+    """Read a batch of chunks of one table in one Spark job, each into a data file.
+
+    Each chunk's file is sorted by ``key`` (Spark's order, the layout's) and written in the
+    data file schema (`iceberg.data_file_schema`: published types, field IDs, NOT NULL columns
+    required): reconcile keeps it as the first version's file of the chunk's range unless a
+    change falls in it (`orchestrator.pipeline.reconcile`).
 
     Args:
         spark: the session (see `orchestrator.runtime.spark.get_session`).
@@ -253,6 +301,7 @@ def read_chunks(spark: SparkSession, config: PipelineConfig, table_info: TableIn
         chunks: ``(chunk index, SQL predicate on the raw table)`` per chunk.
         out_dir_for: the staging directory of a chunk index; a new one (its name is unique to
             this attempt: a directory a state store names is never replaced).
+        key: the chunk key the files are sorted by.
         guard: called before the job and before its output is placed (the fence check: a
             process that lost the pipeline lock writes nothing more).
 
@@ -272,29 +321,32 @@ def read_chunks(spark: SparkSession, config: PipelineConfig, table_info: TableIn
     attempt_dir = storage.join(storage.parent(first), f"_tmp-batch-{indexes[0]:06d}-{storage.attempt_tag()}")
     guard()
     label = f"{table_info.name} chunks {indexes[0]}..{indexes[-1]}"
-    spark.sparkContext.setJobDescription(f"tidemark read {label}")
+    job_description(spark, f"tidemark read {label}")
+    schema = iceberg.data_file_schema(config, table_info)
     try:
-        df = batch_frame(spark, config, table_info, [where for _, where in chunks])
-        (df.write.mode("overwrite").option("maxRecordsPerFile", 0).options(**STAGING_PARQUET_OPTIONS)
+        df = batch_frame(spark, config, table_info, [where for _, where in chunks], schema)
+        (df.sortWithinPartitions(*[F.col(table_info.column(k).name).asc_nulls_first() for k in key])
+            .write.mode("overwrite").option("maxRecordsPerFile", 0).options(**DATA_PARQUET_OPTIONS)
             .parquet(storage.spark_uri(attempt_dir)))
     except Exception as exc:
         storage.delete_tree(attempt_dir)
         raise _read_error(config, label, exc) from None
     try:
         guard()
-        return _place_chunks(attempt_dir, indexes, out_dir_for, table_info)
+        return _place_chunks(attempt_dir, indexes, out_dir_for, schema)
     finally:
         storage.delete_tree(attempt_dir)
 
 
 def _place_chunks(attempt_dir: str, indexes: Sequence[int], out_dir_for: Callable[[int], str],
-                  table: TableInfo) -> dict[int, tuple[int, int]]:
-    """Move partition ``i``'s files into chunk ``indexes[i]``'s dir; count rows and bytes."""
+                  schema: pa.Schema) -> dict[int, tuple[int, int]]:
+    """Move partition ``i``'s files into chunk ``indexes[i]``'s dir, named after the chunk (base
+    files have distinct names: `orchestrator.pipeline.reconcile_spark`); count rows and bytes."""
     by_partition: dict[int, list[str]] = {}
     for uri in storage.list_files(attempt_dir, suffix=".parquet"):
         match = _PART.match(storage.basename(uri))
         if match is None or int(match.group(1)) >= len(indexes):
-            raise RunFailed(f"unexpected file {uri} in the read output of {table.name}")
+            raise RunFailed(f"unexpected file {uri} in the read output of {storage.parent(attempt_dir)}")
         by_partition.setdefault(int(match.group(1)), []).append(uri)
     result: dict[int, tuple[int, int]] = {}
     for partition, index in enumerate(indexes):
@@ -303,23 +355,14 @@ def _place_chunks(attempt_dir: str, indexes: Sequence[int], out_dir_for: Callabl
         rows = nbytes = 0
         files = by_partition.get(partition) or []
         for n, uri in enumerate(files):
-            target = storage.join(out_dir, f"part-{n:05d}.parquet")
+            target = storage.join(out_dir, f"c{index:06d}-{n:03d}.parquet")
             storage.move(uri, target)
             rows += storage.parquet_rows(target)
             nbytes += storage.size(target)
-        if not files:
-            nbytes = write_empty(storage.join(out_dir, "part-00000.parquet"), table)
+        if not files:  # so every chunk dir has the schema
+            nbytes = write_empty(storage.join(out_dir, f"c{index:06d}-000.parquet"), schema)
         result[index] = (rows, nbytes)
     return result
-
-
-def write_empty(uri: str, table: TableInfo) -> int:
-    """An empty staging file (so every chunk dir has the schema); returns its size."""
-    schema = pa.schema(pa.field(f.name, f.type) for f in staging_schema(table.columns))
-    fs, path = storage.filesystem(uri)
-    with fs.open_output_stream(path) as out:
-        pq.write_table(schema.empty_table(), out)
-    return storage.size(uri)
 
 
 # --------------------------------------------------------------------------- errors

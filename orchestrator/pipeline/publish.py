@@ -5,11 +5,13 @@ Iceberg snapshot (`orchestrator.lake.iceberg`). Each publish attempt has a tag o
 own (`storage.attempt_tag`) that names every file it writes. Order of writes:
 
 1. the Iceberg table is created or its schema evolved, which fixes the field IDs;
-2. the version's new data files ``data/v000002-<attempt>-c0000.parquet`` ..., converted
-   from staging types to published types with pyarrow, record batch by record batch,
-   each one key range in key order (`orchestrator.lake.layout`); after an incremental
-   reconcile only the rewritten ranges are new and every other file of the
-   previous version is shared (listed again, never copied);
+2. the version's new data files ``data/v000002-<tag>-c0000.parquet`` ...: the files reconcile
+   finished in staging (`orchestrator.lake.layout.VersionPlan`), each one key range in key
+   order, moved into ``data/`` (a rename; a file whose field IDs are not the table's is
+   written anew). ``<tag>`` names the reconcile attempt whose files they are (every attempt
+   of this publish moves them to the same names, so a move a crash cut is finished, never
+   repeated). After an incremental reconcile only the rewritten ranges are new and every
+   other file of the previous version is shared (listed again, never copied);
 3. ``_tidemark/pending/000002-<attempt>.json``, the version's manifest (without its
    ``iceberg`` entry yet);
 4. the Iceberg snapshot: the files of the version, the run id and the attempt in its
@@ -21,9 +23,9 @@ own (`storage.attempt_tag`) that names every file it writes. Order of writes:
    files no kept version or snapshot references, and what attempts that never
    switched left behind (`manifest.apply_retention`).
 
-A crash before 4 leaves the previous version current and some unreferenced files
-of the attempt; the rerun writes the version again under its own tag, and retention
-deletes the crashed attempt's files once that version is current. A crash between
+A crash before 4 leaves the previous version current and some unreferenced files;
+the rerun takes the files already moved (their staging file is gone) and moves the rest,
+and retention deletes what a crashed attempt left once that version is current. A crash between
 4 and 5 is found by the rerun (a snapshot carries its run id and attempt): it
 completes 5 from that attempt's manifest of 3 without committing again. A crash
 after 5 is detected by the rerun (``current.json`` already carries the run id)
@@ -39,16 +41,19 @@ stale process paused past its check cannot spoil what the lock's new owner publi
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
 from pyiceberg.catalog import Catalog
 
 from orchestrator.config import PipelineConfig
 from orchestrator.errors import RunFailed, StateError, resnapshot_hint
 from orchestrator.lake import iceberg, layout, storage
+from orchestrator.lake.layout import FileRange
 from orchestrator.lake.manifest import (
     IcebergEntry,
     Manifest,
@@ -63,7 +68,7 @@ from orchestrator.lake.manifest import (
     published_schema,
     version_uri,
 )
-from orchestrator.lake.writer import VersionWriter
+from orchestrator.lake.writer import VersionWriter, data_file, read_published, write_files
 from orchestrator.pipeline.context import (
     open_store,
     position,
@@ -95,8 +100,8 @@ def publish_table(config: PipelineConfig, table_info: TableInfo, key: Sequence[s
         config: the pipeline config (``output.path``, ``output.keep_versions``).
         table_info: the table's columns.
         key: the chunk key, recorded in the manifest.
-        reconciled_dir: staging Parquet files of the table at ``position``, or the
-            rewritten slots and `layout.RewritePlan` of an incremental reconcile.
+        reconciled_dir: a reconcile's `layout.VersionPlan` and new data files, or staging
+            Parquet files that make the whole table at ``position``, in key order.
         position: ``H``, the binlog position the data equals the source at.
         run_id: the run publishing; publishing the same run again returns its manifest.
         guard: the fence check (`StateStore.check_fence`), run before every write and
@@ -109,7 +114,8 @@ def publish_table(config: PipelineConfig, table_info: TableInfo, key: Sequence[s
     tdir = table_dir(config, table_info.name)
     current = find_manifest(tdir)
     plan = layout.read_plan(reconciled_dir)
-    if plan is not None and not plan.slots and current is not None and current["run_id"] != run_id:
+    if (plan is not None and plan.base_version is not None and not plan.slots and current is not None
+            and current["run_id"] != run_id):
         # No slot rewritten: nothing of this run was committed, and the catalog need not be opened.
         current = _check_base(table_info.name, current, plan)
         if _unchanged(current, plan, table_info, key):
@@ -129,23 +135,20 @@ def publish_table(config: PipelineConfig, table_info: TableInfo, key: Sequence[s
                  table_info.name, committed, run_id)
         return _switch(config, catalog, tdir, recovered, committed.entry, guard)
     version = current["version"] + 1 if current is not None else 1
-    if plan is not None:
+    if plan is not None and plan.base_version is not None:
         current = _check_base(table_info.name, current, plan)
     attempt = storage.attempt_tag()  # names every file this attempt writes: no other process writes them
     guard()
     schema, loaded = iceberg.prepare_table(catalog, table_info.name, tdir, published_schema(table_info.columns))
     writer = VersionWriter(tdir, version, schema, [table_info.column(k).name for k in key], attempt)
-    if plan is None:
+    if plan is None:  # staging files that make the whole table, in order
         ranges = writer.write_all(reconciled_dir)
     else:
-        assert current is not None, "_check_base returns the base"
-        base = layout.usable_ranges(current["files"], current.get("file_ranges"))
-        if base is None:
-            raise RunFailed(f"internal: version {current['version']} of {table_info.name} has no file "
-                            "ranges but the reconcile planned a partial rewrite; rerun with --snapshot")
-        ranges = writer.write_incremental(reconciled_dir, plan, base)
+        guard()
+        ranges = _place(table_info.name, tdir, version, plan, writer, _moved_tag(reconciled_dir))
     if not ranges:
         ranges = [writer.write_empty()]
+    new_count = sum(1 for r in ranges if storage.basename(r["file"]).startswith(f"v{version:06d}-"))
     rows = sum(r["rows"] for r in ranges)
     manifest = Manifest(
         table=table_info.name, version=version, files=[r["file"] for r in ranges],
@@ -160,9 +163,8 @@ def publish_table(config: PipelineConfig, table_info: TableInfo, key: Sequence[s
                                       run_id=run_id, position=position, attempt=attempt, guard=guard,
                                       loaded=loaded if committed is None else None)
     faults.point("publish.iceberg_committed")
-    log.info("table %s: publishing version %d (%d rows, %d files: %d new holding %d rows, %d shared) at %s",
-             table_info.name, version, rows, len(ranges), writer.files_written, writer.rows_written,
-             len(ranges) - writer.files_written, position)
+    log.info("table %s: publishing version %d (%d rows, %d files: %d new, %d shared) at %s",
+             table_info.name, version, rows, len(ranges), new_count, len(ranges) - new_count, position)
     return _switch(config, catalog, tdir, manifest, snapshot, guard)
 
 
@@ -177,7 +179,60 @@ def _committed_manifest(tdir: str, committed: iceberg.RunCommit) -> Manifest | N
     return load_manifest(uri) if storage.exists(uri) else None
 
 
-def _check_base(table: str, current: Manifest | None, plan: layout.RewritePlan) -> Manifest:
+def _moved_tag(reconciled_dir: str) -> str:
+    """The tag in the names of the data files moved out of ``reconciled_dir``: the same for
+    every publish attempt of that directory (a move a crash cut is finished, not repeated),
+    another for each reconcile attempt (whose directory is unique to it: `reconcile.reconcile`).
+
+    >>> _moved_tag("/s/run/reconciled/shop.orders-1a2b3c4d") == _moved_tag("/s/run/reconciled/shop.orders-1a2b3c4d")
+    True
+    """
+    return hashlib.sha256(reconciled_dir.encode()).hexdigest()[:8]
+
+
+def _place(table: str, tdir: str, version: int, plan: layout.VersionPlan, writer: VersionWriter,
+           tag: str) -> list[FileRange]:
+    """The version's files in key order: shared files listed again, every new file moved from
+    staging into ``data/`` under the version's name (a file whose field IDs or types are not
+    ``schema``'s, the Iceberg table's, is written anew instead). A file already moved by an
+    earlier attempt of this publish (its staging file gone) is taken as it is: every attempt
+    names the files with ``tag``, the reconcile attempt's (`_moved_tag`)."""
+    out: list[FileRange] = []
+    index, shape = 0, _shape(writer.schema)
+    for entry in plan.files:
+        if entry["shared"]:
+            out.append(layout.as_range(entry, entry["file"], entry["bytes"]))
+            continue
+        relative = data_file(version, index, tag)
+        index += 1
+        writer.files_written = index
+        target = storage.join(tdir, relative)
+        if storage.exists(entry["file"]):
+            if _shape(storage.parquet_schema(entry["file"])) == shape:
+                storage.adopt(entry["file"], target)
+            else:
+                log.warning("%s: written with other field IDs or types than the Iceberg table's; rewriting it",
+                            entry["file"])
+                write_files(tdir, _named(relative), writer.schema, writer.key,
+                            read_published(entry["file"], writer.schema), 0, 0)
+        elif not storage.exists(target):
+            raise RunFailed(f"table {table}: {entry['file']}, a data file of the reconciled table, is gone; "
+                            + resnapshot_hint(table))
+        faults.point("publish.file_moved")
+        out.append(layout.as_range(entry, relative, storage.size(target)))
+    return out
+
+
+def _named(relative: str) -> Callable[[int], str]:
+    return lambda _: relative
+
+
+def _shape(schema: pa.Schema) -> list[tuple[str, pa.DataType, bool, bytes | None]]:
+    """What a data file must share with the Iceberg table: names, types, nullability, field IDs."""
+    return [(f.name, f.type, f.nullable, (f.metadata or {}).get(iceberg.FIELD_ID)) for f in schema]
+
+
+def _check_base(table: str, current: Manifest | None, plan: layout.VersionPlan) -> Manifest:
     """The current version an incremental reconcile's rewrite applies to; a RunFailed naming the fix
     when it is not the version the reconcile read, or predates Iceberg."""
     if current is not None and "iceberg" not in current:
@@ -190,7 +245,7 @@ def _check_base(table: str, current: Manifest | None, plan: layout.RewritePlan) 
     return current
 
 
-def _unchanged(current: Manifest, plan: layout.RewritePlan, table_info: TableInfo, key: Sequence[str]) -> bool:
+def _unchanged(current: Manifest, plan: layout.VersionPlan, table_info: TableInfo, key: Sequence[str]) -> bool:
     """Whether an incremental run found nothing to change: no slot rewritten, same columns and key.
 
     Such a run publishes no version: the current one is the table at the run's position as

@@ -42,6 +42,9 @@ from orchestrator.state.store import ChunkRead, ChunkRecord, StateStore
 
 log = logging.getLogger(__name__)
 
+#: A table as the read needs it: its columns, and the chunk key its files are sorted by.
+TableShape = tuple[TableInfo, tuple[str, ...]]
+
 @dataclass(frozen=True, slots=True)
 class ReadResult:
     """What one read batch did."""
@@ -85,14 +88,14 @@ def read_batch(config: PipelineConfig, run_id: str, batch: int, *, spark: SparkS
                 by_table.setdefault(chunk.table, []).append(chunk)
         if not by_table:
             return ReadResult(batch, pending[0].table, 0, 0, 0)
-        infos = {t: table_info(records[t]) for t in by_table}
+        infos = {t: (table_info(records[t]), tuple(records[t].chunk_key)) for t in by_table}
         return _read_pending(config, store, run_id, batch, by_table, infos, spark, holder)
     finally:
         store.close()
 
 
 def _read_pending(config: PipelineConfig, store: StateStore, run_id: str, batch: int,
-                  by_table: Mapping[str, list[ChunkRecord]], infos: Mapping[str, TableInfo],
+                  by_table: Mapping[str, list[ChunkRecord]], infos: Mapping[str, TableShape],
                   spark: SparkSession | None, holder: str | None) -> ReadResult:
     """`read_batch` of the batch's pending chunks, grouped by table."""
     what = next(iter(by_table)) if len(by_table) == 1 else f"{len(by_table)} tables"
@@ -122,7 +125,7 @@ def _read_pending(config: PipelineConfig, store: StateStore, run_id: str, batch:
 
 
 def _read_tables(spark: SparkSession, config: PipelineConfig, run_id: str,
-                 by_table: Mapping[str, Sequence[ChunkRecord]], infos: Mapping[str, TableInfo], tag: str,
+                 by_table: Mapping[str, Sequence[ChunkRecord]], infos: Mapping[str, TableShape], tag: str,
                  guard: Callable[[], None]) -> tuple[list[ChunkRead], dict[str, str]]:
     """Each table's chunks in a job of its own, `TABLE_JOBS` at a time, into chunk dirs named with
     the attempt's ``tag``; ``guard`` is the fence check before files are written. Returns the
@@ -131,7 +134,8 @@ def _read_tables(spark: SparkSession, config: PipelineConfig, run_id: str,
     def one(table: str) -> list[ChunkRead]:
         chunks = by_table[table]
         paths = {c.index: run_dir(config, run_id, "snapshot", table, f"chunk-{c.index:06d}-{tag}") for c in chunks}
-        done = read_chunks(spark, config, infos[table], [(c.index, c.where) for c in chunks], paths.__getitem__,
+        info, key = infos[table]
+        done = read_chunks(spark, config, info, [(c.index, c.where) for c in chunks], paths.__getitem__, key,
                            guard=guard)
         return [ChunkRead(table, i, rows, nbytes, paths[i]) for i, (rows, nbytes) in sorted(done.items())]
 

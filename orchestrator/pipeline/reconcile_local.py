@@ -1,117 +1,67 @@
-"""The incremental rewrite in the driver, with pyarrow: `orchestrator.pipeline.reconcile`'s rule, same output.
+"""The rewrite engine in the driver: pyarrow, file by file, with `orchestrator.pipeline.reconcile`'s rule.
 
-`orchestrator.pipeline.reconcile.reconcile_incremental` runs this instead of Spark when
-the rewrite reads little (`orchestrator.pipeline.reconcile.LOCAL_REWRITE_BYTES`) and every
-key column is NOT NULL of a type pyarrow orders as Spark does (`local_rewrite_allowed`):
-a fresh JVM's start and warm-up cost far more than the rewrite of a small change set.
-Each function mirrors its Spark twin in `orchestrator.pipeline.reconcile`: `_local_last_events`
-is ``last_events(events(...))``, `_local_slots` is `assign_slots`, and the merge is
-``_merge`` (base rows without a last event, plus the puts).
+The changes of a table become its *last events* (`last_events`: per key, the last change by
+position; a put carries the after-image, a delete none; a key-changing update or a ``D`` made by
+the table's filter also deletes its old key), sorted by key in the files' order
+(`orchestrator.lake.order`). Each event falls in one slot of the base files (`slot_spans`, a
+binary search per file boundary). A rewritten slot's new rows are its base file's rows merged
+with its events (`merged`): the base file is read record batch by record batch, each batch
+takes the events up to its last key, and the merge drops base rows whose key has an event and
+adds the puts, in key order. Memory holds the events and one batch per file being written, never
+a whole file; `orchestrator.lake.writer.write_parts` runs files in parallel on the cores.
+
+It is the Spark engine's twin (`orchestrator.pipeline.reconcile_spark`): `last_events` is
+``last_events(events(...))``, `slot_spans` is ``assign_slots``, `merged` is ``_merge`` of one
+slot. Both write the same files (tests/integration/test_incremental.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from orchestrator.errors import RunFailed
 from orchestrator.lake import layout, storage
-from orchestrator.lake.layout import FileRange, Territory
+from orchestrator.lake.layout import FileRange
+from orchestrator.lake.order import bisect, same_as_next, sort_keys
+from orchestrator.lake.writer import read_published, to_published
 from orchestrator.pipeline.changes import DELETE, KIND, OLD_PREFIX, OP, POSITION, PUT, event_key
-from orchestrator.schema.tables import TableInfo
-from orchestrator.schema.values import staging_schema
+from orchestrator.schema.tables import ColumnInfo, TableInfo
+
+_SRC, _ROW = "_tm_src", "_tm_rowid"
 
 
-def _locally_orderable(t: pa.DataType) -> bool:
-    """Staging types pyarrow orders as Spark does: numbers by value, text and binary bytewise.
-    Floats are left to Spark (NaN and -0.0 compare differently)."""
-    return bool(pa.types.is_integer(t) or pa.types.is_decimal(t) or pa.types.is_string(t)
-                or pa.types.is_binary(t) or pa.types.is_boolean(t) or pa.types.is_date32(t)
-                or pa.types.is_timestamp(t))
-
-
-def local_rewrite_allowed(table_info: TableInfo, key: Sequence[str]) -> bool:
-    """Whether `rewrite_locally` orders this key exactly as Spark does: NOT NULL key columns
-    of types pyarrow and Spark order alike."""
-    fields = staging_schema(table_info.columns)
-    return all(not fields.field(k).nullable and _locally_orderable(fields.field(k).type) for k in key)
-
-
-def rewrite_locally(table_info: TableInfo, key: Sequence[str], table_dir: str, ranges: Sequence[FileRange],
-                    segments: Sequence[str], out_dir: str, slot: str, limit: int | None) -> list[int] | None:
-    """`_rewrite_with_spark` in the driver, with pyarrow: the same rule, the same output.
-
-    Returns the rewritten slots, or None (nothing written) when the base files to
-    read exceed ``limit`` bytes.
-    """
-    schema = staging_schema(table_info.columns)
-    merge = pa.schema([*(f.with_nullable(True) for f in schema), pa.field("_tm_src", pa.int8()),
-                       pa.field(slot, pa.int32())])
-    last = _local_last_events(pa.concat_tables([_read(u) for u in segments], promote_options="default"),
-                              table_info, key)
-    slot_of = _local_slots([last.column(event_key(i)) for i in range(len(key))], table_info, key,
-                           layout.territories(ranges))
-    slots = sorted(set(slot_of.to_pylist()))
-    files = [s for s in slots if 0 <= s < len(ranges)]
-    if limit is not None and sum(ranges[s]["bytes"] for s in files) > limit:
-        return None
-    parts = []
-    for s in files:  # base rows (_tm_src 0) of the rewritten files
-        base = _read(storage.join(table_dir, ranges[s]["file"]), schema.names)
-        parts.append(pa.table([*(_staging_array(base.column(f.name)) for f in schema),
-                               _constant(0, base.num_rows, pa.int8()), _constant(s, base.num_rows, pa.int32())],
-                              schema=merge))
-    # the last event of each changed key: 1 puts its row, 2 deletes the key
-    names = [c.name for c in table_info.columns]
-    kind = pc.if_else(pc.equal(last.column(KIND), PUT), 1, 2).cast(pa.int8())
-    rows = [last.column(event_key(key.index(n))) if n in key else last.column(n) for n in names]
-    parts.append(pa.table([*rows, kind, slot_of], names=merge.names).cast(merge))
-    merged = pa.concat_tables(parts).sort_by([*[(k, "ascending") for k in key], ("_tm_src", "ascending")])
-    merged = merged.filter(_last_of_each_key(merged, key))
-    merged = merged.filter(pc.not_equal(merged.column("_tm_src"), 2))
-    for s in slots:
-        part = merged.filter(pc.equal(merged.column(slot), s)).select(names)
-        if part.num_rows:
-            fs, path = storage.filesystem(storage.join(out_dir, f"{slot}={s}", "part-00000.parquet"))
-            fs.create_dir(storage.parent(path), recursive=True)
-            with fs.open_output_stream(path) as out:
-                pq.write_table(part.cast(schema), out, compression="snappy")
-    return slots
+def read_changes(segments: Sequence[str]) -> pa.Table | None:
+    """The change segments of a table as one Arrow table (None: no segment)."""
+    tables = []
+    for uri in segments:
+        fs, path = storage.filesystem(uri)
+        with fs.open_input_file(path) as handle:
+            tables.append(pq.read_table(handle))
+    return pa.concat_tables(tables, promote_options="default") if tables else None
 
 
 def _constant(value: Any, length: int, type_: pa.DataType) -> pa.Array:
     return pc.fill_null(pa.nulls(length, type_), pa.scalar(value, type_))
 
 
-def _read(uri: str, columns: Sequence[str] | None = None) -> pa.Table:
-    fs, path = storage.filesystem(uri)
-    with fs.open_input_file(path) as handle:
-        return pq.read_table(handle, columns=list(columns) if columns is not None else None)
+def _differs(a: pa.ChunkedArray, b: pa.ChunkedArray) -> pa.ChunkedArray:
+    """Element-wise ``a`` and ``b`` differ, NULL equal to NULL (Spark's ``NOT (a <=> b)``)."""
+    equal = pc.or_kleene(pc.fill_null(pc.equal(a, b), False), pc.and_(pc.is_null(a), pc.is_null(b)))
+    return pc.invert(equal)
 
 
-def _staging_array(column: pa.ChunkedArray) -> pa.ChunkedArray:
-    """A published column in its staging type (TIME: duration -> int64 micros)."""
-    return column.cast(pa.int64()) if pa.types.is_duration(column.type) else column
+def last_events(changes: pa.Table, table_info: TableInfo, key: Sequence[str]) -> pa.Table:
+    """The last event of each key, sorted by key: ``_tm_k<i>``, position, kind and row columns.
 
-
-def _last_of_each_key(table: pa.Table, key: Sequence[str]) -> pa.Array:
-    """True on the last row of each run of equal keys of a table sorted by key (keys NOT NULL)."""
-    if table.num_rows == 0:
-        return pa.array([], pa.bool_())
-    differs: Any = None
-    for k in key:
-        column = table.column(k).combine_chunks()
-        step = pc.not_equal(column.slice(0, len(column) - 1), column.slice(1))
-        differs = step if differs is None else pc.or_(differs, step)
-    return pa.concat_arrays([differs, pa.array([True], pa.bool_())])
-
-
-def _local_last_events(changes: pa.Table, table_info: TableInfo, key: Sequence[str]) -> pa.Table:
-    """`last_events(events(...))` in pyarrow: ``_tm_k<i>``, position, kind and row columns."""
+    'I'/'U' put the after-image under the new key; 'D' deletes the key of its image; a 'U' or
+    'D' whose old key differs also deletes the old key (a 'D' made of an update that left the
+    table's filter: `orchestrator.pipeline.filtering`). At one position a put wins.
+    """
     names = [c.name for c in table_info.columns]
     keys = [event_key(i) for i in range(len(key))]
     op = changes.column(OP)
@@ -123,50 +73,131 @@ def _local_last_events(changes: pa.Table, table_info: TableInfo, key: Sequence[s
                     for n in names]
         return pa.table(columns, names=[*keys, *POSITION, KIND, *names])
 
-    updates = changes.filter(pc.is_in(op, pa.array(["U", "D"])))  # a D may carry an old key too
-    moved: Any = pa.array([False] * updates.num_rows, pa.bool_())
+    updates = changes.filter(pc.is_in(op, pa.array(["U", "D"])))
+    moved: Any = _constant(False, updates.num_rows, pa.bool_())
     for k in key:
-        moved = pc.or_(moved, pc.not_equal(updates.column(OLD_PREFIX + k), updates.column(k)))
-    evts = pa.concat_tables([
+        moved = pc.or_(moved, _differs(updates.column(OLD_PREFIX + k), updates.column(k)))
+    events = pa.concat_tables([
         event(changes.filter(pc.is_in(op, pa.array(["I", "U"]))), key, PUT),
         event(changes.filter(pc.equal(op, "D")), key, DELETE),
         event(updates.filter(moved), [OLD_PREFIX + k for k in key], DELETE),
     ])
-    ordered = evts.sort_by([(k, "ascending") for k in [*keys, *POSITION, KIND]])
-    return ordered.filter(_last_of_each_key(ordered, keys))
+    # sort only the key, position and kind; then take the last event of each key, whole, once
+    narrow = events.select([*keys, *POSITION, KIND])
+    order = pc.sort_indices(narrow, sort_keys=sort_keys([*keys, *POSITION, KIND]))
+    ordered_keys = [narrow.column(k).take(order) for k in keys]
+    last = pc.invert(same_as_next(ordered_keys))
+    return events.take(order.filter(last)).combine_chunks()
 
 
-def _local_slots(keys: Sequence[pa.ChunkedArray], table_info: TableInfo, key: Sequence[str],
-                 territories: Sequence[Territory]) -> pa.Array:
-    """The slot of each key (`assign_slots` in pyarrow); every key must land in exactly one."""
-    columns = [table_info.column(k) for k in key]
-    n = len(keys[0]) if keys else 0
-    slot = pa.array([0] * n, pa.int64())
-    hits = pa.array([0] * n, pa.int64())
-    for t in territories:
-        inside = pa.array([True] * n, pa.bool_())
-        if t.low is not None:
-            low = layout.staging_key(columns, t.low)
-            inside = pc.and_(inside, _key_before(keys, low, after=True, or_equal=t.low_inclusive))
-        if t.high is not None:
-            high = layout.staging_key(columns, t.high)
-            inside = pc.and_(inside, _key_before(keys, high, after=False, or_equal=t.high_inclusive))
-        hit = inside.cast(pa.int64())
-        hits = pc.add(hits, hit)
-        slot = pc.add(slot, pc.multiply(hit, t.slot))
-    if n and pc.min_max(hits).as_py() != {"min": 1, "max": 1}:
-        raise RunFailed(f"internal: a changed key of {table_info.name} fell in no file range or in two; "
-                        "re-snapshot the table with tidemark run --snapshot")
-    return slot.cast(pa.int32())
+def event_keys(events: pa.Table, count: int) -> list[pa.ChunkedArray]:
+    return [events.column(event_key(i)) for i in range(count)]
 
 
-def _key_before(keys: Sequence[pa.ChunkedArray], bound: tuple[Any, ...], *, after: bool, or_equal: bool
-                ) -> pa.ChunkedArray:
-    """Each key sorts before ``bound`` (``after``: ``bound`` sorts before the key), or equals it
-    where ``or_equal``; lexicographic, as `_before` (no NULLs: `local_rewrite_allowed`)."""
-    result: Any = pa.array([or_equal] * len(keys[0]), pa.bool_())
-    for column, value in reversed(list(zip(keys, bound, strict=True))):
-        scalar = pa.scalar(value, type=column.type)
-        less = pc.greater(column, scalar) if after else pc.less(column, scalar)
-        result = pc.or_(less, pc.and_(pc.equal(column, scalar), result))
-    return result
+def slot_spans(events: pa.Table, columns: Sequence[ColumnInfo], ranges: Sequence[FileRange]
+               ) -> dict[int, tuple[int, int]]:
+    """``{slot: (start, end)}``: the events (sorted by key) each slot of the base files owns
+    (`orchestrator.lake.layout`, "Territories"), for the slots that own any.
+
+    >>> from orchestrator.schema.tables import ColumnInfo as C
+    >>> ev = pa.table({"_tm_k0": [1, 5, 9, 12, 13]})
+    >>> r = lambda lo, hi: {"file": "f", "min_key": [lo], "max_key": [hi], "rows": 1, "bytes": 1}
+    >>> slot_spans(ev, [C("id", "int", "int", False)], [r(5, 8), r(9, 12)])
+    {-1: (0, 1), 0: (1, 2), 1: (2, 4), 2: (4, 5)}
+    >>> slot_spans(ev, [C("id", "int", "int", False)], [])
+    {0: (0, 5)}
+    """
+    keys = event_keys(events, len(columns))
+    total = events.num_rows
+    if not ranges:
+        return {0: (0, total)} if total else {}
+    edges = [0]
+    for entry in ranges:
+        assert entry["min_key"] is not None, "usable ranges hold rows"
+        edges.append(bisect(keys, layout.staging_key(columns, entry["min_key"]), lo=edges[-1]))
+    last = ranges[-1]["max_key"]
+    assert last is not None
+    edges.append(bisect(keys, layout.staging_key(columns, last), right=True, lo=edges[-1]))
+    edges.append(total)
+    return {slot: (a, b) for slot, (a, b) in zip(range(layout.HEAD_SLOT, len(ranges) + 1),
+                                                   itertools.pairwise(edges), strict=True) if b > a}
+
+
+def _puts(events: pa.Table, schema: pa.Schema) -> pa.Table:
+    """The after-images of the put events, in ``schema``."""
+    rows = events.filter(pc.equal(events.column(KIND), PUT)).select(schema.names)
+    return pa.Table.from_batches([to_published(b, schema) for b in rows.to_batches()], schema=schema)
+
+
+def merged(base_uri: str, events: pa.Table, schema: pa.Schema, key: Sequence[str]) -> Iterator[pa.RecordBatch]:
+    """The rows of a rewritten slot in key order: the base file's rows (``base_uri``; empty:
+    none) without those whose key has an event, plus the puts among ``events`` (the slot's
+    last events, sorted by key)."""
+    keys = event_keys(events, len(key))
+    done = 0
+    if base_uri:
+        for batch in read_published(base_uri, schema):
+            if not batch.num_rows:
+                continue
+            last = tuple(batch.column(k)[batch.num_rows - 1].as_py() for k in key)
+            upto = bisect(keys, last, right=True, lo=done)
+            if upto == done:
+                yield batch
+                continue
+            yield _merge_batch(batch, events.slice(done, upto - done), schema, key)
+            done = upto
+    yield from _puts(events.slice(done), schema).to_batches()
+
+
+def _interleave(base: Sequence[pa.Array | pa.ChunkedArray], events: pa.Table, rows: pa.Array | None = None
+                ) -> tuple[pa.Table, pa.Array]:
+    """Base keys and event keys sorted together in the files' order, a base row before an event
+    of the same key (a stable sort): the sorted keys (with ``_tm_rowid`` from ``rows`` when given:
+    base rows first, then events) and, per sorted row, whether it is a base row whose key has an
+    event (it is replaced or deleted)."""
+    n, m = len(base[0]), events.num_rows
+    columns = {f"k{i}": pa.chunked_array([*_chunks(b), *_chunks(events.column(event_key(i)).cast(b.type))])
+               for i, b in enumerate(base)}
+    names = list(columns)
+    columns[_SRC] = pa.chunked_array([_constant(0, n, pa.int8()), _constant(1, m, pa.int8())])
+    if rows is not None:
+        columns[_ROW] = rows
+    both = pa.table(columns)
+    ordered = both.take(pc.sort_indices(both, sort_keys=sort_keys(names, _SRC)))
+    src = ordered.column(_SRC).combine_chunks()
+    next_is_event = pa.concat_arrays([src.slice(1), pa.array([0], pa.int8())])
+    replaced = pc.and_(pc.and_(pc.equal(src, 0), pc.equal(next_is_event, 1)),
+                       same_as_next([ordered.column(c) for c in names]))
+    return ordered, replaced
+
+
+def _chunks(array: pa.Array | pa.ChunkedArray) -> list[pa.Array]:
+    return list(array.chunks) if isinstance(array, pa.ChunkedArray) else [array]
+
+
+def _merge_batch(batch: pa.RecordBatch, events: pa.Table, schema: pa.Schema, key: Sequence[str]) -> pa.RecordBatch:
+    """One sorted base batch with the events of its key range: base rows whose key has an event
+    go, the puts come in, in key order."""
+    n = batch.num_rows
+    is_put = pc.equal(events.column(KIND), PUT)
+    put_rank = pc.subtract(pc.cumulative_sum(is_put.cast(pa.int64())), 1)
+    rows = pa.chunked_array([pc.subtract(pc.cumulative_sum(_constant(1, n, pa.int64())), 1),
+                             pc.if_else(is_put, pc.add(put_rank, n), -1)])  # -1: a delete, no row
+    ordered, replaced = _interleave([batch.column(k) for k in key], events, rows)
+    ids = ordered.column(_ROW)
+    taken = ids.filter(pc.and_(pc.invert(replaced), pc.greater_equal(ids, 0)))
+    out = pa.concat_tables([pa.Table.from_batches([batch], schema=schema), _puts(events, schema)]).take(taken)
+    return pa.RecordBatch.from_arrays([c.combine_chunks() for c in out.columns], schema=schema)
+
+
+def output_rows(base_uri: str, base_rows: int, events: pa.Table, key: Sequence[str]) -> int:
+    """The exact row count of a rewritten slot (its base file's rows, less those whose key has an
+    event, plus the puts), from the key columns alone."""
+    puts = pc.sum(pc.equal(events.column(KIND), PUT).cast(pa.int64())).as_py() or 0
+    if not base_uri or not events.num_rows:
+        return base_rows + puts
+    fs, path = storage.filesystem(base_uri)
+    with fs.open_input_file(path) as handle:
+        base = pq.read_table(handle, columns=list(key))
+    _, replaced = _interleave([base.column(k) for k in key], events)
+    return base_rows - (pc.sum(replaced.cast(pa.int64())).as_py() or 0) + puts

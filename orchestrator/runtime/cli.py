@@ -81,14 +81,21 @@ def _plan(args: argparse.Namespace, config: PipelineConfig) -> int:
 
 
 def _run(args: argparse.Namespace, config: PipelineConfig) -> int:
+    from orchestrator.runtime.early import start_spark_early
     from orchestrator.runtime.failures import open_log
-    from orchestrator.runtime.run import run_command
 
     logfile = open_log(config)
     log.debug("full log of this run: %s", logfile)
+    try:
+        names = [t.name for t in config.select_tables(args.table or None)]
+    except ConfigError:
+        names = []  # run_command reports it
+    # the JVM starts before the rest of the engine is imported: both take seconds
+    spark = start_spark_early(config, names, args.snapshot) if names else None
+    from orchestrator.runtime.run import run_command
 
     return run_command(config, tables=args.table, snapshot=args.snapshot,
-                       chunk_size=args.chunk_size, progress=not args.no_progress)
+                       chunk_size=args.chunk_size, progress=not args.no_progress, spark=spark)
 
 
 def _status(args: argparse.Namespace, config: PipelineConfig) -> int:

@@ -7,7 +7,7 @@ import os
 import socket
 import sys
 import time
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any, TextIO
@@ -25,6 +25,7 @@ from orchestrator.errors import (
 from orchestrator.pipeline.context import hold_lock, open_store, spark_session
 from orchestrator.pipeline.failed import TablesFailed
 from orchestrator.pipeline.plan import takes_out
+from orchestrator.runtime.early import start_spark_early
 from orchestrator.runtime.failures import current_log, record_trace, root_cause
 
 log = logging.getLogger(__name__)
@@ -86,18 +87,22 @@ def _clock(seconds: float) -> str:
 
 
 def run_command(config: PipelineConfig, *, tables: list[str], snapshot: bool, chunk_size: int | None,
-                progress: bool = True) -> int:
+                progress: bool = True, spark: Future[Any] | None = None) -> int:
     """The CLI verb. Resumes an unfinished run first, then does what was asked if that differs.
 
     The pipeline lock is held for the whole run, renewed by a heartbeat, and fences every
     write (`orchestrator.state.lease`): a run whose lock was taken over stops with `LockLost`.
+    ``spark``: a session already starting (`orchestrator.runtime.early`); by default it is
+    started here, in the background, when the run will read chunks.
     """
     started = time.monotonic()
     holder = cli_holder()
+    names = steps.requested_tables(config, tables or None)
+    # the JVM starts while preflight and planning talk to the source, when the run will read
+    session: Any = spark or start_spark_early(config, names, snapshot)
     failing = steps.preflight(config, tables or None)
     for table, why in sorted(failing.items()):
         log.warning("table %s is left out of this run: %s", table, why)
-    names = steps.requested_tables(config, tables or None)
     if snapshot:
         _announce_fresh(config, names)
     with ExitStack() as held:
@@ -106,7 +111,7 @@ def run_command(config: PipelineConfig, *, tables: list[str], snapshot: bool, ch
         except Exception as exc:  # another run holds it, or the state store cannot be written
             raise after_start(config, exc, None) from exc
         results, partial = _runs(config, holder, names, tables=tables, snapshot=snapshot, chunk_size=chunk_size,
-                                 bars=progress and sys.stdout.isatty(), failing=failing)
+                                 bars=progress and sys.stdout.isatty(), failing=failing, spark=session)
     _summary(results, time.monotonic() - started)
     if partial is not None:
         raise partial
@@ -114,12 +119,12 @@ def run_command(config: PipelineConfig, *, tables: list[str], snapshot: bool, ch
 
 
 def _runs(config: PipelineConfig, holder: str, names: list[str], *, tables: list[str], snapshot: bool,
-          chunk_size: int | None, bars: bool, failing: dict[str, str]
+          chunk_size: int | None, bars: bool, failing: dict[str, str], spark: Any
           ) -> tuple[list[steps.Published], TablesFailed | None]:
-    """The unfinished run if there is one, then the requested run if it differs."""
+    """The unfinished run if there is one, then the requested run if it differs. ``spark``: a
+    session, one starting (a future), or None."""
     request = {"tables": names, "snapshot": snapshot, "chunk_size": chunk_size}
     results: list[steps.Published] = []
-    spark: Any = None
     partial: TablesFailed | None = None
     for _ in range(2):
         try:
@@ -171,7 +176,10 @@ def after_start(config: PipelineConfig, exc: BaseException, run_id: str | None) 
 
 def execute(config: PipelineConfig, handle: steps.RunHandle, *, holder: str, bars: bool,
             spark: Any = None) -> tuple[Any, list[steps.Published]]:
-    """Read every pending batch, capture, reconcile and publish one planned run."""
+    """Read every pending batch, capture, reconcile and publish one planned run. ``spark``: a
+    session, one starting (a future), or None."""
+    if isinstance(spark, Future):
+        spark = spark.result() if handle.batches or spark.done() else spark
     if handle.batches:
         spark = spark or spark_session(config)
         bar = Progress("read", sum(b.chunks for b in handle.batches), bars=bars)
@@ -197,7 +205,7 @@ def execute(config: PipelineConfig, handle: steps.RunHandle, *, holder: str, bar
     cap.close()
     # No session is started here: reconcile starts one only for a table that needs Spark
     # (an incremental rewrite small enough for the driver does not).
-    steps.reconcile(config, handle.run_id, spark=spark)
+    steps.reconcile(config, handle.run_id, spark=None if isinstance(spark, Future) else spark)
     return spark, steps.publish(config, handle.run_id, holder=holder)
 
 

@@ -36,7 +36,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
 from orchestrator.config import PipelineConfig
-from orchestrator.errors import ConfigError
+from orchestrator.errors import ConfigError, RunFailed
 
 log = logging.getLogger(__name__)
 jvm_log = logging.getLogger("tidemark.jvm")
@@ -52,6 +52,8 @@ REQUIRED_SQL_CONF: Mapping[str, str] = {
     "spark.sql.parquet.int96RebaseModeInWrite": "CORRECTED",
     "spark.sql.parquet.int96RebaseModeInRead": "CORRECTED",
     "spark.sql.files.maxRecordsPerFile": "0",
+    # data files carry the Iceberg field IDs of their columns' metadata (`parquet.field.id`)
+    "spark.sql.parquet.fieldId.write.enabled": "true",
 }
 
 #: Defaults a pipeline's ``spark.conf`` may override.
@@ -108,9 +110,13 @@ def get_session(config: PipelineConfig) -> SparkSession:
     A reused session keeps its static settings (master, jars, memory); the SQL
     settings of `REQUIRED_SQL_CONF` are applied to it anyway.
 
+    With ``spark.remote`` the session is a Spark Connect client of that server (`remote_session`).
+
     Raises:
         ConfigError: when the JDBC driver jar does not exist.
     """
+    if config.spark.remote:
+        return remote_session(config)
     jar = config.source.jdbc_driver_jar
     if not os.path.exists(jar):
         raise ConfigError(f"source.jdbc_driver_jar: {jar} does not exist; install Debian's "
@@ -131,6 +137,32 @@ def get_session(config: PipelineConfig) -> SparkSession:
         log.info("spark session started in %.1fs (master %s, %d cores)", time.monotonic() - started,
                  spark.sparkContext.master, spark.sparkContext.defaultParallelism)
     apply_required_conf(spark)
+    return spark
+
+
+def remote_session(config: PipelineConfig) -> SparkSession:
+    """A Spark Connect session on ``spark.remote``: no JVM in this process, the server's driver
+    and executors do the work (README "Spark Connect"). The server is started with the JDBC
+    jar and fixes its own static settings; ``spark.conf``'s runtime SQL settings
+    (``spark.sql.*``) are set on the session, the others are the server's and are ignored."""
+    remote = config.spark.remote
+    assert remote is not None
+    started = time.monotonic()
+    try:
+        spark = SparkSession.builder.remote(remote).getOrCreate()
+    except Exception as exc:  # grpc or missing client packages
+        raise RunFailed(f"spark.remote: cannot attach to the Spark Connect server {remote}: "
+                          f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}; start it "
+                          "(README \"Spark Connect\") and install the client (pip install 'tidemark[connect]')"
+                          ) from exc
+    ignored = sorted(k for k in config.spark.conf if not k.startswith("spark.sql."))
+    for key, value in config.spark.conf.items():
+        if key.startswith("spark.sql."):
+            spark.conf.set(key, value)
+    if ignored:
+        log.info("spark.remote: settings %s belong to the Spark Connect server; not set", ", ".join(ignored))
+    apply_required_conf(spark)
+    log.info("spark session attached to %s in %.1fs", remote, time.monotonic() - started)
     return spark
 
 
@@ -159,6 +191,24 @@ def forward_jvm_output(stream: Iterable[bytes]) -> None:
         line = raw.decode("utf-8", "replace").rstrip()
         if line:
             jvm_log.log(logging.WARNING if _LOG4J_SEVERE.search(line) else logging.INFO, "%s", line)
+
+
+def is_connect(spark: SparkSession) -> bool:
+    """Whether ``spark`` is a Spark Connect session (no SparkContext in this process)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def job_description(spark: SparkSession, text: str) -> None:
+    """Name the next Spark jobs in the Spark UI (a Spark Connect session has no such call)."""
+    if not is_connect(spark):
+        spark.sparkContext.setJobDescription(text)
+
+
+def parallelism(spark: SparkSession) -> int:
+    """The session's default parallelism (the cores of a local master)."""
+    if is_connect(spark):
+        return int(spark.conf.get("spark.default.parallelism", None) or os.cpu_count() or 1)
+    return int(spark.sparkContext.defaultParallelism)
 
 
 def apply_required_conf(spark: SparkSession) -> None:

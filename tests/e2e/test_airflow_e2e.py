@@ -34,7 +34,8 @@ DAG_ID = f"tidemark_{DB}"
 CONN_ID = "tidemark_e2e_source"
 RUN_TIMEOUT = 900  # seconds for one DAG run on a busy 2-core machine
 #: Titles and descriptions of the three params, as the trigger form must show them.
-PARAM_TEXTS = ("Tables", "Re-snapshot", "Chunk size", "Tables for this run (empty: all)",
+PARAM_TEXTS = ("Tables", "Re-snapshot", "Chunk size",
+               "Tables for this run (empty: all; a pattern: all it matches)",
                "Snapshot the chosen tables again", "Target rows per chunk")
 
 

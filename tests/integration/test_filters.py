@@ -211,7 +211,7 @@ def test_changes_in_and_out_of_the_filter(tmp_path: Path, mariadb: LocalMariaDB,
     """Snapshot, then updates moving rows (and keys) in and out of the filter, inserts inside
     and outside, deletes: after the incremental run the lake is ``SELECT * ... WHERE``."""
     if rewrite == "spark":
-        monkeypatch.setattr(reconcile, "LOCAL_REWRITE_BYTES", 0)  # the driver never rewrites
+        monkeypatch.setattr(reconcile, "LOCAL_CHANGES_BYTES", 0)  # the driver never rewrites
     db = f"flt_run_{rewrite}"
     where = "deleted = 0 AND (name <> 'hidden' OR v >= 100) AND v < 500"
     fresh_database(mariadb, db, f"""CREATE TABLE {db}.t (id INT PRIMARY KEY, v INT NOT NULL,

@@ -36,8 +36,8 @@ from orchestrator.lake import layout
 from orchestrator.pipeline import reconcile
 from orchestrator.pipeline.context import table_dir
 from orchestrator.pipeline.publish import Manifest, publish_table
-from orchestrator.pipeline.reconcile import Engine, reconcile_incremental, reconcile_table
-from orchestrator.pipeline.reconcile_local import local_rewrite_allowed
+from orchestrator.pipeline.reconcile import Engine, reconcile_incremental
+from orchestrator.pipeline.reconcile_spark import reconcile_table
 from orchestrator.positions import BinlogPosition
 from orchestrator.runtime.run import run_command
 from orchestrator.schema.tables import ColumnInfo, TableInfo
@@ -333,12 +333,12 @@ def test_text_keys_follow_the_files_order_not_a_collation(spark: Any, tmp_path: 
 
 
 @pytest.mark.usefixtures("no_merging")
-def test_null_key_components_keep_their_place(spark: Any, tmp_path: Path) -> None:
+def test_null_key_components_keep_their_place(spark: Any, tmp_path: Path, engine: Engine) -> None:
+    """NULL sorts first, and a NULL key part equals NULL, in both engines (Spark's order and <=>)."""
     table = TableInfo("incr", "nulls", (
         ColumnInfo("a", "int", "int(11)", False), ColumnInfo("b", "varchar", "varchar(10)", True),
         ColumnInfo("v", "varchar", "varchar(10)", True)), ("a", "b"), (), 0)
-    assert not local_rewrite_allowed(table, ("a", "b")), "NULL key parts are left to Spark"
-    lake = Lake(spark, tmp_path, table)
+    lake = Lake(spark, tmp_path, table, engine)
     files: list[list[Row]] = [[{"a": 1, "b": None, "v": "x"}, {"a": 1, "b": "m", "v": "x"}],
                               [{"a": 2, "b": None, "v": "x"}, {"a": 2, "b": "b", "v": "x"}],
                               [{"a": 3, "b": "a", "v": "x"}]]
@@ -370,13 +370,11 @@ TYPED_NOT_NULL = TableInfo("incr", "typed_nn", TYPED.columns, ("u", "t", "b"), (
 
 
 @pytest.mark.usefixtures("no_merging")
-@pytest.mark.parametrize(("table", "engine"), [(TYPED, "spark"), (TYPED_NOT_NULL, "spark"),
-                                               (TYPED_NOT_NULL, "local")], ids=["datetime-spark", "spark", "local"])
+@pytest.mark.parametrize("table", [TYPED, TYPED_NOT_NULL], ids=["datetime", "not-null"])
 def test_keys_of_every_kind_of_type_find_their_file(spark: Any, tmp_path: Path, table: TableInfo,
                                                      engine: Engine) -> None:
-    """BIGINT UNSIGNED (decimal), DATETIME, TIMESTAMP, TIME (negative) and VARBINARY key parts, with
-    file boundaries that differ only in the last part."""
-    assert local_rewrite_allowed(table, table.primary_key) == (table is TYPED_NOT_NULL)
+    """BIGINT UNSIGNED (decimal), DATETIME (a nullable key part: zero dates), TIMESTAMP, TIME
+    (negative) and VARBINARY key parts, with file boundaries that differ only in the last part."""
     top = 2**64 - 1
     lake = Lake(spark, tmp_path, table, engine)
     files = [[typed(1, b"a"), typed(5, b"a", t=-9)],
@@ -395,6 +393,63 @@ def test_keys_of_every_kind_of_type_find_their_file(spark: Any, tmp_path: Path, 
     check_layout(lake, v2)
     assert [f for f in v2["files"] if f in v1["files"]] == [v1["files"][3]]
     assert len(v2["files"]) == 5  # files 0, 1 and 2 rewritten, 3 shared, a new last file
+
+
+NULLABLE_PAIR = TableInfo("incr", "pair", (
+    ColumnInfo("a", "int", "int(11)", False), ColumnInfo("b", "varchar", "varchar(10)", True),
+    ColumnInfo("v", "varchar", "varchar(20)", True)), ("a", "b"), (), 0)
+
+
+def random_history(table: TableInfo, rng: random.Random) -> tuple[list[list[Row]], list[Change]]:
+    """Three sorted base files and 60 random changes (inserts in gaps and beyond, updates,
+    deletes, key changes, keys that come and go) for a key ``id`` or ``(a, b)``."""
+    def row(k: int, tag: str) -> Row:
+        if table is SIMPLE:
+            return s(k, tag)
+        return {"a": k // 3, "b": None if k % 3 == 0 else "xyz"[k % 3], "v": tag}
+
+    def key(r: Row) -> tuple[Any, ...]:
+        return tuple(r[k] for k in table.primary_key)
+
+    keys = sorted(rng.sample(range(0, 600, 2), 90))
+    files = [[row(k, "base") for k in keys[i:i + 30]] for i in (0, 30, 60)]
+    live = {key(r): r for f in files for r in f}
+    changes: list[Change] = []
+    for pos in range(1, 61):
+        k = rng.randrange(-20, 640)
+        new = row(k, f"c{pos}")
+        kind = rng.random()
+        if kind < 0.4:
+            changes.append(I(pos, new) if key(new) not in live else U(pos, new, key(new)))
+            live[key(new)] = new
+        elif kind < 0.6 and live:
+            gone = live.pop(rng.choice(sorted(live, key=repr)))
+            changes.append(D(pos, gone))
+        elif live:
+            old = rng.choice(sorted(live, key=repr))
+            if key(new) in live and key(new) != old:
+                continue
+            live.pop(old)
+            changes.append(U(pos, new, old))
+            live[key(new)] = new
+    return files, changes
+
+
+@pytest.mark.usefixtures("no_merging")
+@pytest.mark.parametrize("table", [SIMPLE, NULLABLE_PAIR], ids=["int", "int-and-nullable-text"])
+@pytest.mark.parametrize("seed", range(3))
+def test_the_driver_merges_changes_across_record_batches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         table: TableInfo, seed: int) -> None:
+    """Base files read 4 rows at a time, so changes fall before, inside, between and after record
+    batches: the streamed merge equals the table computed in Python (no Spark is started)."""
+    monkeypatch.setattr(layout, "BATCH_ROWS", 4)
+    files, changes = random_history(table, random.Random(seed))
+    lake = Lake(None, tmp_path, table, "local")
+    lake.publish_files(files)
+    v2, rows = lake.apply(changes)
+    expected = expected_after(table, [r for f in files for r in f], changes)
+    assert lake.rows(2) == expected and rows == v2["rows"] == len(expected)
+    check_layout(lake, v2)
 
 
 def sparse_files(count: int, rows: int) -> list[list[Row]]:
@@ -538,7 +593,7 @@ def test_engine_runs_share_unchanged_files(mariadb: LocalMariaDB, tmp_path: Path
     key changes between: the second run rewrites the files those keys live in, nothing else."""
     db = f"incr_engine_{rewrite}"
     if rewrite == "spark":
-        monkeypatch.setattr(reconcile, "LOCAL_REWRITE_BYTES", 0)  # every rewrite is "too big" for the driver
+        monkeypatch.setattr(reconcile, "LOCAL_CHANGES_BYTES", 0)  # every change set is "too big" for the driver
     mariadb.execute(f"CREATE DATABASE {db}")
     mariadb.execute(ITEMS.format(db=db), TAGS.format(db=db),
                     f"INSERT INTO {db}.items SELECT seq * 10, CONCAT('item ', seq, ' ', MD5(seq)), seq / 7,"

@@ -19,7 +19,7 @@ from orchestrator.errors import RunFailed
 from orchestrator.lake.iceberg import open_catalog
 from orchestrator.lake.manifest import read_manifest, read_published
 from orchestrator.pipeline.publish import publish_table
-from orchestrator.pipeline.reconcile import reconcile_table
+from orchestrator.pipeline.reconcile_spark import reconcile_table
 from orchestrator.positions import BinlogPosition
 from orchestrator.schema.tables import ColumnInfo, TableInfo
 from orchestrator.schema.types import arrow_type
@@ -108,7 +108,7 @@ def test_manifest_and_files_follow_the_contract(spark: Any, tmp_path: Path) -> N
 
     table = ds.dataset([str(tdir / f) for f in on_disk["files"]], format="parquet").to_table()
     assert [f.type for f in table.schema] == [arrow_type(c) for c in TABLE.columns]
-    assert table.schema.field("took").metadata == {b"mysql_type": b"time(6)", b"PARQUET:field_id": b"3"}
+    assert table.schema.field("took").metadata == {b"PARQUET:field_id": b"3"}
     assert sorted(table.to_pylist(), key=lambda x: x["id"]) == [published(x) for x in rows]
     assert on_disk["iceberg"]["identifier"] == "shop.orders"
     for reader in (duckdb_table(str(tdir)), pyiceberg_table(config, "shop.orders")):

@@ -11,12 +11,15 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 import pytest
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from orchestrator.config import PipelineConfig
 from orchestrator.demo.localdb import LocalMariaDB
 from orchestrator.errors import RunFailed, TransientReadError
-from orchestrator.pipeline.jdbc import jdbc_properties, jdbc_url, read_chunks
+from orchestrator.pipeline.jdbc import jdbc_properties, jdbc_url, read_chunks, required
 from orchestrator.schema.tables import ColumnInfo, TableInfo
 from orchestrator.schema.types import is_boolean
 from orchestrator.schema.values import staging_schema
@@ -204,17 +207,25 @@ def select_expected(server: LocalMariaDB, table: TableInfo) -> dict[int, dict[st
 
 def test_every_type_reads_as_staging_type_and_value(spark: Any, mariadb: LocalMariaDB,
                                                     types_table: TableInfo, tmp_path: Path) -> None:
+    """Each chunk's file is a data file: published types and values, sorted by key, the field IDs
+    of the (new) Iceberg table, NOT NULL columns required."""
     config = _config(tmp_path, mariadb)
     dirs = {0: str(tmp_path / "chunk-000000"), 1: str(tmp_path / "chunk-000001")}
-    result = read_chunks(spark, config, types_table, [(0, "`id` < 3"), (1, "`id` >= 3")], dirs.__getitem__)
+    result = read_chunks(spark, config, types_table, [(0, "`id` < 3"), (1, "`id` >= 3")], dirs.__getitem__,
+                         ("id",))
     assert result[0][0] == 2 and result[1][0] == ROWS - 2
 
     want = staging_schema(types_table.columns)
     got_rows: dict[int, dict[str, Any]] = {}
     for directory in dirs.values():
-        table = ds.dataset(directory, format="parquet").to_table()
-        assert table.schema.names == want.names
-        assert [f.type for f in table.schema] == [f.type for f in want]
+        (file,) = Path(directory).iterdir()
+        schema = pq.read_schema(file)
+        assert schema.names == want.names
+        assert [f.type for f in schema] == [f.type for f in want]
+        assert [f.nullable for f in schema] == [f.nullable for f in want]
+        assert [f.metadata[b"PARQUET:field_id"] for f in schema] == [str(i).encode() for i in range(1, len(want) + 1)]
+        table = pq.read_table(file)
+        assert table.column("id").to_pylist() == sorted(table.column("id").to_pylist())
         got_rows.update({r["id"]: r for r in table.to_pylist()})
 
     expected = select_expected(mariadb, types_table)
@@ -243,12 +254,12 @@ def test_batch_writes_each_chunk_to_its_own_dir(spark: Any, mariadb: LocalMariaD
     stale.write_bytes(b"left by a failed attempt")
 
     for attempt in ("a1", "b2"):  # each attempt writes dirs of its own; none is replaced
-        result = read_chunks(spark, config, info, chunks, lambda i, a=attempt: str(out / f"chunk-{i:06d}-{a}"))
+        result = read_chunks(spark, config, info, chunks, lambda i, a=attempt: str(out / f"chunk-{i:06d}-{a}"), ("id",))
         assert {i: rows for i, (rows, _) in result.items()} == {10: 99, 11: 300, 12: 0, 13: 601}
         assert all(nbytes > 0 for _, nbytes in result.values())
         for index, low, high in [(10, 1, 100), (11, 100, 400), (12, 400, 400), (13, 400, 1001)]:
             table = ds.dataset(str(out / f"chunk-{index:06d}-{attempt}"), format="parquet").to_table()
-            assert sorted(table.column("id").to_pylist()) == list(range(low, high))
+            assert table.column("id").to_pylist() == list(range(low, high)), "sorted by key"
             assert table.schema.names == ["id", "v"]
     assert stale.read_bytes() == b"left by a failed attempt"  # another attempt's: never touched
     assert sorted(p.name for p in out.iterdir()) == sorted(
@@ -271,10 +282,10 @@ def test_predicates_use_raw_columns_and_index(spark: Any, mariadb: LocalMariaDB,
     chunks = [(0, f"((`name` < 'it''s') OR (`name` = 'it''s' AND `n` < 1)) AND {where}"),
               (1, f"((`name` > 'it''s') OR (`name` = 'it''s' AND `n` >= 1)) AND {where}")]
     result = read_chunks(spark, _config(tmp_path, mariadb), info, chunks,
-                        lambda i: str(tmp_path / f"c{i}"))
+                        lambda i: str(tmp_path / f"c{i}"), ("name", "n"))
     assert result[0][0] == 2 and result[1][0] == 2
     first = ds.dataset(str(tmp_path / "c1"), format="parquet").to_table().to_pylist()
-    assert sorted((r["name"], r["n"]) for r in first) == [("it's", 1), ("ü", 1)]
+    assert [(r["name"], r["n"]) for r in first] == [("it's", 1), ("ü", 1)]
 
 
 @pytest.mark.usefixtures("reader")
@@ -287,18 +298,18 @@ def test_credentials_stay_out_of_url_and_errors(spark: Any, mariadb: LocalMariaD
     info = TableInfo(DB, "many", (ColumnInfo("id", "int", "int(11)", False),), ("id",), (), 0)
 
     with pytest.raises(RunFailed) as bad_sql:
-        read_chunks(spark, config, info, [(0, "no_such_column = 1")], lambda i: str(tmp_path / "x"))
+        read_chunks(spark, config, info, [(0, "no_such_column = 1")], lambda i: str(tmp_path / "x"), ("id",))
     assert f"{DB}.many" in str(bad_sql.value) and "no_such_column" in str(bad_sql.value)
     assert not isinstance(bad_sql.value, TransientReadError)
 
     refused = _config(tmp_path, mariadb, port=1)
     with pytest.raises(RunFailed) as lost:
-        read_chunks(spark, refused, info, [(0, "1 = 1")], lambda i: str(tmp_path / "x"))
+        read_chunks(spark, refused, info, [(0, "1 = 1")], lambda i: str(tmp_path / "x"), ("id",))
     assert isinstance(lost.value, TransientReadError)
 
     wrong = _config(tmp_path, mariadb, password=PASSWORD + "-nope")
     with pytest.raises(RunFailed) as denied:
-        read_chunks(spark, wrong, info, [(0, "1 = 1")], lambda i: str(tmp_path / "x"))
+        read_chunks(spark, wrong, info, [(0, "1 = 1")], lambda i: str(tmp_path / "x"), ("id",))
     assert "Access denied" in str(denied.value)
     for error in (bad_sql.value, lost.value, denied.value):
         assert PASSWORD not in str(error) and PASSWORD not in repr(error.args)
@@ -332,10 +343,20 @@ def test_connection_killed_mid_read_is_retried_by_spark(spark: Any, mariadb: Loc
     killer.start()
     try:
         result = read_chunks(spark, _config(tmp_path, mariadb), info,
-                            [(0, "`id` <= 20 AND SLEEP(0.1) = 0")], lambda i: str(tmp_path / "c0"))
+                            [(0, "`id` <= 20 AND SLEEP(0.1) = 0")], lambda i: str(tmp_path / "c0"), ("id",))
     finally:
         killer.join()
     assert killed, "the read finished before it could be interrupted"
     assert result[0][0] == 20
     ids = ds.dataset(str(tmp_path / "c0"), format="parquet").to_table().column("id").to_pylist()
     assert sorted(ids) == list(range(1, 21))
+
+
+def test_a_null_in_a_required_column_fails_the_job(spark: Any) -> None:
+    """A NOT NULL column is non-nullable to Spark (a required Parquet field, as Iceberg wants),
+    and a NULL reaching it fails the job naming the column rather than being written."""
+    df = spark.createDataFrame([(1,), (None,)], "v int")
+    out = df.select(required(F.col("v"), T.IntegerType(), "table t: NULL read from NOT NULL column v").alias("v"))
+    assert not out.schema["v"].nullable
+    with pytest.raises(Exception, match="NULL read from NOT NULL column v"):
+        out.collect()

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from orchestrator.pipeline.reconcile import reconcile_table
+from orchestrator.pipeline.reconcile_spark import reconcile_table
 from orchestrator.schema.tables import ColumnInfo, TableInfo
 from orchestrator.schema.values import staging_schema
 

@@ -59,7 +59,7 @@ def shop(mariadb: LocalMariaDB) -> str:
 
 @pytest.mark.parametrize("failpoint", [
     "read.batch_done:2", "capture.checkpoint:1", "reconcile.table_done:1",
-    "publish.iceberg_committed:1", "publish.files_written:1", "publish.table_done:1",
+    "publish.file_moved:2", "publish.iceberg_committed:1", "publish.files_written:1", "publish.table_done:1",
 ])
 def test_killed_run_resumes(mariadb: LocalMariaDB, shop: str, tmp_path: Path, failpoint: str) -> None:
     config_path = write_config(tmp_path / "p.yaml", pipeline_config(

@@ -98,6 +98,9 @@ BAD = [
     ("chunk_size as text", [("defaults.chunk_size", "big")], "defaults.chunk_size: expected an integer"),
     ("chunk_size as float", [("defaults.chunk_size", 10.5)], "defaults.chunk_size: expected an integer"),
     ("spark.conf a list", [("spark.conf", ["a"])], "spark.conf: expected a mapping"),
+    ("spark master and remote", [("spark.remote", "sc://spark:15002")], "spark: give one of spark.master and spark.remote"),
+    ("spark.remote not sc://", [("spark.master", DELETE), ("spark.remote", "http://spark:15002")],
+     "spark.remote: expected a Spark Connect URL like sc://host:15002"),
     ("source a string", [("source", "db.internal")], "source: expected a mapping"),
     ("host an integer", [("source.host", 5)], "source.host: expected a string"),
     ("two password sources", [("source.password", "x")], "source: give only one of password"),
@@ -165,6 +168,11 @@ def test_good_config_round_trips_with_defaults_and_overrides(tmp_path: Path) -> 
     assert config.select_tables(["shop.order_items"]) == (items,)
     assert all(t.chunk_size == 7 for t in config.with_chunk_size(7).tables)
     assert load_config(path) == config
+
+
+def test_spark_remote_instead_of_a_master() -> None:
+    config = parse_config(mutated(("spark.master", DELETE), ("spark.remote", "sc://spark.internal:15002/;user_id=tm")))
+    assert config.spark.remote == "sc://spark.internal:15002/;user_id=tm"
 
 
 def test_keys_left_out_take_the_dataclass_defaults() -> None:
