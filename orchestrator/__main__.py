@@ -1,3 +1,3 @@
-from orchestrator.runtime.cli import main
+from orchestrator.runtime.cli import entry
 
-raise SystemExit(main())
+raise SystemExit(entry())

@@ -7,6 +7,7 @@ Errors print as one line each on stderr (no traceback unless ``--debug``).
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import sys
 import traceback
@@ -189,5 +190,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
+def entry() -> int:
+    """The ``tidemark`` process: `main`, then the objects it leaves are frozen out of the cyclic
+    garbage collector, whose passes at interpreter exit otherwise walk every object the imports
+    made (pyiceberg's models, SQLAlchemy, pandas): about 0.35 s of a 2-3 s incremental run.
+    Nothing is skipped: atexit handlers, log flushes and finalizers run as before. Tests call
+    `main`, which leaves the collector alone."""
+    code = main()
+    gc.freeze()
+    return code
+
+
 if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())
+    raise SystemExit(entry())
