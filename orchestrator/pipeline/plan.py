@@ -2,11 +2,11 @@
 
 `plan` is the step (the CLI and the DAG call it through `orchestrator.steps`):
 it takes the pipeline lock, records the run's start position ``P0`` before any
-key bound is read (then waits ``read_margin_seconds``, as after each ``L``: a
-transaction already in the binlog before ``P0`` may not be visible to readers yet, and
-an insert above the planned max key would be neither read nor captured), and plans
-every table to snapshot; a table already published
-is incremental. One table's chunk plan (`plan_table`) and ``tidemark plan`` live in
+key bound is read (then waits ``read_margin_seconds`` before the first, as after each ``L``:
+a transaction already in the binlog before ``P0`` may not be visible to readers yet, and an
+insert above the planned max key would be neither read nor captured; a run of incremental
+tables only reads no key bound and does not wait), and plans every table to snapshot; a
+table already published is incremental. One table's chunk plan (`plan_table`) and ``tidemark plan`` live in
 `orchestrator.pipeline.table_plan`. Planning reads only key bounds and index walks,
 never row data, and never prints connection settings.
 
@@ -243,7 +243,7 @@ def _plan_tables(config: PipelineConfig, store: StateStore, run: RunRecord, fail
             store.set_run_positions(run.run_id, start=start.to_json())
             log.info("run %s: start position P0 = %s", run.run_id, start)
             run = store.get_run(run.run_id)
-        time.sleep(config.defaults.read_margin_seconds)  # before any key bound: see the docstring
+        margin = _Margin(config.defaults.read_margin_seconds)  # before any key bound: see the docstring
         oldest = source.oldest_binlog()
         check_escaping(source.query)
         follower = Follower(config, source)
@@ -258,7 +258,8 @@ def _plan_tables(config: PipelineConfig, store: StateStore, run: RunRecord, fail
                     continue
                 try:
                     drafts.append(_plan_one(config, store, run, table, source, oldest, follower,
-                                            infos.get(table.name), checkpoints.get(table.name), late=late))
+                                            infos.get(table.name), checkpoints.get(table.name), late=late,
+                                            margin=margin))
                 except Exception as exc:  # one table's trouble is its own (`pipeline.failed`)
                     reason = table_failure(exc)
                     if reason is None:
@@ -282,7 +283,7 @@ def _record(config: PipelineConfig, store: StateStore, run_id: str, drafts: list
 
 def _plan_one(config: PipelineConfig, store: StateStore, run: RunRecord, table: TableConfig, source: Source,
               oldest: str | None, follower: Follower, info: TableInfo | None,
-              checkpoint: TableCheckpoint | None, *, late: bool) -> PlannedTable | Draft:
+              checkpoint: TableCheckpoint | None, *, late: bool, margin: _Margin) -> PlannedTable | Draft:
     """Plan one table of the run: incremental from its published position, or a snapshot."""
     start = source.current_position().to_json() if late else None  # before the table is looked at
     if late:  # its own P0_T wants the same margin before any key bound is read
@@ -300,7 +301,24 @@ def _plan_one(config: PipelineConfig, store: StateStore, run: RunRecord, table: 
     # Changes the run captured for it before it was reset would override the new read: they are
     # voided in the same transaction that plans it (`pipeline.segments`).
     void = void_mark(store, run.run_id) if late else 0
+    if not late:  # P0's margin, before the first key bound of the run is read
+        margin.wait()
     return _snapshot_draft(config, run, table, info, source, start=start, void=void)
+
+
+@dataclass(slots=True)
+class _Margin:
+    """``read_margin_seconds`` after ``P0``, waited once, before the first key bound of the run is
+    read (see the module docstring). A run whose tables are all incremental reads no key bound
+    and does not wait: their changes come from the binlog, whatever readers could see at ``P0``."""
+
+    seconds: float
+    waited: bool = False
+
+    def wait(self) -> None:
+        if not self.waited:
+            time.sleep(self.seconds)
+            self.waited = True
 
 
 def _not_behind(table: str, manifest: Manifest | None, version: int) -> bool:

@@ -21,7 +21,8 @@ from orchestrator.config import load_config
 from orchestrator.demo.localdb import LocalMariaDB
 from orchestrator.pipeline import plan as plan_module
 from orchestrator.source.connection import Source
-from tests.conftest import pipeline_config, write_config
+from tests.conftest import assert_lake_equals_source, pipeline_config, write_config
+from tests.integration.conftest import run_plain
 from tests.integration.test_binlog import fresh_database
 
 pytestmark = pytest.mark.integration
@@ -63,3 +64,37 @@ def test_key_bounds_are_read_only_after_the_margin_past_p0(
     assert handle.snapshot_tables
     first_read = events.index("reads the table")
     assert events[0] == "P0" and ("wait", 0.25) in events[:first_read], events
+
+
+def test_a_run_of_incremental_tables_waits_no_margin_and_misses_no_change(
+        tmp_path: Path, mariadb: LocalMariaDB, spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An incremental table reads no key bound: its changes come from the binlog from its
+    published position, so planning it does not wait (a table to snapshot still does, above).
+    A row committed right before ``P0`` is recorded still reaches the published table."""
+    fresh_database(mariadb, "p0i", "CREATE TABLE p0i.t (id INT PRIMARY KEY, v INT)")
+    mariadb.execute("INSERT INTO t SELECT seq, seq FROM seq_1_to_100", database="p0i")
+    config = load_config(write_config(tmp_path / "p.yaml", pipeline_config(
+        tmp_path, mariadb, [{"name": "p0i.t"}], name="p0i",
+        defaults={"chunk_size": 10, "read_margin_seconds": 0.25})))
+    run_plain(config)
+    waits: list[float] = []
+    real_sleep, position = time.sleep, Source.current_position
+    inserted: list[int] = []
+
+    def record_sleep(seconds: float) -> None:
+        if sys._getframe(1).f_globals.get("__name__") == plan_module.__name__:
+            waits.append(seconds)
+        real_sleep(seconds)
+
+    def insert_then_position(self: Source) -> Any:  # P0, the first position the run records
+        if not inserted:
+            mariadb.execute("INSERT INTO t VALUES (1000, 1000)", "UPDATE t SET v = -v WHERE id <= 5",
+                            database="p0i")
+            inserted.append(1000)
+        return position(self)
+
+    monkeypatch.setattr(time, "sleep", record_sleep)
+    monkeypatch.setattr(Source, "current_position", insert_then_position)
+    run_plain(config)
+    assert inserted and waits == [], waits
+    assert_lake_equals_source(config, mariadb, ["p0i.t"])
