@@ -18,8 +18,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-
-from pyspark.sql import SparkSession
+from typing import TYPE_CHECKING
 
 from orchestrator.config import PipelineConfig
 from orchestrator.lake import storage
@@ -33,12 +32,14 @@ from orchestrator.pipeline.context import (
     take_lock,
 )
 from orchestrator.pipeline.failed import fail_table, table_failure
-from orchestrator.pipeline.jdbc import read_chunks
 from orchestrator.positions import BinlogPosition
 from orchestrator.runtime import faults
 from orchestrator.schema.tables import TableInfo
 from orchestrator.source.retry import read_retry
 from orchestrator.state.store import ChunkRead, ChunkRecord, StateStore
+
+if TYPE_CHECKING:  # pyspark is imported by a run that reads (an incremental run does not)
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +132,8 @@ def _read_tables(spark: SparkSession, config: PipelineConfig, run_id: str,
     the attempt's ``tag``; ``guard`` is the fence check before files are written. Returns the
     chunks read and the tables that failed on their own (with the reason). Any other error is
     raised once every job started has ended (a lost connection: the caller reads the batch again)."""
+    from orchestrator.pipeline.jdbc import read_chunks  # pyspark: only a run that reads imports it
+
     def one(table: str) -> list[ChunkRead]:
         chunks = by_table[table]
         paths = {c.index: run_dir(config, run_id, "snapshot", table, f"chunk-{c.index:06d}-{tag}") for c in chunks}
