@@ -172,7 +172,7 @@ def _small_decimal(precision: int, scale: int, size: int, arrow: pa.DataType) ->
     layout = decimal_layout(precision, scale)
 
     def finish(values: Sequence[Any]) -> pa.Array:
-        stored = big_endian(values)
+        stored = big_endian(values, size)
         negative = pc.less(stored, u64(sign_bit))
         magnitude = pc.bit_wise_xor(
             pc.if_else(negative, pc.bit_wise_xor(stored, u64(everything)), stored), u64(sign_bit))
