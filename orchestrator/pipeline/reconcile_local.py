@@ -21,6 +21,7 @@ import itertools
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -32,7 +33,7 @@ from orchestrator.lake.writer import read_published, to_published
 from orchestrator.pipeline.changes import DELETE, KIND, OLD_PREFIX, OP, POSITION, PUT, event_key
 from orchestrator.schema.tables import ColumnInfo, TableInfo
 
-_SRC, _ROW = "_tm_src", "_tm_rowid"
+_SRC, _ROW, _AT = "_tm_src", "_tm_rowid", "_tm_at"
 
 
 def read_changes(segments: Sequence[str]) -> pa.Table | None:
@@ -65,29 +66,33 @@ def last_events(changes: pa.Table, table_info: TableInfo, key: Sequence[str]) ->
     names = [c.name for c in table_info.columns]
     keys = [event_key(i) for i in range(len(key))]
     op = changes.column(OP)
+    # Events are built, sorted and chosen narrow (key, position, kind, the change's row); only the
+    # last ones take their row columns from the changes, once: a put its after-image, a delete
+    # nulls (a null row index). Filtering and concatenating whole rows cost twice as much.
+    at = pa.array(np.arange(changes.num_rows, dtype=np.int64))
+    narrow = changes.select([*key, *(OLD_PREFIX + k for k in key), *POSITION, OP]).append_column(_AT, at)
 
     def event(rows: pa.Table, key_columns: Sequence[str], kind: int) -> pa.Table:
         columns = [*(rows.column(k) for k in key_columns), *(rows.column(p) for p in POSITION),
-                   _constant(kind, rows.num_rows, pa.int8())]
-        columns += [rows.column(n) if kind == PUT else pa.nulls(rows.num_rows, rows.schema.field(n).type)
-                    for n in names]
-        return pa.table(columns, names=[*keys, *POSITION, KIND, *names])
+                   _constant(kind, rows.num_rows, pa.int8()), rows.column(_AT)]
+        return pa.table(columns, names=[*keys, *POSITION, KIND, _AT])
 
-    updates = changes.filter(pc.is_in(op, pa.array(["U", "D"])))
+    updates = narrow.filter(pc.is_in(op, pa.array(["U", "D"])))
     moved: Any = _constant(False, updates.num_rows, pa.bool_())
     for k in key:
         moved = pc.or_(moved, _differs(updates.column(OLD_PREFIX + k), updates.column(k)))
     events = pa.concat_tables([
-        event(changes.filter(pc.is_in(op, pa.array(["I", "U"]))), key, PUT),
-        event(changes.filter(pc.equal(op, "D")), key, DELETE),
+        event(narrow.filter(pc.is_in(op, pa.array(["I", "U"]))), key, PUT),
+        event(narrow.filter(pc.equal(op, "D")), key, DELETE),
         event(updates.filter(moved), [OLD_PREFIX + k for k in key], DELETE),
     ])
-    # sort only the key, position and kind; then take the last event of each key, whole, once
-    narrow = events.select([*keys, *POSITION, KIND])
-    order = pc.sort_indices(narrow, sort_keys=sort_keys([*keys, *POSITION, KIND]))
-    ordered_keys = [narrow.column(k).take(order) for k in keys]
-    last = pc.invert(same_as_next(ordered_keys))
-    return events.take(order.filter(last)).combine_chunks()
+    order = pc.sort_indices(events, sort_keys=sort_keys([*keys, *POSITION, KIND]))
+    ordered_keys = [events.column(k).take(order) for k in keys]
+    last = events.take(order.filter(pc.invert(same_as_next(ordered_keys)))).combine_chunks()
+    puts = pc.equal(last.column(KIND), PUT)
+    rows = changes.select(names).take(pc.if_else(puts, last.column(_AT), pa.scalar(None, pa.int64())))
+    return pa.Table.from_arrays([*(last.column(c) for c in [*keys, *POSITION, KIND]), *rows.columns],
+                                names=[*keys, *POSITION, KIND, *names]).combine_chunks()
 
 
 def event_keys(events: pa.Table, count: int) -> list[pa.ChunkedArray]:
