@@ -24,10 +24,11 @@ import pyarrow as pa
 from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.exceptions import NoSuchTableError, ResolveError
 from pyiceberg.io.pyarrow import parquet_file_to_data_file, pyarrow_to_schema
-from pyiceberg.manifest import DataFile
+from pyiceberg.manifest import DataFile, ManifestFile
 from pyiceberg.schema import promote
 from pyiceberg.table import Table, TableProperties
 from pyiceberg.table.update.schema import UpdateSchema
+from pyiceberg.table.update.snapshot import UpdateSnapshot, _OverwriteFiles
 
 from orchestrator.config import PipelineConfig
 from orchestrator.errors import RunFailed, resnapshot_hint
@@ -282,7 +283,7 @@ def commit_version(catalog: Catalog, table: str, tdir: str, files: Sequence[str]
                   POSITION: json.dumps(position.to_json(), sort_keys=True)}
     with iceberg.transaction() as tx:
         update = tx.update_snapshot(snapshot_properties=properties)
-        with (update.overwrite() if listed else update.fast_append()) as snapshot:
+        with (_overwrite(update) if listed else update.fast_append()) as snapshot:
             for path in listed.keys() - set(wanted):
                 snapshot.delete_data_file(listed[path])
             for path in wanted:
@@ -293,6 +294,27 @@ def commit_version(catalog: Catalog, table: str, tdir: str, files: Sequence[str]
     log.info("table %s: Iceberg snapshot %d for version %d (%d files added, %d removed)", table,
              current.snapshot_id, version, len(set(wanted) - listed.keys()), len(listed.keys() - set(wanted)))
     return _entry(catalog, table, iceberg, current.snapshot_id)
+
+
+def _overwrite(update: UpdateSnapshot) -> _OverwriteFiles:
+    """pyiceberg's overwrite, carrying into the new snapshot only the earlier manifests that still
+    list a live data file.
+
+    pyiceberg (0.12) keeps every manifest of the parent snapshot that none of the deleted files
+    is in, including those that list nothing but files an earlier snapshot deleted. Each
+    version would then carry one such manifest more than the last: every commit, expiry and
+    reader opens them all, and an hourly table would list thousands. Iceberg's spec needs a
+    snapshot to list only manifests with live files and the ones it wrote itself (its own
+    deletes); its fast append already drops the others, and so does this overwrite.
+    """
+    producer = update.overwrite()
+    carried = producer._existing_manifests
+
+    def live() -> list[ManifestFile]:
+        return [m for m in carried() if m.has_added_files() or m.has_existing_files()]
+
+    producer._existing_manifests = live  # type: ignore[method-assign]
+    return producer
 
 
 def _data_files(iceberg: Table, snapshot_id: int | None = None) -> Iterable[DataFile]:

@@ -74,6 +74,21 @@ def test_each_version_is_a_snapshot_and_retention_expires_the_dropped_ones(tmp_p
         "id": "long", "d": "date", "t": "long", "big": "string"}
 
 
+def test_a_snapshot_lists_only_manifests_with_live_files_or_its_own_deletes(tmp_path: Path) -> None:
+    config = config_for(tmp_path, keep=10)
+    for n in range(1, 7):
+        publish(config, tmp_path, n)
+        table = iceberg.open_catalog(config).load_table("db.t")
+        current = table.current_snapshot()
+        assert current is not None
+        manifests = current.manifests(table.io)
+        stale = [m.manifest_path for m in manifests if m.added_snapshot_id != current.snapshot_id
+                 and not (m.has_added_files() or m.has_existing_files())]
+        assert stale == [], f"version {n} carries manifests of files earlier snapshots deleted"
+        assert len(manifests) <= 2, "the version's added files and the files it deleted"
+        assert by_id(pyiceberg_table(config, "db.t").to_pylist()) == by_id(rows_of(n))
+
+
 def _publish_and_crash(tmp_path: Path) -> None:
     os.environ["TIDEMARK_FAILPOINT"] = "publish.iceberg_committed"
     publish(config_for(tmp_path), tmp_path, 2)
