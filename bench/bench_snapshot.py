@@ -192,16 +192,16 @@ def timed_run(code: Path, config_path: Path) -> Timing:
     started_wall = time.time()
     start = time.perf_counter()
     child = subprocess.Popen(run_command(config_path), env=run_env(code), cwd=code,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     sampler = TreeSampler(child.pid)
     try:
-        _, stderr = child.communicate()
+        stdout, stderr = child.communicate()  # `run` logs its steps to stdout, its failure to stderr
     finally:
         seconds = time.perf_counter() - start
         timing = sampler.close(Timing(seconds))
     if child.returncode != 0:
         raise SystemExit(f"tidemark run ({code}) failed with {child.returncode}:\n{stderr[-3000:]}")
-    timing.steps = step_times(stderr, started_wall)
+    timing.steps = step_times(stdout + stderr, started_wall)
     return timing
 
 
