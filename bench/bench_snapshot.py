@@ -43,12 +43,12 @@ TABLE = "shop.orders"
 
 #: Log lines that end a step of `tidemark run`, in order: (step, pattern); the last match counts.
 STEP_ENDS = (
-    ("start+plan", re.compile(r"orchestrator\.steps: table \S+: snapshot, ")),
-    ("spark start", re.compile(r"orchestrator\.spark: spark session ")),
-    ("read", re.compile(r"orchestrator\.steps: batch \d+ ")),
-    ("capture", re.compile(r"orchestrator\.steps: capture up to H")),
-    ("reconcile", re.compile(r"orchestrator\.steps: table \S+: reconciled")),
-    ("publish", re.compile(r"orchestrator\.steps: table \S+: published")),
+    ("start+plan", re.compile(r"orchestrator\.[\w.]+: table \S+: (snapshot, |incremental from )")),
+    ("spark start", re.compile(r"orchestrator\.[\w.]+: spark session ")),
+    ("read", re.compile(r"orchestrator\.[\w.]+: batch \d+ ")),
+    ("capture", re.compile(r"orchestrator\.[\w.]+: capture: ")),
+    ("reconcile", re.compile(r"orchestrator\.[\w.]+: table \S+: reconciled")),
+    ("publish", re.compile(r"orchestrator\.[\w.]+: table \S+: (published|no change)")),
 )
 _STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
 
