@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pyspark.sql import SparkSession
 
 from orchestrator.config import PipelineConfig
-from orchestrator.lake import storage
+from orchestrator.lake import iceberg, storage
 from orchestrator.pipeline.batches import TABLE_JOBS
 from orchestrator.pipeline.context import (
     open_source,
@@ -34,6 +34,7 @@ from orchestrator.pipeline.context import (
 )
 from orchestrator.pipeline.failed import fail_table, table_failure
 from orchestrator.pipeline.jdbc import read_chunks
+from orchestrator.pipeline.jdbc_many import TableRead, groups, read_group, shape
 from orchestrator.positions import BinlogPosition
 from orchestrator.runtime import faults
 from orchestrator.schema.tables import TableInfo
@@ -131,23 +132,49 @@ def _read_tables(spark: SparkSession, config: PipelineConfig, run_id: str,
     the attempt's ``tag``; ``guard`` is the fence check before files are written. Returns the
     chunks read and the tables that failed on their own (with the reason). Any other error is
     raised once every job started has ended (a lost connection: the caller reads the batch again)."""
+    catalog = iceberg.open_catalog(config)  # once for the batch's tables
+    schemas = {table: iceberg.data_file_schema(config, infos[table][0], catalog) for table in by_table}
+
+    def path(table: str, chunk: ChunkRecord) -> str:
+        return run_dir(config, run_id, "snapshot", table, f"chunk-{chunk.index:06d}-{tag}")
+
     def one(table: str) -> list[ChunkRead]:
         chunks = by_table[table]
-        paths = {c.index: run_dir(config, run_id, "snapshot", table, f"chunk-{c.index:06d}-{tag}") for c in chunks}
+        paths = {c.index: path(table, c) for c in chunks}
         info, key = infos[table]
         done = read_chunks(spark, config, info, [(c.index, c.where) for c in chunks], paths.__getitem__, key,
-                           guard=guard)
+                           guard=guard, schema=schemas[table])
         return [ChunkRead(table, i, rows, nbytes, paths[i]) for i, (rows, nbytes) in sorted(done.items())]
+
+    def together(tables: list[str]) -> dict[str, list[ChunkRead] | Exception]:
+        """A group of one shape in one job (`jdbc_many`); on a failure that may be one table's
+        own, each table in a job of its own, so that failure stays its table's."""
+        if len(tables) == 1:
+            return {tables[0]: _outcome(one, tables[0])}
+        reads = [TableRead(infos[t][0], [(c.index, c.where, path(t, c)) for c in by_table[t]]) for t in tables]
+        try:
+            placed = read_group(spark, config, reads, infos[tables[0]][1], schemas[tables[0]], guard)
+        except Exception as exc:
+            if table_failure(exc) is None:
+                return dict.fromkeys(tables, exc)
+            log.info("read of %d tables in one job failed (%s); reading them one by one", len(tables), exc)
+            return {t: _outcome(one, t) for t in tables}
+        return {t: [ChunkRead(t, c.index, rows, nbytes, path(t, c)) for c, (rows, nbytes) in zip(by_table[t], done, strict=True)]
+                for t, done in zip(tables, placed, strict=True)}
 
     reads: list[ChunkRead] = []
     failed: dict[str, str] = {}
     errors: list[Exception] = []
+    outcomes: dict[str, list[ChunkRead] | Exception] = {}
     if len(by_table) == 1:
         outcomes = {table: _outcome(one, table) for table in by_table}
     else:
-        with ThreadPoolExecutor(min(TABLE_JOBS, len(by_table)), thread_name_prefix="tidemark-table") as pool:
-            futures = {table: pool.submit(_outcome, one, table) for table in by_table}
-        outcomes = {table: future.result() for table, future in futures.items()}
+        shapes = {t: shape(infos[t][0], infos[t][1], schemas[t]) if len(by_table[t]) == 1 else None for t in by_table}
+        batches = groups(shapes)
+        with ThreadPoolExecutor(min(TABLE_JOBS, len(batches)), thread_name_prefix="tidemark-table") as pool:
+            futures = [pool.submit(together, tables) for tables in batches]
+        for future in futures:
+            outcomes.update(future.result())
     for table, outcome in outcomes.items():
         if isinstance(outcome, Exception):
             reason = table_failure(outcome)
