@@ -3,10 +3,11 @@
 ``L`` is recorded before the reads start and the read margin waited out; the
 Spark JDBC jobs (`orchestrator.pipeline.jdbc`) read the batch's chunks; ``Hb`` is
 recorded after every one of them ended. A batch holds chunks of one table, or many
-small tables packed together by the plan (`orchestrator.pipeline.batches`): each
-table's chunks are one job, and the jobs of a batch run `TABLE_JOBS` at a time from
-the driver, so a small table's fixed costs (a job's scheduling, its JDBC connection,
-its files' commit) overlap instead of adding up. The batch's chunks are recorded in one
+small tables packed together by the plan (`orchestrator.pipeline.batches`): small tables
+of one shape are read by one job (`orchestrator.pipeline.jdbc_many`), any other table's
+chunks are a job of their own, and the jobs of a batch run `TABLE_JOBS` at a time from
+the driver, so a small table's fixed costs (a job's scheduling, its files' commit) are
+shared or overlap instead of adding up. The batch's chunks are recorded in one
 transaction. A batch whose connection was lost is read again whole, with a fresh ``L``;
 a table whose read fails on its own (`orchestrator.pipeline.failed`) fails alone.
 """
@@ -19,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from orchestrator.config import PipelineConfig
@@ -128,53 +130,28 @@ def _read_pending(config: PipelineConfig, store: StateStore, run_id: str, batch:
 def _read_tables(spark: SparkSession, config: PipelineConfig, run_id: str,
                  by_table: Mapping[str, Sequence[ChunkRecord]], infos: Mapping[str, TableShape], tag: str,
                  guard: Callable[[], None]) -> tuple[list[ChunkRead], dict[str, str]]:
-    """Each table's chunks in a job of its own, `TABLE_JOBS` at a time, into chunk dirs named with
-    the attempt's ``tag``; ``guard`` is the fence check before files are written. Returns the
-    chunks read and the tables that failed on their own (with the reason). Any other error is
+    """The batch's chunks into chunk dirs named with the attempt's ``tag``: small tables of one
+    shape in one job (`orchestrator.pipeline.jdbc_many`), any other table in a job of its own,
+    `TABLE_JOBS` jobs at a time; ``guard`` is the fence check before files are written. Returns
+    the chunks read and the tables that failed on their own (with the reason). Any other error is
     raised once every job started has ended (a lost connection: the caller reads the batch again)."""
     catalog = iceberg.open_catalog(config)  # once for the batch's tables
-    schemas = {table: iceberg.data_file_schema(config, infos[table][0], catalog) for table in by_table}
-
-    def path(table: str, chunk: ChunkRecord) -> str:
-        return run_dir(config, run_id, "snapshot", table, f"chunk-{chunk.index:06d}-{tag}")
-
-    def one(table: str) -> list[ChunkRead]:
-        chunks = by_table[table]
-        paths = {c.index: path(table, c) for c in chunks}
-        info, key = infos[table]
-        done = read_chunks(spark, config, info, [(c.index, c.where) for c in chunks], paths.__getitem__, key,
-                           guard=guard, schema=schemas[table])
-        return [ChunkRead(table, i, rows, nbytes, paths[i]) for i, (rows, nbytes) in sorted(done.items())]
-
-    def together(tables: list[str]) -> dict[str, list[ChunkRead] | Exception]:
-        """A group of one shape in one job (`jdbc_many`); on a failure that may be one table's
-        own, each table in a job of its own, so that failure stays its table's."""
-        if len(tables) == 1:
-            return {tables[0]: _outcome(one, tables[0])}
-        reads = [TableRead(infos[t][0], [(c.index, c.where, path(t, c)) for c in by_table[t]]) for t in tables]
-        try:
-            placed = read_group(spark, config, reads, infos[tables[0]][1], schemas[tables[0]], guard)
-        except Exception as exc:
-            if table_failure(exc) is None:
-                return dict.fromkeys(tables, exc)
-            log.info("read of %d tables in one job failed (%s); reading them one by one", len(tables), exc)
-            return {t: _outcome(one, t) for t in tables}
-        return {t: [ChunkRead(t, c.index, rows, nbytes, path(t, c)) for c, (rows, nbytes) in zip(by_table[t], done, strict=True)]
-                for t, done in zip(tables, placed, strict=True)}
-
+    reader = _BatchRead(spark, config, run_id, by_table, infos, tag, guard,
+                        {t: iceberg.data_file_schema(config, infos[t][0], catalog) for t in by_table})
+    outcomes: dict[str, list[ChunkRead] | Exception] = {}
+    if len(by_table) == 1:
+        outcomes = {table: _outcome(reader.one, table) for table in by_table}
+    else:
+        shapes = {t: shape(infos[t][0], infos[t][1], reader.schemas[t]) if len(by_table[t]) == 1 else None
+                  for t in by_table}
+        jobs = groups(shapes)
+        with ThreadPoolExecutor(min(TABLE_JOBS, len(jobs)), thread_name_prefix="tidemark-table") as pool:
+            futures = [pool.submit(reader.together, tables) for tables in jobs]
+        for future in futures:
+            outcomes.update(future.result())
     reads: list[ChunkRead] = []
     failed: dict[str, str] = {}
     errors: list[Exception] = []
-    outcomes: dict[str, list[ChunkRead] | Exception] = {}
-    if len(by_table) == 1:
-        outcomes = {table: _outcome(one, table) for table in by_table}
-    else:
-        shapes = {t: shape(infos[t][0], infos[t][1], schemas[t]) if len(by_table[t]) == 1 else None for t in by_table}
-        batches = groups(shapes)
-        with ThreadPoolExecutor(min(TABLE_JOBS, len(batches)), thread_name_prefix="tidemark-table") as pool:
-            futures = [pool.submit(together, tables) for tables in batches]
-        for future in futures:
-            outcomes.update(future.result())
     for table, outcome in outcomes.items():
         if isinstance(outcome, Exception):
             reason = table_failure(outcome)
@@ -187,6 +164,51 @@ def _read_tables(spark: SparkSession, config: PipelineConfig, run_id: str,
     if errors:  # a lost source, a full disk...: the batch (or the run) fails, a rerun resumes
         raise errors[0]
     return reads, failed
+
+
+@dataclass(frozen=True, slots=True)
+class _BatchRead:
+    """The jobs of one attempt at a batch: a table alone, or a group of one shape."""
+
+    spark: SparkSession
+    config: PipelineConfig
+    run_id: str
+    by_table: Mapping[str, Sequence[ChunkRecord]]
+    infos: Mapping[str, TableShape]
+    tag: str  # the attempt's: it names the chunk dirs
+    guard: Callable[[], None]
+    schemas: Mapping[str, pa.Schema]  # each table's data file schema
+
+    def path(self, table: str, chunk: ChunkRecord) -> str:
+        return run_dir(self.config, self.run_id, "snapshot", table, f"chunk-{chunk.index:06d}-{self.tag}")
+
+    def one(self, table: str) -> list[ChunkRead]:
+        """A table's chunks in a job of its own."""
+        chunks = self.by_table[table]
+        paths = {c.index: self.path(table, c) for c in chunks}
+        info, key = self.infos[table]
+        done = read_chunks(self.spark, self.config, info, [(c.index, c.where) for c in chunks], paths.__getitem__,
+                           key, guard=self.guard, schema=self.schemas[table])
+        return [ChunkRead(table, i, rows, nbytes, paths[i]) for i, (rows, nbytes) in sorted(done.items())]
+
+    def together(self, tables: list[str]) -> dict[str, list[ChunkRead] | Exception]:
+        """Tables of one shape in one job; on a failure that may be one table's own, each table in
+        a job of its own, so that that failure stays its table's (`pipeline.failed`)."""
+        if len(tables) == 1:
+            return {tables[0]: _outcome(self.one, tables[0])}
+        reads = [TableRead(self.infos[t][0], [(c.index, c.where, self.path(t, c)) for c in self.by_table[t]])
+                 for t in tables]
+        try:
+            placed = read_group(self.spark, self.config, reads, self.infos[tables[0]][1], self.schemas[tables[0]],
+                                self.guard)
+        except Exception as exc:
+            if table_failure(exc) is None:
+                return dict.fromkeys(tables, exc)
+            log.info("the read of %d tables in one job failed (%s); reading them one by one", len(tables), exc)
+            return {t: _outcome(self.one, t) for t in tables}
+        return {t: [ChunkRead(t, c.index, rows, nbytes, self.path(t, c))
+                    for c, (rows, nbytes) in zip(self.by_table[t], done, strict=True)]
+                for t, done in zip(tables, placed, strict=True)}
 
 
 def _outcome(read: Callable[[str], list[ChunkRead]], table: str) -> list[ChunkRead] | Exception:
