@@ -20,6 +20,7 @@ is read again table by table, so a table's own failure stays its own (`pipeline.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -39,6 +40,8 @@ from orchestrator.pipeline.jdbc import (
 )
 from orchestrator.runtime.spark import apply_required_conf, job_description
 from orchestrator.schema.tables import TableInfo
+
+log = logging.getLogger(__name__)
 
 #: Tables read by one job at most.
 GROUP_TABLES = 64
@@ -132,6 +135,7 @@ def read_group(spark: SparkSession, config: PipelineConfig, tables: Sequence[Tab
 
     placed = write_chunks(config, frame, [infos[0].column(k).name for k in key], attempt_dir, label, targets,
                           schema, guard)
+    log.info("read %s in one job: %d chunks, %d rows", label, len(targets), sum(rows for rows, _ in placed))
     out, at = [], 0
     for t in tables:
         out.append(placed[at:at + len(t.chunks)])
