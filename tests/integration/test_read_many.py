@@ -3,6 +3,7 @@ write the same files as a job per table: every type of the type mapping, value f
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +16,10 @@ from orchestrator.lake import iceberg
 from orchestrator.lake.manifest import published_schema
 from orchestrator.pipeline.jdbc import read_chunks
 from orchestrator.pipeline.jdbc_many import TableRead, groups, read_group, shape
+from orchestrator.pipeline.read import _BatchRead
 from orchestrator.schema.tables import TableInfo
 from orchestrator.source.connection import Source
+from orchestrator.state.records import ChunkRecord
 from tests.integration.test_read import DB, ROWS, _config, create_reader, create_types_table
 
 pytestmark = pytest.mark.integration
@@ -85,3 +88,20 @@ def test_tables_of_one_shape_are_grouped(copies: list[TableInfo]) -> None:
     shapes = {c.name: shape(c, ("id",), schema) for c in copies}
     shapes["x.other_ids"] = shape(copies[0], ("id",), other)
     assert groups(shapes) == [[c.name for c in copies], ["x.other_ids"]]
+
+
+def test_a_group_that_fails_is_read_table_by_table(spark: Any, mariadb: LocalMariaDB, copies: list[TableInfo],
+                                                  tmp_path: Path) -> None:
+    """A failure that may be one table's own lands on that table alone: the others are read."""
+    config = _config(tmp_path, mariadb)
+    blank = ChunkRecord("r", "", 0, 0, None, None, "TRUE", "pending", None, None, None, None, None, 0)
+    a, b = copies[0], copies[1]
+    by_table = {a.name: [replace(blank, table=a.name)],
+                b.name: [replace(blank, table=b.name, where="no_such_column = 1")]}
+    schema = iceberg.data_file_schema(config, a)
+    reader = _BatchRead(spark, config, "r", by_table, {t.name: (t, ("id",)) for t in (a, b)}, "t1", lambda: None,
+                        {a.name: schema, b.name: schema})
+    outcomes = reader.together([a.name, b.name])
+    assert isinstance(outcomes[b.name], RunFailed) and "no_such_column" in str(outcomes[b.name])
+    (read,) = outcomes[a.name]  # type: ignore[misc]
+    assert read.rows == 3 and Path(read.path).is_dir()
