@@ -76,7 +76,7 @@ Rewriter = Literal["none", "local", "spark"]
 SessionFn = Callable[[], "SparkSession"]
 #: A base file: where to read it, and its range (``file``: the name the plan keeps it under).
 BaseFile = tuple[str, FileRange]
-#: The file schema, or a function that gives it (called at most once: `functools.cache`).
+#: A function that gives the file schema (wrapped in `functools.cache`: asked for at most once).
 SchemaFn = Callable[[], pa.Schema]
 
 
