@@ -12,9 +12,10 @@ pushdown): the other branches are an impossible WHERE, so each partition reads i
 through its own table's index, exactly as a job of that table alone would. The column reads
 and conversions are the same expressions (`jdbc.column_read`), so the files are the same.
 
-Only tables estimated at most `GROUP_ROWS` rows are grouped, `GROUP_TABLES` at most per job:
-a server that does not push the condition down materializes every branch for each partition,
-and these caps bound that cost. A group whose job fails for any reason but a lost connection
+Tables are grouped only on a server that pushes the condition down (`Dialect.pushes_into_unions`;
+elsewhere every branch would be materialized for each partition), and only tables estimated at
+most `GROUP_ROWS` rows, `GROUP_TABLES` at most per job: a server whose optimizer declines to push
+it down pays a bounded price. A group whose job fails for any reason but a lost connection
 is read again table by table, so a table's own failure stays its own (`pipeline.failed`).
 """
 

@@ -113,7 +113,7 @@ def _read_pending(config: PipelineConfig, store: StateStore, run_id: str, batch:
                 # Chunk dirs unique to this attempt: one the state names is never replaced by
                 # another attempt's read (a retry here, or a process that lost the lock).
                 reads, failed = _read_tables(session, config, run_id, by_table, infos, storage.attempt_tag(),
-                                             store.check_fence)
+                                             store.check_fence, grouped=source.dialect.pushes_into_unions)
         high = source.current_position()
     for table, reason in sorted(failed.items()):
         fail_table(store, run_id, table, "read", reason)
@@ -129,9 +129,10 @@ def _read_pending(config: PipelineConfig, store: StateStore, run_id: str, batch:
 
 def _read_tables(spark: SparkSession, config: PipelineConfig, run_id: str,
                  by_table: Mapping[str, Sequence[ChunkRecord]], infos: Mapping[str, TableShape], tag: str,
-                 guard: Callable[[], None]) -> tuple[list[ChunkRead], dict[str, str]]:
+                 guard: Callable[[], None], *, grouped: bool = True) -> tuple[list[ChunkRead], dict[str, str]]:
     """The batch's chunks into chunk dirs named with the attempt's ``tag``: small tables of one
-    shape in one job (`orchestrator.pipeline.jdbc_many`), any other table in a job of its own,
+    shape in one job (`orchestrator.pipeline.jdbc_many`; when ``grouped``: the source pushes the
+    table's tag into the union), any other table in a job of its own,
     `TABLE_JOBS` jobs at a time; ``guard`` is the fence check before files are written. Returns
     the chunks read and the tables that failed on their own (with the reason). Any other error is
     raised once every job started has ended (a lost connection: the caller reads the batch again)."""
@@ -142,8 +143,8 @@ def _read_tables(spark: SparkSession, config: PipelineConfig, run_id: str,
     if len(by_table) == 1:
         outcomes = {table: _outcome(reader.one, table) for table in by_table}
     else:
-        shapes = {t: shape(infos[t][0], infos[t][1], reader.schemas[t]) if len(by_table[t]) == 1 else None
-                  for t in by_table}
+        shapes = {t: shape(infos[t][0], infos[t][1], reader.schemas[t]) if grouped and len(by_table[t]) == 1
+                  else None for t in by_table}
         jobs = groups(shapes)
         with ThreadPoolExecutor(min(TABLE_JOBS, len(jobs)), thread_name_prefix="tidemark-table") as pool:
             futures = [pool.submit(reader.together, tables) for tables in jobs]
