@@ -150,8 +150,12 @@ def chunk_base(chunk_dirs: Sequence[str], key: Sequence[str], table: str) -> lis
         sorted_file = all(f.metadata and iceberg.FIELD_ID in f.metadata for f in storage.parquet_schema(uri))
         return file_range(uri, key), sorted_file
 
-    with ThreadPoolExecutor(8, thread_name_prefix="tidemark-ranges") as pool:
-        described = [(uri, *found) for uri, found in zip(uris, pool.map(describe, uris), strict=True)]
+    if len(uris) > 1:
+        with ThreadPoolExecutor(8, thread_name_prefix="tidemark-ranges") as pool:
+            found = list(pool.map(describe, uris))
+    else:  # a small table's one chunk: no pool to start and stop
+        found = [describe(uri) for uri in uris]
+    described = [(uri, *f) for uri, f in zip(uris, found, strict=True)]
     files = [(uri, entry) for uri, entry, sorted_file in described if entry["rows"]]
     if not all(sorted_file for _, entry, sorted_file in described if entry["rows"]):
         log.info("table %s: chunk files without field IDs (read by an older release) are not sorted", table)
