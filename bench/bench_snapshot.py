@@ -43,12 +43,12 @@ TABLE = "shop.orders"
 
 #: Log lines that end a step of `tidemark run`, in order: (step, pattern); the last match counts.
 STEP_ENDS = (
-    ("start+plan", re.compile(r"orchestrator\.steps: table \S+: snapshot, ")),
-    ("spark start", re.compile(r"orchestrator\.spark: spark session ")),
-    ("read", re.compile(r"orchestrator\.steps: batch \d+ ")),
-    ("capture", re.compile(r"orchestrator\.steps: capture up to H")),
-    ("reconcile", re.compile(r"orchestrator\.steps: table \S+: reconciled")),
-    ("publish", re.compile(r"orchestrator\.steps: table \S+: published")),
+    ("start+plan", re.compile(r"orchestrator\.[\w.]+: table \S+: (snapshot, |incremental from )")),
+    ("spark start", re.compile(r"orchestrator\.[\w.]+: spark session ")),
+    ("read", re.compile(r"orchestrator\.[\w.]+: batch \d+ ")),
+    ("capture", re.compile(r"orchestrator\.[\w.]+: capture: ")),
+    ("reconcile", re.compile(r"orchestrator\.[\w.]+: table \S+: reconciled")),
+    ("publish", re.compile(r"orchestrator\.[\w.]+: table \S+: (published|no change)")),
 )
 _STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
 
@@ -192,16 +192,16 @@ def timed_run(code: Path, config_path: Path) -> Timing:
     started_wall = time.time()
     start = time.perf_counter()
     child = subprocess.Popen(run_command(config_path), env=run_env(code), cwd=code,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     sampler = TreeSampler(child.pid)
     try:
-        _, stderr = child.communicate()
+        stdout, stderr = child.communicate()  # `run` logs its steps to stdout, its failure to stderr
     finally:
         seconds = time.perf_counter() - start
         timing = sampler.close(Timing(seconds))
     if child.returncode != 0:
         raise SystemExit(f"tidemark run ({code}) failed with {child.returncode}:\n{stderr[-3000:]}")
-    timing.steps = step_times(stderr, started_wall)
+    timing.steps = step_times(stdout + stderr, started_wall)
     return timing
 
 

@@ -98,8 +98,11 @@ def main() -> int:
         for repetition in range(args.repeat):
             figures["one"].append(timed_run(ROOT, fresh_config(work / "one", one_config)).seconds)
             path = fresh_config(work / "many", many_config)
-            figures["many"].append(timed_run(ROOT, path).seconds)
-            figures["unchanged"].append(timed_run(ROOT, path).seconds)
+            for name in ("many", "unchanged"):
+                timing = timed_run(ROOT, path)
+                figures[name].append(timing.seconds)
+                print(f"  {name}: {timing.seconds:.1f}s, steps " +
+                      ", ".join(f"{step} {seconds:.1f}s" for step, seconds in timing.steps.items()), flush=True)
             figures["status"].append(timed_status(path))
             if other is not None:
                 path = fresh_config(work / "other", listed)

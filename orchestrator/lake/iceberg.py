@@ -134,10 +134,11 @@ def planned_schema(catalog: Catalog, table: str, schema: pa.Schema) -> pa.Schema
     return with_field_ids(schema, {name: ids.get(name, 0) for name in schema.names})
 
 
-def data_file_schema(config: PipelineConfig, table: TableInfo) -> pa.Schema:
+def data_file_schema(config: PipelineConfig, table: TableInfo, catalog: Catalog | None = None) -> pa.Schema:
     """The schema a table's new data files are written with before publish: published types,
-    the field IDs publish will commit (`planned_schema`)."""
-    return planned_schema(open_catalog(config), table.name, published_schema(table.columns))
+    the field IDs publish will commit (`planned_schema`). ``catalog``: one already open (a step
+    of many tables opens it once)."""
+    return planned_schema(catalog or open_catalog(config), table.name, published_schema(table.columns))
 
 
 def _first_schema(schema: pa.Schema) -> pa.Schema:

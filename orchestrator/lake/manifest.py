@@ -224,7 +224,10 @@ def apply_retention(tdir: str, keep: int,
         listed = {f for v, m in manifests.items() if v not in dropped for f in m["files"]}
         garbage += _leftovers(tdir, current["version"], listed | set(garbage))
     guard()
-    needed = expire(dropped) if dropped or garbage else set()
+    # Only data files may be listed by a kept Iceberg snapshot: garbage that is only pending
+    # manifests (every first version leaves one) needs no look at the snapshots.
+    data_garbage = any(f.startswith(f"{DATA_DIR}/") for f in garbage)
+    needed = expire(dropped) if dropped or data_garbage else set()
     garbage = [f for f in garbage if f not in needed]
     for relative in garbage:
         storage.delete_file(storage.join(tdir, relative))

@@ -22,6 +22,7 @@ The read step that records the positions around a job is `orchestrator.pipeline.
 
 from __future__ import annotations
 
+import functools
 import re
 import zipfile
 from collections.abc import Callable, Sequence
@@ -144,8 +145,10 @@ def _micros_to_wall_clock(c: Column) -> Column:
 # --------------------------------------------------------------------------- JDBC settings
 
 
+@functools.cache
 def driver_class(jar: str) -> str:
-    """The JDBC driver class inside a Connector/J jar (MariaDB's or MySQL's)."""
+    """The JDBC driver class inside a Connector/J jar (MariaDB's or MySQL's); looked up once
+    per jar and process (a read of many small tables asks once per table)."""
     try:
         with zipfile.ZipFile(jar) as z:
             names = set(z.namelist())
@@ -209,7 +212,7 @@ def jdbc_properties(config: PipelineConfig, driver: str) -> dict[str, str]:
 # --------------------------------------------------------------------------- the batch
 
 
-def _aliases(columns: Sequence[ColumnInfo]) -> list[str]:
+def column_aliases(columns: Sequence[ColumnInfo]) -> list[str]:
     taken = {c.name.lower() for c in columns}
     prefix = "__tm_"
     while any(name.startswith(prefix) for name in taken):
@@ -224,15 +227,27 @@ def source_query(table: TableInfo, aliases: Sequence[str], reads: Sequence[Colum
     left out of ``*`` but is part of the table (and may be named by a chunk predicate or the
     table's ``where``).
     """
+    return f"({table_select(table, aliases, reads)}) AS tm_src"
+
+
+def table_select(table: TableInfo, aliases: Sequence[str], reads: Sequence[ColumnRead]) -> str:
+    """``SELECT <raw columns>, <converted columns> FROM <table>``: the body of `source_query`."""
     converted = ", ".join(f"{r.sql} AS {quote_identifier(a)}" for r, a in zip(reads, aliases, strict=True))
     name = quote_table(table.name)
     raw = ", ".join(f"{name}.{quote_identifier(c.name)}" for c in table.columns)
-    return f"(SELECT {raw}, {converted} FROM {name}) AS tm_src"
+    return f"SELECT {raw}, {converted} FROM {name}"
 
 
 def batch_frame(spark: SparkSession, config: PipelineConfig, table: TableInfo,
-                predicates: Sequence[str], schema: pa.Schema | None = None) -> DataFrame:
+                predicates: Sequence[str], schema: pa.Schema | None = None, *,
+                source: Callable[[Sequence[str], Sequence[ColumnRead]], str] | None = None,
+                null_message: Callable[[str], str | Column] | None = None) -> DataFrame:
     """The batch as a DataFrame; partition ``i`` reads ``predicates[i]``.
+
+    ``source`` builds the derived table from the aliases and column reads (default:
+    `source_query` of ``table``); ``null_message`` the error of a NULL in a NOT NULL column
+    (default: naming ``table``). A read of many tables of one shape gives both
+    (`orchestrator.pipeline.jdbc_many`).
 
     In ``schema`` (a data file schema: published types, `iceberg.FIELD_ID` on each field) the
     columns carry their field IDs (Spark writes them to Parquet) and the NOT NULL ones are
@@ -240,12 +255,12 @@ def batch_frame(spark: SparkSession, config: PipelineConfig, table: TableInfo,
     a column fails the job rather than be written. Without it: staging types, all nullable.
     """
     reads = [column_read(c) for c in table.columns]
-    aliases = _aliases(table.columns)
+    aliases = column_aliases(table.columns)
     props = jdbc_properties(config, driver_class(config.source.jdbc_driver_jar))
     props["customSchema"] = ", ".join(f"{a} {r.jdbc_type.simpleString()}"
                                       for a, r in zip(aliases, reads, strict=True))
-    df = spark.read.jdbc(jdbc_url(config), source_query(table, aliases, reads),
-                         predicates=list(predicates), properties=props)
+    derived = source(aliases, reads) if source is not None else source_query(table, aliases, reads)
+    df = spark.read.jdbc(jdbc_url(config), derived, predicates=list(predicates), properties=props)
     fields = schema if schema is not None else staging_schema(table.columns)
     columns = []
     for a, r, f in zip(aliases, reads, fields, strict=True):
@@ -255,17 +270,19 @@ def batch_frame(spark: SparkSession, config: PipelineConfig, table: TableInfo,
             columns.append(column.alias(f.name))
             continue
         if not f.nullable:
-            column = required(column, kind, f"table {table.name}: NULL read from NOT NULL column {f.name}")
+            column = required(column, kind, null_message(f.name) if null_message is not None
+                              else f"table {table.name}: NULL read from NOT NULL column {f.name}")
         field_id = int((f.metadata or {}).get(FIELD_ID, b"0"))
         columns.append(column.alias(f.name, metadata={"parquet.field.id": field_id}))
     return df.select(columns)
 
 
-def required(column: Column, kind: T.DataType, message: str) -> Column:
+def required(column: Column, kind: T.DataType, message: str | Column) -> Column:
     """``column`` as a non-nullable column to Spark (written ``required``); a NULL in it fails the
     job with ``message``: ``COALESCE(column, RAISE_ERROR(message), <a literal>)``, whose last
     argument is never reached."""
-    return F.coalesce(column, F.raise_error(F.lit(message)).cast(kind), _filler(kind))
+    text = message if isinstance(message, Column) else F.lit(message)
+    return F.coalesce(column, F.raise_error(text).cast(kind), _filler(kind))
 
 
 def _filler(kind: T.DataType) -> Column:
@@ -286,7 +303,8 @@ def _filler(kind: T.DataType) -> Column:
 
 def read_chunks(spark: SparkSession, config: PipelineConfig, table_info: TableInfo,
                 chunks: Sequence[tuple[int, str]], out_dir_for: Callable[[int], str],
-                key: Sequence[str], guard: Callable[[], None] = lambda: None) -> dict[int, tuple[int, int]]:
+                key: Sequence[str], guard: Callable[[], None] = lambda: None,
+                schema: pa.Schema | None = None) -> dict[int, tuple[int, int]]:
     """Read a batch of chunks of one table in one Spark job, each into a data file.
 
     Each chunk's file is sorted by ``key`` (Spark's order, the layout's) and written in the
@@ -304,6 +322,8 @@ def read_chunks(spark: SparkSession, config: PipelineConfig, table_info: TableIn
         key: the chunk key the files are sorted by.
         guard: called before the job and before its output is placed (the fence check: a
             process that lost the pipeline lock writes nothing more).
+        schema: the table's data file schema (default: `iceberg.data_file_schema`, which opens
+            the catalog: a read of many tables passes it, the catalog opened once).
 
     Returns:
         ``{chunk index: (rows, bytes)}`` for every chunk given.
@@ -322,10 +342,23 @@ def read_chunks(spark: SparkSession, config: PipelineConfig, table_info: TableIn
     guard()
     label = f"{table_info.name} chunks {indexes[0]}..{indexes[-1]}"
     job_description(spark, f"tidemark read {label}")
-    schema = iceberg.data_file_schema(config, table_info)
+    schema = schema or iceberg.data_file_schema(config, table_info)
+    def frame() -> DataFrame:
+        return batch_frame(spark, config, table_info, [where for _, where in chunks], schema)
+
+    placed = write_chunks(config, frame, [table_info.column(k).name for k in key], attempt_dir, label,
+                          [(i, out_dir_for(i)) for i in indexes], schema, guard)
+    return dict(zip(indexes, placed, strict=True))
+
+
+def write_chunks(config: PipelineConfig, frame: Callable[[], DataFrame], key: Sequence[str], attempt_dir: str,
+                 label: str, targets: Sequence[tuple[int, str]], schema: pa.Schema, guard: Callable[[], None]
+                 ) -> list[tuple[int, int]]:
+    """Run the job: each partition of ``frame()`` sorted by ``key`` into ``attempt_dir``, then
+    partition ``i``'s file moved to ``targets[i]`` (chunk index, directory); ``(rows, bytes)`` per
+    partition. A failed job raises `_read_error` naming ``label``, its files deleted."""
     try:
-        df = batch_frame(spark, config, table_info, [where for _, where in chunks], schema)
-        (df.sortWithinPartitions(*[F.col(table_info.column(k).name).asc_nulls_first() for k in key])
+        (frame().sortWithinPartitions(*[F.col(k).asc_nulls_first() for k in key])
             .write.mode("overwrite").option("maxRecordsPerFile", 0).options(**DATA_PARQUET_OPTIONS)
             .parquet(storage.spark_uri(attempt_dir)))
     except Exception as exc:
@@ -333,24 +366,22 @@ def read_chunks(spark: SparkSession, config: PipelineConfig, table_info: TableIn
         raise _read_error(config, label, exc) from None
     try:
         guard()
-        return _place_chunks(attempt_dir, indexes, out_dir_for, schema)
+        return _place_chunks(attempt_dir, targets, schema)
     finally:
         storage.delete_tree(attempt_dir)
 
 
-def _place_chunks(attempt_dir: str, indexes: Sequence[int], out_dir_for: Callable[[int], str],
-                  schema: pa.Schema) -> dict[int, tuple[int, int]]:
-    """Move partition ``i``'s files into chunk ``indexes[i]``'s dir, named after the chunk (base
+def _place_chunks(attempt_dir: str, targets: Sequence[tuple[int, str]], schema: pa.Schema) -> list[tuple[int, int]]:
+    """Move partition ``i``'s files into ``targets[i]``'s dir, named after its chunk index (base
     files have distinct names: `orchestrator.pipeline.reconcile_spark`); count rows and bytes."""
     by_partition: dict[int, list[str]] = {}
     for uri in storage.list_files(attempt_dir, suffix=".parquet"):
         match = _PART.match(storage.basename(uri))
-        if match is None or int(match.group(1)) >= len(indexes):
+        if match is None or int(match.group(1)) >= len(targets):
             raise RunFailed(f"unexpected file {uri} in the read output of {storage.parent(attempt_dir)}")
         by_partition.setdefault(int(match.group(1)), []).append(uri)
-    result: dict[int, tuple[int, int]] = {}
-    for partition, index in enumerate(indexes):
-        out_dir = out_dir_for(index)
+    result: list[tuple[int, int]] = []
+    for partition, (index, out_dir) in enumerate(targets):
         storage.makedirs(out_dir)
         rows = nbytes = 0
         files = by_partition.get(partition) or []
@@ -361,7 +392,7 @@ def _place_chunks(attempt_dir: str, indexes: Sequence[int], out_dir_for: Callabl
             nbytes += storage.size(target)
         if not files:  # so every chunk dir has the schema
             nbytes = write_empty(storage.join(out_dir, f"c{index:06d}-000.parquet"), schema)
-        result[index] = (rows, nbytes)
+        result.append((rows, nbytes))
     return result
 
 

@@ -81,12 +81,10 @@ from orchestrator.pipeline.failed import TablesFailed, fail_table, failures, tab
 from orchestrator.positions import BinlogPosition
 from orchestrator.runtime import faults
 from orchestrator.schema.tables import TableInfo
+from orchestrator.state.many import RECORD_TABLES
 from orchestrator.state.store import RunTableRecord, StateStore, TableCheckpoint
 
 log = logging.getLogger(__name__)
-
-#: Published tables recorded in the state store per transaction.
-RECORD_TABLES = 200
 
 # --------------------------------------------------------------------------- publish
 

@@ -3,10 +3,11 @@
 ``L`` is recorded before the reads start and the read margin waited out; the
 Spark JDBC jobs (`orchestrator.pipeline.jdbc`) read the batch's chunks; ``Hb`` is
 recorded after every one of them ended. A batch holds chunks of one table, or many
-small tables packed together by the plan (`orchestrator.pipeline.batches`): each
-table's chunks are one job, and the jobs of a batch run `TABLE_JOBS` at a time from
-the driver, so a small table's fixed costs (a job's scheduling, its JDBC connection,
-its files' commit) overlap instead of adding up. The batch's chunks are recorded in one
+small tables packed together by the plan (`orchestrator.pipeline.batches`): small tables
+of one shape are read by one job (`orchestrator.pipeline.jdbc_many`), any other table's
+chunks are a job of their own, and the jobs of a batch run `TABLE_JOBS` at a time from
+the driver, so a small table's fixed costs (a job's scheduling, its files' commit) are
+shared or overlap instead of adding up. The batch's chunks are recorded in one
 transaction. A batch whose connection was lost is read again whole, with a fresh ``L``;
 a table whose read fails on its own (`orchestrator.pipeline.failed`) fails alone.
 """
@@ -20,8 +21,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
+
 from orchestrator.config import PipelineConfig
-from orchestrator.lake import storage
+from orchestrator.lake import iceberg, storage
 from orchestrator.pipeline.batches import TABLE_JOBS
 from orchestrator.pipeline.context import (
     open_source,
@@ -111,7 +114,7 @@ def _read_pending(config: PipelineConfig, store: StateStore, run_id: str, batch:
                 # Chunk dirs unique to this attempt: one the state names is never replaced by
                 # another attempt's read (a retry here, or a process that lost the lock).
                 reads, failed = _read_tables(session, config, run_id, by_table, infos, storage.attempt_tag(),
-                                             store.check_fence)
+                                             store.check_fence, grouped=source.dialect.pushes_into_unions)
         high = source.current_position()
     for table, reason in sorted(failed.items()):
         fail_table(store, run_id, table, "read", reason)
@@ -127,30 +130,33 @@ def _read_pending(config: PipelineConfig, store: StateStore, run_id: str, batch:
 
 def _read_tables(spark: SparkSession, config: PipelineConfig, run_id: str,
                  by_table: Mapping[str, Sequence[ChunkRecord]], infos: Mapping[str, TableShape], tag: str,
-                 guard: Callable[[], None]) -> tuple[list[ChunkRead], dict[str, str]]:
-    """Each table's chunks in a job of its own, `TABLE_JOBS` at a time, into chunk dirs named with
-    the attempt's ``tag``; ``guard`` is the fence check before files are written. Returns the
-    chunks read and the tables that failed on their own (with the reason). Any other error is
+                 guard: Callable[[], None], *, grouped: bool = True) -> tuple[list[ChunkRead], dict[str, str]]:
+    """The batch's chunks into chunk dirs named with the attempt's ``tag``: small tables of one
+    shape in one job (`orchestrator.pipeline.jdbc_many`; when ``grouped``: the source pushes the
+    table's tag into the union), any other table in a job of its own,
+    `TABLE_JOBS` jobs at a time; ``guard`` is the fence check before files are written. Returns
+    the chunks read and the tables that failed on their own (with the reason). Any other error is
     raised once every job started has ended (a lost connection: the caller reads the batch again)."""
-    from orchestrator.pipeline.jdbc import read_chunks  # pyspark: only a run that reads imports it
+    # pyspark is imported by a run that reads (an incremental run does not), here
+    from orchestrator.pipeline.jdbc_many import groups, shape
 
-    def one(table: str) -> list[ChunkRead]:
-        chunks = by_table[table]
-        paths = {c.index: run_dir(config, run_id, "snapshot", table, f"chunk-{c.index:06d}-{tag}") for c in chunks}
-        info, key = infos[table]
-        done = read_chunks(spark, config, info, [(c.index, c.where) for c in chunks], paths.__getitem__, key,
-                           guard=guard)
-        return [ChunkRead(table, i, rows, nbytes, paths[i]) for i, (rows, nbytes) in sorted(done.items())]
-
+    catalog = iceberg.open_catalog(config)  # once for the batch's tables
+    reader = _BatchRead(spark, config, run_id, by_table, infos, tag, guard,
+                        {t: iceberg.data_file_schema(config, infos[t][0], catalog) for t in by_table})
+    outcomes: dict[str, list[ChunkRead] | Exception] = {}
+    if len(by_table) == 1:
+        outcomes = {table: _outcome(reader.one, table) for table in by_table}
+    else:
+        shapes = {t: shape(infos[t][0], infos[t][1], reader.schemas[t]) if grouped and len(by_table[t]) == 1
+                  else None for t in by_table}
+        jobs = groups(shapes)
+        with ThreadPoolExecutor(min(TABLE_JOBS, len(jobs)), thread_name_prefix="tidemark-table") as pool:
+            futures = [pool.submit(reader.together, tables) for tables in jobs]
+        for future in futures:
+            outcomes.update(future.result())
     reads: list[ChunkRead] = []
     failed: dict[str, str] = {}
     errors: list[Exception] = []
-    if len(by_table) == 1:
-        outcomes = {table: _outcome(one, table) for table in by_table}
-    else:
-        with ThreadPoolExecutor(min(TABLE_JOBS, len(by_table)), thread_name_prefix="tidemark-table") as pool:
-            futures = {table: pool.submit(_outcome, one, table) for table in by_table}
-        outcomes = {table: future.result() for table, future in futures.items()}
     for table, outcome in outcomes.items():
         if isinstance(outcome, Exception):
             reason = table_failure(outcome)
@@ -163,6 +169,55 @@ def _read_tables(spark: SparkSession, config: PipelineConfig, run_id: str,
     if errors:  # a lost source, a full disk...: the batch (or the run) fails, a rerun resumes
         raise errors[0]
     return reads, failed
+
+
+@dataclass(frozen=True, slots=True)
+class _BatchRead:
+    """The jobs of one attempt at a batch: a table alone, or a group of one shape."""
+
+    spark: SparkSession
+    config: PipelineConfig
+    run_id: str
+    by_table: Mapping[str, Sequence[ChunkRecord]]
+    infos: Mapping[str, TableShape]
+    tag: str  # the attempt's: it names the chunk dirs
+    guard: Callable[[], None]
+    schemas: Mapping[str, pa.Schema]  # each table's data file schema
+
+    def path(self, table: str, chunk: ChunkRecord) -> str:
+        return run_dir(self.config, self.run_id, "snapshot", table, f"chunk-{chunk.index:06d}-{self.tag}")
+
+    def one(self, table: str) -> list[ChunkRead]:
+        """A table's chunks in a job of its own."""
+        from orchestrator.pipeline.jdbc import read_chunks  # see `_read_tables`
+
+        chunks = self.by_table[table]
+        paths = {c.index: self.path(table, c) for c in chunks}
+        info, key = self.infos[table]
+        done = read_chunks(self.spark, self.config, info, [(c.index, c.where) for c in chunks], paths.__getitem__,
+                           key, guard=self.guard, schema=self.schemas[table])
+        return [ChunkRead(table, i, rows, nbytes, paths[i]) for i, (rows, nbytes) in sorted(done.items())]
+
+    def together(self, tables: list[str]) -> dict[str, list[ChunkRead] | Exception]:
+        """Tables of one shape in one job; on a failure that may be one table's own, each table in
+        a job of its own, so that that failure stays its table's (`pipeline.failed`)."""
+        from orchestrator.pipeline.jdbc_many import TableRead, read_group  # see `_read_tables`
+
+        if len(tables) == 1:
+            return {tables[0]: _outcome(self.one, tables[0])}
+        reads = [TableRead(self.infos[t][0], [(c.index, c.where, self.path(t, c)) for c in self.by_table[t]])
+                 for t in tables]
+        try:
+            placed = read_group(self.spark, self.config, reads, self.infos[tables[0]][1], self.schemas[tables[0]],
+                                self.guard)
+        except Exception as exc:
+            if table_failure(exc) is None:
+                return dict.fromkeys(tables, exc)
+            log.info("the read of %d tables in one job failed (%s); reading them one by one", len(tables), exc)
+            return {t: _outcome(self.one, t) for t in tables}
+        return {t: [ChunkRead(t, c.index, rows, nbytes, self.path(t, c))
+                    for c, (rows, nbytes) in zip(self.by_table[t], done, strict=True)]
+                for t, done in zip(tables, placed, strict=True)}
 
 
 def _outcome(read: Callable[[str], list[ChunkRead]], table: str) -> list[ChunkRead] | Exception:

@@ -29,6 +29,7 @@ Engines, with the same rule and the same files:
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -39,7 +40,7 @@ import pyarrow as pa
 
 from chunking import decode_key
 from orchestrator.config import PipelineConfig
-from orchestrator.errors import RunFailed
+from orchestrator.errors import RunFailed, StateError
 from orchestrator.lake import iceberg, layout, storage
 from orchestrator.lake.layout import FileRange, Part, VersionPlan
 from orchestrator.lake.manifest import published_schema, read_manifest
@@ -49,12 +50,14 @@ from orchestrator.pipeline import reconcile_local as local
 from orchestrator.pipeline.changes import key_names
 from orchestrator.pipeline.context import open_store, run_dir, spark_session, table_dir, table_info
 from orchestrator.pipeline.failed import fail_table, table_failure
-from orchestrator.pipeline.segments import Changes, segment_files, segment_paths
+from orchestrator.pipeline.segments import Changes, durable_segments, segment_files
 from orchestrator.runtime import faults
 from orchestrator.schema.tables import TableInfo
+from orchestrator.state.many import RECORD_TABLES
 from orchestrator.state.store import RunTableRecord, StateStore
 
 if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
@@ -75,6 +78,8 @@ Rewriter = Literal["none", "local", "spark"]
 SessionFn = Callable[[], "SparkSession"]
 #: A base file: where to read it, and its range (``file``: the name the plan keeps it under).
 BaseFile = tuple[str, FileRange]
+#: A function that gives the file schema (wrapped in `functools.cache`: asked for at most once).
+SchemaFn = Callable[[], pa.Schema]
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,10 +88,16 @@ class Target:
 
     table: TableInfo
     key: tuple[str, ...]
-    schema: pa.Schema
+    #: The file schema, asked for only when a file is written: it loads the Iceberg table
+    #: (`iceberg.data_file_schema`), which a table whose files are all kept does without.
+    schema_of: SchemaFn
     out_dir: str
     engine: Engine = "auto"
     cluster: bool = False  # a Spark master with executors of its own (not local)
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self.schema_of()
 
 
 def _session(spark: SparkSession | SessionFn) -> SparkSession:
@@ -107,16 +118,19 @@ def reconcile_snapshot(spark: SparkSession | SessionFn, target: Target, chunk_di
 
 def reconcile_incremental(spark: SparkSession | SessionFn, table_info: TableInfo, key: Sequence[str],
                           tdir: str, changes: Changes, out_dir: str, *, engine: Engine = "auto",
-                          target_file_bytes: int | None = None, schema: pa.Schema | None = None,
+                          target_file_bytes: int | None = None, schema: pa.Schema | SchemaFn | None = None,
                           cluster: bool = False) -> int:
     """Rewrite only the files of the current version that hold changed keys (see the module
     docstring); a version without ``file_ranges`` (published before they existed) is rewritten
     whole, once, by Spark. ``schema``: the file schema (default: the table's published schema
-    with field IDs 1, 2, ...; the step passes `iceberg.data_file_schema`). Returns the rows at ``H``."""
+    with field IDs 1, 2, ...; the step passes `iceberg.data_file_schema`, as a function: asked for
+    only when a file is written). Returns the rows at ``H``."""
     key = key_names(table_info, key)
-    target = Target(table_info, key, schema or iceberg.with_field_ids(
-        published_schema(table_info.columns), {c.name: i for i, c in enumerate(table_info.columns, 1)}),
-        out_dir, engine, cluster)
+    if schema is None:
+        schema = iceberg.with_field_ids(published_schema(table_info.columns),
+                                        {c.name: i for i, c in enumerate(table_info.columns, 1)})
+    target = Target(table_info, key, functools.cache(schema if callable(schema) else lambda: schema),
+                    out_dir, engine, cluster)
     manifest = read_manifest(tdir)
     ranges = layout.usable_ranges(manifest["files"], manifest.get("file_ranges"))
     if ranges is None:
@@ -138,8 +152,12 @@ def chunk_base(chunk_dirs: Sequence[str], key: Sequence[str], table: str) -> lis
         sorted_file = all(f.metadata and iceberg.FIELD_ID in f.metadata for f in storage.parquet_schema(uri))
         return file_range(uri, key), sorted_file
 
-    with ThreadPoolExecutor(8, thread_name_prefix="tidemark-ranges") as pool:
-        described = [(uri, *found) for uri, found in zip(uris, pool.map(describe, uris), strict=True)]
+    if len(uris) > 1:
+        with ThreadPoolExecutor(8, thread_name_prefix="tidemark-ranges") as pool:
+            found = list(pool.map(describe, uris))
+    else:  # a small table's one chunk: no pool to start and stop
+        found = [describe(uri) for uri in uris]
+    described = [(uri, *f) for uri, f in zip(uris, found, strict=True)]
     files = [(uri, entry) for uri, entry, sorted_file in described if entry["rows"]]
     if not all(sorted_file for _, entry, sorted_file in described if entry["rows"]):
         log.info("table %s: chunk files without field IDs (read by an older release) are not sorted", table)
@@ -183,7 +201,9 @@ def rewrite(spark: SparkSession | SessionFn, target: Target, base: Sequence[Base
     parts = layout.version_parts(base, rewritten)
     small = layout.SMALL_FILE_BYTES if base_version is not None else 0  # a snapshot's chunks stay as read
     groups = layout.group_parts(parts, small)
-    files = write_parts(target.out_dir, parts, groups, target.schema, target.key, batches_of,
+    writes = any(len(g) > 1 or parts[g[0]].kept is None for g in groups)
+    schema = target.schema if writes else pa.schema([])  # every file kept as it is: none is written
+    files = write_parts(target.out_dir, parts, groups, schema, target.key, batches_of,
                         shared=base_version is not None)
     plan = VersionPlan(base_version, tuple(sorted(rewritten)), tuple(files))
     layout.write_plan(target.out_dir, plan)
@@ -300,12 +320,13 @@ class ReconcileResult:
         return "reconciled " + ", ".join(f"{t} ({n} rows)" for t, n in sorted(self.rows.items()))
 
 
-def _reconcile_one(config: PipelineConfig, store: StateStore, run_id: str, record: RunTableRecord,
-                   reconciled: str, spark: SparkSession | None) -> tuple[int, SparkSession | None]:
+def _reconcile_one(config: PipelineConfig, store: StateStore, record: RunTableRecord, reconciled: str,
+                   spark: SparkSession | None, changes: list[str], chunk_dirs: list[str],
+                   catalog: Callable[[], Catalog]) -> tuple[int, SparkSession | None]:
     """Reconcile one captured table into ``reconciled``; returns its rows and the session
-    (started if it needed one)."""
+    (started if it needed one). ``changes``: its durable segments; ``chunk_dirs``: its read
+    chunks' directories (a snapshot); ``catalog``: the Iceberg catalog, opened once."""
     info = table_info(record)
-    changes = segment_paths(store, config.staging_path, run_id, record.table)  # the durable ones only
     store.check_fence()  # a process that lost the pipeline lock writes nothing more
     started: list[SparkSession] = []
 
@@ -318,39 +339,65 @@ def _reconcile_one(config: PipelineConfig, store: StateStore, run_id: str, recor
 
     key = key_names(info, record.chunk_key)
     cluster = config.spark.remote is None and not config.spark.master.startswith("local")
-    target = Target(info, key, iceberg.data_file_schema(config, info), reconciled, cluster=cluster)
+    target = Target(info, key, functools.cache(lambda: iceberg.data_file_schema(config, info, catalog())),
+                    reconciled, cluster=cluster)
     if record.mode == "snapshot":
-        chunk_dirs = [c.path for c in store.chunks(run_id, table=record.table) if c.path]
         rows = reconcile_snapshot(session, target, chunk_dirs, changes)
     else:
         rows = reconcile_incremental(session, info, key, table_dir(config, record.table), changes, reconciled,
-                                     schema=target.schema, cluster=cluster)
+                                     schema=target.schema_of, cluster=cluster)
     return rows, spark or (started[0] if started else None)
 
 
 def reconcile(config: PipelineConfig, run_id: str, *, spark: SparkSession | None = None) -> ReconcileResult:
-    """Per table: base files (snapshot chunks, or the published version) + changes -> the table at H."""
+    """Per table: base files (snapshot chunks, or the published version) + changes -> the table at H.
+
+    The run's durable segments and chunks are listed once, and the reconciled tables are
+    recorded `RECORD_TABLES` at a time in one transaction: a run of thousands of small tables
+    pays no state round trip per table (one not recorded yet is reconciled again by the rerun).
+    """
     store = open_store(config)
     try:
+        todo = [r for r in store.run_tables(run_id) if r.status == "captured"]
+        segments = durable_segments(store, config.staging_path, run_id) if todo else {}
+        chunk_dirs: dict[str, list[str]] = {}
+        if any(r.mode == "snapshot" for r in todo):
+            for chunk in store.chunks(run_id):
+                if chunk.path:
+                    chunk_dirs.setdefault(chunk.table, []).append(chunk.path)
+        catalog = functools.cache(lambda: iceberg.open_catalog(config))
         out: dict[str, int] = {}
-        for record in store.run_tables(run_id):
-            if record.status != "captured":
-                continue
+        done: list[tuple[str, int, dict[str, Any]]] = []
+        for record in todo:
             # Unique to this attempt: another process's reconcile (one that lost the lock) never
             # writes where publish reads, and publish reads what the state names.
             out_dir = run_dir(config, run_id, "reconciled", f"{record.table}-{storage.attempt_tag()}")
             try:
-                rows, spark = _reconcile_one(config, store, run_id, record, out_dir, spark)
+                rows, spark = _reconcile_one(config, store, record, out_dir, spark,
+                                             segments.get(record.table, []), chunk_dirs.get(record.table, []),
+                                             catalog)
             except Exception as exc:  # one table's own trouble fails that table alone
                 if (reason := table_failure(exc)) is None:
+                    if not isinstance(exc, StateError):  # the tables reconciled so far are recorded
+                        _record(store, run_id, done)
                     raise
                 fail_table(store, run_id, record.table, "reconcile", reason)
                 continue
-            store.set_table_status(run_id, record.table, "reconciled", rows=rows,
-                                   info={"reconciled_dir": out_dir})
-            faults.point("reconcile.table_done")
+            done.append((record.table, rows, {"reconciled_dir": out_dir}))
             out[record.table] = rows
             log.info("table %s: reconciled, %d rows at H", record.table, rows)
+            if len(done) >= RECORD_TABLES:
+                done = _record(store, run_id, done)
+        _record(store, run_id, done)
         return ReconcileResult(out)
     finally:
         store.close()
+
+
+def _record(store: StateStore, run_id: str, done: list[tuple[str, int, dict[str, Any]]]
+            ) -> list[tuple[str, int, dict[str, Any]]]:
+    """Record reconciled tables in one transaction; returns an empty list."""
+    store.reconciled_tables(run_id, done)
+    for _ in done:
+        faults.point("reconcile.table_done")
+    return []

@@ -49,6 +49,10 @@ from orchestrator.state.schema import (
 if TYPE_CHECKING:
     from sqlalchemy import Connection
 
+#: Tables a step records in one transaction (their checkpoints, their reconciled results): a
+#: crash loses at most this many tables' records, which the rerun redoes.
+RECORD_TABLES = 200
+
 
 class ManyTablesMixin:
     """The many-tables methods of ``StateStore``."""
@@ -100,6 +104,25 @@ class ManyTablesMixin:
                 key = and_(RUN_TABLES.c.run_id == run_id, RUN_TABLES.c.table_name == c.table)
                 conn.execute(update(RUN_TABLES).where(key).values(status=status, row_count=c.rows,
                                                                   version=c.version))
+
+    def reconciled_tables(self, run_id: str, done: Sequence[tuple[str, int, dict[str, Any]]]) -> None:
+        """Record many reconciled tables in one transaction: ``(table, rows at H, info)`` each,
+        the ``info`` keys merged into the stored info (as `StateStore.set_table_status`)."""
+        if not done:
+            return
+        tables = [table for table, _, _ in done]
+        query = select(RUN_TABLES.c.table_name, RUN_TABLES.c.info).where(
+            RUN_TABLES.c.run_id == run_id, RUN_TABLES.c.table_name.in_(tables))
+        statement = (update(RUN_TABLES)
+                     .where(RUN_TABLES.c.run_id == run_id, RUN_TABLES.c.table_name == bindparam("b_table"))
+                     .values(status="reconciled", row_count=bindparam("b_rows"), info=bindparam("b_info")))
+        with self._tx() as conn:
+            stored = dict(conn.execute(query).tuples().all())
+            missing = [t for t in tables if t not in stored]
+            if missing:
+                raise StateError(f"table {missing[0]} is not part of run {run_id}")
+            conn.execute(statement, [{"b_table": t, "b_rows": rows, "b_info": {**(stored[t] or {}), **info}}
+                                     for t, rows, info in done])
 
     def segment_marks(self, run_id: str) -> dict[str, int]:
         """Per table of the run whose changes were voided (a re-read, a table planned late), the

@@ -502,7 +502,7 @@ def test_a_store_of_schema_2_gets_the_table_sets_table(store: StateStore, url: s
     assert run_sql(url, select(state.SCHEMA.c.version)) == [(state.code_schema_version(),)]
 
 
-def test_many_tables_are_planned_read_and_published_in_one_transaction_each(store: StateStore) -> None:
+def test_many_tables_are_planned_read_reconciled_and_published_in_one_transaction_each(store: StateStore) -> None:
     run = store.create_run("shop", {"tables": ["shop.a", "shop.b"]})
     plans = [state.PlannedTable(t, "snapshot", "even", ["id"], {"n": i},
                                 [chunk(run.run_id, t, 0, 0, None, None)]) for i, t in enumerate(["shop.a", "shop.b"])]
@@ -515,6 +515,12 @@ def test_many_tables_are_planned_read_and_published_in_one_transaction_each(stor
         ("shop.a", "done", 5, "/a", POS), ("shop.b", "done", 6, "/b", POS)]
     with pytest.raises(StateError):
         store.mark_chunks_done(run.run_id, [state.ChunkRead("shop.zz", 0, 1, 1, "/z")], high=POS)
+    store.reconciled_tables(run.run_id, [("shop.a", 5, {"reconciled_dir": "/ra"}), ("shop.b", 7, {"n": 9})])
+    assert [(t.table, t.status, t.rows, t.info) for t in store.run_tables(run.run_id)] == [
+        ("shop.a", "reconciled", 5, {"n": 0, "reconciled_dir": "/ra"}), ("shop.b", "reconciled", 7, {"n": 9})]
+    with pytest.raises(StateError, match=r"shop\.zz is not part of run"):
+        store.reconciled_tables(run.run_id, [("shop.a", 5, {}), ("shop.zz", 1, {})])
+    assert store.run_tables(run.run_id)[0].info == {"n": 0, "reconciled_dir": "/ra"}  # nothing of it written
     now = datetime.now(UTC)
     store.publish_tables(run.run_id, [TableCheckpoint("shop", t, 1, POS, 5, f"/{t}", run.run_id, now)
                                       for t in ("shop.a", "shop.b")])
