@@ -37,7 +37,7 @@ from orchestrator.binlog import events as ev
 from orchestrator.binlog.compressed import COMPRESSED, expand
 from orchestrator.binlog.gtid import GtidTracker
 from orchestrator.binlog.shape import metadata_difference, shape_difference
-from orchestrator.binlog.statements import Xid, classify, fold
+from orchestrator.binlog.statements import Xid, fold
 from orchestrator.binlog.stream import DumpStream, dump_settings
 from orchestrator.config import SourceConfig
 from orchestrator.errors import (
@@ -365,6 +365,8 @@ class EventReader:
             return [], "begin"
         if framing in ("COMMIT", "ROLLBACK"):
             return [], "end"
+        from orchestrator.binlog.statement_parser import classify  # sqlglot: 70 ms, when needed
+
         statement = classify(query, database, lower_case_table_names=self._lower_case_table_names)
         if statement.kind == "xa" and statement.xa is not None:
             verb, xid = statement.xa
