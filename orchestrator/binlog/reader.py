@@ -37,7 +37,7 @@ from orchestrator.binlog import events as ev
 from orchestrator.binlog.compressed import COMPRESSED, expand
 from orchestrator.binlog.gtid import GtidTracker
 from orchestrator.binlog.shape import metadata_difference, shape_difference
-from orchestrator.binlog.statements import Xid, classify, fold
+from orchestrator.binlog.statements import Xid, fold
 from orchestrator.binlog.stream import DumpStream, dump_settings
 from orchestrator.config import SourceConfig
 from orchestrator.errors import (
@@ -49,6 +49,7 @@ from orchestrator.errors import (
 )
 from orchestrator.positions import BinlogPosition, ServerIdentity, file_index
 from orchestrator.schema.tables import TableInfo
+from orchestrator.source.connect import connect
 from orchestrator.source.dialect import Dialect
 from orchestrator.source.retry import is_timeout
 
@@ -205,7 +206,7 @@ class EventReader:
             if self._stream_connections > 1:
                 raise BinlogConnectionLost(f"lost the binlog connection to {self.address}; "
                                            "the capture resumes from its last checkpoint")
-        return pymysql.connect(**settings)
+        return connect(**settings)
 
     def check_available(self) -> None:
         """Fail early when the binlog needed is gone or the stop lies beyond the binlog.
@@ -215,7 +216,7 @@ class EventReader:
             RunFailed: ``stop`` is after the server's current position.
         """
         try:
-            conn = pymysql.connect(**self._settings())
+            conn = connect(**self._settings())
         except pymysql.err.MySQLError as exc:
             if is_timeout(exc):
                 raise source_timeout(self.address, self.source.read_timeout,
@@ -364,6 +365,8 @@ class EventReader:
             return [], "begin"
         if framing in ("COMMIT", "ROLLBACK"):
             return [], "end"
+        from orchestrator.binlog.statement_parser import classify  # sqlglot: 70 ms, when needed
+
         statement = classify(query, database, lower_case_table_names=self._lower_case_table_names)
         if statement.kind == "xa" and statement.xa is not None:
             verb, xid = statement.xa

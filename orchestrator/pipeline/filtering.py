@@ -15,15 +15,18 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from orchestrator.errors import ConfigError
 from orchestrator.pipeline.changes import OLD_PREFIX, OP
-from orchestrator.schema.filters import FilterError, Verdict, compile_filter, used_columns
+from orchestrator.schema.collations import FilterError
 from orchestrator.schema.tables import ColumnInfo, TableInfo
+
+if TYPE_CHECKING:  # the filters import sqlglot (70 ms): only a run with a filter does
+    from orchestrator.schema.filters import Verdict
 
 Query = Callable[[str, Sequence[Any]], Sequence[Sequence[Any]]]
 _NAME = re.compile(r"[A-Za-z0-9_]+")
@@ -66,6 +69,8 @@ class ServerCollation:
 def compile_table_filter(where: str, info: TableInfo, oracle: ServerCollation | None
                          ) -> Verdict:
     """A table's filter bound to its columns; a filter it cannot evaluate is a config error."""
+    from orchestrator.schema.filters import compile_filter
+
     try:
         return compile_filter(where, info, oracle)
     except FilterError as exc:
@@ -109,6 +114,8 @@ class ChangeFilters:
         for name, table in (tables or {}).items():
             info, key, where = table.info, table.key, table.where
             if where:
+                from orchestrator.schema.filters import used_columns
+
                 wanted = {c.lower() for c in used_columns(where)}
                 columns = [c.name for c in info.columns if c.name.lower() in wanted]
                 keys = [info.column(k).name for k in key]

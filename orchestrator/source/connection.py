@@ -24,6 +24,7 @@ from orchestrator.config import PipelineConfig, SourceConfig
 from orchestrator.errors import RunFailed, SourceNotReady, source_timeout
 from orchestrator.positions import BinlogPosition, ServerIdentity
 from orchestrator.schema.tables import ColumnInfo, TableInfo
+from orchestrator.source.connect import connect
 from orchestrator.source.dialect import Dialect
 from orchestrator.source.retry import error_code, is_connection_lost, is_timeout, transient_retry
 
@@ -108,7 +109,7 @@ class Source:
     def _connect(self) -> pymysql.connections.Connection[Any]:
         cfg = self.config
         try:
-            conn = pymysql.connect(
+            conn = connect(
                 host=cfg.host, port=cfg.port, user=cfg.user, password=self._password,
                 connect_timeout=cfg.connect_timeout, read_timeout=cfg.read_timeout,
                 write_timeout=cfg.read_timeout, charset="utf8mb4", autocommit=True,

@@ -31,14 +31,13 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import pymysql
-
 from orchestrator.binlog import events as ev
 from orchestrator.binlog.gtid import mariadb_covers, parse_mariadb, same_set
 from orchestrator.binlog.stream import DumpStream, dump_settings
 from orchestrator.config import PipelineConfig
 from orchestrator.errors import GtidNotInBinlog
 from orchestrator.positions import BinlogPosition
+from orchestrator.source.connect import connect
 from orchestrator.source.connection import Source
 from orchestrator.state.store import RunRecord, StateStore
 
@@ -173,7 +172,7 @@ class Follower:
     def _first_place(self, gtid_set: str) -> tuple[str, int] | None:
         """``(file, pos)`` where a GTID dump from ``gtid_set`` starts sending, or None at the end."""
         source = self.config.source
-        stream = DumpStream(pymysql.connect, dump_settings(source, self.config.resolve_password()),
+        stream = DumpStream(connect, dump_settings(source, self.config.resolve_password()),
                             source.server_id, "", 4, self.source.address, gtid=gtid_set)
         file = ""
         try:

@@ -7,6 +7,9 @@ that only hides a cycle is still a cycle.
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -116,3 +119,13 @@ def test_dags_folder_holds_only_thin_dag_files() -> None:
     assert files == ["tidemark_config_errors.py", "tidemark_dags.py"]
     for name in files:
         assert len((ROOT / "dags" / name).read_text().splitlines()) < 40
+
+
+def test_a_run_path_without_filters_or_queries_does_not_import_sqlglot() -> None:
+    """sqlglot (70 ms) is imported only by a table's ``where`` or a QUERY event to classify."""
+    code = ("import sys, orchestrator.config, orchestrator.runtime.run, orchestrator.steps, "
+            "orchestrator.pipeline.capture, orchestrator.binlog.reader; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'sqlglot'))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.stdout.strip() == "[]"

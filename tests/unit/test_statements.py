@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.binlog.statements import Xid, classify
+from orchestrator.binlog.statement_parser import classify
+from orchestrator.binlog.statements import Xid
 
 # (statement, default database, kind, tables it changes)
 CASES: list[tuple[str, str, str, set[str]]] = [

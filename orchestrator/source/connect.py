@@ -1,0 +1,42 @@
+"""``pymysql.connect`` with one TLS context per process instead of one per connection.
+
+Given no TLS option, pymysql (1.1 and later) asks for TLS when the server offers
+it (its PREFERRED mode, without verifying the certificate) and builds a new
+default ``ssl.SSLContext`` for each connection to do so. Loading the system's CA
+certificates into it took 21 ms a connection on the benchmark machine (most of
+what opening a connection costs), and a run opens several: the source, the
+binlog's control and stream connections, a failover check. That context is the
+same every time, so `connect` builds it once, by pymysql's own code, and every
+later connection reuses it; what each connection negotiates is unchanged. A
+connection given TLS options of its own builds its context as before.
+"""
+
+from __future__ import annotations
+
+import ssl
+import threading
+from typing import Any
+
+import pymysql
+
+_lock = threading.Lock()
+_preferred: ssl.SSLContext | None = None
+
+
+class _Connection(pymysql.connections.Connection):
+    """A pymysql connection whose TLS context for PREFERRED mode is the process's one."""
+
+    def _create_ssl_ctx(self, sslp: Any) -> ssl.SSLContext:
+        global _preferred
+        if not (isinstance(sslp, dict) and not sslp):  # TLS options of its own
+            context: ssl.SSLContext = super()._create_ssl_ctx(sslp)
+            return context
+        with _lock:
+            if _preferred is None:
+                _preferred = super()._create_ssl_ctx({})
+            return _preferred
+
+
+def connect(**settings: Any) -> pymysql.connections.Connection[Any]:
+    """A connection, as ``pymysql.connect(**settings)`` opens it (see the module docstring)."""
+    return _Connection(**settings)
