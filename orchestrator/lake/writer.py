@@ -133,10 +133,15 @@ class VersionWriter:
 
 def write_empty(uri: str, schema: pa.Schema) -> int:
     """A Parquet file of ``schema`` without rows; returns its size."""
+    return write_table(uri, schema.empty_table())
+
+
+def write_table(uri: str, table: pa.Table) -> int:
+    """``table`` as one Parquet data file at ``uri`` (its schema, field IDs included); returns its size."""
     fs, path = storage.filesystem(uri)
     fs.create_dir(storage.parent(path), recursive=True)
     with fs.open_output_stream(path) as out:
-        pq.write_table(schema.empty_table(), out, **PARQUET_OPTIONS)
+        pq.write_table(table, out, **PARQUET_OPTIONS)
     return storage.size(uri)
 
 

@@ -6,6 +6,7 @@ can run in its own process (an Airflow task) as well as in one (`tidemark run`).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -20,6 +21,9 @@ from orchestrator.state.store import RunTableRecord, StateStore
 
 if TYPE_CHECKING:
     from orchestrator.source.connection import Source
+
+#: Held while a session starts: two read threads that both need Spark start one JVM, not two.
+_STARTING = threading.Lock()
 
 
 def open_store(config: PipelineConfig) -> StateStore:
@@ -40,7 +44,8 @@ def spark_session(config: PipelineConfig) -> Any:
     """The pipeline's SparkSession (started on first use: a JVM costs seconds)."""
     from orchestrator.runtime.spark import get_session  # pyspark only when a step needs it
 
-    return get_session(config)
+    with _STARTING:
+        return get_session(config)
 
 
 def _binds_pid(holder: str) -> bool:

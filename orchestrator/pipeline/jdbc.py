@@ -10,12 +10,10 @@ version's file of that key range unless a change falls in it. After the job each
 is moved to its chunk's directory.
 
 Values follow CONTRACT.md's type mapping without depending on the driver's
-date/time handling: the server turns temporal values into integers (epoch
-microseconds, epoch days, signed TIME microseconds) and Spark turns those into
-its types in a UTC session. The table is wrapped in a derived table that also
-exposes every raw column under its own name, so a chunk predicate (and the
-table's ``where`` filter) uses the raw key columns and the server's index;
-MySQL and MariaDB merge such a derived table into the outer query.
+date/time handling: the server converts each column (`orchestrator.pipeline.read_sql`: temporal
+values as integers, epoch microseconds, epoch days, signed TIME microseconds) and Spark turns
+those into its types in a UTC session. Small tables are read by the driver instead, through the
+same SQL (`orchestrator.pipeline.local_read`).
 
 The read step that records the positions around a job is `orchestrator.pipeline.read`.
 """
@@ -33,17 +31,15 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from chunking.mysql import quote_identifier, quote_table
 from orchestrator.config import PipelineConfig
 from orchestrator.errors import ConfigError, RunFailed, TransientReadError, source_timeout
 from orchestrator.lake import iceberg, storage
 from orchestrator.lake.iceberg import FIELD_ID
 from orchestrator.lake.writer import write_empty
+from orchestrator.pipeline.read_sql import column_aliases, column_sql, source_query
 from orchestrator.runtime.failures import error_chain
 from orchestrator.runtime.spark import apply_required_conf, job_description, spark_type
-from orchestrator.schema.families import DECIMAL_TYPES
 from orchestrator.schema.tables import ColumnInfo, TableInfo
-from orchestrator.schema.types import is_boolean
 from orchestrator.schema.values import staging_schema, staging_type
 from orchestrator.source.dialect import MARIADB_DRIVER, MYSQL_DRIVER
 
@@ -94,47 +90,32 @@ def _same(c: Column) -> Column:
 
 
 def column_read(column: ColumnInfo) -> ColumnRead:
-    """The read plan of one column (CONTRACT.md type mapping).
+    """The read plan of one column: its `read_sql.column_sql`, and how Spark takes what it returns.
 
     >>> from orchestrator.schema.tables import ColumnInfo as C
-    >>> column_read(C("t", "time", "time(6)", True, datetime_precision=6)).sql
-    'CAST(TIME_TO_SEC(`t`) * 1000000 AS SIGNED)'
-    >>> column_read(C("f", "float", "float", True)).sql
-    'CAST(`f` AS DOUBLE)'
+    >>> column_read(C("t", "time", "time(6)", True, datetime_precision=6)).jdbc_type
+    LongType()
     """
-    q = quote_identifier(column.name)
-    t = column.data_type
-    staged = spark_type(staging_type(column))
-    if is_boolean(column):
-        # TINYINT(1) holding 2 is true, as bool(2) on the binlog path.
-        return ColumnRead(f"({q} <> 0)", T.BooleanType(), _same)
-    if t == "year":
-        return ColumnRead(f"({q} + 0)", T.ShortType(), _same)
-    if t == "bit":
-        # BIT(64) with the top bit set wraps to a negative int64 (two's complement).
-        return ColumnRead(f"CAST({q} AS SIGNED)", T.LongType(), _same)
-    if t in DECIMAL_TYPES and isinstance(staged, T.StringType):
-        return ColumnRead(f"CAST({q} AS CHAR)", T.StringType(), _same)
-    if t == "float":
-        # The text protocol prints FLOAT with 6 digits; widened to DOUBLE it is exact.
-        return ColumnRead(f"CAST({q} AS DOUBLE)", T.DoubleType(), _same)
-    if t == "date":
-        # Zero and partly-zero dates give NULL here.
-        return ColumnRead(f"DATEDIFF({q}, '1970-01-01')", T.IntegerType(), F.date_from_unix_date)
-    if t == "datetime":
-        return ColumnRead(f"TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', {q})", T.LongType(),
-                          _micros_to_wall_clock)
-    if t == "timestamp":
-        # UNIX_TIMESTAMP of a TIMESTAMP column is its stored instant, whatever the session
-        # time zone; the zero timestamp gives 0, which no real TIMESTAMP has.
-        return ColumnRead(f"NULLIF(CAST(UNIX_TIMESTAMP({q}) * 1000000 AS SIGNED), 0)", T.LongType(),
-                          F.timestamp_micros)
-    if t == "time":
-        return ColumnRead(f"CAST(TIME_TO_SEC({q}) * 1000000 AS SIGNED)", T.LongType(), _same)
-    if t in ("char", "enum", "set"):
-        # Reported as JDBC CHAR(n), Spark would pad values to n; as VARCHAR they stay as stored.
-        return ColumnRead(f"CAST({q} AS CHAR)", T.StringType(), _same)
-    return ColumnRead(q, staged, _same)
+    found = column_sql(column)
+    match found.wire:
+        case "boolean":
+            return ColumnRead(found.sql, T.BooleanType(), _same)
+        case "year":
+            return ColumnRead(found.sql, T.ShortType(), _same)
+        case "bits" | "time_micros":
+            return ColumnRead(found.sql, T.LongType(), _same)
+        case "text":
+            return ColumnRead(found.sql, T.StringType(), _same)
+        case "double":
+            return ColumnRead(found.sql, T.DoubleType(), _same)
+        case "epoch_days":
+            return ColumnRead(found.sql, T.IntegerType(), F.date_from_unix_date)
+        case "wall_micros":
+            return ColumnRead(found.sql, T.LongType(), _micros_to_wall_clock)
+        case "instant_micros":
+            return ColumnRead(found.sql, T.LongType(), F.timestamp_micros)
+        case "as_is":
+            return ColumnRead(found.sql, spark_type(staging_type(column)), _same)
 
 
 def _micros_to_wall_clock(c: Column) -> Column:
@@ -212,32 +193,6 @@ def jdbc_properties(config: PipelineConfig, driver: str) -> dict[str, str]:
 # --------------------------------------------------------------------------- the batch
 
 
-def column_aliases(columns: Sequence[ColumnInfo]) -> list[str]:
-    taken = {c.name.lower() for c in columns}
-    prefix = "__tm_"
-    while any(name.startswith(prefix) for name in taken):
-        prefix = "_" + prefix
-    return [f"{prefix}{i}" for i in range(len(columns))]
-
-
-def source_query(table: TableInfo, aliases: Sequence[str], reads: Sequence[ColumnRead]) -> str:
-    """The derived table Spark reads from: raw columns plus one converted column per column.
-
-    The raw columns are named one by one, never ``t.*``: a MariaDB ``INVISIBLE`` column is
-    left out of ``*`` but is part of the table (and may be named by a chunk predicate or the
-    table's ``where``).
-    """
-    return f"({table_select(table, aliases, reads)}) AS tm_src"
-
-
-def table_select(table: TableInfo, aliases: Sequence[str], reads: Sequence[ColumnRead]) -> str:
-    """``SELECT <raw columns>, <converted columns> FROM <table>``: the body of `source_query`."""
-    converted = ", ".join(f"{r.sql} AS {quote_identifier(a)}" for r, a in zip(reads, aliases, strict=True))
-    name = quote_table(table.name)
-    raw = ", ".join(f"{name}.{quote_identifier(c.name)}" for c in table.columns)
-    return f"SELECT {raw}, {converted} FROM {name}"
-
-
 def batch_frame(spark: SparkSession, config: PipelineConfig, table: TableInfo,
                 predicates: Sequence[str], schema: pa.Schema | None = None, *,
                 source: Callable[[Sequence[str], Sequence[ColumnRead]], str] | None = None,
@@ -259,7 +214,7 @@ def batch_frame(spark: SparkSession, config: PipelineConfig, table: TableInfo,
     props = jdbc_properties(config, driver_class(config.source.jdbc_driver_jar))
     props["customSchema"] = ", ".join(f"{a} {r.jdbc_type.simpleString()}"
                                       for a, r in zip(aliases, reads, strict=True))
-    derived = source(aliases, reads) if source is not None else source_query(table, aliases, reads)
+    derived = source(aliases, reads) if source is not None else source_query(table, aliases, [r.sql for r in reads])
     df = spark.read.jdbc(jdbc_url(config), derived, predicates=list(predicates), properties=props)
     fields = schema if schema is not None else staging_schema(table.columns)
     columns = []

@@ -5,12 +5,12 @@ and a job of a table of a hundred rows is nearly all fixed cost: the schema quer
 scheduling, the output's commit. Tables of one *shape* - the same columns (names, types,
 charsets, collations, nullability, in order), the same chunk key and the same data file schema
 (field IDs) - are read by one job instead: its derived table is the ``UNION ALL`` of each
-table's derived table (`jdbc.source_query`), each branch tagged with the table's number, and
+table's derived table (`read_sql.source_query`), each branch tagged with the table's number, and
 partition ``i`` reads ``<tag> = t AND (<chunk predicate>)``. The server pushes that condition
 into the branches (MariaDB's ``condition_pushdown_for_derived``, MySQL 8's derived condition
 pushdown): the other branches are an impossible WHERE, so each partition reads its own chunk
 through its own table's index, exactly as a job of that table alone would. The column reads
-and conversions are the same expressions (`jdbc.column_read`), so the files are the same.
+and conversions are the same expressions (`read_sql.column_sql`), so the files are the same.
 
 Tables are grouped only on a server that pushes the condition down (`Dialect.pushes_into_unions`;
 elsewhere every branch would be materialized for each partition), and only tables estimated at
@@ -32,13 +32,8 @@ from pyspark.sql import functions as F
 from chunking.mysql import quote_identifier
 from orchestrator.config import PipelineConfig
 from orchestrator.lake import storage
-from orchestrator.pipeline.jdbc import (
-    ColumnRead,
-    batch_frame,
-    column_aliases,
-    table_select,
-    write_chunks,
-)
+from orchestrator.pipeline.jdbc import ColumnRead, batch_frame, write_chunks
+from orchestrator.pipeline.read_sql import column_aliases, table_select
 from orchestrator.runtime.spark import apply_required_conf, job_description
 from orchestrator.schema.tables import TableInfo
 
@@ -88,7 +83,7 @@ def groups(shapes: dict[str, tuple[object, ...] | None]) -> list[list[str]]:
 
 def tag_alias(aliases: Sequence[str]) -> str:
     """The name of the branch tag column: the aliases' prefix (no column's name starts with it,
-    `jdbc.column_aliases`) and ``table``, never one of the aliases.
+    `read_sql.column_aliases`) and ``table``, never one of the aliases.
 
     >>> tag_alias(["__tm_0", "__tm_1"]), tag_alias(["___tm_0"])
     ('__tm_table', '___tm_table')
@@ -97,11 +92,11 @@ def tag_alias(aliases: Sequence[str]) -> str:
 
 
 def union_source(tables: Sequence[TableInfo], tag: str) -> Callable[[Sequence[str], Sequence[ColumnRead]], str]:
-    """The derived table of a group: each table's `jdbc.source_query` tagged with its number."""
+    """The derived table of a group: each table's `read_sql.source_query` tagged with its number."""
     def source(aliases: Sequence[str], reads: Sequence[ColumnRead]) -> str:
         branches = []
         for number, table in enumerate(tables):
-            select = table_select(table, aliases, reads).removeprefix("SELECT ")
+            select = table_select(table, aliases, [r.sql for r in reads]).removeprefix("SELECT ")
             branches.append(f"SELECT {number} AS {quote_identifier(tag)}, {select}")
         return "(" + " UNION ALL ".join(branches) + ") AS tm_src"
     return source

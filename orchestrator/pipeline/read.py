@@ -1,15 +1,15 @@
 """The read step: one batch of chunks between its low and high binlog position.
 
-``L`` is recorded before the reads start and the read margin waited out; the
-Spark JDBC jobs (`orchestrator.pipeline.jdbc`) read the batch's chunks; ``Hb`` is
-recorded after every one of them ended. A batch holds chunks of one table, or many
-small tables packed together by the plan (`orchestrator.pipeline.batches`): small tables
-of one shape are read by one job (`orchestrator.pipeline.jdbc_many`), any other table's
-chunks are a job of their own, and the jobs of a batch run `TABLE_JOBS` at a time from
-the driver, so a small table's fixed costs (a job's scheduling, its files' commit) are
-shared or overlap instead of adding up. The batch's chunks are recorded in one
-transaction. A batch whose connection was lost is read again whole, with a fresh ``L``;
-a table whose read fails on its own (`orchestrator.pipeline.failed`) fails alone.
+``L`` is recorded before the reads start and the read margin waited out; the batch's chunks
+are read; ``Hb`` is recorded after every read ended. A batch holds chunks of one table, or many
+small tables packed together by the plan (`orchestrator.pipeline.batches`). A table planned at
+most `local_read.LOCAL_ROWS` rows in one chunk is read by the driver
+(`orchestrator.pipeline.local_read`: the same SQL, the same files, no Spark task), while Spark
+reads the others: small tables of one shape in one job (`orchestrator.pipeline.jdbc_many`), any
+other table's chunks in a job of their own (`orchestrator.pipeline.jdbc`), `TABLE_JOBS` jobs at
+a time from the driver. A batch the driver reads whole starts no Spark session. The batch's
+chunks are recorded in one transaction. A batch whose connection was lost is read again whole,
+with a fresh ``L``; a table whose read fails on its own (`orchestrator.pipeline.failed`) fails alone.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeAlias
 
 import pyarrow as pa
 
@@ -35,6 +35,7 @@ from orchestrator.pipeline.context import (
     take_lock,
 )
 from orchestrator.pipeline.failed import fail_table, table_failure
+from orchestrator.pipeline.local_read import LocalTable, read_tables, reads_locally
 from orchestrator.positions import BinlogPosition
 from orchestrator.runtime import faults
 from orchestrator.schema.tables import TableInfo
@@ -48,6 +49,10 @@ log = logging.getLogger(__name__)
 
 #: A table as the read needs it: its columns, and the chunk key its files are sorted by.
 TableShape = tuple[TableInfo, tuple[str, ...]]
+
+#: The Spark session a read may use: one running, one starting (`orchestrator.runtime.early`),
+#: or None (started when a table of the batch needs Spark).
+SessionLike: TypeAlias = "SparkSession | Future[SparkSession] | None"
 
 @dataclass(frozen=True, slots=True)
 class ReadResult:
@@ -70,14 +75,14 @@ class ReadResult:
                 f"{self.bytes} bytes, L={self.low} Hb={self.high}{failed}")
 
 
-def read_batch(config: PipelineConfig, run_id: str, batch: int, *, spark: SparkSession | None = None,
+def read_batch(config: PipelineConfig, run_id: str, batch: int, *, spark: SessionLike = None,
                holder: str | None = None) -> ReadResult:
     """Read one batch of chunks between its low and high position (skips done chunks).
 
     Records ``L`` before the reads start and waits ``read_margin_seconds`` (a
     transaction can reach the binlog a moment before its rows are visible),
-    then runs one Spark job per table of the batch and records ``Hb`` after all.
-    A read that lost its connection is tried again, with a fresh ``L``.
+    then reads the batch's tables (small ones in the driver, the others in Spark jobs) and
+    records ``Hb`` after all. A read that lost its connection is tried again, with a fresh ``L``.
     """
     store = open_store(config)
     try:
@@ -93,17 +98,30 @@ def read_batch(config: PipelineConfig, run_id: str, batch: int, *, spark: SparkS
         if not by_table:
             return ReadResult(batch, pending[0].table, 0, 0, 0)
         infos = {t: (table_info(records[t]), tuple(records[t].chunk_key)) for t in by_table}
-        return _read_pending(config, store, run_id, batch, by_table, infos, spark, holder)
+        local = {t for t in by_table
+                 if reads_locally(records[t].info.get("stats", {}).get("rows"), len(by_table[t]))}
+        return _read_pending(config, store, run_id, batch, _Pending(by_table, infos, local), spark, holder)
     finally:
         store.close()
 
 
-def _read_pending(config: PipelineConfig, store: StateStore, run_id: str, batch: int,
-                  by_table: Mapping[str, list[ChunkRecord]], infos: Mapping[str, TableShape],
-                  spark: SparkSession | None, holder: str | None) -> ReadResult:
+@dataclass(frozen=True, slots=True)
+class _Pending:
+    """A batch's chunks to read, by table; which tables the driver reads (`local_read`)."""
+
+    by_table: Mapping[str, list[ChunkRecord]]
+    infos: Mapping[str, TableShape]
+    local: set[str]
+
+    def __str__(self) -> str:
+        return next(iter(self.by_table)) if len(self.by_table) == 1 else f"{len(self.by_table)} tables"
+
+
+def _read_pending(config: PipelineConfig, store: StateStore, run_id: str, batch: int, pending: _Pending,
+                  spark: SessionLike, holder: str | None) -> ReadResult:
     """`read_batch` of the batch's pending chunks, grouped by table."""
-    what = next(iter(by_table)) if len(by_table) == 1 else f"{len(by_table)} tables"
-    session = spark or spark_session(config)
+    what = str(pending)
+    session = None if pending.local >= pending.by_table.keys() else _session(config, spark)
     with open_source(config) as source:
         for attempt in read_retry(config.defaults.read_attempts, f"batch {batch} ({what})"):
             with attempt:
@@ -113,7 +131,7 @@ def _read_pending(config: PipelineConfig, store: StateStore, run_id: str, batch:
                 time.sleep(config.defaults.read_margin_seconds)
                 # Chunk dirs unique to this attempt: one the state names is never replaced by
                 # another attempt's read (a retry here, or a process that lost the lock).
-                reads, failed = _read_tables(session, config, run_id, by_table, infos, storage.attempt_tag(),
+                reads, failed = _read_tables(session, config, run_id, pending, storage.attempt_tag(),
                                              store.check_fence, grouped=source.dialect.pushes_into_unions)
         high = source.current_position()
     for table, reason in sorted(failed.items()):
@@ -128,32 +146,52 @@ def _read_pending(config: PipelineConfig, store: StateStore, run_id: str, batch:
     return result
 
 
-def _read_tables(spark: SparkSession, config: PipelineConfig, run_id: str,
-                 by_table: Mapping[str, Sequence[ChunkRecord]], infos: Mapping[str, TableShape], tag: str,
-                 guard: Callable[[], None], *, grouped: bool = True) -> tuple[list[ChunkRead], dict[str, str]]:
-    """The batch's chunks into chunk dirs named with the attempt's ``tag``: small tables of one
-    shape in one job (`orchestrator.pipeline.jdbc_many`; when ``grouped``: the source pushes the
-    table's tag into the union), any other table in a job of its own,
-    `TABLE_JOBS` jobs at a time; ``guard`` is the fence check before files are written. Returns
-    the chunks read and the tables that failed on their own (with the reason). Any other error is
-    raised once every job started has ended (a lost connection: the caller reads the batch again)."""
-    # pyspark is imported by a run that reads (an incremental run does not), here
-    from orchestrator.pipeline.jdbc_many import groups, shape
+def _session(config: PipelineConfig, spark: SessionLike) -> SparkSession:
+    """The session to read with: the one given, the one starting (waited for), or a new one."""
+    if isinstance(spark, Future):  # None: the run's tables looked small (`runtime.early`)
+        spark = spark.result()
+    return spark if spark is not None else spark_session(config)
 
+
+def _read_tables(spark: SparkSession | None, config: PipelineConfig, run_id: str, pending: _Pending, tag: str,
+                 guard: Callable[[], None], *, grouped: bool = True) -> tuple[list[ChunkRead], dict[str, str]]:
+    """The batch's chunks into chunk dirs named with the attempt's ``tag``: the small tables in the
+    driver (`orchestrator.pipeline.local_read`) while Spark reads the others: small tables of one
+    shape in one job (`orchestrator.pipeline.jdbc_many`; when ``grouped``: the source pushes the
+    table's tag into the union), any other table in a job of its own, `TABLE_JOBS` jobs at a time;
+    ``guard`` is the fence check before files are written. Returns the chunks read and the tables
+    that failed on their own (with the reason). Any other error is raised once every read started
+    has ended (a lost connection: the caller reads the batch again)."""
     catalog = iceberg.open_catalog(config)  # once for the batch's tables
-    reader = _BatchRead(spark, config, run_id, by_table, infos, tag, guard,
-                        {t: iceberg.data_file_schema(config, infos[t][0], catalog) for t in by_table})
+    schemas = {t: iceberg.data_file_schema(config, pending.infos[t][0], catalog) for t in pending.by_table}
+    paths = _ChunkPaths(config, run_id, tag)
+    spark_tables = {t: c for t, c in pending.by_table.items() if t not in pending.local}
     outcomes: dict[str, list[ChunkRead] | Exception] = {}
-    if len(by_table) == 1:
-        outcomes = {table: _outcome(reader.one, table) for table in by_table}
-    else:
-        shapes = {t: shape(infos[t][0], infos[t][1], reader.schemas[t]) if grouped and len(by_table[t]) == 1
-                  else None for t in by_table}
-        jobs = groups(shapes)
-        with ThreadPoolExecutor(min(TABLE_JOBS, len(jobs)), thread_name_prefix="tidemark-table") as pool:
-            futures = [pool.submit(reader.together, tables) for tables in jobs]
-        for future in futures:
-            outcomes.update(future.result())
+    with ThreadPoolExecutor(1, thread_name_prefix="tidemark-driver-read") as pool:
+        local = pool.submit(_read_locally, config, pending, schemas, paths, guard)
+        if spark_tables:
+            assert spark is not None, "a batch with tables for Spark has a session"
+            reader = _BatchRead(spark, config, spark_tables, pending.infos, paths, guard, schemas)
+            outcomes.update(reader.all(grouped))
+        outcomes.update(local.result())
+    return _sorted_outcomes(outcomes)
+
+
+def _read_locally(config: PipelineConfig, pending: _Pending, schemas: Mapping[str, pa.Schema],
+                  paths: _ChunkPaths, guard: Callable[[], None]) -> dict[str, list[ChunkRead] | Exception]:
+    """The batch's small tables, read by the driver."""
+    tables = [LocalTable(pending.infos[t][0], pending.infos[t][1], schemas[t],
+                         [(c.index, c.where, paths.of(t, c)) for c in pending.by_table[t]])
+              for t in sorted(pending.local)]
+    done = read_tables(config, tables, guard)
+    return {t: outcome if isinstance(outcome, Exception) else
+            [ChunkRead(t, c.index, rows, nbytes, paths.of(t, c))
+             for c, (rows, nbytes) in zip(pending.by_table[t], outcome, strict=True)]
+            for t, outcome in done.items()}
+
+
+def _sorted_outcomes(outcomes: Mapping[str, list[ChunkRead] | Exception]) -> tuple[list[ChunkRead], dict[str, str]]:
+    """The chunks read, and the tables that failed on their own; any other error raised."""
     reads: list[ChunkRead] = []
     failed: dict[str, str] = {}
     errors: list[Exception] = []
@@ -172,27 +210,53 @@ def _read_tables(spark: SparkSession, config: PipelineConfig, run_id: str,
 
 
 @dataclass(frozen=True, slots=True)
+class _ChunkPaths:
+    """Where an attempt at a batch writes each chunk: a directory its tag makes unique."""
+
+    config: PipelineConfig
+    run_id: str
+    tag: str
+
+    def of(self, table: str, chunk: ChunkRecord) -> str:
+        return run_dir(self.config, self.run_id, "snapshot", table, f"chunk-{chunk.index:06d}-{self.tag}")
+
+
+@dataclass(frozen=True, slots=True)
 class _BatchRead:
-    """The jobs of one attempt at a batch: a table alone, or a group of one shape."""
+    """The Spark jobs of one attempt at a batch: a table alone, or a group of one shape."""
 
     spark: SparkSession
     config: PipelineConfig
-    run_id: str
     by_table: Mapping[str, Sequence[ChunkRecord]]
     infos: Mapping[str, TableShape]
-    tag: str  # the attempt's: it names the chunk dirs
+    paths: _ChunkPaths  # the attempt's chunk dirs
     guard: Callable[[], None]
     schemas: Mapping[str, pa.Schema]  # each table's data file schema
 
-    def path(self, table: str, chunk: ChunkRecord) -> str:
-        return run_dir(self.config, self.run_id, "snapshot", table, f"chunk-{chunk.index:06d}-{self.tag}")
+    def all(self, grouped: bool) -> dict[str, list[ChunkRead] | Exception]:
+        """Every table's chunks: tables of one shape together when ``grouped``, `TABLE_JOBS` jobs
+        at a time; per table what it read, or the exception its job raised."""
+        # pyspark is imported by a run that reads in Spark (not by an incremental run), here
+        from orchestrator.pipeline.jdbc_many import groups, shape
+
+        if len(self.by_table) == 1:
+            return {table: _outcome(self.one, table) for table in self.by_table}
+        shapes = {t: shape(self.infos[t][0], self.infos[t][1], self.schemas[t])
+                  if grouped and len(self.by_table[t]) == 1 else None for t in self.by_table}
+        jobs = groups(shapes)
+        outcomes: dict[str, list[ChunkRead] | Exception] = {}
+        with ThreadPoolExecutor(min(TABLE_JOBS, len(jobs)), thread_name_prefix="tidemark-table") as pool:
+            futures = [pool.submit(self.together, tables) for tables in jobs]
+        for future in futures:
+            outcomes.update(future.result())
+        return outcomes
 
     def one(self, table: str) -> list[ChunkRead]:
         """A table's chunks in a job of its own."""
-        from orchestrator.pipeline.jdbc import read_chunks  # see `_read_tables`
+        from orchestrator.pipeline.jdbc import read_chunks  # see `all`
 
         chunks = self.by_table[table]
-        paths = {c.index: self.path(table, c) for c in chunks}
+        paths = {c.index: self.paths.of(table, c) for c in chunks}
         info, key = self.infos[table]
         done = read_chunks(self.spark, self.config, info, [(c.index, c.where) for c in chunks], paths.__getitem__,
                            key, guard=self.guard, schema=self.schemas[table])
@@ -201,11 +265,11 @@ class _BatchRead:
     def together(self, tables: list[str]) -> dict[str, list[ChunkRead] | Exception]:
         """Tables of one shape in one job; on a failure that may be one table's own, each table in
         a job of its own, so that that failure stays its table's (`pipeline.failed`)."""
-        from orchestrator.pipeline.jdbc_many import TableRead, read_group  # see `_read_tables`
+        from orchestrator.pipeline.jdbc_many import TableRead, read_group  # see `all`
 
         if len(tables) == 1:
             return {tables[0]: _outcome(self.one, tables[0])}
-        reads = [TableRead(self.infos[t][0], [(c.index, c.where, self.path(t, c)) for c in self.by_table[t]])
+        reads = [TableRead(self.infos[t][0], [(c.index, c.where, self.paths.of(t, c)) for c in self.by_table[t]])
                  for t in tables]
         try:
             placed = read_group(self.spark, self.config, reads, self.infos[tables[0]][1], self.schemas[tables[0]],
@@ -215,7 +279,7 @@ class _BatchRead:
                 return dict.fromkeys(tables, exc)
             log.info("the read of %d tables in one job failed (%s); reading them one by one", len(tables), exc)
             return {t: _outcome(self.one, t) for t in tables}
-        return {t: [ChunkRead(t, c.index, rows, nbytes, self.path(t, c))
+        return {t: [ChunkRead(t, c.index, rows, nbytes, self.paths.of(t, c))
                     for c, (rows, nbytes) in zip(self.by_table[t], done, strict=True)]
                 for t, done in zip(tables, placed, strict=True)}
 

@@ -22,7 +22,7 @@ from orchestrator.errors import (
     TidemarkError,
     first_line,
 )
-from orchestrator.pipeline.context import hold_lock, open_store, spark_session
+from orchestrator.pipeline.context import hold_lock, open_store
 from orchestrator.pipeline.failed import TablesFailed
 from orchestrator.pipeline.plan import takes_out
 from orchestrator.runtime.early import start_spark_early
@@ -178,10 +178,7 @@ def execute(config: PipelineConfig, handle: steps.RunHandle, *, holder: str, bar
             spark: Any = None) -> tuple[Any, list[steps.Published]]:
     """Read every pending batch, capture, reconcile and publish one planned run. ``spark``: a
     session, one starting (a future), or None."""
-    if isinstance(spark, Future):
-        spark = spark.result() if handle.batches or spark.done() else spark
-    if handle.batches:
-        spark = spark or spark_session(config)
+    if handle.batches:  # a session starting is handed on: a batch of small tables needs none
         bar = Progress("read", sum(b.chunks for b in handle.batches), bars=bars)
         with ThreadPoolExecutor(READ_CONCURRENCY, thread_name_prefix="tidemark-read") as pool:
             futures = [pool.submit(steps.read_batch, config, handle.run_id, batch.batch, spark=spark,
@@ -205,6 +202,8 @@ def execute(config: PipelineConfig, handle: steps.RunHandle, *, holder: str, bar
     cap.close()
     # No session is started here: reconcile starts one only for a table that needs Spark
     # (an incremental rewrite small enough for the driver does not).
+    if isinstance(spark, Future) and spark.done() and spark.exception() is None:
+        spark = spark.result()
     steps.reconcile(config, handle.run_id, spark=None if isinstance(spark, Future) else spark)
     return spark, steps.publish(config, handle.run_id, holder=holder)
 

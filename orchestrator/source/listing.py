@@ -39,16 +39,28 @@ def folds_names(source: Source) -> bool:
 def base_tables(source: Source, entries: Sequence[TableConfig]) -> list[str]:
     """``database.table`` of every base table the pattern entries could match (one query: the
     databases they name, or every database but the server's own when a glob is in the database part)."""
-    databases = {t.name.partition(".")[0] for t in entries if t.pattern}
+    rows = _base_tables(source, {t.name.partition(".")[0] for t in entries if t.pattern}, "")
+    return [f"{_text(schema)}.{_text(name)}" for schema, name in rows]
+
+
+def table_rows(source: Source, entries: Sequence[TableConfig]) -> dict[str, int]:
+    """The server's row estimate (``TABLE_ROWS``) of every base table in the databases the
+    entries name (one query, as `base_tables`), by ``database.table``."""
+    rows = _base_tables(source, {t.name.partition(".")[0] for t in entries}, ", TABLE_ROWS")
+    return {f"{_text(schema)}.{_text(name)}": int(estimate or 0) for schema, name, estimate in rows}
+
+
+def _base_tables(source: Source, databases: set[str], more: str) -> list[tuple[Any, ...]]:
+    """``TABLE_SCHEMA, TABLE_NAME`` (and the ``more`` columns) of the base tables in ``databases``
+    (every database but the server's own when one is a glob)."""
+    sql = _TABLES_SQL.replace("TABLE_NAME FROM", f"TABLE_NAME{more} FROM")
     if any(is_glob(d) for d in databases):
         marks = ", ".join(["%s"] * len(SYSTEM_SCHEMAS))
-        rows = source.query(f"{_TABLES_SQL} AND TABLE_SCHEMA NOT IN ({marks})", sorted(SYSTEM_SCHEMAS))
-    elif databases:
+        return source.query(f"{sql} AND TABLE_SCHEMA NOT IN ({marks})", sorted(SYSTEM_SCHEMAS))
+    if databases:
         marks = ", ".join(["%s"] * len(databases))
-        rows = source.query(f"{_TABLES_SQL} AND TABLE_SCHEMA IN ({marks})", sorted(databases))
-    else:
-        rows = []
-    return [f"{_text(schema)}.{_text(name)}" for schema, name in rows]
+        return source.query(f"{sql} AND TABLE_SCHEMA IN ({marks})", sorted(databases))
+    return []
 
 
 def table_set(config: PipelineConfig, source: Source) -> TableSet:

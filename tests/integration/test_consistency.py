@@ -8,6 +8,7 @@ the snapshot. Values are compared by the independent oracle in
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 import time
@@ -170,6 +171,26 @@ def run_under_writers(mariadb: LocalMariaDB, db: str, *, typed_rows: int, pause:
         types_writer.join(30)
     assert types_writer.error is None, types_writer.error
     assert changes > 50, "the writer must have changed the tables during the snapshot"
+
+
+def test_small_tables_read_by_the_driver_under_concurrent_writes_equal_source(
+        mariadb: LocalMariaDB, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Tables of one chunk and few rows are read by the driver (`pipeline.local_read`), not
+    Spark: the same watermarks, so the same promise."""
+    db = "cons_small"
+    tables = load_tables(mariadb, db, orders=2_000, typed_rows=1500, seed=7)
+    config_path = write_config(tmp_path / "p.yaml", pipeline_config(
+        tmp_path, mariadb, [{"name": t} for t in tables], name="cons_small",
+        defaults={"chunk_size": 50_000, "read_margin_seconds": 0.05}))
+    config = load_config(config_path)
+    def snapshot() -> None:
+        with caplog.at_level(logging.INFO, logger="orchestrator.pipeline.local_read"):
+            assert run_command(config, tables=[], snapshot=False, chunk_size=None, progress=False) == 0
+
+    run_under_writers(mariadb, db, typed_rows=1500, pause=0.001, run=snapshot)
+    assert any("small table(s) in the driver" in r.getMessage() for r in caplog.records)
+    assert run_command(config, tables=[], snapshot=False, chunk_size=None, progress=False) == 0
+    _verify_all(config_path, tables)
 
 
 def test_snapshot_under_concurrent_writes_equals_source(mariadb: LocalMariaDB, tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from orchestrator.lake import iceberg
 from orchestrator.lake.manifest import published_schema
 from orchestrator.pipeline.jdbc import read_chunks
 from orchestrator.pipeline.jdbc_many import TableRead, groups, read_group, shape
-from orchestrator.pipeline.read import _BatchRead
+from orchestrator.pipeline.read import _BatchRead, _ChunkPaths
 from orchestrator.schema.tables import TableInfo
 from orchestrator.source.connection import Source
 from orchestrator.state.records import ChunkRecord
@@ -99,8 +99,8 @@ def test_a_group_that_fails_is_read_table_by_table(spark: Any, mariadb: LocalMar
     by_table = {a.name: [replace(blank, table=a.name)],
                 b.name: [replace(blank, table=b.name, where="no_such_column = 1")]}
     schema = iceberg.data_file_schema(config, a)
-    reader = _BatchRead(spark, config, "r", by_table, {t.name: (t, ("id",)) for t in (a, b)}, "t1", lambda: None,
-                        {a.name: schema, b.name: schema})
+    reader = _BatchRead(spark, config, by_table, {t.name: (t, ("id",)) for t in (a, b)}, _ChunkPaths(config, "r", "t1"),
+                        lambda: None, {a.name: schema, b.name: schema})
     outcomes = reader.together([a.name, b.name])
     assert isinstance(outcomes[b.name], RunFailed) and "no_such_column" in str(outcomes[b.name])
     (read,) = outcomes[a.name]  # type: ignore[misc]

@@ -1,0 +1,75 @@
+"""The JVM starts early only when Spark will read (`orchestrator.runtime.early`): a run whose tables
+the driver reads (`orchestrator.pipeline.local_read`) starts none, and a table too big for the
+driver starts it as before."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from orchestrator.config import load_config
+from orchestrator.demo.localdb import LocalMariaDB
+from orchestrator.pipeline.local_read import LOCAL_ROWS
+from orchestrator.runtime.early import Outlook, needs_spark
+from tests.conftest import pipeline_config, write_config
+from tests.integration.test_cli_run import tidemark
+
+pytestmark = pytest.mark.integration
+
+STARTED = "spark session started"
+
+
+@pytest.fixture(scope="module")
+def tables(mariadb: LocalMariaDB) -> LocalMariaDB:
+    """``early_db.small`` (100 rows), ``early_db.tiny`` (empty), ``early_db.big`` (above the driver's limit)."""
+    mariadb.execute("DROP DATABASE IF EXISTS early_db", "CREATE DATABASE early_db")
+    mariadb.execute("CREATE TABLE small (id INT PRIMARY KEY, v VARCHAR(10))",
+                    "INSERT INTO small SELECT seq, CONCAT('v', seq) FROM seq_1_to_100",
+                    "CREATE TABLE tiny (id INT PRIMARY KEY)",
+                    "CREATE TABLE big (id INT PRIMARY KEY, v VARCHAR(10))",
+                    f"INSERT INTO big SELECT seq, 'x' FROM seq_1_to_{LOCAL_ROWS + 5000}",
+                    "ANALYZE TABLE small, tiny, big", database="early_db")
+    return mariadb
+
+
+def _config(server: LocalMariaDB, tmp_path: Path, entries: list[str], name: str) -> Path:
+    return write_config(tmp_path / f"{name}.yaml",
+                        pipeline_config(tmp_path, server, [{"name": e} for e in entries], name=name))
+
+
+def test_spark_is_needed_only_for_a_table_above_the_drivers_limit(tables: LocalMariaDB, tmp_path: Path) -> None:
+    small = load_config(_config(tables, tmp_path, ["early_db.small", "early_db.tiny"], "e1"))
+    pattern = load_config(_config(tables, tmp_path, ["early_db.*"], "e2"))
+    nothing = Outlook(reads=True, published=frozenset(), resuming=False)
+    assert not needs_spark(small, False, nothing)
+    assert needs_spark(pattern, False, nothing)  # the pattern takes big
+    big_published = Outlook(reads=True, published=frozenset({"early_db.big"}), resuming=False)
+    assert not needs_spark(pattern, False, big_published)  # big is incremental: read from the binlog
+    assert needs_spark(pattern, True, big_published)  # unless snapshotted again
+    assert needs_spark(small, False, Outlook(reads=True, published=frozenset(), resuming=True))
+    missing = load_config(_config(tables, tmp_path, ["early_db.small", "early_db.not_there"], "e3"))
+    assert needs_spark(missing, False, nothing)  # unknown to the listing: assume it is big
+
+
+def test_a_run_of_small_tables_starts_no_jvm(tables: LocalMariaDB, tmp_path: Path) -> None:
+    path = _config(tables, tmp_path, ["early_db.small", "early_db.tiny"], "small_only")
+    run = tidemark("run", "--config", str(path), "--no-progress")
+    assert run.returncode == 0, run.stderr[-2000:]
+    output = run.stdout + run.stderr
+    assert STARTED not in output and "read 2 small table(s) in the driver: 100 rows" in output
+    lake = Path(load_config(path).output.path)
+    assert json.loads((lake / "early_db" / "small" / "_tidemark" / "current.json").read_text())["rows"] == 100
+    assert json.loads((lake / "early_db" / "tiny" / "_tidemark" / "current.json").read_text())["rows"] == 0
+
+
+def test_a_table_above_the_drivers_limit_is_read_by_spark(tables: LocalMariaDB, tmp_path: Path) -> None:
+    path = _config(tables, tmp_path, ["early_db.big", "early_db.small"], "with_big")
+    run = tidemark("run", "--config", str(path), "--no-progress")
+    assert run.returncode == 0, run.stderr[-2000:]
+    output = run.stdout + run.stderr
+    assert STARTED in output and "read 1 small table(s) in the driver: 100 rows" in output
+    lake = Path(load_config(path).output.path)
+    manifest = json.loads((lake / "early_db" / "big" / "_tidemark" / "current.json").read_text())
+    assert manifest["rows"] == LOCAL_ROWS + 5000

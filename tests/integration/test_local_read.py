@@ -1,0 +1,104 @@
+"""Small tables read by the driver (`orchestrator.pipeline.local_read`) write the files a Spark job
+writes: every type of the type mapping, value for value, the same schema and field IDs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from orchestrator.demo.localdb import LocalMariaDB
+from orchestrator.errors import RunFailed
+from orchestrator.lake import iceberg
+from orchestrator.pipeline.jdbc import read_chunks
+from orchestrator.pipeline.local_read import LocalTable, read_table, read_tables
+from orchestrator.schema.tables import TableInfo
+from orchestrator.source.connection import Source
+from tests.integration.test_read import EXPLICIT, ROWS, _config, reader, types_table  # noqa: F401 (fixtures)
+
+pytestmark = pytest.mark.integration
+
+CHUNKS = [(0, "`id` < 3"), (1, "`id` >= 3"), (2, "FALSE")]
+
+
+def _file(directory: Path) -> Path:
+    (only,) = sorted(directory.glob("*.parquet"))
+    return only
+
+
+def _local(info: TableInfo, schema: Any, root: Path, chunks: list[tuple[int, str]] = CHUNKS) -> LocalTable:
+    return LocalTable(info, ("id",), schema, [(i, where, str(root / f"c{i}")) for i, where in chunks])
+
+
+def test_the_driver_writes_what_a_spark_job_writes(spark: Any, mariadb: LocalMariaDB,
+                                                   types_table: TableInfo, tmp_path: Path) -> None:  # noqa: F811
+    config = _config(tmp_path, mariadb)
+    schema = iceberg.data_file_schema(config, types_table)
+    by_spark, by_driver = tmp_path / "spark", tmp_path / "driver"
+    read_chunks(spark, config, types_table, CHUNKS, lambda i: str(by_spark / f"c{i}"), ("id",), schema=schema)
+    with Source.from_pipeline(config) as source:
+        done = read_table(source, _local(types_table, schema, by_driver), lambda: None)
+
+    assert [rows for rows, _ in done] == [2, ROWS - 2, 0]
+    for i, _ in CHUNKS:
+        spark_file, driver_file = _file(by_spark / f"c{i}"), _file(by_driver / f"c{i}")
+        assert spark_file.name == driver_file.name
+        # types, nullability and field IDs alike (the file's own metadata says who wrote it)
+        assert pq.read_schema(driver_file).remove_metadata().equals(
+            pq.read_schema(spark_file).remove_metadata(), check_metadata=True)
+        assert pq.read_table(driver_file).equals(pq.read_table(spark_file)), i
+    rows = {r["id"]: r for i, _ in CHUNKS for r in pq.read_table(_file(by_driver / f"c{i}")).to_pylist()}
+    for (name, row_id), value in EXPLICIT.items():  # stated independently of either engine
+        assert rows[row_id][name] == value, (name, row_id)
+
+
+def test_rows_are_in_the_files_order_not_the_servers(mariadb: LocalMariaDB, tmp_path: Path) -> None:
+    """A text key is sorted by its UTF-8 bytes (Spark's order, the layout's), not by the collation."""
+    mariadb.execute("DROP DATABASE IF EXISTS loc_order", "CREATE DATABASE loc_order",
+                    "CREATE TABLE loc_order.t (k VARCHAR(8) PRIMARY KEY, v INT) COLLATE utf8mb4_general_ci",
+                    "INSERT INTO loc_order.t VALUES ('b', 1), ('A', 2), ('é', 3), ('c', 4), ('Z', 5)")
+    config = _config(tmp_path, mariadb, user="root", password="")
+    with Source.from_pipeline(config) as source:
+        info = source.table_info("loc_order.t")
+        schema = iceberg.data_file_schema(config, info)
+        read_table(source, LocalTable(info, ("k",), schema, [(0, "TRUE", str(tmp_path / "c0"))]), lambda: None)
+    assert pq.read_table(_file(tmp_path / "c0")).column("k").to_pylist() == ["A", "Z", "b", "c", "é"]
+
+
+def test_a_null_in_a_not_null_column_fails_the_table(mariadb: LocalMariaDB, tmp_path: Path) -> None:
+    """As the Spark job: the table fails naming the column, and no file is written."""
+    mariadb.execute("DROP DATABASE IF EXISTS loc_null", "CREATE DATABASE loc_null",
+                    "CREATE TABLE loc_null.t (id INT PRIMARY KEY, d DATE NOT NULL)",
+                    "SET SESSION sql_mode = ''", "INSERT INTO loc_null.t VALUES (1, '0000-00-00')")
+    config = _config(tmp_path, mariadb, user="root", password="")
+    with Source.from_pipeline(config) as source:
+        info = source.table_info("loc_null.t")
+        schema = iceberg.data_file_schema(config, info)
+    required = schema.set(1, schema.field(1).with_nullable(False))  # as if the zero date could not occur
+    out = read_tables(config, [LocalTable(info, ("id",), required, [(0, "TRUE", str(tmp_path / "c0"))])],
+                      lambda: None)
+    failure = out["loc_null.t"]
+    assert isinstance(failure, RunFailed) and "NULL read from NOT NULL column d" in str(failure)
+    assert not (tmp_path / "c0").exists()
+
+
+def test_an_sql_error_is_the_tables_own_failure(mariadb: LocalMariaDB, tmp_path: Path) -> None:
+    """One table's failing statement fails that table only; the others of the batch are read."""
+    mariadb.execute("DROP DATABASE IF EXISTS loc_err", "CREATE DATABASE loc_err",
+                    "CREATE TABLE loc_err.a (id INT PRIMARY KEY)", "CREATE TABLE loc_err.b (id INT PRIMARY KEY)",
+                    "CREATE TABLE loc_err.c (id INT PRIMARY KEY)",
+                    "INSERT INTO loc_err.a VALUES (1), (2)", "INSERT INTO loc_err.c VALUES (3)")
+    config = _config(tmp_path, mariadb, user="root", password="")
+    with Source.from_pipeline(config) as source:
+        infos = [source.table_info(f"loc_err.{t}") for t in "abc"]
+    schema = iceberg.data_file_schema(config, infos[0])
+    wheres = {"loc_err.a": "TRUE", "loc_err.b": "no_such_column = 1", "loc_err.c": "TRUE"}
+    out = read_tables(config, [LocalTable(i, ("id",), schema, [(0, wheres[i.name], str(tmp_path / i.table))])
+                               for i in infos], lambda: None)
+    failure = out["loc_err.b"]
+    assert isinstance(failure, RunFailed) and "read of loc_err.b chunk 0 failed" in str(failure)
+    assert "no_such_column" in str(failure)
+    assert out["loc_err.a"] == [(2, _file(tmp_path / "a").stat().st_size)]
+    assert out["loc_err.c"] == [(1, _file(tmp_path / "c").stat().st_size)]
