@@ -58,7 +58,8 @@ def test_a_run_of_small_tables_starts_no_jvm(tables: LocalMariaDB, tmp_path: Pat
     run = tidemark("run", "--config", str(path), "--no-progress")
     assert run.returncode == 0, run.stderr[-2000:]
     output = run.stdout + run.stderr
-    assert STARTED not in output and "read 2 small table(s) in the driver: 100 rows" in output
+    assert STARTED not in output
+    assert "read 1 small table(s) in the driver: 100 rows" in output  # the empty table has no chunk to read
     lake = Path(load_config(path).output.path)
     assert json.loads((lake / "early_db" / "small" / "_tidemark" / "current.json").read_text())["rows"] == 100
     assert json.loads((lake / "early_db" / "tiny" / "_tidemark" / "current.json").read_text())["rows"] == 0
