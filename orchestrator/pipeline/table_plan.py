@@ -11,13 +11,14 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 from chunking import ChunkingError, TablePlan, chunk_predicate, encode_key, plan_key_space
 from chunking.keys import decode_key, short
 from chunking.mysql import SQL_MODE_QUERY, Query, backslash_escapes_off
 from orchestrator.config import Defaults, PipelineConfig, TableConfig
 from orchestrator.errors import ConfigError, SourceNotReady, TidemarkError
+from orchestrator.pipeline.local_read import reads_locally
 from orchestrator.schema.keys import choose_chunk_key
 from orchestrator.schema.tables import ColumnInfo, TableInfo
 from orchestrator.source.connection import Source
@@ -85,6 +86,25 @@ def describe_decision(plan: TablePlan) -> str:
             f"{s.get('chunks', len(plan.chunks))} chunks, {s.get('queries')} queries ({s.get('reason')})")
 
 
+#: Who reads a planned table's chunks: the driver (`orchestrator.pipeline.local_read`), Spark, or
+#: nobody (an empty table: no chunk).
+ReadBy = Literal["driver", "spark", "none"]
+
+
+def read_by(plan: TablePlan) -> ReadBy:
+    """Who reads ``plan``'s chunks (as `orchestrator.pipeline.read` decides).
+
+    >>> from chunking import Chunk, KeyRange, TablePlan
+    >>> read_by(TablePlan("s.t", "even", ("id",), (Chunk(0, KeyRange.all(), 5),), {"rows": 5}))
+    'driver'
+    >>> read_by(TablePlan("s.e", "empty", ("id",), (), {"rows": 0}))
+    'none'
+    """
+    if not plan.chunks:
+        return "none"
+    return "driver" if reads_locally(plan.stats.get("rows"), len(plan.chunks)) else "spark"
+
+
 def plan_document(items: Sequence[tuple[TableConfig, TableInfo, TablePlan]]) -> dict[str, Any]:
     """The ``tidemark plan --json`` document (CONTRACT.md).
 
@@ -99,21 +119,21 @@ def plan_document(items: Sequence[tuple[TableConfig, TableInfo, TablePlan]]) -> 
                    "where": chunk_predicate(plan.chunk_key, c.range, columns, table_config.where),
                    "start": encode_key(c.range.start), "end": encode_key(c.range.end),
                    "end_inclusive": c.range.end_inclusive} for c in plan.chunks]
-        tables.append({"table": plan.table, "strategy": plan.strategy,
+        tables.append({"table": plan.table, "strategy": plan.strategy, "read_by": read_by(plan),
                        "chunk_key": list(plan.chunk_key), "chunks": chunks})
     return {"tables": tables}
 
 
 def render_plans(plans: Sequence[TablePlan]) -> str:
-    """The human table: strategy, chunk count, rows, key and key range per table.
+    """The human table: strategy, who reads it, chunk count, rows, key and key range per table.
 
     >>> from chunking import TablePlan
     >>> print(render_plans([TablePlan("s.t", "uneven", ("a", "b"), (), {"rows": 5, "rows_exact": True,
     ...       "min": [1, "x"], "max": [9, "y"]})]))
-    table  strategy  chunks  rows  chunk key  key range
-    s.t    uneven         0     5  a, b       (1, 'x') .. (9, 'y')
+    table  strategy  read by  chunks  rows  chunk key  key range
+    s.t    uneven    none          0     5  a, b       (1, 'x') .. (9, 'y')
     """
-    header = ("table", "strategy", "chunks", "rows", "chunk key", "key range")
+    header = ("table", "strategy", "read by", "chunks", "rows", "chunk key", "key range")
     lines = [header]
     for plan in plans:
         s = plan.stats
@@ -122,9 +142,10 @@ def render_plans(plans: Sequence[TablePlan]) -> str:
             key_range = "(empty)"
         else:
             key_range = f"{short(decode_key(s['min']), 40)} .. {short(decode_key(s['max']), 40)}"
-        lines.append((plan.table, plan.strategy, str(len(plan.chunks)), rows, ", ".join(plan.chunk_key), key_range))
+        lines.append((plan.table, plan.strategy, read_by(plan), str(len(plan.chunks)), rows,
+                      ", ".join(plan.chunk_key), key_range))
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    right = {2, 3}
+    right = {3, 4}
     out = []
     for line in lines:
         cells = [cell.rjust(w) if i in right else cell.ljust(w) for i, (cell, w) in enumerate(zip(line, widths, strict=True))]

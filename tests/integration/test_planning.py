@@ -452,8 +452,9 @@ def test_plan_json_returns_every_row_exactly_once(tmp_path: Path, server: LocalM
     assert list(plans) == [t["name"] for t in tables]
     assert plans[f"{cli_db}.orders"]["strategy"] == "even"
     assert plans[f"{cli_db}.events"]["strategy"] == "uneven"
-    assert plans[f"{cli_db}.empty"] == {"table": f"{cli_db}.empty", "strategy": "empty", "chunk_key": ["id"],
-                                         "chunks": []}
+    assert plans[f"{cli_db}.empty"] == {"table": f"{cli_db}.empty", "strategy": "empty", "read_by": "none",
+                                         "chunk_key": ["id"], "chunks": []}
+    assert {plans[f"{cli_db}.events"]["read_by"], plans[f"{cli_db}.orders"]["read_by"]} <= {"driver", "spark"}
     for spec in tables:
         entry = plans[spec["name"]]
         key = ", ".join(f"`{c}`" for c in entry["chunk_key"])
@@ -476,8 +477,8 @@ def test_plan_human_output(tmp_path: Path, server: LocalMariaDB, cli_db: str) ->
                     "--table", f"{cli_db}.events")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert lines[0].split()[:4] == ["table", "strategy", "chunks", "rows"]
-    assert lines[1].split()[:4] == [f"{cli_db}.events", "uneven", "1", "701"]  # a 201-row tail joins
+    assert lines[0].split()[:6] == ["table", "strategy", "read", "by", "chunks", "rows"]
+    assert lines[1].split()[:5] == [f"{cli_db}.events", "uneven", "driver", "1", "701"]  # a 201-row tail joins
     assert "18446744073709551615" in lines[1] and len(lines) == 2
     assert f"table {cli_db}.events: strategy uneven" in done.stderr  # the decision log line
 

@@ -9,11 +9,13 @@ import pytest
 from chunking import Chunk, KeyRange, TablePlan
 from orchestrator.config import TableConfig
 from orchestrator.errors import ConfigError, SourceNotReady
+from orchestrator.pipeline.local_read import LOCAL_ROWS
 from orchestrator.pipeline.table_plan import (
     check_escaping,
     choose_chunk_key,
     describe_decision,
     plan_document,
+    read_by,
     render_plans,
 )
 from orchestrator.schema.tables import ColumnInfo, TableInfo
@@ -87,7 +89,7 @@ def test_plan_document_shape() -> None:
     info = table(("id",), columns=(col("id", "bigint"), col("a")))
     doc = json.loads(json.dumps(plan_document([(config(where="a > 'x'"), info, sample_plan())])))
     assert doc == {"tables": [{
-        "table": "shop.t", "strategy": "uneven", "chunk_key": ["id"],
+        "table": "shop.t", "strategy": "uneven", "read_by": "spark", "chunk_key": ["id"],
         "chunks": [
             {"index": 0, "where": "(`id` < 10) AND (a > 'x')", "start": None, "end": [10],
              "end_inclusive": False},
@@ -99,11 +101,18 @@ def test_plan_document_shape() -> None:
 def test_human_output_and_log_line() -> None:
     text = render_plans([sample_plan()])
     header, row = text.splitlines()
-    assert header.split() == ["table", "strategy", "chunks", "rows", "chunk", "key", "key", "range"]
-    assert row.split() == ["shop.t", "uneven", "2", "18", "id", "1", "..", "18446744073709551615"]
+    assert header.split() == ["table", "strategy", "read", "by", "chunks", "rows", "chunk", "key", "key", "range"]
+    assert row.split() == ["shop.t", "uneven", "spark", "2", "18", "id", "1", "..", "18446744073709551615"]
     line = describe_decision(sample_plan())
     assert line == ("table shop.t: strategy uneven, min 1, max 18446744073709551615, rows 18, "
                     "distribution factor n/a, 2 chunks, 6 queries (bigint key)")
+
+
+def test_a_small_table_of_one_chunk_is_read_by_the_driver() -> None:
+    small = TablePlan("shop.s", "even", ("id",), (Chunk(0, KeyRange.all(), 40),), {"rows": 40, "rows_exact": True})
+    assert read_by(small) == "driver"
+    assert read_by(TablePlan("shop.s", "even", ("id",), small.chunks, {"rows": LOCAL_ROWS + 1})) == "spark"
+    assert render_plans([small]).splitlines()[1].split()[2] == "driver"
 
 
 def test_empty_table_renders() -> None:
