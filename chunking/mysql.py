@@ -312,15 +312,23 @@ def _select_key(chunk_key: Sequence[str]) -> str:
     return ", ".join(quote_identifier(c) for c in chunk_key)
 
 
-def edge_key_sql(table: str, chunk_key: Sequence[str], *, last: bool) -> str:
-    """The smallest (or largest) key: one index dive.
+def edge_keys_sql(table: str, chunk_key: Sequence[str]) -> str:
+    """The smallest and the largest key in one statement: two index dives, each row tagged (0, 1)
+    in a first column whose name no key column has; no rows for an empty table.
 
-    >>> edge_key_sql("s.t", ["a", "b"], last=True)
-    'SELECT `a`, `b` FROM `s`.`t` ORDER BY `a` DESC, `b` DESC LIMIT 1'
+    >>> edge_keys_sql("s.t", ["id"])  # doctest: +NORMALIZE_WHITESPACE
+    'SELECT * FROM (SELECT 0 AS `__tm_edge`, `id` FROM `s`.`t` ORDER BY `id` LIMIT 1) AS tm_lo
+     UNION ALL SELECT * FROM (SELECT 1 AS `__tm_edge`, `id` FROM `s`.`t` ORDER BY `id` DESC LIMIT 1) AS tm_hi'
     """
-    direction = " DESC" if last else ""
-    order = ", ".join(quote_identifier(c) + direction for c in chunk_key)
-    return f"SELECT {_select_key(chunk_key)} FROM {quote_table(table)} ORDER BY {order} LIMIT 1"
+    tag = "__tm_edge"
+    while tag in {c.lower() for c in chunk_key}:
+        tag = "_" + tag
+    ends = []
+    for number, direction in enumerate(("", " DESC")):
+        order = ", ".join(quote_identifier(c) + direction for c in chunk_key)
+        ends.append(f"SELECT * FROM (SELECT {number} AS {quote_identifier(tag)}, {_select_key(chunk_key)} "
+                    f"FROM {quote_table(table)} ORDER BY {order} LIMIT 1) AS tm_{('lo', 'hi')[number]}")
+    return " UNION ALL ".join(ends)
 
 
 def boundary_sql(table: str, chunk_key: Sequence[str], start: Key | None, last: Key, offset: int) -> str:

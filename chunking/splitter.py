@@ -1,6 +1,6 @@
 """Choosing a strategy and planning a table's key space.
 
-The flow, per table: read the smallest and largest key (two index dives);
+The flow, per table: read the smallest and largest key (two index dives, one statement);
 for a single integer key get the row count (the server's estimate, or an
 exact ``COUNT(*)`` when the estimate is small and so cheap to replace, unless
 even the estimate shows the key is far too sparse) and compute the
@@ -106,12 +106,11 @@ def choose_strategy(low: int, high: int, rows: int, rows_exact: bool,
 
 
 def read_bounds(query: Query, table: str, chunk_key: Sequence[str]) -> tuple[Key, Key] | None:
-    """The smallest and largest key, or None for an empty table."""
-    first = query(mysql.edge_key_sql(table, chunk_key, last=False))
-    last = query(mysql.edge_key_sql(table, chunk_key, last=True))
-    if not first or not last:
+    """The smallest and largest key (one query), or None for an empty table."""
+    rows = sorted(query(mysql.edge_keys_sql(table, chunk_key)), key=lambda row: int(row[0]))
+    if not rows:
         return None
-    return tuple(first[0]), tuple(last[0])
+    return tuple(rows[0][1:]), tuple(rows[-1][1:])
 
 
 def _data_types(columns: Sequence[ColumnLike | str]) -> list[str]:

@@ -223,7 +223,7 @@ def test_dense_keys(conn: Any, source: Source, start: int, n: int, chunk_size: i
     table = build(conn, "dense", "k BIGINT NOT NULL PRIMARY KEY, v INT", [(start + i, i) for i in range(n)])
     result = plan(source, table, chunk_size)
     assert result.strategy == ("even" if n else "empty")
-    assert result.stats["queries"] == (3 if n else 2)  # no query per chunk
+    assert result.stats["queries"] == (2 if n else 1)  # no query per chunk
     verify_partition(source, result, chunk_size)
 
 
@@ -365,7 +365,7 @@ def test_decision_is_logged_with_numbers(conn: Any, source: Source, caplog: pyte
     with caplog.at_level(logging.INFO, logger="tidemark.planning"):
         plan(source, table, 100)
     assert (f"table {table}: strategy even, min 1, max 900, rows 900, distribution factor 1, 9 chunks, "
-            "3 queries") in caplog.text
+            "2 queries") in caplog.text
 
 
 def test_where_filter_is_anded_in(conn: Any, source: Source) -> None:

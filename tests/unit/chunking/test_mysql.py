@@ -17,7 +17,7 @@ from chunking.mysql import (
     chunk_predicate,
     compare,
     count_sql,
-    edge_key_sql,
+    edge_keys_sql,
     quote_identifier,
     quote_table,
     sql_literal,
@@ -203,7 +203,10 @@ def test_char_with_no_pad_collations_is_refused(data_type: str, collation: str |
 
 
 def test_planning_queries() -> None:
-    assert edge_key_sql("d.t", ["a", "b"], last=False) == "SELECT `a`, `b` FROM `d`.`t` ORDER BY `a`, `b` LIMIT 1"
+    assert edge_keys_sql("d.t", ["a", "b"]) == (
+        "SELECT * FROM (SELECT 0 AS `__tm_edge`, `a`, `b` FROM `d`.`t` ORDER BY `a`, `b` LIMIT 1) AS tm_lo UNION ALL "
+        "SELECT * FROM (SELECT 1 AS `__tm_edge`, `a`, `b` FROM `d`.`t` ORDER BY `a` DESC, `b` DESC LIMIT 1) AS tm_hi")
+    assert "`___tm_edge`" in edge_keys_sql("d.t", ["__TM_edge"])  # never a key column's name
     assert boundary_sql("d.t", ["a"], None, ("z",), 50) == (
         "SELECT `a` FROM `d`.`t` WHERE `a` <= 'z' ORDER BY `a` LIMIT 1 OFFSET 50")
     assert count_sql("d.t", ["a"], KeyRange.of(("m",), None)) == "SELECT COUNT(*) FROM `d`.`t` WHERE `a` >= 'm'"
