@@ -23,7 +23,7 @@ The read happens between the batch's ``L`` and ``Hb`` like any other (`orchestra
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -46,9 +46,15 @@ from orchestrator.source.retry import is_connection_lost
 
 log = logging.getLogger(__name__)
 
-#: A table planned at most this many rows, in one chunk, is read by the driver. Measured
-#: (bench/bench_read.py --local): <figures in the README's Performance section>.
-LOCAL_ROWS = 10_000
+#: A table planned at most this many rows, in one chunk, is read by the driver. Measured side by
+#: side with a Spark job on a warm JVM (bench/bench_local_read.py, shop.orders' 10 columns, load
+#: 4.4): 100 rows 5.7 vs 763 ms, 10,000 rows 140 vs 541 ms, 30,000 rows 254 vs 526 ms, 100,000
+#: rows 927 vs 671 ms: the driver is faster up to about 65,000 rows even when the JVM is running
+#: anyway, and a run of such tables only starts none.
+LOCAL_ROWS = 50_000
+
+#: Rows converted at a time: the driver holds one such batch as Python values, the rest as Arrow.
+BATCH_ROWS = 10_000
 
 #: Source connections reading small tables at once: while one waits for the server, the other
 #: converts and writes (pyarrow works outside the GIL).
@@ -122,14 +128,13 @@ def read_table(source: Source, table: LocalTable, guard: Callable[[], None]) -> 
     select = ", ".join(quote_identifier(a) for a in aliases)
     derived = source_query(info, aliases, [e.sql for e in exprs])
     key = [info.column(k).name for k in table.key]
+    wires = [e.wire for e in exprs]
     out: list[tuple[int, int]] = []
     for index, where, out_dir in table.chunks:
         label = f"{info.name} chunk {index}"
-        rows = _query(source, f"SELECT {select} FROM {derived} WHERE {where}", label)
-        try:
-            data = chunk_table(rows, info.columns, [e.wire for e in exprs], table.schema)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, ValueError) as exc:
-            raise RunFailed(f"read of {label} failed: {exc}") from exc
+        parts = [_convert(rows, info.columns, wires, table.schema, label)
+                 for rows in _batches(source, f"SELECT {select} FROM {derived} WHERE {where}", label)]
+        data = pa.concat_tables(parts) if parts else chunk_table([], info.columns, wires, table.schema)
         missing = [f.name for f, column in zip(table.schema, data.columns, strict=True)
                    if not f.nullable and column.null_count]
         if missing:
@@ -142,15 +147,25 @@ def read_table(source: Source, table: LocalTable, guard: Callable[[], None]) -> 
     return out
 
 
-def _query(source: Source, sql: str, label: str) -> list[tuple[Any, ...]]:
-    """The chunk's rows; a lost connection is a `TransientReadError`, an SQL error the table's own."""
+def _batches(source: Source, sql: str, label: str) -> Iterator[list[tuple[Any, ...]]]:
+    """The chunk's rows, `BATCH_ROWS` at a time; a lost connection is a `TransientReadError`
+    (the batch is read again), an SQL error the table's own."""
     try:
-        return source.query(sql)
-    except SourceNotReady as exc:  # lost, and not back after the source's own retries
+        yield from source.batches(sql, BATCH_ROWS)
+    except SourceNotReady as exc:  # lost: the read step's retry reads the batch again, with a fresh L
         raise TransientReadError(f"read of {label} failed: {exc}") from exc
     except pymysql.err.MySQLError as exc:
         if is_connection_lost(exc):
             raise TransientReadError(f"read of {label} failed: {exc}") from exc
+        raise RunFailed(f"read of {label} failed: {exc}") from exc
+
+
+def _convert(rows: Sequence[Sequence[Any]], columns: Sequence[ColumnInfo], wires: Sequence[Wire],
+             schema: pa.Schema, label: str) -> pa.Table:
+    """`chunk_table`, a value it cannot convert failing the table."""
+    try:
+        return chunk_table(rows, columns, wires, schema)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, ValueError) as exc:
         raise RunFailed(f"read of {label} failed: {exc}") from exc
 
 

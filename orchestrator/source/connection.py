@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -191,6 +191,26 @@ class Source:
             params: values for the placeholders, escaped by PyMySQL.
         """
         return self._execute(sql, params)[1]
+
+    def batches(self, sql: str, rows: int) -> Iterator[list[Row]]:
+        """Run one statement unbuffered and yield its rows, at most ``rows`` at a time (the result
+        is streamed: memory holds one batch). Not retried: a lost connection raises
+        `SourceNotReady` and a hung one a timeout, and the caller reads again from the start."""
+        if self._conn is None:
+            self._conn = self._retry(self._connect)
+        try:
+            with self._conn.cursor(pymysql.cursors.SSCursor) as cur:
+                cur.execute(sql)
+                while batch := cur.fetchmany(rows):
+                    yield [tuple(r) for r in batch]
+        except pymysql.err.MySQLError as exc:
+            if is_timeout(exc):
+                self.close()
+                raise self._timeout(f"the rows of `{' '.join(sql.split()[:6])}`") from exc
+            if is_connection_lost(exc):
+                self.close()
+                raise SourceNotReady(f"lost the connection to MySQL at {self.address} ({exc})") from exc
+            raise
 
     def server_version(self) -> str:
         """``SELECT VERSION()``, e.g. ``10.11.6-MariaDB-0+deb12u1-log``."""

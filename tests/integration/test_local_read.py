@@ -13,7 +13,7 @@ from orchestrator.demo.localdb import LocalMariaDB
 from orchestrator.errors import RunFailed
 from orchestrator.lake import iceberg
 from orchestrator.pipeline.jdbc import read_chunks
-from orchestrator.pipeline.local_read import LocalTable, read_table, read_tables
+from orchestrator.pipeline.local_read import BATCH_ROWS, LocalTable, read_table, read_tables
 from orchestrator.schema.tables import TableInfo
 from orchestrator.source.connection import Source
 from tests.integration.test_read import EXPLICIT, ROWS, _config, reader, types_table  # noqa: F401 (fixtures)
@@ -102,3 +102,22 @@ def test_an_sql_error_is_the_tables_own_failure(mariadb: LocalMariaDB, tmp_path:
     assert "no_such_column" in str(failure)
     assert out["loc_err.a"] == [(2, _file(tmp_path / "a").stat().st_size)]
     assert out["loc_err.c"] == [(1, _file(tmp_path / "c").stat().st_size)]
+
+
+def test_a_chunk_of_several_batches_streams_into_one_file(spark: Any, mariadb: LocalMariaDB, tmp_path: Path) -> None:
+    """Rows come `BATCH_ROWS` at a time (memory holds one batch of Python values); the file is
+    the one Spark writes."""
+    rows = 2 * BATCH_ROWS + 123
+    mariadb.execute("DROP DATABASE IF EXISTS loc_many", "CREATE DATABASE loc_many",
+                    "CREATE TABLE loc_many.t (id INT PRIMARY KEY, v VARCHAR(20), f FLOAT, d DATETIME(6))",
+                    f"INSERT INTO loc_many.t SELECT seq, CONCAT('v', seq % 977), seq / 7, "
+                    f"'2024-01-01' + INTERVAL seq SECOND FROM seq_1_to_{rows}")
+    config = _config(tmp_path, mariadb, user="root", password="")
+    with Source.from_pipeline(config) as source:
+        info = source.table_info("loc_many.t")
+        schema = iceberg.data_file_schema(config, info)
+        (done,) = read_table(source, LocalTable(info, ("id",), schema, [(0, "TRUE", str(tmp_path / "driver"))]),
+                             lambda: None)
+    read_chunks(spark, config, info, [(0, "TRUE")], lambda _: str(tmp_path / "spark"), ("id",), schema=schema)
+    assert done[0] == rows
+    assert pq.read_table(_file(tmp_path / "driver")).equals(pq.read_table(_file(tmp_path / "spark")))
