@@ -42,6 +42,7 @@ adjacent small file (`group_parts`), so runs of tail inserts do not fragment the
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -69,6 +70,8 @@ BATCH_ROWS = 65536
 #: The hand-over from reconcile to publish, in the reconciled staging dir
 #: (a name starting with ``_`` that `storage.list_files` leaves out).
 PLAN_FILE = "_tidemark_version.json"
+#: Many tables' plans in one file (`write_plans`): tables without a change, a batch at a time.
+PLANS_FILE = "_tidemark_versions.json"
 PLAN_FORMAT = 2
 HEAD_SLOT = -1
 
@@ -293,21 +296,58 @@ def group_parts(parts: Sequence[Part], small: int) -> list[list[int]]:
 
 
 def write_plan(out_dir: str, plan: VersionPlan) -> None:
-    body = {"format": PLAN_FORMAT, "base_version": plan.base_version, "slots": list(plan.slots),
-            "files": list(plan.files)}
-    storage.write_atomic(storage.join(out_dir, PLAN_FILE), (json.dumps(body) + "\n").encode())
+    storage.write_atomic(storage.join(out_dir, PLAN_FILE), (json.dumps(_plan_json(plan)) + "\n").encode())
+
+
+def write_plans(directory: str, plans: Mapping[str, VersionPlan]) -> None:
+    """Many tables' plans in one file (`PLANS_FILE`): the plan of ``name`` is read back by
+    `read_plan` of ``storage.join(directory, name)``, a directory never created. One write (and
+    fsync) for many tables without a change, instead of a directory and a file each."""
+    body = {"format": PLAN_FORMAT, "plans": {name: _plan_json(plan) for name, plan in plans.items()}}
+    storage.write_atomic(storage.join(directory, PLANS_FILE), (json.dumps(body) + "\n").encode())
 
 
 def read_plan(out_dir: str) -> VersionPlan | None:
-    """The version plan a reconcile wrote to ``out_dir``, or None when there is none (a directory
-    of staging files that make a whole table, in order)."""
+    """The version plan a reconcile wrote to ``out_dir`` (or, for a table of a `write_plans` file,
+    to that file beside it), or None when there is none (a directory of staging files that make a
+    whole table, in order)."""
     uri = storage.join(out_dir, PLAN_FILE)
-    if not storage.exists(uri):
+    if storage.exists(uri):
+        return _plan_from_json(json.loads(storage.read_bytes(uri)), uri)
+    shared = storage.join(storage.parent(out_dir), PLANS_FILE)
+    if not storage.exists(shared):
         return None
+    data = _plans_file(shared)
+    name = storage.basename(out_dir)
+    if name not in data:
+        raise RunFailed(f"{shared} holds no plan of {name}: the state store names a reconcile that "
+                        "did not write it; rerun `tidemark run` (reconcile is redone)")
+    return _plan_from_json(data[name], shared)
+
+
+@functools.lru_cache(maxsize=8)
+def _plans_file(uri: str) -> dict[str, Any]:
+    """A `write_plans` file's plans by name, read once per process: its name is unique to the
+    reconcile attempt that wrote it whole (`storage.write_atomic`), so it never changes."""
     data = json.loads(storage.read_bytes(uri))
     if data.get("format") != PLAN_FORMAT:
-        raise RunFailed(f"{uri} was written by an older release of Tidemark, which publish cannot "
-                        "read; re-snapshot the table: tidemark run --table <table> --snapshot")
+        raise RunFailed(_OLDER.format(uri=uri))
+    plans: dict[str, Any] = data["plans"]
+    return plans
+
+
+_OLDER = ("{uri} was written by an older release of Tidemark, which publish cannot read; re-snapshot "
+          "the table: tidemark run --table <table> --snapshot")
+
+
+def _plan_json(plan: VersionPlan) -> dict[str, Any]:
+    return {"format": PLAN_FORMAT, "base_version": plan.base_version, "slots": list(plan.slots),
+            "files": list(plan.files)}
+
+
+def _plan_from_json(data: dict[str, Any], uri: str) -> VersionPlan:
+    if data.get("format") != PLAN_FORMAT:
+        raise RunFailed(_OLDER.format(uri=uri))
     base = data["base_version"]
     return VersionPlan(None if base is None else int(base), tuple(int(s) for s in data["slots"]),
                        tuple(_planned_from_json(f) for f in data["files"]))

@@ -103,7 +103,7 @@ def pending_batches(store: StateStore, run_id: str) -> list[BatchRef]:
     """The run's batches that still have chunks to read, in batch order."""
     by_batch: dict[int, list[ChunkRecord]] = {}
     last_index: dict[str, int] = {}
-    failed = {r.table for r in store.run_tables(run_id) if r.status == "failed"}
+    failed = {r.table for r in store.run_tables_where(run_id, status="failed")}
     for chunk in store.chunks(run_id):
         last_index[chunk.table] = max(chunk.index, last_index.get(chunk.table, -1))
         if chunk.status == "pending" and chunk.table not in failed:

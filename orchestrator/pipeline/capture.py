@@ -358,7 +358,8 @@ def capture(config: PipelineConfig, run_id: str, *, progress: Callable[[int], No
             with open_source(config) as source:
                 check_binlog_kept(store, store.get_run(run_id), records, source.oldest_binlog())
             prepare_rereads(config, store, run_id)
-            records = [r for r in store.run_tables(run_id) if r.status == "planned"]
+            if pending:  # tables planned again (or failed): their records changed
+                records = [r for r in store.run_tables(run_id) if r.status == "planned"]
             stop = position(store.get_run(run_id).high_position)
             tables = {r.table: CaptureTable(info=table_info(r), key=tuple(r.chunk_key),
                                             start=position(r.info["from_position"]),
@@ -370,9 +371,9 @@ def capture(config: PipelineConfig, run_id: str, *, progress: Callable[[int], No
             log.info("capture: %s", result)
             if not pending_rereads(store, run_id):
                 break
-        for r in store.run_tables(run_id):  # failed tables stay failed; each table keeps its own H
-            if r.status == "planned":  # (a table planned into the run later moves the run's H on)
-                store.set_table_status(run_id, r.table, "captured", info={"captured_to": stop.to_json()})
+        # Failed tables stay failed; each table keeps its own H (a table planned into the run later
+        # moves the run's H on). One transaction for every table: a crash leaves all of them to capture.
+        store.advance_tables(run_id, "planned", "captured", {"captured_to": stop.to_json()})
         return result
     finally:
         store.close()

@@ -73,7 +73,7 @@ def fail_table(store: StateStore, run_id: str, table: str, step: str, reason: st
 
 def failures(store: StateStore, run_id: str) -> dict[str, dict[str, Any]]:
     """``{table: {"step", "reason"}}`` of the run's failed tables."""
-    return {r.table: r.info.get("failure", {}) for r in store.run_tables(run_id) if r.status == "failed"}
+    return {r.table: r.info.get("failure", {}) for r in store.run_tables_where(run_id, status="failed")}
 
 
 def is_failed(store: StateStore, run_id: str, table: str) -> bool:

@@ -123,12 +123,12 @@ def plan(config: PipelineConfig, *, tables: list[str] | None = None, snapshot: b
             store.finish_run(run.run_id, "failed", error=f"planning failed: {describe(exc)}")
             store.release_lock(config.pipeline, holder)
             raise
-        records = store.run_tables(run.run_id)
+        states = store.run_table_states(run.run_id)
         return RunHandle(
             run_id=run.run_id,
             resumed=resumed,
-            tables=[r.table for r in records],
-            snapshot_tables=[r.table for r in records if r.mode == "snapshot" and r.status != "failed"],
+            tables=[table for table, _, _ in states],
+            snapshot_tables=[t for t, mode, status in states if mode == "snapshot" and status != "failed"],
             batches=pending_batches(store, run.run_id),
             dropped=found.dropped if found is not None else [],
         )
@@ -230,7 +230,7 @@ def _plan_tables(config: PipelineConfig, store: StateStore, run: RunRecord, fail
     `FLUSH_TABLES` at a time, each time in one transaction with their chunks in batches."""
     options = run.options
     effective = config.with_chunk_size(options.get("chunk_size"))
-    planned = {r.table for r in store.run_tables(run.run_id)}
+    planned = {table for table, _, _ in store.run_table_states(run.run_id)}
     todo = [t for t in effective.select_tables(options["tables"]) if t.name not in planned]
     if not todo:
         return

@@ -50,6 +50,7 @@ from orchestrator.pipeline import reconcile_local as local
 from orchestrator.pipeline.changes import key_names
 from orchestrator.pipeline.context import open_store, run_dir, spark_session, table_dir, table_info
 from orchestrator.pipeline.failed import fail_table, table_failure
+from orchestrator.pipeline.reconcile_kept import KeptPlans, unchanged_plan
 from orchestrator.pipeline.segments import Changes, durable_segments, segment_files
 from orchestrator.runtime import faults
 from orchestrator.schema.tables import TableInfo
@@ -368,35 +369,44 @@ def reconcile(config: PipelineConfig, run_id: str, *, spark: SparkSession | None
         catalog = functools.cache(lambda: iceberg.open_catalog(config))
         out: dict[str, int] = {}
         done: list[tuple[str, int, dict[str, Any]]] = []
+        kept = KeptPlans(config, run_id)  # tables without a change: plans written a batch at a time
         for record in todo:
             # Unique to this attempt: another process's reconcile (one that lost the lock) never
             # writes where publish reads, and publish reads what the state names.
             out_dir = run_dir(config, run_id, "reconciled", f"{record.table}-{storage.attempt_tag()}")
             try:
-                rows, spark = _reconcile_one(config, store, record, out_dir, spark,
-                                             segments.get(record.table, []), chunk_dirs.get(record.table, []),
-                                             catalog)
+                plan = (unchanged_plan(config, record)
+                        if record.mode == "incremental" and not segments.get(record.table) else None)
+                if plan is not None:
+                    out_dir, rows = kept.add(record.table, plan), plan.rows
+                else:
+                    rows, spark = _reconcile_one(config, store, record, out_dir, spark,
+                                                 segments.get(record.table, []), chunk_dirs.get(record.table, []),
+                                                 catalog)
             except Exception as exc:  # one table's own trouble fails that table alone
                 if (reason := table_failure(exc)) is None:
                     if not isinstance(exc, StateError):  # the tables reconciled so far are recorded
-                        _record(store, run_id, done)
+                        _record(store, run_id, done, kept)
                     raise
                 fail_table(store, run_id, record.table, "reconcile", reason)
                 continue
             done.append((record.table, rows, {"reconciled_dir": out_dir}))
             out[record.table] = rows
-            log.info("table %s: reconciled, %d rows at H", record.table, rows)
+            log.info("table %s: reconciled, %d rows at H%s", record.table, rows,
+                     f" (no change: version {plan.base_version} kept)" if plan is not None else "")
             if len(done) >= RECORD_TABLES:
-                done = _record(store, run_id, done)
-        _record(store, run_id, done)
+                done = _record(store, run_id, done, kept)
+        _record(store, run_id, done, kept)
         return ReconcileResult(out)
     finally:
         store.close()
 
 
-def _record(store: StateStore, run_id: str, done: list[tuple[str, int, dict[str, Any]]]
+def _record(store: StateStore, run_id: str, done: list[tuple[str, int, dict[str, Any]]], kept: KeptPlans
             ) -> list[tuple[str, int, dict[str, Any]]]:
-    """Record reconciled tables in one transaction; returns an empty list."""
+    """Record reconciled tables in one transaction, after the plans of those without a change are
+    written; returns an empty list."""
+    kept.write(store)
     store.reconciled_tables(run_id, done)
     for _ in done:
         faults.point("reconcile.table_done")

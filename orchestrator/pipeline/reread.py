@@ -32,7 +32,7 @@ from orchestrator.pipeline.failed import fail_table, table_failure
 from orchestrator.pipeline.plan import replan_snapshot
 from orchestrator.pipeline.read import read_batch
 from orchestrator.positions import file_index
-from orchestrator.state.store import RunRecord, RunTableRecord, StateStore
+from orchestrator.state.store import ChunkRecord, RunRecord, RunTableRecord, StateStore
 
 log = logging.getLogger("orchestrator.pipeline.capture")
 
@@ -42,8 +42,8 @@ MAX_REREAD_ROUNDS = 3
 
 def pending_rereads(store: StateStore, run_id: str) -> dict[str, dict[str, Any]]:
     """``{table: {"what", "position"}}`` of the run's tables waiting for a re-read."""
-    return {r.table: r.info["reread_pending"] for r in store.run_tables(run_id)
-            if r.status == "planned" and "reread_pending" in r.info}
+    return {r.table: r.info["reread_pending"]
+            for r in store.run_tables_where(run_id, status="planned", info_key="reread_pending")}
 
 
 def prepare_rereads(config: PipelineConfig, store: StateStore, run_id: str) -> bool:
@@ -64,12 +64,7 @@ def prepare_rereads(config: PipelineConfig, store: StateStore, run_id: str) -> b
                 if (why := table_failure(exc)) is None:
                     raise
                 fail_table(store, run_id, table, "plan", f"{why} (re-read after {reason['what']})")
-        records = {r.table: r for r in store.run_tables(run_id)}
-        unread = [c for c in store.chunks(run_id, status="pending") if records[c.table].status != "failed"]
-        stray = sorted({c.table for c in unread if "reread" not in records[c.table].info})
-        if stray:
-            raise RunFailed(f"run {run_id}: chunks of {', '.join(stray)} are not read yet; "
-                            "capture runs after every read batch is done")
+        unread = _unread(store, run_id)
         spark = spark_session(config) if unread else None
         for batch in sorted({c.batch for c in unread}):
             read_batch(config, run_id, batch, spark=spark)
@@ -83,6 +78,21 @@ def prepare_rereads(config: PipelineConfig, store: StateStore, run_id: str) -> b
             log.info("run %s: re-read %s; capture goes on to H = %s", run_id,
                      ", ".join(sorted(pending) or sorted({c.table for c in unread})), high)
         return True
+
+
+def _unread(store: StateStore, run_id: str) -> list[ChunkRecord]:
+    """The pending chunks of the run's re-read tables (not failed); a RunFailed when another
+    table's chunks are unread (capture runs after the read step)."""
+    unread = store.chunks(run_id, status="pending")
+    if not unread:  # a run of thousands of incremental tables has none: no record is decoded
+        return []
+    records = {r.table: r for r in store.run_tables(run_id)}
+    unread = [c for c in unread if records[c.table].status != "failed"]
+    stray = sorted({c.table for c in unread if "reread" not in records[c.table].info})
+    if stray:
+        raise RunFailed(f"run {run_id}: chunks of {', '.join(stray)} are not read yet; "
+                        "capture runs after every read batch is done")
+    return unread
 
 
 def give_up_rereads(store: StateStore, run_id: str, pending: dict[str, dict[str, Any]]) -> None:

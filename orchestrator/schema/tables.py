@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from orchestrator.schema.families import FAMILIES
@@ -75,12 +75,17 @@ class TableInfo:
         raise KeyError(name)
 
 
+#: `ColumnInfo`'s fields, all plain values: a column is stored as a flat mapping of them (what
+#: `dataclasses.asdict` gives, without its deep copy: 2,000 tables' plans took 0.4 s of it).
+_COLUMN_FIELDS = tuple(f.name for f in fields(ColumnInfo))
+
+
 def table_info_to_json(info: TableInfo) -> dict[str, Any]:
     """A JSON-able form of `TableInfo`, stored with a run so later steps need not re-query."""
     return {
         "database": info.database,
         "table": info.table,
-        "columns": [asdict(c) for c in info.columns],
+        "columns": [{f: getattr(c, f) for f in _COLUMN_FIELDS} for c in info.columns],
         "primary_key": list(info.primary_key),
         "unique_not_null_keys": [list(k) for k in info.unique_not_null_keys],
         "row_estimate": info.row_estimate,

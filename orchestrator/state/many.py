@@ -30,10 +30,13 @@ from orchestrator.errors import StateError
 from orchestrator.state.records import (
     ChunkRead,
     PlannedTable,
+    RunTableRecord,
     TableCheckpoint,
+    TableMode,
     TableSetRecord,
     TableStatus,
     _chunk_rows,
+    _run_table_record,
     _table_set_record,
 )
 from orchestrator.state.schema import (
@@ -93,17 +96,57 @@ class ManyTablesMixin:
     def publish_tables(self, run_id: str, checkpoints: Sequence[TableCheckpoint],
                        status: TableStatus = "published") -> None:
         """Record many published tables in one transaction: each one's checkpoint, and its status,
-        row count and version in the run."""
+        row count and version in the run (a statement per kind of change, not per table)."""
         if not checkpoints:
             return
+        for c in checkpoints:
+            _aware(c)
+        by_pipeline: dict[str, list[TableCheckpoint]] = {}
+        for c in checkpoints:
+            by_pipeline.setdefault(c.pipeline, []).append(c)
         with self._tx() as conn:
-            for pipeline in {c.pipeline for c in checkpoints}:
+            for pipeline, group in by_pipeline.items():
                 _insert_ignore(conn, PIPELINES, {"name": pipeline, "created_at": _now()})
-            for c in checkpoints:
-                save_checkpoint(conn, c)
-                key = and_(RUN_TABLES.c.run_id == run_id, RUN_TABLES.c.table_name == c.table)
-                conn.execute(update(RUN_TABLES).where(key).values(status=status, row_count=c.rows,
-                                                                  version=c.version))
+                _save_checkpoints(conn, pipeline, group)
+            conn.execute(update(RUN_TABLES)
+                         .where(RUN_TABLES.c.run_id == run_id, RUN_TABLES.c.table_name == bindparam("b_table"))
+                         .values(status=status, row_count=bindparam("b_rows"), version=bindparam("b_version")),
+                         [{"b_table": c.table, "b_rows": c.rows, "b_version": c.version} for c in checkpoints])
+
+    def advance_tables(self, run_id: str, old: TableStatus, new: TableStatus, info: dict[str, Any]) -> list[str]:
+        """Every table of the run with status ``old`` gets status ``new``, the ``info`` keys merged
+        into its stored info, in one transaction; returns those tables."""
+        query = select(RUN_TABLES.c.table_name, RUN_TABLES.c.info).where(
+            RUN_TABLES.c.run_id == run_id, RUN_TABLES.c.status == old)
+        statement = (update(RUN_TABLES)
+                     .where(RUN_TABLES.c.run_id == run_id, RUN_TABLES.c.table_name == bindparam("b_table"),
+                            RUN_TABLES.c.status == old)
+                     .values(status=new, info=bindparam("b_info")))
+        with self._tx() as conn:
+            stored = conn.execute(query).tuples().all()
+            if stored:
+                conn.execute(statement, [{"b_table": t, "b_info": {**(i or {}), **info}} for t, i in stored])
+        return [t for t, _ in stored]
+
+    def run_tables_where(self, run_id: str, *, status: TableStatus | None = None,
+                         info_key: str | None = None) -> list[RunTableRecord]:
+        """The run's tables with ``status`` and (when given) ``info_key`` in their info, by name:
+        the few a question is about, without decoding every table's info (a run may have thousands)."""
+        query = select(RUN_TABLES).where(RUN_TABLES.c.run_id == run_id).order_by(RUN_TABLES.c.table_name)
+        if status is not None:
+            query = query.where(RUN_TABLES.c.status == status)
+        if info_key is not None:  # the JSON text holds the key quoted; checked on the decoded info below
+            query = query.where(type_coerce(RUN_TABLES.c.info, Text).like(f'%"{info_key}"%'))
+        with self._tx(write=False) as conn:
+            records = [_run_table_record(r) for r in conn.execute(query)]
+        return [r for r in records if info_key is None or info_key in r.info]
+
+    def run_table_states(self, run_id: str) -> list[tuple[str, TableMode, TableStatus]]:
+        """``(table, mode, status)`` of each table of the run, by name (no info decoded)."""
+        query = (select(RUN_TABLES.c.table_name, RUN_TABLES.c.mode, RUN_TABLES.c.status)
+                 .where(RUN_TABLES.c.run_id == run_id).order_by(RUN_TABLES.c.table_name))
+        with self._tx(write=False) as conn:
+            return [(t, m, s) for t, m, s in conn.execute(query).tuples()]
 
     def reconciled_tables(self, run_id: str, done: Sequence[tuple[str, int, dict[str, Any]]]) -> None:
         """Record many reconciled tables in one transaction: ``(table, rows at H, info)`` each,
@@ -152,15 +195,43 @@ class ManyTablesMixin:
         return None if row is None else _table_set_record(row)
 
 
-def save_checkpoint(conn: Connection, c: TableCheckpoint) -> None:
-    """Insert or replace one table's checkpoint inside ``conn``'s transaction."""
+def _aware(c: TableCheckpoint) -> None:
     if c.published_at.tzinfo is None:
         raise ValueError(f"published_at of {c.table} has no time zone; pass an aware UTC datetime")
+
+
+def _checkpoint_values(c: TableCheckpoint) -> dict[str, Any]:
+    return {"version": c.version, "position": c.position, "row_count": c.rows,
+            "manifest": c.manifest, "run_id": c.run_id, "published_at": c.published_at}
+
+
+def save_checkpoint(conn: Connection, c: TableCheckpoint) -> None:
+    """Insert or replace one table's checkpoint inside ``conn``'s transaction."""
+    _aware(c)
     key = and_(TABLE_CHECKPOINTS.c.pipeline == c.pipeline, TABLE_CHECKPOINTS.c.table_name == c.table)
-    values = {"version": c.version, "position": c.position, "row_count": c.rows,
-              "manifest": c.manifest, "run_id": c.run_id, "published_at": c.published_at}
+    values = _checkpoint_values(c)
     if conn.execute(update(TABLE_CHECKPOINTS).where(key).values(values)).rowcount == 0:
         conn.execute(insert(TABLE_CHECKPOINTS).values(pipeline=c.pipeline, table_name=c.table, **values))
+
+
+def _save_checkpoints(conn: Connection, pipeline: str, checkpoints: Sequence[TableCheckpoint]) -> None:
+    """Insert or replace many checkpoints of one pipeline inside ``conn``'s transaction: one
+    UPDATE for those that exist, one INSERT for the others, each executed for many rows."""
+    tables = [c.table for c in checkpoints]
+    existing = set(conn.execute(select(TABLE_CHECKPOINTS.c.table_name).where(
+        TABLE_CHECKPOINTS.c.pipeline == pipeline, TABLE_CHECKPOINTS.c.table_name.in_(tables))).scalars())
+    replaced = [{"b_table": c.table, **{f"b_{k}": v for k, v in _checkpoint_values(c).items()}}
+                for c in checkpoints if c.table in existing]
+    if replaced:
+        columns = _checkpoint_values(checkpoints[0]).keys()
+        conn.execute(update(TABLE_CHECKPOINTS)
+                     .where(TABLE_CHECKPOINTS.c.pipeline == pipeline,
+                            TABLE_CHECKPOINTS.c.table_name == bindparam("b_table"))
+                     .values({k: bindparam(f"b_{k}") for k in columns}), replaced)
+    added = [{"pipeline": pipeline, "table_name": c.table, **_checkpoint_values(c)}
+             for c in checkpoints if c.table not in existing]
+    if added:
+        conn.execute(insert(TABLE_CHECKPOINTS), added)
 
 
 def peek_table_set(url: str, pipeline: str) -> TableSetRecord | None:

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from orchestrator.config import parse_config
-from orchestrator.errors import ConfigError
+from orchestrator.errors import ConfigError, RunFailed
 from orchestrator.lake import layout
 from orchestrator.lake.manifest import (
     Manifest,
@@ -209,3 +209,20 @@ def test_retention_deletes_what_attempts_left_only_up_to_the_current_version(tmp
     assert remaining >= {*in_flight, *files[1], *files[2], "_tidemark/current.json"}
     apply_retention(str(tdir), 5, expire)
     assert asked == [[]]  # nothing left to delete: Iceberg is not asked again
+
+
+def test_plans_of_many_tables_share_one_file(tmp_path: Path) -> None:
+    """`layout.write_plans`: each table's plan is read back by `read_plan` of its reconciled dir,
+    which is never created; a name the file lacks is an error, never a whole-table publish."""
+    entry = {"file": "data/v000001-c0000.parquet", "min_key": [1], "max_key": [9], "rows": 9, "bytes": 99}
+    plans = {f"db.t{i}": layout.VersionPlan(i, (), (layout.planned(entry, entry["file"], True),))  # type: ignore[arg-type]
+             for i in range(3)}
+    batch = str(tmp_path / "reconciled" / "_kept-1a2b3c4d")
+    layout.write_plans(batch, plans)
+    for name, plan in plans.items():
+        out_dir = f"{batch}/{name}"
+        assert not Path(out_dir).exists()
+        assert layout.read_plan(out_dir) == plan
+    with pytest.raises(RunFailed, match=r"holds no plan of db\.t9"):
+        layout.read_plan(f"{batch}/db.t9")
+    assert layout.read_plan(str(tmp_path / "reconciled" / "db.t0-00000000")) is None  # staging files, no plan

@@ -545,3 +545,31 @@ def test_segment_marks_are_the_voided_tables_only(store: StateStore) -> None:
     store.add_run_tables(run.run_id, [state.PlannedTable("shop.a", "snapshot", None, ["id"], {"segments_after": 7}, []),
                                       state.PlannedTable("shop.b", "snapshot", None, ["id"], {"x": 1}, [])])
     assert store.segment_marks(run.run_id) == {"shop.a": 7}
+
+
+def test_a_run_of_many_tables_advances_and_republishes_them_in_bulk(store: StateStore) -> None:
+    """`advance_tables` moves every table of a status (merging info) in one transaction;
+    `publish_tables` replaces existing checkpoints and inserts new ones in the same call;
+    `run_tables_where` / `run_table_states` answer without the others' info."""
+    tables = ["shop.a", "shop.b", "shop.c"]
+    run = store.create_run("shop", {"tables": tables})
+    store.add_run_tables(run.run_id, [state.PlannedTable(t, "incremental", None, ["id"], {"n": i}, [])
+                                      for i, t in enumerate(tables)])
+    store.set_table_status(run.run_id, "shop.c", "failed", info={"failure": {"step": "plan"}})
+    store.set_table_status(run.run_id, "shop.b", "planned", info={"reread_pending": {"what": "ALTER"}})
+    assert [r.table for r in store.run_tables_where(run.run_id, status="planned", info_key="reread_pending")] \
+        == ["shop.b"]
+    assert [r.table for r in store.run_tables_where(run.run_id, status="failed")] == ["shop.c"]
+    assert store.advance_tables(run.run_id, "planned", "captured", {"captured_to": POS}) == ["shop.a", "shop.b"]
+    assert [(t, m, s) for t, m, s in store.run_table_states(run.run_id)] == [
+        ("shop.a", "incremental", "captured"), ("shop.b", "incremental", "captured"),
+        ("shop.c", "incremental", "failed")]
+    assert store.run_tables(run.run_id)[1].info == {"n": 1, "reread_pending": {"what": "ALTER"}, "captured_to": POS}
+    now = datetime.now(UTC)
+    store.publish_tables(run.run_id, [TableCheckpoint("shop", "shop.a", 1, POS, 5, "/a", run.run_id, now)])
+    store.publish_tables(run.run_id, [TableCheckpoint("shop", t, 2, POS, 6, f"/{t}", run.run_id, now)
+                                      for t in ("shop.a", "shop.b")])
+    assert [(c.table, c.version, c.rows, c.manifest) for c in store.table_checkpoints("shop")] == [
+        ("shop.a", 2, 6, "/shop.a"), ("shop.b", 2, 6, "/shop.b")]
+    assert [(r.table, r.status, r.version) for r in store.run_tables(run.run_id)][:2] == [
+        ("shop.a", "published", 2), ("shop.b", "published", 2)]

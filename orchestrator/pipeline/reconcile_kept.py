@@ -1,0 +1,67 @@
+"""Reconcile of incremental tables that received no change: their plans, many to a file.
+
+An incremental table without a durable change segment in the run has no slot to rewrite: its
+version plan (`orchestrator.lake.layout.VersionPlan`) lists every file of the current version,
+shared, exactly what `orchestrator.pipeline.reconcile.rewrite` plans for it, and publish then
+keeps the version (`publish._unchanged`). Such plans are written `RECORD_TABLES` at a time to one
+file (`layout.write_plans`) in a directory unique to the batch, before the tables are recorded
+reconciled; each table's reconciled dir is ``<that directory>/<table>``, never created, which
+`layout.read_plan` resolves to its plan in the file. So a run of thousands of tables without a
+change writes and fsyncs one file per batch, not a directory and a file per table, and the run's
+staging holds a few files to delete at its end. A crash before the batch is recorded leaves a
+file nothing names (the rerun reconciles those tables again under a new tag).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from orchestrator.config import PipelineConfig
+from orchestrator.lake import layout, storage
+from orchestrator.lake.layout import VersionPlan
+from orchestrator.lake.manifest import read_manifest
+from orchestrator.pipeline.changes import key_names
+from orchestrator.pipeline.context import run_dir, table_dir, table_info
+from orchestrator.state.store import RunTableRecord, StateStore
+
+
+def unchanged_plan(config: PipelineConfig, record: RunTableRecord) -> VersionPlan | None:
+    """The plan of an incremental table without changes: its current version's non-empty files,
+    shared, in key order; None when the version has no file ranges to trust (the general path
+    rewrites such a table whole, once)."""
+    key_names(table_info(record), record.chunk_key)  # a key the table lacks fails as in the general path
+    manifest = read_manifest(table_dir(config, record.table))
+    ranges = layout.usable_ranges(manifest["files"], manifest.get("file_ranges"))
+    if ranges is None:
+        return None
+    return VersionPlan(manifest["version"], (), tuple(layout.planned(r, r["file"], True) for r in ranges))
+
+
+def _batch_dir(config: PipelineConfig, run_id: str) -> str:
+    return run_dir(config, run_id, "reconciled", f"_kept-{storage.attempt_tag()}")
+
+
+@dataclass
+class KeptPlans:
+    """Plans of tables without a change, waiting to be written as one file."""
+
+    config: PipelineConfig
+    run_id: str
+    directory: str = ""  # unique to the batch: its file is written once, whole
+    plans: dict[str, VersionPlan] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.directory = self.directory or _batch_dir(self.config, self.run_id)
+
+    def add(self, table: str, plan: VersionPlan) -> str:
+        """Take ``table``'s plan; returns the reconciled dir that names it (once written)."""
+        self.plans[table] = plan
+        return storage.join(self.directory, table)
+
+    def write(self, store: StateStore) -> None:
+        """Write the batch's plans (before the tables are recorded) and start a new batch."""
+        if not self.plans:
+            return
+        store.check_fence()  # a process that lost the pipeline lock writes nothing more
+        layout.write_plans(self.directory, self.plans)
+        self.directory, self.plans = _batch_dir(self.config, self.run_id), {}
