@@ -108,10 +108,10 @@ def test_a_chunk_of_several_batches_streams_into_one_file(spark: Any, mariadb: L
     """Rows come `BATCH_ROWS` at a time (memory holds one batch of Python values); the file is
     the one Spark writes."""
     rows = 2 * BATCH_ROWS + 123
-    mariadb.execute("DROP DATABASE IF EXISTS loc_many", "CREATE DATABASE loc_many",
-                    "CREATE TABLE loc_many.t (id INT PRIMARY KEY, v VARCHAR(20), f FLOAT, d DATETIME(6))",
-                    f"INSERT INTO loc_many.t SELECT seq, CONCAT('v', seq % 977), seq / 7, "
-                    f"'2024-01-01' + INTERVAL seq SECOND FROM seq_1_to_{rows}")
+    mariadb.execute("DROP DATABASE IF EXISTS loc_many", "CREATE DATABASE loc_many")
+    mariadb.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20), f FLOAT, d DATETIME(6))",
+                    f"INSERT INTO t SELECT seq, CONCAT('v', seq % 977), seq / 7, "
+                    f"'2024-01-01' + INTERVAL seq SECOND FROM seq_1_to_{rows}", database="loc_many")
     config = _config(tmp_path, mariadb, user="root", password="")
     with Source.from_pipeline(config) as source:
         info = source.table_info("loc_many.t")
