@@ -194,15 +194,8 @@ def jdbc_properties(config: PipelineConfig, driver: str) -> dict[str, str]:
 
 
 def batch_frame(spark: SparkSession, config: PipelineConfig, table: TableInfo,
-                predicates: Sequence[str], schema: pa.Schema | None = None, *,
-                source: Callable[[Sequence[str], Sequence[ColumnRead]], str] | None = None,
-                null_message: Callable[[str], str | Column] | None = None) -> DataFrame:
+                predicates: Sequence[str], schema: pa.Schema | None = None) -> DataFrame:
     """The batch as a DataFrame; partition ``i`` reads ``predicates[i]``.
-
-    ``source`` builds the derived table from the aliases and column reads (default:
-    `source_query` of ``table``); ``null_message`` the error of a NULL in a NOT NULL column
-    (default: naming ``table``). A read of many tables of one shape gives both
-    (`orchestrator.pipeline.jdbc_many`).
 
     In ``schema`` (a data file schema: published types, `iceberg.FIELD_ID` on each field) the
     columns carry their field IDs (Spark writes them to Parquet) and the NOT NULL ones are
@@ -214,7 +207,7 @@ def batch_frame(spark: SparkSession, config: PipelineConfig, table: TableInfo,
     props = jdbc_properties(config, driver_class(config.source.jdbc_driver_jar))
     props["customSchema"] = ", ".join(f"{a} {r.jdbc_type.simpleString()}"
                                       for a, r in zip(aliases, reads, strict=True))
-    derived = source(aliases, reads) if source is not None else source_query(table, aliases, [r.sql for r in reads])
+    derived = source_query(table, aliases, [r.sql for r in reads])
     df = spark.read.jdbc(jdbc_url(config), derived, predicates=list(predicates), properties=props)
     fields = schema if schema is not None else staging_schema(table.columns)
     columns = []
@@ -225,19 +218,17 @@ def batch_frame(spark: SparkSession, config: PipelineConfig, table: TableInfo,
             columns.append(column.alias(f.name))
             continue
         if not f.nullable:
-            column = required(column, kind, null_message(f.name) if null_message is not None
-                              else f"table {table.name}: NULL read from NOT NULL column {f.name}")
+            column = required(column, kind, f"table {table.name}: NULL read from NOT NULL column {f.name}")
         field_id = int((f.metadata or {}).get(FIELD_ID, b"0"))
         columns.append(column.alias(f.name, metadata={"parquet.field.id": field_id}))
     return df.select(columns)
 
 
-def required(column: Column, kind: T.DataType, message: str | Column) -> Column:
+def required(column: Column, kind: T.DataType, message: str) -> Column:
     """``column`` as a non-nullable column to Spark (written ``required``); a NULL in it fails the
     job with ``message``: ``COALESCE(column, RAISE_ERROR(message), <a literal>)``, whose last
     argument is never reached."""
-    text = message if isinstance(message, Column) else F.lit(message)
-    return F.coalesce(column, F.raise_error(text).cast(kind), _filler(kind))
+    return F.coalesce(column, F.raise_error(F.lit(message)).cast(kind), _filler(kind))
 
 
 def _filler(kind: T.DataType) -> Column:

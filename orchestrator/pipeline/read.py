@@ -5,9 +5,8 @@ are read; ``Hb`` is recorded after every read ended. A batch holds chunks of one
 small tables packed together by the plan (`orchestrator.pipeline.batches`). A table planned at
 most `local_read.LOCAL_ROWS` rows in one chunk is read by the driver
 (`orchestrator.pipeline.local_read`: the same SQL, the same files, no Spark task), while Spark
-reads the others: small tables of one shape in one job (`orchestrator.pipeline.jdbc_many`), any
-other table's chunks in a job of their own (`orchestrator.pipeline.jdbc`), `TABLE_JOBS` jobs at
-a time from the driver. A batch the driver reads whole starts no Spark session. The batch's
+reads the others, each table's chunks in a job of their own (`orchestrator.pipeline.jdbc`),
+`TABLE_JOBS` jobs at a time from the driver. A batch the driver reads whole starts no Spark session. The batch's
 chunks are recorded in one transaction. A batch whose connection was lost is read again whole,
 with a fresh ``L``; a table whose read fails on its own (`orchestrator.pipeline.failed`) fails alone.
 """
@@ -132,7 +131,7 @@ def _read_pending(config: PipelineConfig, store: StateStore, run_id: str, batch:
                 # Chunk dirs unique to this attempt: one the state names is never replaced by
                 # another attempt's read (a retry here, or a process that lost the lock).
                 reads, failed = _read_tables(session, config, run_id, pending, storage.attempt_tag(),
-                                             store.check_fence, grouped=source.dialect.pushes_into_unions)
+                                             store.check_fence)
         high = source.current_position()
     for table, reason in sorted(failed.items()):
         fail_table(store, run_id, table, "read", reason)
@@ -154,12 +153,10 @@ def _session(config: PipelineConfig, spark: SessionLike) -> SparkSession:
 
 
 def _read_tables(spark: SparkSession | None, config: PipelineConfig, run_id: str, pending: _Pending, tag: str,
-                 guard: Callable[[], None], *, grouped: bool = True) -> tuple[list[ChunkRead], dict[str, str]]:
+                 guard: Callable[[], None]) -> tuple[list[ChunkRead], dict[str, str]]:
     """The batch's chunks into chunk dirs named with the attempt's ``tag``: the small tables in the
-    driver (`orchestrator.pipeline.local_read`) while Spark reads the others: small tables of one
-    shape in one job (`orchestrator.pipeline.jdbc_many`; when ``grouped``: the source pushes the
-    table's tag into the union), any other table in a job of its own, `TABLE_JOBS` jobs at a time;
-    ``guard`` is the fence check before files are written. Returns the chunks read and the tables
+    driver (`orchestrator.pipeline.local_read`) while Spark reads the others, a job per table,
+    `TABLE_JOBS` jobs at a time; ``guard`` is the fence check before files are written. Returns the chunks read and the tables
     that failed on their own (with the reason). Any other error is raised once every read started
     has ended (a lost connection: the caller reads the batch again)."""
     catalog = iceberg.open_catalog(config)  # once for the batch's tables
@@ -172,7 +169,7 @@ def _read_tables(spark: SparkSession | None, config: PipelineConfig, run_id: str
         if spark_tables:
             assert spark is not None, "a batch with tables for Spark has a session"
             reader = _BatchRead(spark, config, spark_tables, pending.infos, paths, guard, schemas)
-            outcomes.update(reader.all(grouped))
+            outcomes.update(reader.all())
         outcomes.update(local.result())
     return _sorted_outcomes(outcomes)
 
@@ -223,7 +220,7 @@ class _ChunkPaths:
 
 @dataclass(frozen=True, slots=True)
 class _BatchRead:
-    """The Spark jobs of one attempt at a batch: a table alone, or a group of one shape."""
+    """The Spark jobs of one attempt at a batch, a job per table."""
 
     spark: SparkSession
     config: PipelineConfig
@@ -233,27 +230,20 @@ class _BatchRead:
     guard: Callable[[], None]
     schemas: Mapping[str, pa.Schema]  # each table's data file schema
 
-    def all(self, grouped: bool) -> dict[str, list[ChunkRead] | Exception]:
-        """Every table's chunks: tables of one shape together when ``grouped``, `TABLE_JOBS` jobs
-        at a time; per table what it read, or the exception its job raised."""
-        # pyspark is imported by a run that reads in Spark (not by an incremental run), here
-        from orchestrator.pipeline.jdbc_many import groups, shape
-
+    def all(self) -> dict[str, list[ChunkRead] | Exception]:
+        """Every table's chunks, a job per table, `TABLE_JOBS` jobs at a time; per table what it
+        read, or the exception its job raised (so every job ends before the batch decides what a
+        failure means)."""
         if len(self.by_table) == 1:
             return {table: _outcome(self.one, table) for table in self.by_table}
-        shapes = {t: shape(self.infos[t][0], self.infos[t][1], self.schemas[t])
-                  if grouped and len(self.by_table[t]) == 1 else None for t in self.by_table}
-        jobs = groups(shapes)
-        outcomes: dict[str, list[ChunkRead] | Exception] = {}
-        with ThreadPoolExecutor(min(TABLE_JOBS, len(jobs)), thread_name_prefix="tidemark-table") as pool:
-            futures = [pool.submit(self.together, tables) for tables in jobs]
-        for future in futures:
-            outcomes.update(future.result())
-        return outcomes
+        with ThreadPoolExecutor(min(TABLE_JOBS, len(self.by_table)), thread_name_prefix="tidemark-table") as pool:
+            futures = {table: pool.submit(_outcome, self.one, table) for table in self.by_table}
+        return {table: future.result() for table, future in futures.items()}
 
     def one(self, table: str) -> list[ChunkRead]:
         """A table's chunks in a job of its own."""
-        from orchestrator.pipeline.jdbc import read_chunks  # see `all`
+        # pyspark is imported by a run that reads in Spark (not by an incremental run), here
+        from orchestrator.pipeline.jdbc import read_chunks
 
         chunks = self.by_table[table]
         paths = {c.index: self.paths.of(table, c) for c in chunks}
@@ -261,27 +251,6 @@ class _BatchRead:
         done = read_chunks(self.spark, self.config, info, [(c.index, c.where) for c in chunks], paths.__getitem__,
                            key, guard=self.guard, schema=self.schemas[table])
         return [ChunkRead(table, i, rows, nbytes, paths[i]) for i, (rows, nbytes) in sorted(done.items())]
-
-    def together(self, tables: list[str]) -> dict[str, list[ChunkRead] | Exception]:
-        """Tables of one shape in one job; on a failure that may be one table's own, each table in
-        a job of its own, so that that failure stays its table's (`pipeline.failed`)."""
-        from orchestrator.pipeline.jdbc_many import TableRead, read_group  # see `all`
-
-        if len(tables) == 1:
-            return {tables[0]: _outcome(self.one, tables[0])}
-        reads = [TableRead(self.infos[t][0], [(c.index, c.where, self.paths.of(t, c)) for c in self.by_table[t]])
-                 for t in tables]
-        try:
-            placed = read_group(self.spark, self.config, reads, self.infos[tables[0]][1], self.schemas[tables[0]],
-                                self.guard)
-        except Exception as exc:
-            if table_failure(exc) is None:
-                return dict.fromkeys(tables, exc)
-            log.info("the read of %d tables in one job failed (%s); reading them one by one", len(tables), exc)
-            return {t: _outcome(self.one, t) for t in tables}
-        return {t: [ChunkRead(t, c.index, rows, nbytes, self.paths.of(t, c))
-                    for c, (rows, nbytes) in zip(self.by_table[t], done, strict=True)]
-                for t, done in zip(tables, placed, strict=True)}
 
 
 def _outcome(read: Callable[[str], list[ChunkRead]], table: str) -> list[ChunkRead] | Exception:

@@ -63,18 +63,6 @@ class Dialect:
         return "MariaDB" if self.flavor == "mariadb" else "MySQL"
 
     @property
-    def pushes_into_unions(self) -> bool:
-        """Whether the optimizer pushes a condition on a ``UNION ALL`` derived table into its
-        branches (MariaDB's ``condition_pushdown_for_derived`` since 10.2, MySQL's derived
-        condition pushdown through unions since 8.0.29): `orchestrator.pipeline.jdbc_many`
-        reads tables of one shape by one job only then.
-
-        >>> [Dialect.from_version(v).pushes_into_unions for v in ("10.11.6-MariaDB", "8.0.28", "8.4.2")]
-        [True, False, True]
-        """
-        return self.version >= ((10, 2) if self.flavor == "mariadb" else (8, 0, 29))
-
-    @property
     def binlog_status_sql(self) -> str:
         """The statement whose row holds the current binlog ``File`` and ``Position``.
 
