@@ -4,41 +4,41 @@ CONTRACT.md "Every table is an Apache Iceberg table". The data files `VersionWri
 writes are registered as they are (never rewritten): the first version appends
 them, a later one replaces exactly the files it rewrote, in one atomic snapshot
 whose summary carries ``tidemark.run-id``, ``tidemark.version`` and
-``tidemark.position``. A rerun finds the snapshot of its run and does not commit
-twice. Field IDs are the Iceberg schema's: `prepare` creates or evolves the table
-and gives the Arrow schema the files are written with, ``PARQUET:field_id`` on
-every field, before any file is written; a column whose type Iceberg cannot promote
-is replaced by a new field of the same name (`_evolve`). Retention expires the
-snapshots of dropped versions and deletes the manifest files only they used.
+``tidemark.position`` (`orchestrator.lake.iceberg_commit`). A rerun finds the snapshot
+of its run and does not commit twice. Field IDs are the Iceberg schema's: `prepare_table`
+evolves the table, or stages the creation of a new one, and gives the Arrow schema the
+files are written with, ``PARQUET:field_id`` on every field, before any file is written;
+a column whose type Iceberg cannot promote is replaced by a new field of the same name
+(`_evolve`). Retention expires the snapshots of dropped versions and deletes the manifest
+files only they used.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+import weakref
+from collections.abc import Iterable, Sequence
 
 import pyarrow as pa
 from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.exceptions import NoSuchTableError, ResolveError
-from pyiceberg.io.pyarrow import parquet_file_to_data_file, pyarrow_to_schema
-from pyiceberg.manifest import DataFile, ManifestFile
+from pyiceberg.io.pyarrow import pyarrow_to_schema
+from pyiceberg.manifest import DataFile
 from pyiceberg.schema import promote
-from pyiceberg.table import Table, TableProperties
+from pyiceberg.table import CreateTableTransaction, Table, TableProperties
 from pyiceberg.table.update.schema import UpdateSchema
-from pyiceberg.table.update.snapshot import UpdateSnapshot, _OverwriteFiles
 
 from orchestrator.config import PipelineConfig
 from orchestrator.errors import RunFailed, resnapshot_hint
-from orchestrator.lake import storage
-from orchestrator.lake.manifest import IcebergEntry, published_schema
-from orchestrator.positions import BinlogPosition
+from orchestrator.lake import iceberg_tx, storage
+from orchestrator.lake.manifest import published_schema
 from orchestrator.schema.tables import TableInfo
 
 log = logging.getLogger(__name__)
 _OPENING = threading.Lock()
+#: The namespaces each open catalog has created or found (`_ensure_namespace`).
+_NAMESPACES: weakref.WeakKeyDictionary[Catalog, set[str]] = weakref.WeakKeyDictionary()
 
 FIELD_ID = b"PARQUET:field_id"
 RUN_ID, VERSION, POSITION = "tidemark.run-id", "tidemark.version", "tidemark.position"
@@ -92,33 +92,57 @@ def with_field_ids(schema: pa.Schema, ids: dict[str, int]) -> pa.Schema:
     return pa.schema(f.with_metadata({FIELD_ID: str(ids[f.name]).encode()}) for f in schema)
 
 
-def prepare(catalog: Catalog, table: str, tdir: str, schema: pa.Schema) -> pa.Schema:
-    """Create the Iceberg table, or evolve its schema to ``schema`` (new columns get new field
-    IDs, existing IDs never change, widenings Iceberg allows evolve in place); returns ``schema``
-    with the table's field IDs, the schema the version's files are written with."""
-    return prepare_table(catalog, table, tdir, schema)[0]
+#: What `prepare_table` hands `commit_version`: the table as loaded, or, for a table the catalog
+#: does not have yet, its creation staged (committed together with the first snapshot).
+Prepared = Table | CreateTableTransaction
 
 
-def prepare_table(catalog: Catalog, table: str, tdir: str, schema: pa.Schema) -> tuple[pa.Schema, Table]:
-    """`prepare`, and the Iceberg table as loaded (hand it to `commit_version`: no second load)."""
-    namespace = table.split(".", 1)[0]
+def load(catalog: Catalog, table: str) -> Table | None:
+    """The Iceberg table, or None when the catalog has none of that name (publish loads it once:
+    `find_run`, `prepare_table` and `commit_version` all take what it loaded)."""
     try:
-        iceberg = catalog.load_table(table)
+        return catalog.load_table(table)
     except NoSuchTableError:
-        catalog.create_namespace_if_not_exists(namespace)
-        iceberg = catalog.create_table(table, schema=pyarrow_to_schema(_first_schema(schema)),
-                                       location=table_uri(tdir), properties=_TABLE_PROPERTIES)
-        log.info("table %s: created Iceberg table %s at %s", table, table, table_uri(tdir))
+        return None
+
+
+def prepare_table(catalog: Catalog, table: str, tdir: str, schema: pa.Schema,
+                  loaded: Table | None) -> tuple[pa.Schema, Prepared]:
+    """Stage the Iceberg table's creation, or evolve its schema to ``schema`` (new columns get new
+    field IDs, existing IDs never change, widenings Iceberg allows evolve in place); returns
+    ``schema`` with the table's field IDs (the schema the version's files are written with) and
+    what `commit_version` commits on.
+
+    A new table is not committed here: its creation waits in a transaction that commits with its
+    first snapshot, one metadata file and one catalog commit (creating it first took a second
+    of each, and two loads more). ``loaded``: the table as `load` found it."""
+    if loaded is None:
+        _ensure_namespace(catalog, table.split(".", 1)[0])
+        created = iceberg_tx.create_transaction(catalog.create_table_transaction(
+            table, schema=pyarrow_to_schema(_first_schema(schema)), location=table_uri(tdir),
+            properties=_TABLE_PROPERTIES))
+        fields = created.table_metadata.schema().fields
+        return with_field_ids(schema, {f.name: f.field_id for f in fields}), created
+    iceberg = loaded
     wanted = _wanted(iceberg, schema)
     if wanted is not None:
         iceberg = _evolve(iceberg, table, wanted)
     return with_field_ids(schema, {f.name: f.field_id for f in iceberg.schema().fields}), iceberg
 
 
+def _ensure_namespace(catalog: Catalog, namespace: str) -> None:
+    """Create ``namespace`` unless this catalog object already did or found it (once per publish,
+    which opens the catalog once, not once per table: three statements and a commit each)."""
+    known = _NAMESPACES.setdefault(catalog, set())
+    if namespace not in known:
+        catalog.create_namespace_if_not_exists(namespace)
+        known.add(namespace)
+
+
 def planned_schema(catalog: Catalog, table: str, schema: pa.Schema) -> pa.Schema:
-    """What `prepare` will return for ``schema``, without changing the catalog: the schema data
-    files written before publish (a snapshot's chunk files, rewritten files) carry. Publish
-    checks each file's field IDs against `prepare`'s and rewrites a file that differs."""
+    """What `prepare_table` will return for ``schema``, without changing the catalog: the schema
+    data files written before publish (a snapshot's chunk files, rewritten files) carry. Publish
+    checks each file's field IDs against `prepare_table`'s and rewrites a file that differs."""
     try:
         iceberg = catalog.load_table(table)
     except NoSuchTableError:
@@ -126,7 +150,7 @@ def planned_schema(catalog: Catalog, table: str, schema: pa.Schema) -> pa.Schema
     wanted = _wanted(iceberg, schema)
     fields = iceberg.schema().fields
     if wanted is not None:
-        try:  # the same update `prepare` commits, applied to a copy of the metadata only
+        try:  # the same update `prepare_table` commits, applied to a copy of the metadata only
             fields = _schema_update(iceberg, table, wanted)._apply().fields
         except Exception as exc:
             log.info("table %s: cannot foresee the Iceberg field IDs (%s); publish will check them", table, exc)
@@ -230,105 +254,12 @@ def drop_table(config: PipelineConfig, table: str) -> bool:
     return True
 
 
-@dataclass(frozen=True, slots=True)
-class RunCommit:
-    """The snapshot a run committed: which version, written by which publish attempt."""
-
-    entry: IcebergEntry
-    version: int | None
-    attempt: str | None  # None: committed before attempts were recorded
-
-    def __str__(self) -> str:
-        return (f"Iceberg snapshot {self.entry['snapshot_id']} of version {self.version} "
-                f"(publish attempt {self.attempt or 'unrecorded'})")
-
-
-def find_run(catalog: Catalog, table: str, run_id: str) -> RunCommit | None:
-    """The snapshot a run committed for ``table``, if it did (the rerun of a crashed publish)."""
-    try:
-        iceberg = catalog.load_table(table)
-    except NoSuchTableError:
-        return None
-    for snapshot in iceberg.snapshots():
-        if snapshot.summary is not None and snapshot.summary.get(RUN_ID) == run_id:
-            version = snapshot.summary.get(VERSION)
-            return RunCommit(_entry(catalog, table, iceberg, snapshot.snapshot_id),
-                             int(version) if version else None, snapshot.summary.get(ATTEMPT))
-    return None
-
-
-def commit_version(catalog: Catalog, table: str, tdir: str, files: Sequence[str], *, version: int,
-                   run_id: str, position: BinlogPosition, attempt: str,
-                   guard: Callable[[], None] = lambda: None, loaded: Table | None = None) -> IcebergEntry:
-    """Make ``files`` (relative to ``tdir``) the table's current Iceberg snapshot, atomically:
-    the files not in the current snapshot are added, those no longer listed are removed.
-    Committing the same run again returns its snapshot.
-
-    ``guard`` (the fence check) runs after the table is loaded and before the commit: a
-    takeover before the load fails the guard, one after it fails the commit, whose parent
-    snapshot the catalog checks (compare-and-swap). A writer that lost the pipeline lock
-    cannot commit over its successor's versions. ``loaded``: the table as `prepare_table`
-    loaded it, by a caller that found no snapshot of this run (`find_run`): neither is done again."""
-    if loaded is None:
-        done = find_run(catalog, table, run_id)
-        iceberg = catalog.load_table(table)
-        guard()
-        if done is not None:
-            return done.entry
-    else:
-        iceberg = loaded
-        guard()
-    listed = {f.file_path: f for f in _data_files(iceberg)}
-    wanted = [storage.join(table_uri(tdir), f) for f in files]
-    properties = {RUN_ID: run_id, VERSION: str(version), ATTEMPT: attempt,
-                  POSITION: json.dumps(position.to_json(), sort_keys=True)}
-    with iceberg.transaction() as tx:
-        update = tx.update_snapshot(snapshot_properties=properties)
-        with (_overwrite(update) if listed else update.fast_append()) as snapshot:
-            for path in listed.keys() - set(wanted):
-                snapshot.delete_data_file(listed[path])
-            for path in wanted:
-                if path not in listed:
-                    snapshot.append_data_file(parquet_file_to_data_file(iceberg.io, tx.table_metadata, path))
-    current = iceberg.current_snapshot()
-    assert current is not None, "a commit makes a snapshot"
-    log.info("table %s: Iceberg snapshot %d for version %d (%d files added, %d removed)", table,
-             current.snapshot_id, version, len(set(wanted) - listed.keys()), len(listed.keys() - set(wanted)))
-    return _entry(catalog, table, iceberg, current.snapshot_id)
-
-
-def _overwrite(update: UpdateSnapshot) -> _OverwriteFiles:
-    """pyiceberg's overwrite, carrying into the new snapshot only the earlier manifests that still
-    list a live data file.
-
-    pyiceberg (0.12) keeps every manifest of the parent snapshot that none of the deleted files
-    is in, including those that list nothing but files an earlier snapshot deleted. Each
-    version would then carry one such manifest more than the last: every commit, expiry and
-    reader opens them all, and an hourly table would list thousands. Iceberg's spec needs a
-    snapshot to list only manifests with live files and the ones it wrote itself (its own
-    deletes); its fast append already drops the others, and so does this overwrite.
-    """
-    producer = update.overwrite()
-    carried = producer._existing_manifests
-
-    def live() -> list[ManifestFile]:
-        return [m for m in carried() if m.has_added_files() or m.has_existing_files()]
-
-    producer._existing_manifests = live  # type: ignore[method-assign]
-    return producer
-
-
-def _data_files(iceberg: Table, snapshot_id: int | None = None) -> Iterable[DataFile]:
+def data_files(iceberg: Table, snapshot_id: int | None = None) -> Iterable[DataFile]:
     snapshot = iceberg.snapshot_by_id(snapshot_id) if snapshot_id is not None else iceberg.current_snapshot()
     if snapshot is None:
         return []
     return [entry.data_file for manifest in snapshot.manifests(iceberg.io)
             for entry in manifest.fetch_manifest_entry(iceberg.io, discard_deleted=True)]
-
-
-def _entry(catalog: Catalog, table: str, iceberg: Table, snapshot_id: int) -> IcebergEntry:
-    return IcebergEntry(catalog=catalog.name, identifier=table,
-                        metadata_location=iceberg.metadata_location, snapshot_id=snapshot_id)
 
 
 def _snapshot_metadata(iceberg: Table, snapshot_ids: Iterable[int]) -> set[str]:
@@ -373,6 +304,6 @@ def expire_versions(catalog: Catalog, table: str, tdir: str, versions: Sequence[
         log.info("table %s: expired Iceberg snapshot(s) %s, deleted %d manifest file(s) no kept snapshot lists",
                  table, ", ".join(map(str, expire)), len(unused))
     prefix = table_uri(tdir).rstrip("/") + "/"
-    needed = {f.file_path[len(prefix):] for s in iceberg.snapshots() for f in _data_files(iceberg, s.snapshot_id)
+    needed = {f.file_path[len(prefix):] for s in iceberg.snapshots() for f in data_files(iceberg, s.snapshot_id)
               if f.file_path.startswith(prefix)}
     return needed, iceberg.metadata_location

@@ -4,7 +4,7 @@ Layout and manifest are CONTRACT.md's "Output layout"; every version is also an
 Iceberg snapshot (`orchestrator.lake.iceberg`). Each publish attempt has a tag of its
 own (`storage.attempt_tag`) that names every file it writes. Order of writes:
 
-1. the Iceberg table is created or its schema evolved, which fixes the field IDs;
+1. the Iceberg table's schema is evolved, or its creation staged, which fixes the field IDs;
 2. the version's new data files ``data/v000002-<tag>-c0000.parquet`` ...: the files reconcile
    finished in staging (`orchestrator.lake.layout.VersionPlan`), each one key range in key
    order, moved into ``data/`` (a rename; a file whose field IDs are not the table's is
@@ -15,7 +15,8 @@ own (`storage.attempt_tag`) that names every file it writes. Order of writes:
 3. ``_tidemark/pending/000002-<attempt>.json``, the version's manifest (without its
    ``iceberg`` entry yet);
 4. the Iceberg snapshot: the files of the version, the run id and the attempt in its
-   summary; the catalog commits it only on the parent snapshot the attempt loaded;
+   summary; the catalog commits it only on the parent snapshot the attempt loaded (a new
+   table: created in this same commit, only if no table of its name exists);
 5. ``_tidemark/versions/000002.json`` and ``_tidemark/current.json``, replaced
    atomically (`storage.write_atomic`): the moment Tidemark's readers switch;
 6. retention: versions beyond ``output.keep_versions`` and older than
@@ -52,7 +53,7 @@ from pyiceberg.catalog import Catalog
 
 from orchestrator.config import PipelineConfig
 from orchestrator.errors import RunFailed, StateError, resnapshot_hint
-from orchestrator.lake import iceberg, layout, storage
+from orchestrator.lake import iceberg, iceberg_commit, layout, storage
 from orchestrator.lake.layout import FileRange
 from orchestrator.lake.manifest import (
     IcebergEntry,
@@ -126,7 +127,8 @@ def publish_table(config: PipelineConfig, table_info: TableInfo, key: Sequence[s
                  current["version"], run_id)
         _retain(config, catalog, tdir, current, guard)
         return current
-    committed = iceberg.find_run(catalog, table_info.name, run_id)
+    loaded = iceberg.load(catalog, table_info.name)  # once: a crashed attempt may have committed (find_run_in)
+    committed = iceberg_commit.find_run_in(catalog, table_info.name, loaded, run_id)
     recovered = _committed_manifest(tdir, committed) if committed is not None else None
     if committed is not None and recovered is not None:
         log.info("table %s: %s of run %s is committed; switching the manifest to it",
@@ -137,7 +139,8 @@ def publish_table(config: PipelineConfig, table_info: TableInfo, key: Sequence[s
         current = _check_base(table_info.name, current, plan)
     attempt = storage.attempt_tag()  # names every file this attempt writes: no other process writes them
     guard()
-    schema, loaded = iceberg.prepare_table(catalog, table_info.name, tdir, published_schema(table_info.columns))
+    schema, prepared = iceberg.prepare_table(catalog, table_info.name, tdir, published_schema(table_info.columns),
+                                             loaded)
     writer = VersionWriter(tdir, version, schema, [table_info.column(k).name for k in key], attempt)
     if plan is None:  # staging files that make the whole table, in order
         ranges = writer.write_all(reconciled_dir)
@@ -157,16 +160,16 @@ def publish_table(config: PipelineConfig, table_info: TableInfo, key: Sequence[s
         file_ranges=ranges,
     )
     storage.write_atomic(pending_uri(tdir, version, attempt), manifest_json(manifest))
-    snapshot = iceberg.commit_version(catalog, table_info.name, tdir, manifest["files"], version=version,
-                                      run_id=run_id, position=position, attempt=attempt, guard=guard,
-                                      loaded=loaded if committed is None else None)
+    snapshot = iceberg_commit.commit_version(catalog, table_info.name, tdir, manifest["files"], version=version,
+                                             run_id=run_id, position=position, attempt=attempt, guard=guard,
+                                             prepared=prepared if committed is None else None)
     faults.point("publish.iceberg_committed")
     log.info("table %s: publishing version %d (%d rows, %d files: %d new, %d shared) at %s",
              table_info.name, version, rows, len(ranges), new_count, len(ranges) - new_count, position)
     return _switch(config, catalog, tdir, manifest, snapshot, guard)
 
 
-def _committed_manifest(tdir: str, committed: iceberg.RunCommit) -> Manifest | None:
+def _committed_manifest(tdir: str, committed: iceberg_commit.RunCommit) -> Manifest | None:
     """The manifest of the version a run's Iceberg snapshot holds: the one its publish attempt
     wrote before committing (whichever process's attempt won the commit), or, for a snapshot
     of a release before attempts, the version's manifest; None when neither is there."""

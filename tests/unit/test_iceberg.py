@@ -89,27 +89,48 @@ def test_a_snapshot_lists_only_manifests_with_live_files_or_its_own_deletes(tmp_
         assert by_id(pyiceberg_table(config, "db.t").to_pylist()) == by_id(rows_of(n))
 
 
-def _publish_and_crash(tmp_path: Path) -> None:
-    os.environ["TIDEMARK_FAILPOINT"] = "publish.iceberg_committed"
-    publish(config_for(tmp_path), tmp_path, 2)
-
-
-def test_a_crash_between_the_iceberg_commit_and_the_manifest_switch_commits_once(tmp_path: Path) -> None:
+def test_a_new_table_is_created_with_its_first_snapshot_in_one_catalog_commit(tmp_path: Path) -> None:
+    """One metadata file and one catalog row, not a table without snapshot committed first."""
     config = config_for(tmp_path)
-    publish(config, tmp_path, 1)
-    write_staging(tmp_path / "s2", rows_of(2))
-    child = multiprocessing.get_context("fork").Process(target=_publish_and_crash, args=(tmp_path,))
+    manifest = publish(config, tmp_path, 1)
+    table = iceberg.open_catalog(config).load_table("db.t")
+    metadata = sorted(p.name for p in (tmp_path / "lake" / "db" / "t" / "metadata").glob("*.metadata.json"))
+    assert len(metadata) == 1 and metadata[0].startswith("00000-"), metadata
+    assert table.metadata.metadata_log == [], "no earlier metadata: the table had a snapshot from its first commit"
+    assert [s.summary["tidemark.version"] for s in table.snapshots() if s.summary] == ["1"]
+    assert manifest["iceberg"] == {"catalog": "tidemark", "identifier": "db.t", "snapshot_id":  # type: ignore[comparison-overlap]
+                                   table.current_snapshot().snapshot_id,  # type: ignore[union-attr]
+                                   "metadata_location": table.metadata_location}
+    assert table.properties["write.metadata.delete-after-commit.enabled"] == "true"
+    assert by_id(pyiceberg_table(config, "db.t").to_pylist()) == by_id(rows_of(1))
+    publish(config, tmp_path, 2)
+    assert iceberg.open_catalog(config).namespace_exists("db")
+
+
+def _publish_and_crash(tmp_path: Path, n: int) -> None:
+    os.environ["TIDEMARK_FAILPOINT"] = "publish.iceberg_committed"
+    publish(config_for(tmp_path), tmp_path, n)
+
+
+@pytest.mark.parametrize("n", [1, 2], ids=["new table", "next version"])
+def test_a_crash_between_the_iceberg_commit_and_the_manifest_switch_commits_once(tmp_path: Path, n: int) -> None:
+    config = config_for(tmp_path)
+    if n == 2:
+        publish(config, tmp_path, 1)
+    write_staging(tmp_path / f"s{n}", rows_of(n))
+    child = multiprocessing.get_context("fork").Process(target=_publish_and_crash, args=(tmp_path, n))
     child.start()
     child.join(120)
     assert child.exitcode == -9, "the failpoint kills the publish after the Iceberg commit"
     tdir = tmp_path / "lake" / "db" / "t"
-    assert json.loads((tdir / "_tidemark" / "current.json").read_text())["version"] == 1
-    manifest = publish(config, tmp_path, 2)
+    current = tdir / "_tidemark" / "current.json"
+    assert (json.loads(current.read_text())["version"] if current.exists() else None) == (1 if n == 2 else None)
+    manifest = publish(config, tmp_path, n)
     table = iceberg.open_catalog(config).load_table("db.t")
     runs = [s.summary["tidemark.run-id"] for s in table.snapshots() if s.summary]
-    assert runs == ["run-1", "run-2"], "the rerun found its snapshot and did not commit again"
-    assert manifest["version"] == 2 and manifest["iceberg"]["snapshot_id"] == table.current_snapshot().snapshot_id  # type: ignore[index,union-attr]
-    assert by_id(duckdb_table(str(tdir)).to_pylist()) == by_id(rows_of(2))
+    assert runs == [f"run-{v}" for v in range(1, n + 1)], "the rerun found its snapshot and did not commit again"
+    assert manifest["version"] == n and manifest["iceberg"]["snapshot_id"] == table.current_snapshot().snapshot_id  # type: ignore[index,union-attr]
+    assert by_id(duckdb_table(str(tdir)).to_pylist()) == by_id(rows_of(n))
 
 
 def test_the_demo_duckdb_line_reads_the_table(tmp_path: Path) -> None:
