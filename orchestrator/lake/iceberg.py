@@ -134,9 +134,14 @@ def _ensure_namespace(catalog: Catalog, namespace: str) -> None:
     """Create ``namespace`` unless this catalog object already did or found it (once per publish,
     which opens the catalog once, not once per table: three statements and a commit each)."""
     known = _NAMESPACES.setdefault(catalog, set())
-    if namespace not in known:
+    if namespace in known:
+        return
+    try:
         catalog.create_namespace_if_not_exists(namespace)
-        known.add(namespace)
+    except Exception:  # the SQL catalog's insert lost a race with another process (IntegrityError)
+        if not catalog.namespace_exists(namespace):
+            raise
+    known.add(namespace)
 
 
 def planned_schema(catalog: Catalog, table: str, schema: pa.Schema) -> pa.Schema:
