@@ -30,7 +30,7 @@ from orchestrator.pipeline.context import hold_lock, open_store
 from orchestrator.pipeline.plan import RunHandle, plan, requested_tables
 from orchestrator.pipeline.publish import Published, publish
 from orchestrator.pipeline.read import ReadResult, read_batch
-from orchestrator.pipeline.reconcile import ReconcileResult, reconcile
+from orchestrator.pipeline.reconcile_step import ReconcileResult, reconcile
 from orchestrator.source.doctor import preflight as _check_source
 
 __all__ = [
