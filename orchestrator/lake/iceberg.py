@@ -44,9 +44,14 @@ FIELD_ID = b"PARQUET:field_id"
 RUN_ID, VERSION, POSITION = "tidemark.run-id", "tidemark.version", "tidemark.position"
 #: The publish attempt that wrote the snapshot's new files (`storage.attempt_tag`).
 ATTEMPT = "tidemark.attempt"
-#: Table properties set at creation: old metadata files are deleted as new ones are written.
+#: A commit that lost the catalog's compare-and-swap fails: pyiceberg would otherwise (4 times by
+#: default) rebuild it on the newer table and commit it there, a stale writer's version landing on
+#: top of its successor's (`iceberg_commit.commit_version`).
+NO_COMMIT_RETRIES = {TableProperties.COMMIT_NUM_RETRIES: "0"}
+#: Table properties set at creation: old metadata files are deleted as new ones are written; no
+#: commit retried on a newer table.
 _TABLE_PROPERTIES = {TableProperties.METADATA_DELETE_AFTER_COMMIT_ENABLED: "true",
-                     TableProperties.METADATA_PREVIOUS_VERSIONS_MAX: "10"}
+                     TableProperties.METADATA_PREVIOUS_VERSIONS_MAX: "10", **NO_COMMIT_RETRIES}
 
 
 def catalog_properties(config: PipelineConfig) -> dict[str, str]:

@@ -26,6 +26,7 @@ from pyiceberg.table.update.snapshot import UpdateSnapshot, _OverwriteFiles
 from orchestrator.lake import iceberg_tx, storage
 from orchestrator.lake.iceberg import (
     ATTEMPT,
+    NO_COMMIT_RETRIES,
     POSITION,
     RUN_ID,
     VERSION,
@@ -86,11 +87,12 @@ def commit_version(catalog: Catalog, table: str, tdir: str, files: Sequence[str]
     if prepared is None:
         done = find_run(catalog, table, run_id)
         prepared = catalog.load_table(table)
-        guard()
         if done is not None:
+            guard()
             return done.entry
-    else:
-        guard()
+    if isinstance(prepared, Table):
+        prepared = _without_commit_retries(prepared)
+    guard()
     tx: Transaction
     match prepared:
         case CreateTableTransaction():  # the staged table's file IO (pyiceberg keeps it private)
@@ -108,6 +110,16 @@ def commit_version(catalog: Catalog, table: str, tdir: str, files: Sequence[str]
              current.snapshot_id, version, len(set(wanted) - listed.keys()), len(listed.keys() - set(wanted)),
              "; the table created with it" if isinstance(prepared, CreateTableTransaction) else "")
     return entry(catalog, table, iceberg, current.snapshot_id)
+
+
+def _without_commit_retries(table: Table) -> Table:
+    """``table`` with `iceberg.NO_COMMIT_RETRIES` set (a table created before it was set at
+    creation gets it in a commit of its own, once: a commit without a snapshot is never retried)."""
+    if all(table.properties.get(k) == v for k, v in NO_COMMIT_RETRIES.items()):
+        return table
+    with table.transaction() as tx:
+        tx.set_properties(NO_COMMIT_RETRIES)
+    return table
 
 
 def _stage_files(tx: Transaction, io: FileIO, properties: dict[str, str], listed: dict[str, DataFile],

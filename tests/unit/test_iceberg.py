@@ -234,3 +234,24 @@ def test_metadata_files_of_expired_snapshots_are_deleted(tmp_path: Path) -> None
     rows = con.execute("SELECT count(*) FROM iceberg_scan(?)", [previous["metadata_location"]]).fetchall()
     con.close()
     assert rows == [(70,)], "the kept previous version still reads through its own metadata file"
+
+
+def test_a_commit_that_lost_the_race_fails_instead_of_landing_on_the_newer_table(tmp_path: Path) -> None:
+    """A writer holding the table as it was (a stale process) commits after another version
+    landed: the catalog's compare-and-swap refuses it, and it is not retried on top of the newer
+    snapshot (pyiceberg retries a failed commit by default)."""
+    from pyiceberg.exceptions import CommitFailedException
+
+    from orchestrator.lake.iceberg_commit import commit_version
+
+    config = config_for(tmp_path, keep=5)
+    publish(config, tmp_path, 1)
+    stale = iceberg.open_catalog(config).load_table("db.t")
+    assert stale.properties["commit.retry.num-retries"] == "0"
+    publish(config, tmp_path, 2)  # the successor's version
+    tdir = str(tmp_path / "lake" / "db" / "t")
+    with pytest.raises(CommitFailedException):
+        commit_version(iceberg.open_catalog(config), "db.t", tdir, [], version=3, run_id="stale",
+                       position=BinlogPosition("binlog.000003", 4), attempt="a", prepared=stale)
+    table = iceberg.open_catalog(config).load_table("db.t")
+    assert [s.summary["tidemark.version"] for s in table.snapshots() if s.summary] == ["1", "2"]
