@@ -90,9 +90,9 @@ def commit_version(catalog: Catalog, table: str, tdir: str, files: Sequence[str]
         if done is not None:
             guard()
             return done.entry
+    guard()  # before any write: a process that lost the lock commits nothing, not even a property
     if isinstance(prepared, Table):
         prepared = _without_commit_retries(prepared)
-    guard()
     tx: Transaction
     match prepared:
         case CreateTableTransaction():  # the staged table's file IO (pyiceberg keeps it private)

@@ -255,3 +255,17 @@ def test_a_commit_that_lost_the_race_fails_instead_of_landing_on_the_newer_table
                        position=BinlogPosition("binlog.000003", 4), attempt="a", prepared=stale)
     table = iceberg.open_catalog(config).load_table("db.t")
     assert [s.summary["tidemark.version"] for s in table.snapshots() if s.summary] == ["1", "2"]
+
+
+def test_a_table_created_with_commit_retries_gets_none_at_its_next_publish(tmp_path: Path) -> None:
+    """A table an earlier release created (pyiceberg's default retries) is set to 0 once, in a
+    commit of its own, and its next version publishes as before."""
+    config = config_for(tmp_path, keep=5)
+    publish(config, tmp_path, 1)
+    with iceberg.open_catalog(config).load_table("db.t").transaction() as tx:
+        tx.set_properties({"commit.retry.num-retries": "4"})
+    publish(config, tmp_path, 2)
+    table = iceberg.open_catalog(config).load_table("db.t")
+    assert table.properties["commit.retry.num-retries"] == "0"
+    assert [s.summary["tidemark.version"] for s in table.snapshots() if s.summary] == ["1", "2"]
+    assert by_id(pyiceberg_table(config, "db.t").to_pylist()) == by_id(rows_of(2))
