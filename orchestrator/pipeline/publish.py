@@ -70,6 +70,7 @@ from orchestrator.lake.manifest import (
     version_uri,
 )
 from orchestrator.lake.writer import VersionWriter, data_file, read_published, write_files
+from orchestrator.pipeline import publish_workers
 from orchestrator.pipeline.context import (
     open_store,
     position,
@@ -78,7 +79,7 @@ from orchestrator.pipeline.context import (
     table_dir,
     table_info,
 )
-from orchestrator.pipeline.failed import TablesFailed, fail_table, failures, table_failure
+from orchestrator.pipeline.failed import TablesFailed, fail_table, failures
 from orchestrator.positions import BinlogPosition
 from orchestrator.runtime import faults
 from orchestrator.schema.tables import TableInfo
@@ -332,7 +333,8 @@ class Published:
 def publish(config: PipelineConfig, run_id: str, *, holder: str) -> list[Published]:
     """Write versions, switch manifests, checkpoint tables, finish the run, release the lock.
 
-    The Iceberg catalog is opened once; the tables' checkpoints are recorded `RECORD_TABLES` at a
+    Many tables are published by worker processes, one per core (`publish_workers`), each
+    opening the Iceberg catalog once; the tables' checkpoints are recorded `RECORD_TABLES` at a
     time in one transaction (a table switched but not recorded yet is found published by the
     rerun, which records it).
 
@@ -347,21 +349,21 @@ def publish(config: PipelineConfig, run_id: str, *, holder: str) -> list[Publish
         for record in records:
             if record.status not in ("failed", "reconciled", "published"):
                 raise RunFailed(f"table {record.table} is {record.status}, not reconciled; rerun to resume")
-        todo = [r for r in records if r.status == "reconciled"]
-        catalog = iceberg.open_catalog(config) if todo else None
+        todo = [(r, position(r.info.get("captured_to") or run.high_position))
+                for r in records if r.status == "reconciled"]
         done: list[tuple[TableCheckpoint, bool]] = []
-        for record in todo:
-            try:
-                done.append(_publish_one(config, store, run_id, record,
-                                         position(record.info.get("captured_to") or run.high_position), catalog))
-            except Exception as exc:  # one table's own trouble fails that table alone
-                if (reason := table_failure(exc)) is None:
-                    if not isinstance(exc, StateError):  # the tables switched so far are recorded
-                        _record(store, run_id, done)
-                    raise
-                fail_table(store, run_id, record.table, "publish", reason)
-            if len(done) >= RECORD_TABLES:
-                done = _record(store, run_id, done)
+        try:
+            for outcome in publish_workers.publish_each(config, run_id, todo, _publish_one, store.check_fence):
+                if outcome.checkpoint is None:
+                    fail_table(store, run_id, outcome.table, "publish", outcome.reason or "unknown")
+                    continue
+                done.append((outcome.checkpoint, outcome.changed))
+                if len(done) >= RECORD_TABLES:
+                    done = _record(store, run_id, done)
+        except Exception as exc:
+            if not isinstance(exc, StateError):  # the tables switched so far are recorded
+                _record(store, run_id, done)
+            raise
         _record(store, run_id, done)
         published = _all_published(config, store, run_id)
         failed = failures(store, run_id)
@@ -379,7 +381,7 @@ def publish(config: PipelineConfig, run_id: str, *, holder: str) -> list[Publish
         store.close()
 
 
-def _publish_one(config: PipelineConfig, store: StateStore, run_id: str, record: RunTableRecord,
+def _publish_one(config: PipelineConfig, guard: Callable[[], None], run_id: str, record: RunTableRecord,
                  high: BinlogPosition, catalog: Catalog | None) -> tuple[TableCheckpoint, bool]:
     """Publish one reconciled table at ``high``; returns its checkpoint (recorded by the caller)
     and whether this run published a new version.
@@ -387,7 +389,7 @@ def _publish_one(config: PipelineConfig, store: StateStore, run_id: str, record:
     A table without changes keeps its version (and the run and time that published it); its
     checkpoint moves on all the same: lag and the next run start from ``high``."""
     manifest = publish_table(config, table_info(record), tuple(record.chunk_key),
-                             reconciled_dir(config, record), high, run_id, guard=store.check_fence, catalog=catalog)
+                             reconciled_dir(config, record), high, run_id, guard=guard, catalog=catalog)
     faults.point("publish.files_written")
     changed = manifest["run_id"] == run_id
     checkpoint = TableCheckpoint(

@@ -11,6 +11,10 @@ written, not yet checkpointed), ``reconcile.table_done``, ``publish.file_moved``
 data file moved into a table's ``data/``), ``publish.iceberg_committed``,
 ``publish.files_written``, ``publish.table_done``, ``capture.reading`` (before the binlog
 is opened).
+
+In a worker process of the run (publish's, `orchestrator.pipeline.publish_workers`), set up
+by `forked`, a failpoint acts on the run: a crash kills the run's process first (its other
+workers die with it), a stop stops it too, then the worker itself.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ import signal
 import threading
 
 _passed: dict[str, int] = {}
+#: In a worker process: the run's process, which a failpoint kills or stops first (`forked`).
+_run_pid: int | None = None
 
 #: Held while a failpoint stops the process, and by the lease's heartbeat around its renewal
 #: (`orchestrator.state.lease`): a test's pause never leaves a state-store transaction open.
@@ -37,8 +43,16 @@ def point(name: str) -> None:
     _passed[name] = _passed.get(name, 0) + 1
     if _passed[name] != int(count or 1):  # the n-th pass only (a retried step passes again)
         return
-    if action == "stop":
-        with QUIET:
-            os.kill(os.getpid(), signal.SIGSTOP)
-    else:
-        os.kill(os.getpid(), signal.SIGKILL)
+    sig = signal.SIGSTOP if action == "stop" else signal.SIGKILL
+    with QUIET:
+        if _run_pid is not None:
+            os.kill(_run_pid, sig)
+        os.kill(os.getpid(), sig)
+
+
+def forked(run_pid: int) -> None:
+    """In a process forked from the run ``run_pid``: failpoints act on the run as well, and
+    `QUIET` is a lock of this process's own (another thread of the run may have held it at the fork)."""
+    global QUIET, _run_pid
+    QUIET = threading.Lock()
+    _run_pid = run_pid

@@ -150,6 +150,22 @@ class Lease:
                 log.warning("could not renew %s at the end of the step: %s", self.fence, exc)
 
 
+def forked(pipeline: str, url: str) -> None:
+    """In a process forked from the lock's holder (publish's workers): the holder's lease, checked
+    and renewed through a store of this process's own (a database connection is never shared
+    across a fork) and without a heartbeat of its own (the holder's keeps the lock alive; a check
+    here renews it when half the lease passed since this process last confirmed it). ``url``: the
+    state store's (`state.url`)."""
+    global _HELD_LOCK
+    _HELD_LOCK = threading.Lock()  # another thread of the holder may have held it at the fork
+    holder = _HELD.get(pipeline)
+    if holder is None:
+        return
+    lease = Lease(StateStore(url), holder.fence)
+    lease._confirmed, lease._lost, lease._released = holder._confirmed, holder._lost, holder._released
+    _HELD[pipeline] = lease
+
+
 def held(pipeline: str) -> Lease | None:
     """The lease this process holds on ``pipeline``'s lock, if any."""
     with _HELD_LOCK:

@@ -1,0 +1,189 @@
+"""Publish's worker processes: the tables of a run published on every core.
+
+A table's publish is mostly pyiceberg's Python (metadata built and written, Avro manifests),
+a few milliseconds of one core each, so a run of many tables publishes them in worker
+processes forked from the run, as many as it has cores (`workers`, at most `MAX_WORKERS`),
+each table in one worker from start to end. What stays the run's:
+
+- the state store's records: workers only return each table's checkpoint or its own failure
+  (`Outcome`), which the run records as before (`publish.publish`);
+- the pipeline lock: a worker checks the run's lease before every write, as the run does,
+  through a store of its own (`orchestrator.state.lease.forked`); the run checks it while
+  it waits. A lost lock, a failed table the run cannot go on without, or a worker gone
+  stops every worker where it is (killed: a table boundary is not waited for, a stale
+  writer's files are never trusted, docs/design.md "One writer") and fails the run;
+- the log: a worker's log records are handed to the run with its outcome and logged there;
+- life: a worker dies with the run (``PR_SET_PDEATHSIG``), and a failpoint in a worker
+  acts on the run (`orchestrator.runtime.faults.forked`).
+
+Workers are forked, not spawned: a spawned interpreter would import pyiceberg and pyarrow
+again (over a second), more than a run of a few hundred small tables spends publishing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import multiprocessing
+import os
+import signal
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from typing import Any
+
+from pyiceberg.catalog import Catalog
+
+from orchestrator.config import PipelineConfig
+from orchestrator.lake import iceberg
+from orchestrator.pipeline.context import open_store
+from orchestrator.pipeline.failed import table_failure
+from orchestrator.positions import BinlogPosition
+from orchestrator.runtime import faults
+from orchestrator.state import lease
+from orchestrator.state.store import RunTableRecord, TableCheckpoint
+
+log = logging.getLogger(__name__)
+
+#: Workers at most, whatever the cores: past a few, the catalog's commits (one database) queue.
+MAX_WORKERS = 4
+#: Seconds between the run's checks of its lease while it waits for its workers.
+CHECK_SECONDS = 1.0
+
+#: Publishes one table: (config, guard, run id, record, position, catalog) -> (checkpoint, changed).
+PublishOne = Callable[[PipelineConfig, Callable[[], None], str, RunTableRecord, BinlogPosition,
+                       Catalog | None], tuple[TableCheckpoint, bool]]
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """A table's publish: its checkpoint and whether this run changed it, or its own failure."""
+
+    table: str
+    checkpoint: TableCheckpoint | None = None
+    changed: bool = False
+    reason: str | None = None  # the table failed on its own (`table_failure`): the run goes on
+    logs: tuple[logging.LogRecord, ...] = ()
+
+
+def workers(tables: int) -> int:
+    """How many processes publish ``tables`` tables: the cores this process may use, at most
+    `MAX_WORKERS` and one per table; 1 means the run publishes them itself."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, MAX_WORKERS, tables))
+
+
+def publish_each(config: PipelineConfig, run_id: str, todo: Sequence[tuple[RunTableRecord, BinlogPosition]],
+                 one: PublishOne, guard: Callable[[], None]) -> Iterator[Outcome]:
+    """Publish every table of ``todo`` at its position with ``one``; each `Outcome` as it ends.
+
+    ``guard`` is the run's fence check (`StateStore.check_fence`). An exception that is not a
+    table's own failure ends the iteration (every worker killed) and is raised."""
+    count = workers(len(todo))
+    if count == 1:
+        catalog = iceberg.open_catalog(config) if todo else None
+        for record, high in todo:
+            yield _publish(one, config, guard, run_id, record, high, lambda: catalog)
+        return
+    log.info("publishing %d tables in %d worker processes", len(todo), count)
+    pool = ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("fork"),
+                               initializer=_start_worker, initargs=(config, os.getpid()))
+    finished = False
+    try:
+        pending: set[Future[Outcome]] = {pool.submit(_in_worker, one, run_id, record, high) for record, high in todo}
+        while pending:
+            done, pending = wait(pending, timeout=CHECK_SECONDS, return_when=FIRST_COMPLETED)
+            guard()  # a lost lock stops the workers too
+            for future in done:
+                outcome = future.result()
+                for line in outcome.logs:
+                    logging.getLogger(line.name).handle(line)
+                yield outcome
+        finished = True
+    finally:
+        if not finished:
+            _kill(pool)
+        pool.shutdown(wait=finished, cancel_futures=True)
+
+
+def _publish(one: PublishOne, config: PipelineConfig, guard: Callable[[], None], run_id: str,
+             record: RunTableRecord, high: BinlogPosition, catalog: Callable[[], Catalog | None]) -> Outcome:
+    """``one`` table; its own failure as an `Outcome`, anything else raised."""
+    try:
+        checkpoint, changed = one(config, guard, run_id, record, high, catalog())
+    except Exception as exc:  # one table's own trouble fails that table alone
+        if (reason := table_failure(exc)) is None:
+            raise
+        return Outcome(record.table, reason=reason)
+    return Outcome(record.table, checkpoint, changed)
+
+
+def _kill(pool: ProcessPoolExecutor) -> None:
+    """Kill the pool's workers where they are (a stopped one too: SIGKILL needs no SIGCONT)."""
+    processes = getattr(pool, "_processes", None) or {}  # Python 3.14 has pool.kill_workers()
+    for process in list(processes.values()):
+        if process.is_alive():
+            process.kill()
+
+
+# --------------------------------------------------------------------------- in a worker
+
+#: A worker's own: the config, its catalog (opened at its first table), its fence check and
+#: the log records of the table in hand.
+_worker: dict[str, Any] = {}
+
+
+class _Kept(logging.Handler):
+    """Keeps a worker's log records for the run to log (their messages formatted: picklable)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        record.msg, record.args = record.getMessage(), None
+        if record.exc_info:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+            record.exc_info = None
+        self.records.append(record)
+
+
+def _start_worker(config: PipelineConfig, run_pid: int) -> None:
+    _die_with(run_pid)
+    faults.forked(run_pid)
+    lease.forked(config.pipeline, config.state.url)
+    kept = _Kept()
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    root.addHandler(kept)
+    store = open_store(config)
+    _worker.update(config=config, kept=kept, guard=store.check_fence, catalog=None)
+
+
+def _catalog() -> Catalog:
+    if _worker["catalog"] is None:
+        _worker["catalog"] = iceberg.open_catalog(_worker["config"])
+    catalog: Catalog = _worker["catalog"]
+    return catalog
+
+
+def _in_worker(one: PublishOne, run_id: str, record: RunTableRecord, high: BinlogPosition) -> Outcome:
+    kept: _Kept = _worker["kept"]
+    kept.records = []
+    outcome = _publish(one, _worker["config"], _worker["guard"], run_id, record, high, _catalog)
+    return Outcome(outcome.table, outcome.checkpoint, outcome.changed, outcome.reason, tuple(kept.records))
+
+
+def _die_with(run_pid: int) -> None:
+    """Be killed when the run dies (Linux ``prctl(PR_SET_PDEATHSIG)``): a worker never outlives it."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the pool's own checks end orphans
+        return
+    if os.getppid() != run_pid:  # the run died before the call
+        os._exit(1)
