@@ -9,9 +9,9 @@ each table in one worker from start to end. What stays the run's:
   (`Outcome`), which the run records as before (`publish.publish`);
 - the pipeline lock: a worker checks the run's lease before every write, as the run does,
   through a store of its own (`orchestrator.state.lease.forked`); the run checks it while
-  it waits. A lost lock, a failed table the run cannot go on without, or a worker gone
-  stops every worker where it is (killed: a table boundary is not waited for, a stale
-  writer's files are never trusted, docs/design.md "One writer") and fails the run;
+  it waits. A lost lock, an error that fails the run (not one table's own), or a worker
+  gone kills every worker where it is (no table boundary is waited for: files a stopped
+  writer leaves are never trusted, docs/design.md "One writer") and fails the run;
 - the log: a worker's log records are handed to the run with its outcome and logged there;
 - life: a worker dies with the run (``PR_SET_PDEATHSIG``), and a failpoint in a worker
   acts on the run (`orchestrator.runtime.faults.forked`).
@@ -29,12 +29,14 @@ import os
 import signal
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any
 
 from pyiceberg.catalog import Catalog
 
 from orchestrator.config import PipelineConfig
+from orchestrator.errors import RunFailed
 from orchestrator.lake import iceberg
 from orchestrator.pipeline.context import open_store
 from orchestrator.pipeline.failed import table_failure
@@ -98,7 +100,12 @@ def publish_each(config: PipelineConfig, run_id: str, todo: Sequence[tuple[RunTa
             done, pending = wait(pending, timeout=CHECK_SECONDS, return_when=FIRST_COMPLETED)
             guard()  # a lost lock stops the workers too
             for future in done:
-                outcome = future.result()
+                try:
+                    outcome = future.result()
+                except BrokenProcessPool as exc:
+                    raise RunFailed("a publish worker process died (killed from outside: out of memory?); "
+                                    "the tables it had published are kept, and `tidemark run` resumes "
+                                    "with the others") from exc
                 for line in outcome.logs:
                     logging.getLogger(line.name).handle(line)
                 yield outcome

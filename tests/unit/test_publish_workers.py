@@ -1,0 +1,88 @@
+"""Publish's worker processes (`orchestrator.pipeline.publish_workers`), with a stand-in for a
+table's publish: what the run gets back from its workers, and what stops them."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from pyiceberg.catalog import Catalog
+
+from orchestrator.config import PipelineConfig, parse_config
+from orchestrator.errors import RunFailed
+from orchestrator.pipeline import publish_workers
+from orchestrator.positions import BinlogPosition
+from orchestrator.state.store import RunTableRecord, TableCheckpoint
+
+TABLES = [f"db.t{i}" for i in range(6)]
+
+if publish_workers.workers(len(TABLES)) == 1:
+    pytest.skip("one core: no workers", allow_module_level=True)
+
+
+def config_for(tmp_path: Path) -> PipelineConfig:
+    return parse_config({
+        "pipeline": "p", "source": {"host": "h", "user": "u", "server_id": 1},
+        "output": {"path": str(tmp_path / "lake")}, "state": {"url": f"sqlite:///{tmp_path / 'state.db'}"},
+        "tables": [{"name": "db.*"}]}, check_env=False)
+
+
+def todo() -> list[tuple[RunTableRecord, BinlogPosition]]:
+    return [(RunTableRecord("run-1", t, "snapshot", "reconciled", None, ["id"], {}, None, None),
+             BinlogPosition("binlog.000001", 4 + i)) for i, t in enumerate(TABLES)]
+
+
+def stand_in(config: PipelineConfig, guard: Callable[[], None], run_id: str, record: RunTableRecord,
+             high: BinlogPosition, catalog: Catalog | None) -> tuple[TableCheckpoint, bool]:
+    """Publishes nothing: logs, then fails or dies as the table's name says."""
+    guard()
+    time.sleep(0.2)  # both workers get tables
+    logging.getLogger("tidemark.test").info("table %s published by pid %d", record.table, os.getpid())
+    if record.table == "db.t2":
+        raise RunFailed("table db.t2: its own trouble")
+    if record.table == "db.t4" and os.environ.get("TEST_WORKER_DIES"):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return TableCheckpoint(config.pipeline, record.table, 1, high.to_json(), 10, "m", run_id,
+                           dt.datetime.now(dt.UTC)), True
+
+
+def test_outcomes_come_back_with_their_logs(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    outcomes = {o.table: o for o in publish_workers.publish_each(config_for(tmp_path), "run-1", todo(), stand_in,
+                                                                 lambda: None)}
+    assert set(outcomes) == set(TABLES)
+    assert outcomes["db.t2"].checkpoint is None and outcomes["db.t2"].reason == "table db.t2: its own trouble"
+    for record, high in todo():
+        if record.table != "db.t2":
+            checkpoint = outcomes[record.table].checkpoint
+            assert checkpoint is not None and checkpoint.position == high.to_json()
+    pids = {int(r.getMessage().rsplit(" ", 1)[1]) for r in caplog.records if r.name == "tidemark.test"}
+    assert len(pids) == 2 and os.getpid() not in pids, "two workers, not the run itself, published them"
+    logged = {r.getMessage().split()[1] for r in caplog.records if r.name == "tidemark.test"}
+    assert logged == set(TABLES), "every worker's log line reached the run's log"
+
+
+def test_a_worker_killed_from_outside_fails_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TEST_WORKER_DIES", "1")
+    with pytest.raises(RunFailed, match="a publish worker process died"):
+        list(publish_workers.publish_each(config_for(tmp_path), "run-1", todo(), stand_in, lambda: None))
+
+
+def test_the_run_losing_its_lock_stops_the_workers(tmp_path: Path) -> None:
+    class Lost(Exception):
+        pass
+
+    def guard() -> None:
+        raise Lost("lost the lock")
+
+    seen = []
+    with pytest.raises(Lost):
+        for outcome in publish_workers.publish_each(config_for(tmp_path), "run-1", todo(), stand_in, guard):
+            seen.append(outcome)
+    assert seen == [], "the run checks its lock before it takes any worker's outcome"
