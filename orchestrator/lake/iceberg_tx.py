@@ -11,12 +11,21 @@ it is kept until either is replaced (its ``last-updated-ms``, the time of the fi
 is not what the catalog commits: the catalog applies the updates to the table it loads).
 pyiceberg's metadata models are frozen and its code derives new ones rather than changing
 them, so sharing one between the reads is safe.
+
+`remember_factory_checks` removes the other half of that waste, pydantic's (2.14): building a
+model without validation (``model_construct``, which pyiceberg uses for every new table's
+metadata) asks, for each field with a default factory, whether the factory takes the validated
+data, by ``inspect.signature`` (through the tokenizer for built-in factories like ``list``),
+every time: about 2 ms of a new table's commit. The answer depends only on the factory, so it
+is remembered per factory. (pydantic fixed this for private attributes only, pydantic#13376.)
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from pydantic._internal import _fields
 from pyiceberg.table import CreateTableTransaction, Table, Transaction
 from pyiceberg.table.metadata import TableMetadata
 
@@ -48,3 +57,27 @@ def create_transaction(created: CreateTableTransaction) -> CreateTableTransactio
     """``created`` (`Catalog.create_table_transaction`, nothing staged yet), building its staged
     metadata once per change: the same staged table, its creation's changes staged again."""
     return _CreateOnce(created._table)  # type: ignore[arg-type]  # a StagedTable
+
+
+def remember_factory_checks() -> None:
+    """pydantic's check whether a default factory takes the validated data, remembered per factory
+    (see the module docstring). Idempotent; a pydantic without the function is left as it is."""
+    original = getattr(_fields, "takes_validated_data_argument", None)
+    if original is None or getattr(original, "remembered", False):
+        return
+    known: dict[Any, bool] = {}
+
+    def check(factory: Callable[..., Any]) -> bool:
+        try:
+            return known[factory]
+        except KeyError:
+            answer = known[factory] = bool(original(factory))
+            return answer
+        except TypeError:  # an unhashable factory: asked every time, as before
+            return bool(original(factory))
+
+    check.remembered = True  # type: ignore[attr-defined]
+    setattr(_fields, "takes_validated_data_argument", check)  # noqa: B010  # replaces the module function
+
+
+remember_factory_checks()

@@ -366,17 +366,22 @@ def recover_atomic(uri: str, fs: pafs.FileSystem | None = None) -> bool:
 
 
 def _write_atomic_local(target: Path, data: bytes) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex}"
     try:
-        with open(tmp, "wb") as out:
+        out = open(tmp, "wb")  # noqa: SIM115  # closed below
+    except FileNotFoundError:  # the directory is made on the first write into it
+        target.parent.mkdir(parents=True, exist_ok=True)
+        out = open(tmp, "wb")  # noqa: SIM115
+    try:
+        with out:
             out.write(data)
             out.flush()
             os.fsync(out.fileno())
         os.replace(tmp, target)
-    finally:
+    except BaseException:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
+        raise
     fd = os.open(target.parent, os.O_RDONLY)
     try:
         os.fsync(fd)
