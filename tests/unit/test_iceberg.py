@@ -269,3 +269,23 @@ def test_a_table_created_with_commit_retries_gets_none_at_its_next_publish(tmp_p
     assert table.properties["commit.retry.num-retries"] == "0"
     assert [s.summary["tidemark.version"] for s in table.snapshots() if s.summary] == ["1", "2"]
     assert by_id(pyiceberg_table(config, "db.t").to_pylist()) == by_id(rows_of(2))
+
+
+def test_pydantic_asks_a_default_factory_its_signature_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pydantic._internal import _fields, _typing_extra
+
+    from orchestrator.lake import iceberg_tx
+
+    asked: list[object] = []
+    signature = _typing_extra.signature_no_eval
+    monkeypatch.setattr(_typing_extra, "signature_no_eval", lambda f: asked.append(f) or signature(f))
+
+    def takes_data(data: dict[str, object]) -> list[object]:
+        return []
+
+    iceberg_tx.remember_factory_checks()  # idempotent
+    for _ in range(3):
+        assert _fields.takes_validated_data_argument(takes_data) is True
+        assert _fields.takes_validated_data_argument(dict) is False
+    assert asked.count(takes_data) == 1, asked
+    assert asked.count(dict) <= 1, asked  # dict: perhaps asked before this test
