@@ -63,7 +63,7 @@ def test_outcomes_come_back_with_their_logs(tmp_path: Path, caplog: pytest.LogCa
             checkpoint = outcomes[record.table].checkpoint
             assert checkpoint is not None and checkpoint.position == high.to_json()
     pids = {int(r.getMessage().rsplit(" ", 1)[1]) for r in caplog.records if r.name == "tidemark.test"}
-    assert len(pids) == 2 and os.getpid() not in pids, "two workers, not the run itself, published them"
+    assert len(pids) >= 2 and os.getpid() not in pids, "workers, not the run itself, published them"
     logged = {r.getMessage().split()[1] for r in caplog.records if r.name == "tidemark.test"}
     assert logged == set(TABLES), "every worker's log line reached the run's log"
 
