@@ -289,3 +289,25 @@ def test_pydantic_asks_a_default_factory_its_signature_once(monkeypatch: pytest.
         assert _fields.takes_validated_data_argument(dict) is False
     assert asked.count(takes_data) == 1, asked
     assert asked.count(dict) <= 1, asked  # dict: perhaps asked before this test
+
+
+def test_a_data_file_is_listed_as_pyiceberg_lists_it(tmp_path: Path) -> None:
+    from pyiceberg.io.pyarrow import parquet_file_to_data_file
+
+    from orchestrator.errors import RunFailed
+    from orchestrator.lake.iceberg_commit import data_file
+
+    config = config_for(tmp_path)
+    publish(config, tmp_path, 3)
+    table = iceberg.open_catalog(config).load_table("db.t")
+    [listed] = iceberg.data_files(table)
+    ours = data_file(table.io, table.metadata, listed.file_path)
+    theirs = parquet_file_to_data_file(table.io, table.metadata, listed.file_path)
+    assert ours == theirs and ours.record_count == 15
+    assert ours.lower_bounds and ours.lower_bounds == listed.lower_bounds  # the statistics are there
+
+    other = tmp_path / "other.parquet"  # the same columns, no field IDs
+    pq.write_table(pq.read_table(listed.file_path.removeprefix("file://")).replace_schema_metadata(None).cast(
+        pa.schema([f.remove_metadata() for f in pq.read_schema(listed.file_path.removeprefix("file://"))])), other)
+    with pytest.raises(RunFailed, match="not the Iceberg table's"):
+        data_file(table.io, table.metadata, str(other))
