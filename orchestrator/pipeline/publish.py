@@ -80,6 +80,7 @@ from orchestrator.pipeline.context import (
     table_info,
 )
 from orchestrator.pipeline.failed import TablesFailed, fail_table, failures
+from orchestrator.pipeline.reconcile_kept import is_kept
 from orchestrator.positions import BinlogPosition
 from orchestrator.runtime import faults
 from orchestrator.schema.tables import TableInfo
@@ -351,15 +352,20 @@ def publish(config: PipelineConfig, run_id: str, *, holder: str) -> list[Publish
                 raise RunFailed(f"table {record.table} is {record.status}, not reconciled; rerun to resume")
         todo = [(r, position(r.info.get("captured_to") or run.high_position))
                 for r in records if r.status == "reconciled"]
+        # Tables without a change only have their checkpoints moved: published here, no worker.
+        kept = [t for t in todo if is_kept(reconciled_dir(config, t[0]))]
+        changed = [t for t in todo if not is_kept(reconciled_dir(config, t[0]))]
         done: list[tuple[TableCheckpoint, bool]] = []
         try:
-            for outcome in publish_workers.publish_each(config, run_id, todo, _publish_one, store.check_fence):
-                if outcome.checkpoint is None:
-                    fail_table(store, run_id, outcome.table, "publish", outcome.reason or "unknown")
-                    continue
-                done.append((outcome.checkpoint, outcome.changed))
-                if len(done) >= RECORD_TABLES:
-                    done = _record(store, run_id, done)
+            for group, workers in ((kept, False), (changed, True)):
+                for outcome in publish_workers.publish_each(config, run_id, group, _publish_one, store.check_fence,
+                                                            workers=workers):
+                    if outcome.checkpoint is None:
+                        fail_table(store, run_id, outcome.table, "publish", outcome.reason or "unknown")
+                        continue
+                    done.append((outcome.checkpoint, outcome.changed))
+                    if len(done) >= RECORD_TABLES:
+                        done = _record(store, run_id, done)
         except Exception as exc:
             if not isinstance(exc, StateError):  # the tables switched so far are recorded
                 _record(store, run_id, done)

@@ -2,7 +2,7 @@
 
 A table's publish is mostly pyiceberg's Python (metadata built and written, Avro manifests),
 a few milliseconds of one core each, so a run of many tables publishes them in worker
-processes forked from the run (`workers`: two per core, at most `MAX_WORKERS`),
+processes forked from the run (`worker_count`: two per core, at most `MAX_WORKERS`),
 each table in one worker from start to end. What stays the run's:
 
 - the state store's records: workers only return each table's checkpoint or its own failure
@@ -72,7 +72,7 @@ class Outcome:
     logs: tuple[logging.LogRecord, ...] = ()
 
 
-def workers(tables: int) -> int:
+def worker_count(tables: int) -> int:
     """How many processes publish ``tables`` tables: `PER_CORE` per core this process may use, at
     most `MAX_WORKERS` and one per table; 1 means the run publishes them itself."""
     try:
@@ -83,12 +83,13 @@ def workers(tables: int) -> int:
 
 
 def publish_each(config: PipelineConfig, run_id: str, todo: Sequence[tuple[RunTableRecord, BinlogPosition]],
-                 one: PublishOne, guard: Callable[[], None]) -> Iterator[Outcome]:
+                 one: PublishOne, guard: Callable[[], None], *, workers: bool = True) -> Iterator[Outcome]:
     """Publish every table of ``todo`` at its position with ``one``; each `Outcome` as it ends.
 
-    ``guard`` is the run's fence check (`StateStore.check_fence`). An exception that is not a
+    ``guard`` is the run's fence check (`StateStore.check_fence`); ``workers``: False publishes
+    in this process (tables without a change: nothing to spread). An exception that is not a
     table's own failure ends the iteration (every worker killed) and is raised."""
-    count = workers(len(todo))
+    count = worker_count(len(todo)) if workers else 1
     if count == 1:
         catalog = iceberg.open_catalog(config) if todo else None
         for record, high in todo:

@@ -37,8 +37,20 @@ def unchanged_plan(config: PipelineConfig, record: RunTableRecord) -> VersionPla
     return VersionPlan(manifest["version"], (), tuple(layout.planned(r, r["file"], True) for r in ranges))
 
 
+_KEPT = "_kept-"
+
+
 def _batch_dir(config: PipelineConfig, run_id: str) -> str:
-    return run_dir(config, run_id, "reconciled", f"_kept-{storage.attempt_tag()}")
+    return run_dir(config, run_id, "reconciled", f"{_KEPT}{storage.attempt_tag()}")
+
+
+def is_kept(reconciled_dir: str) -> bool:
+    """Whether ``reconciled_dir`` names a table's plan in a batch of tables without a change.
+
+    >>> is_kept("/s/run/reconciled/_kept-1a2b3c4d/shop.orders"), is_kept("/s/run/reconciled/shop.orders-1a2b3c4d")
+    (True, False)
+    """
+    return storage.basename(storage.parent(reconciled_dir)).startswith(_KEPT)
 
 
 @dataclass

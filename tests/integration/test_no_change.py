@@ -61,6 +61,8 @@ def test_a_killed_run_resumes_from_the_shared_plans_of_tables_without_change(
     resumed = tidemark(path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"resuming unfinished run {run.run_id}" in resumed.stdout
+    # Tables without a change only move their checkpoints: no worker process is started for them.
+    assert "worker processes" not in resumed.stdout, resumed.stdout[-3000:]
     after = {cp.table: cp for cp in store.table_checkpoints("nochange")}
     store.close()
     for q in QUIET:

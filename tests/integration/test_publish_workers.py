@@ -28,7 +28,7 @@ pytestmark = pytest.mark.integration
 DB = "pw_many"
 TABLES = [f"{DB}.t{i}" for i in range(8)]
 
-if publish_workers.workers(len(TABLES)) == 1:
+if publish_workers.worker_count(len(TABLES)) == 1:
     pytest.skip("one core: the run publishes its tables itself", allow_module_level=True)
 
 

@@ -22,7 +22,7 @@ from orchestrator.state.store import RunTableRecord, TableCheckpoint
 
 TABLES = [f"db.t{i}" for i in range(6)]
 
-if publish_workers.workers(len(TABLES)) == 1:
+if publish_workers.worker_count(len(TABLES)) == 1:
     pytest.skip("one core: no workers", allow_module_level=True)
 
 
