@@ -56,6 +56,8 @@ from orchestrator.schema.tables import TableInfo
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from orchestrator.pipeline.reconcile_kept import KeptPlans
+
 log = logging.getLogger(__name__)
 
 #: Change segments above this many bytes are reconciled by Spark: the driver holds the changes
@@ -101,15 +103,17 @@ def _session(spark: SparkSession | SessionFn) -> SparkSession:
 
 
 def reconcile_snapshot(spark: SparkSession | SessionFn, target: Target, chunk_dirs: Sequence[str],
-                       changes: Changes) -> int:
+                       changes: Changes, plans: KeptPlans | None = None) -> int:
     """A snapshot: the chunk files are the base; only those whose range received a change are
-    rewritten (the rest become the version's files as they are). Returns the rows at ``H``."""
+    rewritten (the rest become the version's files as they are). Returns the rows at ``H``.
+    ``plans``: the batch that takes the plan when no file is written (``target.out_dir`` is then
+    ``plans.dir_of`` the table: `orchestrator.pipeline.reconcile_kept`)."""
     base = chunk_base(chunk_dirs, target.key, target.table.name)
     if base is None:
         log.info("table %s: the chunk files' key ranges overlap in the files' order (a collation that "
                  "orders otherwise); Spark reconciles the whole table", target.table.name)
         return _whole_with_spark(_session(spark), target, list(chunk_dirs), changes, None)
-    return rewrite(spark, target, base, changes, base_version=None)
+    return rewrite(spark, target, base, changes, base_version=None, plans=plans)
 
 
 def reconcile_incremental(spark: SparkSession | SessionFn, table_info: TableInfo, key: Sequence[str],
@@ -178,9 +182,10 @@ def _choose(target: Target, segments: Sequence[str]) -> Rewriter:
 
 
 def rewrite(spark: SparkSession | SessionFn, target: Target, base: Sequence[BaseFile], changes: Changes, *,
-            base_version: int | None) -> int:
+            base_version: int | None, plans: KeptPlans | None = None) -> int:
     """Merge the changes into the base files' slots that hold changed keys; write the version's
-    new files and its `layout.VersionPlan` to ``target.out_dir``. Returns the rows at ``H``."""
+    new files and its `layout.VersionPlan` to ``target.out_dir`` (the plan to ``plans`` instead
+    when no file is written and ``plans`` is given). Returns the rows at ``H``."""
     storage.delete_tree(target.out_dir)
     segments = segment_files(changes)
     rewriter = _choose(target, segments)
@@ -202,7 +207,11 @@ def rewrite(spark: SparkSession | SessionFn, target: Target, base: Sequence[Base
     files = write_parts(target.out_dir, parts, groups, schema, target.key, batches_of,
                         shared=base_version is not None)
     plan = VersionPlan(base_version, tuple(sorted(rewritten)), tuple(files))
-    layout.write_plan(target.out_dir, plan)
+    if plans is not None and not writes:
+        assert plans.dir_of(target.table.name) == target.out_dir, "the batch names the table's reconciled dir"
+        plans.add(target.table.name, plan)
+    else:
+        layout.write_plan(target.out_dir, plan)
     used = {"none": "no change:", "local": "the driver (pyarrow)", "spark": "Spark"}[rewriter]
     kept = {r["file"] for _, r in base} & {f["file"] for f in files}
     log.info("table %s: changes fall in %d slot(s) %s; %s rewrote %d of %d file(s) (%d of %d base rows); "

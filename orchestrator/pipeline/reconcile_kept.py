@@ -10,6 +10,11 @@ reconciled; each table's reconciled dir is ``<that directory>/<table>``, never c
 change writes and fsyncs one file per batch, not a directory and a file per table, and the run's
 staging holds a few files to delete at its end. A crash before the batch is recorded leaves a
 file nothing names (the rerun reconciles those tables again under a new tag).
+
+Snapshot tables whose chunks received no change are batched the same way (`SNAPSHOTS`): their
+plan lists the chunk files, each to be moved in as a file of the first version, and nothing is
+written for them but that line of the batch's file (a first run of thousands of small tables
+fsynced a plan file per table).
 """
 
 from __future__ import annotations
@@ -38,10 +43,12 @@ def unchanged_plan(config: PipelineConfig, record: RunTableRecord) -> VersionPla
 
 
 _KEPT = "_kept-"
+#: The batches of snapshot tables that received no change (their chunk files are the version).
+SNAPSHOTS = "_plans-"
 
 
-def _batch_dir(config: PipelineConfig, run_id: str) -> str:
-    return run_dir(config, run_id, "reconciled", f"{_KEPT}{storage.attempt_tag()}")
+def _batch_dir(config: PipelineConfig, run_id: str, prefix: str) -> str:
+    return run_dir(config, run_id, "reconciled", f"{prefix}{storage.attempt_tag()}")
 
 
 def is_kept(reconciled_dir: str) -> bool:
@@ -59,16 +66,23 @@ class KeptPlans:
 
     config: PipelineConfig
     run_id: str
+    #: `_KEPT` for incremental tables without a change (`is_kept`: publish keeps their versions),
+    #: `SNAPSHOTS` for snapshot tables without a change (published as new versions).
+    prefix: str = _KEPT
     directory: str = ""  # unique to the batch: its file is written once, whole
     plans: dict[str, VersionPlan] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.directory = self.directory or _batch_dir(self.config, self.run_id)
+        self.directory = self.directory or _batch_dir(self.config, self.run_id, self.prefix)
+
+    def dir_of(self, table: str) -> str:
+        """The reconciled dir that names ``table``'s plan in this batch (once written)."""
+        return storage.join(self.directory, table)
 
     def add(self, table: str, plan: VersionPlan) -> str:
         """Take ``table``'s plan; returns the reconciled dir that names it (once written)."""
         self.plans[table] = plan
-        return storage.join(self.directory, table)
+        return self.dir_of(table)
 
     def write(self, store: StateStore) -> None:
         """Write the batch's plans (before the tables are recorded) and start a new batch."""
@@ -76,4 +90,4 @@ class KeptPlans:
             return
         store.check_fence()  # a process that lost the pipeline lock writes nothing more
         layout.write_plans(self.directory, self.plans)
-        self.directory, self.plans = _batch_dir(self.config, self.run_id), {}
+        self.directory, self.plans = _batch_dir(self.config, self.run_id, self.prefix), {}

@@ -22,7 +22,7 @@ from orchestrator.pipeline.changes import key_names
 from orchestrator.pipeline.context import open_store, run_dir, spark_session, table_dir, table_info
 from orchestrator.pipeline.failed import fail_table, table_failure
 from orchestrator.pipeline.reconcile import Target, reconcile_incremental, reconcile_snapshot
-from orchestrator.pipeline.reconcile_kept import KeptPlans, unchanged_plan
+from orchestrator.pipeline.reconcile_kept import SNAPSHOTS, KeptPlans, unchanged_plan
 from orchestrator.pipeline.segments import durable_segments
 from orchestrator.runtime import faults
 from orchestrator.state.many import RECORD_TABLES
@@ -50,10 +50,12 @@ class ReconcileResult:
 
 def _reconcile_one(config: PipelineConfig, store: StateStore, record: RunTableRecord, reconciled: str,
                    spark: SparkSession | None, changes: list[str], chunk_dirs: list[str],
-                   catalog: Callable[[], Catalog]) -> tuple[int, SparkSession | None]:
+                   catalog: Callable[[], Catalog], plans: KeptPlans | None = None
+                   ) -> tuple[int, SparkSession | None]:
     """Reconcile one captured table into ``reconciled``; returns its rows and the session
     (started if it needed one). ``changes``: its durable segments; ``chunk_dirs``: its read
-    chunks' directories (a snapshot); ``catalog``: the Iceberg catalog, opened once."""
+    chunks' directories (a snapshot); ``catalog``: the Iceberg catalog, opened once; ``plans``:
+    the batch that takes a snapshot's plan when no file is written (``reconciled`` names it)."""
     info = table_info(record)
     store.check_fence()  # a process that lost the pipeline lock writes nothing more
     started: list[SparkSession] = []
@@ -70,7 +72,7 @@ def _reconcile_one(config: PipelineConfig, store: StateStore, record: RunTableRe
     target = Target(info, key, functools.cache(lambda: iceberg.data_file_schema(config, info, catalog())),
                     reconciled, cluster=cluster)
     if record.mode == "snapshot":
-        rows = reconcile_snapshot(session, target, chunk_dirs, changes)
+        rows = reconcile_snapshot(session, target, chunk_dirs, changes, plans)
     else:
         rows = reconcile_incremental(session, info, key, table_dir(config, record.table), changes, reconciled,
                                      schema=target.schema_of, cluster=cluster)
@@ -97,6 +99,7 @@ def reconcile(config: PipelineConfig, run_id: str, *, spark: SparkSession | None
         out: dict[str, int] = {}
         done: list[tuple[str, int, dict[str, Any]]] = []
         kept = KeptPlans(config, run_id)  # tables without a change: plans written a batch at a time
+        snapshots = KeptPlans(config, run_id, SNAPSHOTS)  # snapshots without a change: the same
         for record in todo:
             # Unique to this attempt: another process's reconcile (one that lost the lock) never
             # writes where publish reads, and publish reads what the state names.
@@ -107,13 +110,16 @@ def reconcile(config: PipelineConfig, run_id: str, *, spark: SparkSession | None
                 if plan is not None:
                     out_dir, rows = kept.add(record.table, plan), plan.rows
                 else:
+                    batched = snapshots if record.mode == "snapshot" and not segments.get(record.table) else None
+                    if batched is not None:
+                        out_dir = batched.dir_of(record.table)
                     rows, spark = _reconcile_one(config, store, record, out_dir, spark,
                                                  segments.get(record.table, []), chunk_dirs.get(record.table, []),
-                                                 catalog)
+                                                 catalog, batched)
             except Exception as exc:  # one table's own trouble fails that table alone
                 if (reason := table_failure(exc)) is None:
                     if not isinstance(exc, StateError):  # the tables reconciled so far are recorded
-                        _record(store, run_id, done, kept)
+                        _record(store, run_id, done, kept, snapshots)
                     raise
                 fail_table(store, run_id, record.table, "reconcile", reason)
                 continue
@@ -122,18 +128,19 @@ def reconcile(config: PipelineConfig, run_id: str, *, spark: SparkSession | None
             log.info("table %s: reconciled, %d rows at H%s", record.table, rows,
                      f" (no change: version {plan.base_version} kept)" if plan is not None else "")
             if len(done) >= RECORD_TABLES:
-                done = _record(store, run_id, done, kept)
-        _record(store, run_id, done, kept)
+                done = _record(store, run_id, done, kept, snapshots)
+        _record(store, run_id, done, kept, snapshots)
         return ReconcileResult(out)
     finally:
         store.close()
 
 
-def _record(store: StateStore, run_id: str, done: list[tuple[str, int, dict[str, Any]]], kept: KeptPlans
+def _record(store: StateStore, run_id: str, done: list[tuple[str, int, dict[str, Any]]], *batches: KeptPlans
             ) -> list[tuple[str, int, dict[str, Any]]]:
-    """Record reconciled tables in one transaction, after the plans of those without a change are
-    written; returns an empty list."""
-    kept.write(store)
+    """Record reconciled tables in one transaction, after the batched plans of those without a
+    change are written; returns an empty list."""
+    for batch in batches:
+        batch.write(store)
     store.reconciled_tables(run_id, done)
     for _ in done:
         faults.point("reconcile.table_done")

@@ -71,3 +71,40 @@ def test_a_killed_run_resumes_from_the_shared_plans_of_tables_without_change(
         assert BinlogPosition.from_json(after[table].position) > BinlogPosition.from_json(before[table].position)
     assert after[f"{db}.busy"].version == 2
     assert_lake_equals_source(path, mariadb, [f"{db}.{t}" for t in (*QUIET, "busy")])
+
+
+def test_snapshots_without_change_share_a_plans_file_and_a_killed_run_resumes_from_it(
+        mariadb: LocalMariaDB, tmp_path: Path) -> None:
+    db = "nochange_first"
+    mariadb.execute(f"CREATE DATABASE {db}")
+    for name in QUIET:
+        mariadb.execute(f"CREATE TABLE {name} (id INT PRIMARY KEY, v VARCHAR(20))",
+                        f"INSERT INTO {name} SELECT seq, CONCAT('{name}-', seq) FROM seq_1_to_40", database=db)
+    path = write_config(tmp_path / "p.yaml", pipeline_config(
+        tmp_path, mariadb, [{"name": f"{db}.*"}], name="first", defaults={"read_margin_seconds": 0.0}))
+    config = load_config(path)
+    killed = tidemark(path, failpoint="reconcile.table_done:1")  # the batch recorded, nothing published
+    assert killed.returncode == -signal.SIGKILL, (killed.returncode, killed.stderr[-3000:])
+    store = StateStore(config.state.url)
+    run = store.unfinished_run("first")
+    assert run is not None
+    records = {r.table: r for r in store.run_tables(run.run_id)}
+    chunks = {c.table: c.path for c in store.chunks(run.run_id)}
+    assert {r.status for r in records.values()} == {"reconciled"}
+    dirs = {t: reconciled_dir(config, r) for t, r in records.items()}
+    assert len({storage.parent(d) for d in dirs.values()}) == 1, "one plans file for the batch"
+    for table, out_dir in dirs.items():
+        assert not storage.exists(out_dir), f"{table}: no directory of its own"
+        plan = layout.read_plan(out_dir)
+        assert plan is not None and plan.base_version is None and plan.slots == ()
+        assert [storage.parent(f["file"]) for f in plan.files] == [chunks[table]], "its chunk's file, moved in"
+        assert not any(f["shared"] for f in plan.files) and plan.rows == 40
+
+    mariadb.execute("UPDATE q2 SET v = 'later' WHERE id < 4", database=db)
+    resumed = tidemark(path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"resuming unfinished run {run.run_id}" in resumed.stdout
+    assert {cp.table: cp.version for cp in store.table_checkpoints("first")} == dict.fromkeys(records, 1)
+    store.close()
+    assert tidemark(path).returncode == 0
+    assert_lake_equals_source(path, mariadb, list(records))
