@@ -22,28 +22,27 @@ again (over a second), more than a run of a few hundred small tables spends publ
 
 from __future__ import annotations
 
-import ctypes
 import logging
-import multiprocessing
 import os
 import signal
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from concurrent.futures.process import BrokenProcessPool
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyiceberg.catalog import Catalog
 
 from orchestrator.config import PipelineConfig
 from orchestrator.errors import RunFailed
 from orchestrator.lake import iceberg
-from orchestrator.pipeline.context import open_store
 from orchestrator.pipeline.failed import table_failure
 from orchestrator.positions import BinlogPosition
 from orchestrator.runtime import faults
 from orchestrator.state import lease
 from orchestrator.state.store import RunTableRecord, TableCheckpoint
+
+if TYPE_CHECKING:
+    from concurrent.futures import ProcessPoolExecutor
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +94,10 @@ def publish_each(config: PipelineConfig, run_id: str, todo: Sequence[tuple[RunTa
         for record, high in todo:
             yield _publish(one, config, guard, run_id, record, high, lambda: catalog)
         return
+    import multiprocessing  # a run without workers does not import them
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
     log.info("publishing %d tables in %d worker processes", len(todo), count)
     pool = ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("fork"),
                                initializer=_start_worker, initargs=(config, os.getpid()))
@@ -172,8 +175,12 @@ def _start_worker(config: PipelineConfig, run_pid: int) -> None:
     for handler in list(root.handlers):
         root.removeHandler(handler)
     root.addHandler(kept)
-    store = open_store(config)
-    _worker.update(config=config, kept=kept, guard=store.check_fence, catalog=None)
+    held = lease.held(config.pipeline)  # the fence check of the run's stores (`open_store`)
+    _worker.update(config=config, kept=kept, guard=held.check if held is not None else _unfenced, catalog=None)
+
+
+def _unfenced() -> None:
+    """The guard of a publish called without the pipeline lock (a test calling the step)."""
 
 
 def _catalog() -> Catalog:
@@ -193,6 +200,8 @@ def _in_worker(one: PublishOne, run_id: str, record: RunTableRecord, high: Binlo
 def _die_with(run_pid: int) -> None:
     """Be killed when the run dies (Linux ``prctl(PR_SET_PDEATHSIG)``): a worker never outlives it."""
     try:
+        import ctypes
+
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):  # not Linux: the pool's own checks end orphans
