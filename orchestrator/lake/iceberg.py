@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 
 import pyarrow as pa
 from pyiceberg.catalog import Catalog, load_catalog
-from pyiceberg.exceptions import NoSuchTableError, ResolveError
+from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError, ResolveError
 from pyiceberg.io.pyarrow import pyarrow_to_schema
 from pyiceberg.manifest import DataFile
 from pyiceberg.schema import promote
@@ -149,10 +149,13 @@ def _ensure_namespace(catalog: Catalog, namespace: str) -> None:
     known.add(namespace)
 
 
-def planned_schema(catalog: Catalog, table: str, schema: pa.Schema) -> pa.Schema:
+def planned_schema(catalog: Catalog, table: str, schema: pa.Schema, *, exists: bool = True) -> pa.Schema:
     """What `prepare_table` will return for ``schema``, without changing the catalog: the schema
     data files written before publish (a snapshot's chunk files, rewritten files) carry. Publish
-    checks each file's field IDs against `prepare_table`'s and rewrites a file that differs."""
+    checks each file's field IDs against `prepare_table`'s and rewrites a file that differs.
+    ``exists``: False when the caller knows the catalog has no such table (nothing to load)."""
+    if not exists:
+        return _first_schema(schema)
     try:
         iceberg = catalog.load_table(table)
     except NoSuchTableError:
@@ -173,6 +176,23 @@ def data_file_schema(config: PipelineConfig, table: TableInfo, catalog: Catalog 
     the field IDs publish will commit (`planned_schema`). ``catalog``: one already open (a step
     of many tables opens it once)."""
     return planned_schema(catalog or open_catalog(config), table.name, published_schema(table.columns))
+
+
+def data_file_schemas(config: PipelineConfig, tables: Iterable[TableInfo], catalog: Catalog) -> dict[str, pa.Schema]:
+    """`data_file_schema` of many tables, by name: the catalog lists each database's tables once,
+    and only the tables it has are loaded (a first run of thousands of small tables loads none)."""
+    listed: dict[str, set[str]] = {}
+    out = {}
+    for table in tables:
+        namespace = table.name.split(".", 1)[0]
+        if namespace not in listed:
+            try:
+                listed[namespace] = {".".join(ident) for ident in catalog.list_tables(namespace)}
+            except NoSuchNamespaceError:
+                listed[namespace] = set()
+        out[table.name] = planned_schema(catalog, table.name, published_schema(table.columns),
+                                         exists=table.name in listed[namespace])
+    return out
 
 
 def _first_schema(schema: pa.Schema) -> pa.Schema:

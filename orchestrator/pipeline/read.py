@@ -160,7 +160,7 @@ def _read_tables(spark: SparkSession | None, config: PipelineConfig, run_id: str
     that failed on their own (with the reason). Any other error is raised once every read started
     has ended (a lost connection: the caller reads the batch again)."""
     catalog = iceberg.open_catalog(config)  # once for the batch's tables
-    schemas = {t: iceberg.data_file_schema(config, pending.infos[t][0], catalog) for t in pending.by_table}
+    schemas = iceberg.data_file_schemas(config, [pending.infos[t][0] for t in pending.by_table], catalog)
     paths = _ChunkPaths(config, run_id, tag)
     spark_tables = {t: c for t, c in pending.by_table.items() if t not in pending.local}
     outcomes: dict[str, list[ChunkRead] | Exception] = {}

@@ -311,3 +311,25 @@ def test_a_data_file_is_listed_as_pyiceberg_lists_it(tmp_path: Path) -> None:
         pa.schema([f.remove_metadata() for f in pq.read_schema(listed.file_path.removeprefix("file://"))])), other)
     with pytest.raises(RunFailed, match="not the Iceberg table's"):
         data_file(table.io, table.metadata, str(other))
+
+
+def test_data_file_schemas_load_only_the_tables_the_catalog_has(tmp_path: Path) -> None:
+    config = config_for(tmp_path)
+    changed = TableInfo("db", "t", (*TABLE.columns[:2], ColumnInfo("t", "varchar", "varchar(9)", True),
+                                    TABLE.columns[3]), ("id",), (), 0)
+    publish(config, tmp_path, 1)  # db.t exists; its column t will be replaced (a new field ID)
+    absent = [TableInfo("db", "new", TABLE.columns, ("id",), (), 0),
+              TableInfo("other", "new", TABLE.columns, ("id",), (), 0)]  # other: no namespace yet
+    catalog = iceberg.open_catalog(config)
+    loaded: list[object] = []
+    load = catalog.load_table
+    catalog.load_table = lambda name: loaded.append(name) or load(name)  # type: ignore[method-assign]
+    schemas = iceberg.data_file_schemas(config, [changed, *absent], catalog)
+    assert loaded == ["db.t"], "only the table the catalog has is loaded"
+    assert schemas == {t.name: iceberg.data_file_schema(config, t) for t in (changed, *absent)}
+    assert field_ids_of(schemas["db.t"]) == {"id": 1, "d": 2, "t": 5, "big": 4}
+    assert field_ids_of(schemas["db.new"]) == {"id": 1, "d": 2, "t": 3, "big": 4}
+
+
+def field_ids_of(schema: pa.Schema) -> dict[str, int]:
+    return {f.name: int(f.metadata[iceberg.FIELD_ID]) for f in schema}
