@@ -9,9 +9,11 @@ each table in one worker from start to end. What stays the run's:
   (`Outcome`), which the run records as before (`publish.publish`);
 - the pipeline lock: a worker checks the run's lease before every write, as the run does,
   through a store of its own (`orchestrator.state.lease.forked`); the run checks it while
-  it waits. A lost lock, an error that fails the run (not one table's own), or a worker
-  gone kills every worker where it is (no table boundary is waited for: files a stopped
-  writer leaves are never trusted, docs/design.md "One writer") and fails the run;
+  it waits. A lost lock or a worker gone kills every worker where it is (no table boundary
+  is waited for: files a stopped writer leaves are never trusted, docs/design.md "One
+  writer"). An error that fails the run (not one table's own: a full disk, a path in the
+  way) lets the tables other workers have in hand finish and be recorded, starts no more,
+  and is raised as the worker raised it;
 - the log: a worker's log records are handed to the run with its outcome and logged there;
 - life: a worker dies with the run (``PR_SET_PDEATHSIG``), and a failpoint in a worker
   acts on the run (`orchestrator.runtime.faults.forked`).
@@ -33,11 +35,12 @@ from typing import TYPE_CHECKING, Any
 from pyiceberg.catalog import Catalog
 
 from orchestrator.config import PipelineConfig
-from orchestrator.errors import RunFailed
+from orchestrator.errors import RunFailed, TidemarkError
 from orchestrator.lake import iceberg
 from orchestrator.pipeline.failed import table_failure
 from orchestrator.positions import BinlogPosition
 from orchestrator.runtime import faults
+from orchestrator.runtime.failures import root_cause
 from orchestrator.state import lease
 from orchestrator.state.store import RunTableRecord, TableCheckpoint
 
@@ -87,7 +90,8 @@ def publish_each(config: PipelineConfig, run_id: str, todo: Sequence[tuple[RunTa
 
     ``guard`` is the run's fence check (`StateStore.check_fence`); ``workers``: False publishes
     in this process (tables without a change: nothing to spread). An exception that is not a
-    table's own failure ends the iteration (every worker killed) and is raised."""
+    table's own failure is raised once the tables in hand are handed over (`LockLost` from
+    ``guard``, or a worker gone: at once, every worker killed)."""
     count = worker_count(len(todo)) if workers else 1
     if count == 1:
         catalog = iceberg.open_catalog(config) if todo else None
@@ -101,27 +105,46 @@ def publish_each(config: PipelineConfig, run_id: str, todo: Sequence[tuple[RunTa
     log.info("publishing %d tables in %d worker processes", len(todo), count)
     pool = ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("fork"),
                                initializer=_start_worker, initargs=(config, os.getpid()))
-    finished = False
+    error: BaseException | None = None
     try:
         pending: set[Future[Outcome]] = {pool.submit(_in_worker, one, run_id, record, high) for record, high in todo}
         while pending:
             done, pending = wait(pending, timeout=CHECK_SECONDS, return_when=FIRST_COMPLETED)
-            guard()  # a lost lock stops the workers too
+            guard()  # a lost lock kills the workers where they are (the finally below)
             for future in done:
+                if future.cancelled():  # not started: the run fails (below)
+                    continue
                 try:
                     outcome = future.result()
                 except BrokenProcessPool as exc:
                     raise RunFailed("a publish worker process died (killed from outside: out of memory?); "
                                     "the tables it had published are kept, and `tidemark run` resumes "
                                     "with the others") from exc
+                except Exception as exc:  # the run fails: the tables in hand are finished first
+                    if error is None:
+                        error = _as_raised_here(exc)
+                        for waiting in pending:
+                            waiting.cancel()
+                    continue
                 for line in outcome.logs:
                     logging.getLogger(line.name).handle(line)
                 yield outcome
-        finished = True
-    finally:
-        if not finished:
-            _kill(pool)
-        pool.shutdown(wait=finished, cancel_futures=True)
+    except BaseException:
+        _kill(pool)
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+    if error is not None:
+        raise error
+
+
+def _as_raised_here(exc: Exception) -> Exception:
+    """A worker's exception as the run raises it: without the worker's traceback as its cause
+    (its text would be read for the failure's cause and path: `runtime.failures.root_cause`);
+    the traceback is logged at debug level."""
+    log.debug("a publish worker failed:%s", exc.__cause__ or "")
+    exc.__cause__ = None
+    return exc
 
 
 def _publish(one: PublishOne, config: PipelineConfig, guard: Callable[[], None], run_id: str,
@@ -193,8 +216,21 @@ def _catalog() -> Catalog:
 def _in_worker(one: PublishOne, run_id: str, record: RunTableRecord, high: BinlogPosition) -> Outcome:
     kept: _Kept = _worker["kept"]
     kept.records = []
-    outcome = _publish(one, _worker["config"], _worker["guard"], run_id, record, high, _catalog)
+    try:
+        outcome = _publish(one, _worker["config"], _worker["guard"], run_id, record, high, _catalog)
+    except Exception as exc:
+        raise _portable(exc) from None
     return Outcome(outcome.table, outcome.checkpoint, outcome.changed, outcome.reason, tuple(kept.records))
+
+
+def _portable(exc: Exception) -> Exception:
+    """``exc`` as it can cross to the run: an exception crosses with its class and message but
+    not its causes, so one whose cause says more than its own message (`root_cause`: a full disk
+    under a library's error) crosses as a `RunFailed` saying that cause."""
+    if isinstance(exc, TidemarkError) or (exc.__cause__ is None and exc.__context__ is None):
+        return exc
+    cause = root_cause(exc)
+    return RunFailed(str(cause)) if cause is not None else exc
 
 
 def _die_with(run_pid: int) -> None:

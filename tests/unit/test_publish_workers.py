@@ -33,16 +33,18 @@ def config_for(tmp_path: Path) -> PipelineConfig:
         "tables": [{"name": "db.*"}]}, check_env=False)
 
 
-def todo() -> list[tuple[RunTableRecord, BinlogPosition]]:
+def todo(tables: list[str] = TABLES) -> list[tuple[RunTableRecord, BinlogPosition]]:
     return [(RunTableRecord("run-1", t, "snapshot", "reconciled", None, ["id"], {}, None, None),
-             BinlogPosition("binlog.000001", 4 + i)) for i, t in enumerate(TABLES)]
+             BinlogPosition("binlog.000001", 4 + i)) for i, t in enumerate(tables)]
 
 
 def stand_in(config: PipelineConfig, guard: Callable[[], None], run_id: str, record: RunTableRecord,
              high: BinlogPosition, catalog: Catalog | None) -> tuple[TableCheckpoint, bool]:
     """Publishes nothing: logs, then fails or dies as the table's name says."""
     guard()
-    time.sleep(0.2)  # both workers get tables
+    if record.table == "db.t1" and os.environ.get("TEST_DISK_FULL"):
+        raise OSError(28, "No space left on device")
+    time.sleep(0.2)  # every worker gets tables
     logging.getLogger("tidemark.test").info("table %s published by pid %d", record.table, os.getpid())
     if record.table == "db.t2":
         raise RunFailed("table db.t2: its own trouble")
@@ -86,3 +88,17 @@ def test_the_run_losing_its_lock_stops_the_workers(tmp_path: Path) -> None:
         for outcome in publish_workers.publish_each(config_for(tmp_path), "run-1", todo(), stand_in, guard):
             seen.append(outcome)
     assert seen == [], "the run checks its lock before it takes any worker's outcome"
+
+
+def test_an_error_that_fails_the_run_lets_the_tables_in_hand_finish(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TEST_DISK_FULL", "1")
+    tables = [f"db.t{i}" for i in range(30)]
+    seen = []
+    with pytest.raises(OSError) as failed:
+        for outcome in publish_workers.publish_each(config_for(tmp_path), "run-1", todo(tables), stand_in,
+                                                    lambda: None):
+            seen.append(outcome.table)
+    assert failed.value.errno == 28 and failed.value.__cause__ is None, "raised as the worker raised it"
+    assert seen and "db.t1" not in seen, "the tables other workers had in hand were finished and handed over"
+    assert len(seen) < len(tables) - 10, f"tables not started yet were not started: {seen}"
