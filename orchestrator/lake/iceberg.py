@@ -184,7 +184,7 @@ def data_file_schemas(config: PipelineConfig, tables: Iterable[TableInfo], catal
     listed: dict[str, set[str]] = {}
     out = {}
     for table in tables:
-        namespace = table.name.split(".", 1)[0]
+        namespace = table.database
         if namespace not in listed:
             try:
                 listed[namespace] = {".".join(ident) for ident in catalog.list_tables(namespace)}

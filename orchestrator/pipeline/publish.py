@@ -334,7 +334,7 @@ class Published:
 def publish(config: PipelineConfig, run_id: str, *, holder: str) -> list[Published]:
     """Write versions, switch manifests, checkpoint tables, finish the run, release the lock.
 
-    Many tables are published by worker processes, one per core (`publish_workers`), each
+    Many tables are published by worker processes, two per core (`publish_workers`), each
     opening the Iceberg catalog once; the tables' checkpoints are recorded `RECORD_TABLES` at a
     time in one transaction (a table switched but not recorded yet is found published by the
     rerun, which records it).
@@ -353,8 +353,10 @@ def publish(config: PipelineConfig, run_id: str, *, holder: str) -> list[Publish
         todo = [(r, position(r.info.get("captured_to") or run.high_position))
                 for r in records if r.status == "reconciled"]
         # Tables without a change only have their checkpoints moved: published here, no worker.
-        kept = [t for t in todo if is_kept(reconciled_dir(config, t[0]))]
-        changed = [t for t in todo if not is_kept(reconciled_dir(config, t[0]))]
+        kept: list[tuple[RunTableRecord, BinlogPosition]] = []
+        changed: list[tuple[RunTableRecord, BinlogPosition]] = []
+        for table in todo:
+            (kept if is_kept(reconciled_dir(config, table[0])) else changed).append(table)
         done: list[tuple[TableCheckpoint, bool]] = []
         try:
             for group, workers in ((kept, False), (changed, True)):
