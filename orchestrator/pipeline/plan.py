@@ -2,7 +2,7 @@
 
 `plan` is the step (the CLI and the DAG call it through `orchestrator.steps`):
 it takes the pipeline lock, records the run's start position ``P0`` before any
-key bound is read (then waits ``read_margin_seconds`` before the first, as after each ``L``:
+key bound is read (then waits ``read_margin_seconds`` before the first; the reads come after it:
 a transaction already in the binlog before ``P0`` may not be visible to readers yet, and an
 insert above the planned max key would be neither read nor captured; a run of incremental
 tables only reads no key bound and does not wait), and plans every table to snapshot; a

@@ -14,7 +14,6 @@ with a fresh ``L``; a table whose read fails on its own (`orchestrator.pipeline.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -78,10 +77,12 @@ def read_batch(config: PipelineConfig, run_id: str, batch: int, *, spark: Sessio
                holder: str | None = None) -> ReadResult:
     """Read one batch of chunks between its low and high position (skips done chunks).
 
-    Records ``L`` before the reads start and waits ``read_margin_seconds`` (a
-    transaction can reach the binlog a moment before its rows are visible),
-    then reads the batch's tables (small ones in the driver, the others in Spark jobs) and
-    records ``Hb`` after all. A read that lost its connection is tried again, with a fresh ``L``.
+    Records ``L`` before the reads start, then reads the batch's tables (small ones in the
+    driver, the others in Spark jobs) and records ``Hb`` after all. No margin is waited after
+    ``L``: every key is replayed from the run's ``P0`` (or the table's ``P0_T``), which planning
+    recorded and then waited ``read_margin_seconds`` after, so a transaction the read cannot see
+    yet is in the capture (docs/design.md, "The rule"). A read that lost its connection is tried
+    again, with a fresh ``L``.
     """
     store = open_store(config)
     try:
@@ -127,7 +128,7 @@ def _read_pending(config: PipelineConfig, store: StateStore, run_id: str, batch:
                 # A retried batch records a fresh L: its reads start again after it.
                 low = source.current_position()
                 store.mark_batch_started(run_id, batch, low.to_json())
-                time.sleep(config.defaults.read_margin_seconds)
+                faults.point("read.batch_started")
                 # Chunk dirs unique to this attempt: one the state names is never replaced by
                 # another attempt's read (a retry here, or a process that lost the lock).
                 reads, failed = _read_tables(session, config, run_id, pending, storage.attempt_tag(),

@@ -10,7 +10,7 @@ keeping the table's rows. After the pass, `prepare_rereads`:
    (recorded before any key bound is read, as ``P0`` is) - `plan.replan_snapshot` -
    and, in the same transaction, voids its change segments of the run (rows of before
    the change; `orchestrator.pipeline.segments`);
-2. reads its new chunks (`read.read_batch`: ``L``, margin, read, ``Hb``);
+2. reads its new chunks (`read.read_batch`: ``L``, read, ``Hb``);
 3. moves the run's ``H`` past every chunk's ``Hb``.
 
 The capture then goes on from its checkpoint to the new ``H`` for every table, the

@@ -6,7 +6,7 @@ power cut or an OOM kill would cause. ``name:n:stop`` sends SIGSTOP instead: the
 process waits there until a test has broken something (killed the source) and
 sends SIGCONT. Unset (always, in production) it costs one dictionary lookup.
 
-Points: ``read.batch_done``, ``capture.checkpoint``, ``capture.flushed`` (segments
+Points: ``read.batch_started`` (``L`` recorded, before the reads), ``read.batch_done``, ``capture.checkpoint``, ``capture.flushed`` (segments
 written, not yet checkpointed), ``reconcile.table_done``, ``publish.file_moved`` (after each
 data file moved into a table's ``data/``), ``publish.iceberg_committed``,
 ``publish.files_written``, ``publish.table_done``, ``capture.reading`` (before the binlog

@@ -185,25 +185,22 @@ def own_server(tmp_path: Path) -> Iterator[tuple[LocalMariaDB, Path]]:
     server.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(40))",
                    "INSERT INTO t SELECT seq, MD5(seq) FROM seq_1_to_5000", database="kill_db")
     data = pipeline_config(tmp_path, server, [{"name": "kill_db.t"}], name="killed",
-                           defaults={"chunk_size": 1000, "batch_chunks": 1, "read_margin_seconds": 3.0,
+                           defaults={"chunk_size": 1000, "batch_chunks": 1, "read_margin_seconds": 0.0,
                                      "read_attempts": 2})
     yield server, write_config(tmp_path / "killed.yaml", data)
     server.destroy()
 
 
+def stopped(pid: int) -> bool:
+    return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] == "T"
 
-def wait_for_first_read(config: Path, proc: subprocess.Popen[str]) -> None:
-    """Until the first batch recorded its L (its reads start after the read margin)."""
-    store = StateStore(load_config(config).state.url)
-    try:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and proc.poll() is None:
-            runs = store.runs("killed")
-            if runs and any(c.low is not None for c in store.chunks(runs[0].run_id)):
-                return
-            time.sleep(0.2)
-    finally:
-        store.close()
+
+def wait_until_stopped(proc: subprocess.Popen[str]) -> None:
+    """Until the run stopped itself at its failpoint (``name:n:stop``)."""
+    deadline = time.monotonic() + 300
+    while not stopped(proc.pid):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.stderr else ""
+        time.sleep(0.2)
 
 
 def finish_killed(config: Path, server: LocalMariaDB, proc: subprocess.Popen[str]) -> None:
@@ -221,23 +218,23 @@ def finish_killed(config: Path, server: LocalMariaDB, proc: subprocess.Popen[str
 
 def test_source_killed_mid_read_and_not_back_is_exit_1(own_server: tuple[LocalMariaDB, Path]) -> None:
     """A source that dies after preflight is a failed run (exit 1, state kept), not "source not
-    ready" (exit 3, which is preflight's)."""
+    ready" (exit 3, which is preflight's). Killed once the first batch recorded its ``L``."""
     server, config = own_server
-    proc = start_run(config)
-    wait_for_first_read(config, proc)
+    proc = start_run(config, failpoint="read.batch_started:1:stop")
+    wait_until_stopped(proc)
     server.kill()
+    os.kill(proc.pid, signal.SIGCONT)
     finish_killed(config, server, proc)
 
 
 def test_source_killed_mid_capture_and_not_back_is_exit_1(own_server: tuple[LocalMariaDB, Path]) -> None:
+    """Killed when an incremental run is about to open the binlog it has changes in."""
     server, config = own_server
-    proc = start_run(config, failpoint="capture.reading:1:stop")
-    wait_for_first_read(config, proc)
+    first = run(config)
+    assert first.returncode == 0, first.stderr[-3000:]
     server.execute("UPDATE kill_db.t SET v = 'changed' WHERE id <= 10")  # something to capture
-    deadline = time.monotonic() + 300
-    while Path(f"/proc/{proc.pid}/stat").read_text().split(") ")[1][0] != "T":  # stopped at the point
-        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.stderr else ""
-        time.sleep(0.2)
+    proc = start_run(config, failpoint="capture.reading:1:stop")
+    wait_until_stopped(proc)
     server.kill()
     os.kill(proc.pid, signal.SIGCONT)
     finish_killed(config, server, proc)

@@ -10,7 +10,6 @@ import contextlib
 import os
 import signal
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from tests.integration.test_failures import (
     assert_status_shows,
     run,
     start_run,
-    wait_for_first_read,
+    wait_until_stopped,
 )
 
 pytestmark = pytest.mark.integration
@@ -42,7 +41,7 @@ def hung_server(tmp_path: Path) -> Iterator[tuple[LocalMariaDB, Path]]:
                    "INSERT INTO t SELECT seq, MD5(seq) FROM seq_1_to_5000", database="kill_db")
     source = {**server.source_config(), "read_timeout": READ_TIMEOUT}
     data = pipeline_config(tmp_path, server, [{"name": "kill_db.t"}], name="killed", source=source,
-                           defaults={"chunk_size": 1000, "batch_chunks": 1, "read_margin_seconds": 3.0,
+                           defaults={"chunk_size": 1000, "batch_chunks": 1, "read_margin_seconds": 0.0,
                                      "read_attempts": 2, "capture_batch_rows": 10})
     try:
         yield server, write_config(tmp_path / "killed.yaml", data)
@@ -62,18 +61,6 @@ def resume(server: LocalMariaDB) -> None:
             os.kill(server.process.pid, signal.SIGCONT)
 
 
-def stopped(pid: int) -> bool:
-    return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] == "T"
-
-
-def wait_until_stopped(proc: subprocess.Popen[str]) -> None:
-    """Until the run stopped itself at its failpoint."""
-    deadline = time.monotonic() + 300
-    while not stopped(proc.pid):
-        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.stderr else ""
-        time.sleep(0.2)
-
-
 def finish_hung(config: Path, server: LocalMariaDB, proc: subprocess.Popen[str], *waited_for: str) -> None:
     """The run fails with exit 1 naming the source and what it waited for; after SIGCONT a
     rerun resumes it and the lake equals the source."""
@@ -91,9 +78,10 @@ def finish_hung(config: Path, server: LocalMariaDB, proc: subprocess.Popen[str],
 
 def test_source_hung_mid_read(hung_server: tuple[LocalMariaDB, Path]) -> None:
     server, config = hung_server
-    proc = start_run(config)
-    wait_for_first_read(config, proc)
+    proc = start_run(config, failpoint="read.batch_started:1:stop")  # L recorded, the reads next
+    wait_until_stopped(proc)
     pause(server)
+    os.kill(proc.pid, signal.SIGCONT)
     finish_hung(config, server, proc)
 
 
