@@ -16,6 +16,7 @@ on the same data: a baseline measured side by side.
 from __future__ import annotations
 
 import argparse
+import compileall
 import datetime as dt
 import os
 import re
@@ -157,13 +158,31 @@ def fresh_config(work: Path, config: dict[str, Any]) -> Path:
     return path
 
 
+_COMPILED: set[Path] = set()
+
+
+def compiled(code: Path) -> None:
+    """The checkout's packages compiled to ``__pycache__`` (once per benchmark), as an installed
+    package is: a run then loads its modules' bytecode instead of compiling about 100 source
+    files at each start (0.2 s here, where ``PYTHONDONTWRITEBYTECODE=1`` is set machine-wide, so
+    no run would ever write the cache itself)."""
+    if code in _COMPILED:
+        return
+    for package in ("orchestrator", "chunking"):
+        if (code / package).is_dir():
+            compileall.compile_dir(str(code / package), quiet=1)
+    _COMPILED.add(code)
+
+
 def run_command(config_path: Path) -> list[str]:
     """``tidemark run``, as a user runs it (the checkout is the working directory)."""
     return [sys.executable, "-m", "orchestrator", "run", "--config", str(config_path), "--no-progress"]
 
 
 def run_env(code: Path) -> dict[str, str]:
-    """The environment of a run of the checkout at ``code`` (it comes first on the path)."""
+    """The environment of a run of the checkout at ``code`` (it comes first on the path), whose
+    modules are compiled to bytecode first (`compiled`)."""
+    compiled(code)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(code), env.get("PYTHONPATH")]))
     return env
