@@ -114,7 +114,7 @@ def commit_version(catalog: Catalog, table: str, tdir: str, files: Sequence[str]
     iceberg = tx.commit_transaction()
     current = iceberg.current_snapshot()
     assert current is not None, "a commit makes a snapshot"
-    log.info("table %s: Iceberg snapshot %d for version %d (%d files added, %d removed%s)", table,
+    log.debug("table %s: Iceberg snapshot %d for version %d (%d files added, %d removed%s)", table,
              current.snapshot_id, version, len(set(wanted) - listed.keys()), len(listed.keys() - set(wanted)),
              "; the table created with it" if isinstance(prepared, CreateTableTransaction) else "")
     return entry(catalog, table, iceberg, current.snapshot_id)

@@ -233,9 +233,10 @@ def apply_retention(tdir: str, keep: int,
         storage.delete_file(storage.join(tdir, relative))
     for version in dropped:
         storage.delete_file(version_uri(tdir, version))
-    if dropped or garbage:
-        log.info("%s: retention dropped version(s) %s and %d file(s)", tdir,
-                 ", ".join(map(str, dropped)) or "none", len(garbage))
+    if dropped or garbage:  # a first version's own pending manifest alone is routine
+        log.log(logging.INFO if dropped or data_garbage else logging.DEBUG,
+                "%s: retention dropped version(s) %s and %d file(s)", tdir, ", ".join(map(str, dropped)) or "none",
+                len(garbage))
     return dropped
 
 

@@ -166,7 +166,7 @@ def publish_table(config: PipelineConfig, table_info: TableInfo, key: Sequence[s
                                              run_id=run_id, position=position, attempt=attempt, guard=guard,
                                              prepared=prepared if committed is None else None)
     faults.point("publish.iceberg_committed")
-    log.info("table %s: publishing version %d (%d rows, %d files: %d new, %d shared) at %s",
+    log.debug("table %s: switching to version %d (%d rows, %d files: %d new, %d shared) at %s",
              table_info.name, version, rows, len(ranges), new_count, len(ranges) - new_count, position)
     return _switch(config, catalog, tdir, manifest, snapshot, guard)
 
@@ -406,8 +406,14 @@ def _publish_one(config: PipelineConfig, guard: Callable[[], None], run_id: str,
         rows=manifest["rows"], manifest=current_uri(table_dir(config, record.table)),
         run_id=manifest["run_id"],
         published_at=dt.datetime.now(dt.UTC) if changed else _published_at(manifest))
-    log.info("table %s: %s version %d, %d rows at %s", record.table,
-             "published" if changed else "no change: kept", manifest["version"], manifest["rows"], high)
+    if changed:
+        new = sum(1 for f in manifest["files"] if storage.basename(f).startswith(f"v{manifest['version']:06d}-"))
+        snapshot = manifest["iceberg"]["snapshot_id"] if "iceberg" in manifest else None
+        log.info("table %s: published version %d, %d rows in %d file(s) (%d new) at %s, Iceberg snapshot %s",
+                 record.table, manifest["version"], manifest["rows"], len(manifest["files"]), new, high, snapshot)
+    else:
+        log.info("table %s: no change: kept version %d, %d rows at %s", record.table, manifest["version"],
+                 manifest["rows"], high)
     return checkpoint, changed
 
 

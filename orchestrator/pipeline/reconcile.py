@@ -214,10 +214,12 @@ def rewrite(spark: SparkSession | SessionFn, target: Target, base: Sequence[Base
         layout.write_plan(target.out_dir, plan)
     used = {"none": "no change:", "local": "the driver (pyarrow)", "spark": "Spark"}[rewriter]
     kept = {r["file"] for _, r in base} & {f["file"] for f in files}
-    log.info("table %s: changes fall in %d slot(s) %s; %s rewrote %d of %d file(s) (%d of %d base rows); "
-             "version: %s", target.table.name, len(rewritten), sorted(rewritten)[:20], used,
-             len(base) - len(kept), len(base), sum(r["rows"] for _, r in base if r["file"] not in kept),
-             sum(r["rows"] for _, r in base), plan)
+    # One line per table at the step's end says it is reconciled; this one only when a file is rewritten.
+    log.log(logging.INFO if rewritten else logging.DEBUG,
+            "table %s: changes fall in %d slot(s) %s; %s rewrote %d of %d file(s) (%d of %d base rows); "
+            "version: %s", target.table.name, len(rewritten), sorted(rewritten)[:20], used,
+            len(base) - len(kept), len(base), sum(r["rows"] for _, r in base if r["file"] not in kept),
+            sum(r["rows"] for _, r in base), plan)
     return plan.rows
 
 
