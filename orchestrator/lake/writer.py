@@ -167,7 +167,7 @@ def file_range(uri: str, key: Sequence[str], relative: str | None = None) -> Fil
             groups = [g for g in range(reader.num_row_groups) if reader.metadata.row_group(g).num_rows]
             head = reader.read_row_group(groups[0], columns=list(key))
             tail = head if groups[-1] == groups[0] else reader.read_row_group(groups[-1], columns=list(key))
-            first, last = _key_at(head, key, 0), _key_at(tail, key, -1)
+            first, last = key_at(head, key, 0), key_at(tail, key, -1)
     return FileRange(file=relative or uri, min_key=first, max_key=last, rows=rows, bytes=storage.size(uri))
 
 
@@ -186,7 +186,7 @@ class _OpenFile:
 
     def write(self, batch: pa.RecordBatch) -> None:
         if self._first is None:
-            self._first = _key_at(batch, self.key, 0)
+            self._first = key_at(batch, self.key, 0)
         self._writer.write_batch(batch)
         self._last = batch
         self.rows += batch.num_rows
@@ -201,7 +201,7 @@ class _OpenFile:
         self._stream.close()
         last = self._last
         assert last is not None and self._first is not None, "a data file is opened for a row"
-        return FileRange(file=self.relative, min_key=self._first, max_key=_key_at(last, self.key, -1),
+        return FileRange(file=self.relative, min_key=self._first, max_key=key_at(last, self.key, -1),
                          rows=self.rows, bytes=storage.size(self.uri))
 
     def abort(self) -> None:
@@ -209,7 +209,9 @@ class _OpenFile:
         self._stream.close()
 
 
-def _key_at(batch: pa.RecordBatch | pa.Table, key: Sequence[str], index: int) -> list[Any]:
+def key_at(batch: pa.RecordBatch | pa.Table, key: Sequence[str], index: int) -> list[Any]:
+    """The encoded key (`chunking.encode_key`) of row ``index`` (negative: from the end), as a
+    `FileRange` holds it."""
     row = index if index >= 0 else batch.num_rows + index
     encoded = encode_key(tuple(batch.column(k)[row].as_py() for k in key))
     assert encoded is not None

@@ -17,6 +17,9 @@ tables only pays the JVM's start too (seconds). The driver reads a table planned
 
 So reconcile and publish cannot tell a driver-written chunk file from a Spark-written one
 (tests/integration/test_local_read.py compares them value for value, every type of the mapping).
+One thing more comes of a driver's read: each file's `layout.FileRange` (first and last key,
+rows, bytes), known as it is written, which the read step records with the chunk so that
+reconcile need not open the file again to learn it (a tenth of a small table's run).
 The read happens between the batch's ``L`` and ``Hb`` like any other (`orchestrator.pipeline.read`).
 """
 
@@ -36,8 +39,9 @@ from chunking.mysql import quote_identifier
 from orchestrator.config import PipelineConfig
 from orchestrator.errors import RunFailed, SourceNotReady, TransientReadError
 from orchestrator.lake import storage
+from orchestrator.lake.layout import FileRange
 from orchestrator.lake.order import sort_keys
-from orchestrator.lake.writer import write_table
+from orchestrator.lake.writer import key_at, write_table
 from orchestrator.pipeline.read_sql import Wire, column_aliases, column_sql, source_query
 from orchestrator.schema.tables import ColumnInfo, TableInfo
 from orchestrator.schema.values import staging_type
@@ -60,8 +64,8 @@ BATCH_ROWS = 10_000
 #: converts and writes (pyarrow works outside the GIL).
 LOCAL_CONNECTIONS = 2
 
-#: What a table read by the driver gives: ``(rows, bytes)`` per chunk, or why it failed.
-Outcome = list[tuple[int, int]] | Exception
+#: What a table read by the driver gives: its file's `FileRange` per chunk, or why it failed.
+Outcome = list[FileRange] | Exception
 
 
 def reads_locally(planned_rows: int | None, chunks: int) -> bool:
@@ -85,8 +89,8 @@ class LocalTable:
 
 def read_tables(config: PipelineConfig, tables: Sequence[LocalTable], guard: Callable[[], None]
                 ) -> dict[str, Outcome]:
-    """Every chunk of ``tables``, `LOCAL_CONNECTIONS` tables at a time; per table its
-    ``(rows, bytes)`` per chunk, or the exception its read raised (the caller tells a table's own
+    """Every chunk of ``tables``, `LOCAL_CONNECTIONS` tables at a time; per table the file each
+    chunk's read wrote (`FileRange`), or the exception its read raised (the caller tells a table's own
     failure from the run's, as for a Spark job)."""
     if not tables:
         return {}
@@ -98,7 +102,7 @@ def read_tables(config: PipelineConfig, tables: Sequence[LocalTable], guard: Cal
     for future in futures:
         out.update(future.result())
     log.info("read %d small table(s) in the driver: %d rows", len(tables),
-             sum(rows for done in out.values() if not isinstance(done, Exception) for rows, _ in done))
+             sum(f["rows"] for done in out.values() if not isinstance(done, Exception) for f in done))
     return out
 
 
@@ -115,8 +119,8 @@ def _read_share(config: PipelineConfig, tables: Sequence[LocalTable], guard: Cal
     return out
 
 
-def read_table(source: Source, table: LocalTable, guard: Callable[[], None]) -> list[tuple[int, int]]:
-    """Read ``table``'s chunks into their directories; ``(rows, bytes)`` per chunk.
+def read_table(source: Source, table: LocalTable, guard: Callable[[], None]) -> list[FileRange]:
+    """Read ``table``'s chunks into their directories; the file of each chunk (one per chunk).
 
     Raises:
         TransientReadError: the connection was lost (the batch is read again).
@@ -129,7 +133,7 @@ def read_table(source: Source, table: LocalTable, guard: Callable[[], None]) -> 
     derived = source_query(info, aliases, [e.sql for e in exprs])
     key = [info.column(k).name for k in table.key]
     wires = [e.wire for e in exprs]
-    out: list[tuple[int, int]] = []
+    out: list[FileRange] = []
     for index, where, out_dir in table.chunks:
         label = f"{info.name} chunk {index}"
         parts = [_convert(rows, info.columns, wires, table.schema, label)
@@ -143,7 +147,9 @@ def read_table(source: Source, table: LocalTable, guard: Callable[[], None]) -> 
         data = data.take(pc.sort_indices(data, sort_keys=sort_keys(key))) if data.num_rows > 1 else data
         guard()
         target = storage.join(out_dir, f"c{index:06d}-000.parquet")
-        out.append((data.num_rows, write_table(target, data)))
+        nbytes = write_table(target, data)
+        first, last = (key_at(data, key, 0), key_at(data, key, -1)) if data.num_rows else (None, None)
+        out.append(FileRange(file=target, min_key=first, max_key=last, rows=data.num_rows, bytes=nbytes))
     return out
 
 

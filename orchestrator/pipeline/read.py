@@ -183,8 +183,8 @@ def _read_locally(config: PipelineConfig, pending: _Pending, schemas: Mapping[st
               for t in sorted(pending.local)]
     done = read_tables(config, tables, guard)
     return {t: outcome if isinstance(outcome, Exception) else
-            [ChunkRead(t, c.index, rows, nbytes, paths.of(t, c))
-             for c, (rows, nbytes) in zip(pending.by_table[t], outcome, strict=True)]
+            [ChunkRead(t, c.index, written["rows"], written["bytes"], paths.of(t, c), ranges=[dict(written)])
+             for c, written in zip(pending.by_table[t], outcome, strict=True)]
             for t, outcome in done.items()}
 
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -103,12 +103,14 @@ def _session(spark: SparkSession | SessionFn) -> SparkSession:
 
 
 def reconcile_snapshot(spark: SparkSession | SessionFn, target: Target, chunk_dirs: Sequence[str],
-                       changes: Changes, plans: KeptPlans | None = None) -> int:
+                       changes: Changes, plans: KeptPlans | None = None, *,
+                       recorded: Mapping[str, Sequence[FileRange]] | None = None) -> int:
     """A snapshot: the chunk files are the base; only those whose range received a change are
     rewritten (the rest become the version's files as they are). Returns the rows at ``H``.
     ``plans``: the batch that takes the plan when no file is written (``target.out_dir`` is then
-    ``plans.dir_of`` the table: `orchestrator.pipeline.reconcile_kept`)."""
-    base = chunk_base(chunk_dirs, target.key, target.table.name)
+    ``plans.dir_of`` the table: `orchestrator.pipeline.reconcile_kept`); ``recorded``: chunk
+    directories whose files the read recorded (`chunk_base`)."""
+    base = chunk_base(chunk_dirs, target.key, target.table.name, recorded)
     if base is None:
         log.info("table %s: the chunk files' key ranges overlap in the files' order (a collation that "
                  "orders otherwise); Spark reconciles the whole table", target.table.name)
@@ -142,11 +144,18 @@ def reconcile_incremental(spark: SparkSession | SessionFn, table_info: TableInfo
     return rewrite(spark, target, base, changes, base_version=manifest["version"])
 
 
-def chunk_base(chunk_dirs: Sequence[str], key: Sequence[str], table: str) -> list[BaseFile] | None:
+def chunk_base(chunk_dirs: Sequence[str], key: Sequence[str], table: str,
+               recorded: Mapping[str, Sequence[FileRange]] | None = None) -> list[BaseFile] | None:
     """The chunk files of a snapshot, in key order, as base files; None when they do not form
     the layout: a file not written sorted by this release's read (no field IDs), or key ranges
-    that overlap in the files' order."""
-    uris = [u for d in chunk_dirs for u in storage.list_files(d, suffix=".parquet")]
+    that overlap in the files' order.
+
+    A chunk directory in ``recorded`` is not opened: its files are as the read recorded them
+    when it wrote them (the driver's reads, `orchestrator.pipeline.local_read`: sorted, with the
+    field IDs; the directory is unique to the read attempt and never written again). The others'
+    files are listed and each opened for its key range."""
+    recorded = recorded or {}
+    uris = [u for d in chunk_dirs if d not in recorded for u in storage.list_files(d, suffix=".parquet")]
 
     def describe(uri: str) -> tuple[FileRange, bool]:
         sorted_file = all(f.metadata and iceberg.FIELD_ID in f.metadata for f in storage.parquet_schema(uri))
@@ -158,6 +167,7 @@ def chunk_base(chunk_dirs: Sequence[str], key: Sequence[str], table: str) -> lis
     else:  # a small table's one chunk: no pool to start and stop
         found = [describe(uri) for uri in uris]
     described = [(uri, *f) for uri, f in zip(uris, found, strict=True)]
+    described += [(r["file"], r, True) for d in chunk_dirs if d in recorded for r in recorded[d]]
     files = [(uri, entry) for uri, entry, sorted_file in described if entry["rows"]]
     if not all(sorted_file for _, entry, sorted_file in described if entry["rows"]):
         log.info("table %s: chunk files without field IDs (read by an older release) are not sorted", table)

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from orchestrator.config import PipelineConfig
 from orchestrator.errors import StateError
 from orchestrator.lake import iceberg, storage
+from orchestrator.lake.layout import FileRange
 from orchestrator.pipeline.changes import key_names
 from orchestrator.pipeline.context import open_store, run_dir, spark_session, table_dir, table_info
 from orchestrator.pipeline.failed import fail_table, table_failure
@@ -50,12 +51,13 @@ class ReconcileResult:
 
 def _reconcile_one(config: PipelineConfig, store: StateStore, record: RunTableRecord, reconciled: str,
                    spark: SparkSession | None, changes: list[str], chunk_dirs: list[str],
-                   catalog: Callable[[], Catalog], plans: KeptPlans | None = None
-                   ) -> tuple[int, SparkSession | None]:
+                   catalog: Callable[[], Catalog], plans: KeptPlans | None = None,
+                   recorded: Mapping[str, Sequence[FileRange]] | None = None) -> tuple[int, SparkSession | None]:
     """Reconcile one captured table into ``reconciled``; returns its rows and the session
     (started if it needed one). ``changes``: its durable segments; ``chunk_dirs``: its read
     chunks' directories (a snapshot); ``catalog``: the Iceberg catalog, opened once; ``plans``:
-    the batch that takes a snapshot's plan when no file is written (``reconciled`` names it)."""
+    the batch that takes a snapshot's plan when no file is written (``reconciled`` names it);
+    ``recorded``: chunk directories whose files the read recorded (`ChunkRecord.ranges`)."""
     info = table_info(record)
     store.check_fence()  # a process that lost the pipeline lock writes nothing more
     started: list[SparkSession] = []
@@ -72,7 +74,7 @@ def _reconcile_one(config: PipelineConfig, store: StateStore, record: RunTableRe
     target = Target(info, key, functools.cache(lambda: iceberg.data_file_schema(config, info, catalog())),
                     reconciled, cluster=cluster)
     if record.mode == "snapshot":
-        rows = reconcile_snapshot(session, target, chunk_dirs, changes, plans)
+        rows = reconcile_snapshot(session, target, chunk_dirs, changes, plans, recorded=recorded)
     else:
         rows = reconcile_incremental(session, info, key, table_dir(config, record.table), changes, reconciled,
                                      schema=target.schema_of, cluster=cluster)
@@ -91,10 +93,13 @@ def reconcile(config: PipelineConfig, run_id: str, *, spark: SparkSession | None
         todo = [r for r in store.run_tables(run_id) if r.status == "captured"]
         segments = durable_segments(store, config.staging_path, run_id) if todo else {}
         chunk_dirs: dict[str, list[str]] = {}
+        recorded: dict[str, list[FileRange]] = {}  # chunk dir -> its files, as the read recorded them
         if any(r.mode == "snapshot" for r in todo):
             for chunk in store.chunks(run_id):
                 if chunk.path:
                     chunk_dirs.setdefault(chunk.table, []).append(chunk.path)
+                    if chunk.ranges is not None:
+                        recorded[chunk.path] = cast(list[FileRange], chunk.ranges)
         catalog = functools.cache(lambda: iceberg.open_catalog(config))
         out: dict[str, int] = {}
         done: list[tuple[str, int, dict[str, Any]]] = []
@@ -115,7 +120,7 @@ def reconcile(config: PipelineConfig, run_id: str, *, spark: SparkSession | None
                         out_dir = batched.dir_of(record.table)
                     rows, spark = _reconcile_one(config, store, record, out_dir, spark,
                                                  segments.get(record.table, []), chunk_dirs.get(record.table, []),
-                                                 catalog, batched)
+                                                 catalog, batched, recorded)
             except Exception as exc:  # one table's own trouble fails that table alone
                 if (reason := table_failure(exc)) is None:
                     if not isinstance(exc, StateError):  # the tables reconciled so far are recorded

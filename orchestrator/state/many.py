@@ -77,16 +77,18 @@ class ManyTablesMixin:
                 conn.execute(insert(CHUNKS), _chunk_rows(chunks))
 
     def mark_chunks_done(self, run_id: str, reads: Sequence[ChunkRead], *, high: dict[str, Any]) -> None:
-        """Record read chunks (status done, ``Hb``, rows, bytes, staging path) in one transaction."""
+        """Record read chunks (status done, ``Hb``, rows, bytes, staging path, the files' key
+        ranges when known) in one transaction."""
         if not reads:
             return
         statement = (update(CHUNKS)
                      .where(CHUNKS.c.run_id == bindparam("b_run"), CHUNKS.c.table_name == bindparam("b_table"),
                             CHUNKS.c.chunk_index == bindparam("b_index"))
                      .values(status="done", high_position=high, row_count=bindparam("b_rows"),
-                             byte_count=bindparam("b_bytes"), path=bindparam("b_path")))
+                             byte_count=bindparam("b_bytes"), path=bindparam("b_path"),
+                             file_ranges=bindparam("b_ranges")))
         params = [{"b_run": run_id, "b_table": r.table, "b_index": r.index, "b_rows": r.rows,
-                   "b_bytes": r.bytes, "b_path": r.path} for r in reads]
+                   "b_bytes": r.bytes, "b_path": r.path, "b_ranges": r.ranges} for r in reads]
         with self._tx() as conn:
             done = conn.execute(statement, params)
             if done.rowcount not in (-1, len(reads)):

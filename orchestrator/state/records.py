@@ -60,6 +60,9 @@ class ChunkRecord:
     bytes: int | None
     path: str | None
     attempts: int
+    #: The chunk's data files as the read wrote them (`layout.FileRange` each), when the read
+    #: knew them (the driver's reads; None for Spark's): reconcile need not open the files.
+    ranges: list[dict[str, Any]] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +114,7 @@ def _chunk_rows(chunks: list[ChunkRecord]) -> list[dict[str, Any]]:
              "batch_no": c.batch, "start_bound": c.start, "end_bound": c.end,
              "where_sql": c.where, "status": c.status, "low_position": c.low,
              "high_position": c.high, "row_count": c.rows, "byte_count": c.bytes,
-             "path": c.path, "attempts": c.attempts} for c in chunks]
+             "path": c.path, "attempts": c.attempts, "file_ranges": c.ranges} for c in chunks]
 
 
 def _run_record(r: Row[Any]) -> RunRecord:
@@ -127,7 +130,7 @@ def _run_table_record(r: Row[Any]) -> RunTableRecord:
 def _chunk_record(r: Row[Any]) -> ChunkRecord:
     return ChunkRecord(r.run_id, r.table_name, r.chunk_index, r.batch_no, r.start_bound,
                        r.end_bound, r.where_sql, r.status, r.low_position, r.high_position,
-                       r.row_count, r.byte_count, r.path, r.attempts)
+                       r.row_count, r.byte_count, r.path, r.attempts, r.file_ranges)
 
 
 def _table_checkpoint(r: Row[Any]) -> TableCheckpoint:
@@ -177,6 +180,7 @@ class ChunkRead:
     rows: int
     bytes: int
     path: str
+    ranges: list[dict[str, Any]] | None = None  # `ChunkRecord.ranges`
 
 
 def _table_set_record(r: Row[Any]) -> TableSetRecord:

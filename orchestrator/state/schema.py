@@ -184,6 +184,7 @@ CHUNKS = Table(
     Column("byte_count", BigInteger),
     Column("path", _LONG_TEXT),
     Column("attempts", Integer, nullable=False),
+    Column("file_ranges", _JsonText),
     Index("tm_chunks_run_batch", "run_id", "batch_no"),
     **_MYSQL,
 )
@@ -266,6 +267,14 @@ def _table_sets(conn: Connection) -> None:
 
 
 MIGRATIONS.append(_table_sets)
+
+
+def _chunk_ranges(conn: Connection) -> None:
+    """Schema 4: ``tm_chunks.file_ranges``, the data files a read wrote with their key ranges."""
+    _add_column(conn, CHUNKS, "file_ranges")
+
+
+MIGRATIONS.append(_chunk_ranges)
 
 
 # --- backends: engine, insert-or-ignore, creating and migrating the schema ------------

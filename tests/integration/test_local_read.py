@@ -14,6 +14,7 @@ from orchestrator.errors import RunFailed
 from orchestrator.lake import iceberg
 from orchestrator.pipeline.jdbc import read_chunks
 from orchestrator.pipeline.local_read import BATCH_ROWS, LocalTable, read_table, read_tables
+from orchestrator.pipeline.reconcile import chunk_base
 from orchestrator.schema.tables import TableInfo
 from orchestrator.source.connection import Source
 from tests.integration.test_read import EXPLICIT, ROWS, _config, reader, types_table  # noqa: F401 (fixtures)
@@ -41,7 +42,18 @@ def test_the_driver_writes_what_a_spark_job_writes(spark: Any, mariadb: LocalMar
     with Source.from_pipeline(config) as source:
         done = read_table(source, _local(types_table, schema, by_driver), lambda: None)
 
-    assert [rows for rows, _ in done] == [2, ROWS - 2, 0]
+    assert [written["rows"] for written in done] == [2, ROWS - 2, 0]
+    # What the read records of each file is what reconcile finds by opening it (`chunk_base`), and
+    # the key ranges are those of the file Spark wrote.
+    dirs = [str(by_driver / f"c{i}") for i, _ in CHUNKS]
+    recorded = {d: [written] for d, written in zip(dirs, done, strict=True)}
+    opened = chunk_base(dirs, ("id",), types_table.name)
+    assert opened is not None and chunk_base(dirs, ("id",), types_table.name, recorded) == opened
+    assert [entry["file"] for _, entry in opened] == [w["file"] for w in done if w["rows"]]
+    by_files = chunk_base([str(by_spark / f"c{i}") for i, _ in CHUNKS], ("id",), types_table.name)
+    assert by_files is not None
+    assert [(e["min_key"], e["max_key"], e["rows"]) for _, e in by_files] == \
+        [(w["min_key"], w["max_key"], w["rows"]) for w in done if w["rows"]]
     for i, _ in CHUNKS:
         spark_file, driver_file = _file(by_spark / f"c{i}"), _file(by_driver / f"c{i}")
         assert spark_file.name == driver_file.name
@@ -100,8 +112,8 @@ def test_an_sql_error_is_the_tables_own_failure(mariadb: LocalMariaDB, tmp_path:
     failure = out["loc_err.b"]
     assert isinstance(failure, RunFailed) and "read of loc_err.b chunk 0 failed" in str(failure)
     assert "no_such_column" in str(failure)
-    assert out["loc_err.a"] == [(2, _file(tmp_path / "a").stat().st_size)]
-    assert out["loc_err.c"] == [(1, _file(tmp_path / "c").stat().st_size)]
+    assert [(w["rows"], w["bytes"]) for w in out["loc_err.a"]] == [(2, _file(tmp_path / "a").stat().st_size)]
+    assert [(w["rows"], w["bytes"]) for w in out["loc_err.c"]] == [(1, _file(tmp_path / "c").stat().st_size)]
 
 
 def test_a_chunk_of_several_batches_streams_into_one_file(spark: Any, mariadb: LocalMariaDB, tmp_path: Path) -> None:
@@ -119,5 +131,5 @@ def test_a_chunk_of_several_batches_streams_into_one_file(spark: Any, mariadb: L
         (done,) = read_table(source, LocalTable(info, ("id",), schema, [(0, "TRUE", str(tmp_path / "driver"))]),
                              lambda: None)
     read_chunks(spark, config, info, [(0, "TRUE")], lambda _: str(tmp_path / "spark"), ("id",), schema=schema)
-    assert done[0] == rows
+    assert done["rows"] == rows
     assert pq.read_table(_file(tmp_path / "driver")).equals(pq.read_table(_file(tmp_path / "spark")))

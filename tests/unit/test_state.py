@@ -102,6 +102,7 @@ def test_schema_1_store_gains_the_lease_and_the_segment_owners(store: StateStore
     store.close()
     run_sql(url, text("ALTER TABLE tm_locks DROP COLUMN lease_seconds"))
     run_sql(url, text("ALTER TABLE tm_capture_checkpoints DROP COLUMN owners"))
+    run_sql(url, text("ALTER TABLE tm_chunks DROP COLUMN file_ranges"))  # schema 4's
     run_sql(url, update(state.SCHEMA).values(version=1))
     with StateStore(url) as migrated:
         assert run_sql(url, select(state.SCHEMA.c.version)) == [(state.code_schema_version(),)]
@@ -494,11 +495,31 @@ def test_two_processes_race_for_the_lock(store: StateStore, url: str) -> None:
 def test_a_store_of_schema_2_gets_the_table_sets_table(store: StateStore, url: str) -> None:
     store.close()
     run_sql(url, text("DROP TABLE tm_table_sets"))
+    run_sql(url, text("ALTER TABLE tm_chunks DROP COLUMN file_ranges"))  # schema 4's
     run_sql(url, update(state.SCHEMA).values(version=2))
     with StateStore(url) as migrated:
         assert migrated.table_set("shop") is None
         migrated.save_table_set("shop", "r1", [{"pattern": "crm.*", "index": 0, "tables": ["crm.a"]}], [])
         assert migrated.table_set("shop").patterns[0]["tables"] == ["crm.a"]  # type: ignore[union-attr]
+    assert run_sql(url, select(state.SCHEMA.c.version)) == [(state.code_schema_version(),)]
+
+
+def test_a_store_of_schema_3_gets_the_chunks_file_ranges(store: StateStore, url: str) -> None:
+    """Schema 4: a chunk's files as the driver's read wrote them; a store's existing chunks have none."""
+    run = store.create_run("shop", {"tables": ["shop.a"]})
+    store.add_run_tables(run.run_id, [state.PlannedTable("shop.a", "snapshot", "even", ["id"], {},
+                                                         [chunk(run.run_id, "shop.a", 0, 0, None, None),
+                                                          chunk(run.run_id, "shop.a", 1, 0, None, None)])])
+    store.mark_chunks_done(run.run_id, [state.ChunkRead("shop.a", 0, 5, 50, "/a")], high=POS)
+    store.close()
+    run_sql(url, text("ALTER TABLE tm_chunks DROP COLUMN file_ranges"))
+    run_sql(url, update(state.SCHEMA).values(version=3))
+    written = {"file": "/b/c000001-000.parquet", "min_key": [6], "max_key": [9], "rows": 4, "bytes": 40}
+    with StateStore(url) as migrated:
+        migrated.mark_chunks_done(run.run_id, [state.ChunkRead("shop.a", 1, 4, 40, "/b", ranges=[written])],
+                                  high=POS)
+        assert [(c.index, c.path, c.ranges) for c in migrated.chunks(run.run_id)] == [
+            (0, "/a", None), (1, "/b", [written])]
     assert run_sql(url, select(state.SCHEMA.c.version)) == [(state.code_schema_version(),)]
 
 
@@ -509,10 +530,11 @@ def test_many_tables_are_planned_read_reconciled_and_published_in_one_transactio
     store.add_run_tables(run.run_id, plans)
     assert [(t.table, t.status, t.info) for t in store.run_tables(run.run_id)] == [
         ("shop.a", "planned", {"n": 0}), ("shop.b", "planned", {"n": 1})]
-    store.mark_chunks_done(run.run_id, [state.ChunkRead("shop.a", 0, 5, 50, "/a"),
+    written = {"file": "/a/c000000-000.parquet", "min_key": [1], "max_key": [5], "rows": 5, "bytes": 50}
+    store.mark_chunks_done(run.run_id, [state.ChunkRead("shop.a", 0, 5, 50, "/a", ranges=[written]),
                                         state.ChunkRead("shop.b", 0, 6, 60, "/b")], high=POS)
-    assert [(c.table, c.status, c.rows, c.path, c.high) for c in store.chunks(run.run_id)] == [
-        ("shop.a", "done", 5, "/a", POS), ("shop.b", "done", 6, "/b", POS)]
+    assert [(c.table, c.status, c.rows, c.path, c.high, c.ranges) for c in store.chunks(run.run_id)] == [
+        ("shop.a", "done", 5, "/a", POS, [written]), ("shop.b", "done", 6, "/b", POS, None)]
     with pytest.raises(StateError):
         store.mark_chunks_done(run.run_id, [state.ChunkRead("shop.zz", 0, 1, 1, "/z")], high=POS)
     store.reconciled_tables(run.run_id, [("shop.a", 5, {"reconciled_dir": "/ra"}), ("shop.b", 7, {"n": 9})])
