@@ -143,7 +143,7 @@ def read_table(source: Source, table: LocalTable, guard: Callable[[], None]) -> 
                    if not f.nullable and column.null_count]
         if missing:
             raise RunFailed(f"table {info.name}: NULL read from NOT NULL column {missing[0]}")
-        data = data.cast(table.schema)
+        data = _as_schema(data, table.schema)
         data = data.take(pc.sort_indices(data, sort_keys=sort_keys(key))) if data.num_rows > 1 else data
         guard()
         target = storage.join(out_dir, f"c{index:06d}-000.parquet")
@@ -179,10 +179,24 @@ def chunk_table(rows: Sequence[Sequence[Any]], columns: Sequence[ColumnInfo], wi
                 schema: pa.Schema) -> pa.Table:
     """The rows PyMySQL returned for the converted columns as a table of ``schema``'s types, every
     field nullable (the caller checks the required ones hold no NULL, then casts to ``schema``)."""
-    arrays = [wire_array([r[i] for r in rows], wire, column).cast(field.type)
+    arrays = [_typed(wire_array([r[i] for r in rows], wire, column), field.type)
               for i, (column, wire, field) in enumerate(zip(columns, wires, schema, strict=True))]
     loose = pa.schema(f.with_nullable(True) for f in schema)
     return pa.Table.from_arrays(arrays, schema=loose)
+
+
+def _typed(array: pa.Array, wanted: pa.DataType) -> pa.Array:
+    """``array`` cast to ``wanted`` when it is of another type (a cast to its own type is a
+    no-op whose call alone took half the conversion of a small table's rows)."""
+    return array if array.type == wanted else array.cast(wanted)
+
+
+def _as_schema(data: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``data`` as ``schema`` (its field IDs and required columns): the same columns when their
+    types are the schema's, else cast."""
+    if all(column.type == field.type for column, field in zip(data.columns, schema, strict=True)):
+        return pa.Table.from_arrays(data.columns, schema=schema)
+    return data.cast(schema)
 
 
 def wire_array(values: Sequence[Any], wire: Wire, column: ColumnInfo) -> pa.Array:
@@ -206,11 +220,11 @@ def wire_array(values: Sequence[Any], wire: Wire, column: ColumnInfo) -> pa.Arra
             return pa.array(values, pa.string())
         case "double":
             return pa.array(values, pa.float64())
-        case "epoch_days":
-            return pa.array(values, pa.int32()).cast(pa.date32())
+        case "epoch_days":  # integers become these types as they are: no cast (its call costs more
+            return pa.array(values, pa.date32())  # than the conversion, for a small table's rows)
         case "wall_micros":
-            return pa.array(values, pa.int64()).cast(pa.timestamp("us"))
+            return pa.array(values, pa.timestamp("us"))
         case "instant_micros":
-            return pa.array(values, pa.int64()).cast(pa.timestamp("us", "UTC"))
+            return pa.array(values, pa.timestamp("us", "UTC"))
         case "as_is":
             return pa.array(values, staging_type(column))
