@@ -153,6 +153,8 @@ def find_tables(config: PipelineConfig, store: StateStore, names: list[str] | No
         return FoundTables(found, [t.name for t in found.select(names)], [])
     with open_source(config) as source:
         found = table_set(config, source)
+    for match in found.patterns:
+        log.info("pattern %s", match)
     published = {cp.table: cp.version for cp in store.table_checkpoints(config.pipeline)}
     gone = dropped(config.tables, found, published)
     for table in gone:

@@ -69,8 +69,8 @@ def table_set(config: PipelineConfig, source: Source) -> TableSet:
     if not config.has_patterns:
         return explicit_set(config.tables)
     found = expand(config.tables, base_tables(source, config.tables), fold=folds_names(source))
-    for match in found.patterns:
-        log.info("pattern %s", match)
+    for match in found.patterns:  # the plan step says it once a run (`pipeline.plan.find_tables`)
+        log.debug("pattern %s", match)
     return found
 
 
