@@ -31,8 +31,8 @@ from orchestrator.runtime.failures import current_log, record_trace, root_cause
 log = logging.getLogger(__name__)
 
 #: Batches read at once, as an Airflow run's mapped read tasks would: while one batch's Spark
-#: job runs, the next records its low position and waits out the read margin, and a batch
-#: with fewer chunks than cores (a small table, the last batch) does not leave cores idle.
+#: job runs, the next records its low position and sets up its own, and a batch with fewer
+#: chunks than cores (a small table, the last batch) does not leave cores idle.
 READ_CONCURRENCY = 2
 
 #: A step that waits says so at least this often (seconds), naming what it waits for.
