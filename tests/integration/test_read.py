@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import struct
 import threading
 import time
@@ -264,6 +265,36 @@ def test_batch_writes_each_chunk_to_its_own_dir(spark: Any, mariadb: LocalMariaD
     assert stale.read_bytes() == b"left by a failed attempt"  # another attempt's: never touched
     assert sorted(p.name for p in out.iterdir()) == sorted(
         ["chunk-000011-0ld"] + [f"chunk-0000{i}-{a}" for i in (10, 11, 12, 13) for a in ("a1", "b2")])
+
+
+@pytest.mark.usefixtures("reader")
+@pytest.mark.parametrize("partitioned", [False, True])
+def test_rows_returned_out_of_key_order_are_sorted(spark: Any, mariadb: LocalMariaDB, tmp_path: Path,
+                                                   caplog: pytest.LogCaptureFixture, partitioned: bool) -> None:
+    """An integer key's chunk is written as the server returns it, then checked: a partitioned
+    table returns its partitions one after the other, so its job runs again with Spark's sort."""
+    table = f"parts_{int(partitioned)}"
+    mariadb.execute(f"CREATE DATABASE IF NOT EXISTS {DB}")
+    mariadb.execute(f"DROP TABLE IF EXISTS {table}",
+                    f"CREATE TABLE {table} (id int PRIMARY KEY, v varchar(20))"
+                    + (" PARTITION BY HASH(id) PARTITIONS 4" if partitioned else ""),
+                    f"INSERT INTO {table} SELECT seq, CONCAT('v', seq) FROM seq_1_to_1000", database=DB)
+    with Source.from_pipeline(_config(tmp_path, mariadb, "root", "")) as source:
+        info = source.table_info(f"{DB}.{table}")
+        returned = [r[0] for r in source.query(f"SELECT id, v FROM {DB}.{table} WHERE 1 = 1")]
+    assert (returned != sorted(returned)) == partitioned  # what the test is about
+    out = tmp_path / "snapshot"
+    with caplog.at_level(logging.INFO, logger="orchestrator.pipeline.jdbc"):
+        # a whole table in one chunk (a scan: partitioned, it returns one partition after another)
+        # and a key range (read along the key, in order, partitioned or not)
+        result = read_chunks(spark, _config(tmp_path, mariadb), info, [(0, "1 = 1"), (1, "`id` >= 400")],
+                             lambda i: str(out / f"c{i}"), ("id",))
+    assert {i: rows for i, (rows, _) in result.items()} == {0: 1000, 1: 601}
+    for index, low, high in [(0, 1, 1001), (1, 400, 1001)]:
+        got = ds.dataset(str(out / f"c{index}"), format="parquet").to_table()
+        assert got.column("id").to_pylist() == list(range(low, high)), "in key order"
+        assert got.column("v").to_pylist() == [f"v{i}" for i in range(low, high)]
+    assert ("returned rows out of key order" in caplog.text) == partitioned
 
 
 @pytest.mark.usefixtures("reader")
