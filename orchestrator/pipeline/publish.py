@@ -69,13 +69,7 @@ from orchestrator.lake.manifest import (
     published_schema,
     version_uri,
 )
-from orchestrator.lake.writer import (
-    VersionWriter,
-    data_file,
-    file_version,
-    read_published,
-    write_files,
-)
+from orchestrator.lake.writer import VersionWriter, data_file, read_published, write_files
 from orchestrator.pipeline import publish_workers
 from orchestrator.pipeline.context import (
     open_store,
@@ -157,7 +151,6 @@ def publish_table(config: PipelineConfig, table_info: TableInfo, key: Sequence[s
         ranges = _place(table_info.name, tdir, version, plan, writer, _moved_tag(reconciled_dir))
     if not ranges:
         ranges = [writer.write_empty()]
-    new_count = _new_files([r["file"] for r in ranges], version)
     rows = sum(r["rows"] for r in ranges)
     manifest = Manifest(
         table=table_info.name, version=version, files=[r["file"] for r in ranges],
@@ -172,14 +165,9 @@ def publish_table(config: PipelineConfig, table_info: TableInfo, key: Sequence[s
                                              run_id=run_id, position=position, attempt=attempt, guard=guard,
                                              prepared=prepared if committed is None else None)
     faults.point("publish.iceberg_committed")
-    log.debug("table %s: switching to version %d (%d rows, %d files: %d new, %d shared) at %s",
-             table_info.name, version, rows, len(ranges), new_count, len(ranges) - new_count, position)
+    log.debug("table %s: switching to version %d (%d rows, %d files) at %s",  # new ones: `_publish_one`
+              table_info.name, version, rows, len(ranges), position)
     return _switch(config, catalog, tdir, manifest, snapshot, guard)
-
-
-def _new_files(files: Sequence[str], version: int) -> int:
-    """How many of a version's ``files`` were written for it (the others are shared with earlier versions)."""
-    return sum(1 for f in files if file_version(storage.basename(f)) == version)
 
 
 def _committed_manifest(tdir: str, committed: iceberg_commit.RunCommit) -> Manifest | None:
@@ -418,7 +406,7 @@ def _publish_one(config: PipelineConfig, guard: Callable[[], None], run_id: str,
         run_id=manifest["run_id"],
         published_at=dt.datetime.now(dt.UTC) if changed else _published_at(manifest))
     if changed:
-        new = _new_files(manifest["files"], manifest["version"])
+        new = sum(1 for f in manifest["files"] if storage.basename(f).startswith(f"v{manifest['version']:06d}-"))
         snapshot = manifest["iceberg"]["snapshot_id"] if "iceberg" in manifest else None
         log.info("table %s: published version %d, %d rows in %d file(s) (%d new) at %s, Iceberg snapshot %s",
                  record.table, manifest["version"], manifest["rows"], len(manifest["files"]), new, high, snapshot)
