@@ -59,17 +59,15 @@ def child(tables: int, rows: int, work: Path) -> dict[str, list[float]]:
     return out
 
 
-def timed(code: Path, tables: int, rows: int) -> dict[str, list[float]]:
-    """One child process of the checkout at ``code`` in a fresh work dir."""
-    work = Path(tempfile.mkdtemp(prefix="tidemark-bench-publish-"))
-    try:
-        env = {**os.environ, "PYTHONPATH": str(code)}
-        done = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_publish.py"), "--child", str(work),
-                               "--tables", str(tables), "--rows", str(rows)],
-                              env=env, cwd=code, check=True, capture_output=True, text=True)
-        return dict(json.loads(done.stdout.strip().splitlines()[-1]))
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+def timed(code: Path, tables: int, rows: int, scratch: Path) -> dict[str, list[float]]:
+    """One child process of the checkout at ``code`` in a fresh work dir under ``scratch``,
+    deleted only when the benchmark ends (`bench_snapshot.discard` says why)."""
+    work = Path(tempfile.mkdtemp(prefix="child-", dir=scratch))
+    env = {**os.environ, "PYTHONPATH": str(code)}
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_publish.py"), "--child", str(work),
+                           "--tables", str(tables), "--rows", str(rows)],
+                          env=env, cwd=code, check=True, capture_output=True, text=True)
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
 def main() -> int:
@@ -85,13 +83,17 @@ def main() -> int:
         return 0
     codes = {"this": ROOT} | ({"other": args.compare_with.resolve()} if args.compare_with else {})
     figures: dict[str, dict[str, list[list[float]]]] = {c: {p: [] for p in PASSES} for c in codes}
-    for repetition in range(args.repeat):
-        for code, path in codes.items():
-            for name, seconds in timed(path, args.tables, args.rows).items():
-                figures[code][name].append(seconds)
-        print(f"repetition {repetition + 1} (load {os.getloadavg()[0]:.1f}): " + "; ".join(
-            f"{code} {name} {figures[code][name][-1][0] * 1000 / args.tables:.1f} ms"
-            for code in codes for name in PASSES), flush=True)
+    scratch = Path(tempfile.mkdtemp(prefix="tidemark-bench-publish-"))
+    try:
+        for repetition in range(args.repeat):
+            for code, path in codes.items():
+                for name, seconds in timed(path, args.tables, args.rows, scratch).items():
+                    figures[code][name].append(seconds)
+            print(f"repetition {repetition + 1} (load {os.getloadavg()[0]:.1f}): " + "; ".join(
+                f"{code} {name} {figures[code][name][-1][0] * 1000 / args.tables:.1f} ms"
+                for code in codes for name in PASSES), flush=True)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     print(f"\nmedians of {args.repeat}, ms per table (wall / CPU), {args.tables} tables of {args.rows} rows:")
     for name in PASSES:
         line = {c: [statistics.median(s[i] for s in figures[c][name]) * 1000 / args.tables
