@@ -237,7 +237,8 @@ def _spark(r: Reader, data: Any) -> SparkConfig:
     conf = r.setting(m, "spark.conf", SparkConfig, dict)
     remote = r.value(m, "remote", "spark.remote", str, None,
                      lambda v: None if SPARK_REMOTE.match(v)
-                     else f"expected a Spark Connect URL like sc://host:15002, found {v!r}")
+                     else "expected a Spark Connect URL like sc://host:15002 (the value is not shown: "
+                          "it may hold a token)")
     if remote is not None and "master" in m:
         r.problem("spark", "give one of spark.master and spark.remote (a Spark Connect server has its own master)")
     return SparkConfig(master=r.setting(m, "spark.master", SparkConfig, str),
@@ -262,7 +263,7 @@ def _catalog(r: Reader, data: Any) -> CatalogConfig:
     """``name`` and any pyiceberg catalog property, scalars only, ``type`` one pyiceberg knows."""
     m = r.mapping(data, "output.catalog", set(data) if isinstance(data, dict) else set(), set())
     name = r.value(m, "name", "output.catalog.name", str, field_default(CatalogConfig, "name"),
-                   lambda v: None if IDENTIFIER.match(v) else f"expected letters, digits and _, found {v!r}")
+                   lambda v: None if IDENTIFIER.match(v) else f"expected letters, digits, _ and $, found {v!r}")
     properties: dict[str, str] = {}
     for key, value in m.items():
         if key != "name" and r.value(m, key, f"output.catalog.{key}", (str, int, float, bool)) is not None:

@@ -168,7 +168,10 @@ class Reader:
         if float in kinds and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
         if not isinstance(value, kinds):
-            self.problem(path, f"expected {_kind_names(kinds)}, found {kind_name(value)} {value!r}")
+            # a list or mapping is named, not shown: it may hold a secret (a URL with its
+            # password given as a list, a catalog credential nested one level too deep)
+            shown = f" {value!r}" if isinstance(value, str | int | float) else ""
+            self.problem(path, f"expected {_kind_names(kinds)}, found {kind_name(value)}{shown}")
             return default
         if check is not None:
             message = check(value)

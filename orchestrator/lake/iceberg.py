@@ -55,9 +55,25 @@ _TABLE_PROPERTIES = {TableProperties.METADATA_DELETE_AFTER_COMMIT_ENABLED: "true
 
 
 def catalog_properties(config: PipelineConfig) -> dict[str, str]:
-    """``output.catalog``'s pyiceberg properties; by default a SQL catalog in ``state.url``'s
-    database (on PostgreSQL its tables are those of Iceberg's JDBC catalog)."""
-    return dict(config.output.catalog.properties) or {"type": "sql", "uri": config.state.url}
+    """``output.catalog``'s pyiceberg properties. A SQL catalog (``type: sql``, or neither
+    ``type`` nor ``uri`` given: the default) without a ``uri`` is kept in ``state.url``'s database
+    (on PostgreSQL its tables are those of Iceberg's JDBC catalog); a ``uri`` without a ``type``
+    is left for pyiceberg to infer (``http(s)://``: a REST catalog).
+
+    >>> from types import SimpleNamespace as NS
+    >>> def cfg(**props): return NS(output=NS(catalog=NS(properties=props)), state=NS(url="sqlite:///s.db"))
+    >>> catalog_properties(cfg())
+    {'type': 'sql', 'uri': 'sqlite:///s.db'}
+    >>> catalog_properties(cfg(warehouse="/lake"))
+    {'warehouse': '/lake', 'type': 'sql', 'uri': 'sqlite:///s.db'}
+    >>> catalog_properties(cfg(uri="http://rest:8181"))
+    {'uri': 'http://rest:8181'}
+    """
+    properties = dict(config.output.catalog.properties)
+    if properties.get("type", "sql" if "uri" not in properties else None) == "sql":
+        properties.setdefault("type", "sql")
+        properties.setdefault("uri", config.state.url)
+    return properties
 
 
 def open_catalog(config: PipelineConfig) -> Catalog:

@@ -46,7 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="machine-readable plan")
     p = verb("run", "snapshot new tables, apply the binlog to published ones, publish")
     p.add_argument("--table", action="append", default=[], metavar="DB.TABLE")
-    p.add_argument("--chunk-size", type=int, default=None)
+    p.add_argument("--chunk-size", type=_rows, default=None, metavar="N",
+                   help="rows per chunk for this run, overriding every table's chunk_size")
     p.add_argument("--snapshot", action="store_true", help="re-snapshot even if published")
     p.add_argument("--no-progress", action="store_true", help="plain log lines, no progress bars")
     verb("status", "runs, tables, chunks done/total, positions, lag")
@@ -61,6 +62,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rows", type=int, default=200_000)
     p.add_argument("--keep", action="store_true", help="leave the demo MariaDB running")
     return parser
+
+
+def _rows(text: str) -> int:
+    """A positive number of rows (``--chunk-size``): refused before anything starts, exit 2."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive number of rows, found {text!r}")
+    return value
 
 
 def _validate(args: argparse.Namespace, config: PipelineConfig) -> int:

@@ -102,7 +102,7 @@ def _locked_message(lock: LockRecord, config_path: str | None) -> str:
             f"({pid}) since {lock.acquired_at.isoformat(timespec='seconds')} (last renewed "
             f"{lock.refreshed_at.isoformat(timespec='seconds')}, lease {lock.lease_seconds} s); "
             f"wait for it to finish, or if that process is gone run "
-            f"`tidemark reset --config {config} --unlock`")
+            f"`tidemark reset --config {config} --unlock --yes`")
 
 
 def lost_message(fence: Fence, now_held: LockRecord | None) -> str:

@@ -103,3 +103,11 @@ def test_console_script_bad_yaml(tmp_path: Path) -> None:
     result = run_tidemark("validate", "--config", str(path))
     assert result.returncode == 2
     assert "not valid YAML" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("size", ["0", "-5", "lots"])
+def test_run_refuses_a_bad_chunk_size_before_starting(size: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Exit 2 from the argument parser: no config read, no Spark started, no source contacted."""
+    assert main(["run", "--config", "/nonexistent/shop.yaml", "--chunk-size", size]) == 2
+    err = capsys.readouterr().err
+    assert "--chunk-size: expected a positive number of rows" in err and "cannot read config" not in err

@@ -218,3 +218,20 @@ def test_secret_never_printed() -> None:
                  repr(config.source.password), f"{config.source.password}"):
         assert secret not in text
     assert "***" in repr(config.source)
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    ("state.url", ["postgresql://snap:s3cr3t-Pa55word@db/state"]),
+    ("output.catalog", {"warehouse": {"s3.secret-access-key": "s3cr3t-Pa55word"}}),
+    ("spark.remote", "host:15002/;token=s3cr3t-Pa55word"),
+])
+def test_a_misplaced_secret_is_named_not_shown(key: str, value: Any) -> None:
+    """A value refused for its type or form is not echoed when it may hold a secret: a list or
+    mapping where a string was expected, a Spark Connect URL."""
+    data = mutated()
+    if key == "spark.remote":
+        data["spark"] = {"remote": value}
+    else:
+        data = mutated((key, value))
+    found = problems(data)
+    assert found and not any("s3cr3t" in line for line in found), found

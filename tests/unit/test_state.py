@@ -401,7 +401,7 @@ def test_lock_is_reentrant_for_its_holder_and_refused_to_others(store: StateStor
     message = str(refused.value)
     for part in ("pipeline shop", "locked by run run-A", f"host {socket.gethostname()}",
                  f"pid {os.getpid()}", f"since {first.acquired_at.isoformat(timespec='seconds')}",
-                 "wait for it to finish", "`tidemark reset --config configs/shop.yaml --unlock`"):
+                 "wait for it to finish", "`tidemark reset --config configs/shop.yaml --unlock --yes`"):
         assert part in message
     store.acquire_lock("other", "run-B")  # one lock per pipeline
 
