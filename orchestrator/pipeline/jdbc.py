@@ -9,12 +9,13 @@ columns required): it is the chunk's data file, which reconcile keeps as the fir
 version's file of that key range unless a change falls in it. After the job each file
 is moved to its chunk's directory.
 
-The key's order: a key of one integer or decimal column orders the same in MySQL and in the
-files, and the server returns a chunk's rows in key order when it reads them along the primary
-key (an unpartitioned table), so such a job writes the rows as they come and each file is then
-checked to be in strictly ascending key order (its key column read back); if one is not (a
-partitioned table returns its partitions one after the other) the job runs again with Spark's
-sort, which every other key gets at once. Sorting cost 7% of the read's time.
+The key's order: a primary key of one integer or decimal column orders the same in MySQL and
+in the files, and InnoDB reads a chunk along it (its rows are stored in it), so such a job
+writes the rows as they come, then checks each file's key column strictly ascends; if one does
+not (the server chose another index, a partitioned table returned one partition after another)
+the job runs again with Spark's sort. Other keys are sorted at once, as are tables with a
+``where`` (another index may serve it) or of other engines (MyISAM and Aria scan in storage
+order): the check would mostly fail, the chunk read twice. Sorting cost 7% of the read's time.
 
 Values follow CONTRACT.md's type mapping without depending on the driver's
 date/time handling: the server converts each column (`orchestrator.pipeline.read_sql`: temporal
@@ -304,25 +305,31 @@ def read_chunks(spark: SparkSession, config: PipelineConfig, table_info: TableIn
     def frame() -> DataFrame:
         return batch_frame(spark, config, table_info, [where for _, where in chunks], schema)
 
-    placed = write_chunks(config, frame, [table_info.column(k).name for k in key], attempt_dir, label,
-                          [(i, out_dir_for(i)) for i in indexes], schema, guard)
+    names = [table_info.column(k).name for k in key]
+    placed = write_chunks(config, frame, names, attempt_dir, label, [(i, out_dir_for(i)) for i in indexes],
+                          schema, guard, as_returned=server_order_kept(config, table_info, schema, names))
     return dict(zip(indexes, placed, strict=True))
 
 
 def write_chunks(config: PipelineConfig, frame: Callable[[], DataFrame], key: Sequence[str], attempt_dir: str,
-                 label: str, targets: Sequence[tuple[int, str]], schema: pa.Schema, guard: Callable[[], None]
-                 ) -> list[tuple[int, int]]:
+                 label: str, targets: Sequence[tuple[int, str]], schema: pa.Schema, guard: Callable[[], None],
+                 *, as_returned: bool) -> list[tuple[int, int]]:
     """Run the job: each partition of ``frame()`` in ``key`` order into ``attempt_dir`` (as the
-    server returned it when that was the order, see the module docstring; else sorted), then
-    partition ``i``'s file moved to ``targets[i]`` (chunk index, directory); ``(rows, bytes)`` per
-    partition. A failed job raises `_read_error` naming ``label``, its files deleted."""
-    as_returned = ordered_by_server(schema, key)
+    server returned it when ``as_returned``, then checked, see the module docstring; else
+    sorted), then partition ``i``'s file moved to ``targets[i]`` (chunk index, directory);
+    ``(rows, bytes)`` per partition. A failed job, or a file that cannot be read back, raises
+    `_read_error` naming ``label``, its files deleted."""
     _write_job(config, frame, key, attempt_dir, label, sort=not as_returned)
     try:
-        if as_returned and not all_ascending(attempt_dir, key[0]):
-            log.info("%s: the server returned rows out of key order (a partitioned table?); the job runs "
-                     "again, sorting them", label)
+        try:
+            ordered = not as_returned or all_ascending(attempt_dir, key[0])
+        except Exception as exc:  # a file that cannot be read back fails as the job would
+            raise _read_error(config, label, exc) from None
+        if not ordered:
+            log.info("%s: the server returned rows out of key order (another index, or a partitioned "
+                     "table); the job runs again, sorting them", label)
             storage.delete_tree(attempt_dir)
+            guard()
             _write_job(config, frame, key, attempt_dir, label, sort=True)
         guard()
         return _place_chunks(attempt_dir, targets, schema)
@@ -343,6 +350,15 @@ def _write_job(config: PipelineConfig, frame: Callable[[], DataFrame], key: Sequ
     except Exception as exc:
         storage.delete_tree(attempt_dir)
         raise _read_error(config, label, exc) from None
+
+
+def server_order_kept(config: PipelineConfig, table_info: TableInfo, schema: pa.Schema, key: Sequence[str]) -> bool:
+    """Whether a chunk of this table is written as the server returns it, then checked: its
+    primary key is one integer or decimal column, it is an InnoDB table and it has no ``where``
+    filter (the module docstring says why)."""
+    primary = [c.lower() for c in table_info.primary_key]
+    return (ordered_by_server(schema, key) and [k.lower() for k in key] == primary
+            and (table_info.engine or "").lower() == "innodb" and not config.table_where(table_info.name))
 
 
 def ordered_by_server(schema: pa.Schema, key: Sequence[str]) -> bool:
