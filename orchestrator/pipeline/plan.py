@@ -37,6 +37,7 @@ from orchestrator.pipeline.table_plan import check_escaping, plan_table
 from orchestrator.positions import BinlogPosition, file_index
 from orchestrator.runtime.failures import describe
 from orchestrator.schema.tables import TableInfo, table_info_to_json
+from orchestrator.schema.types import arrow_type
 from orchestrator.source.connection import Source
 from orchestrator.source.failover import Follower, moved_run
 from orchestrator.source.listing import table_set, tables_info
@@ -353,11 +354,12 @@ def _published_start(follower: Follower, table: str, checkpoint: TableCheckpoint
 
 
 def _same_shape(table: str, manifest: Manifest | None, info: TableInfo) -> bool:
-    """Whether the table has the columns of its published version; if not, it is re-read
-    (its changes since then cannot be applied to rows of another shape)."""
+    """Whether the table has the columns of its published version, with the types they were
+    published as; if not, it is re-read (its changes since then cannot be applied to rows of
+    another shape, nor to files of another type: a TINYINT(1) that joined a key)."""
     assert manifest is not None, "a published table has a manifest"
-    published = [(c["name"], c["mysql_type"]) for c in manifest["columns"]]
-    current = [(c.name, c.column_type) for c in info.columns]
+    published = [(c["name"], c["mysql_type"], c.get("arrow_type")) for c in manifest["columns"]]
+    current = [(c.name, c.column_type, str(arrow_type(c))) for c in info.columns]
     if published != current:
         log.warning("table %s: columns changed since version %d (%s -> %s): re-read", table,
                     manifest["version"], published, current)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from collections.abc import Sequence
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from orchestrator.schema.families import FAMILIES
@@ -22,6 +23,8 @@ class ColumnInfo:
         datetime_precision: fractional seconds digits for TIME/DATETIME/TIMESTAMP, or None.
         charset: character set for text columns, or None.
         collation: collation for text columns, or None.
+        in_key: part of the primary key or of a unique NOT NULL key (`mark_keys`): its values
+            tell rows apart, so a TINYINT(1) one is not published as a boolean.
     """
 
     name: str
@@ -33,6 +36,7 @@ class ColumnInfo:
     datetime_precision: int | None = None
     charset: str | None = None
     collation: str | None = None
+    in_key: bool = False
 
     @property
     def unsigned(self) -> bool:
@@ -73,6 +77,18 @@ class TableInfo:
             if column.name.lower() == name.lower():
                 return column
         raise KeyError(name)
+
+
+def mark_keys(columns: tuple[ColumnInfo, ...], keys: Sequence[Sequence[str]]) -> tuple[ColumnInfo, ...]:
+    """``columns`` with those of any of ``keys`` (the primary key, the unique NOT NULL keys)
+    marked `ColumnInfo.in_key`.
+
+    >>> cols = (ColumnInfo("id", "tinyint", "tinyint(1)", False), ColumnInfo("v", "int", "int(11)", True))
+    >>> [c.in_key for c in mark_keys(cols, [("ID",)])]
+    [True, False]
+    """
+    names = {name.lower() for key in keys for name in key}
+    return tuple(replace(c, in_key=True) if c.name.lower() in names else c for c in columns)
 
 
 #: `ColumnInfo`'s fields, all plain values: a column is stored as a flat mapping of them (what

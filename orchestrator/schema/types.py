@@ -20,9 +20,10 @@ class UnsupportedType(ValueError):
 
 
 def is_boolean(column: ColumnInfo) -> bool:
-    """BIT(1) and TINYINT(1) map to boolean (CONTRACT.md)."""
+    """BIT(1) and TINYINT(1) map to boolean (CONTRACT.md), except a TINYINT(1) of a key: its
+    values (-128..127) tell rows apart, and as booleans keys 1 and 2 would be one row."""
     return (column.data_type == "bit" and (column.precision or column.display_width) == 1) or (
-        column.data_type == "tinyint" and column.display_width == 1
+        column.data_type == "tinyint" and column.display_width == 1 and not column.in_key
     )
 
 

@@ -23,7 +23,7 @@ import tenacity
 from orchestrator.config import PipelineConfig, SourceConfig
 from orchestrator.errors import RunFailed, SourceNotReady, source_timeout
 from orchestrator.positions import BinlogPosition, ServerIdentity
-from orchestrator.schema.tables import ColumnInfo, TableInfo
+from orchestrator.schema.tables import ColumnInfo, TableInfo, mark_keys
 from orchestrator.source.connect import connect
 from orchestrator.source.dialect import Dialect
 from orchestrator.source.retry import error_code, is_connection_lost, is_timeout, transient_retry
@@ -327,7 +327,8 @@ class Source:
         rows, engine = found[0]
         columns = tuple(_column(r) for r in self.query(_COLUMNS_SQL, (database, table)))
         primary, uniques = _keys(self.query(_INDEXES_SQL, (database, table)), columns)
-        return TableInfo(database=database, table=table, columns=columns, primary_key=primary,
+        return TableInfo(database=database, table=table, columns=mark_keys(columns, [primary, *uniques]),
+                         primary_key=primary,
                          unique_not_null_keys=uniques, row_estimate=int(rows or 0),
                          engine=None if engine is None else str(engine))
 
