@@ -32,6 +32,7 @@ from orchestrator.config_sections import (
     kind_name,
     positive,
     section_keys,
+    storage_uri,
 )
 from orchestrator.credentials import Secret, resolve_password
 from orchestrator.errors import ConfigError
@@ -247,8 +248,8 @@ def _spark(r: Reader, data: Any) -> SparkConfig:
 
 def _output(r: Reader, data: Any) -> OutputConfig:
     m = r.mapping(data, "output", section_keys(OutputConfig), {"path"})
-    return OutputConfig(path=r.value(m, "path", "output.path", str, ""),
-                        staging=r.setting(m, "output.staging", OutputConfig, str),
+    return OutputConfig(path=r.value(m, "path", "output.path", str, "", storage_uri),
+                        staging=r.setting(m, "output.staging", OutputConfig, str, storage_uri),
                         keep_versions=r.setting(m, "output.keep_versions", OutputConfig, int, positive),
                         keep_hours=r.setting(m, "output.keep_hours", OutputConfig, float,
                                              lambda v: None if v >= 0 else f"must be >= 0, found {v}"),

@@ -17,6 +17,23 @@ from orchestrator.credentials import Secret
 
 DEFAULT_JDBC_JAR = "/usr/share/java/mariadb-java-client.jar"
 IDENTIFIER = re.compile(r"^[A-Za-z0-9_$]+$")
+#: URI schemes of ``output.path`` and ``output.staging`` (`orchestrator.lake.storage`); none: a local path.
+STORAGE_SCHEMES = ("file", "s3a", "s3", "hdfs")
+
+
+def storage_uri(value: str) -> str | None:
+    """What is wrong with an output URI's scheme, or None.
+
+    >>> storage_uri("/data/lake"), storage_uri("s3a://bucket/lake")
+    (None, None)
+    >>> storage_uri("gs://bucket/lake")
+    'unsupported scheme `gs://`; use a local path or one of file://, s3a://, s3://, hdfs://'
+    """
+    scheme = value.split("://", 1)[0].lower() if "://" in value else ""
+    if scheme and scheme not in STORAGE_SCHEMES:
+        known = ", ".join(s + "://" for s in STORAGE_SCHEMES)
+        return f"unsupported scheme `{scheme}://`; use a local path or one of {known}"
+    return None
 TABLE_NAME = re.compile(r"^[A-Za-z0-9_$]+\.[A-Za-z0-9_$]+$")
 
 

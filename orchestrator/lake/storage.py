@@ -45,8 +45,10 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-#: Schemes this module knows; anything else is refused with a message naming it.
-SCHEMES = ("file", "s3a", "s3", "hdfs")
+from orchestrator.config_sections import STORAGE_SCHEMES
+
+#: Schemes this module knows (`validate` refuses others); anything else is refused with a message naming it.
+SCHEMES = STORAGE_SCHEMES
 
 
 def _split(uri: str) -> tuple[str, str]:

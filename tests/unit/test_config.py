@@ -235,3 +235,10 @@ def test_a_misplaced_secret_is_named_not_shown(key: str, value: Any) -> None:
         data = mutated((key, value))
     found = problems(data)
     assert found and not any("s3cr3t" in line for line in found), found
+
+
+@pytest.mark.parametrize("key", ["output.path", "output.staging"])
+def test_an_output_uri_of_an_unknown_scheme_is_refused(key: str) -> None:
+    """`validate` names it (it was refused only when the run first wrote there)."""
+    found = problems(mutated((key, "gs://bucket/lake")))
+    assert any(f"{key}: unsupported scheme `gs://`" in line for line in found), found
