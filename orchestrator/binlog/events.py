@@ -40,6 +40,16 @@ MARIADB_GTID_LIST = 163
 #: MariaDB's compressed rows events (log_bin_compress=ON; see `compressed`).
 MARIADB_COMPRESSED_ROWS = frozenset(range(166, 172))
 MARIADB_COMPRESSED_QUERY = 165
+#: LOAD DATA logged as a statement: a QUERY event's layout with 13 more bytes of post-header.
+EXECUTE_LOAD_QUERY = 18
+#: The server lost events here (a replica stops): nothing after it can be trusted to be complete.
+INCIDENT = 26
+#: Events that change no row by themselves: the statement context of a QUERY (INTVAR, RAND,
+#: USER_VAR), LOAD DATA's file blocks (executed by EXECUTE_LOAD_QUERY), annotations, GTID
+#: bookkeeping, heartbeats, STOP, MariaDB's checkpoints and encryption start. Any type neither
+#: acted on nor listed here fails the capture: it is never skipped unread.
+HARMLESS = frozenset({3, 5, 9, 11, 13, 14, 17, 27, 28, 29, 34, 35, 36, 37, 41,
+                      160, 161, MARIADB_GTID_LIST, 164})
 
 #: Rows event type -> the change it carries.
 ROWS_OPS: dict[int, Literal["I", "U", "D"]] = {WRITE_ROWS_V1: "I", WRITE_ROWS: "I", UPDATE_ROWS_V1: "U", UPDATE_ROWS: "U",
@@ -130,11 +140,12 @@ def has_checksum(packet: bytes) -> bool:
     return len(packet) >= BODY + 4 and zlib.crc32(packet[1:-4]) == int.from_bytes(packet[-4:], "little")
 
 
-def query_event(packet: bytes, fmt: Format) -> tuple[str, str]:
-    """``(default database, statement)`` of a QUERY event: thread id (4), exec time (4),
-    database length (1), error code (2), status variables' length (2), then the status
-    variables, the database and a NUL, and the statement."""
-    post = fmt.post_header(QUERY, 13)
+def query_event(packet: bytes, fmt: Format, kind: int = QUERY) -> tuple[str, str]:
+    """``(default database, statement)`` of a QUERY (or EXECUTE_LOAD_QUERY) event: thread id
+    (4), exec time (4), database length (1), error code (2), status variables' length (2), for
+    EXECUTE_LOAD_QUERY 13 bytes more, then the status variables, the database and a NUL, and
+    the statement."""
+    post = fmt.post_header(kind, 13 if kind == QUERY else 26)
     schema_length = packet[BODY + 8]
     status_length = int.from_bytes(packet[BODY + 11 : BODY + 13], "little")
     schema = BODY + post + status_length

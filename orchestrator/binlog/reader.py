@@ -341,8 +341,8 @@ class EventReader:
                     in_transaction = False
                     last = self._at(file, end)
                     yield Boundary(last, "commit")
-                elif kind == ev.QUERY:
-                    records, framing = self._query(packet, fmt, file, end, last)
+                elif kind in (ev.QUERY, ev.EXECUTE_LOAD_QUERY):
+                    records, framing = self._query(packet, fmt, kind, file, end, last)
                     yield from records
                     if framing == "begin":
                         in_transaction = True
@@ -350,16 +350,23 @@ class EventReader:
                         in_transaction = False
                         last = self._at(file, end)
                         yield Boundary(last, "commit")
+                elif kind == ev.INCIDENT:
+                    yield TableChange(frozenset(self.tables), "an INCIDENT event (the server lost "
+                                      "events here)", file, end)
+                elif kind not in ev.HARMLESS:
+                    raise RunFailed(f"{file}:{end} holds a binlog event of type {kind}, which this "
+                                    "Tidemark does not know: it stops rather than skip it (a newer "
+                                    "server feature?); check the event with mariadb-binlog/mysqlbinlog")
             if end and (index, end) == stop:
                 break
         if self.stop is not None:
             yield Boundary(self.stop, "stop")
 
-    def _query(self, packet: bytes, fmt: ev.Format, file: str, end: int, last: BinlogPosition
+    def _query(self, packet: bytes, fmt: ev.Format, kind: int, file: str, end: int, last: BinlogPosition
                ) -> tuple[list[Record], Literal["begin", "end"] | None]:
         """What a QUERY event means for the chosen tables, and whether it opens or closes
         a transaction (``XA COMMIT``/``XA ROLLBACK`` of a prepared one close their own group)."""
-        database, query = ev.query_event(packet, fmt)
+        database, query = ev.query_event(packet, fmt, kind)
         framing = query.upper()
         if framing == "BEGIN":
             return [], "begin"

@@ -23,7 +23,12 @@ from orchestrator.binlog.statements import Kind, Statement, Xid, fold
 _EXECUTABLE_COMMENT = re.compile(r"/\*M?!\d*(.*?)\*/", re.DOTALL)
 #: Statements logged as commands that never change a table's rows.
 _HARMLESS = frozenset({"GRANT", "REVOKE", "ANALYZE", "OPTIMIZE", "FLUSH", "SAVEPOINT", "RELEASE",
-                       "SET", "CHECK", "CHECKSUM", "INSTALL", "UNINSTALL", "DO", "SHOW", "KILL"})
+                       "SET", "CHECK", "CHECKSUM", "INSTALL", "UNINSTALL", "SHOW", "KILL"})
+#: Statements logged for their side effects, which the text does not name: a stored function's
+#: writes (``SELECT f()``, ``DO f()``), a procedure's.
+_OPAQUE = frozenset({"SELECT", "DO", "CALL", "WITH", "VALUES", "TABLE"})
+#: The words after which ``ANALYZE`` runs a statement (MariaDB's ANALYZE UPDATE/DELETE executes it).
+_ANALYZED = frozenset({"UPDATE", "DELETE", "INSERT", "REPLACE", "SELECT"})
 #: The first words of DML statements sqlglot leaves as commands (or cannot parse).
 _DML_WORDS = frozenset({"REPLACE", "LOAD", "INSERT", "UPDATE", "DELETE"})
 _RENAME_WORDS = frozenset({"RENAME", "TABLE", "TABLES", "IF", "EXISTS", "WAIT", "NOWAIT", "TO"})
@@ -47,9 +52,13 @@ def classify(sql: str, database: str, *, lower_case_table_names: int = 0) -> Sta
         lower_case_table_names: the server's setting; names are lower-cased unless it is 0.
 
     >>> classify("TRUNCATE TABLE `orders`", "shop")
-    Statement(kind='truncate', tables=frozenset({'shop.orders'}), databases=frozenset(), parsed=True, xa=None, one_phase=False)
+    Statement(kind='truncate', tables=frozenset({'shop.orders'}), databases=frozenset(), parsed=True, xa=None, one_phase=False, everything=False)
     >>> sorted(classify("RENAME TABLE a TO b, x.c TO d", "s").tables)
     ['s.a', 's.b', 's.d', 'x.c']
+    >>> classify("SET STATEMENT max_statement_time=100 FOR TRUNCATE TABLE t", "s").tables
+    frozenset({'s.t'})
+    >>> classify("SELECT `o`.`f`()", "s").everything, classify("ROLLBACK TO SAVEPOINT p", "s").everything
+    (True, True)
     """
     text = _EXECUTABLE_COMMENT.sub(r" \1 ", sql).strip().rstrip(";").strip()
     try:
@@ -58,8 +67,13 @@ def classify(sql: str, database: str, *, lower_case_table_names: int = 0) -> Sta
         tokens = []
     names = _Names(database, lower_case_table_names)
     first = tokens[0].text.upper() if tokens else ""
+    inner = _inner(tokens, first)
+    if inner is not None:
+        return classify(text[inner:], database, lower_case_table_names=lower_case_table_names)
     if first == "XA":
         return _xa(tokens)
+    if first in _OPAQUE:
+        return Statement("dml", names.mentioned(tokens), parsed=False, everything=True)
     if first in _DML_WORDS - {"INSERT", "UPDATE", "DELETE"}:
         return Statement("dml", names.mentioned(tokens), parsed=False)
     if first == "RENAME":  # RENAME TABLE[S] [IF EXISTS] a [WAIT n | NOWAIT] TO b, ...
@@ -74,7 +88,23 @@ def classify(sql: str, database: str, *, lower_case_table_names: int = 0) -> Sta
     if tree is None or isinstance(tree, exp.Command):
         kind: Kind = "dml" if first in _DML_WORDS else "ddl"
         return Statement(kind, names.mentioned(tokens), parsed=False)
-    return _from_tree(tree, names)
+    return _from_tree(tree, names, tokens)
+
+
+def _inner(tokens: list[Token], first: str) -> int | None:
+    """Where the statement that ``SET STATEMENT var=value, ... FOR`` or ``ANALYZE [FORMAT=JSON]``
+    runs begins in the text (None: not such a statement)."""
+    words: frozenset[str]
+    if first == "SET" and len(tokens) > 1 and tokens[1].text.upper() == "STATEMENT":
+        words = frozenset({"FOR"})
+    elif first == "ANALYZE":
+        words = _ANALYZED
+    else:
+        return None
+    found = next((t for t in tokens[1:] if t.text.upper() in words and t.token_type != TokenType.STRING), None)
+    if found is None:
+        return None
+    return found.end + 1 if first == "SET" else found.start
 
 
 class _Names:
@@ -107,13 +137,13 @@ class _Names:
         return frozenset(found)
 
 
-def _from_tree(tree: exp.Expr, names: _Names) -> Statement:
+def _from_tree(tree: exp.Expr, names: _Names, tokens: list[Token]) -> Statement:
     if isinstance(tree, exp.Transaction):
         return Statement("begin")
     if isinstance(tree, exp.Commit):
         return Statement("commit")
-    if isinstance(tree, exp.Rollback):
-        return Statement("rollback")
+    if isinstance(tree, exp.Rollback):  # to a savepoint: it undoes rows events logged before it
+        return Statement("dml", everything=True) if tree.args.get("savepoint") else Statement("rollback")
     if isinstance(tree, exp.TruncateTable):
         return Statement("truncate", names.tables(tree.expressions))
     if isinstance(tree, _DDL_NODES):
@@ -124,15 +154,17 @@ def _from_tree(tree: exp.Expr, names: _Names) -> Statement:
     if isinstance(tree, _DML_NODES):  # a multi-table UPDATE/DELETE may change any table it joins
         return Statement("dml", names.tables(tree.find_all(exp.Table)))
     # A statement of a kind not known here that names a run table may have changed it: re-read
-    # that table rather than guess (the binlog holds writes; a harmless one costs one read).
-    return Statement("ddl", names.tables(tree.find_all(exp.Table)), parsed=False)
+    # that table rather than guess (the binlog holds writes; a harmless one costs one read). Any
+    # name it mentions counts, not only what sqlglot took for a table (`FROBNICATE t` parses as
+    # a column with an alias).
+    return Statement("ddl", names.tables(tree.find_all(exp.Table)) | names.mentioned(tokens), parsed=False)
 
 
 def _ddl(tree: exp.Create | exp.Drop | exp.Alter, names: _Names) -> Statement:
     kind = str(tree.args.get("kind") or "TABLE").upper()
     if kind in ("DATABASE", "SCHEMA"):
         if isinstance(tree, exp.Drop):
-            dropped = [t.name for t in tree.args.get("tables") or [tree.this] if t is not None]
+            dropped = [t.name or t.db for t in tree.args.get("tables") or [tree.this] if t is not None]
             return Statement("ddl", databases=frozenset(fold(d, names.lower) for d in dropped))
         return Statement("other")  # creating or altering a database changes no table
     if isinstance(tree, exp.Drop):

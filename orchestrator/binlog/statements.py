@@ -16,6 +16,12 @@ DML of sessions logging in STATEMENT (or MIXED) format. Its kinds:
 * ``xa`` - ``XA START/END/PREPARE/COMMIT/ROLLBACK`` with the transaction's xid;
 * ``other`` - nothing a table's rows depend on (SET, GRANT, CREATE DATABASE...).
 
+A statement whose effect cannot be told from its text has ``everything`` set and touches
+every table: a function call logged as ``SELECT f()`` or ``DO f()`` (a stored function
+that writes), ``CALL``, and ``ROLLBACK TO SAVEPOINT`` (logged when a transaction also wrote
+a non-transactional table: the rows events it undoes are in the binlog before it). Every run
+table is then re-read. ``SET STATEMENT ... FOR s`` and ``ANALYZE s`` are classified as ``s``.
+
 A statement sqlglot cannot parse is ``ddl`` with ``parsed=False``, naming every
 name it mentions: the caller re-reads any run table among them rather than
 skip something it does not understand. Names are ``database.table``, qualified
@@ -54,6 +60,7 @@ class Statement:
             the statement mentions, qualified with the default database where bare.
         xa: for ``xa``: the verb and the xid (None for ``XA RECOVER``).
         one_phase: ``XA COMMIT ... ONE PHASE``.
+        everything: it may have changed any table (see the module docstring).
     """
 
     kind: Kind
@@ -62,10 +69,11 @@ class Statement:
     parsed: bool = True
     xa: tuple[XaVerb, Xid | None] | None = None
     one_phase: bool = False
+    everything: bool = False
 
     def touches(self, table: str) -> bool:
         """Whether the statement changes ``database.table`` (as `classify` folded it)."""
-        return table in self.tables or table.split(".", 1)[0] in self.databases
+        return self.everything or table in self.tables or table.split(".", 1)[0] in self.databases
 
 
 def fold(name: str, lower_case_table_names: int) -> str:

@@ -157,6 +157,8 @@ class _Capture:
         self.starts = {name: t.start.key for name, t in self.tables.items()}
 
     def add(self, event: RowsEvent, base: int = 0) -> int:
+        """Buffer the event's rows, numbered from ``base`` at its position; returns how many
+        numbers they took (the next event at the same position numbers on from there)."""
         if self.xa.group is not None and self.xa.take(event):
             return 0
         file = _file_index(event.file)
@@ -178,7 +180,7 @@ class _Capture:
         self.captured += added
         if self.buffered >= 2 * self.batch_rows:  # a huge transaction: write, checkpoint later
             self.flush()
-        return added
+        return first + added
 
     def xa_step(self, record: XaEvent) -> None:
         """An XA step: a committed transaction's rows are added at the commit's position."""
@@ -239,9 +241,19 @@ class _Capture:
         for name, buffer in self.buffers.items():
             if not len(buffer):
                 continue
+            try:  # values are converted here: one that cannot be fails its table alone, as in `add`
+                changes = self.filters.apply(name, buffer.to_arrow())
+            except Exception as exc:
+                if (reason := table_failure(exc)) is None:
+                    raise
+                fail_table(self.store, self.run_id, name, "capture", f"{reason} (rows events before "
+                           f"{self.stop})")
+                buffer.clear()
+                self.starts[name] = _NEVER
+                continue
             self.segments += 1
             path = f"{self.root}/{self.run_id}/changes/{name}/{segment_name(self.segments, self.writer)}"
-            write_segment(self.fs, path, self.filters.apply(name, buffer.to_arrow()))
+            write_segment(self.fs, path, changes)
             self.rows[name] = self.rows.get(name, 0) + len(buffer)
             buffer.clear()
             self.unsaved = True
@@ -319,9 +331,15 @@ def _run(capture: _Capture, records: Iterable[RowsEvent | Boundary | TableChange
          ) -> None:
     """The hot loop: route rows events to the buffers, checkpoint at boundaries."""
     add, boundary = capture.add, capture.boundary
+    # Rows events that share a position (a MySQL compressed transaction's, all at the payload's
+    # end) number their rows on, in binlog order: the last change of a key stays the last.
+    at: tuple[str, int] | None = None
+    base = 0
     for record in records:
         if isinstance(record, RowsEvent):
-            add(record)
+            if (record.file, record.end) != at:
+                at, base = (record.file, record.end), 0
+            base += add(record, base)
         elif isinstance(record, TableChange):
             capture.change(record)
         elif isinstance(record, XaEvent):

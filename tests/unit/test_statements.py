@@ -59,8 +59,31 @@ CASES: list[tuple[str, str, str, set[str]]] = [
     ("ANALYZE TABLE orders", "shop", "other", set()),
     ("SET @x = 1", "shop", "other", set()),
     # a statement of a kind the classifier does not know re-reads the tables it names
-    ("SELECT a INTO @x FROM orders", "shop", "ddl", {"shop.orders"}),
+    ("FROBNICATE orders", "shop", "ddl", {"shop.orders"}),
+    # statements that hide what they run: the inner one is classified
+    ("SET STATEMENT max_statement_time=100 FOR TRUNCATE TABLE t", "shop", "truncate", {"shop.t"}),
+    ("SET STATEMENT sql_mode='', note='FOR x' FOR UPDATE orders SET a = 1", "shop", "dml", {"shop.orders"}),
+    ("SET STATEMENT x=1 FOR RENAME TABLE a TO b, b TO a", "shop", "ddl", {"shop.a", "shop.b"}),
+    ("ANALYZE UPDATE orders SET a = 1", "shop", "dml", {"shop.orders"}),
+    ("ANALYZE FORMAT=JSON DELETE FROM x.orders", "shop", "dml", {"x.orders"}),
+    ("ANALYZE TABLE orders", "shop", "other", set()),
+    ("DROP SCHEMA IF EXISTS old", "shop", "ddl", set()),
 ]
+
+
+@pytest.mark.parametrize("sql", ["SELECT `o`.`f`()", "SELECT a INTO @x FROM orders", "DO f(1)", "CALL p()",
+                                 "ROLLBACK TO SAVEPOINT `s`", "ROLLBACK WORK TO s"])
+def test_a_statement_whose_effect_the_text_does_not_tell_touches_every_table(sql: str) -> None:
+    """A stored function or procedure may write any table; a rollback to a savepoint undoes rows
+    events logged before it: every run table is re-read."""
+    statement = classify(sql, "shop")
+    assert statement.everything and statement.touches("any.table"), statement
+    assert not classify("ROLLBACK", "shop").touches("any.table")
+
+
+def test_drop_schema_drops_the_database() -> None:
+    assert classify("DROP SCHEMA old", "shop").touches("old.t")
+    assert classify("DROP DATABASE old", "shop").touches("old.t")
 
 
 @pytest.mark.parametrize(("sql", "database", "kind", "tables"), CASES, ids=[c[0][:50] for c in CASES])
