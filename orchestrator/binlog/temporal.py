@@ -89,28 +89,46 @@ def _lookup(keys: pa.Array, convert: Callable[[int], int | None]) -> pa.Array:
     return table.take(pc.index_in(keys, value_set=distinct))
 
 
-def _civil_days(year: int, month: int, day: int) -> int:
-    return dt.date(year, month, day).toordinal() - _EPOCH_ORDINAL
+def _daynr(year: int, month: int, day: int) -> int:
+    """The server's day number (its ``calc_daynr``, as ``TO_DAYS``; year at least 1)."""
+    total = 365 * year + 31 * (month - 1) + day
+    if month <= 2:
+        year -= 1
+    else:
+        total -= (month * 4 + 23) // 10
+    return total + year // 4 - ((year // 100 + 1) * 3) // 4
+
+
+_EPOCH_DAYNR = _daynr(1970, 1, 1)
+
+
+def _civil_days(year: int, month: int, day: int) -> int | None:
+    """Days since 1970 as the snapshot's ``DATEDIFF`` counts them: an invalid date the server
+    kept (``ALLOW_INVALID_DATES``: February 30) rolls over into the next month, and a date with
+    a zero part, or in year 0 (before what a date type holds), is NULL (`read_sql`).
+
+    >>> _civil_days(2024, 2, 29), _civil_days(2020, 2, 30) == _civil_days(2020, 3, 1)
+    (19782, True)
+    >>> _civil_days(0, 1, 1), _civil_days(2020, 0, 15)
+    (None, None)
+    """
+    if not (year and month and day):
+        return None
+    return _daynr(year, month, day) - _EPOCH_DAYNR
 
 
 def _date_days(packed: int) -> int | None:
-    year, month, day = packed >> 9, packed >> 5 & 15, packed & 31
-    if not (year and month and day):
-        return None  # zero dates; an invalid non-zero one raises, as in the library
-    return _civil_days(year, month, day)
+    return _civil_days(packed >> 9, packed >> 5 & 15, packed & 31)
 
 
 def _datetime2_days(ymd: int) -> int | None:
-    """Days since 1970 of DATETIME2's date bits, None for a date ``datetime`` refuses.
+    """Days since 1970 of DATETIME2's date bits (`_civil_days`).
 
-    >>> _datetime2_days((2024 * 13 + 2) << 5 | 29), _datetime2_days((2021 * 13 + 2) << 5 | 30)
+    >>> _datetime2_days((2024 * 13 + 2) << 5 | 29), _datetime2_days((2021 * 13 + 0) << 5 | 30)
     (19782, None)
     """
     year_month, day = ymd >> 5, ymd & 31
-    try:
-        return _civil_days(year_month // 13, year_month % 13, day)
-    except ValueError:
-        return None
+    return _civil_days(year_month // 13, year_month % 13, day)
 
 
 def _date(values: Sequence[Any]) -> pa.Array:
@@ -167,14 +185,21 @@ def _old_datetime(value: int) -> int | None:
         return None
     moment = dt.datetime(year, month, day, int(time / 10000), int((time % 10000) / 100),
                          int(time % 100))
-    return _civil_days(year, month, day) * _US_PER_DAY + (
+    days = _civil_days(year, month, day)
+    return None if days is None else days * _US_PER_DAY + (
         moment.hour * 3600 + moment.minute * 60 + moment.second) * _US
 
 
 def _old_time(raw: bytes) -> int:
-    """The pre-5.6 TIME (a decimal hhmmss, read unsigned as the library does)."""
-    t = int.from_bytes(raw, "little")
-    return ((int(t / 10000) * 60 + int((t % 10000) / 100)) * 60 + int(t % 100)) * _US
+    """The pre-5.6 TIME: a signed decimal hhmmss (the library reads it unsigned, which turned
+    ``-01:02:03`` into 6037813 s).
+
+    >>> _old_time((-10203).to_bytes(3, "little", signed=True)) // _US, _old_time((8385959).to_bytes(3, "little")) // _US
+    (-3723, 3020399)
+    """
+    t = int.from_bytes(raw, "little", signed=True)
+    sign, t = (-1, -t) if t < 0 else (1, t)
+    return sign * ((t // 10000 * 60 + t % 10000 // 100) * 60 + t % 100) * _US
 
 
 def temporal_finisher(field: rd.Field, arrow: pa.DataType) -> Finisher:

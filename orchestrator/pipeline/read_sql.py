@@ -69,10 +69,12 @@ def column_sql(column: ColumnInfo) -> ColumnSql:
         # The text protocol prints FLOAT with 6 digits; widened to DOUBLE it is exact.
         return ColumnSql(f"CAST({q} AS DOUBLE)", "double")
     if t == "date":
-        # Zero and partly-zero dates give NULL here.
-        return ColumnSql(f"DATEDIFF({q}, '1970-01-01')", "epoch_days")
+        # Zero and partly-zero dates give NULL here; so do dates in year 0, which no date type
+        # outside MySQL holds (the binlog's decoder gives NULL for both: `binlog.temporal`).
+        return ColumnSql(f"IF({q} < '0001-01-01', NULL, DATEDIFF({q}, '1970-01-01'))", "epoch_days")
     if t == "datetime":
-        return ColumnSql(f"TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', {q})", "wall_micros")
+        return ColumnSql(f"IF({q} < '0001-01-01', NULL, "
+                         f"TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', {q}))", "wall_micros")
     if t == "timestamp":
         # UNIX_TIMESTAMP of a TIMESTAMP column is its stored instant, whatever the session
         # time zone; the zero timestamp gives 0, which no real TIMESTAMP has.

@@ -58,6 +58,17 @@ def _latin1_errors(error: UnicodeError) -> tuple[str, int]:
 codecs.register_error("tidemark-latin1", _latin1_errors)
 
 
+def _unmapped_errors(error: UnicodeError) -> tuple[str, int]:
+    """A byte another single-byte character set leaves undefined (cp1250's 0x81): ``?``, as
+    the server converts it for a client, so the snapshot and the binlog agree."""
+    if not isinstance(error, UnicodeDecodeError):
+        raise error
+    return "?", error.start + 1
+
+
+codecs.register_error("tidemark-unmapped", _unmapped_errors)
+
+
 def staging_type(column: ColumnInfo) -> pa.DataType:
     """The Arrow type a column is staged as: its published type, TIME as int64 microseconds.
 
@@ -276,7 +287,9 @@ def text_decoder(column: ColumnInfo) -> Callable[[bytes], str]:
         raise ValueError(
             f"column `{column.name}` uses character set {charset}, which Tidemark cannot decode "
             "from the binlog; convert the column to utf8mb4") from exc
-    return lambda raw: raw.decode(name)
+    if name.replace("-", "").replace("_", "").lower().startswith("utf"):
+        return lambda raw: raw.decode(name)  # the server refuses to store invalid UTF: corrupt
+    return lambda raw: raw.decode(name, "tidemark-unmapped")
 
 
 def _text(column: ColumnInfo, *, strip_pad: bool) -> Converter:

@@ -231,11 +231,14 @@ def test_datetime2_against_an_encoder(day: dt.date, seconds: int, micros: int, f
     assert finish(column, rd.DATETIME2, bytes([fsp]), [raw, None]) == [expected, None]
 
 
-def test_datetime2_dates_datetime_refuses_are_null() -> None:
+def test_datetime2_invalid_dates_roll_over_and_zero_parts_are_null() -> None:
+    """As the snapshot's TIMESTAMPDIFF: February 30 (ALLOW_INVALID_DATES) is March 2; a zero
+    part, year 0 or an impossible time of day is NULL."""
     column = col("c", "datetime(2)", datetime_precision=2)
     raws = [encode_datetime2(2021, 2, 30, 5, 0, 2), encode_datetime2(2021, 0, 5, 5, 10_000, 2),
-            encode_datetime2(0, 0, 0, 0, 0, 2), encode_datetime2(2021, 2, 28, 3600 * 24, 0, 2)]
-    assert finish(column, rd.DATETIME2, b"\x02", raws) == [None, None, None, None]
+            encode_datetime2(0, 0, 0, 0, 0, 2), encode_datetime2(2021, 2, 28, 3600 * 24, 0, 2),
+            encode_datetime2(0, 1, 1, 0, 0, 2)]
+    assert finish(column, rd.DATETIME2, b"\x02", raws) == [dt.datetime(2021, 3, 2, 0, 0, 5), None, None, None, None]
 
 
 @settings(max_examples=60, deadline=None)
@@ -262,8 +265,11 @@ def test_dates() -> None:
     raws = [(2024 << 9 | 2 << 5 | 29).to_bytes(3, "little"), bytes(3),
             (2021 << 9 | 0 << 5 | 5).to_bytes(3, "little"), None]
     assert finish(column, rd.DATE, b"", raws) == [dt.date(2024, 2, 29), None, None, None]
-    with pytest.raises(ValueError):  # as the library: an invalid non-zero date is an error
-        finish(column, rd.DATE, b"", [(2021 << 9 | 2 << 5 | 30).to_bytes(3, "little")])
+    # an invalid date the server kept (ALLOW_INVALID_DATES) rolls over, as the snapshot's
+    # DATEDIFF counts it; year 0 is NULL (no date type outside MySQL holds it)
+    invalid = [(2021 << 9 | 2 << 5 | 30).to_bytes(3, "little"), (2020 << 9 | 4 << 5 | 31).to_bytes(3, "little"),
+               (0 << 9 | 1 << 5 | 1).to_bytes(3, "little")]
+    assert finish(column, rd.DATE, b"", invalid) == [dt.date(2021, 3, 2), dt.date(2020, 5, 1), None]
 
 
 # --------------------------------------------------------------------------- the rest

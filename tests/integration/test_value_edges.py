@@ -1,0 +1,72 @@
+"""Values where the snapshot (Spark and the driver, through the server's conversions) and the
+binlog decoder must agree and once did not (found by a review): dates the server kept under
+ALLOW_INVALID_DATES roll over as its DATEDIFF counts them, dates in year 0 are NULL, and a byte
+a single-byte character set leaves undefined is ``?``, as the server gives it. Before, the
+binlog's February 30 failed the whole capture (every table, at every resume), a cp1250 0x81
+did too, and a year-0 date failed its table at publish.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.config import load_config
+from orchestrator.demo.localdb import LocalMariaDB
+from orchestrator.lake.manifest import read_published
+from orchestrator.pipeline.context import table_dir
+from tests.conftest import pipeline_config, write_config
+from tests.integration.conftest import run_plain
+
+pytestmark = pytest.mark.integration
+
+DB = "value_edges"
+ROWS = ("('2020-02-30', '2020-02-30 12:00:00.5', x'61816298')",
+        "('0000-01-01', '0000-01-01 00:00:00', 'plain')",
+        "('2020-04-31', '2020-04-31 23:59:59', NULL)",
+        "('2024-02-29', '1970-01-01 00:00:00', x'8a')")
+EXPECTED = [(dt.date(2020, 3, 1), dt.datetime(2020, 3, 1, 12, 0, 0, 500000), "a?b?"),
+            (None, None, "plain"),
+            (dt.date(2020, 5, 1), dt.datetime(2020, 5, 1, 23, 59, 59), None),
+            (dt.date(2024, 2, 29), dt.datetime(1970, 1, 1), "Š")]
+
+
+def published(config: Any, table: str) -> dict[int, tuple[Any, ...]]:
+    rows = read_published(table_dir(config, f"{DB}.{table}")).to_pylist()
+    return {r["id"]: (r["d"], r["dt"], r["c"]) for r in rows}
+
+
+def test_the_snapshot_and_the_binlog_agree_on_edge_values(mariadb: LocalMariaDB, tmp_path: Path,
+                                                           spark: object) -> None:
+    mariadb.execute(f"DROP DATABASE IF EXISTS {DB}", f"CREATE DATABASE {DB}")
+    conn = mariadb.connect(database=DB)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SET SESSION sql_mode = 'ALLOW_INVALID_DATES'")
+            for table in ("spark", "driver"):
+                cur.execute(f"CREATE TABLE {table} (id INT PRIMARY KEY, d DATE, dt DATETIME(6), "
+                            "c VARCHAR(10) CHARACTER SET cp1250)")
+                cur.execute(f"INSERT INTO {table} (d, dt, c, id) VALUES "
+                            + ", ".join(f"{row[:-1]}, {n})" for n, row in enumerate(ROWS, 1)))
+        config = load_config(write_config(tmp_path / "p.yaml", pipeline_config(
+            tmp_path, mariadb, [{"name": f"{DB}.spark", "chunk_size": 2}, {"name": f"{DB}.driver"}],
+            name=DB, defaults={"read_margin_seconds": 0.0})))
+        run_plain(config)
+        snapshot = dict(enumerate(EXPECTED, 1))
+        assert published(config, "spark") == snapshot
+        assert published(config, "driver") == snapshot
+        with conn.cursor() as cur:  # the same values again, through the binlog
+            for table in ("spark", "driver"):
+                cur.execute(f"INSERT INTO {table} (d, dt, c, id) VALUES "
+                            + ", ".join(f"{row[:-1]}, {n + 10})" for n, row in enumerate(ROWS, 1)))
+                cur.execute(f"UPDATE {table} SET d = '2021-02-29', dt = '2021-02-29 01:02:03', c = x'81' WHERE id = 4")
+    finally:
+        conn.close()
+    run_plain(config)
+    expected = {**snapshot, **{n + 10: row for n, row in snapshot.items()},
+                4: (dt.date(2021, 3, 1), dt.datetime(2021, 3, 1, 1, 2, 3), "?")}
+    assert published(config, "spark") == expected
+    assert published(config, "driver") == expected
