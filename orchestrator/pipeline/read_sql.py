@@ -81,8 +81,12 @@ def column_sql(column: ColumnInfo) -> ColumnSql:
         return ColumnSql(f"NULLIF(CAST(UNIX_TIMESTAMP({q}) * 1000000 AS SIGNED), 0)", "instant_micros")
     if t == "time":
         return ColumnSql(f"CAST(TIME_TO_SEC({q}) * 1000000 AS SIGNED)", "time_micros")
-    if t in ("char", "enum", "set"):
+    if t == "char":
         # Reported as JDBC CHAR(n), Spark would pad values to n; as VARCHAR they stay as stored.
+        # A CHAR keeps no trailing spaces, but a server in PAD_CHAR_TO_FULL_LENGTH mode returns
+        # them: trimmed, the value is the one the binlog holds, whatever the mode.
+        return ColumnSql(f"CAST(TRIM(TRAILING ' ' FROM {q}) AS CHAR)", "text")
+    if t in ("enum", "set"):
         return ColumnSql(f"CAST({q} AS CHAR)", "text")
     return ColumnSql(q, "as_is")
 

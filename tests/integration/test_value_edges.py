@@ -70,3 +70,31 @@ def test_the_snapshot_and_the_binlog_agree_on_edge_values(mariadb: LocalMariaDB,
                 4: (dt.date(2021, 3, 1), dt.datetime(2021, 3, 1, 1, 2, 3), "?")}
     assert published(config, "spark") == expected
     assert published(config, "driver") == expected
+
+
+def test_char_values_are_unpadded_under_pad_char_to_full_length(mariadb: LocalMariaDB, tmp_path: Path,
+                                                                spark: object) -> None:
+    """A server in PAD_CHAR_TO_FULL_LENGTH mode returns CHAR values padded; the binlog holds them
+    without the pad, as every other mode returns them: the lake has them unpadded either way."""
+    db = "char_pad"
+    mariadb.execute(f"DROP DATABASE IF EXISTS {db}", f"CREATE DATABASE {db}")
+    for table in ("spark", "driver"):
+        mariadb.execute(f"CREATE TABLE {table} (id INT PRIMARY KEY, c CHAR(5), u CHAR(4) CHARACTER SET ucs2)",
+                        f"INSERT INTO {table} VALUES (1, 'a', 'é'), (2, '', ''), (3, ' b', NULL), (4, 'abcde', 'wxyz')",
+                        database=db)
+    (mode,) = mariadb.execute("SELECT @@GLOBAL.sql_mode")[0]
+    mariadb.execute("SET GLOBAL sql_mode = CONCAT(@@GLOBAL.sql_mode, ',PAD_CHAR_TO_FULL_LENGTH')")
+    try:
+        config = load_config(write_config(tmp_path / "p.yaml", pipeline_config(
+            tmp_path, mariadb, [{"name": f"{db}.spark", "chunk_size": 2}, {"name": f"{db}.driver"}],
+            name=db, defaults={"read_margin_seconds": 0.0})))
+        run_plain(config)
+        mariadb.execute("UPDATE spark SET c = 'x' WHERE id = 4", "UPDATE driver SET c = 'x' WHERE id = 4",
+                        database=db)
+        run_plain(config)
+    finally:
+        mariadb.execute(f"SET GLOBAL sql_mode = '{mode}'")
+    expected = [(1, "a", "é"), (2, "", ""), (3, " b", None), (4, "x", "wxyz")]
+    for table in ("spark", "driver"):
+        rows = read_published(table_dir(config, f"{db}.{table}")).to_pylist()
+        assert sorted((r["id"], r["c"], r["u"]) for r in rows) == expected, table
