@@ -59,6 +59,8 @@ def column_sql(column: ColumnInfo) -> ColumnSql:
         # TINYINT(1) holding 2 is true, as bool(2) on the binlog path.
         return ColumnSql(f"({q} <> 0)", "boolean")
     if t == "year":
+        if column.display_width == 2:  # YEAR(2) reads as two digits; the binlog holds the year
+            return ColumnSql(f"({q} + IF({q} + 0 < 70, 2000, 1900))", "year")
         return ColumnSql(f"({q} + 0)", "year")
     if t == "bit":
         # BIT(64) with the top bit set wraps to a negative int64 (two's complement).

@@ -98,3 +98,24 @@ def test_char_values_are_unpadded_under_pad_char_to_full_length(mariadb: LocalMa
     for table in ("spark", "driver"):
         rows = read_published(table_dir(config, f"{db}.{table}")).to_pylist()
         assert sorted((r["id"], r["c"], r["u"]) for r in rows) == expected, table
+
+
+def test_a_two_digit_year_is_its_year(mariadb: LocalMariaDB, tmp_path: Path, spark: object) -> None:
+    """YEAR(2), which MariaDB still creates, reads as two digits (70 for 1970); the binlog holds
+    the year: the lake has the year on both paths."""
+    db = "year_two"
+    mariadb.execute(f"DROP DATABASE IF EXISTS {db}", f"CREATE DATABASE {db}")
+    for table in ("spark", "driver"):
+        mariadb.execute(f"CREATE TABLE {table} (id INT PRIMARY KEY, y YEAR(2))",
+                        f"INSERT INTO {table} VALUES (1, 1970), (2, 2069), (3, 2000), (4, 1999), (5, NULL)",
+                        database=db)
+    config = load_config(write_config(tmp_path / "p.yaml", pipeline_config(
+        tmp_path, mariadb, [{"name": f"{db}.spark", "chunk_size": 2}, {"name": f"{db}.driver"}],
+        name=db, defaults={"read_margin_seconds": 0.0})))
+    run_plain(config)
+    mariadb.execute("INSERT INTO spark VALUES (6, 1985)", "INSERT INTO driver VALUES (6, 1985)", database=db)
+    run_plain(config)
+    expected = [(1, 1970), (2, 2069), (3, 2000), (4, 1999), (5, None), (6, 1985)]
+    for table in ("spark", "driver"):
+        rows = read_published(table_dir(config, f"{db}.{table}")).to_pylist()
+        assert sorted((r["id"], r["y"]) for r in rows) == expected, table
