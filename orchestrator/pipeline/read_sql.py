@@ -48,8 +48,8 @@ def column_sql(column: ColumnInfo) -> ColumnSql:
     """The server-side expression of one column (CONTRACT.md type mapping).
 
     >>> from orchestrator.schema.tables import ColumnInfo as C
-    >>> column_sql(C("t", "time", "time(6)", True, datetime_precision=6))
-    ColumnSql(sql='CAST(TIME_TO_SEC(`t`) * 1000000 AS SIGNED)', wire='time_micros')
+    >>> column_sql(C("t", "time", "time(6)", True, datetime_precision=6)).sql[:40]
+    '(IF(`t` < 0, -1, 1) * ((HOUR(`t`) * 3600'
     >>> column_sql(C("f", "float", "float", True)).sql
     'CAST(`f` AS DOUBLE)'
     """
@@ -82,7 +82,10 @@ def column_sql(column: ColumnInfo) -> ColumnSql:
         # time zone; the zero timestamp gives 0, which no real TIMESTAMP has.
         return ColumnSql(f"NULLIF(CAST(UNIX_TIMESTAMP({q}) * 1000000 AS SIGNED), 0)", "instant_micros")
     if t == "time":
-        return ColumnSql(f"CAST(TIME_TO_SEC({q}) * 1000000 AS SIGNED)", "time_micros")
+        # From its parts (each of a negative TIME is its magnitude): MySQL's TIME_TO_SEC drops
+        # the fraction, MariaDB's keeps it.
+        return ColumnSql(f"(IF({q} < 0, -1, 1) * ((HOUR({q}) * 3600 + MINUTE({q}) * 60 + SECOND({q})) "
+                         f"* 1000000 + MICROSECOND({q})))", "time_micros")
     if t == "char":
         # Reported as JDBC CHAR(n), Spark would pad values to n; as VARCHAR they stay as stored.
         # A CHAR keeps no trailing spaces, but a server in PAD_CHAR_TO_FULL_LENGTH mode returns
