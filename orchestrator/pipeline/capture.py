@@ -29,7 +29,8 @@ whole event at a time where they can be. Each table's events are decoded by
 `orchestrator.binlog.batch.FastDecoding` into tuples of raw values, which
 become Arrow column by column when a segment is written; ``decoder="library"``
 decodes with python-mysql-replication instead (the reference, for tests and
-benchmarks), into the same segments.
+benchmarks), into the same segments; it gives NULL for a date the server kept under
+``ALLOW_INVALID_DATES``, which the fast decoder rolls over as the snapshot does.
 """
 
 from __future__ import annotations

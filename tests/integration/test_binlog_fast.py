@@ -194,9 +194,10 @@ def datetime_literal(rng: random.Random, fsp: int) -> str:
     roll = rng.random()
     if roll < 0.05:
         return "'0000-00-00 00:00:00'"
-    if roll < 0.1:  # zero in the date, or a day the month does not have: NULL in both paths
-        return rng.choice(["'2021-00-05 01:02:03.5'", "'2021-02-30 10:00:00.25'",
-                           "'2020-04-31 23:59:59'"])
+    if roll < 0.1:  # zero in the date: NULL in both paths (a day the month does not have
+        # rolls over in the fast decoder, as the snapshot's DATEDIFF counts it, and is NULL in
+        # the library's: integration/test_value_edges.py holds the fast one to the snapshot)
+        return "'2021-00-05 01:02:03.5'"
     stamp = f"{rng.randrange(1000, 10000):04d}-{rng.randrange(1, 13):02d}-{rng.randrange(1, 29):02d}" \
             f" {rng.randrange(24):02d}:{rng.randrange(60):02d}:{rng.randrange(60):02d}"
     return f"'{stamp}.{rng.randrange(10 ** 6):06d}'"
