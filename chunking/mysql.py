@@ -38,6 +38,9 @@ _UNSUPPORTED = {
     "set": "SET sorts by bit value but compares as text, so ranges would not partition it",
     "bit": "BIT values have no literal that compares reliably",
     "json": "JSON has no total order",
+    # the server prints a FLOAT with 6 significant digits (16777217 as 16777200), so a bound
+    # read back is not the stored value: ranges missed rows, and an index walk could loop
+    "float": "FLOAT values print rounded to 6 digits, so no literal reaches a stored value exactly",
 }
 
 SQL_MODE_QUERY = "SELECT @@SESSION.sql_mode, @@GLOBAL.sql_mode"

@@ -85,12 +85,18 @@ def compile_filter(sql: str, table: TableInfo | None, oracle: CollationOracle | 
         FilterError: a part that cannot be evaluated exactly, named with the fix.
     """
     try:
+        if any(token.comments for token in sqlglot.tokenize(sql, read="mysql")):
+            # the parser drops them, the server may run them (``/*! ... */``), and ``--`` or ``#``
+            # would swallow the parenthesis the read puts after the filter
+            raise FilterError(f"the filter `{sql}` holds a comment; remove it")
         tree: exp.Expression = sqlglot.parse_one(sql, read="mysql")  # type: ignore[assignment]
-    except sqlglot.errors.ParseError as exc:
+    except (sqlglot.errors.ParseError, sqlglot.errors.TokenError) as exc:
         raise FilterError(f"the filter `{sql}` is not valid SQL: {str(exc).splitlines()[0]}") from exc
     try:
         return _Compiler(table, oracle).truth(tree).get
     except FilterError as exc:
+        raise FilterError(f"the filter `{sql}`: {exc}") from None
+    except ValueError as exc:  # a literal Python cannot read (``1.0e``)
         raise FilterError(f"the filter `{sql}`: {exc}") from None
 
 
