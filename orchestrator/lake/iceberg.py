@@ -335,11 +335,14 @@ def expire_versions(catalog: Catalog, table: str, tdir: str, versions: Sequence[
         iceberg = catalog.load_table(table)
     except NoSuchTableError:
         return set(), None
+    # the current snapshot, and any a tag or branch names (a user's, for time travel), stay
+    kept = {ref.snapshot_id for ref in iceberg.metadata.refs.values()}
     current = iceberg.current_snapshot()
+    if current is not None:
+        kept.add(current.snapshot_id)
     dropped = {str(v) for v in versions}
     expire = [s.snapshot_id for s in iceberg.snapshots()
-              if s.summary is not None and s.summary.get(VERSION) in dropped
-              and (current is None or s.snapshot_id != current.snapshot_id)]
+              if s.summary is not None and s.summary.get(VERSION) in dropped and s.snapshot_id not in kept]
     if expire:
         candidates = _snapshot_metadata(iceberg, expire)
         iceberg.maintenance.expire_snapshots().by_ids(expire).commit()

@@ -333,3 +333,18 @@ def test_data_file_schemas_load_only_the_tables_the_catalog_has(tmp_path: Path) 
 
 def field_ids_of(schema: pa.Schema) -> dict[str, int]:
     return {f.name: int(f.metadata[iceberg.FIELD_ID]) for f in schema}
+
+
+def test_a_tagged_snapshot_is_kept_by_retention(tmp_path: Path) -> None:
+    """A tag (or branch) a user put on a version's snapshot keeps it, and its files, past
+    keep_versions; publishing goes on (expiring it failed every later publish of the table)."""
+    config = config_for(tmp_path, keep=1)
+    publish(config, tmp_path, 1)
+    table = iceberg.open_catalog(config).load_table("db.t")
+    tagged = table.current_snapshot().snapshot_id  # type: ignore[union-attr]
+    table.manage_snapshots().create_tag(tagged, "audit").commit()
+    for n in (2, 3):
+        assert publish(config, tmp_path, n)["version"] == n
+    table = iceberg.open_catalog(config).load_table("db.t")
+    assert [s.summary["tidemark.version"] for s in table.snapshots() if s.summary] == ["1", "3"]
+    assert by_id(table.scan(snapshot_id=tagged).to_arrow().to_pylist()) == by_id(rows_of(1))
