@@ -50,6 +50,7 @@ from orchestrator.lake.order import ascending_disjoint, python_key
 from orchestrator.lake.writer import file_range, read_published, write_parts
 from orchestrator.pipeline import reconcile_local as local
 from orchestrator.pipeline.changes import key_names
+from orchestrator.pipeline.reconcile_kept import planned_base
 from orchestrator.pipeline.segments import Changes, segment_files
 from orchestrator.schema.tables import TableInfo
 
@@ -121,12 +122,13 @@ def reconcile_snapshot(spark: SparkSession | SessionFn, target: Target, chunk_di
 def reconcile_incremental(spark: SparkSession | SessionFn, table_info: TableInfo, key: Sequence[str],
                           tdir: str, changes: Changes, out_dir: str, *, engine: Engine = "auto",
                           target_file_bytes: int | None = None, schema: pa.Schema | SchemaFn | None = None,
-                          cluster: bool = False) -> int:
+                          cluster: bool = False, planned: int | None = None) -> int:
     """Rewrite only the files of the current version that hold changed keys (see the module
     docstring); a version without ``file_ranges`` (published before they existed) is rewritten
     whole, once, by Spark. ``schema``: the file schema (default: the table's published schema
     with field IDs 1, 2, ...; the step passes `iceberg.data_file_schema`, as a function: asked for
-    only when a file is written). Returns the rows at ``H``."""
+    only when a file is written); ``planned``: the version the run planned the table on
+    (`reconcile_kept.planned_base`). Returns the rows at ``H``."""
     key = key_names(table_info, key)
     if schema is None:
         schema = iceberg.with_field_ids(published_schema(table_info.columns),
@@ -134,6 +136,7 @@ def reconcile_incremental(spark: SparkSession | SessionFn, table_info: TableInfo
     target = Target(table_info, key, functools.cache(schema if callable(schema) else lambda: schema),
                     out_dir, engine, cluster)
     manifest = read_manifest(tdir)
+    planned_base(table_info.name, manifest, planned)
     ranges = layout.usable_ranges(manifest["files"], manifest.get("file_ranges"))
     if ranges is None:
         log.info("table %s: version %d has no file ranges; rewriting the whole table once",

@@ -19,9 +19,12 @@ fsynced a plan file per table).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from orchestrator.config import PipelineConfig
+from orchestrator.errors import RunFailed
 from orchestrator.lake import layout, storage
 from orchestrator.lake.layout import VersionPlan
 from orchestrator.lake.manifest import read_manifest
@@ -36,10 +39,22 @@ def unchanged_plan(config: PipelineConfig, record: RunTableRecord) -> VersionPla
     rewrites such a table whole, once)."""
     key_names(table_info(record), record.chunk_key)  # a key the table lacks fails as in the general path
     manifest = read_manifest(table_dir(config, record.table))
+    planned_base(record.table, manifest, record.info.get("base_version"))
     ranges = layout.usable_ranges(manifest["files"], manifest.get("file_ranges"))
     if ranges is None:
         return None
     return VersionPlan(manifest["version"], (), tuple(layout.planned(r, r["file"], True) for r in ranges))
+
+
+def planned_base(table: str, manifest: Mapping[str, Any], planned: int | None) -> None:
+    """Raise when the current version is not the one the run planned the table on (``planned``;
+    None: planned by an earlier release): an older ``current.json`` put back since (by a stale
+    writer, or restored by hand) would have this run's changes applied to the wrong rows. The
+    table fails alone; the next run plans it again from its recorded checkpoint."""
+    if planned is not None and manifest["version"] != planned:
+        raise RunFailed(f"table {table}: version {manifest['version']} is current, but the run planned "
+                        f"it on version {planned} (current.json was replaced since); the next run plans "
+                        "it again")
 
 
 _KEPT = "_kept-"

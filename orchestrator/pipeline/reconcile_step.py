@@ -77,7 +77,8 @@ def _reconcile_one(config: PipelineConfig, store: StateStore, record: RunTableRe
         rows = reconcile_snapshot(session, target, chunk_dirs, changes, plans, recorded=recorded)
     else:
         rows = reconcile_incremental(session, info, key, table_dir(config, record.table), changes, reconciled,
-                                     schema=target.schema_of, cluster=cluster)
+                                     schema=target.schema_of, cluster=cluster,
+                                     planned=record.info.get("base_version"))
     return rows, spark or (started[0] if started else None)
 
 
