@@ -66,7 +66,6 @@ CASES: list[tuple[str, str, str, set[str]]] = [
     ("SET STATEMENT x=1 FOR RENAME TABLE a TO b, b TO a", "shop", "ddl", {"shop.a", "shop.b"}),
     ("ANALYZE UPDATE orders SET a = 1", "shop", "dml", {"shop.orders"}),
     ("ANALYZE FORMAT=JSON DELETE FROM x.orders", "shop", "dml", {"x.orders"}),
-    ("ANALYZE TABLE orders", "shop", "other", set()),
     ("DROP SCHEMA IF EXISTS old", "shop", "ddl", set()),
 ]
 
