@@ -170,18 +170,22 @@ class _Capture:
         try:
             added = self.buffers[event.table].add(event, file, first, base)
         except Exception as exc:  # a value that cannot be decoded: recorded before any checkpoint past it
-            if (reason := table_failure(exc)) is None:
-                raise
-            fail_table(self.store, self.run_id, event.table, "capture", f"{reason} (rows event ending at "
-                       f"{event.file}:{event.end})")
-            self.buffers[event.table].clear()
-            self.starts[event.table] = _NEVER  # the table's failure alone: no more of its rows
+            self.fail(event.table, exc, f"rows event ending at {event.file}:{event.end}")
             return 0
         self.buffered += added
         self.captured += added
         if self.buffered >= 2 * self.batch_rows:  # a huge transaction: write, checkpoint later
             self.flush()
         return first + added
+
+    def fail(self, table: str, exc: Exception, where: str) -> None:
+        """``exc`` is the table's own failure (else it is raised): record it, drop the table's
+        buffered rows and keep none of its rows after."""
+        if (reason := table_failure(exc)) is None:
+            raise exc
+        fail_table(self.store, self.run_id, table, "capture", f"{reason} ({where})")
+        self.buffers[table].clear()
+        self.starts[table] = _NEVER
 
     def xa_step(self, record: XaEvent) -> None:
         """An XA step: a committed transaction's rows are added at the commit's position."""
@@ -245,12 +249,7 @@ class _Capture:
             try:  # values are converted here: one that cannot be fails its table alone, as in `add`
                 changes = self.filters.apply(name, buffer.to_arrow())
             except Exception as exc:
-                if (reason := table_failure(exc)) is None:
-                    raise
-                fail_table(self.store, self.run_id, name, "capture", f"{reason} (rows events before "
-                           f"{self.stop})")
-                buffer.clear()
-                self.starts[name] = _NEVER
+                self.fail(name, exc, f"rows events before {self.stop}")
                 continue
             self.segments += 1
             path = f"{self.root}/{self.run_id}/changes/{name}/{segment_name(self.segments, self.writer)}"

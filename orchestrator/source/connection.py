@@ -325,12 +325,19 @@ class Source:
                 f"`{self.config.user}`); check the table name in the config's tables list "
                 "and that the user has SELECT on it")
         rows, engine = found[0]
-        columns = tuple(_column(r) for r in self.query(_COLUMNS_SQL, (database, table)))
-        primary, uniques = _keys(self.query(_INDEXES_SQL, (database, table)), columns)
-        return TableInfo(database=database, table=table, columns=mark_keys(columns, [primary, *uniques]),
-                         primary_key=primary,
-                         unique_not_null_keys=uniques, row_estimate=int(rows or 0),
-                         engine=None if engine is None else str(engine))
+        return shaped(database, table, self.query(_COLUMNS_SQL, (database, table)),
+                      self.query(_INDEXES_SQL, (database, table)), rows, engine)
+
+
+def shaped(database: str, table: str, column_rows: Sequence[Row], index_rows: Sequence[Row], rows: Any,
+           engine: Any) -> TableInfo:
+    """A table's `TableInfo` from its ``information_schema`` rows (COLUMNS, STATISTICS) and
+    TABLES' row estimate and engine, its key columns marked (`mark_keys`)."""
+    columns = tuple(_column(r) for r in column_rows)
+    primary, uniques = _keys(list(index_rows), columns)
+    return TableInfo(database=database, table=table, columns=mark_keys(columns, [primary, *uniques]),
+                     primary_key=primary, unique_not_null_keys=uniques, row_estimate=int(rows or 0),
+                     engine=None if engine is None else str(engine))
 
 
 def _text(value: Any) -> str | None:

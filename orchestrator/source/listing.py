@@ -15,8 +15,8 @@ from typing import Any
 
 from orchestrator.config import PipelineConfig, TableConfig
 from orchestrator.errors import SourceNotReady
-from orchestrator.schema.tables import TableInfo, mark_keys
-from orchestrator.source.connection import Source, _column, _keys
+from orchestrator.schema.tables import TableInfo
+from orchestrator.source.connection import Source, shaped
 from orchestrator.table_patterns import SYSTEM_SCHEMAS, TableSet, expand, explicit_set, is_glob
 
 log = logging.getLogger("tidemark.planning")
@@ -103,13 +103,8 @@ def tables_info(source: Source, names: Sequence[str]) -> dict[str, TableInfo]:
         if key is None:
             continue
         rows, engine = tables[key][0]
-        cols = tuple(_column(r) for r in columns.get(key, []))
-        primary, uniques = _keys(indexes.get(key, []), cols)
         database, _, table = name.partition(".")
-        out[name] = TableInfo(database=database, table=table, columns=mark_keys(cols, [primary, *uniques]),
-                              primary_key=primary,
-                              unique_not_null_keys=uniques, row_estimate=int(rows or 0),
-                              engine=None if engine is None else str(engine))
+        out[name] = shaped(database, table, columns.get(key, []), indexes.get(key, []), rows, engine)
     return out
 
 
