@@ -36,10 +36,21 @@ GOOD_BINLOG: Mapping[str, str | None] = {
 }
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A TCP port free on 127.0.0.1 now, and not handed out before by this process.
+
+    The port is released before the caller binds it, so another process can still take it
+    in between: `LocalMariaDB.start` checks that the server it reaches is its own."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 def _find(candidates: tuple[str, ...], name: str) -> str:
@@ -71,6 +82,7 @@ class LocalMariaDB:
     server_id: int = 1
     process: subprocess.Popen[bytes] | None = None
     _owns_dir: bool = False
+    _picked_port: bool = False
 
     @classmethod
     def create(
@@ -104,6 +116,7 @@ class LocalMariaDB:
         server = cls(datadir=datadir, port=port or free_port(),
                      settings=dict(GOOD_BINLOG if settings is None else settings), server_id=server_id)
         server._owns_dir = True
+        server._picked_port = port is None
         return server
 
     # ------------------------------------------------------------------ lifecycle
@@ -145,10 +158,22 @@ class LocalMariaDB:
         return cmd
 
     def start(self, timeout: float = 60.0) -> LocalMariaDB:
-        """Start the server and wait until it accepts connections."""
+        """Start the server and wait until it accepts connections.
+
+        A port this object picked (`create` without ``port``) that another process took in
+        the meantime is replaced by a new one; a port the caller chose is an error."""
+        for _ in range(5):
+            if self._start_once(timeout):
+                return self
+            self.port = free_port()
+        raise RuntimeError(f"mariadbd found no free port after 5 tries: {self._log_tail()}")
+
+    def _start_once(self, timeout: float) -> bool:
+        """True once this server accepts connections; False if its port was taken."""
         if self.running:
-            return self
+            return True
         (self.datadir.parent / "tmp").mkdir(exist_ok=True)
+        logged_before = self.log_path.stat().st_size if self.log_path.exists() else 0
         self.process = subprocess.Popen(
             self.command(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True,
@@ -156,14 +181,30 @@ class LocalMariaDB:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"mariadbd exited with {self.process.returncode}: {self._log_tail()}")
-            try:
-                self.connect().close()
-                return self
-            except pymysql.err.OperationalError:
-                time.sleep(0.1)
+                code, log = self.process.returncode, self._log_tail()
+                self.process = None
+                if self._picked_port and "Address already in use" in self._log_since(logged_before):
+                    return False
+                raise RuntimeError(f"mariadbd exited with {code}: {log}")
+            if self._answers_as_itself():
+                return True
+            time.sleep(0.1)
         self.kill()
         raise RuntimeError(f"mariadbd did not accept connections within {timeout}s: {self._log_tail()}")
+
+    def _answers_as_itself(self) -> bool:
+        """Whether this server, not another one on the same port, accepts connections."""
+        try:
+            conn = self.connect()
+        except pymysql.err.OperationalError:
+            return False
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT @@datadir")
+                row = cur.fetchone()
+        finally:
+            conn.close()
+        return row is not None and Path(str(row[0])).resolve() == self.datadir.resolve()
 
     def stop(self, timeout: float = 60.0) -> None:
         """Shut down cleanly (SIGTERM) and wait."""
@@ -203,6 +244,12 @@ class LocalMariaDB:
     @property
     def running(self) -> bool:
         return self.process is not None and self.process.poll() is None
+
+    def _log_since(self, offset: int) -> str:
+        with contextlib.suppress(OSError), self.log_path.open("rb") as log:
+            log.seek(offset)
+            return log.read().decode(errors="replace")
+        return ""
 
     def _log_tail(self) -> str:
         with contextlib.suppress(OSError):
