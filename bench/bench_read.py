@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.shop_lake import load_sample_shop, scratch_server, write_pipeline  # noqa: E402
 from orchestrator.config import load_config  # noqa: E402
-from orchestrator.pipeline.jdbc import jdbc_properties, jdbc_url, read_chunks  # noqa: E402
+from orchestrator.pipeline.jdbc import jdbc_properties, read_chunks  # noqa: E402
 from orchestrator.runtime.run import READ_CONCURRENCY  # noqa: E402
 from orchestrator.runtime.spark import get_session  # noqa: E402
 from orchestrator.source.connection import Source  # noqa: E402
@@ -64,7 +64,8 @@ def plain(spark: Any, config: Any, out: Path, partitions: int, bounds: tuple[int
     props = jdbc_properties(config, "org.mariadb.jdbc.Driver")
     props = {k: props[k] for k in ("driver", "user", "password", "fetchsize")}
     start = time.perf_counter()
-    df = spark.read.jdbc(jdbc_url(config), "shop.orders", column="id", lowerBound=bounds[0],
+    url = f"jdbc:mysql://{config.source.host}:{config.source.port}/"  # what a Spark user writes
+    df = spark.read.jdbc(url, "shop.orders", column="id", lowerBound=bounds[0],
                          upperBound=bounds[1] + 1, numPartitions=partitions, properties=props)
     df.write.mode("overwrite").parquet(str(out))
     return time.perf_counter() - start

@@ -10,9 +10,12 @@ comparison ``(a, b) >= (x, y)`` out as ``(a > x OR (a = x AND b >= y))``:
 the same rows, but MariaDB's range optimizer turns only the spelled-out form
 into an index range (it scans the whole index for a row constructor).
 
-Literals assume the server's default string escaping: a session with
-``NO_BACKSLASH_ESCAPES`` in its ``sql_mode`` reads backslashes literally, so
-planning checks `backslash_escapes_off` and refuses such a source.
+Literals and predicates are written for the session ``sql_mode`` `SESSION_SQL_MODE`, which
+every Tidemark session on the source sets: whatever the server's global mode, backslashes
+escape (``NO_BACKSLASH_ESCAPES`` off), ``''`` is not NULL (``EMPTY_STRING_IS_NULL`` off), ``"``
+quotes strings and ``||`` is OR (``ANSI_QUOTES``, ``PIPES_AS_CONCAT`` off), and a date the
+server kept under ``ALLOW_INVALID_DATES`` reads back as itself, in a ``UNION`` too. Planning
+checks `backslash_escapes_off` on its session and refuses one where that did not hold.
 """
 
 from __future__ import annotations
@@ -43,7 +46,13 @@ _UNSUPPORTED = {
     "float": "FLOAT values print rounded to 6 digits, so no literal reaches a stored value exactly",
 }
 
-SQL_MODE_QUERY = "SELECT @@SESSION.sql_mode, @@GLOBAL.sql_mode"
+#: The ``sql_mode`` of every session Tidemark opens on the source (PyMySQL and JDBC). Only
+#: reads run there, and of the modes only these change what a read returns. Without
+#: ALLOW_INVALID_DATES a UNION turned a DATETIME key's '2020-04-31 10:00:00' into a zero date,
+#: and planning a table whose largest key was such a date published it empty.
+SESSION_SQL_MODE = "ALLOW_INVALID_DATES"
+
+SQL_MODE_QUERY = "SELECT @@SESSION.sql_mode"
 
 Operator = Literal[">=", ">", "<", "<="]
 

@@ -43,6 +43,8 @@ __all__ = ["DEFAULT_JDBC_JAR", "AirflowConfig", "CatalogConfig", "ConfigError", 
            "field_default", "load_config", "parse_config"]
 
 PIPELINE_NAME = re.compile(r"^[a-z0-9_]+$")
+#: Connector/J settings `orchestrator.pipeline.jdbc.jdbc_url` sets, lower-cased.
+_SET_BY_TIDEMARK = frozenset({"sessionvariables", "tinyint1isbit", "yearisdatetype"})
 
 #: Further checks of a config's output and state (origin, output, state -> problem lines).
 MoreChecks = Callable[[str, "OutputConfig | None", "StateConfig | None"], list[str]]
@@ -203,6 +205,10 @@ def _source(r: Reader, data: Any, check_env: bool) -> SourceConfig | None:
     params = r.setting(m, "source.jdbc_url_params", SourceConfig, dict)
     if not all(isinstance(k, str) for k in params):
         r.problem("source.jdbc_url_params", "keys must be strings")
+    for key in params:
+        if str(key).lower() in _SET_BY_TIDEMARK:
+            r.problem(f"source.jdbc_url_params.{key}", "is set by Tidemark: the values read depend on it "
+                      "(the session's time zone comes from source.time_zone); remove it")
     host = r.value(m, "host", "source.host", str, "")
     user = r.value(m, "user", "source.user", str, "")
     server_id = r.value(m, "server_id", "source.server_id", int, 0, positive)

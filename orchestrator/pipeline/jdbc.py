@@ -42,6 +42,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from chunking.mysql import SESSION_SQL_MODE
 from orchestrator.config import PipelineConfig
 from orchestrator.errors import ConfigError, RunFailed, TransientReadError, source_timeout
 from orchestrator.lake import iceberg, storage
@@ -155,52 +156,49 @@ def driver_class(jar: str) -> str:
     raise RunFailed(f"source.jdbc_driver_jar: {jar} holds neither MariaDB nor MySQL Connector/J")
 
 
-def jdbc_url(config: PipelineConfig) -> str:
-    """``jdbc:mysql://host:port/`` plus ``socketTimeout`` and the config's ``jdbc_url_params``;
+def jdbc_url(config: PipelineConfig, driver: str) -> str:
+    """``jdbc:mysql://host:port/?<Connector/J settings>`` plus the config's ``jdbc_url_params``;
     never a credential.
 
-    ``socketTimeout`` (ms, from ``source.read_timeout``) is in the URL because MariaDB
-    Connector/J 2.7 ignores it as a connection property when Spark connects: a paused server
-    then hung the read in the handshake for good (tests/integration/test_hangs.py).
-    """
-    src = config.source
-    url = f"jdbc:mysql://{src.host}:{src.port}/"
-    given = {k: v for k, v in src.jdbc_url_params.items() if k.lower() not in ("user", "password")}
-    params = {"socketTimeout": str(src.read_timeout * 1000), **given}
-    return url + "?" + "&".join(f"{k}={v}" for k, v in params.items())
-
-
-def jdbc_properties(config: PipelineConfig, driver: str) -> dict[str, str]:
-    """Connection properties (credentials, session settings) and Spark JDBC options.
-
-    Session variables go here rather than into the URL so no URL escaping is
-    involved; ``fetchsize`` makes Connector/J stream: MariaDB's driver streams
-    whenever a fetch size is set, MySQL's needs ``useCursorFetch``. Both then
-    use server-side prepared statements, whose rows come in the binary protocol:
-    numbers as bytes, not text the server formats and the driver parses again.
+    Connector/J's own settings are in the URL: Spark's read with ``predicates`` (every chunk
+    read) did not pass connection properties with upper-case letters on to the driver (seen in
+    the server's general log), so the chunks were read without the session's ``time_zone`` and
+    ``sql_mode``, as text rather than with server-side prepared statements, and a paused server
+    hung the handshake for good (``socketTimeout``, tests/integration/test_hangs.py). The
+    session variables: `SESSION_SQL_MODE` (the predicates' literals read as written) and
+    ``net_write_timeout``. MariaDB's driver streams whenever a fetch size is set, MySQL's
+    needs ``useCursorFetch``; both then use server-side prepared statements, whose rows come
+    in the binary protocol: numbers as bytes, not text the server formats and the driver
+    parses again.
     """
     src = config.source
     if not _TIME_ZONE.fullmatch(src.time_zone):
         raise ConfigError(f"source.time_zone: expected an offset like +00:00 or a zone name, "
                           f"found {src.time_zone!r}")
-    props = {
-        "driver": driver,
-        "user": src.user,
-        "password": config.resolve_password(),
-        "fetchsize": str(config.defaults.fetch_size),
-        "sessionVariables": f"time_zone='{src.time_zone}',net_write_timeout={NET_WRITE_TIMEOUT}",
+    params = {
+        "socketTimeout": str(src.read_timeout * 1000),
         "connectTimeout": str(src.connect_timeout * 1000),
-        # No chunk's statement runs longer than read_timeout (Spark's option); the socket's
-        # timeout is in the URL (`jdbc_url`).
-        "queryTimeout": str(src.read_timeout),
+        "sessionVariables": (f"time_zone='{src.time_zone}',sql_mode='{SESSION_SQL_MODE}',"
+                             f"net_write_timeout={NET_WRITE_TIMEOUT}"),
         "tinyInt1isBit": "false",
         "yearIsDateType": "false",
+        **({"useCursorFetch": "true"} if driver == MYSQL_DRIVER else {"useServerPrepStmts": "true"}),
+        **{k: v for k, v in src.jdbc_url_params.items() if k.lower() not in ("user", "password")},
     }
-    if driver == MYSQL_DRIVER:
-        props["useCursorFetch"] = "true"
-    else:
-        props["useServerPrepStmts"] = "true"
-    return props
+    return f"jdbc:mysql://{src.host}:{src.port}/?" + "&".join(f"{k}={v}" for k, v in params.items())
+
+
+def jdbc_properties(config: PipelineConfig, driver: str) -> dict[str, str]:
+    """Spark's JDBC options and the credentials (Connector/J's settings are in `jdbc_url`).
+
+    ``queryTimeout``: no chunk's statement runs longer than ``source.read_timeout``."""
+    return {
+        "driver": driver,
+        "user": config.source.user,
+        "password": config.resolve_password(),
+        "fetchsize": str(config.defaults.fetch_size),
+        "queryTimeout": str(config.source.read_timeout),
+    }
 
 
 # --------------------------------------------------------------------------- the batch
@@ -217,11 +215,12 @@ def batch_frame(spark: SparkSession, config: PipelineConfig, table: TableInfo,
     """
     reads = [column_read(c) for c in table.columns]
     aliases = column_aliases(table.columns)
-    props = jdbc_properties(config, driver_class(config.source.jdbc_driver_jar))
+    driver = driver_class(config.source.jdbc_driver_jar)
+    props = jdbc_properties(config, driver)
     props["customSchema"] = ", ".join(f"{a} {r.jdbc_type.simpleString()}"
                                       for a, r in zip(aliases, reads, strict=True))
     derived = source_query(table, aliases, [r.sql for r in reads])
-    df = spark.read.jdbc(jdbc_url(config), derived, predicates=list(predicates), properties=props)
+    df = spark.read.jdbc(jdbc_url(config, driver), derived, predicates=list(predicates), properties=props)
     fields = schema if schema is not None else staging_schema(table.columns)
     columns = []
     for a, r, f in zip(aliases, reads, fields, strict=True):

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from chunking import ChunkingError, TablePlan, chunk_predicate, encode_key, plan_key_space
 from chunking.keys import decode_key, short
-from chunking.mysql import SQL_MODE_QUERY, Query, backslash_escapes_off
+from chunking.mysql import SESSION_SQL_MODE, SQL_MODE_QUERY, Query, backslash_escapes_off
 from orchestrator.config import Defaults, PipelineConfig, TableConfig
 from orchestrator.errors import ConfigError, SourceNotReady, TidemarkError
 from orchestrator.pipeline.local_read import reads_locally
@@ -28,12 +28,17 @@ log = logging.getLogger("tidemark.planning")
 
 
 def check_escaping(query: Query) -> None:
-    """Refuse a source whose ``sql_mode`` would read the plan's escaped literals literally."""
+    """Refuse a session whose ``sql_mode`` would read the plan's escaped literals literally.
+
+    Tidemark's sessions set `SESSION_SQL_MODE`; this catches one where that did not hold (a
+    proxy that drops session settings)."""
     rows = query(SQL_MODE_QUERY)
-    modes = [str(m) for m in rows[0]] if rows else []
-    if any(backslash_escapes_off(m) for m in modes):
-        raise SourceNotReady("the source's sql_mode includes NO_BACKSLASH_ESCAPES, which changes how chunk "
-                             "predicates' string literals read; remove it from the global sql_mode")
+    mode = str(rows[0][0]) if rows else ""
+    if backslash_escapes_off(mode):
+        raise SourceNotReady(f"the session's sql_mode {mode!r} includes NO_BACKSLASH_ESCAPES although Tidemark "
+                             f"set it to {SESSION_SQL_MODE!r}, so chunk predicates' string literals would read "
+                             "differently; connect to the server directly, not through a proxy that drops "
+                             "session settings")
 
 
 def _key_columns(info: TableInfo, key: Sequence[str]) -> list[ColumnInfo]:

@@ -20,6 +20,7 @@ from typing import Any
 import pymysql
 import tenacity
 
+from chunking.mysql import SESSION_SQL_MODE
 from orchestrator.config import PipelineConfig, SourceConfig
 from orchestrator.errors import RunFailed, SourceNotReady, source_timeout
 from orchestrator.positions import BinlogPosition, ServerIdentity
@@ -125,7 +126,7 @@ class Source:
             raise SourceNotReady(login_problem(cfg, exc)) from exc
         try:
             with conn.cursor() as cur:
-                cur.execute("SET time_zone = %s", (cfg.time_zone,))
+                cur.execute("SET time_zone = %s, sql_mode = %s", (cfg.time_zone, SESSION_SQL_MODE))
         except pymysql.err.MySQLError as exc:
             conn.close()
             if error_code(exc) == _UNKNOWN_TIME_ZONE:

@@ -322,12 +322,25 @@ def test_predicates_use_raw_columns_and_index(spark: Any, mariadb: LocalMariaDB,
 
 
 @pytest.mark.usefixtures("reader")
+def test_chunk_reads_run_in_the_session_tidemark_sets(spark: Any, mariadb: LocalMariaDB, tmp_path: Path) -> None:
+    """Spark's read with predicates dropped connection properties named in camel case: the
+    chunks were read without ``sessionVariables`` (time zone, sql_mode) and as text."""
+    config = _config(tmp_path, mariadb)
+    info = TableInfo(DB, "many", (ColumnInfo("id", "int", "int(11)", False),), ("id",), (), 0)
+    session = ("@@SESSION.sql_mode = 'ALLOW_INVALID_DATES' AND @@SESSION.time_zone = '+00:00' "
+               "AND @@SESSION.net_write_timeout = 600")
+    counted = read_chunks(spark, config, info, [(0, "TRUE"), (1, session)],
+                          lambda i: str(tmp_path / f"s{i}"), ("id",))
+    assert counted[1][0] == counted[0][0] > 0
+
+
+@pytest.mark.usefixtures("reader")
 def test_credentials_stay_out_of_url_and_errors(spark: Any, mariadb: LocalMariaDB, tmp_path: Path) -> None:
     config = _config(tmp_path, mariadb)
-    assert PASSWORD not in jdbc_url(config) and "password" not in jdbc_url(config).lower()
+    url = jdbc_url(config, "org.mariadb.jdbc.Driver")
+    assert PASSWORD not in url and "password" not in url.lower()
     props = jdbc_properties(config, "org.mariadb.jdbc.Driver")
     assert props["password"] == PASSWORD and int(props["fetchsize"]) > 0
-    assert "time_zone='+00:00'" in props["sessionVariables"]
     info = TableInfo(DB, "many", (ColumnInfo("id", "int", "int(11)", False),), ("id",), (), 0)
 
     with pytest.raises(RunFailed) as bad_sql:

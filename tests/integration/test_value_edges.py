@@ -42,11 +42,11 @@ def both_readers(tmp_path: Path, mariadb: LocalMariaDB, db: str) -> PipelineConf
         name=db, defaults={"read_margin_seconds": 0.0})))
 
 
-def published(config: PipelineConfig, table: str, *columns: str) -> dict[int, tuple[Any, ...]]:
-    """``{id: (columns...)}`` of the table's current version."""
+def published(config: PipelineConfig, table: str, *columns: str, key: str = "id") -> dict[Any, tuple[Any, ...]]:
+    """``{key: (columns...)}`` of the table's current version."""
     rows = read_published(table_dir(config, table)).to_pylist()
-    found = {r["id"]: tuple(r[c] for c in columns) for r in rows}
-    assert len(found) == len(rows), f"{table}: one row per id"
+    found = {r[key]: tuple(r[c] for c in columns) for r in rows}
+    assert len(found) == len(rows), f"{table}: one row per {key}"
     return found
 
 

@@ -242,3 +242,11 @@ def test_an_output_uri_of_an_unknown_scheme_is_refused(key: str) -> None:
     """`validate` names it (it was refused only when the run first wrote there)."""
     found = problems(mutated((key, "gs://bucket/lake")))
     assert any(f"{key}: unsupported scheme `gs://`" in line for line in found), found
+
+
+def test_jdbc_url_params_may_not_replace_the_session_tidemark_sets() -> None:
+    """A user's ``sessionVariables`` replaced the one that sets the time zone and sql_mode."""
+    found = problems(mutated(("source.jdbc_url_params", {"sessionVariables": "wait_timeout=60",
+                                                         "useCompression": "true"})))
+    assert any("source.jdbc_url_params.sessionVariables: is set by Tidemark" in line for line in found), found
+    assert not any("useCompression" in line for line in found), found
