@@ -269,6 +269,17 @@ def test_integer_subsets(conn: Any, source: Source, data: st.DataObject, kind: t
     verify_partition(source, plan(source, table, chunk_size), chunk_size)
 
 
+def test_a_year_key_holding_0000_is_walked(conn: Any, source: Source) -> None:
+    """An even split's strides from 0000 gave bounds below 100, which MySQL reads as two-digit
+    years (50 is 2050): with a raised distribution factor the chunks missed rows."""
+    table = build(conn, "years", "k YEAR NOT NULL PRIMARY KEY", [(0,)] + [(y,) for y in range(1901, 2156)])
+    defaults = Defaults(even_distribution_factor=(0.05, 1000.0))
+    result = plan_table(source.query, TableConfig(table, chunk_size=5, batch_chunks=4), source.table_info(table),
+                        defaults)
+    assert result.strategy == "uneven"
+    verify_partition(source, result, 5)
+
+
 ALPHABET = "aAbBzZeEéÉèßs ' \" \\ % _ \0\n\r\t\x1a 😀😁äöü ǅﬃ 0 9 "
 COLLATIONS = ["utf8mb4_general_ci", "utf8mb4_unicode_ci", "utf8mb4_bin", "utf8mb4_unicode_520_nopad_ci",
               "utf8mb4_nopad_bin"]
