@@ -398,7 +398,8 @@ def replan_snapshot(config: PipelineConfig, store: StateStore, run_id: str, tabl
 def _snapshot_draft(config: PipelineConfig, run: RunRecord, table: TableConfig, info: TableInfo,
                     source: Source, *, start: dict[str, Any] | None = None,
                     reread: dict[str, Any] | None = None, void: int = 0) -> Draft:
-    table_plan = plan_table(source.query, table, info, config.defaults, check_mode=False)
+    table_plan = plan_table(source.query, table, info, config.defaults, check_mode=False,
+                            time_zone=config.source.time_zone)
     chunks = [
         ChunkRecord(
             run_id=run.run_id, table=table.name, index=chunk.index, batch=-1,

@@ -87,10 +87,10 @@ def column_sql(column: ColumnInfo) -> ColumnSql:
         return ColumnSql(f"(IF({q} < 0, -1, 1) * ((HOUR({q}) * 3600 + MINUTE({q}) * 60 + SECOND({q})) "
                          f"* 1000000 + MICROSECOND({q})))", "time_micros")
     if t == "char":
-        # Reported as JDBC CHAR(n), Spark would pad values to n; as VARCHAR they stay as stored.
-        # A CHAR keeps no trailing spaces, but a server in PAD_CHAR_TO_FULL_LENGTH mode returns
-        # them: trimmed, the value is the one the binlog holds, whatever the mode.
-        return ColumnSql(f"CAST(TRIM(TRAILING ' ' FROM {q}) AS CHAR)", "text")
+        # Reported as JDBC CHAR(n), Spark would pad values to n; as VARCHAR they stay as stored
+        # (without trailing spaces, as the binlog holds them: Tidemark's sessions leave
+        # PAD_CHAR_TO_FULL_LENGTH out of their sql_mode, `chunking.mysql.SESSION_SQL_MODE`).
+        return ColumnSql(f"CAST({q} AS CHAR)", "text")
     if t in ("enum", "set"):
         return ColumnSql(f"CAST({q} AS CHAR)", "text")
     return ColumnSql(q, "as_is")

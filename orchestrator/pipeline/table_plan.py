@@ -46,7 +46,7 @@ def _key_columns(info: TableInfo, key: Sequence[str]) -> list[ColumnInfo]:
 
 
 def plan_table(query: Query, table_config: TableConfig, table_info: TableInfo, defaults: Defaults, *,
-               check_mode: bool = True) -> TablePlan:
+               check_mode: bool = True, time_zone: str = "+00:00") -> TablePlan:
     """Plan one table's chunks and log the decision with its numbers.
 
     Args:
@@ -56,11 +56,12 @@ def plan_table(query: Query, table_config: TableConfig, table_info: TableInfo, d
         defaults: the pipeline defaults (the even strategy's distribution factor bounds).
         check_mode: check the source's ``sql_mode`` (`check_escaping`) first; off when the
             caller checked it once for many tables.
+        time_zone: ``source.time_zone`` (see `choose_chunk_key`).
 
     Raises:
         ConfigError, SourceNotReady: see `choose_chunk_key` and `check_escaping`.
     """
-    key = choose_chunk_key(table_config, table_info)
+    key = choose_chunk_key(table_config, table_info, time_zone)
     if check_mode:
         check_escaping(query)
     try:
@@ -173,12 +174,14 @@ def plan_command(config: PipelineConfig, tables: list[str], as_json: bool) -> in
         shapes = tables_info(source, [t.name for t in selected])
         infos = [shapes.get(t.name) or source.table_info(t.name) for t in selected]
         from_pattern = {t.name for t in selected if config.tables[found.entry_index(t.name)].pattern}
-        _check_keys([(t, i) for t, i in zip(selected, infos, strict=True) if t.name not in from_pattern])
+        _check_keys([(t, i) for t, i in zip(selected, infos, strict=True) if t.name not in from_pattern],
+                    config.source.time_zone)
         check_escaping(source.query)
         items, failed = [], {}
         for t, info in zip(selected, infos, strict=True):
             try:
-                items.append((t, info, plan_table(source.query, t, info, config.defaults, check_mode=False)))
+                items.append((t, info, plan_table(source.query, t, info, config.defaults, check_mode=False,
+                                                           time_zone=config.source.time_zone)))
             except (ConfigError, SourceNotReady) as exc:
                 if t.name not in from_pattern:
                     raise
@@ -197,11 +200,11 @@ def plan_command(config: PipelineConfig, tables: list[str], as_json: bool) -> in
     return SourceNotReady.exit_code if failed else 0
 
 
-def _check_keys(tables: Sequence[tuple[TableConfig, TableInfo]]) -> None:
+def _check_keys(tables: Sequence[tuple[TableConfig, TableInfo]], time_zone: str) -> None:
     problems: list[TidemarkError] = []
     for table_config, info in tables:
         try:
-            choose_chunk_key(table_config, info)
+            choose_chunk_key(table_config, info, time_zone)
         except (ConfigError, SourceNotReady) as exc:
             problems.append(exc)
     if not problems:

@@ -6,12 +6,39 @@ with its columns in index order; without one, the primary key is used.
 
 from __future__ import annotations
 
+import functools
+import itertools
+import re
+import zoneinfo
 from collections.abc import Sequence
+from datetime import UTC, datetime
 
 from chunking.mysql import unsupported_key_reason
 from orchestrator.config import TableConfig
 from orchestrator.errors import ConfigError, SourceNotReady
 from orchestrator.schema.tables import TableInfo
+
+_OFFSET = re.compile(r"[+-]\d{1,2}:\d{2}")
+
+
+@functools.lru_cache(maxsize=16)
+def repeats_local_times(zone: str) -> bool:
+    """Whether MySQL time zone ``zone`` sets clocks back between 1970 and 2038 (TIMESTAMP's
+    range), so that some local times name two instants. A name Python does not know, and
+    ``SYSTEM`` (the server's own zone), count as doing so.
+
+    >>> repeats_local_times("+02:00"), repeats_local_times("UTC"), repeats_local_times("Europe/Berlin")
+    (False, False, True)
+    """
+    if _OFFSET.fullmatch(zone):
+        return False
+    try:
+        tz = zoneinfo.ZoneInfo(zone)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        return True
+    offsets = [datetime(year, month, 1, tzinfo=UTC).astimezone(tz).utcoffset()
+               for year in range(1970, 2039) for month in range(1, 13)]
+    return any(b < a for a, b in itertools.pairwise(offsets) if a is not None and b is not None)
 
 
 def _names(key: Sequence[str]) -> str:
@@ -46,11 +73,14 @@ def _configured_key(table_config: TableConfig, info: TableInfo) -> tuple[str, ..
     )
 
 
-def choose_chunk_key(table_config: TableConfig, table_info: TableInfo) -> tuple[str, ...]:
+def choose_chunk_key(table_config: TableConfig, table_info: TableInfo, time_zone: str = "+00:00") -> tuple[str, ...]:
     """The columns a table is chunked on: the configured ``chunk_key``, else the primary key.
 
     A configured key must be the primary key or a unique NOT NULL key, columns in
-    index order (so each index walk reads the index in order).
+    index order (so each index walk reads the index in order). A TIMESTAMP column is refused
+    in a key when the session's ``time_zone`` (``source.time_zone``) sets clocks back: chunk
+    bounds are written as local times, and one in the repeated hour reads back as the other
+    instant, so the last chunk's ``<= max`` or an index walk missed rows.
 
     Raises:
         ConfigError: the configured key is not usable, or the table has no primary
@@ -78,6 +108,11 @@ def choose_chunk_key(table_config: TableConfig, table_info: TableInfo) -> tuple[
         if reason is None and column.data_type == "year" and column.display_width == 2:
             # its bounds read as two digits (90 for 1990) and compare so: ranges missed rows
             reason = "YEAR(2) reads as two digits that compare out of its order; ALTER it to YEAR"
+        if reason is None and column.data_type == "timestamp" and repeats_local_times(time_zone):
+            reason = (f"it is a TIMESTAMP, and source.time_zone {time_zone!r} sets clocks back (daylight "
+                      "saving time), so a bound in the repeated hour names two instants and chunks could "
+                      "miss rows; set source.time_zone to an offset such as +00:00 (TIMESTAMP values are "
+                      "published in UTC either way)")
         if reason:
             message = f"table `{info.name}`: chunk-key column `{name}` cannot be chunked: {reason}"
             others = [k for k in info.unique_not_null_keys if not _same(k, key)]

@@ -287,14 +287,16 @@ def _one_table_checks(source: Source, table: TableConfig, index: int, info: Tabl
                       f"check tables[{index}].name, and that the user has SELECT on the table")]
     return [Check(f"table {table.name}", True,
                   f"{len(info.columns)} columns, about {info.row_estimate} rows, engine {info.engine}"),
-            chunk_key_check(table, index, info, pattern=pattern), _types(info, index, pattern)]
+            chunk_key_check(table, index, info, pattern=pattern, time_zone=source.config.time_zone),
+            _types(info, index, pattern)]
 
 
 def _cols(key: Iterable[str]) -> str:
     return "(" + ", ".join(key) + ")"
 
 
-def chunk_key_check(table: TableConfig, index: int, info: TableInfo, *, pattern: bool = False) -> Check:
+def chunk_key_check(table: TableConfig, index: int, info: TableInfo, *, pattern: bool = False,
+                    time_zone: str = "+00:00") -> Check:
     """The table's chunk key, chosen by the planner's own rule (`choose_chunk_key`).
 
     Args:
@@ -302,11 +304,12 @@ def chunk_key_check(table: TableConfig, index: int, info: TableInfo, *, pattern:
         index: the place in the config's ``tables`` list of the entry configuring it, to name the setting.
         info: the table as the source describes it.
         pattern: the entry is a pattern: the fix is an entry of the table's own, or an exclude.
+        time_zone: ``source.time_zone``.
     """
     name = f"chunk key {table.name}"
     setting = f"tables[{index}].chunk_key"
     try:
-        key = choose_chunk_key(table, info)
+        key = choose_chunk_key(table, info, time_zone)
     except ConfigError as exc:
         fix = (f"give {table.name} an entry of its own with a chunk_key, or add it to tables[{index}].exclude"
                if pattern else f"{'change' if table.chunk_key else 'set'} {setting}")

@@ -31,3 +31,20 @@ def test_an_inexact_key_type_is_refused(column: ColumnInfo, reason: str) -> None
                                     ColumnInfo("k", "int", "int(11)", False)])
 def test_exact_key_types_are_chunked(column: ColumnInfo) -> None:
     assert choose_chunk_key(TableConfig(name="d.t", chunk_size=1000, batch_chunks=4), table(column)) == ("k",)
+
+
+@pytest.mark.parametrize(("zone", "refused"), [("+00:00", False), ("-05:30", False), ("UTC", False),
+                                                ("Asia/Tokyo", False), ("Europe/Berlin", True),
+                                                ("America/New_York", True), ("SYSTEM", True), ("Mars/Base", True)])
+def test_a_timestamp_key_is_refused_where_clocks_go_back(zone: str, refused: bool) -> None:
+    """A review lost rows of a TIMESTAMP key under Europe/Berlin: bounds are local times, and one
+    in the hour that repeats in autumn names two instants. SYSTEM and unknown names may do so."""
+    column = ColumnInfo("k", "timestamp", "timestamp", False)
+    config = TableConfig(name="d.t", chunk_size=1000, batch_chunks=4)
+    if not refused:
+        assert choose_chunk_key(config, table(column), zone) == ("k",)
+        return
+    with pytest.raises(SourceNotReady, match=re.escape(f"source.time_zone '{zone}' sets clocks back")) as caught:
+        choose_chunk_key(config, table(column), zone)
+    assert "set source.time_zone to an offset such as +00:00" in str(caught.value)
+    assert choose_chunk_key(config, table(ColumnInfo("k", "datetime", "datetime", False)), zone) == ("k",)
