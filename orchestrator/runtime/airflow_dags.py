@@ -1,17 +1,21 @@
 """One Airflow DAG per Tidemark pipeline config: the TaskFlow wiring, nothing else.
 
-Each task calls exactly one `orchestrator.steps` function, the same the CLI
-calls; everything else comes from `orchestrator.runtime.airflow_support`. This module
-defines no DAG itself; the two thin DAG files in ``dags/`` import it from the
-installed package, so a plain ``DagBag(dag_folder="dags")`` loads them.
+Each task up to ``publish`` calls exactly one `orchestrator.steps` function, the same the
+CLI calls; ``outcome`` fails the DAG run when the run ended partial (tables failed on their
+own), after ``publish`` recorded the other tables' asset events (Airflow records a task's
+outlet events only when it succeeds). Everything else comes from
+`orchestrator.runtime.airflow_support`. This module defines no DAG itself; the two thin DAG
+files in ``dags/`` import it from the installed package, so a plain
+``DagBag(dag_folder="dags")`` loads them.
 
-    preflight >> plan >> read (mapped over batches) >> capture >> reconcile >> publish
+    preflight >> plan >> read (mapped over batches) >> capture >> reconcile >> publish >> outcome
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -35,7 +39,7 @@ from airflow.sdk import (
 from orchestrator import steps
 from orchestrator.config import PipelineConfig
 from orchestrator.errors import ConfigError, LockLost, RunLocked, SourceNotReady
-from orchestrator.pipeline.context import hold_lock
+from orchestrator.pipeline.context import hold_lock, open_store
 from orchestrator.pipeline.failed import TablesFailed
 from orchestrator.runtime import airflow_support as support
 from orchestrator.runtime.failures import describe
@@ -62,18 +66,56 @@ def _release_on_failure(config: PipelineConfig) -> Callable[[Context], None]:
     """A task's final-failure callback: mark the run failed and free the pipeline lock.
 
     The same as the CLI does when a run fails: state is kept, so clearing the run
-    (``plan`` takes the lock again) or triggering the DAG again resumes it.
+    (``plan`` takes the lock again) or triggering the DAG again resumes it. A ``plan`` that
+    failed after taking the lock but before it pushed a run id frees the lock too.
     """
     def callback(context: Context) -> None:
+        holder = support.run_holder(context["dag"].dag_id, context["run_id"])
+        task_id = context["ti"].task_id
         run = context["ti"].xcom_pull(task_ids="plan", key="run_id")
-        if not run:  # failed before plan took the lock and started a run
+        if not run:  # failed before plan started a run; plan may have taken the lock first
+            if task_id == "plan":
+                _release_held(config, holder)
             return
         exc = context.get("exception")
-        error = f"task {context['ti'].task_id}: {describe(exc) if isinstance(exc, BaseException) else 'failed'}"
+        error = f"task {task_id}: {describe(exc) if isinstance(exc, BaseException) else 'failed'}"
         log.error("%s", error)  # the same one line as `status` shows, in the task log
-        holder = support.run_holder(context["dag"].dag_id, context["run_id"])
         steps.fail_run(config, str(run), error, holder=holder)
     return callback
+
+
+def _release_held(config: PipelineConfig, holder: str) -> None:
+    """Free the pipeline lock if ``holder`` (this DAG run) holds it; another's is left alone."""
+    store = open_store(config)
+    try:
+        lock = store.lock_info(config.pipeline)
+        if lock is not None and lock.holder == holder:
+            log.info("releasing the lock of pipeline %s held as run %s", config.pipeline, holder)
+            store.release_lock(config.pipeline, holder)  # a no-op if it changed hands meanwhile
+    finally:
+        store.close()
+
+
+@contextmanager
+def _hold_for(config: PipelineConfig, run: str) -> Iterator[None]:
+    """`hold_lock` for a step of the planned run ``run``, as this DAG run's holder.
+
+    A run the state store marks failed by the time the step ends (a sibling task failed for
+    good and its callback released the lock, e.g. another mapped ``read``) gets the lock
+    released again: the DAG run is failing, and a lock kept would refuse the next trigger for
+    a whole lease. Its work is kept; a cleared or new run resumes from it.
+    """
+    holder = _holder()
+    with hold_lock(config, holder):
+        yield
+        store = open_store(config)  # fenced by the lease held: releasing it marks it released
+        try:
+            if store.get_run(run).status == "failed":
+                log.warning("run %s was marked failed while this task ran (another task of the DAG "
+                            "run failed): releasing the pipeline lock; its work is kept", run)
+                store.release_lock(config.pipeline, holder)
+        finally:
+            store.close()
 
 
 def _request(config: PipelineConfig) -> support.RunRequest:
@@ -114,19 +156,23 @@ def build_dag(config: PipelineConfig) -> DAG:
         auto_register=False,
     ) as dag:
 
+        # XCom: the tables that failed a check of their own ({table: one line}, no secrets).
         @task(pool=pool, execution_timeout=limit["preflight"])
-        def preflight() -> None:
+        def preflight() -> dict[str, str]:
             _mask_password(config)
-            steps.preflight(config, _request(config).tables)
+            failing = steps.preflight(config, _request(config).tables)
+            for table, why in sorted(failing.items()):
+                log.warning("table %s is left out of this run: %s", table, why)
+            return failing
 
         # XCom: the batches to read (the return value, mapped over) and key "run_id".
         @task(pool=pool, execution_timeout=limit["plan"])
-        def plan() -> list[dict[str, Any]]:
+        def plan(failing: dict[str, str] | None) -> list[dict[str, Any]]:
             _mask_password(config)
             request = _request(config)
             with hold_lock(config, _holder()):  # renewed while the task runs; fences its writes
                 handle = steps.plan(config, tables=request.tables, snapshot=request.snapshot,
-                                    chunk_size=request.chunk_size, holder=_holder())
+                                    chunk_size=request.chunk_size, holder=_holder(), failing=failing or {})
             log.info("%s; tables %s", handle, ", ".join(handle.tables))
             get_current_context()["ti"].xcom_push(key="run_id", value=handle.run_id)
             return [support.batch_xcom(b) for b in handle.batches]
@@ -134,26 +180,34 @@ def build_dag(config: PipelineConfig) -> DAG:
         @task(pool=pool, map_index_template=MAP_INDEX_TEMPLATE, execution_timeout=limit["read"])
         def read(run: str, batch: dict[str, Any]) -> None:
             _mask_password(config)
-            with hold_lock(config, _holder()):
+            with _hold_for(config, run):
                 log.info("%s", steps.read_batch(config, run, int(batch["batch"]), holder=_holder()))
 
         # Zero batches (only incremental tables) skip `read`; capture still runs.
         @task(pool=pool, trigger_rule="none_failed", execution_timeout=limit["capture"])
         def capture(run: str) -> None:
             _mask_password(config)
-            with hold_lock(config, _holder()):
+            with _hold_for(config, run):
                 result = steps.capture(config, run)
             log.info("capture: %s", result or "every table already captured")
 
         @task(execution_timeout=limit["reconcile"])
         def reconcile(run: str) -> None:
-            with hold_lock(config, _holder()):
+            with _hold_for(config, run):
                 log.info("%s", steps.reconcile(config, run))
 
+        # Airflow records outlet events only for a task that succeeds: a run some tables failed
+        # in (partial) publishes the others and succeeds here with their events; `outcome` fails.
         @task(outlets=[*assets.values(), *aliases.values()], execution_timeout=limit["publish"])
         def publish(run: str) -> Iterator[Metadata]:
-            with hold_lock(config, _holder()):
-                published = {p.table: p for p in steps.publish(config, run, holder=_holder())}
+            failed: dict[str, dict[str, Any]] = {}
+            with _hold_for(config, run):
+                try:
+                    done = steps.publish(config, run, holder=_holder())
+                except TablesFailed as exc:  # the others are published: announce them
+                    log.error("%s", exc)
+                    done, failed = exc.published, exc.failed
+            published = {p.table: p for p in done}
             for p in published.values():
                 log.info("published %s", p)
                 pattern = support.pattern_of(config, p.table)
@@ -164,13 +218,22 @@ def build_dag(config: PipelineConfig) -> DAG:
                 if table in published:
                     yield Metadata(asset, support.asset_extra(published[table], run))
                 else:
-                    yield Metadata(asset, support.not_published_extra(table, run))
+                    yield Metadata(asset, support.not_published_extra(table, run, failed.get(table)))
 
-        batches = plan()
+        # Fails the DAG run when tables failed on their own (the run ended partial), as the CLI
+        # exits 1; the other tables' asset events are recorded by then.
+        @task(execution_timeout=limit["outcome"])
+        def outcome(run: str) -> None:
+            failure = support.tables_failed(config, run)
+            if failure is not None:
+                raise failure
+            log.info("run %s: no table failed", run)
+
+        failing: Any = preflight()  # a dict when plan runs
+        batches = plan(failing)
         run_id: Any = XComArg(dag.get_task("plan"), key="run_id")  # a str when the tasks run
         reads = read.partial(run=run_id).expand(batch=batches)
-        preflight() >> batches
-        reads >> capture(run_id) >> reconcile(run_id) >> publish(run_id)
+        reads >> capture(run_id) >> reconcile(run_id) >> publish(run_id) >> outcome(run_id)
     return dag
 
 

@@ -31,7 +31,8 @@ from orchestrator.config import OutputConfig, PipelineConfig, StateConfig, load_
 from orchestrator.errors import ConfigError, RunFailed
 from orchestrator.lake import storage
 from orchestrator.pipeline.batches import PACK_TABLES, TABLE_JOBS, BatchRef
-from orchestrator.pipeline.context import table_dir
+from orchestrator.pipeline.context import open_store, table_dir
+from orchestrator.pipeline.failed import TablesFailed, failures
 from orchestrator.pipeline.publish import Published
 from orchestrator.state.many import peek_table_set
 from orchestrator.table_patterns import takes
@@ -40,6 +41,11 @@ from orchestrator.table_patterns import takes
 CONFIG_DIR_ENV = "TIDEMARK_CONFIG_DIR"
 CONFIG_SUFFIXES = (".yaml", ".yml")
 DAG_ID_PREFIX = "tidemark_"
+#: The largest ``chunk_size`` a run may ask for. Planning writes it into SQL (an index walk's
+#: ``LIMIT 1 OFFSET n``, `chunking.mysql.boundary_sql`), where MySQL takes at most 2**64-1:
+#: 10**30 failed planning with a syntax error. No read wants a chunk of more rows than a
+#: signed 32-bit count (the default is 200,000).
+CHUNK_SIZE_MAX = 2**31 - 1
 
 
 def dag_id(config: PipelineConfig) -> str:
@@ -224,6 +230,7 @@ def params_schema(config: PipelineConfig, choices: list[str] | None = None) -> d
             "default": None,
             "type": ["null", "integer"],
             "minimum": 1,
+            "maximum": CHUNK_SIZE_MAX,
             "title": "Chunk size",
             "description": "Target rows per chunk for this run's snapshots. Empty: the config's sizes.",
         },
@@ -272,8 +279,9 @@ def run_request(config: PipelineConfig, params: Mapping[str, Any],
         raise ConfigError(f"param snapshot: expected true or false, found {snapshot!r}")
     chunk_size = params.get("chunk_size")
     if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int)
-                                   or chunk_size < 1):
-        raise ConfigError(f"param chunk_size: expected a positive integer or null, found {chunk_size!r}")
+                                   or not 1 <= chunk_size <= CHUNK_SIZE_MAX):
+        raise ConfigError(f"param chunk_size: expected an integer from 1 to {CHUNK_SIZE_MAX} or null, "
+                          f"found {chunk_size!r}")
     return RunRequest(tables=list(tables) if tables else None, snapshot=snapshot, chunk_size=chunk_size)
 
 
@@ -282,8 +290,8 @@ def run_request(config: PipelineConfig, params: Mapping[str, Any],
 #: Multiples of ``source.read_timeout`` a task may run before Airflow fails it (then retries it;
 #: the run resumes). The source's own timeouts end a hung source's query within one
 #: read_timeout; these are the backstop for what they cannot see (a stuck JVM, a lost executor).
-#: preflight and plan: many short queries; capture, reconcile, publish: grow with the changes
-#: and the table, so they get the most.
+#: preflight and plan: many short queries (outcome: one); capture, reconcile, publish: grow
+#: with the changes and the table, so they get the most.
 SOURCE_STEP_FACTOR = 6
 DATA_STEP_FACTOR = 48
 
@@ -301,7 +309,8 @@ def execution_timeouts(config: PipelineConfig) -> dict[str, timedelta]:
     ...     "password": "x", "read_timeout": 60}, "output": {"path": "/tmp/l"},
     ...     "state": {"url": "sqlite:///:memory:"}, "tables": [{"name": "d.t"}]})
     >>> {k: int(v.total_seconds()) for k, v in execution_timeouts(cfg).items()}
-    {'preflight': 360, 'plan': 360, 'read': 5820, 'capture': 2880, 'reconcile': 2880, 'publish': 2880}
+    {'preflight': 360, 'plan': 360, 'read': 5820, 'capture': 2880, 'reconcile': 2880, 'publish': 2880, \
+'outcome': 360}
     """
     seconds = config.source.read_timeout
     rounds = max([config.defaults.batch_chunks, *(t.batch_chunks for t in config.tables),
@@ -310,7 +319,7 @@ def execution_timeouts(config: PipelineConfig) -> dict[str, timedelta]:
     source_step = timedelta(seconds=SOURCE_STEP_FACTOR * seconds)
     data_step = timedelta(seconds=DATA_STEP_FACTOR * seconds)
     return {"preflight": source_step, "plan": source_step, "read": timedelta(seconds=read),
-            "capture": data_step, "reconcile": data_step, "publish": data_step}
+            "capture": data_step, "reconcile": data_step, "publish": data_step, "outcome": source_step}
 
 
 # ------------------------------------------------------------------ XCom and assets
@@ -369,13 +378,29 @@ def asset_extra(published: Published, run_id: str) -> dict[str, Any]:
             "iceberg": dict(published.iceberg) if published.iceberg else None}
 
 
-def not_published_extra(table: str, run_id: str) -> dict[str, Any]:
-    """The extra of an asset event for a table the run did not publish (an ad hoc run of others).
+def not_published_extra(table: str, run_id: str, failure: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The extra of an asset event for a table the run did not publish: an ad hoc run of others,
+    or a table that failed on its own (``failure``: its ``step`` and ``reason``).
 
     Airflow records an event for every declared outlet of a successful task; this
     one tells consumers that the table did not change.
     """
-    return {"published": False, "table": table, "run_id": run_id}
+    extra: dict[str, Any] = {"published": False, "table": table, "run_id": run_id}
+    if failure is not None:
+        extra["failed"] = {"step": failure.get("step", "plan"), "reason": failure.get("reason", "")}
+    return extra
+
+
+def tables_failed(config: PipelineConfig, run_id: str) -> TablesFailed | None:
+    """The error of a run that ended ``partial`` (tables failed on their own), None otherwise."""
+    store = open_store(config)
+    try:
+        if store.get_run(run_id).status != "partial":
+            return None
+        published = [t for t, _, status in store.run_table_states(run_id) if status == "published"]
+        return TablesFailed(run_id, failures(store, run_id), config.path, published)
+    finally:
+        store.close()
 
 
 def doc_md(config: PipelineConfig) -> str:

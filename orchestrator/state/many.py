@@ -8,7 +8,9 @@ and a WAL commit each): these methods take lists, so a step records all its tabl
 
 from __future__ import annotations
 
+import logging
 import os
+import time
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
@@ -24,7 +26,8 @@ from sqlalchemy import (
     type_coerce,
     update,
 )
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.pool import NullPool
 
 from orchestrator.errors import StateError
 from orchestrator.state.records import (
@@ -51,6 +54,29 @@ from orchestrator.state.schema import (
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
+
+log = logging.getLogger("tidemark.state")
+
+#: Seconds `peek_table_set` waits for a state store to connect and to answer: DAG parsing waits
+#: for it, for every pipeline of a configs folder (libpq's ``connect_timeout`` counts 2 at least).
+PEEK_TIMEOUT_SECONDS = 2
+#: The driver arguments that bound a peek's waits, by DBAPI driver (others: none known).
+_PEEK_CONNECT_ARGS: dict[str, dict[str, Any]] = {
+    "psycopg": {"connect_timeout": PEEK_TIMEOUT_SECONDS,
+                "options": f"-c statement_timeout={PEEK_TIMEOUT_SECONDS * 1000}"},
+    "psycopg2": {"connect_timeout": PEEK_TIMEOUT_SECONDS,
+                 "options": f"-c statement_timeout={PEEK_TIMEOUT_SECONDS * 1000}"},
+    "pg8000": {"timeout": PEEK_TIMEOUT_SECONDS},
+    "pymysql": {"connect_timeout": PEEK_TIMEOUT_SECONDS, "read_timeout": PEEK_TIMEOUT_SECONDS,
+                "write_timeout": PEEK_TIMEOUT_SECONDS},
+    "mysqldb": {"connect_timeout": PEEK_TIMEOUT_SECONDS, "read_timeout": PEEK_TIMEOUT_SECONDS,
+                "write_timeout": PEEK_TIMEOUT_SECONDS},
+    "pysqlite": {"timeout": PEEK_TIMEOUT_SECONDS},  # a database locked by a writer
+}
+#: How long a store that did not answer a peek is not asked again by this process (seconds): the
+#: pipelines of one configs folder often share a store, and a parse must not wait for each.
+PEEK_RETRY_SECONDS = 60.0
+_UNANSWERED: dict[str, float] = {}
 
 #: Tables a step records in one transaction (their checkpoints, their reconciled results): a
 #: crash loses at most this many tables' records, which the rerun redoes.
@@ -239,13 +265,18 @@ def _save_checkpoints(conn: Connection, pipeline: str, checkpoints: Sequence[Tab
 def peek_table_set(url: str, pipeline: str) -> TableSetRecord | None:
     """`ManyTablesMixin.table_set` without opening a `StateStore`: nothing is created or migrated,
     and a store that does not exist, cannot be read or has no table set gives None. For Airflow's
-    DAG parsing, which must never write (the trigger form lists the tables patterns matched)."""
+    DAG parsing, which must never write (the trigger form lists the tables patterns matched) and
+    must stay fast: each wait is bounded by `PEEK_TIMEOUT_SECONDS`, and a store that did not
+    answer is not asked again for `PEEK_RETRY_SECONDS`."""
     try:
         parsed = make_url(url)
         if parsed.get_backend_name() == "sqlite" and not os.path.isfile(parsed.database or ""):
             return None  # connecting would create the file
-        engine = create_engine(parsed)
+        engine = create_engine(parsed, connect_args=_peek_connect_args(parsed), poolclass=NullPool)
     except Exception:  # an unusable URL or driver: nothing to peek at (validate reports it)
+        return None
+    key = parsed.render_as_string(hide_password=True)
+    if time.monotonic() - _UNANSWERED.get(key, -PEEK_RETRY_SECONDS) < PEEK_RETRY_SECONDS:
         return None
     try:
         with engine.connect() as conn:
@@ -253,7 +284,26 @@ def peek_table_set(url: str, pipeline: str) -> TableSetRecord | None:
                 return None
             row = conn.execute(select(TABLE_SETS).where(TABLE_SETS.c.pipeline == pipeline)).first()
         return None if row is None else _table_set_record(row)
-    except Exception:  # unreachable or locked: the form offers the entries alone
+    except Exception as exc:  # unreachable, slow or locked: the form offers the entries alone
+        _UNANSWERED[key] = time.monotonic()
+        log.warning("state store %s did not answer (%s): the trigger form of pipeline %s offers its "
+                    "config's table entries only", key, type(exc).__name__, pipeline)
         return None
     finally:
         engine.dispose()
+
+
+def _peek_connect_args(url: URL) -> dict[str, Any]:
+    """The driver's timeouts for a peek (`_PEEK_CONNECT_ARGS`); PostgreSQL ``options`` of the URL
+    are kept, the statement timeout added to them.
+
+    >>> _peek_connect_args(make_url("postgresql+psycopg://u@h/d?options=-csearch_path%3Dtm"))["options"]
+    '-csearch_path=tm -c statement_timeout=2000'
+    >>> _peek_connect_args(make_url("sqlite:////tmp/s.db"))
+    {'timeout': 2}
+    """
+    args = dict(_PEEK_CONNECT_ARGS.get(url.get_driver_name(), {}))
+    given = url.query.get("options")
+    if "options" in args and given:
+        args["options"] = f"{given if isinstance(given, str) else ' '.join(given)} {args['options']}"
+    return args

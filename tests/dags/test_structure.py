@@ -14,7 +14,7 @@ from tests.dags.test_parsing import config, parse, write
 
 pytestmark = pytest.mark.usefixtures("airflow_home")
 
-ORDER = ["preflight", "plan", "read", "capture", "reconcile", "publish"]
+ORDER = ["preflight", "plan", "read", "capture", "reconcile", "publish", "outcome"]
 
 
 @pytest.fixture
@@ -50,7 +50,7 @@ def test_source_tasks_share_the_pipeline_pool(dag: Any) -> None:
     pools = {t.task_id: t.pool for t in dag.tasks}
     for task_id in ("preflight", "plan", "read", "capture"):
         assert pools[task_id] == "tidemark_shop_source"
-    assert pools["reconcile"] == pools["publish"] == "default_pool"
+    assert pools["reconcile"] == pools["publish"] == pools["outcome"] == "default_pool"
 
 
 def test_dag_settings_come_from_the_config(dag: Any) -> None:
@@ -76,7 +76,8 @@ def test_every_task_has_an_execution_timeout_from_read_timeout(tmp_path: Path,
     assert limits == {"preflight": timedelta(minutes=3), "plan": timedelta(minutes=3),
                       # a batch of 256 small tables read 8 at a time: 32 rounds, more than 4 chunks
                       "read": timedelta(seconds=(32 * 2 + 1) * 30), "capture": timedelta(minutes=24),
-                      "reconcile": timedelta(minutes=24), "publish": timedelta(minutes=24)}
+                      "reconcile": timedelta(minutes=24), "publish": timedelta(minutes=24),
+                      "outcome": timedelta(minutes=3)}
 
 
 def test_params_have_form_metadata_and_the_tables_as_choices(dag: Any) -> None:
@@ -90,13 +91,14 @@ def test_params_have_form_metadata_and_the_tables_as_choices(dag: Any) -> None:
     assert params["snapshot"].schema["type"] == ["boolean", "null"] and params["snapshot"].value is False
     assert params["chunk_size"].schema["type"] == ["null", "integer"]
     assert params["chunk_size"].schema["minimum"] == 1 and params["chunk_size"].value is None
+    assert params["chunk_size"].schema["maximum"] == 2**31 - 1  # a chunk bound's OFFSET; 10**30 failed planning
     for param in params.values():
         assert param.schema["title"] and param.description
 
 
 @pytest.mark.parametrize("conf", [
     {"tables": ["nope.nope"]}, {"tables": "shop.orders"}, {"chunk_size": 0},
-    {"chunk_size": "big"}, {"snapshot": "yes"},
+    {"chunk_size": "big"}, {"snapshot": "yes"}, {"chunk_size": 10**30}, {"chunk_size": 2**31},
 ])
 def test_invalid_params_are_refused_by_the_serialized_dag(dag: Any, conf: dict[str, Any]) -> None:
     """What the API server validates a trigger against is the serialized DAG's params."""
@@ -105,6 +107,7 @@ def test_invalid_params_are_refused_by_the_serialized_dag(dag: Any, conf: dict[s
 
     served = DagSerialization.deserialize_dag(DagSerialization.serialize_dag(dag))
     served.params.deep_merge({"tables": ["shop.orders"], "chunk_size": 10}).validate()
+    served.params.deep_merge({"chunk_size": 2**31 - 1}).validate()
     with pytest.raises(ParamValidationError):
         served.params.deep_merge(conf).validate()
 

@@ -43,6 +43,7 @@ def test_names() -> None:
     ({"tables": [], "snapshot": False, "chunk_size": None}, (None, False, None)),
     ({"tables": None, "snapshot": None}, (None, False, None)),
     ({"tables": ["shop.items"], "snapshot": True, "chunk_size": 7}, (["shop.items"], True, 7)),
+    ({"chunk_size": 2**31 - 1}, (None, False, 2**31 - 1)),
 ])
 def test_run_request_reads_params(params: dict[str, Any], expected: tuple[Any, ...]) -> None:
     request = run_request(make(), params)
@@ -55,6 +56,8 @@ def test_run_request_reads_params(params: dict[str, Any], expected: tuple[Any, .
     ({"snapshot": "yes"}, "param snapshot"),
     ({"chunk_size": 0}, "param chunk_size"),
     ({"chunk_size": True}, "param chunk_size"),
+    ({"chunk_size": 10**30}, "param chunk_size: expected an integer from 1 to 2147483647"),
+    ({"chunk_size": 2**31}, "param chunk_size"),
 ])
 def test_run_request_refuses_what_the_schema_refuses(params: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
