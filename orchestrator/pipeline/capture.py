@@ -58,7 +58,7 @@ from orchestrator.binlog.reference import (
 from orchestrator.config import PipelineConfig
 from orchestrator.lake import storage
 from orchestrator.pipeline.buffer import CaptureTable, TableBuffer, key_indexes
-from orchestrator.pipeline.context import open_source, open_store, position, table_info
+from orchestrator.pipeline.context import current_run, open_source, open_store, position, table_info
 from orchestrator.pipeline.failed import fail_table, table_failure
 from orchestrator.pipeline.filtering import ChangeFilters
 from orchestrator.pipeline.reread import (
@@ -364,6 +364,7 @@ def capture(config: PipelineConfig, run_id: str, *, progress: Callable[[int], No
     """
     store = open_store(config)
     try:
+        current_run(store, config, run_id)
         result = None
         for round_ in range(MAX_REREAD_ROUNDS + 1):
             records = [r for r in store.run_tables(run_id) if r.status == "planned"]

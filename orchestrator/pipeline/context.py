@@ -17,7 +17,7 @@ from orchestrator.lake import storage
 from orchestrator.positions import BinlogPosition
 from orchestrator.schema.tables import TableInfo, table_info_from_json
 from orchestrator.state import lease
-from orchestrator.state.store import RunTableRecord, StateStore
+from orchestrator.state.store import RunRecord, RunTableRecord, StateStore
 
 if TYPE_CHECKING:
     from orchestrator.source.connection import Source
@@ -30,6 +30,25 @@ def open_store(config: PipelineConfig) -> StateStore:
     """The state store, fenced by the pipeline lock when this process holds it (`hold_lock`):
     every write then fails with `LockLost` once another process took the lock over."""
     return StateStore(config.state.url, guard=lease.held(config.pipeline))
+
+
+def current_run(store: StateStore, config: PipelineConfig, run_id: str) -> RunRecord:
+    """``run_id``'s record, when a step may go on with it: no later run of the pipeline exists.
+
+    A later run supersedes it (``run --snapshot`` or a failover left it behind; or it finished
+    and the next one started): going on with it, as a cleared Airflow task of an old DAG run
+    does, would publish its older state over the newer run's.
+
+    Raises:
+        RunFailed: a later run exists.
+    """
+    run = store.get_run(run_id)
+    latest = store.runs(config.pipeline, limit=1)
+    if latest and latest[0].run_id != run.run_id:
+        raise RunFailed(f"run {run_id} ({run.status}) was superseded by run {latest[0].run_id} "
+                        f"({latest[0].status}), so its steps cannot go on: its data is older than the "
+                        "newer run's; start a new run instead (trigger the DAG, or `tidemark run`)")
+    return run
 
 
 def open_source(config: PipelineConfig) -> Source:

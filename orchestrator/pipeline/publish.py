@@ -72,6 +72,7 @@ from orchestrator.lake.manifest import (
 from orchestrator.lake.writer import VersionWriter, data_file, read_published, write_files
 from orchestrator.pipeline import publish_workers
 from orchestrator.pipeline.context import (
+    current_run,
     open_store,
     position,
     reconciled_dir,
@@ -344,7 +345,7 @@ def publish(config: PipelineConfig, run_id: str, *, holder: str) -> list[Publish
     """
     store = open_store(config)
     try:
-        run = store.get_run(run_id)
+        run = current_run(store, config, run_id)
         records = store.run_tables(run_id)
         for record in records:
             if record.status not in ("failed", "reconciled", "published"):

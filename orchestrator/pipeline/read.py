@@ -25,6 +25,7 @@ from orchestrator.config import PipelineConfig
 from orchestrator.lake import iceberg, storage
 from orchestrator.pipeline.batches import TABLE_JOBS
 from orchestrator.pipeline.context import (
+    current_run,
     open_source,
     open_store,
     run_dir,
@@ -86,6 +87,7 @@ def read_batch(config: PipelineConfig, run_id: str, batch: int, *, spark: Sessio
     """
     store = open_store(config)
     try:
+        current_run(store, config, run_id)
         pending = store.chunks(run_id, batch=batch, status="pending")
         if not pending:
             return ReadResult(batch, "", 0, 0, 0)

@@ -20,7 +20,14 @@ from orchestrator.errors import StateError
 from orchestrator.lake import iceberg, storage
 from orchestrator.lake.layout import FileRange
 from orchestrator.pipeline.changes import key_names
-from orchestrator.pipeline.context import open_store, run_dir, spark_session, table_dir, table_info
+from orchestrator.pipeline.context import (
+    current_run,
+    open_store,
+    run_dir,
+    spark_session,
+    table_dir,
+    table_info,
+)
 from orchestrator.pipeline.failed import fail_table, table_failure
 from orchestrator.pipeline.reconcile import Target, reconcile_incremental, reconcile_snapshot
 from orchestrator.pipeline.reconcile_kept import SNAPSHOTS, KeptPlans, unchanged_plan
@@ -91,6 +98,7 @@ def reconcile(config: PipelineConfig, run_id: str, *, spark: SparkSession | None
     """
     store = open_store(config)
     try:
+        current_run(store, config, run_id)
         todo = [r for r in store.run_tables(run_id) if r.status == "captured"]
         segments = durable_segments(store, config.staging_path, run_id) if todo else {}
         chunk_dirs: dict[str, list[str]] = {}

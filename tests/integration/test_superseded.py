@@ -1,0 +1,56 @@
+"""A run that a later run superseded cannot go on (found by a review): a cleared Airflow task
+of an old DAG run, whose run ``run --snapshot`` had left behind, published that run's older data
+over the newer version and moved the table's checkpoint back."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from orchestrator import steps
+from orchestrator.config import load_config
+from orchestrator.demo.localdb import LocalMariaDB
+from orchestrator.errors import RunFailed
+from orchestrator.lake.manifest import read_published
+from orchestrator.pipeline.context import hold_lock, open_store, table_dir
+from orchestrator.runtime.run import run_command
+from tests.conftest import assert_lake_equals_source, pipeline_config, write_config
+
+pytestmark = pytest.mark.integration
+
+DB = "superseded"
+
+
+def test_a_superseded_run_cannot_go_on(mariadb: LocalMariaDB, tmp_path: Path, spark: object) -> None:
+    mariadb.execute(f"DROP DATABASE IF EXISTS {DB}", f"CREATE DATABASE {DB}")
+    mariadb.execute(f"CREATE TABLE {DB}.t (id INT PRIMARY KEY, name VARCHAR(10))",
+                    f"INSERT INTO {DB}.t SELECT seq, 'old' FROM seq_1_to_300", database=DB)
+    config = load_config(write_config(tmp_path / "p.yaml", pipeline_config(
+        tmp_path, mariadb, [{"name": f"{DB}.t"}], name=DB, defaults={"read_margin_seconds": 0.0})))
+    holder = "airflow:old-dag-run"
+    with hold_lock(config, holder):  # run A, as a DAG run's tasks take it up to publish
+        old = steps.plan(config, tables=None, snapshot=False, chunk_size=None, holder=holder)
+        for batch in old.batches:
+            steps.read_batch(config, old.run_id, batch.batch, holder=holder)
+        steps.capture(config, old.run_id)
+        steps.reconcile(config, old.run_id)
+    steps.fail_run(config, old.run_id, "task publish: disk full", holder=holder)
+
+    mariadb.execute(f"UPDATE {DB}.t SET name = 'new'")
+    assert run_command(config, tables=[f"{DB}.t"], snapshot=True, chunk_size=None, progress=False) == 0
+    newer = read_published(table_dir(config, f"{DB}.t"))
+    assert set(newer.column("name").to_pylist()) == {"new"}
+
+    for step in (lambda: steps.read_batch(config, old.run_id, 0, holder=holder),
+                 lambda: steps.capture(config, old.run_id), lambda: steps.reconcile(config, old.run_id),
+                 lambda: steps.publish(config, old.run_id, holder=holder)):
+        with hold_lock(config, holder), pytest.raises(RunFailed, match=f"run {old.run_id} .*was superseded by run"):
+            step()
+    assert read_published(table_dir(config, f"{DB}.t")).equals(newer)
+    store = open_store(config)
+    try:
+        assert store.get_run(old.run_id).status == "failed"
+    finally:
+        store.close()
+    assert_lake_equals_source(config, mariadb, [f"{DB}.t"])
