@@ -257,11 +257,10 @@ class Source:
         """
         dialect = self.dialect
         for _ in range(3):
-            names, rows = self._execute(dialect.binlog_status_sql)
-            if not rows:
+            row = self.binlog_status()
+            if not row:
                 raise self._binlog_off()
             connection = self._connections
-            row = dict(zip((n.lower() for n in names), rows[0], strict=True))
             file, pos = str(row["file"]), int(row["position"])
             server_id, server_uuid, gtid = self.query(
                 dialect.position_identity_sql, (file, pos) if dialect.flavor == "mariadb" else None)[0]
@@ -274,6 +273,13 @@ class Source:
             gtid = row.get("executed_gtid_set")
         gtid_set = str(gtid).replace("\n", "") if gtid else None
         return BinlogPosition(file, pos).on(ServerIdentity(int(server_id), _text(server_uuid)), gtid_set)
+
+    def binlog_status(self) -> dict[str, Any]:
+        """The row of the dialect's binlog status statement by lower-case column name: ``file``,
+        ``position``, ``binlog_do_db``, ``binlog_ignore_db`` (the same on MariaDB and MySQL) and,
+        on MySQL, ``executed_gtid_set``; empty when the binlog is off."""
+        names, rows = self._execute(self.dialect.binlog_status_sql)
+        return dict(zip((n.lower() for n in names), rows[0], strict=True)) if rows else {}
 
     def identity(self) -> ServerIdentity:
         """Which server answers: ``@@server_id``, and ``@@server_uuid`` on MySQL."""

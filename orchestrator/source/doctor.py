@@ -2,7 +2,8 @@
 
 Each check is one `Check` naming the setting, what was found and the fix. The
 checks: the server is reachable; the binlog is on, ROW, with full row images
-(and full row metadata where the server has the variable); the user holds
+(and full row metadata where the server has the variable), without a binlog filter
+(``binlog_do_db``/``binlog_ignore_db``); the user holds
 SELECT on every table, REPLICATION SLAVE and REPLICATION CLIENT (in the
 server's dialect); every table exists, has a chunk key the planner accepts
 (`choose_chunk_key`, so doctor and run never disagree) and only mappable column
@@ -68,6 +69,7 @@ def _checks(config: PipelineConfig, tables: list[str] | None) -> tuple[list[Chec
         selected = found.select(tables)
         checks += [Check(f"pattern {m.pattern}", True, str(m)) for m in found.patterns]
         checks += _binlog_settings(source)
+        checks += _binlog_filters(source)
         checks.append(replica_check(source))
         checks.append(_retention(source, config.defaults.expected_run_hours))
         checks.append(_server_id(source, config.source.server_id))
@@ -194,6 +196,31 @@ _SETTINGS = (
 def _binlog_settings(source: Source) -> list[Check]:
     found = source.variables(*(s.name for s in _SETTINGS))
     return [_setting_check(setting, found[setting.name]) for setting in _SETTINGS]
+
+
+def _binlog_filters(source: Source) -> list[Check]:
+    """Fails for a binlog filter (``binlog_do_db``, ``binlog_ignore_db``): the server then leaves
+    out of its binlog a statement whose *default* database is filtered, whatever table it names
+    (``USE other; TRUNCATE TABLE shop.t``), and the lake would silently keep the old rows."""
+    try:  # SHOW MASTER STATUS, or SHOW BINARY LOG STATUS (MySQL 8.4): the same columns on both
+        status = source.binlog_status()
+    except pymysql.err.MySQLError as exc:  # no REPLICATION CLIENT: the privilege check fails it
+        return [Check("binlog filters", True, f"not checked: {source.dialect.binlog_status_sql} "
+                                              f"was refused ({exc.args[-1]})")]
+    checks, shows = [], source.dialect.binlog_status_sql
+    for name in ("binlog_do_db", "binlog_ignore_db"):
+        value = str(status.get(name) or "")
+        if not value:
+            checks.append(Check(name, True, f"{name}: not set" if status else f"{name}: the binlog is off"))
+            continue
+        checks.append(Check(
+            name, False,
+            f"{name} = {value}; Tidemark needs every statement in the binlog: the server leaves out "
+            "a statement issued from a filtered default database (USE other; TRUNCATE TABLE db.t), "
+            "whatever table it changes, and the lake would keep the old rows",
+            f"remove every {name} ({name.replace('_', '-')}) line from my.cnf and restart the "
+            f"server ({shows} then shows {name} empty)"))
+    return checks
 
 
 def _setting_check(setting: _Setting, value: str | None) -> Check:

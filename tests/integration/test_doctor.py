@@ -80,7 +80,7 @@ def test_good_server_and_minimal_grants_pass(good: LocalMariaDB, tmp_path: Path,
     assert failed(checks) == set(), [c.line() for c in checks if not c.ok]
     names = set(by_name(checks))
     assert {"reachable", "log_bin", "binlog_format", "binlog_row_image", "binlog_row_metadata",
-            "binlog retention", "server_id", "privilege REPLICATION SLAVE", "privilege REPLICATION CLIENT",
+            "binlog_do_db", "binlog_ignore_db", "binlog retention", "server_id", "privilege REPLICATION SLAVE", "privilege REPLICATION CLIENT",
             "privilege SELECT", f"table {DB}.orders", f"chunk key {DB}.orders", f"types {DB}.customers"} <= names
     assert "tm_doc_ok@%" in by_name(checks)["reachable"].detail
 
@@ -105,11 +105,12 @@ def test_select_only_user_fails_naming_the_privileges(good: LocalMariaDB, tmp_pa
                                                           "privilege REPLICATION CLIENT"}
     assert checks["privilege REPLICATION SLAVE"].fix == "GRANT REPLICATION SLAVE ON *.* TO 'tm_doc_select'@'%'"
     assert "lacks REPLICATION CLIENT" in checks["privilege REPLICATION CLIENT"].detail
+    assert checks["binlog filters"].detail.startswith("not checked: SHOW MASTER STATUS was refused")
 
     assert doctor_command(config) == 3
     out, err = capsys.readouterr()
     assert "FAIL  privilege REPLICATION SLAVE: 'tm_doc_select'@'%' lacks REPLICATION SLAVE" in out
-    assert err.strip() == ("tidemark: error: doctor: 2 of 25 checks failed: "
+    assert err.strip() == ("tidemark: error: doctor: 2 of 26 checks failed: "
                            "privilege REPLICATION SLAVE, privilege REPLICATION CLIENT")
 
 
@@ -254,6 +255,12 @@ BAD_SERVERS = {
                    "in my.cnf set log_bin = binlog"),
     "minimal-image": ({**GOOD_BINLOG, "binlog-row-image": "MINIMAL"}, "binlog_row_image", "MINIMAL",
                       "SET GLOBAL binlog_row_image = 'FULL' and in my.cnf: binlog_row_image = FULL"),
+    # A binlog filter leaves out statements issued from a filtered default database
+    # (`USE other; TRUNCATE TABLE tm_doctor.t` is not logged under binlog-do-db=tm_doctor).
+    "do-db": ({**GOOD_BINLOG, "binlog-do-db": DB}, "binlog_do_db", DB,
+              "remove every binlog_do_db (binlog-do-db) line from my.cnf and restart the server"),
+    "ignore-db": ({**GOOD_BINLOG, "binlog-ignore-db": "scratch"}, "binlog_ignore_db", "scratch",
+                  "remove every binlog_ignore_db (binlog-ignore-db) line from my.cnf"),
 }
 
 
