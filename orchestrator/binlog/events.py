@@ -154,6 +154,30 @@ def query_event(packet: bytes, fmt: Format, kind: int = QUERY) -> tuple[str, str
     return database, statement.decode("utf-8", "replace").strip()
 
 
+#: The ``sql_mode`` bits that change how a logged statement's text reads.
+MODE_ANSI_QUOTES = 0x4
+MODE_NO_BACKSLASH_ESCAPES = 0x100000
+
+
+def query_sql_mode(packet: bytes, fmt: Format, kind: int = QUERY) -> int:
+    """The session ``sql_mode`` a QUERY event's statement ran in (0 when the event has none).
+
+    The server writes the status variables Q_FLAGS2_CODE (0: 4 bytes) and Q_SQL_MODE_CODE (1:
+    8 bytes) first; the scan stops at any other key."""
+    post = fmt.post_header(kind, 13 if kind == QUERY else 26)
+    status_length = int.from_bytes(packet[BODY + 11 : BODY + 13], "little")
+    at, end = BODY + post, BODY + post + status_length
+    while at < end:
+        key = packet[at]
+        if key == 0:
+            at += 5
+        elif key == 1:
+            return int.from_bytes(packet[at + 1 : at + 9], "little")
+        else:
+            break
+    return 0
+
+
 def gtid_prepared_xa(packet: bytes) -> bool:
     """Whether a MariaDB GTID event starts the event group of an XA transaction (XA START)."""
     return bool(packet[BODY + 12] & _MARIADB_FL_PREPARED_XA)

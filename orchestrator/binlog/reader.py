@@ -374,7 +374,10 @@ class EventReader:
             return [], "end"
         from orchestrator.binlog.statement_parser import classify  # sqlglot: 70 ms, when needed
 
-        statement = classify(query, database, lower_case_table_names=self._lower_case_table_names)
+        mode = ev.query_sql_mode(packet, fmt, kind)
+        statement = classify(query, database, lower_case_table_names=self._lower_case_table_names,
+                             ansi_quotes=bool(mode & ev.MODE_ANSI_QUOTES),
+                             backslash_escapes=not mode & ev.MODE_NO_BACKSLASH_ESCAPES)
         if statement.kind == "xa" and statement.xa is not None:
             verb, xid = statement.xa
             step = {"START": "start", "END": "end", "COMMIT": "commit", "ROLLBACK": "rollback"}.get(verb)

@@ -43,13 +43,43 @@ class _Tokenizer(MySQL.Tokenizer):
     COMMANDS: ClassVar[set[TokenType]] = set()
 
 
-def classify(sql: str, database: str, *, lower_case_table_names: int = 0) -> Statement:
+class _AnsiTokenizer(_Tokenizer):
+    """In a session with ``ANSI_QUOTES``: ``"name"`` is an identifier, not a string."""
+
+    QUOTES: ClassVar[list[str | tuple[str, str]]] = ["'"]
+    IDENTIFIERS: ClassVar[list[str | tuple[str, str]]] = ["`", '"']
+
+
+class _LiteralTokenizer(_Tokenizer):
+    """In a session with ``NO_BACKSLASH_ESCAPES``: a backslash in a string is itself."""
+
+    STRING_ESCAPES: ClassVar[list[str]] = ["'"]
+
+
+class _AnsiLiteralTokenizer(_AnsiTokenizer):
+    STRING_ESCAPES: ClassVar[list[str]] = ["'"]
+
+
+#: By (ANSI_QUOTES, backslash escapes).
+_TOKENIZERS: dict[tuple[bool, bool], type[_Tokenizer]] = {
+    (False, True): _Tokenizer, (True, True): _AnsiTokenizer,
+    (False, False): _LiteralTokenizer, (True, False): _AnsiLiteralTokenizer}
+
+
+def classify(sql: str, database: str, *, lower_case_table_names: int = 0, ansi_quotes: bool = False,
+             backslash_escapes: bool = True) -> Statement:
     """Classify one QUERY event's statement.
+
+    A statement read in a session ``sql_mode`` sqlglot's MySQL dialect does not know
+    (``ANSI_QUOTES``, ``NO_BACKSLASH_ESCAPES``) is classified by the names it mentions, and one
+    that cannot be tokenized at all may have changed any table (``everything``).
 
     Args:
         sql: the statement as the event holds it.
         database: the event's default database ("" if none).
         lower_case_table_names: the server's setting; names are lower-cased unless it is 0.
+        ansi_quotes: the session had ``ANSI_QUOTES`` (``"t"`` names a table).
+        backslash_escapes: the session had no ``NO_BACKSLASH_ESCAPES``.
 
     >>> classify("TRUNCATE TABLE `orders`", "shop")
     Statement(kind='truncate', tables=frozenset({'shop.orders'}), databases=frozenset(), parsed=True, xa=None, one_phase=False, everything=False)
@@ -62,14 +92,15 @@ def classify(sql: str, database: str, *, lower_case_table_names: int = 0) -> Sta
     """
     text = _EXECUTABLE_COMMENT.sub(r" \1 ", sql).strip().rstrip(";").strip()
     try:
-        tokens = _Tokenizer().tokenize(text)
-    except TokenError:
-        tokens = []
+        tokens = _TOKENIZERS[ansi_quotes, backslash_escapes]().tokenize(text)
+    except TokenError:  # a comment or string that does not end as the tokenizer reads it
+        return Statement("ddl", parsed=False, everything=True)
     names = _Names(database, lower_case_table_names)
     first = tokens[0].text.upper() if tokens else ""
     inner = _inner(tokens, first)
     if inner is not None:
-        return classify(text[inner:], database, lower_case_table_names=lower_case_table_names)
+        return classify(text[inner:], database, lower_case_table_names=lower_case_table_names,
+                        ansi_quotes=ansi_quotes, backslash_escapes=backslash_escapes)
     if first == "XA":
         return _xa(tokens)
     if first in _OPAQUE:
@@ -81,6 +112,10 @@ def classify(sql: str, database: str, *, lower_case_table_names: int = 0) -> Sta
                                                  if t.text.upper() not in _RENAME_WORDS]))
     if first in _HARMLESS:
         return Statement("other")
+    if (ansi_quotes and '"' in text) or (not backslash_escapes and "\\" in text):
+        # text sqlglot's dialect would read otherwise: by the names it mentions
+        return Statement("dml" if first in _DML_WORDS else "ddl", names.mentioned(tokens), parsed=False,
+                         everything=first == "ROLLBACK")
     try:
         tree = sqlglot.parse_one(text, dialect="mysql")
     except (ParseError, TokenError):
@@ -121,7 +156,12 @@ class _Names:
         return frozenset(self.table(n) for n in nodes if n.name)
 
     def mentioned(self, tokens: list[Token]) -> frozenset[str]:
-        """Every name the tokens hold: ``a.b`` as itself, a bare ``a`` in the default database."""
+        """Every name the tokens hold: ``a.b`` as itself, a bare ``a`` in the default database.
+
+        A name that starts with digits (``2024_orders``) comes as a number and a name, with
+        nothing between them: joined again.
+        """
+        tokens = _joined(tokens)
         found: set[str] = set()
         i = 0
         while i < len(tokens):
@@ -135,6 +175,18 @@ class _Names:
                 found.add(fold(f"{self.database}.{token.text}", self.lower))
             i += 1
         return frozenset(found)
+
+
+def _joined(tokens: list[Token]) -> list[Token]:
+    out: list[Token] = []
+    for token in tokens:
+        last = out[-1] if out else None
+        if (last is not None and last.token_type == TokenType.NUMBER and last.end + 1 == token.start
+                and token.token_type in _NAME_TOKENS | {TokenType.NUMBER}):
+            out[-1] = Token(TokenType.VAR, last.text + token.text, last.line, last.col, last.start, token.end)
+        else:
+            out.append(token)
+    return out
 
 
 def _from_tree(tree: exp.Expr, names: _Names, tokens: list[Token]) -> Statement:

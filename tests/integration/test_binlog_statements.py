@@ -38,6 +38,15 @@ CASES: dict[str, tuple[list[str], list[str]]] = {
         ["CREATE FUNCTION f() RETURNS INT DETERMINISTIC MODIFIES SQL DATA "
          "BEGIN DELETE FROM t WHERE id <= 5; RETURN 1; END"],
         ["SET SESSION binlog_format = MIXED", "SELECT f()"]),
+    # a session's ANSI_QUOTES: "t" names a table (read as a string, the swap named none)
+    "ansi quotes rename swap": (
+        ["CREATE TABLE t2 LIKE t", "INSERT INTO t2 SELECT id + 1000, 'swapped in', n FROM t WHERE id <= 7"],
+        ["SET SESSION sql_mode = 'ANSI_QUOTES'", 'RENAME TABLE "t" TO "t_old", "t2" TO "t"']),
+    # a session's NO_BACKSLASH_ESCAPES: 'C:\' is a whole string (the statement named no table)
+    "no backslash escapes replace": ([], [
+        "SET SESSION sql_mode = 'NO_BACKSLASH_ESCAPES'",
+        "CREATE OR REPLACE TABLE t (id INT PRIMARY KEY, v VARCHAR(40) DEFAULT 'C:\\', n INT)",
+        "INSERT INTO t (id, n) VALUES (1, 1)"]),
 }
 
 
