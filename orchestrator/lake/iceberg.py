@@ -28,6 +28,7 @@ from pyiceberg.manifest import DataFile
 from pyiceberg.schema import promote
 from pyiceberg.table import CreateTableTransaction, Table, TableProperties
 from pyiceberg.table.update.schema import UpdateSchema
+from pyiceberg.types import BinaryType, IcebergType, StringType
 
 from orchestrator.config import PipelineConfig
 from orchestrator.errors import RunFailed, resnapshot_hint
@@ -256,7 +257,7 @@ def _cannot_evolve(table: str, exc: ValueError) -> RunFailed:
 
 def _evolve(iceberg: Table, table: str, schema: pa.Schema) -> Table:
     """Evolve the table's schema to ``schema`` in one commit. A column whose type Iceberg cannot
-    promote (INT -> VARCHAR, BIGINT -> INT, a DECIMAL scale change...) is replaced: the old
+    promote (INT -> VARCHAR, BIGINT -> INT, VARCHAR <-> VARBINARY, a DECIMAL scale change...) is replaced: the old
     field is dropped and a new one of the same name added with a new field ID (last in the Iceberg
     schema: pyiceberg cannot move a column added in the same commit). Only a snapshot
     (every file written anew) publishes a changed column type, so the new snapshot's files all
@@ -280,15 +281,28 @@ def _unpromotable(iceberg: Table, schema: pa.Schema) -> list[str]:
     current = {f.name: f.field_type for f in iceberg.schema().fields}
     common = [f for f in schema if f.name in current]
     wanted = pyarrow_to_schema(with_field_ids(pa.schema(common), {f.name: i for i, f in enumerate(common, 1)}))
-    out = []
-    for field in wanted.fields:
-        if field.field_type == current[field.name]:
-            continue
-        try:
-            promote(current[field.name], field.field_type)
-        except ResolveError:
-            out.append(field.name)
-    return out
+    return [f.name for f in wanted.fields
+            if f.field_type != current[f.name] and not _promotable(current[f.name], f.field_type)]
+
+
+def _promotable(old: IcebergType, new: IcebergType) -> bool:
+    """Whether Iceberg evolves a column of type ``old`` to ``new`` in place. pyiceberg's `promote`
+    (a reader's rule for Avro files) also accepts string <-> binary, which a schema update does
+    not carry out: the field kept its old type and the new files' bounds failed the commit.
+
+    >>> from pyiceberg.types import BinaryType, IntegerType, LongType, StringType
+    >>> _promotable(IntegerType(), LongType()), _promotable(StringType(), BinaryType())
+    (True, False)
+    >>> _promotable(BinaryType(), StringType())
+    False
+    """
+    if {type(old), type(new)} == {StringType, BinaryType}:
+        return False
+    try:
+        promote(old, new)
+    except ResolveError:
+        return False
+    return True
 
 
 def drop_table(config: PipelineConfig, table: str) -> bool:
