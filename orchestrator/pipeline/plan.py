@@ -48,7 +48,7 @@ from orchestrator.state.store import (
     StateStore,
     TableCheckpoint,
 )
-from orchestrator.table_patterns import TableSet, dropped, explicit_set, listed
+from orchestrator.table_patterns import TableSet, dropped, explicit_set, listed, resolve
 
 log = logging.getLogger("tidemark.planning")
 
@@ -107,6 +107,8 @@ def plan(config: PipelineConfig, *, tables: list[str] | None = None, snapshot: b
             run = _take_out(store, run, found.selected)
         if run is not None:
             run = _leave_if_moved(config, store, run)
+        if run is not None:
+            run = _drop_unconfigured(config, store, run)
         resumed = run is not None
         if run is None:
             found = found or find_tables(config, store, tables)
@@ -228,15 +230,31 @@ def _leave_if_moved(config: PipelineConfig, store: StateStore, run: RunRecord) -
     return None
 
 
+def _drop_unconfigured(config: PipelineConfig, store: StateStore, run: RunRecord) -> RunRecord:
+    """An unfinished run's tables the config no longer takes (removed from the YAML meanwhile)
+    leave it, unless published: the run resumes for the others (it failed on every resume)."""
+    published = {t for t, _, status in store.run_table_states(run.run_id) if status == "published"}
+    gone = [t for t in run.options.get("tables", []) if t not in published
+            and resolve(config.tables, t) is None and resolve(config.tables, t, fold=True) is None]
+    if not gone:
+        return run
+    log.warning("run %s: table(s) %s are no longer in the config: they leave the run (what is published "
+                "of them is kept; `tidemark reset --table` forgets them)", run.run_id, listed(gone))
+    store.drop_from_run(run.run_id, gone)
+    return store.get_run(run.run_id)
+
+
 def _plan_tables(config: PipelineConfig, store: StateStore, run: RunRecord, failing: dict[str, str]) -> None:
     """Plan every table of the run not planned yet (all of them on a fresh run), recording them
-    `FLUSH_TABLES` at a time, each time in one transaction with their chunks in batches."""
+    `FLUSH_TABLES` at a time, each time in one transaction with their chunks in batches. A run
+    of no table (a pattern that matches none yet) plans nothing."""
     options = run.options
     effective = config.with_chunk_size(options.get("chunk_size"))
     planned = {table for table, _, _ in store.run_table_states(run.run_id)}
-    todo = [t for t in effective.select_tables(options["tables"]) if t.name not in planned]
-    if not todo:
+    names = [name for name in options.get("tables", []) if name not in planned]
+    if not names:
         return
+    todo = list(effective.select_tables(names))
     with open_source(config) as source:
         # A table planned into a run whose capture has begun (it was reset meanwhile) starts at
         # its own position: the capture goes on from its checkpoint, after the run's P0.

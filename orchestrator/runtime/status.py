@@ -163,11 +163,16 @@ def _reset_tables(config: PipelineConfig, store: StateStore, names: list[str] | 
     """The tables ``reset`` names: configured tables, or what a pattern entry takes among the tables
     the state store knows (published, or in the latest run); all of those when none are named.
     No source is asked: reset works while it is down."""
-    if not config.has_patterns:
-        return [t.name for t in config.select_tables(names)]
     known = {cp.table for cp in store.table_checkpoints(config.pipeline)}
     for run in store.runs(config.pipeline, limit=1):
         known |= set(run.options.get("tables", []))
+    if not config.has_patterns:
+        if not names:
+            return [t.name for t in config.tables]
+        # a table removed from the config that the store still knows can be forgotten too
+        removed = [n for n in names if n in known and resolve(config.tables, n) is None]
+        rest = [n for n in names if n not in removed]
+        return removed + ([t.name for t in config.select_tables(rest)] if rest else [])
     known |= {t.name for t in config.tables if not t.pattern}
     taken = sorted(n for n in known if resolve(config.tables, n) is not None)
     if not names:
