@@ -149,15 +149,23 @@ def load_config(path: str | os.PathLike[str], *, check_env: bool = True,
     """
     file = Path(path)
     try:
-        text = file.read_text()
+        raw = file.read_bytes()
     except OSError as exc:
         raise ConfigError(f"{file}: cannot read config file: {exc.strerror}") from exc
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw[:exc.start].count(b"\n") + 1
+        raise ConfigError(f"{file}: not UTF-8 text: byte 0x{raw[exc.start]:02x} at line {line} cannot be "
+                          "decoded; save the file as UTF-8") from exc
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise ConfigError(f"{file}: not valid YAML{where}: {getattr(exc, 'problem', exc)}") from exc
+    except RecursionError as exc:
+        raise ConfigError(f"{file}: nested too deeply to be a Tidemark config") from exc
     return parse_config(data, origin=str(file), path=file, check_env=check_env, more=more)
 
 

@@ -118,3 +118,19 @@ def test_asset_extra_says_whether_the_run_published_a_version() -> None:
     extra = asset_extra(kept, "r")
     assert extra["published"] is False and extra["version"] == 3 and extra["position"] == position
     assert "no change, version 3 kept" in str(kept) and "checked up to binlog.000002:900" in str(kept)
+
+
+def test_a_config_that_is_not_utf8_or_too_deep_is_one_problem_not_every_dag(tmp_path: Path) -> None:
+    """A review: a Latin-1 comment raised UnicodeDecodeError out of the scan (every pipeline's
+    DAG failed to import, no file named), and so did deeply nested YAML (RecursionError)."""
+    good = ("pipeline: good\nsource: {host: h, user: u, server_id: 1}\noutput: {path: /tmp/lake}\n"
+            "state: {url: 'sqlite:////tmp/state.db'}\ntables: [{name: shop.orders}]\n")
+    (tmp_path / "good.yaml").write_text(good)
+    (tmp_path / "latin1.yaml").write_bytes(b"# r\xe9plica\n" + good.replace("good", "latin").encode())
+    (tmp_path / "deep.yaml").write_text("a: " + "[" * 5000 + "]" * 5000 + "\n")
+
+    scan = scan_configs(tmp_path)
+
+    assert [c.pipeline for c in scan.configs] == ["good"]
+    assert any("latin1.yaml: not UTF-8 text: byte 0xe9 at line 1" in p for p in scan.problems), scan.problems
+    assert any("deep.yaml" in p for p in scan.problems), scan.problems
