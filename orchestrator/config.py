@@ -28,6 +28,7 @@ from orchestrator.config_sections import (
     SparkConfig,
     StateConfig,
     TableConfig,
+    chunk_rows,
     field_default,
     kind_name,
     positive,
@@ -302,7 +303,7 @@ def _defaults(r: Reader, data: Any) -> Defaults:
         r.problem("defaults.even_distribution_factor", f"expected [low, high] positive numbers, low <= high, found {factor}")
         factor = field_default(Defaults, "even_distribution_factor")
     return Defaults(
-        chunk_size=r.setting(m, "defaults.chunk_size", Defaults, int, positive),
+        chunk_size=r.setting(m, "defaults.chunk_size", Defaults, int, chunk_rows),
         batch_chunks=r.setting(m, "defaults.batch_chunks", Defaults, int, positive),
         fetch_size=r.setting(m, "defaults.fetch_size", Defaults, int, positive),
         read_margin_seconds=r.setting(m, "defaults.read_margin_seconds", Defaults, float,

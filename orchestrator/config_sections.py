@@ -230,3 +230,15 @@ def _kind_names(kinds: tuple[type, ...]) -> str:
 
 def positive(value: Any) -> str | None:
     return None if value > 0 else f"must be a positive integer, found {value}"
+
+
+#: The largest ``chunk_size`` (config, ``--chunk-size``, the DAG param). Planning writes it into
+#: SQL (an index walk's ``LIMIT 1 OFFSET n``, `chunking.mysql.boundary_sql`), where MySQL takes
+#: at most 2**64-1: 10**30 failed planning with a syntax error. No read wants a chunk of more
+#: rows than a signed 32-bit count (the default is 200,000).
+CHUNK_SIZE_MAX = 2**31 - 1
+
+
+def chunk_rows(value: Any) -> str | None:
+    """A ``chunk_size``: from 1 to `CHUNK_SIZE_MAX` rows."""
+    return None if 0 < value <= CHUNK_SIZE_MAX else f"must be from 1 to {CHUNK_SIZE_MAX} rows, found {value}"

@@ -28,6 +28,7 @@ from orchestrator.config_sections import (
     Defaults,
     Reader,
     TableConfig,
+    chunk_rows,
     kind_name,
     positive,
     section_keys,
@@ -286,7 +287,7 @@ def parse_tables(r: Reader, data: Any, defaults: Defaults) -> tuple[TableConfig,
             chunk_key = None
         tables.append(TableConfig(
             name=name,
-            chunk_size=r.value(m, "chunk_size", f"{key}.chunk_size", int, defaults.chunk_size, positive),
+            chunk_size=r.value(m, "chunk_size", f"{key}.chunk_size", int, defaults.chunk_size, chunk_rows),
             batch_chunks=r.value(m, "batch_chunks", f"{key}.batch_chunks", int, defaults.batch_chunks, positive),
             chunk_key=tuple(chunk_key) if chunk_key else None,
             where=r.value(m, "where", f"{key}.where", str, None, _check_filter),

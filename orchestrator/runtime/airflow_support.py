@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.config import OutputConfig, PipelineConfig, StateConfig, load_config
+from orchestrator.config_sections import CHUNK_SIZE_MAX
 from orchestrator.errors import ConfigError, RunFailed
 from orchestrator.lake import storage
 from orchestrator.pipeline.batches import PACK_TABLES, TABLE_JOBS, BatchRef
@@ -41,11 +42,6 @@ from orchestrator.table_patterns import takes
 CONFIG_DIR_ENV = "TIDEMARK_CONFIG_DIR"
 CONFIG_SUFFIXES = (".yaml", ".yml")
 DAG_ID_PREFIX = "tidemark_"
-#: The largest ``chunk_size`` a run may ask for. Planning writes it into SQL (an index walk's
-#: ``LIMIT 1 OFFSET n``, `chunking.mysql.boundary_sql`), where MySQL takes at most 2**64-1:
-#: 10**30 failed planning with a syntax error. No read wants a chunk of more rows than a
-#: signed 32-bit count (the default is 200,000).
-CHUNK_SIZE_MAX = 2**31 - 1
 
 
 def dag_id(config: PipelineConfig) -> str:

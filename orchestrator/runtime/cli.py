@@ -14,6 +14,7 @@ import traceback
 from collections.abc import Callable, Sequence
 
 from orchestrator.config import PipelineConfig, load_config
+from orchestrator.config_sections import CHUNK_SIZE_MAX
 from orchestrator.errors import ConfigError, TidemarkError
 
 log = logging.getLogger("tidemark")
@@ -65,13 +66,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _rows(text: str) -> int:
-    """A positive number of rows (``--chunk-size``): refused before anything starts, exit 2."""
+    """A number of rows (``--chunk-size``), 1 to `CHUNK_SIZE_MAX`: refused before anything
+    starts, exit 2."""
     try:
         value = int(text)
     except ValueError:
         value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive number of rows, found {text!r}")
+    if not 1 <= value <= CHUNK_SIZE_MAX:
+        raise argparse.ArgumentTypeError(f"expected a number of rows from 1 to {CHUNK_SIZE_MAX}, found {text!r}")
     return value
 
 

@@ -91,7 +91,7 @@ def test_a_broken_config_is_an_import_error_naming_file_and_key(
     assert bag.dag_ids == ["tidemark_good"]
     assert list(bag.import_errors) == ["tidemark_config_errors.py"]
     error = bag.import_errors["tidemark_config_errors.py"]
-    assert f"{folder / 'bad.yaml'}: tables[1].chunk_size: must be a positive integer, found 0" in error
+    assert f"{folder / 'bad.yaml'}: tables[1].chunk_size: must be from 1 to 2147483647 rows, found 0" in error
     assert f"{folder / 'cron.yaml'}: schedule: '61 * * * *'" in error
     assert f"{folder / 'syntax.yaml'}: not valid YAML at line" in error
     assert f"{folder / 'twin.yaml'}: pipeline: `good` is already the pipeline of" in error
