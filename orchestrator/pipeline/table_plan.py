@@ -18,6 +18,7 @@ from chunking.keys import decode_key, short
 from chunking.mysql import SESSION_SQL_MODE, SQL_MODE_QUERY, Query, backslash_escapes_off
 from orchestrator.config import Defaults, PipelineConfig, TableConfig
 from orchestrator.errors import ConfigError, SourceNotReady, TidemarkError
+from orchestrator.pipeline.changes import reserved_columns
 from orchestrator.pipeline.local_read import reads_locally
 from orchestrator.schema.keys import choose_chunk_key
 from orchestrator.schema.tables import ColumnInfo, TableInfo
@@ -59,8 +60,11 @@ def plan_table(query: Query, table_config: TableConfig, table_info: TableInfo, d
         time_zone: ``source.time_zone`` (see `choose_chunk_key`).
 
     Raises:
-        ConfigError, SourceNotReady: see `choose_chunk_key` and `check_escaping`.
+        ConfigError, SourceNotReady: see `choose_chunk_key` and `check_escaping`; SourceNotReady
+            too for a column named like Tidemark's own (`changes.reserved_columns`).
     """
+    if (reserved := reserved_columns(table_info)) is not None:  # a column added since preflight
+        raise SourceNotReady(reserved)
     key = choose_chunk_key(table_config, table_info, time_zone)
     if check_mode:
         check_escaping(query)

@@ -8,7 +8,8 @@ SELECT on every table, REPLICATION SLAVE and REPLICATION CLIENT (in the
 server's dialect); every table exists, has a chunk key the planner accepts
 (`choose_chunk_key`, so doctor and run never disagree) and only mappable column
 types; the configured ``source.server_id`` differs from the server's own; binlog
-retention outlasts a run (``defaults.expected_run_hours``); GTIDs (recommended), and a
+retention outlasts a run (``defaults.expected_run_hours``); no column is named like
+Tidemark's own (``_tm_...``); GTIDs (recommended), and a
 replica writes what it replicates to its binlog (`orchestrator.source.topology`). `doctor`
 (not the run's preflight, whose failures mean "source not ready") also checks where a run
 writes: output and staging writable, their free space, the state store
@@ -29,6 +30,7 @@ import pymysql
 from orchestrator.config import PipelineConfig, TableConfig
 from orchestrator.errors import ConfigError, SourceNotReady
 from orchestrator.lake.preflight import lake_checks
+from orchestrator.pipeline.changes import RESERVED_PREFIX, reserved_columns
 from orchestrator.schema.keys import choose_chunk_key
 from orchestrator.schema.tables import TableInfo
 from orchestrator.schema.types import UnsupportedType, arrow_type
@@ -315,7 +317,7 @@ def _one_table_checks(source: Source, table: TableConfig, index: int, info: Tabl
     return [Check(f"table {table.name}", True,
                   f"{len(info.columns)} columns, about {info.row_estimate} rows, engine {info.engine}"),
             chunk_key_check(table, index, info, pattern=pattern, time_zone=source.config.time_zone),
-            _types(info, index, pattern)]
+            _types(info, index, pattern), _column_names(info, index, pattern)]
 
 
 def _cols(key: Iterable[str]) -> str:
@@ -364,3 +366,13 @@ def _types(info: TableInfo, index: int, pattern: bool) -> Check:
         return Check(f"types {info.name}", False, f"{info.name}: " + "; ".join(problems),
                      f"{fix}, or change the column to a mappable type")
     return Check(f"types {info.name}", True, f"all {len(info.columns)} column types map to Arrow")
+
+
+def _column_names(info: TableInfo, index: int, pattern: bool) -> Check:
+    """Fails for a column named like Tidemark's own change columns (`changes.reserved_columns`),
+    which the run refuses to plan."""
+    problem = reserved_columns(info)
+    if problem is None:
+        return Check(f"column names {info.name}", True, f"none starts with {RESERVED_PREFIX}")
+    return Check(f"column names {info.name}", False, problem,
+                 f"add {info.name} to tables[{index}].exclude to leave it out of the pattern" if pattern else "")

@@ -81,7 +81,8 @@ def test_good_server_and_minimal_grants_pass(good: LocalMariaDB, tmp_path: Path,
     names = set(by_name(checks))
     assert {"reachable", "log_bin", "binlog_format", "binlog_row_image", "binlog_row_metadata",
             "binlog_do_db", "binlog_ignore_db", "binlog retention", "server_id", "privilege REPLICATION SLAVE", "privilege REPLICATION CLIENT",
-            "privilege SELECT", f"table {DB}.orders", f"chunk key {DB}.orders", f"types {DB}.customers"} <= names
+            "privilege SELECT", f"table {DB}.orders", f"chunk key {DB}.orders", f"types {DB}.customers",
+            f"column names {DB}.orders"} <= names
     assert "tm_doc_ok@%" in by_name(checks)["reachable"].detail
 
     assert doctor_command(config) == 0
@@ -110,7 +111,7 @@ def test_select_only_user_fails_naming_the_privileges(good: LocalMariaDB, tmp_pa
     assert doctor_command(config) == 3
     out, err = capsys.readouterr()
     assert "FAIL  privilege REPLICATION SLAVE: 'tm_doc_select'@'%' lacks REPLICATION SLAVE" in out
-    assert err.strip() == ("tidemark: error: doctor: 2 of 26 checks failed: "
+    assert err.strip() == ("tidemark: error: doctor: 2 of 28 checks failed: "
                            "privilege REPLICATION SLAVE, privilege REPLICATION CLIENT")
 
 

@@ -174,3 +174,66 @@ def test_reset_of_one_table_while_the_run_is_unfinished(mariadb: LocalMariaDB, t
     assert_lake_equals_source(config, mariadb, [f"{db}.b"])
     assert _cli(capsys, "run", "--config", str(path), "--no-progress")[0] == 0
     assert_lake_equals_source(config, mariadb, [f"{db}.a", f"{db}.b"])
+
+
+def _reserved_fails_alone(config: PipelineConfig, mariadb: LocalMariaDB, db: str, err: str,
+                          column: str) -> None:
+    """One error line, for b: the column, the reserved prefix, the fix; a is published."""
+    errors = _errors(err)
+    assert len(errors) == 1 and f"{db}.b failed at plan: " in errors[0], err
+    assert f"column `{column}` is named like Tidemark's own change columns" in errors[0], errors
+    assert f"rename it at the source (ALTER TABLE {db}.b RENAME COLUMN `{column}` TO ...)" in errors[0]
+    assert_lake_equals_source(config, mariadb, [f"{db}.a"])
+
+
+def test_a_column_named_like_tidemarks_own_fails_its_table_alone(mariadb: LocalMariaDB, tmp_path: Path,
+                                                                 spark: object,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """A source column named like a change segment's (``_tm_op``) made every run with a change of
+    that table fail at reconcile. Preflight now fails that table alone, naming the column; doctor
+    too. Renamed at the source, the next run re-reads it."""
+    db = "tf_tmcol"
+    path = _setup(mariadb, tmp_path, db, [{"name": f"{db}.a"}, {"name": f"{db}.b"}])
+    config = load_config(path)
+    assert _cli(capsys, "run", "--config", str(path), "--no-progress")[0] == 0
+    b_before = _manifest(config, f"{db}.b")
+    mariadb.execute("ALTER TABLE b ADD COLUMN _tm_op CHAR(1) NOT NULL DEFAULT 'x'", database=db)
+    _change(mariadb, db, 8)
+    code, _, err = _cli(capsys, "run", "--config", str(path), "--no-progress")
+    assert code == 1, err
+    _reserved_fails_alone(config, mariadb, db, err, "_tm_op")
+    assert _manifest(config, f"{db}.b") == b_before
+    code, out, _ = _cli(capsys, "doctor", "--config", str(path))
+    assert code == 3 and f"FAIL  column names {db}.b: table {db}.b: column `_tm_op`" in out, out
+
+    mariadb.execute("ALTER TABLE b RENAME COLUMN _tm_op TO op", database=db)
+    _change(mariadb, db, 9)
+    assert _cli(capsys, "run", "--config", str(path), "--no-progress")[0] == 0
+    assert_lake_equals_source(config, mariadb, [f"{db}.a", f"{db}.b"])
+
+
+def test_a_column_named_like_tidemarks_own_added_during_the_run(mariadb: LocalMariaDB, tmp_path: Path,
+                                                                spark: object, monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """Added by DDL after preflight, seen by the capture: the re-read's planning fails b alone."""
+    from orchestrator.pipeline import capture as capture_module
+
+    db = "tf_tmcol_run"
+    path = _setup(mariadb, tmp_path, db, [{"name": f"{db}.a"}, {"name": f"{db}.b"}])
+    config = load_config(path)
+    assert _cli(capsys, "run", "--config", str(path), "--no-progress")[0] == 0
+    _change(mariadb, db, 10)
+    real, calls = capture_module.prepare_rereads, []
+
+    def alter_first(*args: Any, **kwargs: Any) -> bool:
+        if not calls:  # after preflight and planning, before the capture's first pass ends
+            mariadb.execute("ALTER TABLE b ADD COLUMN _TM_Pos INT", "UPDATE b SET _TM_Pos = 1 WHERE id < 9",
+                            database=db)
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(capture_module, "prepare_rereads", alter_first)
+    code, _, err = _cli(capsys, "run", "--config", str(path), "--no-progress")
+    assert code == 1, err
+    _reserved_fails_alone(config, mariadb, db, err, "_TM_Pos")
+    assert len(calls) == 2 and "(re-read after DDL `ALTER TABLE b ADD COLUMN _TM_Pos" in err, err
