@@ -35,6 +35,7 @@ from orchestrator.errors import RunFailed, resnapshot_hint
 from orchestrator.lake import iceberg_tx, storage
 from orchestrator.lake.manifest import published_schema
 from orchestrator.schema.tables import TableInfo
+from orchestrator.state.schema import SQLITE_BUSY_TIMEOUT_MS
 
 log = logging.getLogger(__name__)
 _OPENING = threading.Lock()
@@ -59,14 +60,17 @@ def catalog_properties(config: PipelineConfig) -> dict[str, str]:
     """``output.catalog``'s pyiceberg properties. A SQL catalog (``type: sql``, or neither
     ``type`` nor ``uri`` given: the default) without a ``uri`` is kept in ``state.url``'s database
     (on PostgreSQL its tables are those of Iceberg's JDBC catalog); a ``uri`` without a ``type``
-    is left for pyiceberg to infer (``http(s)://``: a REST catalog).
+    is left for pyiceberg to infer (``http(s)://``: a REST catalog). A SQLite database waits for
+    another writer as long as the state store does (`SQLITE_BUSY_TIMEOUT_MS`; pyiceberg's engine
+    gave up after sqlite3's 5 s, while a run's publish workers, its heartbeat and its
+    checkpoints all write there).
 
     >>> from types import SimpleNamespace as NS
     >>> def cfg(**props): return NS(output=NS(catalog=NS(properties=props)), state=NS(url="sqlite:///s.db"))
     >>> catalog_properties(cfg())
-    {'type': 'sql', 'uri': 'sqlite:///s.db'}
+    {'type': 'sql', 'uri': 'sqlite:///s.db?timeout=30'}
     >>> catalog_properties(cfg(warehouse="/lake"))
-    {'warehouse': '/lake', 'type': 'sql', 'uri': 'sqlite:///s.db'}
+    {'warehouse': '/lake', 'type': 'sql', 'uri': 'sqlite:///s.db?timeout=30'}
     >>> catalog_properties(cfg(uri="http://rest:8181"))
     {'uri': 'http://rest:8181'}
     """
@@ -74,6 +78,9 @@ def catalog_properties(config: PipelineConfig) -> dict[str, str]:
     if properties.get("type", "sql" if "uri" not in properties else None) == "sql":
         properties.setdefault("type", "sql")
         properties.setdefault("uri", config.state.url)
+        uri = properties["uri"]
+        if uri.startswith("sqlite:") and "?" not in uri:
+            properties["uri"] = f"{uri}?timeout={SQLITE_BUSY_TIMEOUT_MS // 1000}"
     return properties
 
 

@@ -158,7 +158,7 @@ def test_catalog_config_errors_name_the_key(properties: dict[str, object], probl
 
 def test_the_default_catalog_is_sql_in_the_state_store(tmp_path: Path) -> None:
     config = config_for(tmp_path)
-    assert iceberg.catalog_properties(config) == {"type": "sql", "uri": config.state.url}
+    assert iceberg.catalog_properties(config) == {"type": "sql", "uri": f"{config.state.url}?timeout=30"}
     rest = parse_config({
         "pipeline": "p", "source": {"host": "h", "user": "u", "server_id": 1},
         "output": {"path": "/lake", "catalog": {"name": "prod", "type": "rest", "uri": "http://c:8181",
