@@ -70,10 +70,14 @@ class PipelineConfig:
         (`orchestrator.source.listing.table_set`)."""
         return any(t.pattern for t in self.tables)
 
+    def entry(self, name: str) -> TableConfig | None:
+        """How table ``name`` is configured (see `table`); None when no entry takes it."""
+        return resolve(self.tables, name) or resolve(self.tables, name, fold=True)
+
     def table(self, name: str) -> TableConfig:
         """How table ``name`` is configured: its own entry, else the first pattern taking it
         (`orchestrator.table_patterns.resolve`); needs no source."""
-        found = resolve(self.tables, name) or resolve(self.tables, name, fold=True)
+        found = self.entry(name)
         if found is None:
             raise ConfigError(f"table `{name}` is not in pipeline `{self.pipeline}`; "
                               f"entries: {listed([t.name for t in self.tables])}")
@@ -81,7 +85,7 @@ class PipelineConfig:
 
     def table_where(self, name: str) -> str | None:
         """The ``where`` filter of a table (None: none, or no longer configured)."""
-        found = resolve(self.tables, name) or resolve(self.tables, name, fold=True)
+        found = self.entry(name)
         return found.where if found else None
 
     def select_tables(self, names: list[str] | None) -> tuple[TableConfig, ...]:

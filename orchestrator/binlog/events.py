@@ -145,13 +145,17 @@ def query_event(packet: bytes, fmt: Format, kind: int = QUERY) -> tuple[str, str
     (4), exec time (4), database length (1), error code (2), status variables' length (2), for
     EXECUTE_LOAD_QUERY 13 bytes more, then the status variables, the database and a NUL, and
     the statement."""
-    post = fmt.post_header(kind, 13 if kind == QUERY else 26)
     schema_length = packet[BODY + 8]
-    status_length = int.from_bytes(packet[BODY + 11 : BODY + 13], "little")
-    schema = BODY + post + status_length
+    schema = _status_vars(packet, fmt, kind)[1]
     database = bytes(packet[schema : schema + schema_length]).decode("utf-8", "replace")
     statement = bytes(packet[schema + schema_length + 1 : fmt.end(packet)])
     return database, statement.decode("utf-8", "replace").strip()
+
+
+def _status_vars(packet: bytes, fmt: Format, kind: int) -> tuple[int, int]:
+    """Where a QUERY (or EXECUTE_LOAD_QUERY) event's status variables start and end."""
+    start = BODY + fmt.post_header(kind, 13 if kind == QUERY else 26)
+    return start, start + int.from_bytes(packet[BODY + 11 : BODY + 13], "little")
 
 
 #: The ``sql_mode`` bits that change how a logged statement's text reads.
@@ -164,9 +168,7 @@ def query_sql_mode(packet: bytes, fmt: Format, kind: int = QUERY) -> int:
 
     The server writes the status variables Q_FLAGS2_CODE (0: 4 bytes) and Q_SQL_MODE_CODE (1:
     8 bytes) first; the scan stops at any other key."""
-    post = fmt.post_header(kind, 13 if kind == QUERY else 26)
-    status_length = int.from_bytes(packet[BODY + 11 : BODY + 13], "little")
-    at, end = BODY + post, BODY + post + status_length
+    at, end = _status_vars(packet, fmt, kind)
     while at < end:
         key = packet[at]
         if key == 0:

@@ -48,7 +48,7 @@ from orchestrator.state.store import (
     StateStore,
     TableCheckpoint,
 )
-from orchestrator.table_patterns import TableSet, dropped, explicit_set, listed, resolve
+from orchestrator.table_patterns import TableSet, dropped, explicit_set, listed
 
 log = logging.getLogger("tidemark.planning")
 
@@ -234,8 +234,7 @@ def _drop_unconfigured(config: PipelineConfig, store: StateStore, run: RunRecord
     """An unfinished run's tables the config no longer takes (removed from the YAML meanwhile)
     leave it, unless published: the run resumes for the others (it failed on every resume)."""
     published = {t for t, _, status in store.run_table_states(run.run_id) if status == "published"}
-    gone = [t for t in run.options.get("tables", []) if t not in published
-            and resolve(config.tables, t) is None and resolve(config.tables, t, fold=True) is None]
+    gone = [t for t in run.options.get("tables", []) if t not in published and config.entry(t) is None]
     if not gone:
         return run
     log.warning("run %s: table(s) %s are no longer in the config: they leave the run (what is published "
