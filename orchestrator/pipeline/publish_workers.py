@@ -33,6 +33,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import tenacity
 from pyiceberg.catalog import Catalog
 
 from orchestrator.config import PipelineConfig
@@ -41,7 +42,7 @@ from orchestrator.lake import iceberg
 from orchestrator.pipeline.failed import table_failure
 from orchestrator.positions import BinlogPosition
 from orchestrator.runtime import faults
-from orchestrator.runtime.failures import root_cause
+from orchestrator.runtime.failures import messages, root_cause
 from orchestrator.state import lease
 from orchestrator.state.store import RunTableRecord, TableCheckpoint
 
@@ -58,6 +59,11 @@ PER_CORE = 2
 MAX_WORKERS = 8
 #: Seconds between the run's checks of its lease while it waits for its workers.
 CHECK_SECONDS = 1.0
+#: Tries of a table's publish whose SQLite file (state store, catalog) stayed locked past the
+#: busy timeout: the publish of a table resumes where it stopped (docs/design.md), and a writer
+#: that waits can lose the file to others again and again on a busy machine. Then the run fails
+#: (`runtime.failures`: not the table's own failure) and a rerun resumes.
+LOCKED_ATTEMPTS = 3
 
 #: Publishes one table: (config, guard, run id, record, position, catalog) -> (checkpoint, changed).
 PublishOne = Callable[[PipelineConfig, Callable[[], None], str, RunTableRecord, BinlogPosition,
@@ -175,12 +181,27 @@ def _publish(one: PublishOne, config: PipelineConfig, guard: Callable[[], None],
              record: RunTableRecord, high: BinlogPosition, catalog: Callable[[], Catalog | None]) -> Outcome:
     """``one`` table; its own failure as an `Outcome`, anything else raised."""
     try:
-        checkpoint, changed = one(config, guard, run_id, record, high, catalog())
+        for attempt in tenacity.Retrying(retry=tenacity.retry_if_exception(_locked), reraise=True,
+                                         stop=tenacity.stop_after_attempt(LOCKED_ATTEMPTS),
+                                         wait=tenacity.wait_random(0.2, 2.0), before_sleep=_again):
+            with attempt:
+                checkpoint, changed = one(config, guard, run_id, record, high, catalog())
     except Exception as exc:  # one table's own trouble fails that table alone
         if (reason := table_failure(exc)) is None:
             raise
         return Outcome(record.table, reason=reason)
     return Outcome(record.table, checkpoint, changed)
+
+
+def _locked(exc: BaseException) -> bool:
+    """Whether SQLite's busy timeout ran out on the state store's or the catalog's file."""
+    return any("database is locked" in m for m in messages(exc))
+
+
+def _again(state: tenacity.RetryCallState) -> None:
+    error = state.outcome.exception() if state.outcome is not None else None
+    log.warning("a table's publish found the SQLite file locked (%s); publishing it again (attempt %d of %d)",
+                error, state.attempt_number + 1, LOCKED_ATTEMPTS)
 
 
 def _kill(pool: ProcessPoolExecutor) -> None:

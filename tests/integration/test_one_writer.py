@@ -59,6 +59,32 @@ def wait_lease_expired(state_url: str, pipeline: str) -> None:
         store.close()
 
 
+def lock_holders(state_db: Path) -> str:
+    """Who holds locks on the state store's files (``/proc/locks``): each process's pid, state
+    and command line, for a failure's message ("database is locked": which process kept it)."""
+    inodes = {}
+    for suffix in ("", "-wal", "-shm"):
+        path = Path(f"{state_db}{suffix}")
+        if path.exists():
+            inodes[path.stat().st_ino] = path.name
+    lines = []
+    for entry in Path("/proc/locks").read_text().splitlines():
+        fields = entry.split()
+        if len(fields) < 6 or not fields[5].rsplit(":", 1)[-1].isdigit():
+            continue
+        name = inodes.get(int(fields[5].rsplit(":", 1)[-1]))
+        if name is None:
+            continue
+        pid = fields[4]
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:200]
+        except OSError:
+            stat, cmd = "?", "?"
+        lines.append(f"{name}: {' '.join(fields[1:4])} {fields[6:]} pid {pid} ({stat}) {cmd}")
+    return "locks on the state store: " + ("; ".join(lines) or "none")
+
+
 def everything_written(state_db: Path, lake: Path) -> dict[str, Any]:
     """Every row of every table of the state store (the Iceberg catalog's too) and every file
     under the lake (staging included) with its size and modification time."""
@@ -116,7 +142,7 @@ def test_a_run_paused_past_its_lease_is_fenced_out(mariadb: LocalMariaDB, shop: 
 
         os.kill(b.pid, signal.SIGCONT)
         b_out, b_err = b.communicate(timeout=900)
-        assert b.returncode == 0, b_err[-3000:]
+        assert b.returncode == 0, b_err[-3000:] + lock_holders(tmp_path / "state.db")
         assert "resuming unfinished run" in b_out
     finally:
         for proc in (a, b):
@@ -128,7 +154,7 @@ def test_a_run_paused_past_its_lease_is_fenced_out(mariadb: LocalMariaDB, shop: 
     assert changes > 0
     last = subprocess.run([sys.executable, "-m", "orchestrator", "run", "--config", str(config_path),
                            "--no-progress"], capture_output=True, text=True, timeout=900, check=False)
-    assert last.returncode == 0, last.stderr[-3000:]
+    assert last.returncode == 0, last.stderr[-3000:] + lock_holders(tmp_path / "state.db")
     assert_lake_equals_source(config_path, mariadb, tables)
 
 

@@ -7,6 +7,7 @@ import datetime as dt
 import logging
 import os
 import signal
+import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +18,7 @@ from pyiceberg.catalog import Catalog
 from orchestrator.config import PipelineConfig, parse_config
 from orchestrator.errors import RunFailed
 from orchestrator.pipeline import publish_workers
+from orchestrator.pipeline.failed import table_failure
 from orchestrator.positions import BinlogPosition
 from orchestrator.state.store import RunTableRecord, TableCheckpoint
 
@@ -102,3 +104,43 @@ def test_an_error_that_fails_the_run_lets_the_tables_in_hand_finish(tmp_path: Pa
     assert failed.value.errno == 28 and failed.value.__cause__ is None, "raised as the worker raised it"
     assert seen and "db.t1" not in seen, "the tables other workers had in hand were finished and handed over"
     assert len(seen) < len(tables) - 10, f"tables not started yet were not started: {seen}"
+
+
+@pytest.mark.parametrize("released", [True, False])
+def test_a_table_whose_sqlite_file_stayed_locked_is_published_again(tmp_path: Path, released: bool) -> None:
+    """SQLite's busy timeout running out (a catalog commit that lost the file to other writers) is
+    tried again; a file that stays locked fails the run (a rerun resumes), not the table."""
+    db = tmp_path / "catalog.db"
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("CREATE TABLE t (a)")
+    holder.execute("BEGIN IMMEDIATE")  # another process's write transaction
+    tries: list[int] = []
+
+    def one(config: PipelineConfig, guard: Callable[[], None], run_id: str, record: RunTableRecord,
+            high: BinlogPosition, catalog: Catalog | None) -> tuple[TableCheckpoint, bool]:
+        tries.append(1)
+        if released and len(tries) == 2:
+            holder.execute("ROLLBACK")
+        conn = sqlite3.connect(db, timeout=0.05)
+        try:
+            with conn:
+                conn.execute("INSERT INTO t VALUES (1)")
+        finally:
+            conn.close()
+        return TableCheckpoint(config.pipeline, record.table, 1, high.to_json(), 1, "m", run_id,
+                               dt.datetime.now(dt.UTC)), True
+
+    publish = publish_workers.publish_each(config_for(tmp_path), "run-1", todo(["db.t0"]), one, lambda: None,
+                                           workers=False)
+    try:
+        if released:
+            [outcome] = list(publish)
+            assert outcome.checkpoint is not None and len(tries) == 2
+            assert holder.execute("SELECT COUNT(*) FROM t").fetchone() == (1,)
+        else:
+            with pytest.raises(sqlite3.OperationalError, match="database is locked") as failed:
+                list(publish)
+            assert len(tries) == publish_workers.LOCKED_ATTEMPTS
+            assert table_failure(failed.value) is None, "the run fails, not the table"
+    finally:
+        holder.close()
