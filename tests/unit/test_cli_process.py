@@ -57,3 +57,38 @@ def test_main_leaves_the_collector_alone(tmp_path: Path, monkeypatch: pytest.Mon
     assert main(["status", "--config", str(config_file(tmp_path))]) == 0
     assert seen == {"enabled": True, "frozen": frozen}
     assert gc.isenabled() and gc.get_freeze_count() == frozen
+
+
+# Runs `entry` for `tidemark run` with the step functions replaced by one that imports the engine,
+# has pyarrow convert Python objects, and reports whether pandas was imported.
+RUN_PROBE = """
+import sys, types
+early = types.ModuleType("orchestrator.runtime.early")
+early.start_spark_early = lambda *args: None
+def run_command(config, **kwargs):
+    import orchestrator.steps  # the engine, as the real command imports it
+    import pyarrow as pa
+    pa.array([1, 2]); pa.scalar(None, pa.int64()); pa.table({"a": ["x"]})
+    print("pandas" in sys.modules, type(pa.table({"a": [1]}).to_pandas()).__name__)
+    return 0
+run = types.ModuleType("orchestrator.runtime.run")
+run.run_command = run_command
+sys.modules.update({"orchestrator.runtime.early": early, "orchestrator.runtime.run": run})
+from orchestrator.runtime import cli
+sys.argv = ["tidemark", "run", "--config", sys.argv[1]]
+sys.exit(cli.entry())
+"""
+
+
+@pytest.mark.parametrize(("spark", "imported"), [({}, "False"), ({"remote": "sc://127.0.0.1:15002"}, "True")])
+def test_a_run_imports_no_pandas_unless_it_is_a_spark_connect_client(tmp_path: Path, spark: dict[str, str],
+                                                                     imported: str) -> None:
+    """pyarrow's look for pandas (`runtime.lean`): a run with a Spark driver of its own leaves
+    pandas unimported, and pyarrow still converts to pandas when asked to; a Spark Connect run
+    (whose client hands pyarrow pandas objects) lets pyarrow import it."""
+    config = write(tmp_path, {**GOOD, "output": {"path": str(tmp_path / "lake")},
+                              "state": {"url": f"sqlite:///{tmp_path / 'state.db'}"}, "spark": spark})
+    done = subprocess.run([sys.executable, "-c", RUN_PROBE, str(config)],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == [imported, "DataFrame"]
