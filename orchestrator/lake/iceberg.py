@@ -156,6 +156,8 @@ def prepare_table(catalog: Catalog, table: str, tdir: str, schema: pa.Schema,
     wanted = _wanted(iceberg, schema)
     if wanted is not None:
         iceberg = _evolve(iceberg, table, wanted)
+    if [f.name for f in iceberg.schema().fields] != schema.names:
+        iceberg = _reorder(iceberg, table, schema.names)
     return with_field_ids(schema, {f.name: f.field_id for f in iceberg.schema().fields}), iceberg
 
 
@@ -265,8 +267,9 @@ def _cannot_evolve(table: str, exc: ValueError) -> RunFailed:
 def _evolve(iceberg: Table, table: str, schema: pa.Schema) -> Table:
     """Evolve the table's schema to ``schema`` in one commit. A column whose type Iceberg cannot
     promote (INT -> VARCHAR, BIGINT -> INT, VARCHAR <-> VARBINARY, a DECIMAL scale change...) is replaced: the old
-    field is dropped and a new one of the same name added with a new field ID (last in the Iceberg
-    schema: pyiceberg cannot move a column added in the same commit). Only a snapshot
+    field is dropped and a new one of the same name added with a new field ID (put back in the
+    source's place by `_reorder`, a commit of its own: pyiceberg cannot move a column added in
+    the same commit). Only a snapshot
     (every file written anew) publishes a changed column type, so the new snapshot's files all
     carry the new ID, and older snapshots keep reading their files with their own schema."""
     replaced = _unpromotable(iceberg, schema)
@@ -280,6 +283,21 @@ def _evolve(iceberg: Table, table: str, schema: pa.Schema) -> Table:
                     "column(s) of the same name with new field IDs (older snapshots and readers of an "
                     "older metadata_location keep the old columns)", table, ", ".join(replaced))
     log.info("table %s: evolved the Iceberg schema to %s", table, ", ".join(schema.names))
+    return iceberg.refresh()
+
+
+def _reorder(iceberg: Table, table: str, names: Sequence[str]) -> Table:
+    """The Iceberg columns put in the source's order (``names``, the same set), in a commit of
+    their own: a column added or replaced in `_evolve`'s commit comes last there (pyiceberg moves
+    only a column the schema had before the update), and the source can move a column (``ADD
+    ... FIRST``, ``MODIFY ... AFTER``). Readers match columns by field ID: files keep theirs."""
+    with iceberg.update_schema() as update:
+        for i, name in enumerate(names):
+            if i == 0:
+                update.move_first(name)
+            else:
+                update.move_after(name, names[i - 1])
+    log.info("table %s: Iceberg columns put in the source's order: %s", table, ", ".join(names))
     return iceberg.refresh()
 
 

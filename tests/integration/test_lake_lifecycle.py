@@ -111,10 +111,43 @@ def test_a_column_type_iceberg_cannot_evolve_becomes_a_new_column(mariadb: Local
     assert after["id"] == (before["id"], "int") and after["v"] == (before["v"], "string")
     assert after["n"][1] == "string" and after["b"][1] == "int"
     assert {after["n"][0], after["b"][0]}.isdisjoint(before.values()), "replaced columns get new IDs"
+    assert list(after) == ["id", "n", "b", "v"], "replaced columns keep their place"
     assert read_manifest(table_dir(config, name))["version"] == 2
     assert_readers_equal_source(config, [name])
     old = table.scan(snapshot_id=first["snapshot_id"]).to_arrow()
     assert old.num_rows == 200 and str(old.schema.field("n").type) == "int32", "the old snapshot keeps its schema"
+
+
+def test_the_iceberg_columns_follow_the_source_order(mariadb: LocalMariaDB, tmp_path: Path) -> None:
+    """Columns added FIRST and AFTER another, and a column moved, between runs (each with row
+    changes): the Iceberg schema lists the columns in the source's order, the existing columns
+    keep their field IDs, and every reader reads the source."""
+    db = "lake_order"
+    mariadb.execute(f"DROP DATABASE IF EXISTS {db}", f"CREATE DATABASE {db}")
+    mariadb.execute("CREATE TABLE cols (id INT PRIMARY KEY, a INT, b VARCHAR(10))",
+                    "INSERT INTO cols SELECT seq, seq, CONCAT('b', seq) FROM seq_1_to_200", database=db)
+    name = f"{db}.cols"
+    config = load_config(write_config(tmp_path / "p.yaml", pipeline_config(
+        tmp_path, mariadb, [{"name": name}], name="order")))
+    run(config)
+    before = {f.name: f.field_id for f in open_catalog(config).load_table(name).schema().fields}
+
+    def columns() -> list[str]:
+        return [f.name for f in open_catalog(config).load_table(name).schema().fields]
+
+    mariadb.execute("ALTER TABLE cols ADD COLUMN z INT FIRST, ADD COLUMN m VARCHAR(5) AFTER a",
+                    "UPDATE cols SET z = id * 2, m = 'm' WHERE id <= 50", database=db)
+    run(config)
+    assert columns() == ["z", "id", "a", "m", "b"]
+    assert_readers_equal_source(config, [name])
+
+    mariadb.execute("ALTER TABLE cols MODIFY b VARCHAR(10) AFTER id", "UPDATE cols SET a = -a WHERE id > 150",
+                    database=db)
+    run(config)
+    assert columns() == ["z", "id", "b", "a", "m"]
+    after = {f.name: f.field_id for f in open_catalog(config).load_table(name).schema().fields}
+    assert {k: after[k] for k in before} == before, "the columns that were there keep their field IDs"
+    assert_readers_equal_source(config, [name])
 
 
 def test_text_to_binary_and_back_replaces_the_column(mariadb: LocalMariaDB, tmp_path: Path) -> None:
