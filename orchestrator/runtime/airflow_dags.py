@@ -21,6 +21,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from orchestrator.runtime.lean import arrow_without_pandas
+
+arrow_without_pandas()  # every task process imports this module first: no pandas (runtime/lean.py)
+
 from airflow.sdk import (
     DAG,
     Asset,

@@ -100,8 +100,7 @@ def _plan(args: argparse.Namespace, config: PipelineConfig) -> int:
 def _run(args: argparse.Namespace, config: PipelineConfig) -> int:
     from orchestrator.runtime.lean import arrow_without_pandas
 
-    if config.spark.remote is None:  # a Spark Connect client hands pandas objects to pyarrow
-        arrow_without_pandas()  # before the engine's imports: one converts at import time
+    arrow_without_pandas()  # before the engine's imports: one converts at import time
     from orchestrator.runtime.early import start_spark_early
     from orchestrator.runtime.failures import open_log
 

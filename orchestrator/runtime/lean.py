@@ -8,8 +8,11 @@ first look find no pandas, so pyarrow skips the check from then on. Anything tha
 pandas still gets it: pyarrow imports it again where pandas is required (``to_pandas``,
 ``from_pandas``), and an ``import pandas`` works as before.
 
-A run attached to a Spark Connect server skips this: its client hands pandas objects to
-pyarrow.
+Called by `tidemark run` and, for every Airflow task process, by the DAG module
+(`orchestrator.runtime.airflow_dags`), before they import the engine. A Spark Connect client
+attached through ``spark.remote`` imports pandas itself (it requires it) and hands pyarrow
+Python rows, not pandas objects: Tidemark creates its small DataFrames from lists and collects
+rows (tests/integration/test_spark_connect.py runs through such a server).
 """
 
 from __future__ import annotations

@@ -60,9 +60,12 @@ def test_main_leaves_the_collector_alone(tmp_path: Path, monkeypatch: pytest.Mon
 
 
 # Runs `entry` for `tidemark run` with the step functions replaced by one that imports the engine,
-# has pyarrow convert Python objects, and reports whether pandas was imported.
+# has pyarrow convert Python objects, and reports whether pandas was imported. ``first``: the
+# process imported pandas before (the control: pyarrow then uses it, as before).
 RUN_PROBE = """
 import sys, types
+if sys.argv[2] == "first":
+    import pandas
 early = types.ModuleType("orchestrator.runtime.early")
 early.start_spark_early = lambda *args: None
 def run_command(config, **kwargs):
@@ -80,15 +83,28 @@ sys.exit(cli.entry())
 """
 
 
-@pytest.mark.parametrize(("spark", "imported"), [({}, "False"), ({"remote": "sc://127.0.0.1:15002"}, "True")])
-def test_a_run_imports_no_pandas_unless_it_is_a_spark_connect_client(tmp_path: Path, spark: dict[str, str],
-                                                                     imported: str) -> None:
-    """pyarrow's look for pandas (`runtime.lean`): a run with a Spark driver of its own leaves
-    pandas unimported, and pyarrow still converts to pandas when asked to; a Spark Connect run
-    (whose client hands pyarrow pandas objects) lets pyarrow import it."""
+@pytest.mark.parametrize(("spark", "pandas", "imported"), [
+    ({}, "", "False"), ({"remote": "sc://127.0.0.1:15002"}, "", "False"), ({}, "first", "True")])
+def test_a_run_imports_no_pandas(tmp_path: Path, spark: dict[str, str], pandas: str, imported: str) -> None:
+    """pyarrow's look for pandas (`runtime.lean`): a run leaves pandas unimported, with a Spark
+    driver of its own or a Spark Connect server's, and pyarrow still converts to pandas when
+    asked to; a process that imported pandas before keeps it."""
     config = write(tmp_path, {**GOOD, "output": {"path": str(tmp_path / "lake")},
                               "state": {"url": f"sqlite:///{tmp_path / 'state.db'}"}, "spark": spark})
-    done = subprocess.run([sys.executable, "-c", RUN_PROBE, str(config)],
+    done = subprocess.run([sys.executable, "-c", RUN_PROBE, str(config), pandas],
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == [imported, "DataFrame"]
+
+
+def test_an_airflow_task_process_imports_no_pandas() -> None:
+    """The DAG module (every task process imports it, through the DAG file) has pyarrow make its
+    look for pandas first: importing the engine and converting values imports no pandas."""
+    probe = ("import sys\n"
+             "import orchestrator.runtime.airflow_dags\n"
+             "import orchestrator.steps, pyarrow as pa\n"
+             "pa.array([1, 2])\n"
+             "print('pandas' in sys.modules, 'orchestrator.pipeline.capture' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["False", "True"]
