@@ -88,18 +88,32 @@ def test_a_run_without_changes_moves_the_position_and_publishes_nothing(
     assert_readers_equal_source(config, [quiet, busy])
 
 
+def published_once(mariadb: LocalMariaDB, tmp_path: Path, name: str, columns: str,
+                   rows: str) -> tuple[PipelineConfig, str]:
+    """A new database and table ``name`` (``columns``, filled by the SELECT ``rows``), the only
+    table of a pipeline whose first run has published it."""
+    db, table = name.split(".")
+    mariadb.execute(f"DROP DATABASE IF EXISTS {db}", f"CREATE DATABASE {db}")
+    mariadb.execute(f"CREATE TABLE {table} ({columns})", f"INSERT INTO {table} {rows}", database=db)
+    config = load_config(write_config(tmp_path / "p.yaml", pipeline_config(
+        tmp_path, mariadb, [{"name": name}], name=db)))
+    run(config)
+    return config, name
+
+
+def field_ids(config: PipelineConfig, name: str) -> dict[str, int]:
+    """The Iceberg table's field IDs by column, in the schema's order."""
+    return {f.name: f.field_id for f in open_catalog(config).load_table(name).schema().fields}
+
+
 def test_a_column_type_iceberg_cannot_evolve_becomes_a_new_column(mariadb: LocalMariaDB, tmp_path: Path) -> None:
     """INT -> VARCHAR and BIGINT -> INT between runs: the run re-reads the table, the Iceberg
     columns are replaced (new field IDs, the others kept), and every reader reads the source."""
     db = "lake_retype"
-    mariadb.execute(f"CREATE DATABASE {db}")
-    mariadb.execute("CREATE TABLE shape (id INT PRIMARY KEY, n INT, b BIGINT, v VARCHAR(10))",
-                    "INSERT INTO shape SELECT seq, seq, seq * 1000, CONCAT('v', seq) FROM seq_1_to_200", database=db)
-    name = f"{db}.shape"
-    config = load_config(write_config(tmp_path / "p.yaml", pipeline_config(
-        tmp_path, mariadb, [{"name": name}], name="retype")))
-    run(config)
-    before = {f.name: f.field_id for f in open_catalog(config).load_table(name).schema().fields}
+    config, name = published_once(mariadb, tmp_path, f"{db}.shape",
+                                  "id INT PRIMARY KEY, n INT, b BIGINT, v VARCHAR(10)",
+                                  "SELECT seq, seq, seq * 1000, CONCAT('v', seq) FROM seq_1_to_200")
+    before = field_ids(config, name)
     first = read_manifest(table_dir(config, name))["iceberg"]
 
     mariadb.execute("ALTER TABLE shape MODIFY n VARCHAR(20), MODIFY b INT",
@@ -123,17 +137,12 @@ def test_the_iceberg_columns_follow_the_source_order(mariadb: LocalMariaDB, tmp_
     changes): the Iceberg schema lists the columns in the source's order, the existing columns
     keep their field IDs, and every reader reads the source."""
     db = "lake_order"
-    mariadb.execute(f"DROP DATABASE IF EXISTS {db}", f"CREATE DATABASE {db}")
-    mariadb.execute("CREATE TABLE cols (id INT PRIMARY KEY, a INT, b VARCHAR(10))",
-                    "INSERT INTO cols SELECT seq, seq, CONCAT('b', seq) FROM seq_1_to_200", database=db)
-    name = f"{db}.cols"
-    config = load_config(write_config(tmp_path / "p.yaml", pipeline_config(
-        tmp_path, mariadb, [{"name": name}], name="order")))
-    run(config)
-    before = {f.name: f.field_id for f in open_catalog(config).load_table(name).schema().fields}
+    config, name = published_once(mariadb, tmp_path, f"{db}.cols", "id INT PRIMARY KEY, a INT, b VARCHAR(10)",
+                                  "SELECT seq, seq, CONCAT('b', seq) FROM seq_1_to_200")
+    before = field_ids(config, name)
 
     def columns() -> list[str]:
-        return [f.name for f in open_catalog(config).load_table(name).schema().fields]
+        return list(field_ids(config, name))
 
     mariadb.execute("ALTER TABLE cols ADD COLUMN z INT FIRST, ADD COLUMN m VARCHAR(5) AFTER a",
                     "UPDATE cols SET z = id * 2, m = 'm' WHERE id <= 50", database=db)
@@ -145,7 +154,7 @@ def test_the_iceberg_columns_follow_the_source_order(mariadb: LocalMariaDB, tmp_
                     database=db)
     run(config)
     assert columns() == ["z", "id", "b", "a", "m"]
-    after = {f.name: f.field_id for f in open_catalog(config).load_table(name).schema().fields}
+    after = field_ids(config, name)
     assert {k: after[k] for k in before} == before, "the columns that were there keep their field IDs"
     assert_readers_equal_source(config, [name])
 
