@@ -183,7 +183,8 @@ def _publish(one: PublishOne, config: PipelineConfig, guard: Callable[[], None],
     try:
         for attempt in tenacity.Retrying(retry=tenacity.retry_if_exception(_locked), reraise=True,
                                          stop=tenacity.stop_after_attempt(LOCKED_ATTEMPTS),
-                                         wait=tenacity.wait_random(0.2, 2.0), before_sleep=_again):
+                                         wait=tenacity.wait_random(0.2, 2.0),
+                                         before_sleep=lambda state: _again(record.table, state)):
             with attempt:
                 checkpoint, changed = one(config, guard, run_id, record, high, catalog())
     except Exception as exc:  # one table's own trouble fails that table alone
@@ -198,10 +199,11 @@ def _locked(exc: BaseException) -> bool:
     return any("database is locked" in m for m in messages(exc))
 
 
-def _again(state: tenacity.RetryCallState) -> None:
+def _again(table: str, state: tenacity.RetryCallState) -> None:
     error = state.outcome.exception() if state.outcome is not None else None
-    log.warning("a table's publish found the SQLite file locked (%s); publishing it again (attempt %d of %d)",
-                error, state.attempt_number + 1, LOCKED_ATTEMPTS)
+    first = str(error).strip().splitlines()[0] if error is not None and str(error).strip() else "locked"
+    log.warning("table %s: the SQLite file of the state store or catalog stayed locked (%s); publishing "
+                "it again (try %d of %d)", table, first, state.attempt_number + 1, LOCKED_ATTEMPTS)
 
 
 def _kill(pool: ProcessPoolExecutor) -> None:

@@ -107,7 +107,8 @@ def test_an_error_that_fails_the_run_lets_the_tables_in_hand_finish(tmp_path: Pa
 
 
 @pytest.mark.parametrize("released", [True, False])
-def test_a_table_whose_sqlite_file_stayed_locked_is_published_again(tmp_path: Path, released: bool) -> None:
+def test_a_table_whose_sqlite_file_stayed_locked_is_published_again(tmp_path: Path, released: bool,
+                                                                     caplog: pytest.LogCaptureFixture) -> None:
     """SQLite's busy timeout running out (a catalog commit that lost the file to other writers) is
     tried again; a file that stays locked fails the run (a rerun resumes), not the table."""
     db = tmp_path / "catalog.db"
@@ -136,6 +137,8 @@ def test_a_table_whose_sqlite_file_stayed_locked_is_published_again(tmp_path: Pa
         if released:
             [outcome] = list(publish)
             assert outcome.checkpoint is not None and len(tries) == 2
+            assert "table db.t0: the SQLite file of the state store or catalog stayed locked (database is " \
+                   "locked); publishing it again (try 2 of 3)" in caplog.text
             assert holder.execute("SELECT COUNT(*) FROM t").fetchone() == (1,)
         else:
             with pytest.raises(sqlite3.OperationalError, match="database is locked") as failed:
