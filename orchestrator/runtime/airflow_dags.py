@@ -21,10 +21,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from orchestrator.runtime.lean import arrow_without_pandas
-
-arrow_without_pandas()  # every task process imports this module first: no pandas (runtime/lean.py)
-
 from airflow.sdk import (
     DAG,
     Asset,
@@ -37,11 +33,20 @@ from airflow.sdk import (
     RetryRule,
     XComArg,
     get_current_context,
+    get_parsing_context,
     task,
 )
 
+from orchestrator.config import DAG_ID_PREFIX, PipelineConfig
+from orchestrator.runtime.lean import arrow_without_pandas
+
+# A task process of a Tidemark DAG parses the DAG file for its DAG only and runs nothing else:
+# pyarrow there looks for no pandas (runtime/lean.py). Elsewhere (the DAG processor, a DagBag,
+# another DAG's task importing this module) pyarrow is left as it is, for others' pandas objects.
+if (get_parsing_context().dag_id or "").startswith(DAG_ID_PREFIX):
+    arrow_without_pandas()
+
 from orchestrator import steps
-from orchestrator.config import PipelineConfig
 from orchestrator.errors import ConfigError, LockLost, RunLocked, SourceNotReady
 from orchestrator.pipeline.context import hold_lock, open_store
 from orchestrator.pipeline.failed import TablesFailed

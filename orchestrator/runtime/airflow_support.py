@@ -27,7 +27,13 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from orchestrator.config import OutputConfig, PipelineConfig, StateConfig, load_config
+from orchestrator.config import (
+    DAG_ID_PREFIX,
+    OutputConfig,
+    PipelineConfig,
+    StateConfig,
+    load_config,
+)
 from orchestrator.config_sections import CHUNK_SIZE_MAX
 from orchestrator.errors import ConfigError, RunFailed
 from orchestrator.lake import storage
@@ -41,7 +47,6 @@ from orchestrator.table_patterns import takes
 #: Env var naming the folder of pipeline YAML files the DAGs are built from.
 CONFIG_DIR_ENV = "TIDEMARK_CONFIG_DIR"
 CONFIG_SUFFIXES = (".yaml", ".yml")
-DAG_ID_PREFIX = "tidemark_"
 
 
 def dag_id(config: PipelineConfig) -> str:

@@ -95,8 +95,9 @@ def _readonly_state(message: str) -> Cause:
 def _locked_state(message: str) -> Cause:
     return Cause("the state store's SQLite file (or the Iceberg catalog's) stayed locked by another "
                  "process past the busy timeout",
-                 "find the process holding it (`fuser` on state.url's file: a stopped or hung run, a "
-                 "tool with a transaction open) and end it, then rerun: the run resumes")
+                 "find the process holding it (`fuser` on state.url's file, or on output.catalog's uri "
+                 "when it names a file of its own: a stopped or hung run, a tool with a transaction "
+                 "open) and end it, then try again (a run resumes where it stopped)")
 
 
 #: (pattern on one message of the chain, what it means): the first row that matches wins.
@@ -105,7 +106,7 @@ CAUSES: tuple[tuple[re.Pattern[str], Callable[[str], Cause]], ...] = (
     (re.compile(r"ParentNotDirectoryException|Not a directory|ENOTDIR|Errno 20\b|is not a directory", re.I),
      _not_dir),
     (re.compile(r"readonly database|read-only database|unable to open database file", re.I), _readonly_state),
-    (re.compile(r"database is locked|database table is locked", re.I), _locked_state),
+    (re.compile(r"database is locked"), _locked_state),  # SQLITE_BUSY, as sqlite3 words it
     (re.compile(r"Permission denied|AccessDeniedException|EACCES|Errno 13\b|Mkdirs failed to create", re.I),
      _denied),
     (re.compile(r"OutOfMemoryError|Java heap space|GC overhead limit", re.I), _out_of_memory),

@@ -5,6 +5,7 @@ command runs. `cli.main`, which tests call, leaves the collector alone."""
 from __future__ import annotations
 
 import gc
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -97,14 +98,21 @@ def test_a_run_imports_no_pandas(tmp_path: Path, spark: dict[str, str], pandas: 
     assert done.stdout.split() == [imported, "DataFrame"]
 
 
-def test_an_airflow_task_process_imports_no_pandas() -> None:
-    """The DAG module (every task process imports it, through the DAG file) has pyarrow make its
-    look for pandas first: importing the engine and converting values imports no pandas."""
+@pytest.mark.parametrize(("dag_id", "imported"), [("tidemark_shop", "False"), ("someone_elses", "True"), ("", "True")])
+def test_an_airflow_task_process_of_a_tidemark_dag_imports_no_pandas(dag_id: str, imported: str) -> None:
+    """The DAG module, in a task process of a Tidemark DAG (Airflow's parsing context names the
+    DAG), has pyarrow make its look for pandas first: importing the engine and converting values
+    imports no pandas. Another DAG's task process, or a parse of every DAG (the DAG processor, a
+    DagBag: no DAG named), leaves pyarrow as it is, for pandas objects of other code."""
     probe = ("import sys\n"
              "import orchestrator.runtime.airflow_dags\n"
              "import orchestrator.steps, pyarrow as pa\n"
              "pa.array([1, 2])\n"
              "print('pandas' in sys.modules, 'orchestrator.pipeline.capture' in sys.modules)")
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=False)
+    env = {k: v for k, v in os.environ.items() if k != "_AIRFLOW_PARSING_CONTEXT_DAG_ID"}
+    if dag_id:
+        env["_AIRFLOW_PARSING_CONTEXT_DAG_ID"] = dag_id
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+                          check=False, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.split() == ["False", "True"]
+    assert done.stdout.split() == [imported, "True"]
