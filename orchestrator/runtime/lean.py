@@ -24,16 +24,21 @@ from __future__ import annotations
 import importlib.abc
 import importlib.machinery
 import sys
+import threading
 from collections.abc import Sequence
 from types import ModuleType
 
 
 class _NoPandas(importlib.abc.MetaPathFinder):
-    """Refuses ``pandas`` while it is on `sys.meta_path`."""
+    """Refuses ``pandas`` to the thread that made it, while it is on `sys.meta_path` (another
+    thread importing pandas meanwhile gets it)."""
+
+    def __init__(self) -> None:
+        self.thread = threading.get_ident()
 
     def find_spec(self, fullname: str, path: Sequence[str] | None,
                   target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
-        if fullname == "pandas" or fullname.startswith("pandas."):
+        if threading.get_ident() == self.thread and (fullname == "pandas" or fullname.startswith("pandas.")):
             raise ModuleNotFoundError("pandas is not imported by a tidemark run", name=fullname)
         return None
 
