@@ -19,6 +19,7 @@ import logging
 import threading
 import weakref
 from collections.abc import Iterable, Sequence
+from itertools import pairwise
 
 import pyarrow as pa
 from pyiceberg.catalog import Catalog, load_catalog
@@ -292,11 +293,9 @@ def _reorder(iceberg: Table, table: str, names: Sequence[str]) -> Table:
     only a column the schema had before the update), and the source can move a column (``ADD
     ... FIRST``, ``MODIFY ... AFTER``). Readers match columns by field ID: files keep theirs."""
     with iceberg.update_schema() as update:
-        for i, name in enumerate(names):
-            if i == 0:
-                update.move_first(name)
-            else:
-                update.move_after(name, names[i - 1])
+        update.move_first(names[0])
+        for before, name in pairwise(names):
+            update.move_after(name, before)
     log.info("table %s: Iceberg columns put in the source's order: %s", table, ", ".join(names))
     return iceberg.refresh()
 

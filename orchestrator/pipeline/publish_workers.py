@@ -42,7 +42,7 @@ from orchestrator.lake import iceberg
 from orchestrator.pipeline.failed import table_failure
 from orchestrator.positions import BinlogPosition
 from orchestrator.runtime import faults
-from orchestrator.runtime.failures import messages, root_cause
+from orchestrator.runtime.failures import SQLITE_BUSY, messages, root_cause
 from orchestrator.state import lease
 from orchestrator.state.store import RunTableRecord, TableCheckpoint
 
@@ -196,7 +196,7 @@ def _publish(one: PublishOne, config: PipelineConfig, guard: Callable[[], None],
 
 def _locked(exc: BaseException) -> bool:
     """Whether SQLite's busy timeout ran out on the state store's or the catalog's file."""
-    return any("database is locked" in m for m in messages(exc))
+    return any(SQLITE_BUSY.search(m) for m in messages(exc))
 
 
 def _again(table: str, state: tenacity.RetryCallState) -> None:

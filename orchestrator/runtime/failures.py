@@ -92,6 +92,10 @@ def _readonly_state(message: str) -> Cause:
                  "make state.url's file and its directory writable, then rerun")
 
 
+#: SQLite's busy timeout ran out (SQLITE_BUSY, as sqlite3 words it): another process kept the file.
+SQLITE_BUSY = re.compile(r"database is locked")
+
+
 def _locked_state(message: str) -> Cause:
     return Cause("the state store's SQLite file (or the Iceberg catalog's) stayed locked by another "
                  "process past the busy timeout",
@@ -106,7 +110,7 @@ CAUSES: tuple[tuple[re.Pattern[str], Callable[[str], Cause]], ...] = (
     (re.compile(r"ParentNotDirectoryException|Not a directory|ENOTDIR|Errno 20\b|is not a directory", re.I),
      _not_dir),
     (re.compile(r"readonly database|read-only database|unable to open database file", re.I), _readonly_state),
-    (re.compile(r"database is locked"), _locked_state),  # SQLITE_BUSY, as sqlite3 words it
+    (SQLITE_BUSY, _locked_state),
     (re.compile(r"Permission denied|AccessDeniedException|EACCES|Errno 13\b|Mkdirs failed to create", re.I),
      _denied),
     (re.compile(r"OutOfMemoryError|Java heap space|GC overhead limit", re.I), _out_of_memory),
