@@ -27,13 +27,14 @@ from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError, Resolve
 from pyiceberg.io.pyarrow import pyarrow_to_schema
 from pyiceberg.manifest import DataFile
 from pyiceberg.schema import promote
-from pyiceberg.table import CreateTableTransaction, Table, TableProperties
+from pyiceberg.table import Table, TableProperties
 from pyiceberg.table.update.schema import UpdateSchema
 from pyiceberg.types import BinaryType, IcebergType, StringType
 
 from orchestrator.config import PipelineConfig
 from orchestrator.errors import RunFailed, resnapshot_hint
-from orchestrator.lake import iceberg_tx, storage
+from orchestrator.lake import storage
+from orchestrator.lake.iceberg_create import NewTable
 from orchestrator.lake.manifest import published_schema
 from orchestrator.schema.tables import TableInfo
 from orchestrator.state.schema import SQLITE_BUSY_TIMEOUT_MS
@@ -123,8 +124,8 @@ def with_field_ids(schema: pa.Schema, ids: dict[str, int]) -> pa.Schema:
 
 
 #: What `prepare_table` hands `commit_version`: the table as loaded, or, for a table the catalog
-#: does not have yet, its creation staged (committed together with the first snapshot).
-Prepared = Table | CreateTableTransaction
+#: does not have yet, what `iceberg_create.create` creates it from with its first snapshot.
+Prepared = Table | NewTable
 
 
 def load(catalog: Catalog, table: str) -> Table | None:
@@ -143,16 +144,13 @@ def prepare_table(catalog: Catalog, table: str, tdir: str, schema: pa.Schema,
     ``schema`` with the table's field IDs (the schema the version's files are written with) and
     what `commit_version` commits on.
 
-    A new table is not committed here: its creation waits in a transaction that commits with its
-    first snapshot, one metadata file and one catalog commit (creating it first took a second
-    of each, and two loads more). ``loaded``: the table as `load` found it."""
+    A new table is not created here: `iceberg_create.create` creates it with its first
+    snapshot, one metadata file and one catalog commit (creating it first took a second of
+    each, and two loads more). ``loaded``: the table as `load` found it."""
     if loaded is None:
         _ensure_namespace(catalog, table.split(".", 1)[0])
-        created = iceberg_tx.create_transaction(catalog.create_table_transaction(
-            table, schema=pyarrow_to_schema(_first_schema(schema)), location=table_uri(tdir),
-            properties=_TABLE_PROPERTIES))
-        fields = created.table_metadata.schema().fields
-        return with_field_ids(schema, {f.name: f.field_id for f in fields}), created
+        first = _first_schema(schema)
+        return first, NewTable(table, table_uri(tdir), pyarrow_to_schema(first), _TABLE_PROPERTIES)
     iceberg = loaded
     wanted = _wanted(iceberg, schema)
     if wanted is not None:

@@ -3,9 +3,9 @@
 The snapshot's summary carries ``tidemark.run-id``, ``tidemark.version``,
 ``tidemark.attempt`` and ``tidemark.position``, so a rerun of a crashed publish finds the
 snapshot of its run (`find_run`) and does not commit twice. The first version of a table
-new to the catalog is committed together with the table's creation (`iceberg.prepare_table`
-stages it): one metadata file and one catalog commit, which readers see as a table that
-has its first snapshot from the start. Publish loads the table once (`iceberg.load`) and
+new to the catalog is committed together with the table's creation (`iceberg_create`): one
+metadata file and one catalog commit, which readers see as a table that has its first
+snapshot from the start. Publish loads the table once (`iceberg.load`) and
 hands what it loaded to `find_run_in`, `iceberg.prepare_table` and `commit_version`.
 """
 
@@ -16,24 +16,15 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import pyarrow.parquet as pq
 from pyiceberg.catalog import Catalog
 from pyiceberg.io import FileIO
-from pyiceberg.io.pyarrow import (
-    compute_statistics_plan,
-    data_file_statistics_from_parquet_metadata,
-    parquet_path_to_id_mapping,
-)
-from pyiceberg.manifest import DataFile, DataFileContent, FileFormat, ManifestFile
-from pyiceberg.table import CreateTableTransaction, Table, Transaction
-from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.manifest import DataFile, ManifestFile
+from pyiceberg.table import Table, Transaction
 from pyiceberg.table.update.snapshot import UpdateSnapshot, _OverwriteFiles
 
-from orchestrator.errors import RunFailed
-from orchestrator.lake import iceberg_tx, storage
+from orchestrator.lake import iceberg_create, iceberg_tx, storage
 from orchestrator.lake.iceberg import (
     ATTEMPT,
-    FIELD_ID,
     NO_COMMIT_RETRIES,
     POSITION,
     RUN_ID,
@@ -43,6 +34,7 @@ from orchestrator.lake.iceberg import (
     load,
     table_uri,
 )
+from orchestrator.lake.iceberg_create import NewTable, data_file
 from orchestrator.lake.manifest import IcebergEntry
 from orchestrator.positions import BinlogPosition
 
@@ -99,24 +91,24 @@ def commit_version(catalog: Catalog, table: str, tdir: str, files: Sequence[str]
             guard()
             return done.entry
     guard()  # before any write: a process that lost the lock commits nothing, not even a property
-    if isinstance(prepared, Table):
-        prepared = _without_commit_retries(prepared)
-    tx: Transaction
-    match prepared:
-        case CreateTableTransaction():  # the staged table's file IO (pyiceberg keeps it private)
-            tx, io, listed = prepared, prepared._table.io, {}
-        case Table():
-            tx, io, listed = iceberg_tx.transaction(prepared), prepared.io, {f.file_path: f for f in data_files(prepared)}
     wanted = [storage.join(table_uri(tdir), f) for f in files]
     properties = {RUN_ID: run_id, VERSION: str(version), ATTEMPT: attempt,
                   POSITION: json.dumps(position.to_json(), sort_keys=True)}
-    _stage_files(tx, io, properties, listed, wanted)
+    if isinstance(prepared, NewTable):
+        location, snapshot_id = iceberg_create.create(catalog, prepared, wanted, properties)
+        log.debug("table %s: created in the Iceberg catalog with snapshot %d for version %d (%d files)",
+                  table, snapshot_id, version, len(wanted))
+        return IcebergEntry(catalog=catalog.name, identifier=table, metadata_location=location,
+                            snapshot_id=snapshot_id)
+    prepared = _without_commit_retries(prepared)
+    listed = {f.file_path: f for f in data_files(prepared)}
+    tx = iceberg_tx.transaction(prepared)
+    _stage_files(tx, prepared.io, properties, listed, wanted)
     iceberg = tx.commit_transaction()
     current = iceberg.current_snapshot()
     assert current is not None, "a commit makes a snapshot"
-    log.debug("table %s: Iceberg snapshot %d for version %d (%d files added, %d removed%s)", table,
-             current.snapshot_id, version, len(set(wanted) - listed.keys()), len(listed.keys() - set(wanted)),
-             "; the table created with it" if isinstance(prepared, CreateTableTransaction) else "")
+    log.debug("table %s: Iceberg snapshot %d for version %d (%d files added, %d removed)", table,
+              current.snapshot_id, version, len(set(wanted) - listed.keys()), len(listed.keys() - set(wanted)))
     return entry(catalog, table, iceberg, current.snapshot_id)
 
 
@@ -133,7 +125,7 @@ def _without_commit_retries(table: Table) -> Table:
 def _stage_files(tx: Transaction, io: FileIO, properties: dict[str, str], listed: dict[str, DataFile],
                  wanted: Sequence[str]) -> None:
     """Stage in ``tx`` the snapshot whose files are ``wanted``, the current ones being ``listed``:
-    a fast append when nothing is listed (a first version), else `_overwrite`."""
+    a fast append when nothing is listed (a table without a snapshot), else `_overwrite`."""
     update = tx.update_snapshot(snapshot_properties=properties)
     with (_overwrite(update) if listed else update.fast_append()) as snapshot:
         for path in listed.keys() - set(wanted):
@@ -141,35 +133,6 @@ def _stage_files(tx: Transaction, io: FileIO, properties: dict[str, str], listed
         for path in wanted:
             if path not in listed:
                 snapshot.append_data_file(data_file(io, tx.table_metadata, path))
-
-
-def data_file(io: FileIO, metadata: TableMetadata, path: str) -> DataFile:
-    """A Parquet file of the table as its snapshot lists it: size, rows and column statistics
-    from the file's footer.
-
-    pyiceberg's `parquet_file_to_data_file` does the same after checking the file's schema
-    against the table's with a visitor that renders a `rich` table of every field, a fifth of the
-    CPU of publishing a small table. Publish wrote or checked every new file with the table's
-    field IDs, types and nullability (`publish._place`); here only the columns' field IDs are compared,
-    which costs nothing: a file of another table's shape is refused, never listed.
-    """
-    input_file = io.new_input(path)
-    with input_file.open() as stream:
-        footer = pq.read_metadata(stream)
-    schema = metadata.schema()
-    ids = {f.name: int((f.metadata or {}).get(FIELD_ID, b"-1")) for f in footer.schema.to_arrow_schema()}
-    wanted = {f.name: f.field_id for f in schema.fields}
-    if ids != wanted:
-        raise RunFailed(f"internal: {path} has the field IDs {ids}, not the Iceberg table's {wanted}: "
-                        "the version is not committed")
-    statistics = data_file_statistics_from_parquet_metadata(
-        parquet_metadata=footer, stats_columns=compute_statistics_plan(schema, metadata.properties),
-        parquet_column_mapping=parquet_path_to_id_mapping(schema))
-    return DataFile.from_args(
-        content=DataFileContent.DATA, file_path=path, file_format=FileFormat.PARQUET,
-        partition=statistics.partition(metadata.spec(), schema), file_size_in_bytes=len(input_file),
-        sort_order_id=None, spec_id=metadata.default_spec_id, equality_ids=None, key_metadata=None,
-        **statistics.to_serialized_dict())
 
 
 def _overwrite(update: UpdateSnapshot) -> _OverwriteFiles:

@@ -295,7 +295,7 @@ def test_a_data_file_is_listed_as_pyiceberg_lists_it(tmp_path: Path) -> None:
     from pyiceberg.io.pyarrow import parquet_file_to_data_file
 
     from orchestrator.errors import RunFailed
-    from orchestrator.lake.iceberg_commit import data_file
+    from orchestrator.lake.iceberg_create import data_file
 
     config = config_for(tmp_path)
     publish(config, tmp_path, 3)
