@@ -2,7 +2,7 @@
 
 Publish is the step of a first run of many small tables whose cost grows with the tables and
 not the rows (issue 16): an Iceberg table created and committed, manifests written and switched,
-per table. This times `publish.publish_table` alone, as the publish step calls it (one catalog
+per table. This times `versions.publish_table` alone, as the publish step calls it (one catalog
 for all the tables, the SQLite catalog of the state store), on ``--tables`` tables of
 ``--rows`` rows whose staging files pyarrow wrote beforehand (not timed):
 
@@ -36,7 +36,7 @@ def child(tables: int, rows: int, work: Path) -> dict[str, list[float]]:
     """Publish every table twice with the checkout first on ``sys.path``; wall and CPU seconds per pass."""
     from orchestrator.config import parse_config
     from orchestrator.lake import iceberg
-    from orchestrator.pipeline.publish import publish_table
+    from orchestrator.pipeline.versions import publish_table
     from orchestrator.positions import BinlogPosition
     from orchestrator.schema.tables import TableInfo
     from tests.unit.test_manifest import COLUMNS, write_staging

@@ -1,75 +1,21 @@
-"""Publish: a reconciled table becomes a new immutable version behind an atomic manifest switch.
-
-Layout and manifest are CONTRACT.md's "Output layout"; every version is also an
-Iceberg snapshot (`orchestrator.lake.iceberg`). Each publish attempt has a tag of its
-own (`storage.attempt_tag`) that names every file it writes. Order of writes:
-
-1. the Iceberg table's schema is evolved, or its creation staged, which fixes the field IDs;
-2. the version's new data files ``data/v000002-<tag>-c0000.parquet`` ...: the files reconcile
-   finished in staging (`orchestrator.lake.layout.VersionPlan`), each one key range in key
-   order, moved into ``data/`` (a rename; a file whose field IDs are not the table's is
-   written anew). ``<tag>`` names the reconcile attempt whose files they are (every attempt
-   of this publish moves them to the same names, so a move a crash cut is finished, never
-   repeated). After an incremental reconcile only the rewritten ranges are new and every
-   other file of the previous version is shared (listed again, never copied);
-3. ``_tidemark/pending/000002-<attempt>.json``, the version's manifest (without its
-   ``iceberg`` entry yet);
-4. the Iceberg snapshot: the files of the version, the run id and the attempt in its
-   summary; the catalog commits it only on the parent snapshot the attempt loaded (a new
-   table: created in this same commit, only if no table of its name exists);
-5. ``_tidemark/versions/000002.json`` and ``_tidemark/current.json``, replaced
-   atomically (`storage.write_atomic`): the moment Tidemark's readers switch;
-6. retention: versions beyond ``output.keep_versions`` and older than
-   ``output.keep_hours`` are dropped, their Iceberg snapshots expired, with the
-   files no kept version or snapshot references, and what attempts that never
-   switched left behind (`manifest.apply_retention`).
-
-A crash before 4 leaves the previous version current and some unreferenced files;
-the rerun takes the files already moved (their staging file is gone) and moves the rest,
-and retention deletes what a crashed attempt left once that version is current. A crash between
-4 and 5 is found by the rerun (a snapshot carries its run id and attempt): it
-completes 5 from that attempt's manifest of 3 without committing again. A crash
-after 5 is detected by the rerun (``current.json`` already carries the run id)
-and returns the published manifest.
-
-Every write and delete is preceded by the fence check (``guard``): a process that
-lost the pipeline lock stops before it touches the lake. Files of an attempt are
-never overwritten or deleted by another attempt while anything may list them, so a
-stale process paused past its check cannot spoil what the lock's new owner publishes
-(docs/design.md, "One writer").
-"""
+"""Publish, the run's last step: each reconciled table becomes its next version
+(`orchestrator.pipeline.versions`, where the order of writes and what a crash leaves are
+told), the tables' checkpoints are recorded, the run is finished and the lock released."""
 
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import pyarrow as pa
 from pyiceberg.catalog import Catalog
 
 from orchestrator.config import PipelineConfig
-from orchestrator.errors import RunFailed, StateError, resnapshot_hint
-from orchestrator.lake import iceberg, iceberg_commit, layout, storage
-from orchestrator.lake.layout import FileRange
-from orchestrator.lake.manifest import (
-    IcebergEntry,
-    Manifest,
-    PositionEntry,
-    apply_retention,
-    column_entries,
-    current_uri,
-    find_manifest,
-    load_manifest,
-    manifest_json,
-    pending_uri,
-    published_schema,
-    version_uri,
-)
-from orchestrator.lake.writer import VersionWriter, data_file, read_published, write_files
+from orchestrator.errors import RunFailed, StateError
+from orchestrator.lake import storage
+from orchestrator.lake.manifest import IcebergEntry, current_uri, find_manifest
 from orchestrator.pipeline import publish_workers
 from orchestrator.pipeline.context import (
     current_run,
@@ -82,231 +28,13 @@ from orchestrator.pipeline.context import (
 )
 from orchestrator.pipeline.failed import TablesFailed, fail_table, failures
 from orchestrator.pipeline.reconcile_kept import is_kept
+from orchestrator.pipeline.versions import publish_table, published_at
 from orchestrator.positions import BinlogPosition
 from orchestrator.runtime import faults
-from orchestrator.schema.tables import TableInfo
 from orchestrator.state.many import RECORD_TABLES
 from orchestrator.state.store import RunTableRecord, StateStore, TableCheckpoint
 
 log = logging.getLogger(__name__)
-
-# --------------------------------------------------------------------------- publish
-
-
-def publish_table(config: PipelineConfig, table_info: TableInfo, key: Sequence[str],
-                  reconciled_dir: str, position: BinlogPosition, run_id: str,
-                  guard: Callable[[], None] = lambda: None, catalog: Catalog | None = None) -> Manifest:
-    """Publish a reconciled table as the next version and switch its manifest to it.
-
-    Args:
-        config: the pipeline config (``output.path``, ``output.keep_versions``).
-        table_info: the table's columns.
-        key: the chunk key, recorded in the manifest.
-        reconciled_dir: a reconcile's `layout.VersionPlan` and new data files, or staging
-            Parquet files that make the whole table at ``position``, in key order.
-        position: ``H``, the binlog position the data equals the source at.
-        run_id: the run publishing; publishing the same run again returns its manifest.
-        guard: the fence check (`StateStore.check_fence`), run before every write and
-            delete in the lake: a process that lost the pipeline lock stops there.
-        catalog: the Iceberg catalog, opened once for many tables (default: opened here).
-
-    Returns:
-        The manifest now in ``current.json``.
-    """
-    tdir = table_dir(config, table_info.name)
-    current = find_manifest(tdir)
-    plan = layout.read_plan(reconciled_dir)
-    if (plan is not None and plan.base_version is not None and not plan.slots and current is not None
-            and current["run_id"] != run_id):
-        # No slot rewritten: nothing of this run was committed, and the catalog need not be opened.
-        current = _check_base(table_info.name, current, plan)
-        if _unchanged(current, plan, table_info, key):
-            log.info("table %s: no change since version %d; no new version, no Iceberg snapshot "
-                     "(the state store records %s as checked)", table_info.name, current["version"], position)
-            return current
-    catalog = catalog or iceberg.open_catalog(config)
-    if current is not None and current["run_id"] == run_id:
-        log.info("table %s: version %d of run %s is already published", table_info.name,
-                 current["version"], run_id)
-        _retain(config, catalog, tdir, current, guard)
-        return current
-    loaded = iceberg.load(catalog, table_info.name)  # once: a crashed attempt may have committed (find_run_in)
-    committed = iceberg_commit.find_run_in(catalog, table_info.name, loaded, run_id)
-    recovered = _committed_manifest(tdir, committed) if committed is not None else None
-    if committed is not None and recovered is not None:
-        log.info("table %s: %s of run %s is committed; switching the manifest to it",
-                 table_info.name, committed, run_id)
-        return _switch(config, catalog, tdir, recovered, committed.entry, guard)
-    version = current["version"] + 1 if current is not None else 1
-    if plan is not None and plan.base_version is not None:
-        current = _check_base(table_info.name, current, plan)
-    attempt = storage.attempt_tag()  # names every file this attempt writes: no other process writes them
-    guard()
-    schema, prepared = iceberg.prepare_table(catalog, table_info.name, tdir, published_schema(table_info.columns),
-                                             loaded)
-    writer = VersionWriter(tdir, version, schema, [table_info.column(k).name for k in key], attempt)
-    if plan is None:  # staging files that make the whole table, in order
-        ranges = writer.write_all(reconciled_dir)
-    else:
-        guard()
-        ranges = _place(table_info.name, tdir, version, plan, writer, _moved_tag(reconciled_dir))
-    if not ranges:
-        ranges = [writer.write_empty()]
-    rows = sum(r["rows"] for r in ranges)
-    manifest = Manifest(
-        table=table_info.name, version=version, files=[r["file"] for r in ranges],
-        position=PositionEntry(file=position.file, pos=position.pos, gtid_set=position.gtid_set,
-                               server_id=position.server_id, server_uuid=position.server_uuid),
-        rows=rows, columns=column_entries(table_info.columns), chunk_key=list(key),
-        published_at=dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), run_id=run_id,
-        file_ranges=ranges,
-    )
-    storage.write_atomic(pending_uri(tdir, version, attempt), manifest_json(manifest))
-    snapshot = iceberg_commit.commit_version(catalog, table_info.name, tdir, manifest["files"], version=version,
-                                             run_id=run_id, position=position, attempt=attempt, guard=guard,
-                                             prepared=prepared if committed is None else None)
-    faults.point("publish.iceberg_committed")
-    log.debug("table %s: switching to version %d (%d rows, %d files) at %s",  # new ones: `_publish_one`
-              table_info.name, version, rows, len(ranges), position)
-    return _switch(config, catalog, tdir, manifest, snapshot, guard)
-
-
-def _committed_manifest(tdir: str, committed: iceberg_commit.RunCommit) -> Manifest | None:
-    """The manifest of the version a run's Iceberg snapshot holds: the one its publish attempt
-    wrote before committing (whichever process's attempt won the commit), or, for a snapshot
-    of a release before attempts, the version's manifest; None when neither is there."""
-    if committed.version is None:
-        return None
-    uri = (pending_uri(tdir, committed.version, committed.attempt) if committed.attempt
-           else version_uri(tdir, committed.version))
-    return load_manifest(uri) if storage.exists(uri) else None
-
-
-def _moved_tag(reconciled_dir: str) -> str:
-    """The tag in the names of the data files moved out of ``reconciled_dir``: the same for
-    every publish attempt of that directory (a move a crash cut is finished, not repeated),
-    another for each reconcile attempt (whose directory is unique to it: `reconcile.reconcile`).
-
-    >>> _moved_tag("/s/run/reconciled/shop.orders-1a2b3c4d") == _moved_tag("/s/run/reconciled/shop.orders-1a2b3c4d")
-    True
-    """
-    return hashlib.sha256(reconciled_dir.encode()).hexdigest()[:8]
-
-
-def _place(table: str, tdir: str, version: int, plan: layout.VersionPlan, writer: VersionWriter,
-           tag: str) -> list[FileRange]:
-    """The version's files in key order: shared files listed again, every new file moved from
-    staging into ``data/`` under the version's name (a file whose field IDs or types are not
-    ``schema``'s, the Iceberg table's, is written anew instead). A file already moved by an
-    earlier attempt of this publish (its staging file gone) is taken as it is: every attempt
-    names the files with ``tag``, the reconcile attempt's (`_moved_tag`)."""
-    out: list[FileRange] = []
-    index, shape = 0, _shape(writer.schema)
-    for entry in plan.files:
-        if entry["shared"]:
-            out.append(layout.as_range(entry, entry["file"], entry["bytes"]))
-            continue
-        relative = data_file(version, index, tag)
-        index += 1
-        writer.files_written = index
-        target = storage.join(tdir, relative)
-        if storage.exists(entry["file"]):
-            if _shape(storage.parquet_schema(entry["file"])) == shape:
-                storage.adopt(entry["file"], target)
-            else:
-                log.warning("%s: written with other field IDs or types than the Iceberg table's; rewriting it",
-                            entry["file"])
-                write_files(tdir, _named(relative), writer.schema, writer.key,
-                            read_published(entry["file"], writer.schema), 0, 0)
-        elif not storage.exists(target):
-            raise RunFailed(f"table {table}: {entry['file']}, a data file of the reconciled table, is gone; "
-                            + resnapshot_hint(table))
-        faults.point("publish.file_moved")
-        out.append(layout.as_range(entry, relative, storage.size(target)))
-    return out
-
-
-def _named(relative: str) -> Callable[[int], str]:
-    return lambda _: relative
-
-
-def _shape(schema: pa.Schema) -> list[tuple[str, pa.DataType, bool, bytes | None]]:
-    """What a data file must share with the Iceberg table: names, types, nullability, field IDs."""
-    return [(f.name, f.type, f.nullable, (f.metadata or {}).get(iceberg.FIELD_ID)) for f in schema]
-
-
-def _check_base(table: str, current: Manifest | None, plan: layout.VersionPlan) -> Manifest:
-    """The current version an incremental reconcile's rewrite applies to; a RunFailed naming the fix
-    when it is not the version the reconcile read, or predates Iceberg."""
-    if current is not None and "iceberg" not in current:
-        raise RunFailed(f"table {table}: version {current['version']} was published before "
-                        "Tidemark wrote Iceberg tables; " + resnapshot_hint(table))
-    if current is None or current["version"] != plan.base_version:
-        raise RunFailed(f"table {table}: the run reconciled against version {plan.base_version} "
-                        f"but version {current['version'] if current else 'none'} is current; "
-                        + resnapshot_hint(table))
-    return current
-
-
-def _unchanged(current: Manifest, plan: layout.VersionPlan, table_info: TableInfo, key: Sequence[str]) -> bool:
-    """Whether an incremental run found nothing to change: no slot rewritten, same columns and key.
-
-    Such a run publishes no version: the current one is the table at the run's position as
-    well (no change of the table lies between), and a new version would only copy its file
-    list and add an Iceberg snapshot of the same files. The caller records the position."""
-    return (not plan.slots and current["columns"] == column_entries(table_info.columns)
-            and list(current["chunk_key"]) == list(key))
-
-
-def _switch(config: PipelineConfig, catalog: Catalog, tdir: str, manifest: Manifest, snapshot: IcebergEntry,
-            guard: Callable[[], None]) -> Manifest:
-    """Record the Iceberg snapshot in the version's manifest, make it current, apply retention."""
-    manifest["iceberg"] = snapshot
-    guard()
-    _write_current(tdir, manifest)
-    _retain(config, catalog, tdir, manifest, guard)
-    return manifest
-
-
-def _write_current(tdir: str, manifest: Manifest) -> None:
-    """Write the version's manifest and make it current; never over a newer version (only a
-    process that lost the pipeline lock could try: it fails here instead)."""
-    shown = find_manifest(tdir)
-    if shown is not None and shown["version"] > manifest["version"]:
-        raise RunFailed(f"table {manifest['table']}: version {shown['version']} is current, newer than "
-                        f"version {manifest['version']} this run was switching to: another run published "
-                        "it; rerun `tidemark run`")
-    body = manifest_json(manifest)
-    storage.write_atomic(version_uri(tdir, manifest["version"]), body)
-    storage.write_atomic(current_uri(tdir), body)
-
-
-def _retain(config: PipelineConfig, catalog: Catalog, tdir: str, manifest: Manifest,
-            guard: Callable[[], None]) -> None:
-    """Retention; expiring snapshots writes new Iceberg metadata, which ``current.json`` then names."""
-    def expire(dropped: list[int]) -> set[str]:
-        needed, location = iceberg.expire_versions(catalog, manifest["table"], tdir, dropped)
-        entry = manifest.get("iceberg")
-        if entry is not None and location is not None and location != entry["metadata_location"]:
-            entry["metadata_location"] = location
-            guard()
-            _write_current(tdir, manifest)
-        return needed
-
-    apply_retention(tdir, config.output.keep_versions, expire, keep_hours=config.output.keep_hours,
-                    guard=guard)
-
-
-def _published_at(manifest: Manifest) -> dt.datetime:
-    """When ``manifest``'s version was published (``published_at`` is UTC, ``...Z``).
-
-    >>> _published_at({"published_at": "2026-11-22T10:00:00Z"}).isoformat()  # type: ignore[typeddict-item]
-    '2026-11-22T10:00:00+00:00'
-    """
-    return dt.datetime.strptime(manifest["published_at"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
-
-
-# --------------------------------------------------------------------------- the step
 
 
 @dataclass(frozen=True, slots=True)
@@ -405,7 +133,7 @@ def _publish_one(config: PipelineConfig, guard: Callable[[], None], run_id: str,
         position=record.info.get("next_from") or high.to_json(),  # held for XA: pipeline.xa
         rows=manifest["rows"], manifest=current_uri(table_dir(config, record.table)),
         run_id=manifest["run_id"],
-        published_at=dt.datetime.now(dt.UTC) if changed else _published_at(manifest))
+        published_at=dt.datetime.now(dt.UTC) if changed else published_at(manifest))
     if changed:
         new = sum(1 for f in manifest["files"] if storage.basename(f).startswith(f"v{manifest['version']:06d}-"))
         snapshot = manifest["iceberg"]["snapshot_id"] if "iceberg" in manifest else None

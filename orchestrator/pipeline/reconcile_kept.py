@@ -3,7 +3,7 @@
 An incremental table without a durable change segment in the run has no slot to rewrite: its
 version plan (`orchestrator.lake.layout.VersionPlan`) lists every file of the current version,
 shared, exactly what `orchestrator.pipeline.reconcile.rewrite` plans for it, and publish then
-keeps the version (`publish._unchanged`). Such plans are written `RECORD_TABLES` at a time to one
+keeps the version (`versions._unchanged`). Such plans are written `RECORD_TABLES` at a time to one
 file (`layout.write_plans`) in a directory unique to the batch, before the tables are recorded
 reconciled; each table's reconciled dir is ``<that directory>/<table>``, never created, which
 `layout.read_plan` resolves to its plan in the file. So a run of thousands of tables without a

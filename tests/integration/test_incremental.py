@@ -33,11 +33,12 @@ from chunking import decode_key
 from orchestrator.config import load_config
 from orchestrator.demo.localdb import LocalMariaDB
 from orchestrator.lake import layout
+from orchestrator.lake.manifest import Manifest
 from orchestrator.pipeline import reconcile
 from orchestrator.pipeline.context import table_dir
-from orchestrator.pipeline.publish import Manifest, publish_table
 from orchestrator.pipeline.reconcile import Engine, reconcile_incremental
 from orchestrator.pipeline.reconcile_spark import reconcile_table
+from orchestrator.pipeline.versions import publish_table
 from orchestrator.positions import BinlogPosition
 from orchestrator.runtime.run import run_command
 from orchestrator.schema.tables import ColumnInfo, TableInfo

@@ -18,8 +18,8 @@ import pytest
 from orchestrator.errors import RunFailed
 from orchestrator.lake.iceberg import open_catalog
 from orchestrator.lake.manifest import read_manifest, read_published
-from orchestrator.pipeline.publish import publish_table
 from orchestrator.pipeline.reconcile_spark import reconcile_table
+from orchestrator.pipeline.versions import publish_table
 from orchestrator.positions import BinlogPosition
 from orchestrator.schema.tables import ColumnInfo, TableInfo
 from orchestrator.schema.types import arrow_type

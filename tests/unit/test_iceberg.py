@@ -16,7 +16,7 @@ from orchestrator.config import PipelineConfig, parse_config
 from orchestrator.demo.command import duckdb_query
 from orchestrator.errors import ConfigError
 from orchestrator.lake import iceberg
-from orchestrator.pipeline.publish import publish_table
+from orchestrator.pipeline.versions import publish_table
 from orchestrator.positions import BinlogPosition
 from orchestrator.schema.tables import ColumnInfo, TableInfo
 from orchestrator.schema.values import staging_schema
