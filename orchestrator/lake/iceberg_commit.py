@@ -91,9 +91,8 @@ def commit_version(catalog: Catalog, table: str, tdir: str, files: Sequence[str]
             guard()
             return done.entry
     guard()  # before any write: a process that lost the lock commits nothing, not even a property
-    wanted = [storage.join(table_uri(tdir), f) for f in files]
-    properties = {RUN_ID: run_id, VERSION: str(version), ATTEMPT: attempt,
-                  POSITION: json.dumps(position.to_json(), sort_keys=True)}
+    wanted = file_uris(tdir, files)
+    properties = summary(run_id=run_id, version=version, attempt=attempt, position=position)
     if isinstance(prepared, NewTable):
         location, snapshot_id = iceberg_create.create(catalog, prepared, wanted, properties)
         log.debug("table %s: created in the Iceberg catalog with snapshot %d for version %d (%d files)",
@@ -110,6 +109,17 @@ def commit_version(catalog: Catalog, table: str, tdir: str, files: Sequence[str]
     log.debug("table %s: Iceberg snapshot %d for version %d (%d files added, %d removed)", table,
               current.snapshot_id, version, len(set(wanted) - listed.keys()), len(listed.keys() - set(wanted)))
     return entry(catalog, table, iceberg, current.snapshot_id)
+
+
+def file_uris(tdir: str, files: Sequence[str]) -> list[str]:
+    """The version's files (relative to ``tdir``) as the snapshot lists them."""
+    return [storage.join(table_uri(tdir), f) for f in files]
+
+
+def summary(*, run_id: str, version: int, attempt: str, position: BinlogPosition) -> dict[str, str]:
+    """What a version's snapshot summary carries besides Iceberg's own (`find_run` reads it)."""
+    return {RUN_ID: run_id, VERSION: str(version), ATTEMPT: attempt,
+            POSITION: json.dumps(position.to_json(), sort_keys=True)}
 
 
 def _without_commit_retries(table: Table) -> Table:

@@ -11,8 +11,9 @@ files are written with pyiceberg's own pieces, once each: `new_table_metadata`, 
 `DataFile` from each file's footer (`data_file`), pyiceberg's manifest and manifest list
 writers (their Avro writers and header JSON built once per process, `_Prebuilt`: the
 schemas of an unpartitioned table's manifests do not depend on the table), its snapshot
-summary, and the metadata file, which the catalog then registers: the SQL catalog in one
-INSERT (the same row its own creation inserts), another catalog by ``register_table``. The
+summary, and the metadata file, which the catalog then registers (`register_all`, the new
+tables of a publish group together): the SQL catalog by its own INSERT (the same row its own
+creation inserts) in one transaction, another catalog by ``register_table``. The
 catalog refuses a name it already has (compare-and-swap on "no table of that name"), as
 the create transaction's commit did. tests/unit/test_iceberg_create.py holds the metadata,
 manifests and summary to what pyiceberg's create transaction writes for the same files.
@@ -102,15 +103,34 @@ def _metadata(location: str, schema: Schema, properties: Mapping[str, str]) -> T
                               properties=dict(properties))
 
 
+@dataclass(frozen=True, slots=True)
+class Written:
+    """A new table's metadata written (`write`), for the catalog to register (`register_all`)."""
+
+    identifier: str
+    metadata_location: str
+    snapshot_id: int
+
+
 def create(catalog: Catalog, new: NewTable, paths: Sequence[str], summary: Mapping[str, str]) -> tuple[str, int]:
     """Create ``new`` in ``catalog`` with one snapshot appending the data files ``paths`` (full
-    URIs), ``summary`` added to the snapshot's summary. Returns the metadata location and the
-    snapshot's ID.
+    URIs), ``summary`` added to the snapshot's summary (`write`, then `register_all`). Returns
+    the metadata location and the snapshot's ID.
 
     Raises:
         TableAlreadyExistsError: the catalog has a table of that name (another writer's); the
             files written here are then referenced by nothing.
     """
+    written = write(catalog, new, paths, summary)
+    [error] = register_all(catalog, [written])
+    if error is not None:
+        raise error
+    return written.metadata_location, written.snapshot_id
+
+
+def write(catalog: Catalog, new: NewTable, paths: Sequence[str], summary: Mapping[str, str]) -> Written:
+    """The metadata of ``new`` with one snapshot appending ``paths``: the manifest, manifest list
+    and metadata file, written but not yet in the catalog (nothing lists them)."""
     metadata = _metadata(new.location, new.schema, new.properties)
     provider = load_location_provider(new.location, metadata.properties)
     metadata_location = provider.new_table_metadata_file_location()
@@ -147,25 +167,51 @@ def create(catalog: Catalog, new: NewTable, paths: Sequence[str], summary: Mappi
         "snapshots": [snapshot], "current_snapshot_id": snapshot_id, "last_sequence_number": 1,
         "last_updated_ms": snapshot.timestamp_ms, "refs": {MAIN_BRANCH: main}, "snapshot_log": [logged]})
     ToOutputFile.table_metadata(metadata, io.new_output(metadata_location))
-    _register(catalog, new.identifier, metadata_location)
-    return metadata_location, snapshot_id
+    return Written(new.identifier, metadata_location, snapshot_id)
 
 
-def _register(catalog: Catalog, identifier: str, metadata_location: str) -> None:
-    """The catalog's row naming ``metadata_location``: the SQL catalog's own INSERT (its
-    ``register_table`` would check the namespace and load the table back), another catalog's
-    ``register_table``."""
+def register_all(catalog: Catalog, tables: Sequence[Written]) -> list[TableAlreadyExistsError | None]:
+    """Put written tables in the catalog; for each, None or the error that it already has one of
+    that name (the others are registered all the same).
+
+    The SQL catalog takes them in one transaction of its own INSERTs (its ``register_table``
+    would check the namespace and load each table back: a commit and two queries a table); a
+    name it has fails the transaction, whose tables are then inserted one by one. Another
+    catalog registers each with ``register_table``."""
     if not isinstance(catalog, SqlCatalog):
-        catalog.register_table(identifier, metadata_location)
-        return
-    namespace, name = Catalog.namespace_to_string(Catalog.namespace_from(identifier)), Catalog.table_name_from(identifier)
-    row = catalog._create_table_row(namespace, name, metadata_location)
-    with Session(catalog.engine) as session:
-        try:
-            session.execute(insert(IcebergTables).values(**row))
-            session.commit()
-        except IntegrityError as exc:
-            raise TableAlreadyExistsError(f"Table {namespace}.{name} already exists") from exc
+        return [_registered(catalog, t) for t in tables]
+    rows = [catalog._create_table_row(*_split(t.identifier), t.metadata_location) for t in tables]
+    if len(rows) > 1:
+        with Session(catalog.engine) as session:
+            try:
+                session.execute(insert(IcebergTables), rows)
+                session.commit()
+                return [None] * len(rows)
+            except IntegrityError:
+                session.rollback()
+    out: list[TableAlreadyExistsError | None] = []
+    for table, row in zip(tables, rows, strict=True):
+        with Session(catalog.engine) as session:
+            try:
+                session.execute(insert(IcebergTables).values(**row))
+                session.commit()
+                out.append(None)
+            except IntegrityError:
+                out.append(TableAlreadyExistsError(f"Table {table.identifier} already exists"))
+    return out
+
+
+def _registered(catalog: Catalog, table: Written) -> TableAlreadyExistsError | None:
+    try:
+        catalog.register_table(table.identifier, table.metadata_location)
+    except TableAlreadyExistsError as exc:
+        return exc
+    return None
+
+
+def _split(identifier: str) -> tuple[str, str]:
+    """An identifier's namespace and table name, as the SQL catalog's rows hold them."""
+    return Catalog.namespace_to_string(Catalog.namespace_from(identifier)), Catalog.table_name_from(identifier)
 
 
 def data_file(io: FileIO, metadata: TableMetadata, path: str) -> DataFile:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,7 +15,7 @@ from pyiceberg.catalog import Catalog
 from orchestrator.config import PipelineConfig
 from orchestrator.errors import RunFailed, StateError
 from orchestrator.lake import storage
-from orchestrator.lake.manifest import IcebergEntry, current_uri, find_manifest
+from orchestrator.lake.manifest import IcebergEntry, Manifest, current_uri, find_manifest
 from orchestrator.pipeline import publish_workers
 from orchestrator.pipeline.context import (
     current_run,
@@ -28,7 +28,7 @@ from orchestrator.pipeline.context import (
 )
 from orchestrator.pipeline.failed import TablesFailed, fail_table, failures
 from orchestrator.pipeline.reconcile_kept import is_kept
-from orchestrator.pipeline.versions import publish_table, published_at
+from orchestrator.pipeline.versions import Publishing, publish_tables, published_at
 from orchestrator.positions import BinlogPosition
 from orchestrator.runtime import faults
 from orchestrator.state.many import RECORD_TABLES
@@ -88,7 +88,7 @@ def publish(config: PipelineConfig, run_id: str, *, holder: str) -> list[Publish
         done: list[tuple[TableCheckpoint, bool]] = []
         try:
             for group, workers in ((kept, False), (changed, True)):
-                for outcome in publish_workers.publish_each(config, run_id, group, _publish_one, store.check_fence,
+                for outcome in publish_workers.publish_each(config, run_id, group, _publish_group, store.check_fence,
                                                             workers=workers):
                     if outcome.checkpoint is None:
                         fail_table(store, run_id, outcome.table, "publish", outcome.reason or "unknown")
@@ -117,16 +117,30 @@ def publish(config: PipelineConfig, run_id: str, *, holder: str) -> list[Publish
         store.close()
 
 
-def _publish_one(config: PipelineConfig, guard: Callable[[], None], run_id: str, record: RunTableRecord,
-                 high: BinlogPosition, catalog: Catalog | None) -> tuple[TableCheckpoint, bool]:
-    """Publish one reconciled table at ``high``; returns its checkpoint (recorded by the caller)
-    and whether this run published a new version.
+def _publish_group(config: PipelineConfig, guard: Callable[[], None], run_id: str,
+                   group: Sequence[tuple[RunTableRecord, BinlogPosition]], catalog: Catalog | None
+                   ) -> list[tuple[TableCheckpoint, bool] | Exception]:
+    """Publish reconciled tables, each at its position (`versions.publish_tables`); for each, its
+    checkpoint (recorded by the caller) and whether this run published a new version, or the
+    exception its publish raised."""
+    done = publish_tables(config, [Publishing(table_info(r), tuple(r.chunk_key), reconciled_dir(config, r), high)
+                                   for r, high in group], run_id, guard, catalog)
+    out: list[tuple[TableCheckpoint, bool] | Exception] = []
+    for (record, high), manifest in zip(group, done, strict=True):
+        if isinstance(manifest, Exception):
+            out.append(manifest)
+            continue
+        faults.point("publish.files_written")
+        out.append(_checkpoint(config, run_id, record, high, manifest))
+    return out
+
+
+def _checkpoint(config: PipelineConfig, run_id: str, record: RunTableRecord, high: BinlogPosition,
+                manifest: Manifest) -> tuple[TableCheckpoint, bool]:
+    """A published table's checkpoint, and whether this run published a new version.
 
     A table without changes keeps its version (and the run and time that published it); its
     checkpoint moves on all the same: lag and the next run start from ``high``."""
-    manifest = publish_table(config, table_info(record), tuple(record.chunk_key),
-                             reconciled_dir(config, record), high, run_id, guard=guard, catalog=catalog)
-    faults.point("publish.files_written")
     changed = manifest["run_id"] == run_id
     checkpoint = TableCheckpoint(
         pipeline=config.pipeline, table=record.table, version=manifest["version"],

@@ -3,7 +3,8 @@
 A table's publish is mostly pyiceberg's Python (metadata built and written, Avro manifests),
 a few milliseconds of one core each, so a run of many tables publishes them in worker
 processes forked from the run (`worker_count`: two per core, at most `MAX_WORKERS`),
-each table in one worker from start to end. What stays the run's:
+a group of tables in one worker from start to end (`groups`; its new tables are created in one
+catalog transaction, `versions.publish_tables`). What stays the run's:
 
 - the state store's records: workers only return each table's checkpoint or its own failure
   (`Outcome`), which the run records as before (`publish.publish`);
@@ -30,7 +31,7 @@ import queue
 import signal
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import tenacity
@@ -65,9 +66,16 @@ CHECK_SECONDS = 1.0
 #: (`runtime.failures`: not the table's own failure) and a rerun resumes.
 LOCKED_ATTEMPTS = 3
 
-#: Publishes one table: (config, guard, run id, record, position, catalog) -> (checkpoint, changed).
-PublishOne = Callable[[PipelineConfig, Callable[[], None], str, RunTableRecord, BinlogPosition,
-                       Catalog | None], tuple[TableCheckpoint, bool]]
+#: Tables a worker publishes together at most (`groups`): tables new to the catalog are created
+#: in one catalog transaction a group (`versions.publish_tables`).
+GROUP_TABLES = 32
+#: Groups per worker at least, when there are enough tables: the last groups keep every worker busy.
+GROUPS_PER_WORKER = 4
+
+#: Publishes a group of tables: (config, guard, run id, [(record, position)], catalog) -> for each
+#: table, (checkpoint, changed) or the exception its publish raised.
+PublishGroup = Callable[[PipelineConfig, Callable[[], None], str, Sequence[tuple[RunTableRecord, BinlogPosition]],
+                         Catalog | None], list[tuple[TableCheckpoint, bool] | Exception]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +86,8 @@ class Outcome:
     checkpoint: TableCheckpoint | None = None
     changed: bool = False
     reason: str | None = None  # the table failed on its own (`table_failure`): the run goes on
+    #: What fails the run (not the table's own failure): raised once the tables in hand are handed over.
+    error: Exception | None = None
     logs: tuple[logging.LogRecord, ...] = ()
 
 
@@ -91,9 +101,28 @@ def worker_count(tables: int) -> int:
     return max(1, min(PER_CORE * cores, MAX_WORKERS, tables))
 
 
-def publish_each(config: PipelineConfig, run_id: str, todo: Sequence[tuple[RunTableRecord, BinlogPosition]],
-                 one: PublishOne, guard: Callable[[], None], *, workers: bool = True) -> Iterator[Outcome]:
-    """Publish every table of ``todo`` at its position with ``one``; each `Outcome` as it ends.
+Todo = Sequence[tuple[RunTableRecord, BinlogPosition]]
+
+
+def groups(todo: Todo, workers: int) -> list[Todo]:
+    """``todo`` cut into groups of consecutive tables: at most `GROUP_TABLES`, and at least
+    `GROUPS_PER_WORKER` groups a worker when the tables allow.
+
+    >>> [len(g) for g in groups(list(range(10)), 1)]
+    [3, 3, 3, 1]
+    >>> [len(g) for g in groups(list(range(200)), 4)]  # doctest: +ELLIPSIS
+    [13, 13, ..., 5]
+    >>> len(groups(list(range(2000)), 4)), len(groups([], 4))
+    (63, 0)
+    """
+    size = max(1, min(GROUP_TABLES, -(-len(todo) // (workers * GROUPS_PER_WORKER))))
+    return [todo[i:i + size] for i in range(0, len(todo), size)]
+
+
+def publish_each(config: PipelineConfig, run_id: str, todo: Todo, many: PublishGroup, guard: Callable[[], None],
+                 *, workers: bool = True) -> Iterator[Outcome]:
+    """Publish every table of ``todo`` at its position with ``many``, a group of tables at a time
+    (`groups`); each `Outcome` as its group ends.
 
     ``guard`` is the run's fence check (`StateStore.check_fence`); ``workers``: False publishes
     in this process (tables without a change: nothing to spread). An exception that is not a
@@ -101,9 +130,7 @@ def publish_each(config: PipelineConfig, run_id: str, todo: Sequence[tuple[RunTa
     ``guard``, or a worker gone: at once, every worker killed)."""
     count = worker_count(len(todo)) if workers else 1
     if count == 1:
-        catalog = iceberg.open_catalog(config) if todo else None
-        for record, high in todo:
-            yield _publish(one, config, guard, run_id, record, high, lambda: catalog)
+        yield from _in_process(config, run_id, todo, many, guard)
         return
     import multiprocessing  # a run without workers does not import them
     from concurrent.futures import ProcessPoolExecutor
@@ -116,11 +143,11 @@ def publish_each(config: PipelineConfig, run_id: str, todo: Sequence[tuple[RunTa
     # Each future puts itself here when it ends: the wait costs the same whatever is pending
     # (`concurrent.futures.wait` hangs a waiter on every pending future at each call: with
     # thousands of tables the run spent a fifth of a core on it, taken from the workers).
-    ended: queue.SimpleQueue[Future[Outcome]] = queue.SimpleQueue()
+    ended: queue.SimpleQueue[Future[list[Outcome]]] = queue.SimpleQueue()
     try:
-        pending: set[Future[Outcome]] = set()
-        for record, high in todo:
-            future = pool.submit(_in_worker, one, run_id, record, high)
+        pending: set[Future[list[Outcome]]] = set()
+        for group in groups(todo, count):
+            future = pool.submit(_in_worker, many, run_id, group)
             pending.add(future)
             future.add_done_callback(ended.put)
         while pending:
@@ -131,7 +158,7 @@ def publish_each(config: PipelineConfig, run_id: str, todo: Sequence[tuple[RunTa
                 if future.cancelled():  # not started: the run fails (below)
                     continue
                 try:
-                    outcome = future.result()
+                    outcomes = future.result()
                 except BrokenProcessPool as exc:
                     raise RunFailed("a publish worker process died (killed from outside: out of memory?); "
                                     "the tables it had published are kept, and `tidemark run` resumes "
@@ -142,9 +169,15 @@ def publish_each(config: PipelineConfig, run_id: str, todo: Sequence[tuple[RunTa
                         for waiting in pending:
                             waiting.cancel()
                     continue
-                for line in outcome.logs:
-                    logging.getLogger(line.name).handle(line)
-                yield outcome
+                for outcome in outcomes:
+                    for line in outcome.logs:
+                        logging.getLogger(line.name).handle(line)
+                    if outcome.error is None:
+                        yield outcome
+                    elif error is None:
+                        error = outcome.error
+                        for waiting in pending:
+                            waiting.cancel()
     except BaseException:
         _kill(pool)
         pool.shutdown(wait=False, cancel_futures=True)
@@ -154,7 +187,22 @@ def publish_each(config: PipelineConfig, run_id: str, todo: Sequence[tuple[RunTa
         raise error
 
 
-def _ended(ended: queue.SimpleQueue[Future[Outcome]], timeout: float) -> list[Future[Outcome]]:
+def _in_process(config: PipelineConfig, run_id: str, todo: Todo, many: PublishGroup,
+                guard: Callable[[], None]) -> Iterator[Outcome]:
+    """`publish_each` in this process: a group's error is raised once its tables are handed over."""
+    catalog = iceberg.open_catalog(config) if todo else None
+    for group in groups(todo, 1):
+        error = None
+        for outcome in _publish(many, config, guard, run_id, group, lambda: catalog):
+            if outcome.error is None:
+                yield outcome
+            elif error is None:
+                error = outcome.error
+        if error is not None:
+            raise error
+
+
+def _ended(ended: queue.SimpleQueue[Future[list[Outcome]]], timeout: float) -> list[Future[list[Outcome]]]:
     """The futures that ended: at least one if one ends within ``timeout`` seconds, and every
     other already there."""
     try:
@@ -177,21 +225,30 @@ def _as_raised_here(exc: Exception) -> Exception:
     return exc
 
 
-def _publish(one: PublishOne, config: PipelineConfig, guard: Callable[[], None], run_id: str,
-             record: RunTableRecord, high: BinlogPosition, catalog: Callable[[], Catalog | None]) -> Outcome:
-    """``one`` table; its own failure as an `Outcome`, anything else raised."""
-    try:
-        for attempt in tenacity.Retrying(retry=tenacity.retry_if_exception(_locked), reraise=True,
-                                         stop=tenacity.stop_after_attempt(LOCKED_ATTEMPTS),
-                                         wait=tenacity.wait_random(0.2, 2.0),
-                                         before_sleep=lambda state: _again(record.table, state)):
-            with attempt:
-                checkpoint, changed = one(config, guard, run_id, record, high, catalog())
-    except Exception as exc:  # one table's own trouble fails that table alone
-        if (reason := table_failure(exc)) is None:
-            raise
-        return Outcome(record.table, reason=reason)
-    return Outcome(record.table, checkpoint, changed)
+def _publish(many: PublishGroup, config: PipelineConfig, guard: Callable[[], None], run_id: str, group: Todo,
+             catalog: Callable[[], Catalog | None]) -> list[Outcome]:
+    """The tables of ``group``; a table's own failure as its `Outcome`'s reason, anything else
+    as its error. A table whose SQLite file stayed locked has the group published again (its
+    tables published already are found so); then the error is raised."""
+    results: list[tuple[TableCheckpoint, bool] | Exception] = []
+    for attempt in tenacity.Retrying(retry=tenacity.retry_if_exception(_locked), reraise=True,
+                                     stop=tenacity.stop_after_attempt(LOCKED_ATTEMPTS),
+                                     wait=tenacity.wait_random(0.2, 2.0),
+                                     before_sleep=lambda state: _again(group, state)):
+        with attempt:
+            results = many(config, guard, run_id, group, catalog())
+            locked = next((r for r in results if isinstance(r, Exception) and _locked(r)), None)
+            if locked is not None:
+                raise locked
+    outcomes = []
+    for (record, _), result in zip(group, results, strict=True):
+        if not isinstance(result, Exception):
+            outcomes.append(Outcome(record.table, *result))
+        elif (reason := table_failure(result)) is not None:  # one table's own trouble fails that table alone
+            outcomes.append(Outcome(record.table, reason=reason))
+        else:
+            outcomes.append(Outcome(record.table, error=result))
+    return outcomes
 
 
 def _locked(exc: BaseException) -> bool:
@@ -199,11 +256,15 @@ def _locked(exc: BaseException) -> bool:
     return any(SQLITE_BUSY.search(m) for m in messages(exc))
 
 
-def _again(table: str, state: tenacity.RetryCallState) -> None:
+def _again(group: Todo, state: tenacity.RetryCallState) -> None:
     error = state.outcome.exception() if state.outcome is not None else None
     first = str(error).strip().splitlines()[0] if error is not None and str(error).strip() else "locked"
-    log.warning("table %s: the SQLite file of the state store or catalog stayed locked (%s); publishing "
-                "it again (try %d of %d)", table, first, state.attempt_number + 1, LOCKED_ATTEMPTS)
+    names = [record.table for record, _ in group]
+    tables = f"table {names[0]}" if len(names) == 1 else f"tables {', '.join(names[:3])}" + (
+        f" and {len(names) - 3} more" if len(names) > 3 else "")
+    log.warning("%s: the SQLite file of the state store or catalog stayed locked (%s); publishing "
+                "%s again (try %d of %d)", tables, first, "it" if len(names) == 1 else "them",
+                state.attempt_number + 1, LOCKED_ATTEMPTS)
 
 
 def _kill(pool: ProcessPoolExecutor) -> None:
@@ -260,14 +321,17 @@ def _catalog() -> Catalog:
     return catalog
 
 
-def _in_worker(one: PublishOne, run_id: str, record: RunTableRecord, high: BinlogPosition) -> Outcome:
+def _in_worker(many: PublishGroup, run_id: str, group: Todo) -> list[Outcome]:
     kept: _Kept = _worker["kept"]
     kept.records = []
     try:
-        outcome = _publish(one, _worker["config"], _worker["guard"], run_id, record, high, _catalog)
+        outcomes = _publish(many, _worker["config"], _worker["guard"], run_id, group, _catalog)
     except Exception as exc:
         raise _portable(exc) from None
-    return Outcome(outcome.table, outcome.checkpoint, outcome.changed, outcome.reason, tuple(kept.records))
+    outcomes = [replace(o, error=_portable(o.error)) if o.error is not None else o for o in outcomes]
+    if outcomes:  # the group's log records, handed over with its first table
+        outcomes[0] = replace(outcomes[0], logs=tuple(kept.records))
+    return outcomes
 
 
 def _portable(exc: Exception) -> Exception:

@@ -42,17 +42,21 @@ stale process paused past its check cannot spoil what the lock's new owner publi
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
+from pyiceberg.exceptions import NoSuchNamespaceError
 
 from orchestrator.config import PipelineConfig
 from orchestrator.errors import RunFailed, resnapshot_hint
-from orchestrator.lake import iceberg, iceberg_commit, layout, storage
+from orchestrator.lake import iceberg, iceberg_commit, iceberg_create, layout, storage
+from orchestrator.lake.iceberg_create import NewTable
 from orchestrator.lake.layout import FileRange
 from orchestrator.lake.manifest import (
     IcebergEntry,
@@ -79,6 +83,16 @@ log = logging.getLogger(__name__)
 # --------------------------------------------------------------------------- publish
 
 
+@dataclass(frozen=True, slots=True)
+class Publishing:
+    """A reconciled table to publish (`publish_table`'s arguments of one table)."""
+
+    table_info: TableInfo
+    key: tuple[str, ...]
+    reconciled_dir: str
+    position: BinlogPosition
+
+
 def publish_table(config: PipelineConfig, table_info: TableInfo, key: Sequence[str],
                   reconciled_dir: str, position: BinlogPosition, run_id: str,
                   guard: Callable[[], None] = lambda: None, catalog: Catalog | None = None) -> Manifest:
@@ -99,6 +113,122 @@ def publish_table(config: PipelineConfig, table_info: TableInfo, key: Sequence[s
     Returns:
         The manifest now in ``current.json``.
     """
+    [done] = publish_tables(config, [Publishing(table_info, tuple(key), reconciled_dir, position)], run_id,
+                            guard, catalog)
+    if isinstance(done, Exception):
+        raise done
+    return done
+
+
+def publish_tables(config: PipelineConfig, tables: Sequence[Publishing], run_id: str,
+                   guard: Callable[[], None] = lambda: None, catalog: Catalog | None = None
+                   ) -> list[Manifest | Exception]:
+    """`publish_table` of each of ``tables``: its manifest, or the exception its publish raised
+    (the others are published all the same).
+
+    Tables new to the catalog are created together: each one's version is written up to its
+    Iceberg commit (the order of writes above), then the catalog registers them all in one
+    transaction (`iceberg_create.register_all`), then each switches. A group of tables lists
+    the catalog's tables once instead of looking each table up (a table it does not list has
+    no snapshot of this run to find)."""
+    opened: list[Catalog] = [catalog] if catalog is not None else []
+
+    def catalog_() -> Catalog:
+        if not opened:
+            opened.append(iceberg.open_catalog(config))
+        return opened[0]
+
+    listed: list[set[str]] = []
+
+    def exists(name: str) -> bool | None:
+        if len(tables) == 1:
+            return None  # looked up: one query, where listing would read the namespace's every name
+        if not listed:
+            listed.append(_listed(catalog_(), tables))
+        return name in listed[0]
+
+    out: list[Manifest | Exception | None] = [None] * len(tables)
+    staged: list[tuple[int, _Staged]] = []
+    for i, table in enumerate(tables):
+        try:
+            step = _stage(config, table, run_id, guard, catalog_, exists)
+        except Exception as exc:  # that table's; the caller tells a table's own failure from the run's
+            out[i] = exc
+            continue
+        if isinstance(step, _Staged):
+            staged.append((i, step))
+        else:
+            out[i] = step
+    created = _create_new(catalog_, [(i, s) for i, s in staged if isinstance(s.prepared, NewTable)], guard)
+    for i, step in staged:
+        try:
+            entry = created[i] if i in created else iceberg_commit.commit_version(
+                catalog_(), step.table, step.tdir, step.manifest["files"], version=step.manifest["version"],
+                run_id=run_id, position=step.position, attempt=step.attempt, guard=guard, prepared=step.prepared)
+            if isinstance(entry, Exception):
+                raise entry
+            faults.point("publish.iceberg_committed")
+            log.debug("table %s: switching to version %d (%d rows, %d files) at %s", step.table,
+                      step.manifest["version"], step.manifest["rows"], len(step.manifest["files"]), step.position)
+            out[i] = _switch(config, catalog_(), step.tdir, step.manifest, entry, guard)
+        except Exception as exc:
+            out[i] = exc
+    return [o if o is not None else RunFailed("internal: a table was not published") for o in out]
+
+
+@dataclass(frozen=True, slots=True)
+class _Staged:
+    """A version written up to its Iceberg commit: its data files in place, its manifest pending."""
+
+    table: str
+    tdir: str
+    manifest: Manifest
+    attempt: str
+    position: BinlogPosition
+    prepared: iceberg.Prepared | None  # None: load the table again to commit
+
+
+def _listed(catalog: Catalog, tables: Sequence[Publishing]) -> set[str]:
+    """The names of the catalog's tables in the namespaces of ``tables`` (one query each)."""
+    names: set[str] = set()
+    for namespace in {t.table_info.database for t in tables}:
+        with contextlib.suppress(NoSuchNamespaceError):  # no namespace: none of its tables
+            names.update(".".join(ident) for ident in catalog.list_tables(namespace))
+    return names
+
+
+def _create_new(catalog: Callable[[], Catalog], staged: Sequence[tuple[int, _Staged]],
+                guard: Callable[[], None]) -> dict[int, IcebergEntry | Exception]:
+    """The tables new to the catalog created, their metadata written each and registered together."""
+    if not staged:
+        return {}
+    out: dict[int, IcebergEntry | Exception] = {}
+    written: list[tuple[int, iceberg_create.Written]] = []
+    for i, step in staged:
+        assert isinstance(step.prepared, NewTable)
+        try:
+            written.append((i, iceberg_create.write(
+                catalog(), step.prepared, iceberg_commit.file_uris(step.tdir, step.manifest["files"]),
+                iceberg_commit.summary(run_id=step.manifest["run_id"], version=step.manifest["version"],
+                                       attempt=step.attempt, position=step.position))))
+        except Exception as exc:
+            out[i] = exc
+    if written:
+        guard()  # before the commit: a process that lost the lock registers nothing
+        errors = iceberg_create.register_all(catalog(), [w for _, w in written])
+        for (i, table), error in zip(written, errors, strict=True):
+            out[i] = error if error is not None else IcebergEntry(
+                catalog=catalog().name, identifier=table.identifier, metadata_location=table.metadata_location,
+                snapshot_id=table.snapshot_id)
+    return out
+
+
+def _stage(config: PipelineConfig, table: Publishing, run_id: str, guard: Callable[[], None],
+           catalog_: Callable[[], Catalog], exists: Callable[[str], bool | None]) -> Manifest | _Staged:
+    """``table``'s version written up to its Iceberg commit, or its manifest when there is
+    nothing to commit (no change, published already, or a committed snapshot of the run found
+    and switched to). ``exists``: whether the catalog lists a table (None: look it up)."""
+    table_info, key, reconciled_dir, position = table.table_info, table.key, table.reconciled_dir, table.position
     tdir = table_dir(config, table_info.name)
     current = find_manifest(tdir)
     plan = layout.read_plan(reconciled_dir)
@@ -110,13 +240,14 @@ def publish_table(config: PipelineConfig, table_info: TableInfo, key: Sequence[s
             log.info("table %s: no change since version %d; no new version, no Iceberg snapshot "
                      "(the state store records %s as checked)", table_info.name, current["version"], position)
             return current
-    catalog = catalog or iceberg.open_catalog(config)
+    catalog = catalog_()
     if current is not None and current["run_id"] == run_id:
         log.info("table %s: version %d of run %s is already published", table_info.name,
                  current["version"], run_id)
         _retain(config, catalog, tdir, current, guard)
         return current
-    loaded = iceberg.load(catalog, table_info.name)  # once: a crashed attempt may have committed (find_run_in)
+    # once: a crashed attempt may have committed (find_run_in)
+    loaded = iceberg.load(catalog, table_info.name) if exists(table_info.name) is not False else None
     committed = iceberg_commit.find_run_in(catalog, table_info.name, loaded, run_id)
     recovered = _committed_manifest(tdir, committed) if committed is not None else None
     if committed is not None and recovered is not None:
@@ -138,23 +269,16 @@ def publish_table(config: PipelineConfig, table_info: TableInfo, key: Sequence[s
         ranges = _place(table_info.name, tdir, version, plan, writer, _moved_tag(reconciled_dir))
     if not ranges:
         ranges = [writer.write_empty()]
-    rows = sum(r["rows"] for r in ranges)
     manifest = Manifest(
         table=table_info.name, version=version, files=[r["file"] for r in ranges],
         position=PositionEntry(file=position.file, pos=position.pos, gtid_set=position.gtid_set,
                                server_id=position.server_id, server_uuid=position.server_uuid),
-        rows=rows, columns=column_entries(table_info.columns), chunk_key=list(key),
+        rows=sum(r["rows"] for r in ranges), columns=column_entries(table_info.columns), chunk_key=list(key),
         published_at=dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), run_id=run_id,
         file_ranges=ranges,
     )
     storage.write_atomic(pending_uri(tdir, version, attempt), manifest_json(manifest))
-    snapshot = iceberg_commit.commit_version(catalog, table_info.name, tdir, manifest["files"], version=version,
-                                             run_id=run_id, position=position, attempt=attempt, guard=guard,
-                                             prepared=prepared if committed is None else None)
-    faults.point("publish.iceberg_committed")
-    log.debug("table %s: switching to version %d (%d rows, %d files) at %s",  # new ones: `_publish_one`
-              table_info.name, version, rows, len(ranges), position)
-    return _switch(config, catalog, tdir, manifest, snapshot, guard)
+    return _Staged(table_info.name, tdir, manifest, attempt, position, prepared if committed is None else None)
 
 
 def _committed_manifest(tdir: str, committed: iceberg_commit.RunCommit) -> Manifest | None:

@@ -9,7 +9,8 @@ import os
 import signal
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -40,8 +41,31 @@ def todo(tables: list[str] = TABLES) -> list[tuple[RunTableRecord, BinlogPositio
              BinlogPosition("binlog.000001", 4 + i)) for i, t in enumerate(tables)]
 
 
-def stand_in(config: PipelineConfig, guard: Callable[[], None], run_id: str, record: RunTableRecord,
-             high: BinlogPosition, catalog: Catalog | None) -> tuple[TableCheckpoint, bool]:
+PublishOne = Callable[[PipelineConfig, Callable[[], None], str, RunTableRecord, BinlogPosition, Catalog | None],
+                      tuple[TableCheckpoint, bool]]
+
+
+@dataclass(frozen=True)
+class grouped:  # used as a function: a group's publish made of ``one``
+    """A group's publish made of ``one`` for each table: each table's exception in its place
+    (a class: the workers get it pickled)."""
+
+    one: PublishOne
+
+    def __call__(self, config: PipelineConfig, guard: Callable[[], None], run_id: str,
+                 group: Sequence[tuple[RunTableRecord, BinlogPosition]],
+                 catalog: Catalog | None) -> list[tuple[TableCheckpoint, bool] | Exception]:
+        out: list[tuple[TableCheckpoint, bool] | Exception] = []
+        for record, high in group:
+            try:
+                out.append(self.one(config, guard, run_id, record, high, catalog))
+            except Exception as exc:
+                out.append(exc)
+        return out
+
+
+def one_table(config: PipelineConfig, guard: Callable[[], None], run_id: str, record: RunTableRecord,
+              high: BinlogPosition, catalog: Catalog | None) -> tuple[TableCheckpoint, bool]:
     """Publishes nothing: logs, then fails or dies as the table's name says."""
     guard()
     if record.table == "db.t1" and os.environ.get("TEST_DISK_FULL"):
@@ -54,6 +78,9 @@ def stand_in(config: PipelineConfig, guard: Callable[[], None], run_id: str, rec
         os.kill(os.getpid(), signal.SIGKILL)
     return TableCheckpoint(config.pipeline, record.table, 1, high.to_json(), 10, "m", run_id,
                            dt.datetime.now(dt.UTC)), True
+
+
+stand_in = grouped(one_table)
 
 
 def test_outcomes_come_back_with_their_logs(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -103,6 +130,7 @@ def test_an_error_that_fails_the_run_lets_the_tables_in_hand_finish(tmp_path: Pa
             seen.append(outcome.table)
     assert failed.value.errno == 28 and failed.value.__cause__ is None, "raised as the worker raised it"
     assert seen and "db.t1" not in seen, "the tables other workers had in hand were finished and handed over"
+    assert "db.t0" in seen, "so was the table published in the same group as the failing one"
     assert len(seen) < len(tables) - 10, f"tables not started yet were not started: {seen}"
 
 
@@ -131,8 +159,8 @@ def test_a_table_whose_sqlite_file_stayed_locked_is_published_again(tmp_path: Pa
         return TableCheckpoint(config.pipeline, record.table, 1, high.to_json(), 1, "m", run_id,
                                dt.datetime.now(dt.UTC)), True
 
-    publish = publish_workers.publish_each(config_for(tmp_path), "run-1", todo(["db.t0"]), one, lambda: None,
-                                           workers=False)
+    publish = publish_workers.publish_each(config_for(tmp_path), "run-1", todo(["db.t0"]), grouped(one),
+                                           lambda: None, workers=False)
     try:
         if released:
             [outcome] = list(publish)
