@@ -184,3 +184,26 @@ def test_a_file_of_other_field_ids_is_refused_before_anything_is_registered(tmp_
     with pytest.raises(RunFailed, match="not the Iceberg table's"):
         iceberg_create.create(catalog, new, files, SUMMARY)
     assert not catalog.table_exists("db.t")
+
+
+def test_a_group_is_registered_together_and_a_name_taken_fails_that_table_alone(tmp_path: Path) -> None:
+    catalog = catalog_at(tmp_path)
+    taken = created_here(catalog, "db.b", *table_with_files(tmp_path, "b0", [rows(3)]))
+    schema = pyarrow_to_schema(iceberg._first_schema(SCHEMA))
+    written = []
+    for name, count in (("a", 5), ("b", 6), ("c", 7)):
+        location, files = table_with_files(tmp_path, name, [rows(count)])
+        written.append(iceberg_create.write(catalog, iceberg_create.NewTable(f"db.{name}", location, schema, {}),
+                                            files, SUMMARY))
+    assert not catalog.table_exists("db.a"), "written, not registered"
+    errors = iceberg_create.register_all(catalog, written)
+    assert [e is None for e in errors] == [True, False, True]
+    assert isinstance(errors[1], TableAlreadyExistsError)
+    assert len(catalog.load_table("db.a").scan().to_arrow()) == 5
+    assert len(catalog.load_table("db.c").scan().to_arrow()) == 7
+    assert catalog.load_table("db.b").metadata_location == taken.metadata_location
+    more = [iceberg_create.write(catalog, iceberg_create.NewTable(f"db.{n}", *table_with_files(tmp_path, n, [rows(2)])[:1],
+                                                                  schema, {}), [], SUMMARY) for n in ("d", "e")]
+    assert iceberg_create.register_all(catalog, more) == [None, None], "one transaction for the group"
+    assert {".".join(t) for t in catalog.list_tables("db")} == {"db.a", "db.b", "db.c", "db.d", "db.e"}
+    assert catalog.load_table("db.d").scan().to_arrow().num_rows == 0, "a snapshot of no files"
