@@ -74,7 +74,7 @@ from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
 from pyiceberg.typedef import TableVersion
 from pyiceberg.types import StructType
 from pyiceberg.utils.schema_conversion import AvroSchemaConversion
-from sqlalchemy import insert
+from sqlalchemy import insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -199,6 +199,26 @@ def register_all(catalog: Catalog, tables: Sequence[Written]) -> list[TableAlrea
             except IntegrityError:
                 out.append(TableAlreadyExistsError(f"Table {table.identifier} already exists"))
     return out
+
+
+def known(catalog: Catalog, identifiers: Sequence[str]) -> set[str] | None:
+    """Which of ``identifiers`` the catalog has a table (or view) of, in one query a namespace;
+    None for a catalog other than SQL (each table is then looked up by loading it). Listing a
+    namespace instead would read every name of it for each group of a publish."""
+    if not isinstance(catalog, SqlCatalog):
+        return None
+    by_namespace: dict[str, list[str]] = {}
+    for identifier in identifiers:
+        namespace, name = _split(identifier)
+        by_namespace.setdefault(namespace, []).append(name)
+    found: set[str] = set()
+    with Session(catalog.engine) as session:
+        for namespace, names in by_namespace.items():
+            query = select(IcebergTables.table_name).where(
+                IcebergTables.catalog_name == catalog.name, IcebergTables.table_namespace == namespace,
+                IcebergTables.table_name.in_(names))
+            found.update(f"{namespace}.{name}" for name in session.scalars(query))
+    return found
 
 
 def _registered(catalog: Catalog, table: Written) -> TableAlreadyExistsError | None:

@@ -42,7 +42,6 @@ stale process paused past its check cannot spoil what the lock's new owner publi
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import hashlib
 import logging
@@ -51,7 +50,6 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
-from pyiceberg.exceptions import NoSuchNamespaceError
 
 from orchestrator.config import PipelineConfig
 from orchestrator.errors import RunFailed, resnapshot_hint
@@ -128,9 +126,9 @@ def publish_tables(config: PipelineConfig, tables: Sequence[Publishing], run_id:
 
     Tables new to the catalog are created together: each one's version is written up to its
     Iceberg commit (the order of writes above), then the catalog registers them all in one
-    transaction (`iceberg_create.register_all`), then each switches. A group of tables lists
-    the catalog's tables once instead of looking each table up (a table it does not list has
-    no snapshot of this run to find)."""
+    transaction (`iceberg_create.register_all`), then each switches. A group of tables asks
+    the catalog which of them it has in one query instead of loading each (a table it does not
+    have has no snapshot of this run to find)."""
     opened: list[Catalog] = [catalog] if catalog is not None else []
 
     def catalog_() -> Catalog:
@@ -138,14 +136,14 @@ def publish_tables(config: PipelineConfig, tables: Sequence[Publishing], run_id:
             opened.append(iceberg.open_catalog(config))
         return opened[0]
 
-    listed: list[set[str]] = []
+    listed: list[set[str] | None] = []
 
     def exists(name: str) -> bool | None:
         if len(tables) == 1:
-            return None  # looked up: one query, where listing would read the namespace's every name
+            return None  # looked up by loading it: one query as well
         if not listed:
-            listed.append(_listed(catalog_(), tables))
-        return name in listed[0]
+            listed.append(iceberg_create.known(catalog_(), [t.table_info.name for t in tables]))
+        return None if listed[0] is None else name in listed[0]
 
     out: list[Manifest | Exception | None] = [None] * len(tables)
     staged: list[tuple[int, _Staged]] = []
@@ -186,15 +184,6 @@ class _Staged:
     attempt: str
     position: BinlogPosition
     prepared: iceberg.Prepared | None  # None: load the table again to commit
-
-
-def _listed(catalog: Catalog, tables: Sequence[Publishing]) -> set[str]:
-    """The names of the catalog's tables in the namespaces of ``tables`` (one query each)."""
-    names: set[str] = set()
-    for namespace in {t.table_info.database for t in tables}:
-        with contextlib.suppress(NoSuchNamespaceError):  # no namespace: none of its tables
-            names.update(".".join(ident) for ident in catalog.list_tables(namespace))
-    return names
 
 
 def _create_new(catalog: Callable[[], Catalog], staged: Sequence[tuple[int, _Staged]],

@@ -206,4 +206,5 @@ def test_a_group_is_registered_together_and_a_name_taken_fails_that_table_alone(
                                                                   schema, {}), [], SUMMARY) for n in ("d", "e")]
     assert iceberg_create.register_all(catalog, more) == [None, None], "one transaction for the group"
     assert {".".join(t) for t in catalog.list_tables("db")} == {"db.a", "db.b", "db.c", "db.d", "db.e"}
+    assert iceberg_create.known(catalog, ["db.a", "db.x", "db.e", "other.a"]) == {"db.a", "db.e"}
     assert catalog.load_table("db.d").scan().to_arrow().num_rows == 0, "a snapshot of no files"
