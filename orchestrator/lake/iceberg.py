@@ -6,7 +6,7 @@ them, a later one replaces exactly the files it rewrote, in one atomic snapshot
 whose summary carries ``tidemark.run-id``, ``tidemark.version`` and
 ``tidemark.position`` (`orchestrator.lake.iceberg_commit`). A rerun finds the snapshot
 of its run and does not commit twice. Field IDs are the Iceberg schema's: `prepare_table`
-evolves the table, or stages the creation of a new one, and gives the Arrow schema the
+evolves the table, or prepares the creation of a new one (`iceberg_create`), and gives the Arrow schema the
 files are written with, ``PARQUET:field_id`` on every field, before any file is written;
 a column whose type Iceberg cannot promote is replaced by a new field of the same name
 (`_evolve`). Retention expires the snapshots of dropped versions and deletes the manifest

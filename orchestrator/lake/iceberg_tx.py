@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pydantic._internal import _fields
-from pyiceberg.table import CreateTableTransaction, Table, Transaction
+from pyiceberg.table import Table, Transaction
 from pyiceberg.table.metadata import TableMetadata
 
 
@@ -44,19 +44,9 @@ class _StagedOnce(Transaction):
         return built[2]
 
 
-class _CreateOnce(_StagedOnce, CreateTableTransaction):
-    """A `CreateTableTransaction` whose staged metadata is built once per change."""
-
-
 def transaction(table: Table) -> Transaction:
     """``table.transaction()``, building its staged metadata once per change."""
     return _StagedOnce(table)
-
-
-def create_transaction(created: CreateTableTransaction) -> CreateTableTransaction:
-    """``created`` (`Catalog.create_table_transaction`, nothing staged yet), building its staged
-    metadata once per change: the same staged table, its creation's changes staged again."""
-    return _CreateOnce(created._table)  # type: ignore[arg-type]  # a StagedTable
 
 
 def remember_factory_checks() -> None:

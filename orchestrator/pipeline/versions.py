@@ -5,7 +5,7 @@ Layout and manifest are CONTRACT.md's "Output layout"; every version is also an
 Iceberg snapshot (`orchestrator.lake.iceberg`). Each publish attempt has a tag of its
 own (`storage.attempt_tag`) that names every file it writes. Order of writes:
 
-1. the Iceberg table's schema is evolved, or its creation staged, which fixes the field IDs;
+1. the Iceberg table's schema is evolved, or its creation prepared, which fixes the field IDs;
 2. the version's new data files ``data/v000002-<tag>-c0000.parquet`` ...: the files reconcile
    finished in staging (`orchestrator.lake.layout.VersionPlan`), each one key range in key
    order, moved into ``data/`` (a rename; a file whose field IDs are not the table's is
