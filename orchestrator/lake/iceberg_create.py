@@ -11,9 +11,11 @@ files are written with pyiceberg's own pieces, once each: `new_table_metadata`, 
 `DataFile` from each file's footer (`data_file`), pyiceberg's manifest and manifest list
 writers (their Avro writers and header JSON built once per process, `_Prebuilt`: the
 schemas of an unpartitioned table's manifests do not depend on the table), its snapshot
-summary, and the metadata file, which the catalog then registers (`register_all`, the new
-tables of a publish group together): the SQL catalog by its own INSERT (the same row its own
-creation inserts) in one transaction, another catalog by ``register_table``. The
+summary, and the metadata file, which the SQL catalog then registers (`register_all`, the new
+tables of a publish group together) by its own INSERT (the same row its own creation inserts)
+in one transaction. Another catalog (REST, Glue, Hive) keeps pyiceberg's create transaction
+(`_by_transaction`): a REST catalog may hand the client the storage credentials of a table it
+stages, and registering a table the client wrote needs a permission staging does not. The
 catalog refuses a name it already has (compare-and-swap on "no table of that name"), as
 the create transaction's commit did. tests/unit/test_iceberg_create.py holds the metadata,
 manifests and summary to what pyiceberg's create transaction writes for the same files.
@@ -24,7 +26,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -114,18 +116,75 @@ class Written:
 
 def create(catalog: Catalog, new: NewTable, paths: Sequence[str], summary: Mapping[str, str]) -> tuple[str, int]:
     """Create ``new`` in ``catalog`` with one snapshot appending the data files ``paths`` (full
-    URIs), ``summary`` added to the snapshot's summary (`write`, then `register_all`). Returns
-    the metadata location and the snapshot's ID.
+    URIs), ``summary`` added to the snapshot's summary (`create_all` of one table). Returns the
+    metadata location and the snapshot's ID.
 
     Raises:
         TableAlreadyExistsError: the catalog has a table of that name (another writer's); the
             files written here are then referenced by nothing.
     """
-    written = write(catalog, new, paths, summary)
-    [error] = register_all(catalog, [written])
-    if error is not None:
-        raise error
-    return written.metadata_location, written.snapshot_id
+    [done] = create_all(catalog, [(new, paths, summary)])
+    if isinstance(done, Exception):
+        raise done
+    return done
+
+
+#: A table to create: what it is, its data files (full URIs), what its snapshot's summary adds.
+Creating = tuple[NewTable, Sequence[str], Mapping[str, str]]
+
+
+def create_all(catalog: Catalog, tables: Sequence[Creating], guard: Callable[[], None] = lambda: None
+               ) -> list[tuple[str, int] | Exception]:
+    """Create each of ``tables`` with its first snapshot; for each, its metadata location and
+    snapshot ID, or the exception that failed it (the others are created all the same).
+
+    The SQL catalog: each table's metadata is written (`write`), then all are registered
+    together (`register_all`). Another catalog creates each in pyiceberg's create transaction
+    (`_by_transaction`): a REST catalog may hand the client the storage credentials of a table
+    it stages, and needs no permission to register a table the client wrote. ``guard`` (the
+    fence check) runs before the writes and before each commit; what it raises is raised."""
+    if not isinstance(catalog, SqlCatalog) or not _REGISTERS_ITSELF:
+        out: list[tuple[str, int] | Exception] = []
+        for new, paths, summary in tables:
+            guard()
+            try:
+                out.append(_by_transaction(catalog, new, paths, summary))
+            except Exception as exc:
+                out.append(exc)
+        return out
+    guard()
+    done: list[Written | Exception] = []
+    for new, paths, summary in tables:
+        try:
+            done.append(write(catalog, new, paths, summary))
+        except Exception as exc:
+            done.append(exc)
+    written = [w for w in done if isinstance(w, Written)]
+    if written:
+        guard()  # before the commit: a process that lost the lock registers nothing
+    errors = iter(register_all(catalog, written, guard) if written else [])
+    return [w if isinstance(w, Exception) else (next(errors) or (w.metadata_location, w.snapshot_id))
+            for w in done]
+
+
+#: False routes the SQL catalog through `_by_transaction` too (tests of that path: no other
+#: catalog runs here).
+_REGISTERS_ITSELF = True
+
+
+def _by_transaction(catalog: Catalog, new: NewTable, paths: Sequence[str], summary: Mapping[str, str]
+                    ) -> tuple[str, int]:
+    """``new`` created with its snapshot by pyiceberg's create transaction and fast append."""
+    tx = catalog.create_table_transaction(new.identifier, schema=new.schema, location=new.location,
+                                          properties=dict(new.properties))
+    io = tx._table.io  # the staged table's (pyiceberg keeps it private): a REST catalog's credentials
+    with tx.update_snapshot(snapshot_properties=dict(summary)).fast_append() as append:
+        for path in paths:
+            append.append_data_file(data_file(io, tx.table_metadata, path))
+    table = tx.commit_transaction()
+    snapshot = table.current_snapshot()
+    assert snapshot is not None, "a commit makes a snapshot"
+    return table.metadata_location, snapshot.snapshot_id
 
 
 def write(catalog: Catalog, new: NewTable, paths: Sequence[str], summary: Mapping[str, str]) -> Written:
@@ -170,16 +229,15 @@ def write(catalog: Catalog, new: NewTable, paths: Sequence[str], summary: Mappin
     return Written(new.identifier, metadata_location, snapshot_id)
 
 
-def register_all(catalog: Catalog, tables: Sequence[Written]) -> list[TableAlreadyExistsError | None]:
-    """Put written tables in the catalog; for each, None or the error that it already has one of
-    that name (the others are registered all the same).
+def register_all(catalog: SqlCatalog, tables: Sequence[Written], guard: Callable[[], None] = lambda: None
+                 ) -> list[TableAlreadyExistsError | None]:
+    """Put written tables in the SQL catalog; for each, None or the error that it already has one
+    of that name (the others are registered all the same).
 
-    The SQL catalog takes them in one transaction of its own INSERTs (its ``register_table``
-    would check the namespace and load each table back: a commit and two queries a table); a
-    name it has fails the transaction, whose tables are then inserted one by one. Another
-    catalog registers each with ``register_table``."""
-    if not isinstance(catalog, SqlCatalog):
-        return [_registered(catalog, t) for t in tables]
+    They go in one transaction of the catalog's own INSERTs (its ``register_table`` would check
+    the namespace and load each table back: a commit and two queries a table); a name it has
+    fails the transaction, whose tables are then inserted one by one, after the fence check
+    ``guard`` again (another writer registering is what fails the transaction)."""
     rows = [catalog._create_table_row(*_split(t.identifier), t.metadata_location) for t in tables]
     if len(rows) > 1:
         with Session(catalog.engine) as session:
@@ -189,6 +247,7 @@ def register_all(catalog: Catalog, tables: Sequence[Written]) -> list[TableAlrea
                 return [None] * len(rows)
             except IntegrityError:
                 session.rollback()
+        guard()
     out: list[TableAlreadyExistsError | None] = []
     for table, row in zip(tables, rows, strict=True):
         with Session(catalog.engine) as session:
@@ -219,14 +278,6 @@ def known(catalog: Catalog, identifiers: Sequence[str]) -> set[str] | None:
                 IcebergTables.table_name.in_(names))
             found.update(f"{namespace}.{name}" for name in session.scalars(query))
     return found
-
-
-def _registered(catalog: Catalog, table: Written) -> TableAlreadyExistsError | None:
-    try:
-        catalog.register_table(table.identifier, table.metadata_location)
-    except TableAlreadyExistsError as exc:
-        return exc
-    return None
 
 
 def _split(identifier: str) -> tuple[str, str]:

@@ -123,16 +123,25 @@ def _publish_group(config: PipelineConfig, guard: Callable[[], None], run_id: st
     """Publish reconciled tables, each at its position (`versions.publish_tables`); for each, its
     checkpoint (recorded by the caller) and whether this run published a new version, or the
     exception its publish raised."""
-    done = publish_tables(config, [Publishing(table_info(r), tuple(r.chunk_key), reconciled_dir(config, r), high)
-                                   for r, high in group], run_id, guard, catalog)
-    out: list[tuple[TableCheckpoint, bool] | Exception] = []
-    for (record, high), manifest in zip(group, done, strict=True):
-        if isinstance(manifest, Exception):
-            out.append(manifest)
-            continue
-        faults.point("publish.files_written")
-        out.append(_checkpoint(config, run_id, record, high, manifest))
-    return out
+    out: list[tuple[TableCheckpoint, bool] | Exception | None] = [None] * len(group)
+    todo: list[tuple[int, Publishing]] = []
+    for i, (record, high) in enumerate(group):
+        try:  # a record the step cannot read fails that table alone (`table_failure` tells)
+            todo.append((i, Publishing(table_info(record), tuple(record.chunk_key), reconciled_dir(config, record),
+                                       high)))
+        except Exception as exc:
+            out[i] = exc
+    done = publish_tables(config, [p for _, p in todo], run_id, guard, catalog) if todo else []
+    for (i, _), manifest in zip(todo, done, strict=True):
+        record, high = group[i]
+        try:
+            if isinstance(manifest, Exception):
+                raise manifest
+            faults.point("publish.files_written")
+            out[i] = _checkpoint(config, run_id, record, high, manifest)
+        except Exception as exc:
+            out[i] = exc
+    return [o if o is not None else RunFailed("internal: a table of the group was not published") for o in out]
 
 
 def _checkpoint(config: PipelineConfig, run_id: str, record: RunTableRecord, high: BinlogPosition,

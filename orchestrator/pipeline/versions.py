@@ -188,27 +188,19 @@ class _Staged:
 
 def _create_new(catalog: Callable[[], Catalog], staged: Sequence[tuple[int, _Staged]],
                 guard: Callable[[], None]) -> dict[int, IcebergEntry | Exception]:
-    """The tables new to the catalog created, their metadata written each and registered together."""
+    """The tables new to the catalog created together (`iceberg_create.create_all`)."""
     if not staged:
         return {}
-    out: dict[int, IcebergEntry | Exception] = {}
-    written: list[tuple[int, iceberg_create.Written]] = []
-    for i, step in staged:
+    creating: list[iceberg_create.Creating] = []
+    for _, step in staged:
         assert isinstance(step.prepared, NewTable)
-        try:
-            written.append((i, iceberg_create.write(
-                catalog(), step.prepared, iceberg_commit.file_uris(step.tdir, step.manifest["files"]),
-                iceberg_commit.summary(run_id=step.manifest["run_id"], version=step.manifest["version"],
-                                       attempt=step.attempt, position=step.position))))
-        except Exception as exc:
-            out[i] = exc
-    if written:
-        guard()  # before the commit: a process that lost the lock registers nothing
-        errors = iceberg_create.register_all(catalog(), [w for _, w in written])
-        for (i, table), error in zip(written, errors, strict=True):
-            out[i] = error if error is not None else IcebergEntry(
-                catalog=catalog().name, identifier=table.identifier, metadata_location=table.metadata_location,
-                snapshot_id=table.snapshot_id)
+        creating.append((step.prepared, iceberg_commit.file_uris(step.tdir, step.manifest["files"]),
+                         iceberg_commit.summary(run_id=step.manifest["run_id"], version=step.manifest["version"],
+                                                attempt=step.attempt, position=step.position)))
+    out: dict[int, IcebergEntry | Exception] = {}
+    for (i, step), done in zip(staged, iceberg_create.create_all(catalog(), creating, guard), strict=True):
+        out[i] = done if isinstance(done, Exception) else IcebergEntry(
+            catalog=catalog().name, identifier=step.table, metadata_location=done[0], snapshot_id=done[1])
     return out
 
 

@@ -208,3 +208,52 @@ def test_a_group_is_registered_together_and_a_name_taken_fails_that_table_alone(
     assert {".".join(t) for t in catalog.list_tables("db")} == {"db.a", "db.b", "db.c", "db.d", "db.e"}
     assert iceberg_create.known(catalog, ["db.a", "db.x", "db.e", "other.a"]) == {"db.a", "db.e"}
     assert catalog.load_table("db.d").scan().to_arrow().num_rows == 0, "a snapshot of no files"
+
+
+def test_after_a_taken_name_fails_the_group_the_fence_is_checked_before_each_is_registered(tmp_path: Path) -> None:
+    catalog = catalog_at(tmp_path)
+    created_here(catalog, "db.b", *table_with_files(tmp_path, "b0", [rows(3)]))
+    schema = pyarrow_to_schema(iceberg._first_schema(SCHEMA))
+    checks: list[int] = []
+    creating: list[iceberg_create.Creating] = []
+    for name in ("a", "b"):
+        location, files = table_with_files(tmp_path, name, [rows(4)])
+        creating.append((iceberg_create.NewTable(f"db.{name}", location, schema, {}), files, SUMMARY))
+    done = iceberg_create.create_all(catalog, creating, lambda: checks.append(1))
+    assert isinstance(done[1], TableAlreadyExistsError) and not isinstance(done[0], Exception)
+    assert len(checks) == 3, "before the writes, before the group's commit, before the inserts one by one"
+
+    class Lost(Exception):
+        pass
+
+    def lost() -> None:
+        raise Lost("the lock was lost")
+
+    new = iceberg_create.NewTable("db.c", *table_with_files(tmp_path, "c", [rows(2)])[:1], schema, {})
+    with pytest.raises(Lost):
+        iceberg_create.create_all(catalog, [(new, [], SUMMARY)], lost)
+    assert not catalog.table_exists("db.c"), "nothing registered by a process that lost the lock"
+
+
+def test_a_catalog_other_than_sql_keeps_pyiceberg_s_create_transaction(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """No REST, Glue or Hive catalog runs here: the SQL catalog is routed through that path."""
+    catalog = catalog_at(tmp_path)
+    parts = [rows(30), rows(20, offset=30)]
+    lean = created_here(catalog, "db.lean", *table_with_files(tmp_path, "lean", parts))
+    created_here(catalog, "db.taken", *table_with_files(tmp_path, "taken", [rows(1)]))
+    monkeypatch.setattr(iceberg_create, "_REGISTERS_ITSELF", False)
+    schema = pyarrow_to_schema(iceberg._first_schema(SCHEMA))
+    location, files = table_with_files(tmp_path, "tx", parts)
+    taken_location, taken_files = table_with_files(tmp_path, "taken2", [rows(2)])
+    done = iceberg_create.create_all(catalog, [
+        (iceberg_create.NewTable("db.tx", location, schema, iceberg._TABLE_PROPERTIES), files, SUMMARY),
+        (iceberg_create.NewTable("db.taken", taken_location, schema, {}), taken_files, SUMMARY)])
+    assert isinstance(done[1], Exception) and "already exists" in str(done[1]), done[1]  # pyiceberg's own error
+    assert not isinstance(done[0], Exception)
+    table = catalog.load_table("db.tx")
+    assert (table.metadata_location, table.current_snapshot().snapshot_id) == done[0]  # type: ignore[union-attr]
+    expected, got = described(lean), described(table)
+    for part in expected:
+        assert got[part] == expected[part], part
+    assert len(catalog.load_table("db.taken").scan().to_arrow()) == 1, "the taken table kept"
