@@ -34,7 +34,7 @@ from pyiceberg.types import BinaryType, IcebergType, StringType
 from orchestrator.config import PipelineConfig
 from orchestrator.errors import RunFailed, resnapshot_hint
 from orchestrator.lake import storage
-from orchestrator.lake.iceberg_create import NewTable
+from orchestrator.lake.iceberg_create import FIELD_ID, NewTable
 from orchestrator.lake.manifest import published_schema
 from orchestrator.schema.tables import TableInfo
 from orchestrator.state.schema import SQLITE_BUSY_TIMEOUT_MS
@@ -44,7 +44,6 @@ _OPENING = threading.Lock()
 #: The namespaces each open catalog has created or found (`_ensure_namespace`).
 _NAMESPACES: weakref.WeakKeyDictionary[Catalog, set[str]] = weakref.WeakKeyDictionary()
 
-FIELD_ID = b"PARQUET:field_id"
 RUN_ID, VERSION, POSITION = "tidemark.run-id", "tidemark.version", "tidemark.position"
 #: The publish attempt that wrote the snapshot's new files (`storage.attempt_tag`).
 ATTEMPT = "tidemark.attempt"
@@ -124,7 +123,7 @@ def with_field_ids(schema: pa.Schema, ids: dict[str, int]) -> pa.Schema:
 
 
 #: What `prepare_table` hands `commit_version`: the table as loaded, or, for a table the catalog
-#: does not have yet, what `iceberg_create.create` creates it from with its first snapshot.
+#: does not have yet, what `iceberg_create.create_all` creates it from with its first snapshot.
 Prepared = Table | NewTable
 
 
@@ -144,7 +143,7 @@ def prepare_table(catalog: Catalog, table: str, tdir: str, schema: pa.Schema,
     ``schema`` with the table's field IDs (the schema the version's files are written with) and
     what `commit_version` commits on.
 
-    A new table is not created here: `iceberg_create.create` creates it with its first
+    A new table is not created here: `iceberg_create.create_all` creates it with its first
     snapshot, one metadata file and one catalog commit (creating it first took a second of
     each, and two loads more). ``loaded``: the table as `load` found it."""
     if loaded is None:

@@ -22,19 +22,18 @@ from pyiceberg.manifest import DataFile, ManifestFile
 from pyiceberg.table import Table, Transaction
 from pyiceberg.table.update.snapshot import UpdateSnapshot, _OverwriteFiles
 
-from orchestrator.lake import iceberg_create, iceberg_tx, storage
+from orchestrator.lake import iceberg_tx, storage
 from orchestrator.lake.iceberg import (
     ATTEMPT,
     NO_COMMIT_RETRIES,
     POSITION,
     RUN_ID,
     VERSION,
-    Prepared,
     data_files,
     load,
     table_uri,
 )
-from orchestrator.lake.iceberg_create import NewTable, data_file
+from orchestrator.lake.iceberg_create import data_file
 from orchestrator.lake.manifest import IcebergEntry
 from orchestrator.positions import BinlogPosition
 
@@ -73,17 +72,17 @@ def find_run_in(catalog: Catalog, table: str, iceberg: Table | None, run_id: str
 
 def commit_version(catalog: Catalog, table: str, tdir: str, files: Sequence[str], *, version: int,
                    run_id: str, position: BinlogPosition, attempt: str,
-                   guard: Callable[[], None] = lambda: None, prepared: Prepared | None = None) -> IcebergEntry:
+                   guard: Callable[[], None] = lambda: None, prepared: Table | None = None) -> IcebergEntry:
     """Make ``files`` (relative to ``tdir``) the table's current Iceberg snapshot, atomically:
     the files not in the current snapshot are added, those no longer listed are removed.
     Committing the same run again returns its snapshot.
 
     ``guard`` (the fence check) runs after the table is loaded and before the commit: a
     takeover before the load fails the guard, one after it fails the commit, whose parent
-    snapshot the catalog checks (compare-and-swap; a table being created: that no table of
-    the name exists). A writer that lost the pipeline lock cannot commit over its successor's
-    versions. ``prepared``: what `iceberg.prepare_table` gave, by a caller that found no
-    snapshot of this run (`find_run_in`): neither is done again."""
+    snapshot the catalog checks (compare-and-swap). A writer that lost the pipeline lock cannot
+    commit over its successor's versions. ``prepared``: the table `iceberg.prepare_table` gave,
+    by a caller that found no snapshot of this run (`find_run_in`): neither is done again. (A
+    table new to the catalog is created with its first snapshot by `iceberg_create.create_all`.)"""
     if prepared is None:
         done = find_run(catalog, table, run_id)
         prepared = catalog.load_table(table)
@@ -93,12 +92,6 @@ def commit_version(catalog: Catalog, table: str, tdir: str, files: Sequence[str]
     guard()  # before any write: a process that lost the lock commits nothing, not even a property
     wanted = file_uris(tdir, files)
     properties = summary(run_id=run_id, version=version, attempt=attempt, position=position)
-    if isinstance(prepared, NewTable):
-        location, snapshot_id = iceberg_create.create(catalog, prepared, wanted, properties)
-        log.debug("table %s: created in the Iceberg catalog with snapshot %d for version %d (%d files)",
-                  table, snapshot_id, version, len(wanted))
-        return IcebergEntry(catalog=catalog.name, identifier=table, metadata_location=location,
-                            snapshot_id=snapshot_id)
     prepared = _without_commit_retries(prepared)
     listed = {f.file_path: f for f in data_files(prepared)}
     tx = iceberg_tx.transaction(prepared)

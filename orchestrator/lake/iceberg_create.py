@@ -82,6 +82,7 @@ from sqlalchemy.orm import Session
 
 from orchestrator.errors import RunFailed
 
+#: The Parquet field metadata holding a column's Iceberg field ID.
 FIELD_ID = b"PARQUET:field_id"
 FORMAT_VERSION: TableVersion = 2
 
@@ -89,7 +90,7 @@ FORMAT_VERSION: TableVersion = 2
 @dataclass(frozen=True, slots=True)
 class NewTable:
     """A table the catalog does not have yet, as `iceberg.prepare_table` stages it: created by
-    `create` with its first snapshot."""
+    `create_all` with its first snapshot."""
 
     identifier: str
     location: str  # the table's URI (``file://...`` for a local lake)
@@ -114,21 +115,6 @@ class Written:
     snapshot_id: int
 
 
-def create(catalog: Catalog, new: NewTable, paths: Sequence[str], summary: Mapping[str, str]) -> tuple[str, int]:
-    """Create ``new`` in ``catalog`` with one snapshot appending the data files ``paths`` (full
-    URIs), ``summary`` added to the snapshot's summary (`create_all` of one table). Returns the
-    metadata location and the snapshot's ID.
-
-    Raises:
-        TableAlreadyExistsError: the catalog has a table of that name (another writer's); the
-            files written here are then referenced by nothing.
-    """
-    [done] = create_all(catalog, [(new, paths, summary)])
-    if isinstance(done, Exception):
-        raise done
-    return done
-
-
 #: A table to create: what it is, its data files (full URIs), what its snapshot's summary adds.
 Creating = tuple[NewTable, Sequence[str], Mapping[str, str]]
 
@@ -136,7 +122,9 @@ Creating = tuple[NewTable, Sequence[str], Mapping[str, str]]
 def create_all(catalog: Catalog, tables: Sequence[Creating], guard: Callable[[], None] = lambda: None
                ) -> list[tuple[str, int] | Exception]:
     """Create each of ``tables`` with its first snapshot; for each, its metadata location and
-    snapshot ID, or the exception that failed it (the others are created all the same).
+    snapshot ID, or the exception that failed it (the others are created all the same): a name
+    the catalog already has fails its table (another writer's; the files written for it are then
+    referenced by nothing).
 
     The SQL catalog: each table's metadata is written (`write`), then all are registered
     together (`register_all`). Another catalog creates each in pyiceberg's create transaction

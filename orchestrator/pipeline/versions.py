@@ -43,6 +43,7 @@ stale process paused past its check cannot spoil what the lock's new owner publi
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import logging
 from collections.abc import Callable, Sequence
@@ -129,21 +130,19 @@ def publish_tables(config: PipelineConfig, tables: Sequence[Publishing], run_id:
     transaction (`iceberg_create.register_all`), then each switches. A group of tables asks
     the catalog which of them it has in one query instead of loading each (a table it does not
     have has no snapshot of this run to find)."""
-    opened: list[Catalog] = [catalog] if catalog is not None else []
+    @functools.cache
+    def catalog_() -> Catalog:  # opened once, and only when a table needs it
+        return catalog or iceberg.open_catalog(config)
 
-    def catalog_() -> Catalog:
-        if not opened:
-            opened.append(iceberg.open_catalog(config))
-        return opened[0]
-
-    listed: list[set[str] | None] = []
+    @functools.cache
+    def known() -> set[str] | None:
+        return iceberg_create.known(catalog_(), [t.table_info.name for t in tables])
 
     def exists(name: str) -> bool | None:
         if len(tables) == 1:
             return None  # looked up by loading it: one query as well
-        if not listed:
-            listed.append(iceberg_create.known(catalog_(), [t.table_info.name for t in tables]))
-        return None if listed[0] is None else name in listed[0]
+        found = known()
+        return None if found is None else name in found
 
     out: list[Manifest | Exception | None] = [None] * len(tables)
     staged: list[tuple[int, _Staged]] = []
@@ -160,9 +159,14 @@ def publish_tables(config: PipelineConfig, tables: Sequence[Publishing], run_id:
     created = _create_new(catalog_, [(i, s) for i, s in staged if isinstance(s.prepared, NewTable)], guard)
     for i, step in staged:
         try:
-            entry = created[i] if i in created else iceberg_commit.commit_version(
-                catalog_(), step.table, step.tdir, step.manifest["files"], version=step.manifest["version"],
-                run_id=run_id, position=step.position, attempt=step.attempt, guard=guard, prepared=step.prepared)
+            if i in created:
+                entry = created[i]
+            else:
+                assert not isinstance(step.prepared, NewTable), "created above"
+                entry = iceberg_commit.commit_version(
+                    catalog_(), step.table, step.tdir, step.manifest["files"], version=step.manifest["version"],
+                    run_id=run_id, position=step.position, attempt=step.attempt, guard=guard,
+                    prepared=step.prepared)
             if isinstance(entry, Exception):
                 raise entry
             faults.point("publish.iceberg_committed")

@@ -73,10 +73,18 @@ def created_by_pyiceberg(catalog: Catalog, identifier: str, location: str, files
     return tx.commit_transaction()
 
 
+def create(catalog: Catalog, new: iceberg_create.NewTable, files: list[str]) -> tuple[str, int]:
+    """`iceberg_create.create_all` of one table: its metadata location and snapshot ID, or its error raised."""
+    [done] = iceberg_create.create_all(catalog, [(new, files, SUMMARY)])
+    if isinstance(done, Exception):
+        raise done
+    return done
+
+
 def created_here(catalog: Catalog, identifier: str, location: str, files: list[str]) -> Table:
     new = iceberg_create.NewTable(identifier, location, pyarrow_to_schema(iceberg._first_schema(SCHEMA)),
                                   iceberg._TABLE_PROPERTIES)
-    metadata_location, snapshot_id = iceberg_create.create(catalog, new, files, SUMMARY)
+    metadata_location, snapshot_id = create(catalog, new, files)
     table = catalog.load_table(identifier)
     assert table.metadata_location == metadata_location
     assert table.current_snapshot().snapshot_id == snapshot_id  # type: ignore[union-attr]
@@ -169,7 +177,7 @@ def test_a_name_the_catalog_has_is_refused_and_its_table_kept(tmp_path: Path) ->
     location, files = table_with_files(tmp_path, "again", [rows(20)])
     new = iceberg_create.NewTable("db.t", location, pyarrow_to_schema(iceberg._first_schema(SCHEMA)), {})
     with pytest.raises(TableAlreadyExistsError):
-        iceberg_create.create(catalog, new, files, SUMMARY)
+        create(catalog, new, files)
     kept = catalog.load_table("db.t")
     assert kept.metadata_location == first.metadata_location
     assert len(kept.scan().to_arrow()) == 10
@@ -182,7 +190,7 @@ def test_a_file_of_other_field_ids_is_refused_before_anything_is_registered(tmp_
     location, files = table_with_files(tmp_path, "t", [rows(10).replace_schema_metadata(None).cast(SCHEMA)])
     new = iceberg_create.NewTable("db.t", location, pyarrow_to_schema(iceberg._first_schema(SCHEMA)), {})
     with pytest.raises(RunFailed, match="not the Iceberg table's"):
-        iceberg_create.create(catalog, new, files, SUMMARY)
+        create(catalog, new, files)
     assert not catalog.table_exists("db.t")
 
 
