@@ -57,7 +57,7 @@ def main() -> int:
                 for n in range(args.repeat + 1):  # the first round warms both up, untimed
                     out = work / f"s{size}-{n}"
                     start = time.perf_counter()
-                    read_table(source, LocalTable(info, ("id",), schema, [(0, where, str(out / "driver"))]),
+                    read_table(source, LocalTable(info, ("id",), schema, [(0, where, str(out / "driver.parquet"))]),
                                lambda: None)
                     driver.append(time.perf_counter() - start)
                     start = time.perf_counter()

@@ -12,8 +12,10 @@ tables only pays the JVM's start too (seconds). The driver reads a table planned
   (`wire_array`: epoch days to date32, epoch microseconds to timestamps, 0/1 to boolean);
 - a NULL in a NOT NULL column fails the table, naming the column, as the Spark job does;
 - the rows sorted in the files' order (`orchestrator.lake.order`: Spark's order of the
-  published values), written with the data file schema (field IDs, required columns) into the
-  chunk's directory under the name the Spark path gives it.
+  published values), written with the data file schema (field IDs, required columns) as one
+  file per chunk, straight in the run's ``snapshot/`` directory (`read._ChunkPaths.file_of`):
+  a Spark job writes a directory of part files per chunk, the driver needs none (two
+  directories a small table fewer to create, and to delete at the end of the run).
 
 So reconcile and publish cannot tell a driver-written chunk file from a Spark-written one
 (tests/integration/test_local_read.py compares them value for value, every type of the mapping).
@@ -38,7 +40,6 @@ import pymysql
 from chunking.mysql import quote_identifier
 from orchestrator.config import PipelineConfig
 from orchestrator.errors import RunFailed, SourceNotReady, TransientReadError
-from orchestrator.lake import storage
 from orchestrator.lake.layout import FileRange
 from orchestrator.lake.order import sort_keys
 from orchestrator.lake.writer import key_at, write_table
@@ -84,7 +85,7 @@ class LocalTable:
     info: TableInfo
     key: Sequence[str]
     schema: pa.Schema  # the data file schema (`iceberg.data_file_schema`)
-    chunks: Sequence[tuple[int, str, str]]  # (chunk index, SQL predicate, chunk directory)
+    chunks: Sequence[tuple[int, str, str]]  # (chunk index, SQL predicate, the chunk's file)
 
 
 def read_tables(config: PipelineConfig, tables: Sequence[LocalTable], guard: Callable[[], None]
@@ -120,7 +121,7 @@ def _read_share(config: PipelineConfig, tables: Sequence[LocalTable], guard: Cal
 
 
 def read_table(source: Source, table: LocalTable, guard: Callable[[], None]) -> list[FileRange]:
-    """Read ``table``'s chunks into their directories; the file of each chunk (one per chunk).
+    """Read ``table``'s chunks, each into its file; the `FileRange` of each.
 
     Raises:
         TransientReadError: the connection was lost (the batch is read again).
@@ -134,7 +135,7 @@ def read_table(source: Source, table: LocalTable, guard: Callable[[], None]) -> 
     key = [info.column(k).name for k in table.key]
     wires = [e.wire for e in exprs]
     out: list[FileRange] = []
-    for index, where, out_dir in table.chunks:
+    for index, where, target in table.chunks:
         label = f"{info.name} chunk {index}"
         parts = [_convert(rows, info.columns, wires, table.schema, label)
                  for rows in _batches(source, f"SELECT {select} FROM {derived} WHERE {where}", label)]
@@ -146,7 +147,6 @@ def read_table(source: Source, table: LocalTable, guard: Callable[[], None]) -> 
         data = _as_schema(data, table.schema)
         data = data.take(pc.sort_indices(data, sort_keys=sort_keys(key))) if data.num_rows > 1 else data
         guard()
-        target = storage.join(out_dir, f"c{index:06d}-000.parquet")
         nbytes = write_table(target, data)
         first, last = (key_at(data, key, 0), key_at(data, key, -1)) if data.num_rows else (None, None)
         out.append(FileRange(file=target, min_key=first, max_key=last, rows=data.num_rows, bytes=nbytes))

@@ -157,7 +157,7 @@ def _session(config: PipelineConfig, spark: SessionLike) -> SparkSession:
 
 def _read_tables(spark: SparkSession | None, config: PipelineConfig, run_id: str, pending: _Pending, tag: str,
                  guard: Callable[[], None]) -> tuple[list[ChunkRead], dict[str, str]]:
-    """The batch's chunks into chunk dirs named with the attempt's ``tag``: the small tables in the
+    """The batch's chunks into chunk dirs and files named with the attempt's ``tag``: the small tables in the
     driver (`orchestrator.pipeline.local_read`) while Spark reads the others, a job per table,
     `TABLE_JOBS` jobs at a time; ``guard`` is the fence check before files are written. Returns the chunks read and the tables
     that failed on their own (with the reason). Any other error is raised once every read started
@@ -181,11 +181,11 @@ def _read_locally(config: PipelineConfig, pending: _Pending, schemas: Mapping[st
                   paths: _ChunkPaths, guard: Callable[[], None]) -> dict[str, list[ChunkRead] | Exception]:
     """The batch's small tables, read by the driver."""
     tables = [LocalTable(pending.infos[t][0], pending.infos[t][1], schemas[t],
-                         [(c.index, c.where, paths.of(t, c)) for c in pending.by_table[t]])
+                         [(c.index, c.where, paths.file_of(t, c)) for c in pending.by_table[t]])
               for t in sorted(pending.local)]
     done = read_tables(config, tables, guard)
     return {t: outcome if isinstance(outcome, Exception) else
-            [ChunkRead(t, c.index, written["rows"], written["bytes"], paths.of(t, c), ranges=[dict(written)])
+            [ChunkRead(t, c.index, written["rows"], written["bytes"], written["file"], ranges=[dict(written)])
              for c, written in zip(pending.by_table[t], outcome, strict=True)]
             for t, outcome in done.items()}
 
@@ -211,7 +211,10 @@ def _sorted_outcomes(outcomes: Mapping[str, list[ChunkRead] | Exception]) -> tup
 
 @dataclass(frozen=True, slots=True)
 class _ChunkPaths:
-    """Where an attempt at a batch writes each chunk: a directory its tag makes unique."""
+    """Where an attempt at a batch writes each chunk, names its tag makes unique: a Spark job a
+    directory of part files (`of`), the driver one file (`file_of`, no directory of its own: a
+    small table's read and the run's end would spend more on its directories than on its rows).
+    A chunk's recorded ``path`` is either."""
 
     config: PipelineConfig
     run_id: str
@@ -219,6 +222,9 @@ class _ChunkPaths:
 
     def of(self, table: str, chunk: ChunkRecord) -> str:
         return run_dir(self.config, self.run_id, "snapshot", table, f"chunk-{chunk.index:06d}-{self.tag}")
+
+    def file_of(self, table: str, chunk: ChunkRecord) -> str:
+        return run_dir(self.config, self.run_id, "snapshot", f"{table}.c{chunk.index:06d}-{self.tag}.parquet")
 
 
 @dataclass(frozen=True, slots=True)

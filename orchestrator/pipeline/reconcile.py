@@ -153,12 +153,14 @@ def chunk_base(chunk_dirs: Sequence[str], key: Sequence[str], table: str,
     the layout: a file not written sorted by this release's read (no field IDs), or key ranges
     that overlap in the files' order.
 
-    A chunk directory in ``recorded`` is not opened: its files are as the read recorded them
-    when it wrote them (the driver's reads, `orchestrator.pipeline.local_read`: sorted, with the
-    field IDs; the directory is unique to the read attempt and never written again). The others'
-    files are listed and each opened for its key range."""
+    A chunk's path is a directory of part files (a Spark job's) or its one file (the driver's,
+    `orchestrator.pipeline.local_read`). A path in ``recorded`` is not opened: its files are as
+    the read recorded them when it wrote them (the driver's reads: sorted, with the field IDs;
+    the name is unique to the read attempt and never written again). The others' files are
+    listed and each opened for its key range."""
     recorded = recorded or {}
-    uris = [u for d in chunk_dirs if d not in recorded for u in storage.list_files(d, suffix=".parquet")]
+    uris = [u for d in chunk_dirs if d not in recorded
+            for u in ([d] if d.endswith(".parquet") else storage.list_files(d, suffix=".parquet"))]
 
     def describe(uri: str) -> tuple[FileRange, bool]:
         sorted_file = all(f.metadata and iceberg.FIELD_ID in f.metadata for f in storage.parquet_schema(uri))

@@ -30,7 +30,7 @@ def _file(directory: Path) -> Path:
 
 
 def _local(info: TableInfo, schema: Any, root: Path, chunks: list[tuple[int, str]] = CHUNKS) -> LocalTable:
-    return LocalTable(info, ("id",), schema, [(i, where, str(root / f"c{i}")) for i, where in chunks])
+    return LocalTable(info, ("id",), schema, [(i, where, str(root / f"c{i}.parquet")) for i, where in chunks])
 
 
 def test_the_driver_writes_what_a_spark_job_writes(spark: Any, mariadb: LocalMariaDB,
@@ -45,23 +45,23 @@ def test_the_driver_writes_what_a_spark_job_writes(spark: Any, mariadb: LocalMar
     assert [written["rows"] for written in done] == [2, ROWS - 2, 0]
     # What the read records of each file is what reconcile finds by opening it (`chunk_base`), and
     # the key ranges are those of the file Spark wrote.
-    dirs = [str(by_driver / f"c{i}") for i, _ in CHUNKS]
-    recorded = {d: [written] for d, written in zip(dirs, done, strict=True)}
-    opened = chunk_base(dirs, ("id",), types_table.name)
-    assert opened is not None and chunk_base(dirs, ("id",), types_table.name, recorded) == opened
+    files = [str(by_driver / f"c{i}.parquet") for i, _ in CHUNKS]  # a driver's chunk is its one file
+    assert [written["file"] for written in done] == files
+    recorded = {f: [written] for f, written in zip(files, done, strict=True)}
+    opened = chunk_base(files, ("id",), types_table.name)
+    assert opened is not None and chunk_base(files, ("id",), types_table.name, recorded) == opened
     assert [entry["file"] for _, entry in opened] == [w["file"] for w in done if w["rows"]]
     by_files = chunk_base([str(by_spark / f"c{i}") for i, _ in CHUNKS], ("id",), types_table.name)
     assert by_files is not None
     assert [(e["min_key"], e["max_key"], e["rows"]) for _, e in by_files] == \
         [(w["min_key"], w["max_key"], w["rows"]) for w in done if w["rows"]]
     for i, _ in CHUNKS:
-        spark_file, driver_file = _file(by_spark / f"c{i}"), _file(by_driver / f"c{i}")
-        assert spark_file.name == driver_file.name
+        spark_file, driver_file = _file(by_spark / f"c{i}"), by_driver / f"c{i}.parquet"
         # types, nullability and field IDs alike (the file's own metadata says who wrote it)
         assert pq.read_schema(driver_file).remove_metadata().equals(
             pq.read_schema(spark_file).remove_metadata(), check_metadata=True)
         assert pq.read_table(driver_file).equals(pq.read_table(spark_file)), i
-    rows = {r["id"]: r for i, _ in CHUNKS for r in pq.read_table(_file(by_driver / f"c{i}")).to_pylist()}
+    rows = {r["id"]: r for i, _ in CHUNKS for r in pq.read_table(by_driver / f"c{i}.parquet").to_pylist()}
     for (name, row_id), value in EXPLICIT.items():  # stated independently of either engine
         assert rows[row_id][name] == value, (name, row_id)
 
@@ -75,8 +75,8 @@ def test_rows_are_in_the_files_order_not_the_servers(mariadb: LocalMariaDB, tmp_
     with Source.from_pipeline(config) as source:
         info = source.table_info("loc_order.t")
         schema = iceberg.data_file_schema(config, info)
-        read_table(source, LocalTable(info, ("k",), schema, [(0, "TRUE", str(tmp_path / "c0"))]), lambda: None)
-    assert pq.read_table(_file(tmp_path / "c0")).column("k").to_pylist() == ["A", "Z", "b", "c", "é"]
+        read_table(source, LocalTable(info, ("k",), schema, [(0, "TRUE", str(tmp_path / "c0.parquet"))]), lambda: None)
+    assert pq.read_table(tmp_path / "c0.parquet").column("k").to_pylist() == ["A", "Z", "b", "c", "é"]
 
 
 def test_a_null_in_a_not_null_column_fails_the_table(mariadb: LocalMariaDB, tmp_path: Path) -> None:
@@ -89,11 +89,11 @@ def test_a_null_in_a_not_null_column_fails_the_table(mariadb: LocalMariaDB, tmp_
         info = source.table_info("loc_null.t")
         schema = iceberg.data_file_schema(config, info)
     required = schema.set(1, schema.field(1).with_nullable(False))  # as if the zero date could not occur
-    out = read_tables(config, [LocalTable(info, ("id",), required, [(0, "TRUE", str(tmp_path / "c0"))])],
+    out = read_tables(config, [LocalTable(info, ("id",), required, [(0, "TRUE", str(tmp_path / "c0.parquet"))])],
                       lambda: None)
     failure = out["loc_null.t"]
     assert isinstance(failure, RunFailed) and "NULL read from NOT NULL column d" in str(failure)
-    assert not (tmp_path / "c0").exists()
+    assert not (tmp_path / "c0.parquet").exists()
 
 
 def test_an_sql_error_is_the_tables_own_failure(mariadb: LocalMariaDB, tmp_path: Path) -> None:
@@ -107,13 +107,13 @@ def test_an_sql_error_is_the_tables_own_failure(mariadb: LocalMariaDB, tmp_path:
         infos = [source.table_info(f"loc_err.{t}") for t in "abc"]
     schema = iceberg.data_file_schema(config, infos[0])
     wheres = {"loc_err.a": "TRUE", "loc_err.b": "no_such_column = 1", "loc_err.c": "TRUE"}
-    out = read_tables(config, [LocalTable(i, ("id",), schema, [(0, wheres[i.name], str(tmp_path / i.table))])
+    out = read_tables(config, [LocalTable(i, ("id",), schema, [(0, wheres[i.name], str(tmp_path / f"{i.table}.parquet"))])
                                for i in infos], lambda: None)
     failure = out["loc_err.b"]
     assert isinstance(failure, RunFailed) and "read of loc_err.b chunk 0 failed" in str(failure)
     assert "no_such_column" in str(failure)
-    assert [(w["rows"], w["bytes"]) for w in out["loc_err.a"]] == [(2, _file(tmp_path / "a").stat().st_size)]
-    assert [(w["rows"], w["bytes"]) for w in out["loc_err.c"]] == [(1, _file(tmp_path / "c").stat().st_size)]
+    assert [(w["rows"], w["bytes"]) for w in out["loc_err.a"]] == [(2, (tmp_path / "a.parquet").stat().st_size)]
+    assert [(w["rows"], w["bytes"]) for w in out["loc_err.c"]] == [(1, (tmp_path / "c.parquet").stat().st_size)]
 
 
 def test_a_chunk_of_several_batches_streams_into_one_file(spark: Any, mariadb: LocalMariaDB, tmp_path: Path) -> None:
@@ -128,8 +128,8 @@ def test_a_chunk_of_several_batches_streams_into_one_file(spark: Any, mariadb: L
     with Source.from_pipeline(config) as source:
         info = source.table_info("loc_many.t")
         schema = iceberg.data_file_schema(config, info)
-        (done,) = read_table(source, LocalTable(info, ("id",), schema, [(0, "TRUE", str(tmp_path / "driver"))]),
+        (done,) = read_table(source, LocalTable(info, ("id",), schema, [(0, "TRUE", str(tmp_path / "driver.parquet"))]),
                              lambda: None)
     read_chunks(spark, config, info, [(0, "TRUE")], lambda _: str(tmp_path / "spark"), ("id",), schema=schema)
     assert done["rows"] == rows
-    assert pq.read_table(_file(tmp_path / "driver")).equals(pq.read_table(_file(tmp_path / "spark")))
+    assert pq.read_table(tmp_path / "driver.parquet").equals(pq.read_table(_file(tmp_path / "spark")))
