@@ -2,8 +2,9 @@
 
 CONTRACT.md's "Output layout": ``<table dir>/_tidemark/current.json`` names the
 current version's files; ``_tidemark/versions/NNNNNN.json`` every kept version;
-``_tidemark/pending/NNNNNN-<attempt>.json`` the manifest a publish attempt wrote before its
-Iceberg commit (the crash recovery of `orchestrator.pipeline.publish`). Retention drops a
+``_tidemark/pending/NNNNNN-<attempt>.json`` the manifest a publish attempt of a release
+before this one wrote before its Iceberg commit (the crash recovery of
+`orchestrator.pipeline.versions`; now in the run's staging). Retention drops a
 version once it is neither among the newest ``output.keep_versions`` nor younger than
 ``output.keep_hours`` (a long query may still read it), and deletes a data file only when no
 kept version lists it. It also deletes what attempts that never switched the manifest left:

@@ -13,8 +13,9 @@ own (`storage.attempt_tag`) that names every file it writes. Order of writes:
    of this publish moves them to the same names, so a move a crash cut is finished, never
    repeated). After an incremental reconcile only the rewritten ranges are new and every
    other file of the previous version is shared (listed again, never copied);
-3. ``_tidemark/pending/000002-<attempt>.json``, the version's manifest (without its
-   ``iceberg`` entry yet);
+3. the version's manifest (without its ``iceberg`` entry yet) in the run's staging, one file
+   ``pending/<attempt>.json`` for the tables a worker publishes together (`publish_tables`:
+   their attempt is one), fsynced once for them all;
 4. the Iceberg snapshot: the files of the version, the run id and the attempt in its
    summary; the catalog commits it only on the parent snapshot the attempt loaded (a new
    table: created in this same commit, only if no table of its name exists);
@@ -29,7 +30,9 @@ A crash before 4 leaves the previous version current and some unreferenced files
 the rerun takes the files already moved (their staging file is gone) and moves the rest,
 and retention deletes what a crashed attempt left once that version is current. A crash between
 4 and 5 is found by the rerun (a snapshot carries its run id and attempt): it
-completes 5 from that attempt's manifest of 3 without committing again. A crash
+completes 5 from that attempt's manifest of 3 without committing again (the run's staging is
+deleted only once every table is published; an attempt of a release before kept it in the
+table's ``_tidemark/pending/``, where the rerun looks too). A crash
 after 5 is detected by the rerun (``current.json`` already carries the run id)
 and returns the published manifest.
 
@@ -45,6 +48,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import hashlib
+import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -72,7 +76,7 @@ from orchestrator.lake.manifest import (
     version_uri,
 )
 from orchestrator.lake.writer import VersionWriter, data_file, read_published, write_files
-from orchestrator.pipeline.context import table_dir
+from orchestrator.pipeline.context import run_dir, table_dir
 from orchestrator.positions import BinlogPosition
 from orchestrator.runtime import faults
 from orchestrator.schema.tables import TableInfo
@@ -146,9 +150,10 @@ def publish_tables(config: PipelineConfig, tables: Sequence[Publishing], run_id:
 
     out: list[Manifest | Exception | None] = [None] * len(tables)
     staged: list[tuple[int, _Staged]] = []
+    attempt = storage.attempt_tag()  # names every file these tables' publish writes: no other process does
     for i, table in enumerate(tables):
         try:
-            step = _stage(config, table, run_id, guard, catalog_, exists)
+            step = _stage(config, table, run_id, guard, catalog_, exists, attempt)
         except Exception as exc:  # that table's; the caller tells a table's own failure from the run's
             out[i] = exc
             continue
@@ -156,6 +161,12 @@ def publish_tables(config: PipelineConfig, tables: Sequence[Publishing], run_id:
             staged.append((i, step))
         else:
             out[i] = step
+    try:
+        _write_pending(config, run_id, attempt, [step for _, step in staged], guard)
+    except Exception as exc:  # no table of them is committed without its manifest
+        for i, _ in staged:
+            out[i] = exc
+        staged = []
     created = _create_new(catalog_, [(i, s) for i, s in staged if isinstance(s.prepared, NewTable)], guard)
     for i, step in staged:
         try:
@@ -208,11 +219,28 @@ def _create_new(catalog: Callable[[], Catalog], staged: Sequence[tuple[int, _Sta
     return out
 
 
+def _pending_uri(config: PipelineConfig, run_id: str, attempt: str) -> str:
+    """The manifests publish attempt ``attempt`` wrote before its Iceberg commits, by table."""
+    return run_dir(config, run_id, "pending", f"{attempt}.json")
+
+
+def _write_pending(config: PipelineConfig, run_id: str, attempt: str, staged: Sequence[_Staged],
+                   guard: Callable[[], None]) -> None:
+    """The staged versions' manifests in one file, durable before any of them is committed: a
+    rerun that finds a commit of the run switches to its manifest (`_committed_manifest`)."""
+    if not staged:
+        return
+    body = {step.table: step.manifest for step in staged}
+    guard()
+    storage.write_atomic(_pending_uri(config, run_id, attempt), (json.dumps(body, ensure_ascii=False) + "\n").encode())
+
+
 def _stage(config: PipelineConfig, table: Publishing, run_id: str, guard: Callable[[], None],
-           catalog_: Callable[[], Catalog], exists: Callable[[str], bool | None]) -> Manifest | _Staged:
-    """``table``'s version written up to its Iceberg commit, or its manifest when there is
-    nothing to commit (no change, published already, or a committed snapshot of the run found
-    and switched to). ``exists``: whether the catalog lists a table (None: look it up)."""
+           catalog_: Callable[[], Catalog], exists: Callable[[str], bool | None], attempt: str) -> Manifest | _Staged:
+    """``table``'s version written up to its Iceberg commit but for its pending manifest
+    (`_write_pending`), or its manifest when there is nothing to commit (no change, published
+    already, or a committed snapshot of the run found and switched to). ``exists``: whether the
+    catalog lists a table (None: look it up); ``attempt``: the publish attempt's tag."""
     table_info, key, reconciled_dir, position = table.table_info, table.key, table.reconciled_dir, table.position
     tdir = table_dir(config, table_info.name)
     current = find_manifest(tdir)
@@ -234,7 +262,7 @@ def _stage(config: PipelineConfig, table: Publishing, run_id: str, guard: Callab
     # once: a crashed attempt may have committed (find_run_in)
     loaded = iceberg.load(catalog, table_info.name) if exists(table_info.name) is not False else None
     committed = iceberg_commit.find_run_in(catalog, table_info.name, loaded, run_id)
-    recovered = _committed_manifest(tdir, committed) if committed is not None else None
+    recovered = _committed_manifest(config, run_id, table_info.name, tdir, committed) if committed is not None else None
     if committed is not None and recovered is not None:
         log.info("table %s: %s of run %s is committed; switching the manifest to it",
                  table_info.name, committed, run_id)
@@ -242,7 +270,6 @@ def _stage(config: PipelineConfig, table: Publishing, run_id: str, guard: Callab
     version = current["version"] + 1 if current is not None else 1
     if plan is not None and plan.base_version is not None:
         current = _check_base(table_info.name, current, plan)
-    attempt = storage.attempt_tag()  # names every file this attempt writes: no other process writes them
     guard()
     schema, prepared = iceberg.prepare_table(catalog, table_info.name, tdir, published_schema(table_info.columns),
                                              loaded)
@@ -262,18 +289,29 @@ def _stage(config: PipelineConfig, table: Publishing, run_id: str, guard: Callab
         published_at=dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), run_id=run_id,
         file_ranges=ranges,
     )
-    storage.write_atomic(pending_uri(tdir, version, attempt), manifest_json(manifest))
     return _Staged(table_info.name, tdir, manifest, attempt, position, prepared if committed is None else None)
 
 
-def _committed_manifest(tdir: str, committed: iceberg_commit.RunCommit) -> Manifest | None:
+def _committed_manifest(config: PipelineConfig, run_id: str, table: str, tdir: str,
+                        committed: iceberg_commit.RunCommit) -> Manifest | None:
     """The manifest of the version a run's Iceberg snapshot holds: the one its publish attempt
-    wrote before committing (whichever process's attempt won the commit), or, for a snapshot
-    of a release before attempts, the version's manifest; None when neither is there."""
+    wrote before committing (whichever process's attempt won the commit: `_write_pending`; an
+    attempt of a release before wrote it into the table's ``_tidemark/pending/``), or, for a
+    snapshot of a release before attempts, the version's manifest; None when none is there."""
     if committed.version is None:
         return None
-    uri = (pending_uri(tdir, committed.version, committed.attempt) if committed.attempt
-           else version_uri(tdir, committed.version))
+    if committed.attempt:
+        group = _pending_uri(config, run_id, committed.attempt)
+        if storage.exists(group):
+            try:
+                found: Manifest | None = json.loads(storage.read_bytes(group)).get(table)
+            except (ValueError, OSError) as exc:
+                raise RunFailed(f"cannot read the pending manifests {group}: {exc}") from exc
+            if found is not None and found["version"] == committed.version:
+                return found
+        uri = pending_uri(tdir, committed.version, committed.attempt)
+    else:
+        uri = version_uri(tdir, committed.version)
     return load_manifest(uri) if storage.exists(uri) else None
 
 
@@ -371,9 +409,7 @@ def _write_current(tdir: str, manifest: Manifest) -> None:
         raise RunFailed(f"table {manifest['table']}: version {shown['version']} is current, newer than "
                         f"version {manifest['version']} this run was switching to: another run published "
                         "it; rerun `tidemark run`")
-    body = manifest_json(manifest)
-    storage.write_atomic(version_uri(tdir, manifest["version"]), body)
-    storage.write_atomic(current_uri(tdir), body)
+    storage.write_atomic(version_uri(tdir, manifest["version"]), manifest_json(manifest), also=current_uri(tdir))
 
 
 def _retain(config: PipelineConfig, catalog: Catalog, tdir: str, manifest: Manifest,

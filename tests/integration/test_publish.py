@@ -114,9 +114,12 @@ def test_manifest_and_files_follow_the_contract(spark: Any, tmp_path: Path) -> N
     for reader in (duckdb_table(str(tdir)), pyiceberg_table(config, "shop.orders")):
         assert sorted(reader.to_pylist(), key=lambda x: x["id"]) == [published(x) for x in rows]
     assert read_published(str(tdir)).num_rows == 20
-    assert sorted(os.listdir(tdir / "_tidemark")) == ["current.json", "pending", "versions"]
-    assert os.listdir(tdir / "_tidemark" / "pending") == []  # the attempt's manifest, once switched
+    assert sorted(os.listdir(tdir / "_tidemark")) == ["current.json", "versions"]
     assert sorted(os.listdir(tdir)) == ["_tidemark", "data", "metadata"]
+    # The manifest before the Iceberg commit is in the run's staging (deleted with it at the run's end).
+    (pending,) = (Path(config.staging_path) / "run-1" / "pending").iterdir()
+    assert json.loads(pending.read_text()) == {"shop.orders": {k: v for k, v in on_disk.items() if k != "iceberg"}}
+    assert on_disk["iceberg"]["identifier"] == "shop.orders"
 
 
 def test_versions_increment_and_retention_drops_old_files(spark: Any, tmp_path: Path) -> None:
@@ -153,6 +156,7 @@ def test_rerun_after_a_crash_before_the_switch_cleans_partial_files(spark: Any, 
     # pending manifest, and one of a release before attempts even its version manifest.
     (tdir / "data" / "v000002-0badc0de-c0000.parquet").write_bytes(b"half a file")
     (tdir / "data" / "v000002-c0003.parquet").write_bytes(b"from a wider attempt")
+    (tdir / "_tidemark" / "pending").mkdir()  # where a release before kept it
     (tdir / "_tidemark" / "pending" / "000002-0badc0de.json").write_text("{not json")
     (tdir / "_tidemark" / "versions" / "000002.json").write_text("{not json")
     assert read_manifest(str(tdir))["version"] == 1
@@ -167,7 +171,8 @@ def test_rerun_after_a_crash_before_the_switch_cleans_partial_files(spark: Any, 
     assert json.loads((tdir / "_tidemark" / "versions" / "000002.json").read_text()) == manifest
 
 
-def test_failed_switch_leaves_the_previous_version_current(spark: Any, tmp_path: Path,
+@pytest.mark.parametrize("pending_in", ["staging", "the table (a release before)"])
+def test_failed_switch_leaves_the_previous_version_current(spark: Any, tmp_path: Path, pending_in: str,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     config = spark_test_config(tmp_path)
     tdir = tmp_path / "lake" / "shop" / "orders"
@@ -186,13 +191,21 @@ def test_failed_switch_leaves_the_previous_version_current(spark: Any, tmp_path:
     monkeypatch.undo()
     assert read_manifest(str(tdir))["run_id"] == "run-1"
     assert [x["name"] for x in rows_of(tdir)] == ["old"]
-    assert sorted(os.listdir(tdir / "_tidemark")) == ["current.json", "pending", "versions"]
+    assert sorted(os.listdir(tdir / "_tidemark")) == ["current.json", "versions"]
     assert sorted(os.listdir(tdir)) == ["_tidemark", "data", "metadata"]
+    (pending,) = (Path(config.staging_path) / "run-2" / "pending").iterdir()
+    if pending_in != "staging":  # a release before wrote the attempt's manifest into the table
+        attempt = pending.name.removesuffix(".json")
+        (tdir / "_tidemark" / "pending").mkdir()
+        (tdir / "_tidemark" / "pending" / f"000002-{attempt}.json").write_text(
+            json.dumps(json.loads(pending.read_text())["shop.orders"]))
+        pending.unlink()
 
     # The Iceberg snapshot was committed: the rerun switches to it from the attempt's manifest.
     again = publish_table(config, TABLE, ("id",), reconciled, H, "run-2")
     assert again["version"] == 2 and again["files"] == committed_files(config)
     assert [x["name"] for x in rows_of(tdir)] == ["new"]
+    assert len(open_catalog(config).load_table("shop.orders").snapshots()) == 2, "switched to, not committed again"
 
 
 def test_empty_table_publishes_one_empty_file_with_the_schema(spark: Any, tmp_path: Path) -> None:
