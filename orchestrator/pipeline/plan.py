@@ -329,15 +329,18 @@ def _plan_one(config: PipelineConfig, store: StateStore, run: RunRecord, table: 
 @dataclass(slots=True)
 class _Margin:
     """``read_margin_seconds`` after ``P0``, waited once, before the first key bound of the run is
-    read (see the module docstring). A run whose tables are all incremental reads no key bound
-    and does not wait: their changes come from the binlog, whatever readers could see at ``P0``."""
+    read (see the module docstring): what planning does meanwhile (the tables' shapes, the
+    published checkpoints) counts towards it, since the margin runs from ``P0`` (made after it).
+    A run whose tables are all incremental reads no key bound and does not wait: their changes
+    come from the binlog, whatever readers could see at ``P0``."""
 
     seconds: float
     waited: bool = False
+    started: float = field(default_factory=time.monotonic)
 
     def wait(self) -> None:
         if not self.waited:
-            time.sleep(self.seconds)
+            time.sleep(max(0.0, self.started + self.seconds - time.monotonic()))
             self.waited = True
 
 
