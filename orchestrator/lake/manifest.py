@@ -226,7 +226,7 @@ def apply_retention(tdir: str, keep: int,
         garbage += _leftovers(tdir, current["version"], listed | set(garbage))
     guard()
     # Only data files may be listed by a kept Iceberg snapshot: garbage that is only pending
-    # manifests (every first version leaves one) needs no look at the snapshots.
+    # manifests (of a release before, which left one at every version) needs no look at the snapshots.
     data_garbage = any(f.startswith(f"{DATA_DIR}/") for f in garbage)
     needed = expire(dropped) if dropped or data_garbage else set()
     garbage = [f for f in garbage if f not in needed]
@@ -234,7 +234,7 @@ def apply_retention(tdir: str, keep: int,
         storage.delete_file(storage.join(tdir, relative))
     for version in dropped:
         storage.delete_file(version_uri(tdir, version))
-    if dropped or garbage:  # a first version's own pending manifest alone is routine
+    if dropped or garbage:  # a pending manifest alone (a release before left one a version) is routine
         log.log(logging.INFO if dropped or data_garbage else logging.DEBUG,
                 "%s: retention dropped version(s) %s and %d file(s)", tdir, ", ".join(map(str, dropped)) or "none",
                 len(garbage))

@@ -10,8 +10,7 @@ Small files that readers must never see half-written (manifests) go through
 `write_atomic`:
 
 - local: write ``.<name>.tmp-<random>`` in the same directory, fsync, then
-  ``os.replace`` over the target (atomic on POSIX) and fsync the directory (a second target
-  with the same bytes, a version's manifest and ``current.json``, is a hard link to it);
+  ``os.replace`` over the target (atomic on POSIX) and fsync the directory;
 - ``s3a://``: a single PUT; S3 makes an object visible whole or not at all, so
   readers see the old or the new manifest, never a mix;
 - ``hdfs://`` (and any store whose rename does not overwrite): write the new
@@ -306,24 +305,15 @@ def _authority(uri: str) -> str:
     return "" if scheme in ("", "file") else urlsplit(f"{scheme}://{rest}").netloc
 
 
-def write_atomic(uri: str, data: bytes, *, also: str | None = None) -> None:
-    """Write a small file so readers see either the old or the new content whole; with
-    ``also``, the same bytes to that file as well, once ``uri`` is in place.
+def write_atomic(uri: str, data: bytes) -> None:
+    """Write a small file so readers see either the old or the new content whole.
 
-    See the module docstring for how each store does it. Locally ``also`` is a hard link to
-    the file written for ``uri`` (no second write and fsync), itself put in place atomically.
+    See the module docstring for how each store does it.
     """
     scheme, _ = _split(uri)
     if scheme in ("", "file"):
-        _write_atomic_local(Path(local_path(uri)), data, Path(local_path(also)) if also is not None else None)
+        _write_atomic_local(Path(local_path(uri)), data)
         return
-    _write_atomic_remote(uri, data)
-    if also is not None:
-        _write_atomic_remote(also, data)
-
-
-def _write_atomic_remote(uri: str, data: bytes) -> None:
-    scheme, _ = _split(uri)
     fs, path = filesystem(uri)
     if scheme in ("s3", "s3a"):
         with fs.open_output_stream(path) as out:
@@ -377,65 +367,24 @@ def recover_atomic(uri: str, fs: pafs.FileSystem | None = None) -> bool:
     return True
 
 
-def _write_atomic_local(target: Path, data: bytes, also: Path | None = None) -> None:
-    tmp = _tmp_name(target)
+def _write_atomic_local(target: Path, data: bytes) -> None:
+    tmp = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex}"
     try:
         out = open(tmp, "wb")  # noqa: SIM115  # closed below
     except FileNotFoundError:  # the directory is made on the first write into it
         target.parent.mkdir(parents=True, exist_ok=True)
         out = open(tmp, "wb")  # noqa: SIM115
-    linked: Path | None = None
     try:
         with out:
             out.write(data)
             out.flush()
             os.fsync(out.fileno())
-        linked = _linked(tmp, also) if also is not None else None
         os.replace(tmp, target)
     except BaseException:
-        for left in (tmp, linked):
-            if left is not None:
-                with contextlib.suppress(FileNotFoundError):
-                    left.unlink()
-        raise
-    _fsync_dir(target.parent)
-    if also is None:
-        return
-    if linked is None:  # a file system without hard links: written again
-        _write_atomic_local(also, data)
-        return
-    try:
-        os.replace(linked, also)
-    except BaseException:
         with contextlib.suppress(FileNotFoundError):
-            linked.unlink()
+            tmp.unlink()
         raise
-    _fsync_dir(also.parent)
-
-
-def _tmp_name(target: Path) -> Path:
-    return target.parent / f".{target.name}.tmp-{uuid.uuid4().hex}"
-
-
-def _linked(source: Path, target: Path) -> Path | None:
-    """A new hard link to ``source`` beside ``target`` (its temporary name), or None where the
-    file system has none."""
-    link = _tmp_name(target)
-    try:
-        try:
-            os.link(source, link)
-        except FileNotFoundError:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            os.link(source, link)
-    except OSError as exc:
-        if isinstance(exc, FileNotFoundError):
-            raise
-        return None
-    return link
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
+    fd = os.open(target.parent, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:

@@ -224,7 +224,9 @@ class _ChunkPaths:
         return run_dir(self.config, self.run_id, "snapshot", table, f"chunk-{chunk.index:06d}-{self.tag}")
 
     def file_of(self, table: str, chunk: ChunkRecord) -> str:
-        return run_dir(self.config, self.run_id, "snapshot", f"{table}.c{chunk.index:06d}-{self.tag}.parquet")
+        """Named ``c<index>-<tag>-<table>.parquet``: never with ``_`` or ``.`` first, which would
+        hide it from Spark's reads (a database ``_ops``), and unique among the run's files."""
+        return run_dir(self.config, self.run_id, "snapshot", f"c{chunk.index:06d}-{self.tag}-{table}.parquet")
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,8 +31,8 @@ the rerun takes the files already moved (their staging file is gone) and moves t
 and retention deletes what a crashed attempt left once that version is current. A crash between
 4 and 5 is found by the rerun (a snapshot carries its run id and attempt): it
 completes 5 from that attempt's manifest of 3 without committing again (the run's staging is
-deleted only once every table is published; an attempt of a release before kept it in the
-table's ``_tidemark/pending/``, where the rerun looks too). A crash
+kept until the run is finished, or left behind and never resumed; an attempt of a release
+before kept it in the table's ``_tidemark/pending/``, where the rerun looks too). A crash
 after 5 is detected by the rerun (``current.json`` already carries the run id)
 and returns the published manifest.
 
@@ -150,7 +150,7 @@ def publish_tables(config: PipelineConfig, tables: Sequence[Publishing], run_id:
 
     out: list[Manifest | Exception | None] = [None] * len(tables)
     staged: list[tuple[int, _Staged]] = []
-    attempt = storage.attempt_tag()  # names every file these tables' publish writes: no other process does
+    attempt = _fresh_attempt(config, run_id)  # names every file these tables' publish writes
     for i, table in enumerate(tables):
         try:
             step = _stage(config, table, run_id, guard, catalog_, exists, attempt)
@@ -217,6 +217,15 @@ def _create_new(catalog: Callable[[], Catalog], staged: Sequence[tuple[int, _Sta
         out[i] = done if isinstance(done, Exception) else IcebergEntry(
             catalog=catalog().name, identifier=step.table, metadata_location=done[0], snapshot_id=done[1])
     return out
+
+
+def _fresh_attempt(config: PipelineConfig, run_id: str) -> str:
+    """A publish attempt's tag (`storage.attempt_tag`) no earlier attempt of the run wrote
+    pending manifests under: another group's file is never replaced, whatever the odds."""
+    while True:
+        attempt = storage.attempt_tag()
+        if not storage.exists(_pending_uri(config, run_id, attempt)):
+            return attempt
 
 
 def _pending_uri(config: PipelineConfig, run_id: str, attempt: str) -> str:
@@ -409,7 +418,9 @@ def _write_current(tdir: str, manifest: Manifest) -> None:
         raise RunFailed(f"table {manifest['table']}: version {shown['version']} is current, newer than "
                         f"version {manifest['version']} this run was switching to: another run published "
                         "it; rerun `tidemark run`")
-    storage.write_atomic(version_uri(tdir, manifest["version"]), manifest_json(manifest), also=current_uri(tdir))
+    body = manifest_json(manifest)
+    storage.write_atomic(version_uri(tdir, manifest["version"]), body)
+    storage.write_atomic(current_uri(tdir), body)
 
 
 def _retain(config: PipelineConfig, catalog: Catalog, tdir: str, manifest: Manifest,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -14,9 +15,11 @@ from orchestrator.errors import RunFailed
 from orchestrator.lake import iceberg
 from orchestrator.pipeline.jdbc import read_chunks
 from orchestrator.pipeline.local_read import BATCH_ROWS, LocalTable, read_table, read_tables
+from orchestrator.pipeline.read import _ChunkPaths
 from orchestrator.pipeline.reconcile import chunk_base
 from orchestrator.schema.tables import TableInfo
 from orchestrator.source.connection import Source
+from orchestrator.state.records import ChunkRecord
 from tests.integration.test_read import EXPLICIT, ROWS, _config, reader, types_table  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.integration
@@ -133,3 +136,17 @@ def test_a_chunk_of_several_batches_streams_into_one_file(spark: Any, mariadb: L
     read_chunks(spark, config, info, [(0, "TRUE")], lambda _: str(tmp_path / "spark"), ("id",), schema=schema)
     assert done["rows"] == rows
     assert pq.read_table(tmp_path / "driver.parquet").equals(pq.read_table(_file(tmp_path / "spark")))
+
+
+def test_a_driver_chunk_file_is_one_spark_reads(spark: Any, mariadb: LocalMariaDB, tmp_path: Path) -> None:
+    """Spark leaves out files whose name starts with ``_`` or ``.``, even named one by one (a
+    rewrite or a mixed snapshot reads chunk files with Spark): the driver's chunk file of a table
+    in database ``_ops`` is named so Spark reads its rows."""
+    config = _config(tmp_path, mariadb)
+    path = Path(_ChunkPaths(config, "run-1", "0a1b2c3d").file_of(
+        "_ops.sessions", ChunkRecord("run-1", "_ops.sessions", 3, 0, None, None, "TRUE", "pending",
+                                     None, None, None, None, None, 0)))
+    assert path.parent == Path(config.staging_path) / "run-1" / "snapshot"
+    path.parent.mkdir(parents=True)
+    pq.write_table(pa.table({"id": [1, 2, 3]}), path)
+    assert spark.read.parquet(str(path)).count() == 3

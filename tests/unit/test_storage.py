@@ -123,48 +123,6 @@ def test_write_atomic_failure_keeps_the_old_content(tmp_path: Path, monkeypatch:
     assert os.listdir(tmp_path) == ["current.json"]
 
 
-def test_write_atomic_also_puts_the_same_bytes_in_a_second_place(tmp_path: Path) -> None:
-    """A version's manifest and ``current.json``: one file written, the second a hard link to it,
-    each replaced atomically; a later write replaces both, never the other's earlier content."""
-    version, current = tmp_path / "versions" / "000001.json", tmp_path / "current.json"
-    storage.write_atomic(str(version), b"v1", also=str(current))
-    assert version.read_bytes() == current.read_bytes() == b"v1"
-    assert os.stat(version).st_ino == os.stat(current).st_ino
-    second = tmp_path / "versions" / "000002.json"
-    storage.write_atomic(str(second), b"v2", also=str(current))
-    assert (version.read_bytes(), second.read_bytes(), current.read_bytes()) == (b"v1", b"v2", b"v2")
-    storage.write_atomic(str(second), b"v2 again", also=str(current))
-    assert (version.read_bytes(), second.read_bytes(), current.read_bytes()) == (b"v1", b"v2 again", b"v2 again")
-    assert sorted(os.listdir(tmp_path)) == ["current.json", "versions"]
-    assert sorted(os.listdir(tmp_path / "versions")) == ["000001.json", "000002.json"]
-
-
-def test_write_atomic_also_without_hard_links_writes_twice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    def refused(src: str, dst: str) -> None:
-        raise PermissionError("this file system has no hard links")
-
-    monkeypatch.setattr(os, "link", refused)
-    version, current = tmp_path / "v" / "000001.json", tmp_path / "current.json"
-    storage.write_atomic(str(version), b"v1", also=str(current))
-    assert version.read_bytes() == current.read_bytes() == b"v1"
-    assert os.stat(version).st_ino != os.stat(current).st_ino
-    assert sorted(os.listdir(tmp_path)) == ["current.json", "v"]
-
-
-def test_write_atomic_also_failure_keeps_both_old(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    version, current = tmp_path / "000002.json", tmp_path / "current.json"
-    current.write_bytes(b"old")
-
-    def crash(src: str, dst: str) -> None:
-        raise OSError("crash before rename")
-
-    monkeypatch.setattr(os, "replace", crash)
-    with pytest.raises(OSError, match="crash before rename"):
-        storage.write_atomic(str(version), b"new", also=str(current))
-    assert current.read_bytes() == b"old" and not version.exists()
-    assert os.listdir(tmp_path) == ["current.json"], "no temporary file or link left"
-
-
 class _CrashAfter:
     """A real local filesystem whose ``move`` dies (like the process would) after ``moves`` moves."""
 
