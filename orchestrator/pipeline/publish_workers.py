@@ -146,10 +146,16 @@ def publish_each(config: PipelineConfig, run_id: str, todo: Todo, many: PublishG
     ended: queue.SimpleQueue[Future[list[Outcome]]] = queue.SimpleQueue()
     try:
         pending: set[Future[list[Outcome]]] = set()
-        for group in groups(todo, count):
-            future = pool.submit(_in_worker, many, run_id, group)
-            pending.add(future)
-            future.add_done_callback(ended.put)
+        # The workers are forked at the first submit: never while the lease's heartbeat is inside
+        # its state-store transaction (it holds QUIET there). A fork copies SQLite's per-process
+        # record of the locks this process's connections hold, so a worker forked in that instant
+        # finds the file write-locked by a connection it does not have, for good: each of its
+        # writes waits out the busy timeout and fails ("locked by another process").
+        with faults.QUIET:
+            for group in groups(todo, count):
+                future = pool.submit(_in_worker, many, run_id, group)
+                pending.add(future)
+                future.add_done_callback(ended.put)
         while pending:
             done = _ended(ended, CHECK_SECONDS)
             guard()  # a lost lock kills the workers where they are (the finally below)

@@ -175,3 +175,60 @@ def test_a_table_whose_sqlite_file_stayed_locked_is_published_again(tmp_path: Pa
             assert table_failure(failed.value) is None, "the run fails, not the table"
     finally:
         holder.close()
+
+
+def write_row(config: PipelineConfig, guard: Callable[[], None], run_id: str, record: RunTableRecord,
+              high: BinlogPosition, catalog: Catalog | None) -> tuple[TableCheckpoint, bool]:
+    """Writes a row into the SQLite file ``record.info["db"]`` names, as a table's publish writes
+    the catalog's and the state store's file."""
+    conn = sqlite3.connect(record.info["db"], timeout=2)
+    try:
+        with conn:
+            conn.execute("INSERT INTO t VALUES (?)", (record.table,))
+    finally:
+        conn.close()
+    return TableCheckpoint(config.pipeline, record.table, 1, high.to_json(), 1, "m", run_id,
+                           dt.datetime.now(dt.UTC)), True
+
+
+def test_workers_are_not_forked_inside_the_heartbeats_transaction(tmp_path: Path) -> None:
+    """The lease's heartbeat renews in a transaction of its own thread, holding `faults.QUIET`. A
+    worker forked meanwhile would copy SQLite's record that this process holds the file's write
+    lock, and find it locked for good (a run failed so: "stayed locked past the busy timeout");
+    the workers are forked once the renewal is over."""
+    import threading
+
+    from orchestrator.runtime import faults
+
+    db = tmp_path / "shared.db"
+    setup = sqlite3.connect(db, isolation_level=None)
+    setup.execute("PRAGMA journal_mode=WAL")
+    setup.execute("CREATE TABLE t (name TEXT)")
+    setup.close()
+    inside, done = threading.Event(), threading.Event()
+
+    def renewal() -> None:  # as `lease.Lease.renew`: its SQLite work inside QUIET
+        with faults.QUIET:
+            conn = sqlite3.connect(db, isolation_level=None)
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("INSERT INTO t VALUES ('heartbeat')")
+            inside.set()
+            time.sleep(0.5)
+            conn.execute("COMMIT")
+            conn.close()
+        done.set()
+
+    heartbeat = threading.Thread(target=renewal)
+    heartbeat.start()
+    assert inside.wait(10)
+    records = [(RunTableRecord("run-1", t, "snapshot", "reconciled", None, ["id"], {"db": str(db)}, None, None),
+                BinlogPosition("binlog.000001", 4 + i)) for i, t in enumerate(TABLES)]
+    outcomes = list(publish_workers.publish_each(config_for(tmp_path), "run-1", records, grouped(write_row),
+                                                 lambda: None))
+    heartbeat.join()
+    assert done.is_set()
+    assert [(o.table, o.error, o.reason) for o in sorted(outcomes, key=lambda o: o.table)] == \
+        [(t, None, None) for t in TABLES]
+    check = sqlite3.connect(db)
+    assert sorted(r[0] for r in check.execute("SELECT name FROM t")) == sorted([*TABLES, "heartbeat"])
+    check.close()
