@@ -150,7 +150,8 @@ def publish_tables(config: PipelineConfig, tables: Sequence[Publishing], run_id:
 
     out: list[Manifest | Exception | None] = [None] * len(tables)
     staged: list[tuple[int, _Staged]] = []
-    attempt = _fresh_attempt(config, run_id)  # names every file these tables' publish writes
+    # The tag naming every file these tables' publish writes: drawn once a table writes one.
+    attempt = functools.cache(lambda: _fresh_attempt(config, run_id))
     for i, table in enumerate(tables):
         try:
             step = _stage(config, table, run_id, guard, catalog_, exists, attempt)
@@ -233,7 +234,7 @@ def _pending_uri(config: PipelineConfig, run_id: str, attempt: str) -> str:
     return run_dir(config, run_id, "pending", f"{attempt}.json")
 
 
-def _write_pending(config: PipelineConfig, run_id: str, attempt: str, staged: Sequence[_Staged],
+def _write_pending(config: PipelineConfig, run_id: str, attempt: Callable[[], str], staged: Sequence[_Staged],
                    guard: Callable[[], None]) -> None:
     """The staged versions' manifests in one file, durable before any of them is committed: a
     rerun that finds a commit of the run switches to its manifest (`_committed_manifest`)."""
@@ -241,11 +242,12 @@ def _write_pending(config: PipelineConfig, run_id: str, attempt: str, staged: Se
         return
     body = {step.table: step.manifest for step in staged}
     guard()
-    storage.write_atomic(_pending_uri(config, run_id, attempt), (json.dumps(body, ensure_ascii=False) + "\n").encode())
+    storage.write_atomic(_pending_uri(config, run_id, attempt()), (json.dumps(body, ensure_ascii=False) + "\n").encode())
 
 
 def _stage(config: PipelineConfig, table: Publishing, run_id: str, guard: Callable[[], None],
-           catalog_: Callable[[], Catalog], exists: Callable[[str], bool | None], attempt: str) -> Manifest | _Staged:
+           catalog_: Callable[[], Catalog], exists: Callable[[str], bool | None],
+           attempt: Callable[[], str]) -> Manifest | _Staged:
     """``table``'s version written up to its Iceberg commit but for its pending manifest
     (`_write_pending`), or its manifest when there is nothing to commit (no change, published
     already, or a committed snapshot of the run found and switched to). ``exists``: whether the
@@ -282,7 +284,7 @@ def _stage(config: PipelineConfig, table: Publishing, run_id: str, guard: Callab
     guard()
     schema, prepared = iceberg.prepare_table(catalog, table_info.name, tdir, published_schema(table_info.columns),
                                              loaded)
-    writer = VersionWriter(tdir, version, schema, [table_info.column(k).name for k in key], attempt)
+    writer = VersionWriter(tdir, version, schema, [table_info.column(k).name for k in key], attempt())
     if plan is None:  # staging files that make the whole table, in order
         ranges = writer.write_all(reconciled_dir)
     else:
@@ -298,7 +300,7 @@ def _stage(config: PipelineConfig, table: Publishing, run_id: str, guard: Callab
         published_at=dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), run_id=run_id,
         file_ranges=ranges,
     )
-    return _Staged(table_info.name, tdir, manifest, attempt, position, prepared if committed is None else None)
+    return _Staged(table_info.name, tdir, manifest, attempt(), position, prepared if committed is None else None)
 
 
 def _committed_manifest(config: PipelineConfig, run_id: str, table: str, tdir: str,
