@@ -152,6 +152,22 @@ def manifest_json(manifest: Manifest) -> bytes:
     return (json.dumps(manifest, indent=2, ensure_ascii=False) + "\n").encode()
 
 
+def pending_json(manifests: dict[str, Manifest]) -> bytes:
+    """The pending manifests of the tables a publish attempt commits together, by table."""
+    return (json.dumps(manifests, ensure_ascii=False) + "\n").encode()
+
+
+def load_pending(uri: str, table: str) -> Manifest | None:
+    """``table``'s manifest in a file of `pending_json`; None when the file or the table is not there."""
+    if not storage.exists(uri):
+        return None
+    try:
+        found: Manifest | None = json.loads(storage.read_bytes(uri)).get(table)
+    except (ValueError, OSError) as exc:
+        raise RunFailed(f"cannot read the pending manifests {uri}: {exc}") from exc
+    return found
+
+
 def read_published(tdir: str) -> pa.Table:
     """The current version of a table as one Arrow table (reads every file of the manifest)."""
     manifest = read_manifest(tdir)

@@ -48,7 +48,6 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import hashlib
-import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -70,7 +69,9 @@ from orchestrator.lake.manifest import (
     current_uri,
     find_manifest,
     load_manifest,
+    load_pending,
     manifest_json,
+    pending_json,
     pending_uri,
     published_schema,
     version_uri,
@@ -240,9 +241,9 @@ def _write_pending(config: PipelineConfig, run_id: str, attempt: Callable[[], st
     rerun that finds a commit of the run switches to its manifest (`_committed_manifest`)."""
     if not staged:
         return
-    body = {step.table: step.manifest for step in staged}
     guard()
-    storage.write_atomic(_pending_uri(config, run_id, attempt()), (json.dumps(body, ensure_ascii=False) + "\n").encode())
+    storage.write_atomic(_pending_uri(config, run_id, attempt()),
+                         pending_json({step.table: step.manifest for step in staged}))
 
 
 def _stage(config: PipelineConfig, table: Publishing, run_id: str, guard: Callable[[], None],
@@ -312,14 +313,9 @@ def _committed_manifest(config: PipelineConfig, run_id: str, table: str, tdir: s
     if committed.version is None:
         return None
     if committed.attempt:
-        group = _pending_uri(config, run_id, committed.attempt)
-        if storage.exists(group):
-            try:
-                found: Manifest | None = json.loads(storage.read_bytes(group)).get(table)
-            except (ValueError, OSError) as exc:
-                raise RunFailed(f"cannot read the pending manifests {group}: {exc}") from exc
-            if found is not None and found["version"] == committed.version:
-                return found
+        found = load_pending(_pending_uri(config, run_id, committed.attempt), table)
+        if found is not None and found["version"] == committed.version:
+            return found
         uri = pending_uri(tdir, committed.version, committed.attempt)
     else:
         uri = version_uri(tdir, committed.version)

@@ -21,7 +21,9 @@ from orchestrator.lake.manifest import (
     apply_retention,
     column_entries,
     files_to_drop,
+    load_pending,
     manifest_json,
+    pending_json,
     published_schema,
 )
 from orchestrator.lake.writer import data_file, to_published
@@ -226,3 +228,18 @@ def test_plans_of_many_tables_share_one_file(tmp_path: Path) -> None:
     with pytest.raises(RunFailed, match=r"holds no plan of db\.t9"):
         layout.read_plan(f"{batch}/db.t9")
     assert layout.read_plan(str(tmp_path / "reconciled" / "db.t0-00000000")) is None  # staging files, no plan
+
+
+def test_pending_manifests_of_a_group_are_read_back_by_table(tmp_path: Path) -> None:
+    uri = str(tmp_path / "pending" / "abc.json")
+    assert load_pending(uri, "shop.a") is None  # no file: no attempt wrote there
+    first: Any = {"table": "shop.a", "version": 3, "files": ["data/v000003-abc-c0000.parquet"]}
+    second: Any = {"table": "shop.b", "version": 1, "files": []}
+    (tmp_path / "pending").mkdir()
+    Path(uri).write_bytes(pending_json({"shop.a": first, "shop.b": second}))
+    assert load_pending(uri, "shop.a") == first
+    assert load_pending(uri, "shop.b") == second
+    assert load_pending(uri, "shop.c") is None
+    Path(uri).write_bytes(b'{"shop.a": ')  # cut short
+    with pytest.raises(RunFailed, match=r"cannot read the pending manifests .*abc\.json"):
+        load_pending(uri, "shop.a")
