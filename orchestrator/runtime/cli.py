@@ -51,6 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="rows per chunk for this run, overriding every table's chunk_size")
     p.add_argument("--snapshot", action="store_true", help="re-snapshot even if published")
     p.add_argument("--no-progress", action="store_true", help="plain log lines, no progress bars")
+    p.add_argument("--every", type=_every, default=None, metavar="DURATION",
+                   help="keep running: a run every DURATION (30, 90s, 5m, 1h) until SIGTERM")
     verb("status", "runs, tables, chunks done/total, positions, lag")
     verb("airflow-pool", "create or update the pipeline's Airflow pool with airflow.pool_slots slots")
     p = verb("reset", "forget state (and published output with --purge-output)")
@@ -75,6 +77,15 @@ def _rows(text: str) -> int:
     if not 1 <= value <= CHUNK_SIZE_MAX:
         raise argparse.ArgumentTypeError(f"expected a number of rows from 1 to {CHUNK_SIZE_MAX}, found {text!r}")
     return value
+
+
+def _every(text: str) -> float:
+    from orchestrator.runtime.every import parse_every
+
+    try:
+        return parse_every(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _validate(args: argparse.Namespace, config: PipelineConfig) -> int:
@@ -115,8 +126,21 @@ def _run(args: argparse.Namespace, config: PipelineConfig) -> int:
     from orchestrator.runtime.run import run_command
 
     _imported()
-    return run_command(config, tables=args.table, snapshot=args.snapshot,
-                       chunk_size=args.chunk_size, progress=not args.no_progress, spark=spark)
+    if args.every is None:
+        return run_command(config, tables=args.table, snapshot=args.snapshot,
+                           chunk_size=args.chunk_size, progress=not args.no_progress, spark=spark)
+    from orchestrator.runtime.every import run_every, stop_on_sigterm
+
+    runs = iter(range(1 << 62))
+
+    def run_once() -> int:  # every run of the process logs into its log file (`open_log`)
+        first = next(runs) == 0
+        # --snapshot asks for one fresh snapshot: the first run takes it, the next ones go on from it
+        return run_command(config, tables=args.table, snapshot=args.snapshot and first, chunk_size=args.chunk_size,
+                           progress=False, spark=spark if first else None)
+
+    with stop_on_sigterm() as stop:
+        return run_every(args.every, run_once, lambda exc: _report(exc, args.debug), stop)
 
 
 def _status(args: argparse.Namespace, config: PipelineConfig) -> int:
@@ -195,23 +219,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         # status and reset read the state store and the lake: they need no source password
         config = load_config(args.config, check_env=args.verb not in ("status", "reset", "airflow-pool"))
         return VERBS[args.verb](args, config)
-    except TidemarkError as exc:
-        if debug:
-            traceback.print_exc()
-        for line in str(exc).splitlines() or [type(exc).__name__]:
-            print(f"tidemark: error: {line}", file=sys.stderr)
-        return exc.exit_code
-    except Exception as exc:  # not raised on purpose (a state store that cannot be opened, ...)
-        from orchestrator.runtime.failures import describe, record_trace
-
-        record_trace(exc)
-        if debug:
-            traceback.print_exc()
-        print(f"tidemark: error: {describe(exc)} (--debug shows the traceback)", file=sys.stderr)
-        return 1
+    except Exception as exc:
+        return _report(exc, debug)
     except KeyboardInterrupt:
         print("tidemark: interrupted; state is kept and a rerun resumes", file=sys.stderr)
         return 1
+
+
+def _report(exc: BaseException, debug: bool) -> int:
+    """Print a failure on stderr, one line (a traceback too with ``--debug``); its exit code."""
+    if debug:
+        traceback.print_exception(exc)
+    if isinstance(exc, TidemarkError):
+        for line in str(exc).splitlines() or [type(exc).__name__]:
+            print(f"tidemark: error: {line}", file=sys.stderr)
+        return exc.exit_code
+    from orchestrator.runtime.failures import describe, record_trace  # not raised on purpose
+
+    record_trace(exc)
+    print(f"tidemark: error: {describe(exc)} (--debug shows the traceback)", file=sys.stderr)
+    return 1
 
 
 def _imported() -> None:

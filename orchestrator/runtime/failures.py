@@ -19,6 +19,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from logging.handlers import RotatingFileHandler
 
 from orchestrator.config import PipelineConfig
 from orchestrator.errors import SourceTimeout
@@ -33,6 +34,12 @@ _HOST_PORT = re.compile(r"host=(?P<h1>[^)\s]+)\)\(port=(?P<p1>\d+)|"
 
 #: The log file of this process (`open_log`); the JVM's stderr goes there too.
 _current_log: str | None = None
+_log_handler: logging.FileHandler | None = None
+
+#: A log file past this size moves to ``<name>.1`` (the one there to ``.2``, the oldest is
+#: dropped): a process of ``run --every`` logs every run of its life into one file.
+LOG_BYTES = 64 * 2**20
+LOG_BACKUPS = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,19 +232,25 @@ def _log_dirs(config: PipelineConfig) -> list[str]:
 
 
 def open_log(config: PipelineConfig) -> str | None:
-    """Open this process's log file and send every log record (INFO and up) to it; its path."""
-    global _current_log
+    """Open this process's log file and send every log record (INFO and up) to it; its path.
+    Called again (``run --every``, tests), the log file it opened before is closed."""
+    global _current_log, _log_handler
+    if _log_handler is not None:
+        logging.getLogger().removeHandler(_log_handler)
+        _log_handler.close()
+        _log_handler = None
     name = f"{config.pipeline}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{os.getpid()}.log"
     for directory in _log_dirs(config):
         try:
             os.makedirs(directory, exist_ok=True)
-            handler = logging.FileHandler(os.path.join(directory, name), encoding="utf-8")
+            handler = RotatingFileHandler(os.path.join(directory, name), encoding="utf-8",
+                                          maxBytes=LOG_BYTES, backupCount=LOG_BACKUPS)
         except OSError:
             continue
         handler.setFormatter(logging.Formatter(_LOG_FORMAT))
         handler.setLevel(logging.INFO)
         logging.getLogger().addHandler(handler)
-        _current_log = handler.baseFilename
+        _log_handler, _current_log = handler, handler.baseFilename
         prune_logs(directory, config.pipeline)
         return _current_log
     return None

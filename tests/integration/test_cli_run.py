@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from orchestrator.config import load_config
 from orchestrator.demo.localdb import LocalMariaDB
+from orchestrator.errors import RunLocked
 from orchestrator.lake.iceberg import open_catalog
 from orchestrator.state.store import StateStore
-from tests.conftest import pipeline_config, write_config
+from tests.conftest import assert_lake_equals_source, pipeline_config, write_config
 
 pytestmark = pytest.mark.integration
 
@@ -94,3 +98,60 @@ def test_unset_password_env_is_a_config_error(config_path: Path) -> None:
                             capture_output=True, text=True, env=env, timeout=120, check=False)
     assert result.returncode == 2
     assert "CLI_TEST_PASSWORD" in result.stderr and "source.password_env" in result.stderr
+
+
+def _version(current: Path) -> int:
+    try:
+        return int(json.loads(current.read_text())["version"])
+    except (OSError, ValueError):
+        return 0
+
+
+def _until(what: str, done: Callable[[], bool], proc: subprocess.Popen[str], timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert proc.poll() is None, f"the loop ended early (exit {proc.returncode}) waiting for {what}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def test_every_keeps_the_lake_current_through_failed_runs_until_sigterm(
+        mariadb: LocalMariaDB, tmp_path: Path) -> None:
+    mariadb.execute("CREATE DATABASE every_db")
+    mariadb.execute("CREATE TABLE t (id INT PRIMARY KEY, v INT)", "INSERT INTO t SELECT seq, seq FROM seq_1_to_500",
+                    database="every_db")
+    config_path = write_config(tmp_path / "every.yaml",
+                               pipeline_config(tmp_path, mariadb, [{"name": "every_db.t"}], name="every"))
+    current = tmp_path / "lake" / "every_db" / "t" / "_tidemark" / "current.json"
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "run", "--config", str(config_path),
+                             "--every", "0.3s"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    store = StateStore(load_config(config_path).state.url)
+    holder = f"test:{socket.gethostname()}:{os.getpid()}"  # alive: never taken over as stale
+    try:
+        _until("the first snapshot", lambda: _version(current) == 1, proc)
+        mariadb.execute("UPDATE t SET v = -v WHERE id <= 50", "DELETE FROM t WHERE id > 490",
+                        "INSERT INTO t VALUES (1000, 1)", database="every_db")
+        _until("the change applied by a later run of the same process", lambda: _version(current) == 2, proc)
+        # runs that fail (another holder has the lock) do not end the loop; the next one catches up
+        while True:
+            try:
+                store.acquire_lock("every", holder)
+                break
+            except RunLocked:
+                time.sleep(0.05)
+        mariadb.execute("DELETE FROM t WHERE id <= 10", database="every_db")
+        time.sleep(1.5)  # a few runs refused
+        store.release_lock("every", holder)
+        _until("the change after the refused runs", lambda: _version(current) == 3, proc)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=300)
+        store.close()
+    assert proc.returncode == 0, err[-3000:]
+    assert "stopping after the run in progress" in err
+    assert holder in err and "Traceback" not in err  # the refused runs, one line each
+    assert "stopped after" in out and "failed (exit 1); the next one starts in" in out
+    assert_lake_equals_source(config_path, mariadb, ["every_db.t"])
+    logs = list((tmp_path / "logs").glob("every-*.log"))  # the process's, every run of it
+    assert len(logs) == 1 and logs[0].read_text().count("every_db.t: published version") == 3
+    assert "stopped after" in logs[0].read_text()
