@@ -18,6 +18,9 @@ master and driver memory, and prints the ratios the README's "Performance" table
    (`bench_incremental.apply_changes`, pattern ``uniform``: inserts above and between,
    updates, deletes, key changes), then ``tidemark run``;
 5. as many changes among the newest keys (pattern ``recent``), then ``tidemark run``;
+   4 and 5 are timed twice: a run in its own process (a cron job, an Airflow task) and a
+   run of a process that has run before (`tidemark run --every`: its imports done, its Spark
+   session up), which keeps a second lake of the same table (`WarmRuns`);
 6. ``--binlog-rows`` (default 1,000,000, at most the table) rows updated in one statement,
    alone in a binlog file: ``mariadb-binlog --base64-output=DECODE-ROWS -vv`` on that file
    vs the ``tidemark run`` that applies it (capture, reconcile, publish);
@@ -117,6 +120,58 @@ def tidemark(config_path: Path, name: str) -> Timing:
     return timing
 
 
+#: A process that snapshots, runs once more (nothing to apply), then runs whenever told,
+#: timing each run: what `tidemark run --every` does between its runs, on demand.
+_WARM = """
+import contextlib, gc, sys, time
+from orchestrator.runtime.cli import main
+args = ["run", "--config", sys.argv[1], "--no-progress"]
+with contextlib.redirect_stdout(sys.stderr):
+    for _ in range(2):
+        assert main(args) == 0
+gc.freeze()  # as the CLI does once its imports are done (cli._imported)
+print("ready", flush=True)
+for _ in sys.stdin:
+    start = time.perf_counter()
+    with contextlib.redirect_stdout(sys.stderr):
+        code = main(args)
+    print(time.perf_counter() - start, code, flush=True)
+"""
+
+
+class WarmRuns:
+    """A long-lived process with a lake of its own (`_WARM`), timing a run when asked."""
+
+    def __init__(self, work: Path, config: dict[str, Any]) -> None:
+        path = fresh_config(work, config)
+        self.log = (LOGS / "warm.log").open("w") if LOGS is not None else subprocess.DEVNULL
+        self.child = subprocess.Popen([sys.executable, "-c", _WARM, str(path)], env=run_env(ROOT), cwd=ROOT,
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True)
+        self._expect("ready")
+
+    def run(self) -> float:
+        assert self.child.stdin is not None
+        self.child.stdin.write("go\n")
+        self.child.stdin.flush()
+        seconds, code = self._expect().split()
+        if code != "0":
+            raise SystemExit(f"a warm run failed with {code}")
+        return float(seconds)
+
+    def _expect(self, what: str | None = None) -> str:
+        assert self.child.stdout is not None
+        line = self.child.stdout.readline().strip()
+        if not line or (what is not None and line != what):
+            self.child.kill()
+            raise SystemExit(f"the warm process ended ({line!r}); see its log (--logs)")
+        return line
+
+    def close(self) -> None:
+        if self.child.stdin is not None:
+            self.child.stdin.close()
+        self.child.wait(timeout=120)
+
+
 def pipeline(work: Path, server: LocalMariaDB, master: str, memory: str, chunk_size: int | None) -> dict[str, Any]:
     config: dict[str, Any] = {
         "pipeline": "bench",
@@ -204,14 +259,17 @@ def main() -> int:
                   + ", ".join(f"{n} partitions {t.seconds:.2f}s" for n, t, _ in dumps[-len(partitions):])
                   + f", tidemark {snaps[-1][0].seconds:.2f}s (load {load()})", flush=True)
         conn.select_db("shop")
+        warm = WarmRuns(work / "warm", config)
         increments = []
         for n, pattern in enumerate(("uniform", "recent")):
             # the second batch of inserts goes above the first's, between keys at another offset
             done = apply_changes(conn, rows, pattern, changes, seed=7 + n, top=10 * rows + 10 * n * changes,
                                  between=3 + 4 * n)
-            increments.append((pattern, sum(done.values()), tidemark(config_path, pattern), load()))
+            increments.append((pattern, sum(done.values()), tidemark(config_path, pattern), warm.run(), load()))
+        warm.close()
+        equal = True if args.no_verify else verify(config_path, conn, work / "warm")  # before the next changes
         binlog = apply_updates(server, conn, config_path, min(rows, args.binlog_rows)) if args.binlog_rows else None
-        equal = True if args.no_verify else verify(config_path, conn, work / "run")
+        equal = (True if args.no_verify else verify(config_path, conn, work / "run")) and equal
         conn.close()
         report(rows, scans, dumps, snaps, increments, args.master)
         if binlog is None:
@@ -223,7 +281,8 @@ def main() -> int:
 
 
 def report(rows: int, scans: list[tuple[float, str]], dumps: list[tuple[int, Timing, str]],
-           snaps: list[tuple[Timing, str]], increments: list[tuple[str, int, Timing, str]], master: str) -> None:
+           snaps: list[tuple[Timing, str]], increments: list[tuple[str, int, Timing, float, str]],
+           master: str) -> None:
     med = statistics.median
     scan = med(s for s, _ in scans)
     by_n: dict[int, list[float]] = {}
@@ -241,9 +300,11 @@ def report(rows: int, scans: list[tuple[float, str]], dumps: list[tuple[int, Tim
     peak = med(t.peak_rss for t, _ in snaps) / 2**20
     print(f"  tidemark run (snapshot)              {snap:8.2f}s   ratio vs the dump {dump / snap:5.2f}x"
           f"   (peak RSS {peak:,.0f} MiB)")
-    for pattern, n, timing, ld in increments:
+    for pattern, n, timing, warm, ld in increments:
         print(f"  tidemark run after {n:,} {pattern} changes {timing.seconds:8.2f}s   ratio to the snapshot "
               f"{timing.seconds / snap:5.3f}   (load {ld})")
+        print(f"    the same in a process that ran before (run --every) {warm:8.2f}s   ratio to the snapshot "
+              f"{warm / snap:5.3f}")
 
 
 if __name__ == "__main__":
