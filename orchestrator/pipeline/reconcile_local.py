@@ -180,19 +180,55 @@ def _chunks(array: pa.Array | pa.ChunkedArray) -> list[pa.Array]:
     return list(array.chunks) if isinstance(array, pa.ChunkedArray) else [array]
 
 
+def _integer_key(base: Sequence[pa.Array | pa.ChunkedArray], events: pa.Table) -> tuple[Any, Any] | None:
+    """A key of one integer column without NULLs, base and events as numpy arrays (the files'
+    order is the numbers' order); None for any other key (`_interleave` sorts it)."""
+    if len(base) != 1 or not pa.types.is_integer(base[0].type) or base[0].null_count:
+        return None
+    ours = events.column(event_key(0))
+    if ours.null_count:
+        return None
+    return base[0].to_numpy(), ours.cast(base[0].type).to_numpy()
+
+
+def _replaced(base: Any, ours: Any) -> tuple[Any, Any]:
+    """Where each event's key goes among the sorted base keys, and whether a base row has it."""
+    at = np.searchsorted(base, ours, side="left")
+    hit = np.zeros(len(ours), dtype=bool)
+    inside = at < len(base)
+    hit[inside] = base[at[inside]] == ours[inside]
+    return at, hit
+
+
 def _merge_batch(batch: pa.RecordBatch, events: pa.Table, schema: pa.Schema, key: Sequence[str]) -> pa.RecordBatch:
     """One sorted base batch with the events of its key range: base rows whose key has an event
     go, the puts come in, in key order."""
     n = batch.num_rows
     is_put = pc.equal(events.column(KIND), PUT)
+    numeric = _integer_key([batch.column(k) for k in key], events)
+    if numeric is not None:  # a binary search per event instead of sorting the batch with them
+        at, hit = _replaced(*numeric)
+        keep = np.ones(n, dtype=bool)
+        keep[at[hit]] = False
+        puts = is_put.to_numpy(zero_copy_only=False)
+        dropped_before = np.concatenate([[0], np.cumsum(~keep)])[at[puts]]
+        taken: Any = np.insert(np.flatnonzero(keep), at[puts] - dropped_before,
+                               n + np.arange(int(puts.sum()), dtype=np.int64))
+    else:
+        taken = _taken(batch, events, is_put, key)
+    out = pa.concat_tables([pa.Table.from_batches([batch], schema=schema), _puts(events, schema)]).take(taken)
+    return pa.RecordBatch.from_arrays([c.combine_chunks() for c in out.columns], schema=schema)
+
+
+def _taken(batch: pa.RecordBatch, events: pa.Table, is_put: Any, key: Sequence[str]) -> pa.Array:
+    """`_merge_batch`'s rows to take (base rows, then puts), by sorting base and event keys together."""
+    n = batch.num_rows
     put_rank = pc.subtract(pc.cumulative_sum(is_put.cast(pa.int64())), 1)
     rows = pa.chunked_array([pc.subtract(pc.cumulative_sum(_constant(1, n, pa.int64())), 1),
                              pc.if_else(is_put, pc.add(put_rank, n), -1)])  # -1: a delete, no row
     ordered, replaced = _interleave([batch.column(k) for k in key], events, rows)
     ids = ordered.column(_ROW)
-    taken = ids.filter(pc.and_(pc.invert(replaced), pc.greater_equal(ids, 0)))
-    out = pa.concat_tables([pa.Table.from_batches([batch], schema=schema), _puts(events, schema)]).take(taken)
-    return pa.RecordBatch.from_arrays([c.combine_chunks() for c in out.columns], schema=schema)
+    return ids.filter(pc.and_(pc.invert(replaced), pc.greater_equal(ids, 0)))
 
 
 def output_rows(base_uri: str, base_rows: int, events: pa.Table, key: Sequence[str]) -> int:
@@ -204,5 +240,8 @@ def output_rows(base_uri: str, base_rows: int, events: pa.Table, key: Sequence[s
     fs, path = storage.filesystem(base_uri)
     with fs.open_input_file(path) as handle:
         base = pq.read_table(handle, columns=list(key))
+    numeric = _integer_key([base.column(k) for k in key], events)
+    if numeric is not None:
+        return base_rows - int(_replaced(*numeric)[1].sum()) + puts
     _, replaced = _interleave([base.column(k) for k in key], events)
     return base_rows - (pc.sum(replaced.cast(pa.int64())).as_py() or 0) + puts
