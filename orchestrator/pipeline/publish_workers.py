@@ -304,6 +304,7 @@ class _Kept(logging.Handler):
 
 
 def _start_worker(config: PipelineConfig, run_pid: int) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the run's handler (`run --every`): the run stops its workers
     _die_with(run_pid)
     faults.forked(run_pid)
     lease.forked(config.pipeline, config.state.url)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 
 from orchestrator.config import PipelineConfig, load_config
 from orchestrator.config_sections import CHUNK_SIZE_MAX
-from orchestrator.errors import ConfigError, TidemarkError
+from orchestrator.errors import ConfigError, TidemarkError, first_line
 
 log = logging.getLogger("tidemark")
 
@@ -129,18 +129,40 @@ def _run(args: argparse.Namespace, config: PipelineConfig) -> int:
     if args.every is None:
         return run_command(config, tables=args.table, snapshot=args.snapshot,
                            chunk_size=args.chunk_size, progress=not args.no_progress, spark=spark)
-    from orchestrator.runtime.every import run_every, stop_on_sigterm
+    from orchestrator.runtime.every import ProcessBroken, run_every, stop_on_sigterm
+    from orchestrator.state.schema import release_engines
 
-    runs = iter(range(1 << 62))
+    # --snapshot asks for one fresh snapshot: the run that plans it takes it, the next ones go on from it
+    pending = {"snapshot": args.snapshot, "spark": spark}
+
+    def planned() -> None:
+        pending["snapshot"] = False
 
     def run_once() -> int:  # every run of the process logs into its log file (`open_log`)
-        first = next(runs) == 0
-        # --snapshot asks for one fresh snapshot: the first run takes it, the next ones go on from it
-        return run_command(config, tables=args.table, snapshot=args.snapshot and first, chunk_size=args.chunk_size,
-                           progress=False, spark=spark if first else None)
+        try:
+            return run_command(config, tables=args.table, snapshot=bool(pending["snapshot"]),
+                               chunk_size=args.chunk_size, progress=False, spark=pending.pop("spark", None),
+                               planned=planned)
+        except Exception as exc:
+            gone = _jvm_gone()
+            if gone is not None:
+                raise ProcessBroken(f"{first_line(exc)}; this process's Spark JVM ended (exit status {gone}): "
+                                    "it stops, for a fresh one to resume the run") from exc
+            raise
+        finally:
+            release_engines()
 
     with stop_on_sigterm() as stop:
         return run_every(args.every, run_once, lambda exc: _report(exc, args.debug), stop)
+
+
+def _jvm_gone() -> int | None:
+    """`orchestrator.runtime.spark.jvm_gone` when this process imported Spark (else no JVM)."""
+    if "pyspark" not in sys.modules:
+        return None
+    from orchestrator.runtime.spark import jvm_gone
+
+    return jvm_gone()
 
 
 def _status(args: argparse.Namespace, config: PipelineConfig) -> int:

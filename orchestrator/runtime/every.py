@@ -19,16 +19,17 @@ unlocked, and the next ``tidemark run`` resumes it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import select
 import signal
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 
-from orchestrator.errors import ConfigError
+from orchestrator.errors import ConfigError, TidemarkError, first_line
 
 log = logging.getLogger("tidemark")
 
@@ -53,25 +54,59 @@ def parse_every(text: str) -> float:
     return seconds
 
 
-def run_every(seconds: float, run: Callable[[], int], report: Callable[[BaseException], int],
-              stop: threading.Event) -> int:
+class ProcessBroken(TidemarkError):
+    """This process cannot run again (its Spark JVM is gone): the loop ends, exit 1, for the
+    service manager to start a fresh one."""
+
+
+class Stop:
+    """The loop's stop request: set from a signal handler or another thread, waited on with a
+    timeout. A flag and a pipe, no lock: a signal handler may interrupt the main thread
+    anywhere, inside `threading.Event`'s own lock too."""
+
+    def __init__(self) -> None:
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._write, False)
+        self._requested = False
+
+    def set(self) -> None:
+        self._requested = True
+        with contextlib.suppress(BlockingIOError):  # the pipe is full of earlier wake-ups: it wakes anyway
+            os.write(self._write, b"x")
+
+    def is_set(self) -> bool:
+        return self._requested
+
+    def wait(self, seconds: float) -> bool:
+        """Until set or ``seconds`` passed; whether set."""
+        if not self._requested:
+            select.select([self._read], [], [], seconds)
+        return self._requested
+
+    def close(self) -> None:
+        os.close(self._read)
+        os.close(self._write)
+
+
+def run_every(seconds: float, run: Callable[[], int], report: Callable[[BaseException], int], stop: Stop) -> int:
     """Call ``run`` every ``seconds`` until ``stop`` is set; 0 then.
 
-    ``report`` prints a run's failure and returns its exit code; a `ConfigError` ends the
-    loop with that code, any other failure is retried at the next start. ``KeyboardInterrupt``
-    is not caught."""
+    ``report`` prints a run's failure and returns its exit code; a `ConfigError` or
+    `ProcessBroken` ends the loop with that code, any other failure is retried at the next
+    start. ``KeyboardInterrupt`` is not caught."""
     runs = 0
     while not stop.is_set():
         started = time.monotonic()
         runs += 1
         try:
             run()
-        except ConfigError as exc:
+        except (ConfigError, ProcessBroken) as exc:
             return report(exc)
         except Exception as exc:
             code = report(exc)
-            log.warning("run %d of this process failed (exit %d); the next one starts in %s and resumes it",
-                        runs, code, _span(max(0.0, started + seconds - time.monotonic())))
+            log.warning("run %d of this process failed (exit %d: %s); the next one starts in %s and resumes it",
+                        runs, code, first_line(exc),
+                        _span(max(0.0, started + seconds - time.monotonic())))
         took = time.monotonic() - started
         if took >= seconds:
             log.warning("the run took %s, longer than --every %s: the next one starts now",
@@ -82,10 +117,10 @@ def run_every(seconds: float, run: Callable[[], int], report: Callable[[BaseExce
 
 
 @contextmanager
-def stop_on_sigterm() -> Iterator[threading.Event]:
-    """An event SIGTERM sets (the loop ends after the run in progress); a second SIGTERM
+def stop_on_sigterm() -> Iterator[Stop]:
+    """A `Stop` SIGTERM sets (the loop ends after the run in progress); a second SIGTERM
     interrupts that run (KeyboardInterrupt). The previous handler is back afterwards."""
-    stop = threading.Event()
+    stop = Stop()
 
     def handle(signum: int, frame: FrameType | None) -> None:
         if stop.is_set():
@@ -99,6 +134,7 @@ def stop_on_sigterm() -> Iterator[threading.Event]:
         yield stop
     finally:
         signal.signal(signal.SIGTERM, previous)
+        stop.close()
 
 
 def _span(seconds: float) -> str:

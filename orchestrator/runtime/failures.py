@@ -238,7 +238,7 @@ def open_log(config: PipelineConfig) -> str | None:
     if _log_handler is not None:
         logging.getLogger().removeHandler(_log_handler)
         _log_handler.close()
-        _log_handler = None
+        _log_handler = _current_log = None
     name = f"{config.pipeline}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{os.getpid()}.log"
     for directory in _log_dirs(config):
         try:
@@ -273,7 +273,7 @@ def prune_logs(directory: str, pipeline: str, *, keep: int = KEEP_LOGS, days: fl
         days: any younger than this stays too.
         now: the current time (seconds since the epoch), for tests.
     """
-    pattern = re.compile(rf"{re.escape(pipeline)}-\d{{8}}T\d{{6}}Z-\d+\.log")
+    pattern = re.compile(rf"{re.escape(pipeline)}-\d{{8}}T\d{{6}}Z-\d+\.log(\.\d+)?")  # .1, .2: rotated
     try:
         names = [n for n in os.listdir(directory) if pattern.fullmatch(n)]
     except OSError:

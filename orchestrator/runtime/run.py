@@ -7,6 +7,7 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -87,13 +88,15 @@ def _clock(seconds: float) -> str:
 
 
 def run_command(config: PipelineConfig, *, tables: list[str], snapshot: bool, chunk_size: int | None,
-                progress: bool = True, spark: Future[Any] | None = None) -> int:
+                progress: bool = True, spark: Future[Any] | None = None,
+                planned: Callable[[], None] = lambda: None) -> int:
     """The CLI verb. Resumes an unfinished run first, then does what was asked if that differs.
 
     The pipeline lock is held for the whole run, renewed by a heartbeat, and fences every
     write (`orchestrator.state.lease`): a run whose lock was taken over stops with `LockLost`.
     ``spark``: a session already starting (`orchestrator.runtime.early`); by default it is
-    started here, in the background, when the run will read chunks.
+    started here, in the background, when the run will read chunks. ``planned`` is called once
+    the run asked for is planned (or found unfinished: resumed).
     """
     started = time.monotonic()
     holder = cli_holder()
@@ -111,7 +114,8 @@ def run_command(config: PipelineConfig, *, tables: list[str], snapshot: bool, ch
         except Exception as exc:  # another run holds it, or the state store cannot be written
             raise after_start(config, exc, None) from exc
         results, partial = _runs(config, holder, names, tables=tables, snapshot=snapshot, chunk_size=chunk_size,
-                                 bars=progress and sys.stdout.isatty(), failing=failing, spark=session)
+                                 bars=progress and sys.stdout.isatty(), failing=failing, spark=session,
+                                 planned=planned)
     _summary(results, time.monotonic() - started)
     if partial is not None:
         raise partial
@@ -119,7 +123,7 @@ def run_command(config: PipelineConfig, *, tables: list[str], snapshot: bool, ch
 
 
 def _runs(config: PipelineConfig, holder: str, names: list[str], *, tables: list[str], snapshot: bool,
-          chunk_size: int | None, bars: bool, failing: dict[str, str], spark: Any
+          chunk_size: int | None, bars: bool, failing: dict[str, str], spark: Any, planned: Callable[[], None]
           ) -> tuple[list[steps.Published], TablesFailed | None]:
     """The unfinished run if there is one, then the requested run if it differs. ``spark``: a
     session, one starting (a future), or None."""
@@ -132,6 +136,8 @@ def _runs(config: PipelineConfig, holder: str, names: list[str], *, tables: list
                                 holder=holder, fresh=snapshot, failing=failing)
         except Exception as exc:  # e.g. a state store that cannot be written
             raise after_start(config, exc, None) from exc
+        if not handle.resumed or _same_request(config, handle.run_id, request):
+            planned()
         if handle.resumed:
             print(f"resuming unfinished run {handle.run_id} ({len(handle.batches)} batch(es) to read)",
                   file=sys.stdout, flush=True)

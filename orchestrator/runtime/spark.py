@@ -182,6 +182,14 @@ def start_jvm(conf: Mapping[str, str]) -> None:
     SparkContext._ensure_initialized(gateway=gateway)
 
 
+def jvm_gone() -> int | None:
+    """The exit status of this process's driver JVM once it ended (killed for its memory, say):
+    a session of it cannot be used again. None while it runs, or when none was started here."""
+    gateway = SparkContext._gateway
+    proc = getattr(gateway, "proc", None) if gateway is not None else None
+    return proc.poll() if proc is not None else None
+
+
 _LOG4J_SEVERE = re.compile(r"\b(ERROR|FATAL)\b")
 
 

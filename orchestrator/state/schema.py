@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime
@@ -293,6 +295,60 @@ def _sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
 def _sqlite_begin(conn: Connection) -> None:
     write = conn.get_execution_options().get("tm_write", False)
     conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+
+#: This process's engines by URL (`engine_for`): a store opened again (each step of a run opens
+#: one; ``run --every`` runs again and again) reuses its engine, its pooled connections and
+#: the statements it compiled (SQLAlchemy's statement cache is the engine's).
+_ENGINES: dict[str, Engine] = {}
+_ENGINES_LOCK = threading.Lock()
+#: A forked child's copies of its parent's engines: kept, never used nor closed (`_forget_engines`).
+_INHERITED: list[Engine] = []
+
+
+def engine_for(url: URL) -> tuple[Engine, bool]:
+    """The engine of ``url`` and whether it is shared (kept for the process): any database but
+    an SQLite in-memory one (each store of it is a database of its own) or URI."""
+    database = url.database or ""
+    if url.get_backend_name() == "sqlite" and (not database or database == ":memory:" or database.startswith("file:")):
+        return _make_engine(url), False
+    key = url.render_as_string(hide_password=False)
+    with _ENGINES_LOCK:
+        engine = _ENGINES.get(key)
+        if engine is None:
+            engine = _ENGINES[key] = _make_engine(url)
+    return engine, True
+
+
+def forget_engine(engine: Engine) -> None:
+    """A shared engine through which a store could not be opened is not shared again: the next
+    store of its URL makes a new one (the stores using this one go on with it)."""
+    with _ENGINES_LOCK:
+        for key, found in list(_ENGINES.items()):
+            if found is engine:
+                del _ENGINES[key]
+
+
+def release_engines() -> None:
+    """Close the shared engines' idle connections (they keep their compiled statements): between
+    the runs of a long-lived process no SQLite file stays open, so its WAL is checkpointed, and a
+    state store replaced or deleted meanwhile is opened anew by the next run, not used unlinked."""
+    with _ENGINES_LOCK:
+        engines = list(_ENGINES.values())
+    for engine in engines:
+        engine.dispose()
+
+
+def _forget_engines() -> None:
+    """In a forked child: its parent's connections are the parent's (SQLite's locks and a
+    server's sessions are not shared across a fork); the child opens its own."""
+    global _ENGINES_LOCK
+    _ENGINES_LOCK = threading.Lock()  # another thread may have held it at the fork
+    _INHERITED.extend(_ENGINES.values())
+    _ENGINES.clear()
+
+
+os.register_at_fork(after_in_child=_forget_engines)
 
 
 def _make_engine(url: URL) -> Engine:

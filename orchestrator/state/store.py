@@ -83,10 +83,11 @@ from orchestrator.state.schema import (
     TABLE_CHECKPOINTS,
     TABLE_SETS,
     _insert_ignore,
-    _make_engine,
     _now,
     code_schema_version,
+    engine_for,
     ensure_schema,
+    forget_engine,
 )
 from orchestrator.state.tables import RunTablesMixin
 
@@ -134,19 +135,27 @@ class StateStore(PipelineLockMixin, RunTablesMixin, ChunksMixin, ManyTablesMixin
         self.url = parsed.render_as_string(hide_password=True)
         self._password = parsed.password
         try:
-            self._engine = _make_engine(parsed)
+            self._engine, self._shared = engine_for(parsed)
         except (NoSuchModuleError, ImportError) as exc:
             raise StateError(f"state store at {self.url}: cannot load the driver "
                              f"{parsed.drivername} ({self._scrub(exc)}); install it") from None
         try:
             ensure_schema(functools.partial(self._tx, fenced=False), self.url)
         except DBAPIError as exc:
-            self._engine.dispose()
+            self._drop()
             raise StateError(f"state store at {self.url} is unreachable or unusable: "
                              f"{self._scrub(exc.orig)}") from None
         except BaseException:
-            self._engine.dispose()
+            if not self._shared:
+                self._engine.dispose()
             raise
+
+    def _drop(self) -> None:
+        """The engine after a store could not be opened through it: not shared again, or closed."""
+        if self._shared:
+            forget_engine(self._engine)
+        else:
+            self._engine.dispose()
 
     def __enter__(self) -> StateStore:
         return self
@@ -404,5 +413,6 @@ class StateStore(PipelineLockMixin, RunTablesMixin, ChunksMixin, ManyTablesMixin
                          .values(start_position=None, high_position=None))
 
     def close(self) -> None:
-        """Close the store's connections."""
-        self._engine.dispose()
+        """Close the store's connections (a shared engine's go back to its pool: `engine_for`)."""
+        if not self._shared:
+            self._engine.dispose()

@@ -4,16 +4,23 @@ the runs are stand-ins that count; `tests/integration/test_cli_run.py` runs the 
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import signal
 import threading
 import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from orchestrator.errors import ConfigError, RunFailed, SourceNotReady
+from orchestrator.runtime import cli as cli_module
+from orchestrator.runtime import early, failures, run
 from orchestrator.runtime.cli import build_parser, main
-from orchestrator.runtime.every import parse_every, run_every, stop_on_sigterm
+from orchestrator.runtime.every import ProcessBroken, Stop, parse_every, run_every, stop_on_sigterm
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("30", 30.0), ("90s", 90.0), ("5m", 300.0), ("1.5h", 5400.0),
@@ -37,7 +44,7 @@ def test_a_bad_every_is_a_usage_error_naming_it(capsys: pytest.CaptureFixture[st
 
 
 def test_runs_start_at_a_fixed_rate_and_failures_do_not_end_the_loop() -> None:
-    stop = threading.Event()
+    stop = Stop()
     starts: list[float] = []
     reported: list[BaseException] = []
     outcomes: list[BaseException | None] = [None, RunFailed("source lost"), SourceNotReady("down"), None, None]
@@ -63,7 +70,7 @@ def test_runs_start_at_a_fixed_rate_and_failures_do_not_end_the_loop() -> None:
 
 
 def test_a_run_longer_than_the_interval_is_followed_at_once() -> None:
-    stop = threading.Event()
+    stop = Stop()
     starts: list[float] = []
 
     def run() -> int:
@@ -86,12 +93,12 @@ def test_bad_config_ends_the_loop_with_its_exit_code() -> None:
         calls.append(1)
         raise ConfigError("no table matches --table shop.nope")
 
-    assert run_every(0.01, run, lambda exc: getattr(exc, "exit_code", 1), threading.Event()) == 2
+    assert run_every(0.01, run, lambda exc: getattr(exc, "exit_code", 1), Stop()) == 2
     assert calls == [1]
 
 
 def test_a_stop_set_while_waiting_ends_the_wait() -> None:
-    stop = threading.Event()
+    stop = Stop()
     threading.Timer(0.2, stop.set).start()
     started = time.monotonic()
     assert run_every(600.0, lambda: 0, lambda exc: 1, stop) == 0
@@ -107,3 +114,71 @@ def test_sigterm_stops_after_the_run_and_a_second_one_interrupts_it() -> None:
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(5)  # the handler raises here, in the main thread
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_a_broken_process_ends_the_loop() -> None:
+    def run() -> int:
+        raise ProcessBroken("this process's Spark JVM ended")
+
+    assert run_every(0.01, run, lambda exc: getattr(exc, "exit_code", 9), Stop()) == 1
+
+
+def test_stop_set_from_another_thread_wakes_the_wait() -> None:
+    stop = Stop()
+    threading.Timer(0.1, stop.set).start()
+    started = time.monotonic()
+    assert stop.wait(60) and time.monotonic() - started < 30
+    stop.close()
+
+
+def _loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake: Callable[..., int], *argv: str) -> int:
+    """`main` of ``run --every`` with `run_command` replaced by ``fake`` (no source, no Spark)."""
+    config = {"pipeline": "loop", "source": {"host": "127.0.0.1", "user": "snap", "password": "x", "server_id": 54009},
+              "output": {"path": str(tmp_path / "lake")}, "state": {"url": f"sqlite:///{tmp_path / 'state.db'}"},
+              "tables": [{"name": "shop.orders"}]}
+    path = tmp_path / "loop.yaml"
+    path.write_text(yaml.safe_dump(config))
+    monkeypatch.setattr(early, "start_spark_early", lambda *a, **k: None)
+    monkeypatch.setattr(run, "run_command", fake)
+    try:
+        return main(["run", "--config", str(path), "--every", "0.05", *argv])
+    finally:  # the run log main opened: closed, as the process's end would
+        handler = failures._log_handler
+        if handler is not None:
+            logging.getLogger().removeHandler(handler)
+            handler.close()
+            failures._log_handler = None
+
+
+def test_snapshot_is_asked_for_until_a_run_plans_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[bool] = []
+
+    def fake(config: Any, *, snapshot: bool, planned: Callable[[], None], **kwargs: Any) -> int:
+        asked.append(snapshot)
+        if len(asked) == 1:
+            raise RunFailed("pipeline lock held by another run")  # before planning: no run of it yet
+        if len(asked) == 2:
+            planned()
+            raise RunFailed("source lost mid-read")  # planned, then failed: the next run resumes it
+        if len(asked) == 4:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return 0
+
+    assert _loop(tmp_path, monkeypatch, fake, "--snapshot") == 0
+    assert asked == [True, True, False, False]
+
+
+def test_a_run_whose_spark_jvm_died_ends_the_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    calls: list[int] = []
+
+    def fake(config: Any, **kwargs: Any) -> int:
+        calls.append(1)
+        if len(calls) == 3:  # the loop went on: stop it, the assertion below fails
+            os.kill(os.getpid(), signal.SIGTERM)
+        raise RunFailed("An error occurred while calling o12.count")
+
+    monkeypatch.setattr(cli_module, "_jvm_gone", lambda: 137)
+    assert _loop(tmp_path, monkeypatch, fake) == 1
+    assert calls == [1]
+    assert "Spark JVM ended (exit status 137)" in capsys.readouterr().err

@@ -107,3 +107,15 @@ def test_old_run_logs_are_pruned_keeping_the_newest_and_the_young(tmp_path: Path
     assert sorted(Path(p).name for p in deleted) == sorted(list(ages)[2:])
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*list(ages)[:2], "other-20260101T000000Z-1.log"])
     assert prune_logs(str(tmp_path), "p", keep=0, days=4, now=now) == [str(tmp_path / list(ages)[1])]
+
+
+def test_rotated_run_logs_are_pruned_too(tmp_path: Path) -> None:
+    day = 86400.0
+    now = 100 * day
+    names = ["p-20260101T000000Z-7.log", "p-20260101T000000Z-7.log.1", "p-20260101T000000Z-7.log.2",
+             "p-20260101T000000Z-7.log.old"]
+    for name in names:
+        (tmp_path / name).write_text("x")
+        os.utime(tmp_path / name, (now - 30 * day, now - 30 * day))
+    deleted = prune_logs(str(tmp_path), "p", keep=0, days=7, now=now)
+    assert sorted(Path(p).name for p in deleted) == names[:3]  # not a file of another name
