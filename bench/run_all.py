@@ -4,7 +4,8 @@ Runs, one after the other (never side by side with each other, so they do not
 share the two cores), each script of ``bench/`` with the sizes given here:
 
 - ``bench_vs_dump.py``: `tidemark run` vs the plain Spark JDBC dump on one table (snapshot,
-  spread and recent changes, 1M updated rows vs ``mariadb-binlog``), at 1M and 4M rows;
+  spread and recent changes, each run as a process of its own and in a process that ran
+  before, as `run --every` does; 1M updated rows vs ``mariadb-binlog``), at 1M and 4M rows;
 - ``bench_read.py``: the read alone, warm, vs the plain dump's (wall and CPU seconds);
 - ``bench_snapshot.py``: `tidemark run` end to end vs a raw ``mariadb --quick`` scan;
 - ``bench_binlog.py``: the capture vs ``mariadb-binlog -vv`` and vs python-mysql-replication;
