@@ -150,10 +150,25 @@ def _run(args: argparse.Namespace, config: PipelineConfig) -> int:
                                     "it stops, for a fresh one to resume the run") from exc
             raise
         finally:
+            _release_own_lock(config)
             release_engines()
 
     with stop_on_sigterm() as stop:
         return run_every(args.every, run_once, lambda exc: _report(exc, args.debug), stop)
+
+
+def _release_own_lock(config: PipelineConfig) -> None:
+    """After a run of ``run --every``: the pipeline lock, if a failure left it with this
+    process, is released, as a one-off run's process would leave it when it ends (a lock
+    whose process is gone is taken over): no other process waits for the lease meanwhile."""
+    from orchestrator.runtime.run import cli_holder
+    from orchestrator.state.store import StateStore
+
+    try:
+        with StateStore(config.state.url) as store:
+            store.release_lock(config.pipeline, cli_holder())
+    except Exception as exc:  # the state store is out of reach: the next run reports it
+        log.debug("could not release the pipeline lock after the run: %s", exc)
 
 
 def _jvm_gone() -> int | None:

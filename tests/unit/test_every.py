@@ -21,6 +21,7 @@ from orchestrator.runtime import cli as cli_module
 from orchestrator.runtime import early, failures, run
 from orchestrator.runtime.cli import build_parser, main
 from orchestrator.runtime.every import ProcessBroken, Stop, parse_every, run_every, stop_on_sigterm
+from orchestrator.state.store import StateStore
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("30", 30.0), ("90s", 90.0), ("5m", 300.0), ("1.5h", 5400.0),
@@ -182,3 +183,24 @@ def test_a_run_whose_spark_jvm_died_ends_the_loop(tmp_path: Path, monkeypatch: p
     assert _loop(tmp_path, monkeypatch, fake) == 1
     assert calls == [1]
     assert "Spark JVM ended (exit status 137)" in capsys.readouterr().err
+
+
+def test_a_lock_a_failed_run_left_with_the_process_is_released(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    free: list[bool] = []
+
+    def fake(config: Any, **kwargs: Any) -> int:
+        store = StateStore(config.state.url)
+        try:
+            if not free:
+                free.append(False)
+                store.acquire_lock(config.pipeline, run.cli_holder())
+                raise RunFailed("failed before the run released its lock")
+            free.append(store.lock_info(config.pipeline) is None)
+        finally:
+            store.close()
+        os.kill(os.getpid(), signal.SIGTERM)
+        return 0
+
+    assert _loop(tmp_path, monkeypatch, fake) == 0
+    assert free == [False, True]
