@@ -136,7 +136,8 @@ def _runs(config: PipelineConfig, holder: str, names: list[str], *, tables: list
                                 holder=holder, fresh=snapshot, failing=failing)
         except Exception as exc:  # e.g. a state store that cannot be written
             raise after_start(config, exc, None) from exc
-        if not handle.resumed or _same_request(config, handle.run_id, request):
+        asked = not handle.resumed or _same_request(config, handle.run_id, request)  # the run asked for
+        if asked:
             planned()
         if handle.resumed:
             print(f"resuming unfinished run {handle.run_id} ({len(handle.batches)} batch(es) to read)",
@@ -159,7 +160,7 @@ def _runs(config: PipelineConfig, holder: str, names: list[str], *, tables: list
             steps.fail_run(config, handle.run_id, str(failure), holder=holder)
             raise failure from exc
         results.extend(published)
-        if not handle.resumed or _same_request(config, handle.run_id, request):
+        if asked:
             break
     return results, partial
 
