@@ -24,6 +24,7 @@ from itertools import pairwise
 import pyarrow as pa
 from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError, ResolveError
+from pyiceberg.io import PY_IO_IMPL
 from pyiceberg.io.pyarrow import pyarrow_to_schema
 from pyiceberg.manifest import DataFile
 from pyiceberg.schema import promote
@@ -35,6 +36,7 @@ from orchestrator.config import PipelineConfig
 from orchestrator.errors import RunFailed, resnapshot_hint
 from orchestrator.lake import storage
 from orchestrator.lake.iceberg_create import FIELD_ID, NewTable
+from orchestrator.lake.iceberg_io import DURABLE_FILE_IO
 from orchestrator.lake.manifest import published_schema
 from orchestrator.schema.tables import TableInfo
 from orchestrator.state.schema import SQLITE_BUSY_TIMEOUT_MS
@@ -64,18 +66,25 @@ def catalog_properties(config: PipelineConfig) -> dict[str, str]:
     is left for pyiceberg to infer (``http(s)://``: a REST catalog). A SQLite database waits for
     another writer as long as the state store does (`SQLITE_BUSY_TIMEOUT_MS`; pyiceberg's engine
     gave up after sqlite3's 5 s, while a run's publish workers, its heartbeat and its
-    checkpoints all write there).
+    checkpoints all write there). A local lake's Iceberg files are written by
+    `iceberg_io.DurableFileIO` (on disk before a commit names them) unless the properties name
+    a ``py-io-impl``.
 
     >>> from types import SimpleNamespace as NS
-    >>> def cfg(**props): return NS(output=NS(catalog=NS(properties=props)), state=NS(url="sqlite:///s.db"))
+    >>> def cfg(path="s3://lake", **props):
+    ...     return NS(output=NS(path=path, catalog=NS(properties=props)), state=NS(url="sqlite:///s.db"))
     >>> catalog_properties(cfg())
     {'type': 'sql', 'uri': 'sqlite:///s.db?timeout=30'}
     >>> catalog_properties(cfg(warehouse="/lake"))
     {'warehouse': '/lake', 'type': 'sql', 'uri': 'sqlite:///s.db?timeout=30'}
     >>> catalog_properties(cfg(uri="http://rest:8181"))
     {'uri': 'http://rest:8181'}
+    >>> catalog_properties(cfg("/lake"))["py-io-impl"]
+    'orchestrator.lake.iceberg_io.DurableFileIO'
     """
     properties = dict(config.output.catalog.properties)
+    if storage.is_local(config.output.path):
+        properties.setdefault(PY_IO_IMPL, DURABLE_FILE_IO)
     if properties.get("type", "sql" if "uri" not in properties else None) == "sql":
         properties.setdefault("type", "sql")
         properties.setdefault("uri", config.state.url)

@@ -367,12 +367,41 @@ def recover_atomic(uri: str, fs: pafs.FileSystem | None = None) -> bool:
     return True
 
 
+def sync(uris: Sequence[str]) -> None:
+    """Put local files and directories on disk (fsync: a file's bytes and size, a directory's
+    names); other stores' writes are durable when acknowledged, and are skipped. A directory is
+    synced after the files and directories created in it."""
+    for uri in uris:
+        if not is_local(uri):
+            continue
+        fd = os.open(local_path(uri), os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def makedirs_durable(uri: str) -> None:
+    """A local directory made with each one it creates on disk (its parent synced after it);
+    nothing for other stores, whose directories are made by the writes into them."""
+    if not is_local(uri):
+        return
+    path, missing = Path(local_path(uri)), []
+    while not path.exists():
+        missing.append(path)
+        path = path.parent
+    for created in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            created.mkdir()
+        sync([str(created.parent)])
+
+
 def _write_atomic_local(target: Path, data: bytes) -> None:
     tmp = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex}"
     try:
         out = open(tmp, "wb")  # noqa: SIM115  # closed below
     except FileNotFoundError:  # the directory is made on the first write into it
-        target.parent.mkdir(parents=True, exist_ok=True)
+        makedirs_durable(str(target.parent))
         out = open(tmp, "wb")  # noqa: SIM115
     try:
         with out:
@@ -384,8 +413,4 @@ def _write_atomic_local(target: Path, data: bytes) -> None:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
         raise
-    fd = os.open(target.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    sync([str(target.parent)])

@@ -122,6 +122,14 @@ class VersionWriter:
         self.rows_written += sum(r["rows"] for r in written)
         return written
 
+    def sync(self, ranges: Iterable[FileRange]) -> None:
+        """The files of ``ranges`` written for this version on disk, and ``data/``'s names of them:
+        a local lake's data files (written by Spark or pyarrow, moved in by rename) are made
+        durable before an Iceberg commit names them; a file shared with an earlier version is."""
+        new = [storage.join(self.tdir, r["file"]) for r in ranges
+               if file_version(os.path.basename(r["file"])) == self.version]
+        storage.sync([*new, storage.join(self.tdir, DATA_DIR)])
+
     def write_empty(self) -> FileRange:
         """The one file of an empty table: no rows, the schema."""
         relative = data_file(self.version, self.files_written, self.attempt)

@@ -285,6 +285,7 @@ def _stage(config: PipelineConfig, table: Publishing, run_id: str, guard: Callab
     guard()
     schema, prepared = iceberg.prepare_table(catalog, table_info.name, tdir, published_schema(table_info.columns),
                                              loaded)
+    storage.makedirs_durable(storage.join(tdir, layout.DATA_DIR))
     writer = VersionWriter(tdir, version, schema, [table_info.column(k).name for k in key], attempt())
     if plan is None:  # staging files that make the whole table, in order
         ranges = writer.write_all(reconciled_dir)
@@ -293,6 +294,7 @@ def _stage(config: PipelineConfig, table: Publishing, run_id: str, guard: Callab
         ranges = _place(table_info.name, tdir, version, plan, writer, _moved_tag(reconciled_dir))
     if not ranges:
         ranges = [writer.write_empty()]
+    writer.sync(ranges)  # on disk before the commit (a local lake)
     manifest = Manifest(
         table=table_info.name, version=version, files=[r["file"] for r in ranges],
         position=PositionEntry(file=position.file, pos=position.pos, gtid_set=position.gtid_set,

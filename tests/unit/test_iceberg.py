@@ -158,7 +158,8 @@ def test_catalog_config_errors_name_the_key(properties: dict[str, object], probl
 
 def test_the_default_catalog_is_sql_in_the_state_store(tmp_path: Path) -> None:
     config = config_for(tmp_path)
-    assert iceberg.catalog_properties(config) == {"type": "sql", "uri": f"{config.state.url}?timeout=30"}
+    durable = {"py-io-impl": "orchestrator.lake.iceberg_io.DurableFileIO"}  # a local lake
+    assert iceberg.catalog_properties(config) == {**durable, "type": "sql", "uri": f"{config.state.url}?timeout=30"}
     rest = parse_config({
         "pipeline": "p", "source": {"host": "h", "user": "u", "server_id": 1},
         "output": {"path": "/lake", "catalog": {"name": "prod", "type": "rest", "uri": "http://c:8181",
@@ -166,7 +167,12 @@ def test_the_default_catalog_is_sql_in_the_state_store(tmp_path: Path) -> None:
         "state": {"url": "sqlite://"}, "tables": [{"name": "db.t"}]}, check_env=False)
     assert rest.output.catalog.name == "prod"
     assert iceberg.catalog_properties(rest) == {"type": "rest", "uri": "http://c:8181", "s3.region": "eu-west-1",
-                                                "rest.sigv4-enabled": "true"}
+                                                "rest.sigv4-enabled": "true", **durable}
+    own = parse_config({
+        "pipeline": "p", "source": {"host": "h", "user": "u", "server_id": 1},
+        "output": {"path": "/lake", "catalog": {"py-io-impl": "pyiceberg.io.fsspec.FsspecFileIO"}},
+        "state": {"url": "sqlite://"}, "tables": [{"name": "db.t"}]}, check_env=False)
+    assert iceberg.catalog_properties(own)["py-io-impl"] == "pyiceberg.io.fsspec.FsspecFileIO"  # theirs kept
 
 
 def test_a_new_column_gets_a_new_field_id_and_old_ids_stay(tmp_path: Path) -> None:

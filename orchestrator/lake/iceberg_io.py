@@ -1,0 +1,73 @@
+"""The FileIO Tidemark's catalog writes Iceberg files with: pyiceberg's `PyArrowFileIO`, whose
+local files are on disk when closed.
+
+A catalog commit makes a metadata file current, and that file names the manifest list and the
+manifests written just before it. On a local or NFS lake those were only in the kernel's page
+cache at the commit (written back within about 30 s): a power cut in between left a committed
+snapshot naming an empty file. Each local file this FileIO writes is fsynced when closed, with
+its directory (the new name), before anything can commit it; other schemes are written as
+`PyArrowFileIO` writes them (an object store's PUT is durable when acknowledged).
+`iceberg.catalog_properties` names this class as ``py-io-impl`` for a local lake, unless the
+catalog's properties name a FileIO of their own. The data files are made durable by the publish
+step (`storage.sync`) before it commits them.
+"""
+
+from __future__ import annotations
+
+import os
+from types import TracebackType
+from typing import Any
+
+from pyiceberg.io import OutputStream
+from pyiceberg.io.pyarrow import BUFFER_SIZE, ONE_MEGABYTE, PyArrowFile, PyArrowFileIO
+
+from orchestrator.lake import storage
+
+#: The ``py-io-impl`` naming this module's FileIO.
+DURABLE_FILE_IO = f"{__name__}.DurableFileIO"
+
+
+class DurableFileIO(PyArrowFileIO):
+    """`PyArrowFileIO` whose local output files are fsynced, with their directory, when closed."""
+
+    def new_output(self, location: str) -> PyArrowFile:
+        scheme, netloc, path = self.parse_location(location, self.properties)
+        if scheme != "file":
+            return super().new_output(location)
+        return _DurableFile(location=location, path=path, fs=self.fs_by_scheme(scheme, netloc),
+                            buffer_size=int(self.properties.get(BUFFER_SIZE, ONE_MEGABYTE)))
+
+
+class _DurableFile(PyArrowFile):
+    def create(self, overwrite: bool = False) -> OutputStream:
+        storage.makedirs_durable(os.path.dirname(self._path))  # metadata/ of a new table
+        return _Synced(super().create(overwrite), self._path)
+
+
+class _Synced:
+    """An output stream that, once closed, is on disk: the file's bytes and its directory entry."""
+
+    def __init__(self, stream: OutputStream, path: str) -> None:
+        self._stream = stream
+        self._path = path
+        self._closed = False
+
+    def write(self, b: bytes) -> int:
+        return self._stream.write(b)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._stream.close()
+        storage.sync([self._path, os.path.dirname(self._path)])
+
+    def __enter__(self) -> _Synced:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def __getattr__(self, name: str) -> Any:  # tell(), flush() ... of the stream underneath
+        return getattr(self._stream, name)
