@@ -14,6 +14,7 @@ step (`storage.sync`) before it commits them.
 
 from __future__ import annotations
 
+import logging
 import os
 from types import TracebackType
 from typing import Any
@@ -25,6 +26,10 @@ from orchestrator.lake import storage
 
 #: The ``py-io-impl`` naming this module's FileIO.
 DURABLE_FILE_IO = f"{__name__}.DurableFileIO"
+
+# pyiceberg logs at INFO each time it loads a FileIO named by py-io-impl: once per table loaded.
+logging.getLogger("pyiceberg.io").addFilter(
+    lambda record: not (record.levelno == logging.INFO and DURABLE_FILE_IO in record.getMessage()))
 
 
 class DurableFileIO(PyArrowFileIO):
