@@ -68,7 +68,8 @@ def catalog_properties(config: PipelineConfig) -> dict[str, str]:
     gave up after sqlite3's 5 s, while a run's publish workers, its heartbeat and its
     checkpoints all write there). A local lake's Iceberg files are written by
     `iceberg_io.DurableFileIO` (on disk before a commit names them) unless the properties name
-    a ``py-io-impl``.
+    a ``py-io-impl`` or the catalog is REST (its server writes the metadata files, and may name
+    the FileIO the client uses).
 
     >>> from types import SimpleNamespace as NS
     >>> def cfg(path="s3://lake", **props):
@@ -83,7 +84,8 @@ def catalog_properties(config: PipelineConfig) -> dict[str, str]:
     'orchestrator.lake.iceberg_io.DurableFileIO'
     """
     properties = dict(config.output.catalog.properties)
-    if storage.is_local(config.output.path):
+    rest = properties.get("type") == "rest" or str(properties.get("uri", "")).startswith(("http:", "https:"))
+    if storage.is_local(config.output.path) and not rest:
         properties.setdefault(PY_IO_IMPL, DURABLE_FILE_IO)
     if properties.get("type", "sql" if "uri" not in properties else None) == "sql":
         properties.setdefault("type", "sql")

@@ -1,21 +1,25 @@
 """The FileIO Tidemark's catalog writes Iceberg files with: pyiceberg's `PyArrowFileIO`, whose
-local files are on disk when closed.
+local files are on disk before a catalog commit can name them.
 
 A catalog commit makes a metadata file current, and that file names the manifest list and the
 manifests written just before it. On a local or NFS lake those were only in the kernel's page
 cache at the commit (written back within about 30 s): a power cut in between left a committed
-snapshot naming an empty file. Each local file this FileIO writes is fsynced when closed, with
-its directory (the new name), before anything can commit it; other schemes are written as
-`PyArrowFileIO` writes them (an object store's PUT is durable when acknowledged).
-`iceberg.catalog_properties` names this class as ``py-io-impl`` for a local lake, unless the
-catalog's properties name a FileIO of their own. The data files are made durable by the publish
-step (`storage.sync`) before it commits them.
+snapshot naming an empty file. Each local file this FileIO writes is fsynced when closed; the
+directories that got new files are synced when a metadata file closes, the last file written
+before a commit (one directory sync a commit, not one a file; the files of a commit may come
+through several FileIO instances and pyiceberg's writer threads, so the directories are kept
+per process). Other schemes are written as `PyArrowFileIO` writes them (an object store's PUT
+is durable when acknowledged). `iceberg.catalog_properties` names this class as ``py-io-impl``
+for a local lake whose catalog writes its metadata files in the client (not REST), unless the
+catalog's properties name a FileIO of their own. The publish step makes the data files durable
+(`VersionWriter.sync`) before it commits them.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import threading
 from types import TracebackType
 from typing import Any
 
@@ -26,14 +30,19 @@ from orchestrator.lake import storage
 
 #: The ``py-io-impl`` naming this module's FileIO.
 DURABLE_FILE_IO = f"{__name__}.DurableFileIO"
+#: How a metadata file's name ends (``00001-<uuid>.metadata.json``, compressed: ``.gz.metadata.json``).
+METADATA_SUFFIX = ".metadata.json"
 
 # pyiceberg logs at INFO each time it loads a FileIO named by py-io-impl: once per table loaded.
 logging.getLogger("pyiceberg.io").addFilter(
     lambda record: not (record.levelno == logging.INFO and DURABLE_FILE_IO in record.getMessage()))
 
+_dirty: set[str] = set()  # directories with a file closed since they were last synced
+_dirty_lock = threading.Lock()
+
 
 class DurableFileIO(PyArrowFileIO):
-    """`PyArrowFileIO` whose local output files are fsynced, with their directory, when closed."""
+    """`PyArrowFileIO` whose local output files are on disk (with their names) before a commit."""
 
     def new_output(self, location: str) -> PyArrowFile:
         scheme, netloc, path = self.parse_location(location, self.properties)
@@ -50,7 +59,8 @@ class _DurableFile(PyArrowFile):
 
 
 class _Synced:
-    """An output stream that, once closed, is on disk: the file's bytes and its directory entry."""
+    """An output stream that, once closed, is on disk; a metadata file's close also syncs the
+    directories of every file closed before it (their names)."""
 
     def __init__(self, stream: OutputStream, path: str) -> None:
         self._stream = stream
@@ -65,14 +75,25 @@ class _Synced:
             return
         self._closed = True
         self._stream.close()
-        storage.sync([self._path, os.path.dirname(self._path)])
+        storage.sync([self._path])
+        with _dirty_lock:
+            _dirty.add(os.path.dirname(self._path))
+            if not self._path.endswith(METADATA_SUFFIX):
+                return
+            directories = sorted(_dirty)
+            _dirty.clear()
+        storage.sync(directories)
 
     def __enter__(self) -> _Synced:
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        self.close()
+        if exc_type is None:
+            self.close()
+        else:  # a failed write is not synced: nothing will commit it, and its error is the one raised
+            self._closed = True
+            self._stream.close()
 
     def __getattr__(self, name: str) -> Any:  # tell(), flush() ... of the stream underneath
         return getattr(self._stream, name)

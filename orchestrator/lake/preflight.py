@@ -36,6 +36,7 @@ def writable(name: str, key: str, uri: str) -> Check:
     """Whether ``uri`` can be created and written: a probe file, removed again."""
     probe = storage.join(uri, f".tidemark-probe-{os.getpid()}")
     try:
+        storage.makedirs_durable(uri)  # a local directory's name on disk (the lake's root)
         storage.makedirs(uri)
         storage.write_atomic(probe, b"probe\n")
         storage.delete_file(probe)
