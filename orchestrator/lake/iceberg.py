@@ -6,10 +6,10 @@ them, a later one replaces exactly the files it rewrote, in one atomic snapshot
 whose summary carries ``tidemark.run-id``, ``tidemark.version`` and
 ``tidemark.position`` (`orchestrator.lake.iceberg_commit`). A rerun finds the snapshot
 of its run and does not commit twice. Field IDs are the Iceberg schema's: `prepare_table`
-evolves the table, or prepares the creation of a new one (`iceberg_create`), and gives the Arrow schema the
-files are written with, ``PARQUET:field_id`` on every field, before any file is written;
-a column whose type Iceberg cannot promote is replaced by a new field of the same name
-(`_evolve`). Retention expires the snapshots of dropped versions and deletes the manifest
+prepares the table's schema update (`Evolving`, committed with the version's snapshot) or the
+creation of a new table (`iceberg_create`), and gives the Arrow schema the files are written
+with, ``PARQUET:field_id`` on every field, before any file is written; a column whose type
+Iceberg cannot promote is replaced by a new field of the same name (`_schema_update`). Retention expires the snapshots of dropped versions and deletes the manifest
 files only they used.
 """
 
@@ -19,6 +19,7 @@ import logging
 import threading
 import weakref
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from itertools import pairwise
 
 import pyarrow as pa
@@ -28,7 +29,7 @@ from pyiceberg.io import PY_IO_IMPL
 from pyiceberg.io.pyarrow import pyarrow_to_schema
 from pyiceberg.manifest import DataFile
 from pyiceberg.schema import promote
-from pyiceberg.table import Table, TableProperties
+from pyiceberg.table import Table, TableProperties, Transaction
 from pyiceberg.table.update.schema import UpdateSchema
 from pyiceberg.types import BinaryType, IcebergType, StringType
 
@@ -133,9 +134,40 @@ def with_field_ids(schema: pa.Schema, ids: dict[str, int]) -> pa.Schema:
     return pa.schema(f.with_metadata({FIELD_ID: str(ids[f.name]).encode()}) for f in schema)
 
 
-#: What `prepare_table` hands `commit_version`: the table as loaded, or, for a table the catalog
-#: does not have yet, what `iceberg_create.create_all` creates it from with its first snapshot.
-Prepared = Table | NewTable
+@dataclass(frozen=True, slots=True)
+class Evolving:
+    """A table whose columns the version's commit changes: `stage` puts the schema update in
+    that commit's transaction, so no catalog reader ever sees the new schema over the old
+    snapshot's files (a replaced column read as NULL), nor a crash leaves it so."""
+
+    table: Table
+    name: str
+    wanted: pa.Schema | None  # the Iceberg schema to evolve to (`_wanted`); None: no column changes
+    order: tuple[str, ...] | None  # the source's column order, when the columns must be moved into it
+
+    def stage(self, tx: Transaction) -> None:
+        """The schema update staged in ``tx``, the transaction of the version's snapshot."""
+        if self.wanted is not None:
+            replaced = _unpromotable(self.table, self.wanted)
+            update = _schema_update(self.table, self.name, self.wanted, tx)
+            try:
+                update.commit()  # into the transaction
+            except ValueError as exc:
+                raise _cannot_evolve(self.name, exc) from exc
+            if replaced:
+                log.warning("table %s: column(s) %s changed to a type Iceberg cannot promote: replaced by new "
+                            "column(s) of the same name with new field IDs (older snapshots and readers of an "
+                            "older metadata_location keep the old columns)", self.name, ", ".join(replaced))
+            log.info("table %s: the version's commit evolves the Iceberg schema to %s", self.name,
+                     ", ".join(self.wanted.names))
+        if self.order is not None:
+            _reorder(tx, self.name, self.order)
+
+
+#: What `prepare_table` hands `commit_version`: the table as loaded, the table with the schema
+#: update its commit stages, or, for a table the catalog does not have yet, what
+#: `iceberg_create.create_all` creates it from with its first snapshot.
+Prepared = Table | Evolving | NewTable
 
 
 def load(catalog: Catalog, table: str) -> Table | None:
@@ -149,25 +181,31 @@ def load(catalog: Catalog, table: str) -> Table | None:
 
 def prepare_table(catalog: Catalog, table: str, tdir: str, schema: pa.Schema,
                   loaded: Table | None) -> tuple[pa.Schema, Prepared]:
-    """Stage the Iceberg table's creation, or evolve its schema to ``schema`` (new columns get new
-    field IDs, existing IDs never change, widenings Iceberg allows evolve in place); returns
-    ``schema`` with the table's field IDs (the schema the version's files are written with) and
-    what `commit_version` commits on.
+    """Stage the Iceberg table's creation, or the evolution of its schema to ``schema`` (new
+    columns get new field IDs, existing IDs never change, widenings Iceberg allows evolve in
+    place); returns ``schema`` with the field IDs the table will have (the schema the version's
+    files are written with) and what `commit_version` commits on. Nothing is committed here:
+    a changed schema is committed with the version's snapshot, in one commit (`Evolving`).
 
-    A new table is not created here: `iceberg_create.create_all` creates it with its first
-    snapshot, one metadata file and one catalog commit (creating it first took a second of
-    each, and two loads more). ``loaded``: the table as `load` found it."""
+    A new table is not created here either: `iceberg_create.create_all` creates it with its
+    first snapshot, one metadata file and one catalog commit (creating it first took a second
+    of each, and two loads more). ``loaded``: the table as `load` found it."""
     if loaded is None:
         _ensure_namespace(catalog, table.split(".", 1)[0])
         first = _first_schema(schema)
         return first, NewTable(table, table_uri(tdir), pyarrow_to_schema(first), _TABLE_PROPERTIES)
-    iceberg = loaded
-    wanted = _wanted(iceberg, schema)
+    wanted = _wanted(loaded, schema)
+    fields = loaded.schema().fields
     if wanted is not None:
-        iceberg = _evolve(iceberg, table, wanted)
-    if [f.name for f in iceberg.schema().fields] != schema.names:
-        iceberg = _reorder(iceberg, table, schema.names)
-    return with_field_ids(schema, {f.name: f.field_id for f in iceberg.schema().fields}), iceberg
+        try:  # the update `Evolving.stage` puts in the commit, applied to a copy of the metadata
+            fields = _schema_update(loaded, table, wanted)._apply().fields
+        except ValueError as exc:
+            raise _cannot_evolve(table, exc) from exc
+    order = tuple(schema.names) if [f.name for f in fields] != schema.names else None
+    ids = with_field_ids(schema, {f.name: f.field_id for f in fields})
+    if wanted is None and order is None:
+        return ids, loaded
+    return ids, Evolving(loaded, table, wanted, order)
 
 
 def _ensure_namespace(catalog: Catalog, namespace: str) -> None:
@@ -198,7 +236,7 @@ def planned_schema(catalog: Catalog, table: str, schema: pa.Schema, *, exists: b
     wanted = _wanted(iceberg, schema)
     fields = iceberg.schema().fields
     if wanted is not None:
-        try:  # the same update `prepare_table` commits, applied to a copy of the metadata only
+        try:  # the same update the version's commit stages (`Evolving`), applied to a copy of the metadata
             fields = _schema_update(iceberg, table, wanted)._apply().fields
         except Exception as exc:
             log.info("table %s: cannot foresee the Iceberg field IDs (%s); publish will check them", table, exc)
@@ -244,16 +282,22 @@ def _wanted(iceberg: Table, schema: pa.Schema) -> pa.Schema | None:
     optional = {f.name for f in iceberg.schema().fields if not f.required}
     wanted = pa.schema(f.with_nullable(True) if f.name in optional or f.name not in ids else f
                        for f in schema)
-    if set(ids) != set(schema.names) or (  # in any order: a replaced column comes last (_evolve)
+    if set(ids) != set(schema.names) or (  # in any order: a replaced column comes last (_schema_update)
             set(pyarrow_to_schema(with_field_ids(wanted, ids)).fields) != set(iceberg.schema().fields)):
         return wanted
     return None
 
 
-def _schema_update(iceberg: Table, table: str, schema: pa.Schema) -> UpdateSchema:
-    """The uncommitted schema update to ``schema`` (see `_evolve`)."""
+def _schema_update(iceberg: Table, table: str, schema: pa.Schema, tx: Transaction | None = None) -> UpdateSchema:
+    """The uncommitted schema update of ``iceberg`` to ``schema``, in ``tx`` (None: a transaction
+    of its own). A column whose type Iceberg cannot promote (INT -> VARCHAR, BIGINT -> INT,
+    VARCHAR <-> VARBINARY, a DECIMAL scale change...) is replaced: the old field is dropped and a
+    new one of the same name added with a new field ID (put back in the source's place by
+    `_reorder`: pyiceberg cannot move a column added in the same update). Only a snapshot (every
+    file written anew) publishes a changed column type, so the new snapshot's files all carry
+    the new ID, and older snapshots keep reading their files with their own schema."""
     replaced = _unpromotable(iceberg, schema)
-    update = iceberg.update_schema(allow_incompatible_changes=False)
+    update = (tx or iceberg).update_schema(allow_incompatible_changes=False)
     try:
         for name in replaced:
             update.delete_column(name)
@@ -273,39 +317,16 @@ def _cannot_evolve(table: str, exc: ValueError) -> RunFailed:
                      f"drop the Iceberg table {table} from output.catalog and " + resnapshot_hint(table))
 
 
-def _evolve(iceberg: Table, table: str, schema: pa.Schema) -> Table:
-    """Evolve the table's schema to ``schema`` in one commit. A column whose type Iceberg cannot
-    promote (INT -> VARCHAR, BIGINT -> INT, VARCHAR <-> VARBINARY, a DECIMAL scale change...) is replaced: the old
-    field is dropped and a new one of the same name added with a new field ID (put back in the
-    source's place by `_reorder`, a commit of its own: pyiceberg cannot move a column added in
-    the same commit). Only a snapshot
-    (every file written anew) publishes a changed column type, so the new snapshot's files all
-    carry the new ID, and older snapshots keep reading their files with their own schema."""
-    replaced = _unpromotable(iceberg, schema)
-    update = _schema_update(iceberg, table, schema)
-    try:
-        update.commit()
-    except ValueError as exc:
-        raise _cannot_evolve(table, exc) from exc
-    if replaced:
-        log.warning("table %s: column(s) %s changed to a type Iceberg cannot promote: replaced by new "
-                    "column(s) of the same name with new field IDs (older snapshots and readers of an "
-                    "older metadata_location keep the old columns)", table, ", ".join(replaced))
-    log.info("table %s: evolved the Iceberg schema to %s", table, ", ".join(schema.names))
-    return iceberg.refresh()
-
-
-def _reorder(iceberg: Table, table: str, names: Sequence[str]) -> Table:
-    """The Iceberg columns put in the source's order (``names``, the same set), in a commit of
-    their own: a column added or replaced in `_evolve`'s commit comes last there (pyiceberg moves
-    only a column the schema had before the update), and the source can move a column (``ADD
-    ... FIRST``, ``MODIFY ... AFTER``). Readers match columns by field ID: files keep theirs."""
-    with iceberg.update_schema() as update:
+def _reorder(tx: Transaction, table: str, names: Sequence[str]) -> None:
+    """The Iceberg columns put in the source's order (``names``, the same set), an update of their
+    own in ``tx`` after `_schema_update`'s: a column added or replaced there comes last (pyiceberg
+    moves only a column the schema had before the update), and the source can move a column
+    (``ADD ... FIRST``, ``MODIFY ... AFTER``). Readers match columns by field ID: files keep theirs."""
+    with tx.update_schema() as update:
         update.move_first(names[0])
         for before, name in pairwise(names):
             update.move_after(name, before)
     log.info("table %s: Iceberg columns put in the source's order: %s", table, ", ".join(names))
-    return iceberg.refresh()
 
 
 def _unpromotable(iceberg: Table, schema: pa.Schema) -> list[str]:

@@ -5,8 +5,10 @@ The snapshot's summary carries ``tidemark.run-id``, ``tidemark.version``,
 snapshot of its run (`find_run`) and does not commit twice. The first version of a table
 new to the catalog is committed together with the table's creation (`iceberg_create`): one
 metadata file and one catalog commit, which readers see as a table that has its first
-snapshot from the start. Publish loads the table once (`iceberg.load`) and
-hands what it loaded to `find_run_in`, `iceberg.prepare_table` and `commit_version`.
+snapshot from the start; a version that changes the table's columns commits the schema
+update with its snapshot, in one commit as well (`iceberg.Evolving`). Publish loads the table
+once (`iceberg.load`) and hands what it loaded to `find_run_in`, `iceberg.prepare_table` and
+`commit_version`.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from orchestrator.lake.iceberg import (
     POSITION,
     RUN_ID,
     VERSION,
+    Evolving,
     data_files,
     load,
     table_uri,
@@ -72,7 +75,8 @@ def find_run_in(catalog: Catalog, table: str, iceberg: Table | None, run_id: str
 
 def commit_version(catalog: Catalog, table: str, tdir: str, files: Sequence[str], *, version: int,
                    run_id: str, position: BinlogPosition, attempt: str,
-                   guard: Callable[[], None] = lambda: None, prepared: Table | None = None) -> IcebergEntry:
+                   guard: Callable[[], None] = lambda: None, prepared: Table | Evolving | None = None
+                   ) -> IcebergEntry:
     """Make ``files`` (relative to ``tdir``) the table's current Iceberg snapshot, atomically:
     the files not in the current snapshot are added, those no longer listed are removed.
     Committing the same run again returns its snapshot.
@@ -80,22 +84,28 @@ def commit_version(catalog: Catalog, table: str, tdir: str, files: Sequence[str]
     ``guard`` (the fence check) runs after the table is loaded and before the commit: a
     takeover before the load fails the guard, one after it fails the commit, whose parent
     snapshot the catalog checks (compare-and-swap). A writer that lost the pipeline lock cannot
-    commit over its successor's versions. ``prepared``: the table `iceberg.prepare_table` gave,
-    by a caller that found no snapshot of this run (`find_run_in`): neither is done again. (A
-    table new to the catalog is created with its first snapshot by `iceberg_create.create_all`.)"""
+    commit over its successor's versions. ``prepared``: what `iceberg.prepare_table` gave, by a
+    caller that found no snapshot of this run (`find_run_in`): neither is done again; a schema
+    update it prepared (`iceberg.Evolving`) is committed with the snapshot. (A table new to the
+    catalog is created with its first snapshot by `iceberg_create.create_all`.)"""
     if prepared is None:
         done = find_run(catalog, table, run_id)
         prepared = catalog.load_table(table)
         if done is not None:
             guard()
             return done.entry
+    evolving = prepared if isinstance(prepared, Evolving) else None
+    loaded = evolving.table if evolving is not None else prepared
+    assert isinstance(loaded, Table)
     guard()  # before any write: a process that lost the lock commits nothing, not even a property
     wanted = file_uris(tdir, files)
     properties = summary(run_id=run_id, version=version, attempt=attempt, position=position)
-    prepared = _without_commit_retries(prepared)
-    listed = {f.file_path: f for f in data_files(prepared)}
-    tx = iceberg_tx.transaction(prepared)
-    _stage_files(tx, prepared.io, properties, listed, wanted)
+    loaded = _without_commit_retries(loaded)
+    listed = {f.file_path: f for f in data_files(loaded)}
+    tx = iceberg_tx.transaction(loaded)
+    if evolving is not None:
+        evolving.stage(tx)
+    _stage_files(tx, loaded.io, properties, listed, wanted)
     iceberg = tx.commit_transaction()
     current = iceberg.current_snapshot()
     assert current is not None, "a commit makes a snapshot"

@@ -188,6 +188,7 @@ def test_a_new_column_gets_a_new_field_id_and_old_ids_stay(tmp_path: Path) -> No
     publish_table(config, wider, ("id",), str(staging), BinlogPosition("binlog.000009", 4), "run-wide")
     table = iceberg.open_catalog(config).load_table("db.t")
     assert {f.name: f.field_id for f in table.schema().fields} == {"id": 1, "d": 2, "big": 4, "note": 5}
+    assert len(table.metadata.metadata_log) == 1, "the schema change committed with the snapshot"
     assert by_id(pyiceberg_table(config, "db.t").to_pylist()) == rows
     assert by_id(duckdb_table(str(tmp_path / "lake" / "db" / "t")).to_pylist()) == rows
 
@@ -204,10 +205,15 @@ def test_a_type_iceberg_cannot_promote_replaces_the_column(tmp_path: Path) -> No
     schema = pa.schema(pa.field(f.name, f.type) for f in staging_schema(changed.columns))
     rows = [{"id": i, "d": None, "t": f"t{i}", "big": f"{i}.5"} for i in range(3)]
     pq.write_table(pa.Table.from_pylist(rows, schema=schema), staging / "part-00000.parquet")
+    commits = len(iceberg.open_catalog(config).load_table("db.t").metadata.metadata_log)
     publish_table(config, changed, ("id",), str(staging), BinlogPosition("binlog.000009", 4), "run-changed")
     table = iceberg.open_catalog(config).load_table("db.t")
     assert [(f.name, f.field_id, str(f.field_type)) for f in table.schema().fields] == [
         ("id", 1, "long"), ("d", 2, "date"), ("t", 5, "string"), ("big", 4, "string")], "in the source's order"
+    # the column replaced, put back in place and the snapshot: one commit, so no reader saw the new
+    # schema over the old files (the replaced column read as NULL), nor can a crash leave it so
+    assert len(table.metadata.metadata_log) == commits + 1
+    assert table.current_snapshot().schema_id == table.metadata.current_schema_id  # type: ignore[union-attr]
     assert by_id(pyiceberg_table(config, "db.t").to_pylist()) == rows
     tdir = tmp_path / "lake" / "db" / "t"
     assert by_id(duckdb_table(str(tdir)).to_pylist()) == rows
