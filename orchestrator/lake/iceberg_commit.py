@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from pyiceberg.catalog import Catalog
+from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import DataFile, ManifestFile
 from pyiceberg.table import Table, Transaction
@@ -127,12 +128,23 @@ def summary(*, run_id: str, version: int, attempt: str, position: BinlogPosition
 
 def _without_commit_retries(table: Table) -> Table:
     """``table`` with `iceberg.NO_COMMIT_RETRIES` set (a table created before it was set at
-    creation gets it in a commit of its own, once: a commit without a snapshot is never retried)."""
+    creation gets it in a commit of its own, once: a commit without a snapshot is never retried).
+    That commit asserts nothing and refreshes ``table`` to what the catalog holds: a table
+    another writer changed since ``table`` was loaded fails here, as the snapshot's commit would
+    have (its compare-and-swap is against the table as loaded)."""
     if all(table.properties.get(k) == v for k, v in NO_COMMIT_RETRIES.items()):
         return table
+    loaded = _state(table)
     with table.transaction() as tx:
         tx.set_properties(NO_COMMIT_RETRIES)
+    if _state(table) != loaded:
+        raise CommitFailedException(f"table {table.name()} changed since it was loaded: another writer committed")
     return table
+
+
+def _state(table: Table) -> tuple[int | None, int, int]:
+    """What a version's commit is built on: the current snapshot, schema and last field ID."""
+    return table.metadata.current_snapshot_id, table.metadata.current_schema_id, table.metadata.last_column_id
 
 
 def _stage_files(tx: Transaction, io: FileIO, properties: dict[str, str], listed: dict[str, DataFile],

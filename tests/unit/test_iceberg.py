@@ -283,6 +283,27 @@ def test_a_table_created_with_commit_retries_gets_none_at_its_next_publish(tmp_p
     assert by_id(pyiceberg_table(config, "db.t").to_pylist()) == by_id(rows_of(2))
 
 
+def test_a_stale_writer_of_a_table_with_commit_retries_fails_its_commit(tmp_path: Path) -> None:
+    """The property commit of an earlier release's table asserts nothing and refreshes the table:
+    a writer holding it as it was before a successor's version must still fail, not land on it."""
+    from pyiceberg.exceptions import CommitFailedException
+
+    from orchestrator.lake.iceberg_commit import commit_version
+
+    config = config_for(tmp_path, keep=5)
+    publish(config, tmp_path, 1)
+    with iceberg.open_catalog(config).load_table("db.t").transaction() as tx:
+        tx.set_properties({"commit.retry.num-retries": "4"})
+    stale = iceberg.open_catalog(config).load_table("db.t")
+    publish(config, tmp_path, 2)  # the successor's version
+    tdir = str(tmp_path / "lake" / "db" / "t")
+    with pytest.raises(CommitFailedException, match="changed since it was loaded"):
+        commit_version(iceberg.open_catalog(config), "db.t", tdir, [], version=3, run_id="stale",
+                       position=BinlogPosition("binlog.000003", 4), attempt="a", prepared=stale)
+    table = iceberg.open_catalog(config).load_table("db.t")
+    assert [s.summary["tidemark.version"] for s in table.snapshots() if s.summary] == ["1", "2"]
+
+
 def test_pydantic_asks_a_default_factory_its_signature_once(monkeypatch: pytest.MonkeyPatch) -> None:
     from pydantic._internal import _fields, _typing_extra
 
