@@ -66,6 +66,13 @@ class RunHandle:
     snapshot_tables: list[str]  # those being snapshotted (the rest are incremental)
     batches: list[BatchRef]  # batches with chunks still to read
     dropped: list[str] = field(default_factory=list)  # published tables a pattern no longer finds
+    options: dict[str, Any] = field(default_factory=dict)  # what the run was started with
+
+    def asked(self, tables: list[str], snapshot: bool, chunk_size: int | None) -> bool:
+        """Whether this is the run a request (its tables resolved) asked for: a new run, or an
+        unfinished one started with the same options."""
+        request = {"tables": tables, "snapshot": snapshot, "chunk_size": chunk_size}
+        return not self.resumed or all(self.options.get(k) == v for k, v in request.items())
 
     def __str__(self) -> str:
         how = "resumed" if self.resumed else "started"
@@ -134,6 +141,7 @@ def plan(config: PipelineConfig, *, tables: list[str] | None = None, snapshot: b
             snapshot_tables=[t for t, mode, status in states if mode == "snapshot" and status != "failed"],
             batches=pending_batches(store, run.run_id),
             dropped=found.dropped if found is not None else [],
+            options=dict(store.get_run(run.run_id).options),
         )
     finally:
         store.close()

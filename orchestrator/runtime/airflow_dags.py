@@ -180,9 +180,17 @@ def build_dag(config: PipelineConfig) -> DAG:
             _mask_password(config)
             request = _request(config)
             with hold_lock(config, _holder()):  # renewed while the task runs; fences its writes
+                # snapshot: the chosen tables leave an unfinished run (a failed one is left behind
+                # when nothing of it is left), as `run --snapshot` does: a run that keeps failing
+                # does not keep a trigger from re-snapshotting its tables
                 handle = steps.plan(config, tables=request.tables, snapshot=request.snapshot,
-                                    chunk_size=request.chunk_size, holder=_holder(), failing=failing or {})
+                                    chunk_size=request.chunk_size, holder=_holder(), failing=failing or {},
+                                    fresh=request.snapshot)
             log.info("%s; tables %s", handle, ", ".join(handle.tables))
+            if handle.resumed and not handle.asked(steps.requested_tables(config, request.tables), request.snapshot,
+                                                   request.chunk_size):
+                log.warning("this DAG run resumes the unfinished run %s, not what its params ask for; "
+                            "trigger the DAG again with them once it is done", handle.run_id)
             get_current_context()["ti"].xcom_push(key="run_id", value=handle.run_id)
             return [support.batch_xcom(b) for b in handle.batches]
 

@@ -127,7 +127,6 @@ def _runs(config: PipelineConfig, holder: str, names: list[str], *, tables: list
           ) -> tuple[list[steps.Published], TablesFailed | None]:
     """The unfinished run if there is one, then the requested run if it differs. ``spark``: a
     session, one starting (a future), or None."""
-    request = {"tables": names, "snapshot": snapshot, "chunk_size": chunk_size}
     results: list[steps.Published] = []
     partial: TablesFailed | None = None
     for _ in range(2):
@@ -136,7 +135,7 @@ def _runs(config: PipelineConfig, holder: str, names: list[str], *, tables: list
                                 holder=holder, fresh=snapshot, failing=failing)
         except Exception as exc:  # e.g. a state store that cannot be written
             raise after_start(config, exc, None) from exc
-        asked = not handle.resumed or _same_request(config, handle.run_id, request)  # the run asked for
+        asked = handle.asked(names, snapshot, chunk_size)  # the run asked for
         if asked:
             planned()
         if handle.resumed:
@@ -230,15 +229,6 @@ def _announce_fresh(config: PipelineConfig, tables: list[str]) -> None:
     else:
         print(f"run {run.run_id} ({run.status}) resumes without {', '.join(tables)}: --snapshot reads "
               "them afresh in a new run of their own", file=sys.stdout, flush=True)
-
-
-def _same_request(config: PipelineConfig, run_id: str, request: dict[str, Any]) -> bool:
-    store = open_store(config)
-    try:
-        options = store.get_run(run_id).options
-    finally:
-        store.close()
-    return all(options.get(k) == v for k, v in request.items())
 
 
 def _summary(published: list[steps.Published], seconds: float) -> None:

@@ -211,3 +211,46 @@ def test_a_plan_refused_by_another_runs_lock_leaves_that_lock_alone(
             store.acquire_lock(LOCKED, "airflow:tidemark_third/manual__1", lease_seconds=900, track_pid=False)
     finally:
         store.close()
+
+
+# ------------------------------------------------------------------ a run that keeps failing
+
+ESCAPE = "tm_dagescape"
+
+
+def test_a_snapshot_trigger_leaves_a_failed_run_behind(
+        mariadb: LocalMariaDB, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A trigger with ``snapshot: true`` does what it asks while a failed run of the same tables
+    exists, as ``tidemark run --snapshot`` does: that run is left behind and a new one snapshots
+    them (before, every trigger resumed the failed run whatever its params)."""
+    reason = engine_missing()
+    if reason:
+        pytest.skip(reason)
+    create_tables(mariadb, ESCAPE)
+    configs = pipeline(monkeypatch, tmp_path, mariadb, ESCAPE)
+    lake = tmp_path / "lake"
+    blocker = lake / ESCAPE / "t2"  # a file where t2's output directory belongs: its publish fails
+    blocker.parent.mkdir(parents=True)
+    blocker.write_text("in the way")
+    failed = load_dag_of(monkeypatch, configs, f"tidemark_{ESCAPE}").test()
+    assert failed.state == "failed", task_states(failed)
+    blocker.unlink()
+    store = state(tmp_path)
+    try:
+        (old,) = store.runs(ESCAPE)
+    finally:
+        store.close()
+
+    again = load_dag_of(monkeypatch, configs, f"tidemark_{ESCAPE}").test(run_conf={"snapshot": True})
+
+    assert again.state == "success", task_states(again)
+    store = state(tmp_path)
+    try:
+        runs = {r.run_id: r.status for r in store.runs(ESCAPE)}
+    finally:
+        store.close()
+    assert runs.pop(old.run_id) == "failed", "the failed run is left behind"
+    (new,) = runs
+    for table in (f"{ESCAPE}.t1", f"{ESCAPE}.t2"):
+        assert manifest(lake, table)["run_id"] == new, f"{table} is the new run's snapshot"  # type: ignore[index]
+        assert published_rows(lake, table) == source_rows(mariadb, table)
