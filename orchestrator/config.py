@@ -48,6 +48,8 @@ PIPELINE_NAME = re.compile(r"^[a-z0-9_]+$")
 DAG_ID_PREFIX = "tidemark_"
 #: Connector/J settings `orchestrator.pipeline.jdbc.jdbc_url` sets, lower-cased.
 _SET_BY_TIDEMARK = frozenset({"sessionvariables", "tinyint1isbit", "yearisdatetype"})
+#: Connector/J timeouts `jdbc_url` derives from the source's settings (every connection uses those).
+_TIMEOUTS = {"sockettimeout": "source.read_timeout", "connecttimeout": "source.connect_timeout"}
 
 #: Further checks of a config's output and state (origin, output, state -> problem lines).
 MoreChecks = Callable[[str, "OutputConfig | None", "StateConfig | None"], list[str]]
@@ -224,6 +226,9 @@ def _source(r: Reader, data: Any, check_env: bool) -> SourceConfig | None:
         if str(key).lower() in _SET_BY_TIDEMARK:
             r.problem(f"source.jdbc_url_params.{key}", "is set by Tidemark: the values read depend on it "
                       "(the session's time zone comes from source.time_zone); remove it")
+        elif str(key).lower() in _TIMEOUTS:
+            r.problem(f"source.jdbc_url_params.{key}", f"is set from {_TIMEOUTS[str(key).lower()]} (seconds), "
+                      "which the other source connections use too; set that instead")
     host = r.value(m, "host", "source.host", str, "")
     user = r.value(m, "user", "source.user", str, "")
     server_id = r.value(m, "server_id", "source.server_id", int, 0, positive)
@@ -257,6 +262,10 @@ SPARK_REMOTE = re.compile(r"sc://[^/:;\s]+(:\d+)?(/(;[^;\s=]+=[^;\s]*)*)?")
 def _spark(r: Reader, data: Any) -> SparkConfig:
     m = r.mapping(data, "spark", section_keys(SparkConfig), set())
     conf = r.setting(m, "spark.conf", SparkConfig, dict)
+    for key, value in conf.items():
+        if isinstance(value, dict | list):
+            r.problem(f"spark.conf.{key}", "expected a single value (Spark's settings are flat: write "
+                      "the whole key, like spark.executor.memory: 4g)")
     remote = r.value(m, "remote", "spark.remote", str, None,
                      lambda v: None if SPARK_REMOTE.match(v)
                      else "expected a Spark Connect URL like sc://host:15002 (the value is not shown: "

@@ -251,3 +251,18 @@ def test_jdbc_url_params_may_not_replace_the_session_tidemark_sets() -> None:
                                                          "useCompression": "true"})))
     assert any("source.jdbc_url_params.sessionVariables: is set by Tidemark" in line for line in found), found
     assert not any("useCompression" in line for line in found), found
+
+
+@pytest.mark.parametrize(("key", "setting"), [("socketTimeout", "source.read_timeout"),
+                                              ("connectTimeout", "source.connect_timeout")])
+def test_jdbc_url_params_may_not_replace_the_timeouts_tidemark_derives(key: str, setting: str) -> None:
+    """A ``socketTimeout`` there replaced the one `source.read_timeout` sets, for the reads only."""
+    found = problems(mutated(("source.jdbc_url_params", {key: "0"})))
+    assert any(f"source.jdbc_url_params.{key}: is set from {setting}" in line for line in found), found
+
+
+def test_a_nested_spark_conf_value_is_refused() -> None:
+    """It was turned into its Python text (``{'memory': '4g'}``) and handed to Spark."""
+    found = problems(mutated(("spark.conf", {"spark.executor": {"memory": "4g"}, "spark.ui.enabled": False})))
+    assert any("spark.conf.spark.executor: expected a single value" in line for line in found), found
+    assert not any("spark.ui.enabled" in line for line in found), found
