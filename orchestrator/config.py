@@ -39,8 +39,8 @@ from orchestrator.credentials import Secret, resolve_password
 from orchestrator.errors import ConfigError
 from orchestrator.table_patterns import is_glob, listed, parse_tables, resolve
 
-__all__ = ["DEFAULT_JDBC_JAR", "AirflowConfig", "CatalogConfig", "ConfigError", "Defaults", "OutputConfig",
-           "PipelineConfig", "SourceConfig", "SparkConfig", "StateConfig", "TableConfig",
+__all__ = ["DEFAULT_JDBC_JAR", "TIME_ZONE", "AirflowConfig", "CatalogConfig", "ConfigError", "Defaults",
+           "OutputConfig", "PipelineConfig", "SourceConfig", "SparkConfig", "StateConfig", "TableConfig",
            "field_default", "load_config", "parse_config"]
 
 PIPELINE_NAME = re.compile(r"^[a-z0-9_]+$")
@@ -142,6 +142,16 @@ class PipelineConfig:
 
 def _port(value: int) -> str | None:
     return None if 0 < value < 65536 else f"must be a TCP port 1..65535, found {value}"
+
+
+#: What a session time zone may look like: an offset (+02:00) or a zone name (Europe/Berlin);
+#: the JDBC URL carries it inside quotes (`orchestrator.pipeline.jdbc.jdbc_url`).
+TIME_ZONE = re.compile(r"[A-Za-z0-9_+:/-]+")
+
+
+def _time_zone(value: str) -> str | None:
+    return None if TIME_ZONE.fullmatch(value) else (
+        f"expected an offset like +00:00 or a zone name like Europe/Berlin, found {value!r}")
 
 
 def load_config(path: str | os.PathLike[str], *, check_env: bool = True,
@@ -249,7 +259,7 @@ def _source_obj(r: Reader, m: dict[str, Any], host: str, user: str, server_id: i
         airflow_conn_id=r.value(m, "airflow_conn_id", "source.airflow_conn_id", str),
         jdbc_driver_jar=r.setting(m, "source.jdbc_driver_jar", SourceConfig, str),
         jdbc_url_params={str(k): str(v) for k, v in params.items()},
-        time_zone=r.setting(m, "source.time_zone", SourceConfig, str),
+        time_zone=r.setting(m, "source.time_zone", SourceConfig, str, _time_zone),
         connect_timeout=r.setting(m, "source.connect_timeout", SourceConfig, int, positive),
         read_timeout=r.setting(m, "source.read_timeout", SourceConfig, int, positive),
     )

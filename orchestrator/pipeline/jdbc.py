@@ -43,7 +43,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from chunking.mysql import SESSION_SQL_MODE
-from orchestrator.config import PipelineConfig
+from orchestrator.config import TIME_ZONE, PipelineConfig
 from orchestrator.errors import ConfigError, RunFailed, TransientReadError, source_timeout
 from orchestrator.lake import iceberg, storage
 from orchestrator.lake.iceberg import FIELD_ID
@@ -71,7 +71,6 @@ DATA_PARQUET_OPTIONS: dict[str, str] = {
 }
 
 _PART = re.compile(r"^part-(\d+)-")
-_TIME_ZONE = re.compile(r"[A-Za-z0-9_+:/-]+")
 
 #: Words in a JDBC/Spark error that mean the connection was lost or refused (worth a retry).
 TRANSIENT_MARKERS = (
@@ -172,7 +171,7 @@ def jdbc_url(config: PipelineConfig, driver: str) -> str:
     parses again.
     """
     src = config.source
-    if not _TIME_ZONE.fullmatch(src.time_zone):
+    if not TIME_ZONE.fullmatch(src.time_zone):  # checked by validate too
         raise ConfigError(f"source.time_zone: expected an offset like +00:00 or a zone name, "
                           f"found {src.time_zone!r}")
     params = {

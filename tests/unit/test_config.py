@@ -266,3 +266,11 @@ def test_a_nested_spark_conf_value_is_refused() -> None:
     found = problems(mutated(("spark.conf", {"spark.executor": {"memory": "4g"}, "spark.ui.enabled": False})))
     assert any("spark.conf.spark.executor: expected a single value" in line for line in found), found
     assert not any("spark.ui.enabled" in line for line in found), found
+
+
+def test_a_malformed_time_zone_is_refused_by_validate() -> None:
+    """It was refused only when a run built its JDBC URL; a zone the server does not know still
+    is, at the first connection (exit 3, naming the fix)."""
+    found = problems(mutated(("source.time_zone", "UTC'; DROP")))
+    assert any("source.time_zone: expected an offset like +00:00" in line for line in found), found
+    assert parse_config(mutated(("source.time_zone", "Europe/Berlin"))).source.time_zone == "Europe/Berlin"
