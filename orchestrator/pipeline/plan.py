@@ -90,10 +90,11 @@ def plan(config: PipelineConfig, *, tables: list[str] | None = None, snapshot: b
          failing: dict[str, str] | None = None) -> RunHandle:
     """Resume the pipeline's unfinished run, or start a new one.
 
-    With ``fresh`` (``run --snapshot``) a run that *failed* (ended with an error, its
-    state kept) is left behind and a new run starts, so "re-snapshot it" advice works
-    while the failed run exists; an interrupted run (killed, still ``running``) is
-    resumed as always.
+    With ``fresh`` (``run --snapshot``, a DAG run's ``snapshot: true``) the tables asked for
+    leave an unfinished run of other options, or of the same options that *failed*, which is
+    left behind when none of its tables is left (`takes_out`), so "re-snapshot it" advice
+    works while a failed run exists; not a run ``holder`` started itself (a cleared or retried
+    DAG run resumes its own run).
 
     Takes the pipeline lock for ``holder``, fixes a new run's tables (its patterns expanded
     over the source's tables, `orchestrator.source.listing.table_set`), records ``P0``, then
@@ -109,7 +110,7 @@ def plan(config: PipelineConfig, *, tables: list[str] | None = None, snapshot: b
         found: FoundTables | None = None
         if run is None or fresh:
             found = find_tables(config, store, tables)
-        if run is not None and fresh:
+        if run is not None and fresh and run.options.get("started_by") != holder:
             assert found is not None
             run = _take_out(store, run, found.selected)
         if run is not None:
@@ -119,7 +120,7 @@ def plan(config: PipelineConfig, *, tables: list[str] | None = None, snapshot: b
         resumed = run is not None
         if run is None:
             found = found or find_tables(config, store, tables)
-            run = _new_run(config, store, found, snapshot, chunk_size)
+            run = _new_run(config, store, found, snapshot, chunk_size, holder)
         else:
             log.info("run %s: resuming the unfinished run started %s (status %s)",
                      run.run_id, run.created_at.isoformat(timespec="seconds"), run.status)
@@ -184,11 +185,11 @@ def requested_tables(config: PipelineConfig, names: list[str] | None) -> list[st
 
 
 def _new_run(config: PipelineConfig, store: StateStore, found: FoundTables, snapshot: bool,
-             chunk_size: int | None) -> RunRecord:
+             chunk_size: int | None, holder: str) -> RunRecord:
     if chunk_size is not None and chunk_size < 1:
         raise ConfigError(f"chunk_size must be a positive integer, got {chunk_size}")
     run = store.create_run(config.pipeline, {"tables": found.selected, "snapshot": snapshot,
-                                             "chunk_size": chunk_size})
+                                             "chunk_size": chunk_size, "started_by": holder})
     if config.has_patterns:
         store.save_table_set(config.pipeline, run.run_id, [m.to_json() for m in found.tables.patterns],
                              found.dropped)
@@ -216,7 +217,7 @@ def _take_out(store: StateStore, run: RunRecord, tables: list[str]) -> RunRecord
     if set(run.options.get("tables", [])) <= set(tables):  # nothing of it is left: left behind whole
         log.info("run %s (%s) is left behind: a new run starts afresh", run.run_id, run.status)
         if run.status == "running":  # interrupted: not shown as running for ever
-            store.finish_run(run.run_id, "failed", error="interrupted; left behind by run --snapshot")
+            store.finish_run(run.run_id, "failed", error="interrupted; left behind by a snapshot of its tables")
         return None
     leaving = [t for t in tables if t in run.options.get("tables", [])]
     store.drop_from_run(run.run_id, leaving)

@@ -71,6 +71,21 @@ def _holder() -> str:
     return support.run_holder(context["dag"].dag_id, context["run_id"])
 
 
+def _warn_if_not_asked(config: PipelineConfig, handle: steps.RunHandle, request: support.RunRequest) -> None:
+    """A warning when the DAG run resumes a run its params did not ask for (never a failure:
+    the run is planned by then)."""
+    if not handle.resumed:
+        return
+    try:
+        asked = handle.asked(steps.requested_tables(config, request.tables), request.snapshot, request.chunk_size)
+    except Exception as exc:  # the source asked for a pattern's tables: only the warning is lost
+        log.info("could not compare the resumed run with this DAG run's params: %s", exc)
+        return
+    if not asked:
+        log.warning("this DAG run resumes the unfinished run %s, not what its params ask for; "
+                    "trigger the DAG again with them once it is done", handle.run_id)
+
+
 def _release_on_failure(config: PipelineConfig) -> Callable[[Context], None]:
     """A task's final-failure callback: mark the run failed and free the pipeline lock.
 
@@ -180,18 +195,15 @@ def build_dag(config: PipelineConfig) -> DAG:
             _mask_password(config)
             request = _request(config)
             with hold_lock(config, _holder()):  # renewed while the task runs; fences its writes
-                # snapshot: the chosen tables leave an unfinished run (a failed one is left behind
-                # when nothing of it is left), as `run --snapshot` does: a run that keeps failing
-                # does not keep a trigger from re-snapshotting its tables
+                # snapshot: the chosen tables leave an unfinished run of another DAG run, as
+                # `run --snapshot` does (one none of whose tables is left is left behind), so a
+                # run that keeps failing does not keep a trigger from re-snapshotting its tables
                 handle = steps.plan(config, tables=request.tables, snapshot=request.snapshot,
                                     chunk_size=request.chunk_size, holder=_holder(), failing=failing or {},
                                     fresh=request.snapshot)
             log.info("%s; tables %s", handle, ", ".join(handle.tables))
-            if handle.resumed and not handle.asked(steps.requested_tables(config, request.tables), request.snapshot,
-                                                   request.chunk_size):
-                log.warning("this DAG run resumes the unfinished run %s, not what its params ask for; "
-                            "trigger the DAG again with them once it is done", handle.run_id)
             get_current_context()["ti"].xcom_push(key="run_id", value=handle.run_id)
+            _warn_if_not_asked(config, handle, request)
             return [support.batch_xcom(b) for b in handle.batches]
 
         @task(pool=pool, map_index_template=MAP_INDEX_TEMPLATE, execution_timeout=limit["read"])

@@ -54,3 +54,33 @@ def test_a_superseded_run_cannot_go_on(mariadb: LocalMariaDB, tmp_path: Path, sp
     finally:
         store.close()
     assert_lake_equals_source(config, mariadb, [f"{DB}.t"])
+
+
+def test_a_snapshot_request_resumes_its_own_failed_run_and_leaves_anothers(mariadb: LocalMariaDB,
+                                                                          tmp_path: Path) -> None:
+    """A cleared DAG run of ``snapshot: true`` (the same lock holder) resumes the run it started,
+    its reads kept; another DAG run's snapshot trigger leaves that failed run behind."""
+    db = "snapshot_own"
+    mariadb.execute(f"DROP DATABASE IF EXISTS {db}", f"CREATE DATABASE {db}")
+    mariadb.execute(f"CREATE TABLE {db}.t (id INT PRIMARY KEY, name VARCHAR(10))",
+                    f"INSERT INTO {db}.t SELECT seq, 'a' FROM seq_1_to_300", database=db)
+    config = load_config(write_config(tmp_path / "p.yaml", pipeline_config(
+        tmp_path, mariadb, [{"name": f"{db}.t"}], name=db, defaults={"read_margin_seconds": 0.0})))
+    holder, other = "airflow:tidemark_x/manual__1", "airflow:tidemark_x/manual__2"
+    with hold_lock(config, holder):
+        first = steps.plan(config, snapshot=True, holder=holder, fresh=True)
+    steps.fail_run(config, first.run_id, "task read: the source went away", holder=holder)
+
+    with hold_lock(config, holder):  # the same DAG run, cleared
+        again = steps.plan(config, snapshot=True, holder=holder, fresh=True)
+    assert again.resumed and again.run_id == first.run_id
+    steps.fail_run(config, again.run_id, "task read: the source went away", holder=holder)
+
+    with hold_lock(config, other):  # another DAG run asking the same
+        afresh = steps.plan(config, snapshot=True, holder=other, fresh=True)
+    assert not afresh.resumed and afresh.run_id != first.run_id
+    store = open_store(config)
+    try:
+        assert store.get_run(first.run_id).status == "failed"
+    finally:
+        store.close()
