@@ -74,8 +74,10 @@ def make_binlog(server: LocalMariaDB, changes: int) -> tuple[BinlogPosition, Bin
             start = cur.fetchone()
             cur.execute("SET time_zone = '+00:00'")
             cur.execute(INSERT.format(n=inserts))
-            cur.execute("UPDATE shop.orders SET amount = amount + 1,"
-                        " note = IF(id % 4 = 0, NULL, 'upd') WHERE id > 1000000")
+            cur.execute(
+                "UPDATE shop.orders SET amount = amount + 1,"
+                " note = IF(id % 4 = 0, NULL, 'upd') WHERE id > 1000000"
+            )
             cur.execute("DELETE FROM shop.orders WHERE id > 1000000 AND id % 2 = 0")
             cur.execute("SHOW MASTER STATUS")
             stop = cur.fetchone()
@@ -106,8 +108,11 @@ def mariadb_binlog(path: Path, rows: int) -> Callable[[], int]:
 
     def run() -> int:
         with open(os.devnull, "wb") as sink:
-            subprocess.run([tool, "--no-defaults", "--base64-output=DECODE-ROWS", "-vv", str(path)],
-                           stdout=sink, check=True)
+            subprocess.run(
+                [tool, "--no-defaults", "--base64-output=DECODE-ROWS", "-vv", str(path)],
+                stdout=sink,
+                check=True,
+            )
         return rows
 
     return run
@@ -116,11 +121,22 @@ def mariadb_binlog(path: Path, rows: int) -> Callable[[], int]:
 def library_loop(server: LocalMariaDB, start: BinlogPosition) -> Callable[[], int]:
     def run() -> int:
         stream = BinLogStreamReader(
-            connection_settings={"host": "127.0.0.1", "port": server.port, "user": "root",
-                                 "passwd": ""},
-            server_id=54099, log_file=start.file, log_pos=start.pos, resume_stream=True,
-            blocking=False, only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent],
-            only_schemas=["shop"], only_tables=["orders"], enable_logging=False)
+            connection_settings={
+                "host": "127.0.0.1",
+                "port": server.port,
+                "user": "root",
+                "passwd": "",
+            },
+            server_id=54099,
+            log_file=start.file,
+            log_pos=start.pos,
+            resume_stream=True,
+            blocking=False,
+            only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent],
+            only_schemas=["shop"],
+            only_tables=["orders"],
+            enable_logging=False,
+        )
         rows = 0
         try:
             for event in stream:
@@ -133,22 +149,33 @@ def library_loop(server: LocalMariaDB, start: BinlogPosition) -> Callable[[], in
     return run
 
 
-def capture(server: LocalMariaDB, work: Path, start: BinlogPosition, stop: BinlogPosition,
-            decoder: Any) -> Callable[[], int]:
+def capture(
+    server: LocalMariaDB, work: Path, start: BinlogPosition, stop: BinlogPosition, decoder: Any
+) -> Callable[[], int]:
     def run() -> int:
         scratch = Path(tempfile.mkdtemp(prefix="capture-", dir=work))
-        config = parse_config({
-            "pipeline": "bench", "source": server.source_config(),
-            "spark": {"master": "local[1]"}, "output": {"path": str(scratch / "lake")},
-            "state": {"url": f"sqlite:///{scratch / 'state.db'}"},
-            "tables": [{"name": "shop.orders"}]})
+        config = parse_config(
+            {
+                "pipeline": "bench",
+                "source": server.source_config(),
+                "spark": {"master": "local[1]"},
+                "output": {"path": str(scratch / "lake")},
+                "state": {"url": f"sqlite:///{scratch / 'state.db'}"},
+                "tables": [{"name": "shop.orders"}],
+            }
+        )
         with Source.from_pipeline(config) as source:
             info = source.table_info("shop.orders")
         store = StateStore(config.state.url)
         run_id = store.create_run("bench", {}).run_id
-        result = capture_changes(config, store, run_id,
-                                 {"shop.orders": CaptureTable(info, ("id",), start)}, stop,
-                                 decoder=decoder)
+        result = capture_changes(
+            config,
+            store,
+            run_id,
+            {"shop.orders": CaptureTable(info, ("id",), start)},
+            stop,
+            decoder=decoder,
+        )
         store.close()
         shutil.rmtree(scratch, ignore_errors=True)
         return sum(result.rows.values())
@@ -163,12 +190,16 @@ def line(label: str, wall: float, cpu: float, rows: int) -> float:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--changes", type=int, default=500_000, help="row changes in the binlog")
     parser.add_argument("--repeat", type=int, default=3, help="runs of (a) and (c); best is kept")
-    parser.add_argument("--no-library-capture", action="store_true",
-                        help="skip (d), the capture with the library decoder (slow)")
+    parser.add_argument(
+        "--no-library-capture",
+        action="store_true",
+        help="skip (d), the capture with the library decoder (slow)",
+    )
     args = parser.parse_args()
 
     with scratch_server("tidemark-bench-binlog-") as (work, server):
@@ -177,18 +208,24 @@ def main() -> int:
         path = server.datadir / start.file
         inserts = args.changes * 2 // 5
         changes = 2 * inserts + inserts // 2  # insert, update each, delete the even ids
-        print(f"binlog {start.file}: {path.stat().st_size / 1e6:.1f} MB, ~{changes:,} row changes"
-              f" of shop.orders, made in {time.perf_counter() - started:.1f}s")
+        print(
+            f"binlog {start.file}: {path.stat().st_size / 1e6:.1f} MB, ~{changes:,} row changes"
+            f" of shop.orders, made in {time.perf_counter() - started:.1f}s"
+        )
 
-        a = line("(a) mariadb-binlog --base64-output=DECODE-ROWS -vv",
-                 *timed(mariadb_binlog(path, changes), args.repeat, children=True))
+        a = line(
+            "(a) mariadb-binlog --base64-output=DECODE-ROWS -vv",
+            *timed(mariadb_binlog(path, changes), args.repeat, children=True),
+        )
         c_wall, c_cpu, c_rows = timed(capture(server, work, start, stop, "fast"), args.repeat)
         c = line("(c) tidemark capture_changes (fast decoder)", c_wall, c_cpu, c_rows)
         b = line("(b) python-mysql-replication loop", *timed(library_loop(server, start), 1))
         d = None
         if not args.no_library_capture:
-            d = line("(d) tidemark capture_changes (library decoder)",
-                     *timed(capture(server, work, start, stop, "library"), 1))
+            d = line(
+                "(d) tidemark capture_changes (library decoder)",
+                *timed(capture(server, work, start, stop, "library"), 1),
+            )
         assert c_rows == changes, f"capture kept {c_rows} changes, expected {changes}"
         print(f"ratio (c)/(a) capture / mariadb-binlog    {c / a:6.2f}x")
         print(f"ratio (c)/(b) capture / library loop      {c / b:6.2f}x")

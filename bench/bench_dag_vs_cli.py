@@ -51,8 +51,12 @@ def machine() -> str:
     return f"{os.cpu_count()} cores, {total / 1024 / 1024:.0f} GiB, load average {load}"
 
 
-def write_config(path: Path, work: Path, server: LocalMariaDB, name: str, remote: str | None) -> Path:
-    spark: dict[str, Any] = {"conf": {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4"}}
+def write_config(
+    path: Path, work: Path, server: LocalMariaDB, name: str, remote: str | None
+) -> Path:
+    spark: dict[str, Any] = {
+        "conf": {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4"}
+    }
     spark.update({"remote": remote} if remote else {"master": "local[*]"})
     config = {
         "pipeline": name,
@@ -69,67 +73,114 @@ def write_config(path: Path, work: Path, server: LocalMariaDB, name: str, remote
 
 def cli_run(config: Path) -> float:
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "orchestrator", "run", "--config", str(config), "--no-progress"],
-                   cwd=ROOT, check=True, capture_output=True, text=True)
+    subprocess.run(
+        [sys.executable, "-m", "orchestrator", "run", "--config", str(config), "--no-progress"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return time.perf_counter() - start
 
 
 def dag_run(stack: AirflowStack) -> tuple[float, dict[str, float]]:
     """Trigger the DAG, wait for it; the wall time and each task's summed duration."""
     start = time.perf_counter()
-    run_id = stack.api("POST", f"/dags/{DAG_ID}/dagRuns", json={"logical_date": None, "conf": {}}).json()["dag_run_id"]
+    run_id = stack.api(
+        "POST", f"/dags/{DAG_ID}/dagRuns", json={"logical_date": None, "conf": {}}
+    ).json()["dag_run_id"]
 
     def finished() -> str | None:
         stack.check_alive()
         state = stack.api("GET", f"/dags/{DAG_ID}/dagRuns/{run_id}").json()["state"]
         return str(state) if state in ("success", "failed") else None
+
     state = wait_for(f"DAG run {run_id}", finished, timeout=3600, interval=1)
     wall = time.perf_counter() - start
     if state != "success":
         raise SystemExit(f"DAG run {run_id} {state}; logs under {stack.home / 'logs'}")
     tasks: dict[str, float] = {}
-    for ti in stack.api("GET", f"/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances").json()["task_instances"]:
+    for ti in stack.api("GET", f"/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances").json()[
+        "task_instances"
+    ]:
         if ti["start_date"] and ti["end_date"]:
-            took = (dt.datetime.fromisoformat(ti["end_date"]) - dt.datetime.fromisoformat(ti["start_date"]))
+            took = dt.datetime.fromisoformat(ti["end_date"]) - dt.datetime.fromisoformat(
+                ti["start_date"]
+            )
             tasks[ti["task_id"]] = tasks.get(ti["task_id"], 0.0) + took.total_seconds()
     return wall, tasks
 
 
 def report(what: str, cli: float, dag: float, tasks: dict[str, float]) -> None:
     detail = ", ".join(f"{k} {v:.1f}s" for k, v in tasks.items())
-    print(f"{what}: tidemark run {cli:.1f}s, DAG run {dag:.1f}s: {dag / cli:.2f}x  (task time: {detail})")
+    print(
+        f"{what}: tidemark run {cli:.1f}s, DAG run {dag:.1f}s: {dag / cli:.2f}x  (task time: {detail})"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rows", type=int, default=200_000)
-    parser.add_argument("--pool", type=int, default=2, help="slots of the source pool (Spark drivers at once)")
-    parser.add_argument("--connect", action="store_true",
-                        help="both through one Spark Connect server (spark.remote), started before and not counted")
+    parser.add_argument(
+        "--pool", type=int, default=2, help="slots of the source pool (Spark drivers at once)"
+    )
+    parser.add_argument(
+        "--connect",
+        action="store_true",
+        help="both through one Spark Connect server (spark.remote), started before and not counted",
+    )
     args = parser.parse_args(argv)
     print(f"machine: {machine()}")
-    with scratch_server("tm-bench-dag-") as (work, server), contextlib.ExitStack() as stack_of_servers:
+    with (
+        scratch_server("tm-bench-dag-") as (work, server),
+        contextlib.ExitStack() as stack_of_servers,
+    ):
         remote = stack_of_servers.enter_context(connect_server(work)) if args.connect else None
         conn = load_sample_shop(server, args.rows)
         cli_config = write_config(work / "cli.yaml", work, server, "bench_cli", remote)
         write_config(work / "configs" / f"{PIPELINE}.yaml", work, server, PIPELINE, remote)
         home = work / "airflow"
         home.mkdir()
-        stack = AirflowStack(home=home, extra_env={"TIDEMARK_CONFIG_DIR": str(work / "configs"),
-                                                   "AIRFLOW__CORE__PARALLELISM": "4"})
+        stack = AirflowStack(
+            home=home,
+            extra_env={
+                "TIDEMARK_CONFIG_DIR": str(work / "configs"),
+                "AIRFLOW__CORE__PARALLELISM": "4",
+            },
+        )
         try:
             stack.start()
-            wait_for(f"{DAG_ID} to be parsed", lambda: True if stack.api(
-                "GET", f"/dags/{DAG_ID}", expect=None).status_code == 200 else None, timeout=600, interval=2)
-            stack.api("POST", "/pools", json={"name": f"tidemark_{PIPELINE}_source", "slots": args.pool,
-                                              "description": "bench"}, expect=201)
+            wait_for(
+                f"{DAG_ID} to be parsed",
+                lambda: (
+                    True
+                    if stack.api("GET", f"/dags/{DAG_ID}", expect=None).status_code == 200
+                    else None
+                ),
+                timeout=600,
+                interval=2,
+            )
+            stack.api(
+                "POST",
+                "/pools",
+                json={
+                    "name": f"tidemark_{PIPELINE}_source",
+                    "slots": args.pool,
+                    "description": "bench",
+                },
+                expect=201,
+            )
             stack.api("PATCH", f"/dags/{DAG_ID}", json={"is_paused": False})
             print(f"airflow up; load average now {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
             cli = cli_run(cli_config)
             dag, tasks = dag_run(stack)
             report(f"snapshot of {args.rows:,} rows", cli, dag, tasks)
             with conn.cursor() as cur:
-                cur.execute("UPDATE shop.orders SET amount = amount + 1 ORDER BY id DESC LIMIT 1000")
+                cur.execute(
+                    "UPDATE shop.orders SET amount = amount + 1 ORDER BY id DESC LIMIT 1000"
+                )
             conn.commit()
             cli = cli_run(cli_config)
             dag, tasks = dag_run(stack)

@@ -36,15 +36,21 @@ from orchestrator.source.connection import Source  # noqa: E402
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", default="100,1000,10000,50000", help="rows of the table, comma-separated")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--sizes", default="100,1000,10000,50000", help="rows of the table, comma-separated"
+    )
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--master", default="local[2]")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     with scratch_server("tidemark-bench-local-") as (work, server):
         conn = load_sample_shop(server, max(sizes))
-        config = load_config(write_pipeline(work, server, name="bench_local", master=args.master, defaults={}))
+        config = load_config(
+            write_pipeline(work, server, name="bench_local", master=args.master, defaults={})
+        )
         with Source.from_pipeline(config) as source:
             info = source.table_info("shop.orders")
         schema = iceberg.data_file_schema(config, info)
@@ -57,17 +63,32 @@ def main() -> int:
                 for n in range(args.repeat + 1):  # the first round warms both up, untimed
                     out = work / f"s{size}-{n}"
                     start = time.perf_counter()
-                    read_table(source, LocalTable(info, ("id",), schema, [(0, where, str(out / "driver.parquet"))]),
-                               lambda: None)
+                    read_table(
+                        source,
+                        LocalTable(
+                            info, ("id",), schema, [(0, where, str(out / "driver.parquet"))]
+                        ),
+                        lambda: None,
+                    )
                     driver.append(time.perf_counter() - start)
                     start = time.perf_counter()
-                    read_chunks(spark, config, info, [(0, where)], lambda _, o=out: str(o / "spark"), ("id",),
-                                schema=schema)
+                    read_chunks(
+                        spark,
+                        config,
+                        info,
+                        [(0, where)],
+                        lambda _, o=out: str(o / "spark"),
+                        ("id",),
+                        schema=schema,
+                    )
                     jvm.append(time.perf_counter() - start)
                 d, s = statistics.median(driver[1:]), statistics.median(jvm[1:])
                 results[size] = (d, s)
-                print(f"{size:>8,} rows: driver {d * 1000:8.1f} ms, Spark {s * 1000:8.1f} ms, "
-                      f"Spark / driver {s / d:5.2f}x (load {os.getloadavg()[0]:.1f})", flush=True)
+                print(
+                    f"{size:>8,} rows: driver {d * 1000:8.1f} ms, Spark {s * 1000:8.1f} ms, "
+                    f"Spark / driver {s / d:5.2f}x (load {os.getloadavg()[0]:.1f})",
+                    flush=True,
+                )
         conn.close()
         spark.stop()
     print(f"\nmedians of {args.repeat}, master {args.master}, {os.cpu_count()} cores (shared)")

@@ -34,10 +34,14 @@ def measured_run(config_path: Path) -> Timing:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--small", type=int, default=1_000_000)
     parser.add_argument("--large", type=int, default=10_000_000)
-    parser.add_argument("--repeat", type=int, default=1, help="runs per size, alternating (medians printed)")
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="runs per size, alternating (medians printed)"
+    )
     args = parser.parse_args()
 
     with scratch_server("tidemark-bench-mem-") as (work, server):
@@ -46,18 +50,25 @@ def main() -> int:
         for label, rows in sizes.items():
             started = time.perf_counter()
             load_shop(conn, rows, db=f"mem_{label}")
-            print(f"loaded {rows:,} rows into mem_{label}.orders in {time.perf_counter() - started:.0f}s",
-                  flush=True)
+            print(
+                f"loaded {rows:,} rows into mem_{label}.orders in {time.perf_counter() - started:.0f}s",
+                flush=True,
+            )
         conn.close()
         peaks: dict[str, list[Timing]] = {label: [] for label in sizes}
         for _ in range(args.repeat):
             for label in sizes:
-                config = pipeline(work, server, master="local[2]", chunk_size=None, batch_chunks=None)
+                config = pipeline(
+                    work, server, master="local[2]", chunk_size=None, batch_chunks=None
+                )
                 config["tables"] = [{"name": f"mem_{label}.orders"}]
                 peak = measured_run(fresh_config(work / "run", config))
                 peaks[label].append(peak)
-                print(f"{label}: {peak.seconds:.0f}s, peak {peak.peak_rss / MB:,.0f} MiB "
-                      f"(JVM {peak.peak_jvm / MB:,.0f}, Python {peak.peak_python / MB:,.0f})", flush=True)
+                print(
+                    f"{label}: {peak.seconds:.0f}s, peak {peak.peak_rss / MB:,.0f} MiB "
+                    f"(JVM {peak.peak_jvm / MB:,.0f}, Python {peak.peak_python / MB:,.0f})",
+                    flush=True,
+                )
 
         def mib(label: str, part: str) -> float:
             return statistics.median(getattr(p, part) for p in peaks[label]) / MB
@@ -65,11 +76,15 @@ def main() -> int:
         print(f"\npeak RSS of `tidemark run` (driver JVM + Python), medians of {args.repeat}:")
         for label, rows in sizes.items():
             seconds = statistics.median(p.seconds for p in peaks[label])
-            print(f"  {rows:>12,} rows  {mib(label, 'peak_rss'):7,.0f} MiB   (JVM {mib(label, 'peak_jvm'):,.0f},"
-                  f" Python {mib(label, 'peak_python'):,.0f})   run {seconds:.0f}s")
+            print(
+                f"  {rows:>12,} rows  {mib(label, 'peak_rss'):7,.0f} MiB   (JVM {mib(label, 'peak_jvm'):,.0f},"
+                f" Python {mib(label, 'peak_python'):,.0f})   run {seconds:.0f}s"
+            )
         ratio = mib("large", "peak_rss") / mib("small", "peak_rss")
-        print(f"  ratio {args.large:,} / {args.small:,} rows: {ratio:.2f}x"
-              f"  (machine: {os.cpu_count()} cores, shared)")
+        print(
+            f"  ratio {args.large:,} / {args.small:,} rows: {ratio:.2f}x"
+            f"  (machine: {os.cpu_count()} cores, shared)"
+        )
         return 0
 
 

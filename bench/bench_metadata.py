@@ -41,12 +41,20 @@ def timed(what: str, step: Callable[[], Any], figures: dict[str, float]) -> Any:
 
 
 def process(*args: str, env: dict[str, str] | None = None) -> Callable[[], None]:
-    return lambda: subprocess.run([sys.executable, *args], cwd=ROOT, env=env, check=False,
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return lambda: subprocess.run(
+        [sys.executable, *args],
+        cwd=ROOT,
+        env=env,
+        check=False,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--tables", type=int, default=2000)
     parser.add_argument("--rows", type=int, default=100)
     args = parser.parse_args()
@@ -67,9 +75,17 @@ def main() -> int:
         configs = work / "configs"
         configs.mkdir()
         path = configs / "many.yaml"
-        path.write_text(yaml.safe_dump({
-            "pipeline": "many", "source": server.source_config(), "output": {"path": str(work / "lake")},
-            "state": {"url": f"sqlite:///{work / 'state.db'}"}, "tables": [{"name": "many.*"}]}))
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "pipeline": "many",
+                    "source": server.source_config(),
+                    "output": {"path": str(work / "lake")},
+                    "state": {"url": f"sqlite:///{work / 'state.db'}"},
+                    "tables": [{"name": "many.*"}],
+                }
+            )
+        )
         config = load_config(path)
         figures: dict[str, float] = {}
         print(f"{args.tables} tables of {args.rows} rows, one pattern entry:")
@@ -80,24 +96,47 @@ def main() -> int:
         try:
             timed("state: the run's tables", lambda: store.run_tables(handle.run_id), figures)
             timed("state: the run's chunks", lambda: store.chunks(handle.run_id), figures)
-            timed("state: batches left to read", lambda: pending_batches(store, handle.run_id), figures)
+            timed(
+                "state: batches left to read",
+                lambda: pending_batches(store, handle.run_id),
+                figures,
+            )
             store.release_lock("many", "bench")
         finally:
             store.close()
-        timed("tidemark status (a process)", process("-m", "orchestrator", "status", "--config", str(path)), figures)
-        timed("tidemark doctor (a process)", process("-m", "orchestrator", "doctor", "--config", str(path)), figures)
+        timed(
+            "tidemark status (a process)",
+            process("-m", "orchestrator", "status", "--config", str(path)),
+            figures,
+        )
+        timed(
+            "tidemark doctor (a process)",
+            process("-m", "orchestrator", "doctor", "--config", str(path)),
+            figures,
+        )
         home = Path(tempfile.mkdtemp(dir=work))
-        env = {**os.environ, "AIRFLOW_HOME": str(home), "TIDEMARK_CONFIG_DIR": str(configs),
-               "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "AIRFLOW__CORE__UNIT_TEST_MODE": "True"}
-        code = ("import time; t = time.perf_counter(); from airflow.dag_processing.dagbag import BundleDagBag; "
-                "b = BundleDagBag(dag_folder='dags', bundle_path='dags', bundle_name='dags-folder'); "
-                "d = b.dags['tidemark_many']; n = len(d.params.get_param('tables').schema['items']['enum']); "
-                "print(f'{time.perf_counter() - t:.2f} {n} {b.import_errors}')")
-        out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True)
+        env = {
+            **os.environ,
+            "AIRFLOW_HOME": str(home),
+            "TIDEMARK_CONFIG_DIR": str(configs),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__UNIT_TEST_MODE": "True",
+        }
+        code = (
+            "import time; t = time.perf_counter(); from airflow.dag_processing.dagbag import BundleDagBag; "
+            "b = BundleDagBag(dag_folder='dags', bundle_path='dags', bundle_name='dags-folder'); "
+            "d = b.dags['tidemark_many']; n = len(d.params.get_param('tables').schema['items']['enum']); "
+            "print(f'{time.perf_counter() - t:.2f} {n} {b.import_errors}')"
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True
+        )
         last = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else "? ? ?"
         seconds, choices, errors = [*last.split(" ", 2), "?", "?", "?"][:3]
-        print(f"  {'Airflow DagBag parse of dags/ (in a process)':<44} {seconds:>7}s  form choices: {choices}, "
-              f"import errors: {errors}")
+        print(
+            f"  {'Airflow DagBag parse of dags/ (in a process)':<44} {seconds:>7}s  form choices: {choices}, "
+            f"import errors: {errors}"
+        )
         print(f"(machine: {os.cpu_count()} cores, shared, load average {os.getloadavg()[0]:.1f})")
     return 0
 

@@ -36,6 +36,7 @@ def child(tables: int, rows: int, work: Path) -> dict[str, list[float]]:
     """Publish every table twice with the checkout first on ``sys.path``; wall and CPU seconds per pass."""
     from orchestrator.config import parse_config
     from orchestrator.lake import iceberg
+
     try:
         from orchestrator.pipeline.versions import publish_table
     except ImportError:  # a checkout from before pipeline/versions.py
@@ -45,19 +46,37 @@ def child(tables: int, rows: int, work: Path) -> dict[str, list[float]]:
     from tests.unit.test_manifest import COLUMNS, write_staging
 
     infos = [TableInfo("db", f"t{i:04d}", COLUMNS, ("id",), (), 0) for i in range(tables)]
-    config = parse_config({
-        "pipeline": "p", "source": {"host": "h", "user": "u", "server_id": 1},
-        "output": {"path": str(work / "lake"), "keep_versions": 2, "keep_hours": 0},
-        "state": {"url": f"sqlite:///{work / 'state.db'}"}, "tables": [{"name": "db.*"}]}, check_env=False)
+    config = parse_config(
+        {
+            "pipeline": "p",
+            "source": {"host": "h", "user": "u", "server_id": 1},
+            "output": {"path": str(work / "lake"), "keep_versions": 2, "keep_hours": 0},
+            "state": {"url": f"sqlite:///{work / 'state.db'}"},
+            "tables": [{"name": "db.*"}],
+        },
+        check_env=False,
+    )
     catalog = iceberg.open_catalog(config)
     out: dict[str, list[float]] = {}
     for n, name in enumerate(PASSES, start=1):
-        staged = [write_staging(work / name / info.table, [{"id": i, "d": None, "t": i * n, "big": f"{i}.{n:02d}"}
-                                                          for i in range(rows)]) for info in infos]
+        staged = [
+            write_staging(
+                work / name / info.table,
+                [{"id": i, "d": None, "t": i * n, "big": f"{i}.{n:02d}"} for i in range(rows)],
+            )
+            for info in infos
+        ]
         wall, cpu = time.perf_counter(), time.process_time()
         for info, directory in zip(infos, staged, strict=True):
-            publish_table(config, info, ("id",), directory, BinlogPosition("binlog.000001", 4 + n), f"run-{n}",
-                          catalog=catalog)
+            publish_table(
+                config,
+                info,
+                ("id",),
+                directory,
+                BinlogPosition("binlog.000001", 4 + n),
+                f"run-{n}",
+                catalog=catalog,
+            )
         out[name] = [time.perf_counter() - wall, time.process_time() - cpu]
     return out
 
@@ -67,14 +86,30 @@ def timed(code: Path, tables: int, rows: int, scratch: Path) -> dict[str, list[f
     deleted only when the benchmark ends (`bench_snapshot.discard` says why)."""
     work = Path(tempfile.mkdtemp(prefix="child-", dir=scratch))
     env = {**os.environ, "PYTHONPATH": str(code)}
-    done = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_publish.py"), "--child", str(work),
-                           "--tables", str(tables), "--rows", str(rows)],
-                          env=env, cwd=code, check=True, capture_output=True, text=True)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "bench_publish.py"),
+            "--child",
+            str(work),
+            "--tables",
+            str(tables),
+            "--rows",
+            str(rows),
+        ],
+        env=env,
+        cwd=code,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--tables", type=int, default=200)
     parser.add_argument("--rows", type=int, default=100)
     parser.add_argument("--repeat", type=int, default=3)
@@ -92,19 +127,34 @@ def main() -> int:
             for code, path in codes.items():
                 for name, seconds in timed(path, args.tables, args.rows, scratch).items():
                     figures[code][name].append(seconds)
-            print(f"repetition {repetition + 1} (load {os.getloadavg()[0]:.1f}): " + "; ".join(
-                f"{code} {name} {figures[code][name][-1][0] * 1000 / args.tables:.1f} ms"
-                for code in codes for name in PASSES), flush=True)
+            print(
+                f"repetition {repetition + 1} (load {os.getloadavg()[0]:.1f}): "
+                + "; ".join(
+                    f"{code} {name} {figures[code][name][-1][0] * 1000 / args.tables:.1f} ms"
+                    for code in codes
+                    for name in PASSES
+                ),
+                flush=True,
+            )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    print(f"\nmedians of {args.repeat}, ms per table (wall / CPU), {args.tables} tables of {args.rows} rows:")
+    print(
+        f"\nmedians of {args.repeat}, ms per table (wall / CPU), {args.tables} tables of {args.rows} rows:"
+    )
     for name in PASSES:
-        line = {c: [statistics.median(s[i] for s in figures[c][name]) * 1000 / args.tables
-                    for i in (0, 1)] for c in codes}
+        line = {
+            c: [
+                statistics.median(s[i] for s in figures[c][name]) * 1000 / args.tables
+                for i in (0, 1)
+            ]
+            for c in codes
+        }
         text = "  ".join(f"{c} {w:6.1f} / {u:6.1f}" for c, (w, u) in line.items())
         if "other" in line:
-            text += f"   ratio this/other {line['this'][0] / line['other'][0]:.2f} wall, " \
-                    f"{line['this'][1] / line['other'][1]:.2f} CPU"
+            text += (
+                f"   ratio this/other {line['this'][0] / line['other'][0]:.2f} wall, "
+                f"{line['this'][1] / line['other'][1]:.2f} CPU"
+            )
         print(f"  {name:<7} {text}")
     print(f"(machine: {os.cpu_count()} cores, shared, load average {os.getloadavg()[0]:.1f})")
     return 0

@@ -65,24 +65,41 @@ def plain(spark: Any, config: Any, out: Path, partitions: int, bounds: tuple[int
     props = {k: props[k] for k in ("driver", "user", "password", "fetchsize")}
     start = time.perf_counter()
     url = f"jdbc:mysql://{config.source.host}:{config.source.port}/"  # what a Spark user writes
-    df = spark.read.jdbc(url, "shop.orders", column="id", lowerBound=bounds[0],
-                         upperBound=bounds[1] + 1, numPartitions=partitions, properties=props)
+    df = spark.read.jdbc(
+        url,
+        "shop.orders",
+        column="id",
+        lowerBound=bounds[0],
+        upperBound=bounds[1] + 1,
+        numPartitions=partitions,
+        properties=props,
+    )
     df.write.mode("overwrite").parquet(str(out))
     return time.perf_counter() - start
 
 
-def tidemark(spark: Any, config: Any, info: Any, out: Path, chunks: list[tuple[int, str]], per_batch: int) -> float:
+def tidemark(
+    spark: Any, config: Any, info: Any, out: Path, chunks: list[tuple[int, str]], per_batch: int
+) -> float:
     shutil.rmtree(out, ignore_errors=True)
-    batches = [chunks[i:i + per_batch] for i in range(0, len(chunks), per_batch)]
+    batches = [chunks[i : i + per_batch] for i in range(0, len(chunks), per_batch)]
     start = time.perf_counter()
     with ThreadPoolExecutor(READ_CONCURRENCY) as pool:
-        list(pool.map(lambda b: read_chunks(spark, config, info, b, lambda i: str(out / f"chunk-{i:06d}"),
-                                            ("id",)), batches))
+        list(
+            pool.map(
+                lambda b: read_chunks(
+                    spark, config, info, b, lambda i: str(out / f"chunk-{i:06d}"), ("id",)
+                ),
+                batches,
+            )
+        )
     return time.perf_counter() - start
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--chunk-size", type=int, default=50_000)
@@ -92,12 +109,17 @@ def main() -> int:
     args = parser.parse_args()
     with scratch_server("tidemark-bench-read-") as (work, server):
         conn = load_sample_shop(server, args.rows)
-        config = load_config(write_pipeline(work, server, name="bench_read", master=args.master, defaults={}))
+        config = load_config(
+            write_pipeline(work, server, name="bench_read", master=args.master, defaults={})
+        )
         with Source.from_pipeline(config) as source:
             info = source.table_info("shop.orders")
         top = 10 * args.rows
         step = 10 * args.chunk_size
-        chunks = [(n, f"`id` >= {low} AND `id` < {low + step}") for n, low in enumerate(range(0, top + 1, step))]
+        chunks = [
+            (n, f"`id` >= {low} AND `id` < {low + step}")
+            for n, low in enumerate(range(0, top + 1, step))
+        ]
         spark = get_session(config)
         spark.range(1).count()
         tidemark(spark, config, info, work / "warm", chunks[:2], args.batch_chunks)  # JIT, catalog
@@ -109,15 +131,23 @@ def main() -> int:
             plain_cpu.append(cpu.lap())
             ours.append(tidemark(spark, config, info, work / "ours", chunks, args.batch_chunks))
             our_cpu.append(cpu.lap())
-            print(f"repetition {n + 1}: plain {plains[-1]:.2f}s ({plain_cpu[-1]:.1f} CPU s), tidemark {ours[-1]:.2f}s "
-                  f"({our_cpu[-1]:.1f} CPU s) (load {os.getloadavg()[0]:.1f})", flush=True)
-        size = {name: sum(f.stat().st_size for f in (work / name).rglob("*.parquet")) / 2**20 for name in ("plain", "ours")}
+            print(
+                f"repetition {n + 1}: plain {plains[-1]:.2f}s ({plain_cpu[-1]:.1f} CPU s), tidemark {ours[-1]:.2f}s "
+                f"({our_cpu[-1]:.1f} CPU s) (load {os.getloadavg()[0]:.1f})",
+                flush=True,
+            )
+        size = {
+            name: sum(f.stat().st_size for f in (work / name).rglob("*.parquet")) / 2**20
+            for name in ("plain", "ours")
+        }
         print(f"output: plain {size['plain']:.1f} MiB, tidemark {size['ours']:.1f} MiB")
         p, t = statistics.median(plains), statistics.median(ours)
         pc, tc = statistics.median(plain_cpu), statistics.median(our_cpu)
-        print(f"\n{args.rows:,} rows, warm JVM, master {args.master}: plain dump ({args.dump_partitions} partitions)"
-              f" {p:.2f}s, tidemark reads ({len(chunks)} chunks) {t:.2f}s: ratio {p / t:.2f}x; CPU seconds "
-              f"(driver JVM + MariaDB) {pc:.1f} vs {tc:.1f}: ratio {pc / tc:.2f}x")
+        print(
+            f"\n{args.rows:,} rows, warm JVM, master {args.master}: plain dump ({args.dump_partitions} partitions)"
+            f" {p:.2f}s, tidemark reads ({len(chunks)} chunks) {t:.2f}s: ratio {p / t:.2f}x; CPU seconds "
+            f"(driver JVM + MariaDB) {pc:.1f} vs {tc:.1f}: ratio {pc / tc:.2f}x"
+        )
         conn.close()
         spark.stop()
     return 0

@@ -127,12 +127,23 @@ class TreeSampler:
         self._stop.set()
         self._thread.join()
         timing.cpu = sum(self.cpu.values())
-        timing.peak_rss, timing.peak_jvm, timing.peak_python = self.peak_rss, self.peak_jvm, self.peak_python
+        timing.peak_rss, timing.peak_jvm, timing.peak_python = (
+            self.peak_rss,
+            self.peak_jvm,
+            self.peak_python,
+        )
         return timing
 
 
-def pipeline(work: Path, server: LocalMariaDB, *, master: str, chunk_size: int | None,
-             batch_chunks: int | None, conf: dict[str, str] | None = None) -> dict[str, Any]:
+def pipeline(
+    work: Path,
+    server: LocalMariaDB,
+    *,
+    master: str,
+    chunk_size: int | None,
+    batch_chunks: int | None,
+    conf: dict[str, str] | None = None,
+) -> dict[str, Any]:
     """A pipeline config snapshotting `TABLE` into ``work``; Tidemark's defaults unless given."""
     defaults = {k: v for k, v in (("chunk_size", chunk_size), ("batch_chunks", batch_chunks)) if v}
     config: dict[str, Any] = {
@@ -170,8 +181,11 @@ def fresh_config(work: Path, config: dict[str, Any]) -> Path:
     nothing (the previous content is `discard`-ed, not deleted)."""
     discard(work)
     work.mkdir(parents=True)
-    config = {**config, "output": {"path": str(work / "lake")},
-              "state": {"url": f"sqlite:///{work / 'state.db'}"}}
+    config = {
+        **config,
+        "output": {"path": str(work / "lake")},
+        "state": {"url": f"sqlite:///{work / 'state.db'}"},
+    }
     path = work / "bench.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
@@ -195,7 +209,15 @@ def compiled(code: Path) -> None:
 
 def run_command(config_path: Path) -> list[str]:
     """``tidemark run``, as a user runs it (the checkout is the working directory)."""
-    return [sys.executable, "-m", "orchestrator", "run", "--config", str(config_path), "--no-progress"]
+    return [
+        sys.executable,
+        "-m",
+        "orchestrator",
+        "run",
+        "--config",
+        str(config_path),
+        "--no-progress",
+    ]
 
 
 def run_env(code: Path) -> dict[str, str]:
@@ -216,7 +238,9 @@ def step_times(log: str, started: float) -> dict[str, float]:
             continue
         for step, pattern in STEP_ENDS:
             if pattern.search(line):
-                ends[step] = dt.datetime.strptime(stamp.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+                ends[step] = dt.datetime.strptime(
+                    stamp.group(1), "%Y-%m-%d %H:%M:%S,%f"
+                ).timestamp()
     steps, previous = {}, started
     for step, _ in STEP_ENDS:
         if step in ends:
@@ -229,11 +253,19 @@ def timed_run(code: Path, config_path: Path) -> Timing:
     """One `tidemark run` of the checkout at ``code``, timed and sampled; exits when it fails."""
     started_wall = time.time()
     start = time.perf_counter()
-    child = subprocess.Popen(run_command(config_path), env=run_env(code), cwd=code,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        run_command(config_path),
+        env=run_env(code),
+        cwd=code,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     sampler = TreeSampler(child.pid)
     try:
-        stdout, stderr = child.communicate()  # `run` logs its steps to stdout, its failure to stderr
+        stdout, stderr = (
+            child.communicate()
+        )  # `run` logs its steps to stdout, its failure to stderr
     finally:
         seconds = time.perf_counter() - start
         timing = sampler.close(Timing(seconds))
@@ -245,12 +277,19 @@ def timed_run(code: Path, config_path: Path) -> Timing:
 
 def timed_scan(server: LocalMariaDB) -> float:
     client = shutil.which("mariadb") or shutil.which("mysql") or "mariadb"
-    cmd = [client, "--no-defaults", "--quick", "-h127.0.0.1", f"-P{server.port}", "-uroot",
-           "-e", f"SELECT * FROM {TABLE}"]
+    cmd = [
+        client,
+        "--no-defaults",
+        "--quick",
+        "-h127.0.0.1",
+        f"-P{server.port}",
+        "-uroot",
+        "-e",
+        f"SELECT * FROM {TABLE}",
+    ]
     start = time.perf_counter()
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     return time.perf_counter() - start
-
 
 
 def median(values: Sequence[float]) -> float:
@@ -265,8 +304,10 @@ def report(rows: int, scans: list[float], runs: dict[str, list[Timing]]) -> None
     for label, timings in runs.items():
         seconds = median([t.seconds for t in timings])
         rate = rows / seconds
-        print(f"  {'tidemark run ' + label:<34} {seconds:7.2f}s {rate:12,.0f} rows/s"
-              f"   ratio {rate / scan_rate:5.2f}x   (each: {', '.join(f'{t.seconds:.1f}' for t in timings)})")
+        print(
+            f"  {'tidemark run ' + label:<34} {seconds:7.2f}s {rate:12,.0f} rows/s"
+            f"   ratio {rate / scan_rate:5.2f}x   (each: {', '.join(f'{t.seconds:.1f}' for t in timings)})"
+        )
         cpu = median([t.cpu for t in timings])
         peak = median([t.peak_rss for t in timings]) / 2**20
         print(f"  {'':<34} CPU {cpu:.1f}s (Python + JVM), peak RSS {peak:,.0f} MiB")
@@ -277,20 +318,38 @@ def report(rows: int, scans: list[float], runs: dict[str, list[Timing]]) -> None
             # A checkout that does not log its session start counts it in the read step.
             what = "read step" if "spark start" in steps else "read step (with spark start)"
             read = median([t.steps["read"] for t in timings])
-            print(f"  {'':<34} {what} {rows / read:12,.0f} rows/s   ratio {rows / read / scan_rate:5.2f}x")
+            print(
+                f"  {'':<34} {what} {rows / read:12,.0f} rows/s   ratio {rows / read / scan_rate:5.2f}x"
+            )
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--chunk-size", type=int, default=None, help="default: Tidemark's default")
-    parser.add_argument("--batch-chunks", type=int, default=None, help="default: Tidemark's default")
+    parser.add_argument(
+        "--batch-chunks", type=int, default=None, help="default: Tidemark's default"
+    )
     parser.add_argument("--master", default="local[2]")
-    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
-                        help="extra spark.conf for both checkouts")
-    parser.add_argument("--repeat", type=int, default=1, help="side-by-side repetitions (medians are printed)")
-    parser.add_argument("--compare-with", type=Path, default=None, metavar="DIR",
-                        help="another Tidemark checkout, timed in the same repetitions")
+    parser.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra spark.conf for both checkouts",
+    )
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="side-by-side repetitions (medians are printed)"
+    )
+    parser.add_argument(
+        "--compare-with",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="another Tidemark checkout, timed in the same repetitions",
+    )
     args = parser.parse_args()
     conf = dict(item.split("=", 1) for item in args.conf)
     codes = {"(this checkout)": ROOT}
@@ -299,8 +358,14 @@ def main() -> int:
 
     with scratch_server("tidemark-bench-") as (work, server):
         load_sample_shop(server, args.rows).close()
-        config = pipeline(work, server, master=args.master, chunk_size=args.chunk_size,
-                          batch_chunks=args.batch_chunks, conf=conf)
+        config = pipeline(
+            work,
+            server,
+            master=args.master,
+            chunk_size=args.chunk_size,
+            batch_chunks=args.batch_chunks,
+            conf=conf,
+        )
         scans: list[float] = []
         runs: dict[str, list[Timing]] = {label: [] for label in codes}
         for repetition in range(args.repeat):
@@ -308,11 +373,15 @@ def main() -> int:
             for label, code in codes.items():
                 timing = timed_run(code, fresh_config(work / "run", config))
                 runs[label].append(timing)
-                print(f"repetition {repetition + 1}: scan {scans[-1]:.2f}s, run {label} {timing.seconds:.2f}s",
-                      flush=True)
+                print(
+                    f"repetition {repetition + 1}: scan {scans[-1]:.2f}s, run {label} {timing.seconds:.2f}s",
+                    flush=True,
+                )
         report(args.rows, scans, runs)
-        print(f"(machine: {os.cpu_count()} cores, shared; master {args.master}, chunk size "
-              f"{args.chunk_size or 'default'}, batch chunks {args.batch_chunks or 'default'})")
+        print(
+            f"(machine: {os.cpu_count()} cores, shared; master {args.master}, chunk size "
+            f"{args.chunk_size or 'default'}, batch chunks {args.batch_chunks or 'default'})"
+        )
         return 0
 
 

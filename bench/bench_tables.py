@@ -39,10 +39,14 @@ from bench.bench_snapshot import fresh_config, median, run_env, timed_run  # noq
 from bench.shop_lake import scratch_server  # noqa: E402
 from orchestrator.demo.localdb import LocalMariaDB  # noqa: E402
 
-COLUMNS = ("id BIGINT PRIMARY KEY, customer INT NOT NULL, amount DECIMAL(10,2), status VARCHAR(16), "
-           "created DATETIME")
-FILL = ("SELECT seq, seq % 97, seq * 1.5, ELT(1 + seq % 3, 'new', 'paid', 'sent'), "
-        "'2024-01-01 00:00:00' + INTERVAL seq MINUTE FROM seq_1_to_{rows}")
+COLUMNS = (
+    "id BIGINT PRIMARY KEY, customer INT NOT NULL, amount DECIMAL(10,2), status VARCHAR(16), "
+    "created DATETIME"
+)
+FILL = (
+    "SELECT seq, seq % 97, seq * 1.5, ELT(1 + seq % 3, 'new', 'paid', 'sent'), "
+    "'2024-01-01 00:00:00' + INTERVAL seq MINUTE FROM seq_1_to_{rows}"
+)
 
 
 def load(server: LocalMariaDB, tables: int, rows: int) -> None:
@@ -61,25 +65,40 @@ def load(server: LocalMariaDB, tables: int, rows: int) -> None:
             cur.execute("INSERT INTO big.rows " + FILL.format(rows=tables * rows))
     finally:
         conn.close()
-    print(f"loaded {tables} tables of {rows} rows and one of {tables * rows:,} rows in "
-          f"{time.perf_counter() - started:.1f}s", flush=True)
+    print(
+        f"loaded {tables} tables of {rows} rows and one of {tables * rows:,} rows in "
+        f"{time.perf_counter() - started:.1f}s",
+        flush=True,
+    )
 
 
 def pipeline(server: LocalMariaDB, name: str, entry: str, master: str) -> dict[str, Any]:
-    return {"pipeline": name, "source": server.source_config(),
-            "spark": {"master": master, "conf": {"spark.ui.enabled": "false"}},
-            "output": {"path": "unset"}, "state": {"url": "unset"}, "tables": [{"name": entry}]}
+    return {
+        "pipeline": name,
+        "source": server.source_config(),
+        "spark": {"master": master, "conf": {"spark.ui.enabled": "false"}},
+        "output": {"path": "unset"},
+        "state": {"url": "unset"},
+        "tables": [{"name": entry}],
+    }
 
 
 def timed_status(config: Path) -> float:
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "orchestrator", "status", "--config", str(config)], env=run_env(ROOT),
-                   cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, "-m", "orchestrator", "status", "--config", str(config)],
+        env=run_env(ROOT),
+        cwd=ROOT,
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     return time.perf_counter() - started
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--tables", type=int, default=200)
     parser.add_argument("--rows", type=int, default=100, help="rows per small table")
     parser.add_argument("--repeat", type=int, default=1)
@@ -94,35 +113,54 @@ def main() -> int:
         other = args.compare_with.resolve() if args.compare_with else None
         if other is not None:
             figures.update({"other many": [], "other unchanged": []})
-            listed = {**many_config, "tables": [{"name": f"many.t{i:04d}"} for i in range(args.tables)]}
+            listed = {
+                **many_config,
+                "tables": [{"name": f"many.t{i:04d}"} for i in range(args.tables)],
+            }
         for repetition in range(args.repeat):
             figures["one"].append(timed_run(ROOT, fresh_config(work / "one", one_config)).seconds)
             path = fresh_config(work / "many", many_config)
             for name in ("many", "unchanged"):
                 timing = timed_run(ROOT, path)
                 figures[name].append(timing.seconds)
-                print(f"  {name}: {timing.seconds:.1f}s, steps " +
-                      ", ".join(f"{step} {seconds:.1f}s" for step, seconds in timing.steps.items()), flush=True)
+                print(
+                    f"  {name}: {timing.seconds:.1f}s, steps "
+                    + ", ".join(f"{step} {seconds:.1f}s" for step, seconds in timing.steps.items()),
+                    flush=True,
+                )
             figures["status"].append(timed_status(path))
             if other is not None:
                 path = fresh_config(work / "other", listed)
                 figures["other many"].append(timed_run(other, path).seconds)
                 figures["other unchanged"].append(timed_run(other, path).seconds)
-            print(f"repetition {repetition + 1}: " + ", ".join(f"{k} {v[-1]:.1f}s" for k, v in figures.items()),
-                  flush=True)
+            print(
+                f"repetition {repetition + 1}: "
+                + ", ".join(f"{k} {v[-1]:.1f}s" for k, v in figures.items()),
+                flush=True,
+            )
         one, many = median(figures["one"]), median(figures["many"])
         total = args.tables * args.rows
         print(f"\nmedians of {args.repeat} repetition(s), {total:,} rows:")
         print(f"  one table of {total:,} rows, first run          {one:7.1f}s")
-        print(f"  {args.tables} tables of {args.rows} rows, first run        {many:7.1f}s   "
-              f"ratio {many / one:.2f}x the one table")
-        print(f"  {args.tables} tables, a run with no change        {median(figures['unchanged']):7.1f}s")
-        print(f"  {args.tables} tables, tidemark status             {median(figures['status']):7.1f}s")
+        print(
+            f"  {args.tables} tables of {args.rows} rows, first run        {many:7.1f}s   "
+            f"ratio {many / one:.2f}x the one table"
+        )
+        print(
+            f"  {args.tables} tables, a run with no change        {median(figures['unchanged']):7.1f}s"
+        )
+        print(
+            f"  {args.tables} tables, tidemark status             {median(figures['status']):7.1f}s"
+        )
         if other is not None:
-            print(f"  {other}: first run {median(figures['other many']):.1f}s, a run with no change "
-                  f"{median(figures['other unchanged']):.1f}s (tables listed one by one)")
-        print(f"(machine: {os.cpu_count()} cores, shared, load average {os.getloadavg()[0]:.1f}; "
-              f"master {args.master})")
+            print(
+                f"  {other}: first run {median(figures['other many']):.1f}s, a run with no change "
+                f"{median(figures['other unchanged']):.1f}s (tables listed one by one)"
+            )
+        print(
+            f"(machine: {os.cpu_count()} cores, shared, load average {os.getloadavg()[0]:.1f}; "
+            f"master {args.master})"
+        )
         with (work / "figures.yaml").open("w") as out:
             yaml.safe_dump(figures, out)
     return 0

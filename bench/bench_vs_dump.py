@@ -81,11 +81,14 @@ def load() -> str:
 LOGS: Path | None = None  # --logs: each run's stderr is saved there
 
 
-def timed(cmd: list[str], env: dict[str, str] | None = None, cwd: Path | None = None, name: str = "") -> Timing:
+def timed(
+    cmd: list[str], env: dict[str, str] | None = None, cwd: Path | None = None, name: str = ""
+) -> Timing:
     """Run ``cmd`` in its own process; its wall time, CPU and peak memory (process tree)."""
     started = time.perf_counter()
-    child = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                             text=True)
+    child = subprocess.Popen(
+        cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
     sampler = TreeSampler(child.pid)
     try:
         _, stderr = child.communicate()
@@ -95,23 +98,53 @@ def timed(cmd: list[str], env: dict[str, str] | None = None, cwd: Path | None = 
         LOGS.mkdir(parents=True, exist_ok=True)
         (LOGS / f"{name}.log").write_text(stderr)
     if child.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd[:3])} ... failed with {child.returncode}:\n{stderr[-3000:]}")
+        raise SystemExit(
+            f"{' '.join(cmd[:3])} ... failed with {child.returncode}:\n{stderr[-3000:]}"
+        )
     return timing
 
 
-def plain_dump(server: LocalMariaDB, out: Path, partitions: int, master: str, memory: str,
-               bounds: tuple[int, int]) -> Timing:
+def plain_dump(
+    server: LocalMariaDB,
+    out: Path,
+    partitions: int,
+    master: str,
+    memory: str,
+    bounds: tuple[int, int],
+) -> Timing:
     """The plain partitioned dump of `TABLE` into ``out`` (replaced)."""
     shutil.rmtree(out, ignore_errors=True)
     script = _DUMP.format(jar=JAR, table=TABLE)
     url = f"jdbc:mysql://127.0.0.1:{server.port}/"
-    return timed([sys.executable, "-c", script, url, "root", str(out), str(partitions), str(bounds[0]),
-                  str(bounds[1]), master, memory], name=f"dump-{partitions}")
+    return timed(
+        [
+            sys.executable,
+            "-c",
+            script,
+            url,
+            "root",
+            str(out),
+            str(partitions),
+            str(bounds[0]),
+            str(bounds[1]),
+            master,
+            memory,
+        ],
+        name=f"dump-{partitions}",
+    )
 
 
 def tidemark(config_path: Path, name: str) -> Timing:
     """One `tidemark run` of this checkout in its own process."""
-    cmd = [sys.executable, "-m", "orchestrator", "run", "--config", str(config_path), "--no-progress"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "orchestrator",
+        "run",
+        "--config",
+        str(config_path),
+        "--no-progress",
+    ]
     timing = timed(cmd, env=run_env(ROOT), cwd=ROOT, name=name)
     if LOGS is not None:  # the run's own log file, next to its SQLite state store
         logs = sorted((config_path.parent / "logs").glob("*.log"), key=lambda p: p.stat().st_mtime)
@@ -145,8 +178,15 @@ class WarmRuns:
     def __init__(self, work: Path, config: dict[str, Any]) -> None:
         path = fresh_config(work, config)
         self.log = (LOGS / "warm.log").open("w") if LOGS is not None else subprocess.DEVNULL
-        self.child = subprocess.Popen([sys.executable, "-c", _WARM, str(path)], env=run_env(ROOT), cwd=ROOT,
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True)
+        self.child = subprocess.Popen(
+            [sys.executable, "-c", _WARM, str(path)],
+            env=run_env(ROOT),
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            text=True,
+        )
         self._expect("ready")
 
     def run(self) -> float:
@@ -172,11 +212,16 @@ class WarmRuns:
         self.child.wait(timeout=120)
 
 
-def pipeline(work: Path, server: LocalMariaDB, master: str, memory: str, chunk_size: int | None) -> dict[str, Any]:
+def pipeline(
+    work: Path, server: LocalMariaDB, master: str, memory: str, chunk_size: int | None
+) -> dict[str, Any]:
     config: dict[str, Any] = {
         "pipeline": "bench",
         "source": server.source_config(),
-        "spark": {"master": master, "conf": {"spark.ui.enabled": "false", "spark.driver.memory": memory}},
+        "spark": {
+            "master": master,
+            "conf": {"spark.ui.enabled": "false", "spark.driver.memory": memory},
+        },
         "output": {"path": str(work / "lake")},
         "state": {"url": f"sqlite:///{work / 'state.db'}"},
         "tables": [{"name": TABLE}],
@@ -186,7 +231,9 @@ def pipeline(work: Path, server: LocalMariaDB, master: str, memory: str, chunk_s
     return config
 
 
-def apply_updates(server: LocalMariaDB, conn: Any, config_path: Path, count: int) -> tuple[int, float, Timing, str]:
+def apply_updates(
+    server: LocalMariaDB, conn: Any, config_path: Path, count: int
+) -> tuple[int, float, Timing, str]:
     """Update ``count`` rows in one statement, alone in a fresh binlog file; then time
     ``mariadb-binlog --base64-output=DECODE-ROWS -vv`` on that file and the `tidemark run` that
     applies it (capture, reconcile, publish)."""
@@ -194,11 +241,15 @@ def apply_updates(server: LocalMariaDB, conn: Any, config_path: Path, count: int
         cur.execute("FLUSH BINARY LOGS")
         cur.execute("SHOW MASTER STATUS")
         binlog = server.datadir / cur.fetchone()[0]
-        done = cur.execute(f"UPDATE {TABLE} SET amount = amount + 1, note = 'updated' ORDER BY id LIMIT {count}")
+        done = cur.execute(
+            f"UPDATE {TABLE} SET amount = amount + 1, note = 'updated' ORDER BY id LIMIT {count}"
+        )
         cur.execute("FLUSH BINARY LOGS")
     conn.commit()
     tool = shutil.which("mariadb-binlog") or "/usr/bin/mariadb-binlog"
-    decode = timed([tool, "--no-defaults", "--base64-output=DECODE-ROWS", "-vv", str(binlog)]).seconds
+    decode = timed(
+        [tool, "--no-defaults", "--base64-output=DECODE-ROWS", "-vv", str(binlog)]
+    ).seconds
     return done, decode, tidemark(config_path, "binlog"), load()
 
 
@@ -222,19 +273,32 @@ def verify(config_path: Path, conn: Any, work: Path) -> bool:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--changes", type=int, default=None, help="default: 0.25%% of --rows")
     parser.add_argument("--repeat", type=int, default=1, help="snapshot repetitions (medians)")
-    parser.add_argument("--dump-partitions", type=int, action="append", default=[],
-                        help="numPartitions of the plain dump (repeatable: the fastest counts); default 8")
+    parser.add_argument(
+        "--dump-partitions",
+        type=int,
+        action="append",
+        default=[],
+        help="numPartitions of the plain dump (repeatable: the fastest counts); default 8",
+    )
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--chunk-size", type=int, default=None, help="default: Tidemark's default")
     parser.add_argument("--driver-memory", default="2g")
-    parser.add_argument("--binlog-rows", type=int, default=1_000_000,
-                        help="rows updated at the end, applied by a run and decoded by mariadb-binlog (0: skip)")
+    parser.add_argument(
+        "--binlog-rows",
+        type=int,
+        default=1_000_000,
+        help="rows updated at the end, applied by a run and decoded by mariadb-binlog (0: skip)",
+    )
     parser.add_argument("--no-verify", action="store_true")
-    parser.add_argument("--quick", action="store_true", help="smoke run: 50,000 rows, one repetition")
+    parser.add_argument(
+        "--quick", action="store_true", help="smoke run: 50,000 rows, one repetition"
+    )
     parser.add_argument("--logs", type=Path, help="save each run's log here")
     args = parser.parse_args()
     global LOGS
@@ -251,38 +315,72 @@ def main() -> int:
         for repetition in range(args.repeat):
             scans.append((timed_scan(server), load()))
             for n in partitions:
-                dumps.append((n, plain_dump(server, work / "dump", n, args.master, args.driver_memory, bounds),
-                              load()))
+                dumps.append(
+                    (
+                        n,
+                        plain_dump(
+                            server, work / "dump", n, args.master, args.driver_memory, bounds
+                        ),
+                        load(),
+                    )
+                )
             config_path = fresh_config(work / "run", config)
             snaps.append((tidemark(config_path, f"snapshot-{repetition + 1}"), load()))
-            print(f"repetition {repetition + 1}: scan {scans[-1][0]:.2f}s, dump "
-                  + ", ".join(f"{n} partitions {t.seconds:.2f}s" for n, t, _ in dumps[-len(partitions):])
-                  + f", tidemark {snaps[-1][0].seconds:.2f}s (load {load()})", flush=True)
+            print(
+                f"repetition {repetition + 1}: scan {scans[-1][0]:.2f}s, dump "
+                + ", ".join(
+                    f"{n} partitions {t.seconds:.2f}s" for n, t, _ in dumps[-len(partitions) :]
+                )
+                + f", tidemark {snaps[-1][0].seconds:.2f}s (load {load()})",
+                flush=True,
+            )
         conn.select_db("shop")
         warm = WarmRuns(work / "warm", config)
         increments = []
         for n, pattern in enumerate(("uniform", "recent")):
             # the second batch of inserts goes above the first's, between keys at another offset
-            done = apply_changes(conn, rows, pattern, changes, seed=7 + n, top=10 * rows + 10 * n * changes,
-                                 between=3 + 4 * n)
-            increments.append((pattern, sum(done.values()), tidemark(config_path, pattern), warm.run(), load()))
+            done = apply_changes(
+                conn,
+                rows,
+                pattern,
+                changes,
+                seed=7 + n,
+                top=10 * rows + 10 * n * changes,
+                between=3 + 4 * n,
+            )
+            increments.append(
+                (pattern, sum(done.values()), tidemark(config_path, pattern), warm.run(), load())
+            )
         warm.close()
-        equal = True if args.no_verify else verify(config_path, conn, work / "warm")  # before the next changes
-        binlog = apply_updates(server, conn, config_path, min(rows, args.binlog_rows)) if args.binlog_rows else None
+        equal = (
+            True if args.no_verify else verify(config_path, conn, work / "warm")
+        )  # before the next changes
+        binlog = (
+            apply_updates(server, conn, config_path, min(rows, args.binlog_rows))
+            if args.binlog_rows
+            else None
+        )
         equal = (True if args.no_verify else verify(config_path, conn, work / "run")) and equal
         conn.close()
         report(rows, scans, dumps, snaps, increments, args.master)
         if binlog is None:
             return 0 if equal else 1
         n, decode, run, ld = binlog
-        print(f"  {n:,} updated rows: mariadb-binlog -vv {decode:.2f}s, tidemark run {run.seconds:.2f}s: "
-              f"ratio {decode / run.seconds:.2f}x  (load {ld})")
+        print(
+            f"  {n:,} updated rows: mariadb-binlog -vv {decode:.2f}s, tidemark run {run.seconds:.2f}s: "
+            f"ratio {decode / run.seconds:.2f}x  (load {ld})"
+        )
         return 0 if equal else 1
 
 
-def report(rows: int, scans: list[tuple[float, str]], dumps: list[tuple[int, Timing, str]],
-           snaps: list[tuple[Timing, str]], increments: list[tuple[str, int, Timing, float, str]],
-           master: str) -> None:
+def report(
+    rows: int,
+    scans: list[tuple[float, str]],
+    dumps: list[tuple[int, Timing, str]],
+    snaps: list[tuple[Timing, str]],
+    increments: list[tuple[str, int, Timing, float, str]],
+    master: str,
+) -> None:
     med = statistics.median
     scan = med(s for s, _ in scans)
     by_n: dict[int, list[float]] = {}
@@ -292,19 +390,27 @@ def report(rows: int, scans: list[tuple[float, str]], dumps: list[tuple[int, Tim
     dump = med(by_n[best_n])
     snap = med(t.seconds for t, _ in snaps)
     loads = sorted({ld for _, ld in scans} | {ld for _, _, ld in dumps} | {ld for _, ld in snaps})
-    print(f"\n{rows:,} rows of {TABLE}, master {master}, {os.cpu_count()} cores (shared); medians of "
-          f"{len(snaps)}; load average during the runs {loads[0]}-{loads[-1]}")
+    print(
+        f"\n{rows:,} rows of {TABLE}, master {master}, {os.cpu_count()} cores (shared); medians of "
+        f"{len(snaps)}; load average during the runs {loads[0]}-{loads[-1]}"
+    )
     print(f"  mariadb --quick scan                 {scan:8.2f}s")
     for n, times in sorted(by_n.items()):
         print(f"  plain Spark JDBC dump, {n:>3} parts     {med(times):8.2f}s")
     peak = med(t.peak_rss for t, _ in snaps) / 2**20
-    print(f"  tidemark run (snapshot)              {snap:8.2f}s   ratio vs the dump {dump / snap:5.2f}x"
-          f"   (peak RSS {peak:,.0f} MiB)")
+    print(
+        f"  tidemark run (snapshot)              {snap:8.2f}s   ratio vs the dump {dump / snap:5.2f}x"
+        f"   (peak RSS {peak:,.0f} MiB)"
+    )
     for pattern, n, timing, warm, ld in increments:
-        print(f"  tidemark run after {n:,} {pattern} changes {timing.seconds:8.2f}s   ratio to the snapshot "
-              f"{timing.seconds / snap:5.3f}   (load {ld})")
-        print(f"    the same in a process that ran before (run --every) {warm:8.2f}s   ratio to the snapshot "
-              f"{warm / snap:5.3f}")
+        print(
+            f"  tidemark run after {n:,} {pattern} changes {timing.seconds:8.2f}s   ratio to the snapshot "
+            f"{timing.seconds / snap:5.3f}   (load {ld})"
+        )
+        print(
+            f"    the same in a process that ran before (run --every) {warm:8.2f}s   ratio to the snapshot "
+            f"{warm / snap:5.3f}"
+        )
 
 
 if __name__ == "__main__":

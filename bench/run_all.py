@@ -59,8 +59,13 @@ def run(title: str, argv: list[str]) -> tuple[int, list[str]]:
     """Run one benchmark script, echoing its output; returns its exit code and lines."""
     print(f"\n===== {title}: {' '.join(argv)}", flush=True)
     started = time.monotonic()
-    process = subprocess.Popen([sys.executable, str(HERE / argv[0]), *argv[1:]], cwd=HERE.parent,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    process = subprocess.Popen(
+        [sys.executable, str(HERE / argv[0]), *argv[1:]],
+        cwd=HERE.parent,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     assert process.stdout is not None
     lines = []
     for line in process.stdout:
@@ -72,13 +77,21 @@ def run(title: str, argv: list[str]) -> tuple[int, list[str]]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="small sizes: check the scripts run")
-    parser.add_argument("--compare-with", metavar="DIR",
-                        help="another checkout, timed side by side by the snapshot benchmark")
-    parser.add_argument("--only", action="append", default=[],
-                        help="run only this benchmark (vs_dump, vs_dump_4m, read, snapshot, binlog, incremental, memory)")
+    parser.add_argument(
+        "--compare-with",
+        metavar="DIR",
+        help="another checkout, timed side by side by the snapshot benchmark",
+    )
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        help="run only this benchmark (vs_dump, vs_dump_4m, read, snapshot, binlog, incremental, memory)",
+    )
     args = parser.parse_args()
     summary: list[str] = []
     failed = []
@@ -90,10 +103,15 @@ def main() -> int:
         code, lines = run(title, argv)
         if code != 0:
             failed.append(title)
-        summary += [f"{title:<12} {line.strip()}" for line in lines
-                    if any(word in line for word in SUMMARY_WORDS)]
-    print(f"\n===== summary (machine: {os.cpu_count()} cores, load average "
-          f"{', '.join(f'{x:.1f}' for x in os.getloadavg())})")
+        summary += [
+            f"{title:<12} {line.strip()}"
+            for line in lines
+            if any(word in line for word in SUMMARY_WORDS)
+        ]
+    print(
+        f"\n===== summary (machine: {os.cpu_count()} cores, load average "
+        f"{', '.join(f'{x:.1f}' for x in os.getloadavg())})"
+    )
     print("\n".join(summary) if summary else "(no ratios printed)")
     if failed:
         print(f"failed: {', '.join(failed)}")

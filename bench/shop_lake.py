@@ -18,8 +18,9 @@ from orchestrator.demo.sample import connect, load_shop
 
 
 @contextmanager
-def scratch_server(prefix: str, settings: Mapping[str, str | None] | None = None
-                   ) -> Iterator[tuple[Path, LocalMariaDB]]:
+def scratch_server(
+    prefix: str, settings: Mapping[str, str | None] | None = None
+) -> Iterator[tuple[Path, LocalMariaDB]]:
     """A fresh work dir and a private MariaDB started in it (``settings``: as
     `LocalMariaDB.create`); both are gone when the block ends, however it ends."""
     work = Path(tempfile.mkdtemp(prefix=prefix))
@@ -43,13 +44,21 @@ def load_sample_shop(server: LocalMariaDB, rows: int) -> Any:
     return conn
 
 
-def write_pipeline(work: Path, server: LocalMariaDB, *, name: str, master: str, defaults: dict[str, Any]) -> Path:
+def write_pipeline(
+    work: Path, server: LocalMariaDB, *, name: str, master: str, defaults: dict[str, Any]
+) -> Path:
     """``work/bench.yaml``: shop.orders of ``server`` into ``work/lake``, state in ``work/state.db``."""
     config = {
         "pipeline": name,
         "source": server.source_config(),
-        "spark": {"master": master, "conf": {"spark.driver.memory": "4g", "spark.ui.enabled": "false",
-                                             "spark.sql.shuffle.partitions": "4"}},
+        "spark": {
+            "master": master,
+            "conf": {
+                "spark.driver.memory": "4g",
+                "spark.ui.enabled": "false",
+                "spark.sql.shuffle.partitions": "4",
+            },
+        },
         "output": {"path": str(work / "lake")},
         "state": {"url": f"sqlite:///{work / 'state.db'}"},
         "defaults": defaults,

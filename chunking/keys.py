@@ -23,7 +23,9 @@ from datetime import date, datetime, time, timedelta
 from decimal import Decimal
 from typing import Any, TypeAlias
 
-KeyValue: TypeAlias = int | str | bytes | Decimal | float | date | datetime | time | timedelta | None
+KeyValue: TypeAlias = (
+    int | str | bytes | Decimal | float | date | datetime | time | timedelta | None
+)
 Key: TypeAlias = tuple[KeyValue, ...]
 
 _TIME = re.compile(r"^(-?)(\d+):(\d{2}):(\d{2})(?:\.(\d{1,6}))?$")
@@ -59,8 +61,12 @@ def parse_timedelta(text: str) -> timedelta:
     if not match:
         raise ValueError(f"not a TIME value: {text!r}")
     sign, hours, minutes, seconds, fraction = match.groups()
-    value = timedelta(hours=int(hours), minutes=int(minutes), seconds=int(seconds),
-                      microseconds=int((fraction or "0").ljust(6, "0")))
+    value = timedelta(
+        hours=int(hours),
+        minutes=int(minutes),
+        seconds=int(seconds),
+        microseconds=int((fraction or "0").ljust(6, "0")),
+    )
     return -value if sign else value
 
 
@@ -163,7 +169,9 @@ def key_order(a: Key, b: Key) -> int:
         raise ValueError(f"keys of different length: {len(a)} and {len(b)}")
     for x, y in zip(a, b, strict=True):
         if not (python_orderable(x) and python_orderable(y)):
-            raise TypeError("text keys are ordered by their column's collation: compare them in the database")
+            raise TypeError(
+                "text keys are ordered by their column's collation: compare them in the database"
+            )
         if x < y:  # type: ignore[operator]
             return -1
         if x > y:  # type: ignore[operator]

@@ -31,8 +31,9 @@ from chunking.ranges import KeyRange
 from orchestrator.schema.families import FAMILIES, Family
 
 #: The type families a chunk key may have (ENUM, SET, BIT and JSON are refused below).
-KEY_FAMILIES: frozenset[Family] = frozenset({"integer", "year", "decimal", "float", "text", "binary",
-                                             "temporal"})
+KEY_FAMILIES: frozenset[Family] = frozenset(
+    {"integer", "year", "decimal", "float", "text", "binary", "temporal"}
+)
 #: The families whose key values are Python ints (YEAR too): ranges of them can be computed.
 INTEGER_FAMILIES: frozenset[Family] = frozenset({"integer", "year"})
 
@@ -94,10 +95,16 @@ def unsupported_key_reason(data_type: str, collation: str | None = None) -> str 
     if data_type in _UNSUPPORTED:
         return _UNSUPPORTED[data_type]
     if data_type == "char" and collation and "nopad" in collation.lower():
-        return (f"CHAR with the NO PAD collation {collation} is ordered by the index and compared by "
-                "expressions differently (padded vs unpadded), so ranges would not partition it; "
-                "use VARCHAR or a PAD SPACE collation for the column, or another unique key")
-    return None if FAMILIES.get(data_type) in KEY_FAMILIES else f"{data_type} is not a supported chunk-key type"
+        return (
+            f"CHAR with the NO PAD collation {collation} is ordered by the index and compared by "
+            "expressions differently (padded vs unpadded), so ranges would not partition it; "
+            "use VARCHAR or a PAD SPACE collation for the column, or another unique key"
+        )
+    return (
+        None
+        if FAMILIES.get(data_type) in KEY_FAMILIES
+        else f"{data_type} is not a supported chunk-key type"
+    )
 
 
 def quote_identifier(name: str) -> str:
@@ -121,8 +128,9 @@ def quote_table(name: str) -> str:
     return f"{quote_identifier(database)}.{quote_identifier(table)}"
 
 
-_ESCAPES = str.maketrans({"\\": "\\\\", "'": "\\'", '"': '\\"', "\0": "\\0",
-                          "\n": "\\n", "\r": "\\r", "\x1a": "\\Z"})
+_ESCAPES = str.maketrans(
+    {"\\": "\\\\", "'": "\\'", '"': '\\"', "\0": "\\0", "\n": "\\n", "\r": "\\r", "\x1a": "\\Z"}
+)
 
 
 def sql_literal(value: KeyValue | bool) -> str:
@@ -167,7 +175,9 @@ def sql_literal(value: KeyValue | bool) -> str:
         return "X'" + bytes(value).hex() + "'"
     if isinstance(value, datetime):
         if value.tzinfo is not None:
-            raise ValueError("convert an aware datetime to the session time zone before rendering it")
+            raise ValueError(
+                "convert an aware datetime to the session time zone before rendering it"
+            )
         return "TIMESTAMP'" + value.isoformat(sep=" ", timespec="microseconds") + "'"
     if isinstance(value, date):
         return "DATE'" + value.isoformat() + "'"
@@ -192,9 +202,12 @@ def _fits(data_type: str, value: KeyValue) -> bool:
         return isinstance(value, bytes | bytearray | memoryview)
     if family in ("decimal", "float"):
         return isinstance(value, int | Decimal | float) and not isinstance(value, bool)
-    checks = {"date": lambda v: isinstance(v, date) and not isinstance(v, datetime),
-              "datetime": lambda v: isinstance(v, datetime), "timestamp": lambda v: isinstance(v, datetime),
-              "time": lambda v: isinstance(v, timedelta | time)}
+    checks = {
+        "date": lambda v: isinstance(v, date) and not isinstance(v, datetime),
+        "datetime": lambda v: isinstance(v, datetime),
+        "timestamp": lambda v: isinstance(v, datetime),
+        "time": lambda v: isinstance(v, timedelta | time),
+    }
     return checks.get(data_type, lambda v: True)(value)
 
 
@@ -220,7 +233,9 @@ def check_key(columns: Sequence[ColumnLike | str], key: Key) -> None:
             raise TypeError(f"chunk-key {where} but the key holds {type(value).__name__} {value!r}")
 
 
-def key_columns_of(chunk_key: Sequence[str], columns: Sequence[ColumnLike | str]) -> list[ColumnLike | str]:
+def key_columns_of(
+    chunk_key: Sequence[str], columns: Sequence[ColumnLike | str]
+) -> list[ColumnLike | str]:
     """The descriptions of the key's columns, from the key's or the whole table's.
 
     Bare data types are positional (one per key column); described columns are
@@ -338,12 +353,16 @@ def edge_keys_sql(table: str, chunk_key: Sequence[str]) -> str:
     ends = []
     for number, direction in enumerate(("", " DESC")):
         order = ", ".join(quote_identifier(c) + direction for c in chunk_key)
-        ends.append(f"SELECT * FROM (SELECT {number} AS {quote_identifier(tag)}, {_select_key(chunk_key)} "
-                    f"FROM {quote_table(table)} ORDER BY {order} LIMIT 1) AS tm_{('lo', 'hi')[number]}")
+        ends.append(
+            f"SELECT * FROM (SELECT {number} AS {quote_identifier(tag)}, {_select_key(chunk_key)} "
+            f"FROM {quote_table(table)} ORDER BY {order} LIMIT 1) AS tm_{('lo', 'hi')[number]}"
+        )
     return " UNION ALL ".join(ends)
 
 
-def boundary_sql(table: str, chunk_key: Sequence[str], start: Key | None, last: Key, offset: int) -> str:
+def boundary_sql(
+    table: str, chunk_key: Sequence[str], start: Key | None, last: Key, offset: int
+) -> str:
     """The key ``offset`` places after ``start`` (from the first key when None), not past ``last``.
 
     One index walk of ``offset + 1`` entries, starting at ``start``.
@@ -354,8 +373,10 @@ def boundary_sql(table: str, chunk_key: Sequence[str], start: Key | None, last: 
     if offset < 1:
         raise ValueError(f"offset must be at least 1, found {offset}")
     condition = range_condition(chunk_key, KeyRange.through(start, last))
-    return (f"SELECT {_select_key(chunk_key)} FROM {quote_table(table)} WHERE {condition} "
-            f"ORDER BY {_select_key(chunk_key)} LIMIT 1 OFFSET {offset}")
+    return (
+        f"SELECT {_select_key(chunk_key)} FROM {quote_table(table)} WHERE {condition} "
+        f"ORDER BY {_select_key(chunk_key)} LIMIT 1 OFFSET {offset}"
+    )
 
 
 def count_sql(table: str, chunk_key: Sequence[str], key_range: KeyRange) -> str:

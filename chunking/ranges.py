@@ -39,7 +39,9 @@ class KeyRange:
         for name in ("start", "end"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, tuple):
-                raise TypeError(f"KeyRange.{name} must be a tuple or None, found {type(value).__name__}")
+                raise TypeError(
+                    f"KeyRange.{name} must be a tuple or None, found {type(value).__name__}"
+                )
             if value is not None and not value:
                 raise ValueError(f"KeyRange.{name} is an empty key")
         if self.end_inclusive and self.end is None:
@@ -82,18 +84,28 @@ class KeyRange:
         "(-inf, (5, 'x')]"
         """
         left = "(-inf" if self.start is None else f"[{short(self.start)}"
-        right = "+inf)" if self.end is None else f"{short(self.end)}{']' if self.end_inclusive else ')'}"
+        right = (
+            "+inf)"
+            if self.end is None
+            else f"{short(self.end)}{']' if self.end_inclusive else ')'}"
+        )
         return f"{left}, {right}"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form (keys through `encode_key`)."""
-        return {"start": encode_key(self.start), "end": encode_key(self.end),
-                "end_inclusive": self.end_inclusive}
+        return {
+            "start": encode_key(self.start),
+            "end": encode_key(self.end),
+            "end_inclusive": self.end_inclusive,
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> KeyRange:
-        return cls(decode_key(data.get("start")), decode_key(data.get("end")),
-                   bool(data.get("end_inclusive", False)))
+        return cls(
+            decode_key(data.get("start")),
+            decode_key(data.get("end")),
+            bool(data.get("end_inclusive", False)),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,11 +148,20 @@ class TablePlan:
         return sum(c.estimated_rows or 0 for c in self.chunks)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"table": self.table, "strategy": self.strategy, "chunk_key": list(self.chunk_key),
-                "chunks": [c.to_dict() for c in self.chunks], "stats": dict(self.stats)}
+        return {
+            "table": self.table,
+            "strategy": self.strategy,
+            "chunk_key": list(self.chunk_key),
+            "chunks": [c.to_dict() for c in self.chunks],
+            "stats": dict(self.stats),
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TablePlan:
-        return cls(table=data["table"], strategy=data["strategy"], chunk_key=tuple(data["chunk_key"]),
-                   chunks=tuple(Chunk.from_dict(c) for c in data["chunks"]),
-                   stats=dict(data.get("stats", {})))
+        return cls(
+            table=data["table"],
+            strategy=data["strategy"],
+            chunk_key=tuple(data["chunk_key"]),
+            chunks=tuple(Chunk.from_dict(c) for c in data["chunks"]),
+            stats=dict(data.get("stats", {})),
+        )

@@ -82,8 +82,9 @@ def distribution_factor(low: int, high: int, rows: int) -> float:
     return (high - low + 1) / rows if rows > 0 else float("inf")
 
 
-def choose_strategy(low: int, high: int, rows: int, rows_exact: bool,
-                    factor_bounds: tuple[float, float]) -> Decision:
+def choose_strategy(
+    low: int, high: int, rows: int, rows_exact: bool, factor_bounds: tuple[float, float]
+) -> Decision:
     """Even when the distribution factor is within ``factor_bounds``, else uneven.
 
     >>> choose_strategy(1, 1000, 1000, True, (0.05, 100.0)).strategy
@@ -99,10 +100,20 @@ def choose_strategy(low: int, high: int, rows: int, rows_exact: bool,
     factor = distribution_factor(low, high, rows)
     lower, upper = factor_bounds
     if lower <= factor <= upper:
-        return Decision("even", f"distribution factor {factor:.4g} is within [{lower}, {upper}]",
-                        rows, rows_exact, factor)
-    return Decision("uneven", f"distribution factor {factor:.4g} is outside [{lower}, {upper}]",
-                    rows, rows_exact, factor)
+        return Decision(
+            "even",
+            f"distribution factor {factor:.4g} is within [{lower}, {upper}]",
+            rows,
+            rows_exact,
+            factor,
+        )
+    return Decision(
+        "uneven",
+        f"distribution factor {factor:.4g} is outside [{lower}, {upper}]",
+        rows,
+        rows_exact,
+        factor,
+    )
 
 
 def read_bounds(query: Query, table: str, chunk_key: Sequence[str]) -> tuple[Key, Key] | None:
@@ -160,7 +171,9 @@ def open_splitter(
     """
     data_types = _data_types(columns)
     if not chunk_key or len(data_types) != len(chunk_key):
-        raise ChunkingError(f"{table}: {len(data_types)} column types for chunk key {list(chunk_key)}")
+        raise ChunkingError(
+            f"{table}: {len(data_types)} column types for chunk key {list(chunk_key)}"
+        )
     for name, data_type, column in zip(chunk_key, data_types, columns, strict=True):
         reason = mysql.unsupported_key_reason(data_type, getattr(column, "collation", None))
         if reason:
@@ -174,35 +187,68 @@ def open_splitter(
     mysql.check_key(data_types, low)
     mysql.check_key(data_types, high)
     stats.update(min=encode_key(low), max=encode_key(high))
-    decision = _decide(query, table, chunk_key, data_types, low, high, row_estimate,
-                       factor_bounds, exact_count_below)
-    stats.update(strategy=decision.strategy, reason=decision.reason, rows=decision.rows,
-                 rows_exact=decision.rows_exact, factor=decision.factor)
+    decision = _decide(
+        query,
+        table,
+        chunk_key,
+        data_types,
+        low,
+        high,
+        row_estimate,
+        factor_bounds,
+        exact_count_below,
+    )
+    stats.update(
+        strategy=decision.strategy,
+        reason=decision.reason,
+        rows=decision.rows,
+        rows_exact=decision.rows_exact,
+        factor=decision.factor,
+    )
     if decision.strategy == "even" and decision.rows is not None:
         return EvenSplitter(_as_int(low[0]), _as_int(high[0]), decision.rows, chunk_size), stats
     return UnevenSplitter(query, table, tuple(chunk_key), high, chunk_size), stats
 
 
-def _decide(query: Query, table: str, chunk_key: Sequence[str], data_types: Sequence[str],
-            low: Key, high: Key, row_estimate: int, factor_bounds: tuple[float, float],
-            exact_count_below: int) -> Decision:
+def _decide(
+    query: Query,
+    table: str,
+    chunk_key: Sequence[str],
+    data_types: Sequence[str],
+    low: Key,
+    high: Key,
+    row_estimate: int,
+    factor_bounds: tuple[float, float],
+    exact_count_below: int,
+) -> Decision:
     if len(chunk_key) > 1 or FAMILIES.get(data_types[0]) != "integer":
         # YEAR too: a stride bound from 1 to 99 reads as a two-digit year (50 is 2050), so one
         # from a 0000 key up missed rows; a YEAR has at most 256 values to walk
         return Decision("uneven", _key_kind(chunk_key, data_types))
     lo, hi = _as_int(low[0]), _as_int(high[0])
     rows, exact = row_estimate, False
-    if 0 < rows < exact_count_below and distribution_factor(lo, hi, rows) > factor_bounds[1] * CLEARLY_SPARSE:
+    if (
+        0 < rows < exact_count_below
+        and distribution_factor(lo, hi, rows) > factor_bounds[1] * CLEARLY_SPARSE
+    ):
         # sparse even if the estimate were several times too low: uneven, and no COUNT(*) scan to prove it
         decision = choose_strategy(lo, hi, rows, exact, factor_bounds)
-        return Decision("uneven", decision.reason + " (estimated rows)", rows, exact, decision.factor)
+        return Decision(
+            "uneven", decision.reason + " (estimated rows)", rows, exact, decision.factor
+        )
     if rows < exact_count_below:
         rows, exact = int(query(mysql.count_sql(table, chunk_key, KeyRange.all()))[0][0]), True
     return choose_strategy(lo, hi, rows, exact, factor_bounds)
 
 
-def plan_key_space(query: Query, table: str, chunk_key: Sequence[str], columns: Sequence[ColumnLike | str],
-                   chunk_size: int, **options: Any) -> TablePlan:
+def plan_key_space(
+    query: Query,
+    table: str,
+    chunk_key: Sequence[str],
+    columns: Sequence[ColumnLike | str],
+    chunk_size: int,
+    **options: Any,
+) -> TablePlan:
     """Plan a whole table: `open_splitter` run to the end, with the numbers in ``stats``.
 
     ``stats["queries"]`` counts every statement planning ran. For the uneven
@@ -216,5 +262,10 @@ def plan_key_space(query: Query, table: str, chunk_key: Sequence[str], columns: 
     if stats["strategy"] == "uneven":
         stats.update(rows=sum(c.estimated_rows or 0 for c in chunks), rows_exact=True)
     stats.update(chunks=len(chunks), queries=counting.count)
-    return TablePlan(table=table, strategy=stats["strategy"], chunk_key=tuple(chunk_key),
-                     chunks=chunks, stats=stats)
+    return TablePlan(
+        table=table,
+        strategy=stats["strategy"],
+        chunk_key=tuple(chunk_key),
+        chunks=chunks,
+        stats=stats,
+    )

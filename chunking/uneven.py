@@ -44,7 +44,9 @@ class UnevenSplitter:
 
     def next_boundary(self, start: Key | None) -> Key | None:
         """The first key of the chunk after the one starting at ``start`` (None: no more)."""
-        rows = self.query(mysql.boundary_sql(self.table, self.chunk_key, start, self.last, self.chunk_size))
+        rows = self.query(
+            mysql.boundary_sql(self.table, self.chunk_key, start, self.last, self.chunk_size)
+        )
         return tuple(rows[0]) if rows else None
 
     def count(self, key_range: KeyRange) -> int:

@@ -34,6 +34,8 @@ def storage_uri(value: str) -> str | None:
         known = ", ".join(s + "://" for s in STORAGE_SCHEMES)
         return f"unsupported scheme `{scheme}://`; use a local path or one of {known}"
     return None
+
+
 TABLE_NAME = re.compile(r"^[A-Za-z0-9_$]+\.[A-Za-z0-9_$]+$")
 
 
@@ -153,14 +155,22 @@ class Reader:
             self.problem(key, f"expected a mapping, found {kind_name(data)}")
             return {}
         for unknown in sorted(set(data) - allowed, key=str):
-            self.problem(f"{key}.{unknown}" if key else str(unknown),
-                         f"unknown key; expected one of {', '.join(sorted(allowed))}")
+            self.problem(
+                f"{key}.{unknown}" if key else str(unknown),
+                f"unknown key; expected one of {', '.join(sorted(allowed))}",
+            )
         for missing in sorted(required - set(data)):
             self.problem(f"{key}.{missing}" if key else missing, "missing required key")
         return data
 
-    def setting(self, data: Mapping[str, Any], path: str, section: type[Any], kind: type | tuple[type, ...],
-                check: Callable[[Any], str | None] | None = None) -> Any:
+    def setting(
+        self,
+        data: Mapping[str, Any],
+        path: str,
+        section: type[Any],
+        kind: type | tuple[type, ...],
+        check: Callable[[Any], str | None] | None = None,
+    ) -> Any:
         """`value` at ``path`` (e.g. ``source.time_zone``), defaulting to what the section's
         dataclass (e.g. `SourceConfig`) declares for the field the path ends in."""
         key = path.rpartition(".")[2]
@@ -219,13 +229,29 @@ def section_keys(cls: type[Any]) -> set[str]:
 
 
 def kind_name(value: Any) -> str:
-    return {dict: "a mapping", list: "a list", str: "a string", int: "an integer",
-            float: "a number", bool: "a boolean", type(None): "nothing"}.get(type(value), type(value).__name__)
+    return {
+        dict: "a mapping",
+        list: "a list",
+        str: "a string",
+        int: "an integer",
+        float: "a number",
+        bool: "a boolean",
+        type(None): "nothing",
+    }.get(type(value), type(value).__name__)
 
 
 def _kind_names(kinds: tuple[type, ...]) -> str:
-    return " or ".join({int: "an integer", str: "a string", float: "a number", bool: "a boolean",
-                        dict: "a mapping", list: "a list"}.get(k, k.__name__) for k in kinds)
+    return " or ".join(
+        {
+            int: "an integer",
+            str: "a string",
+            float: "a number",
+            bool: "a boolean",
+            dict: "a mapping",
+            list: "a list",
+        }.get(k, k.__name__)
+        for k in kinds
+    )
 
 
 def positive(value: Any) -> str | None:
@@ -241,4 +267,8 @@ CHUNK_SIZE_MAX = 2**31 - 1
 
 def chunk_rows(value: Any) -> str | None:
     """A ``chunk_size``: from 1 to `CHUNK_SIZE_MAX` rows."""
-    return None if 0 < value <= CHUNK_SIZE_MAX else f"must be from 1 to {CHUNK_SIZE_MAX} rows, found {value}"
+    return (
+        None
+        if 0 < value <= CHUNK_SIZE_MAX
+        else f"must be from 1 to {CHUNK_SIZE_MAX} rows, found {value}"
+    )

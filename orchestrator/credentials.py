@@ -33,7 +33,9 @@ class Secret:
         return hash(self._value)
 
 
-def resolve_password(password: Secret | None, password_env: str | None, airflow_conn_id: str | None) -> str:
+def resolve_password(
+    password: Secret | None, password_env: str | None, airflow_conn_id: str | None
+) -> str:
     """The source password: given in the config, from an env var or from an Airflow connection."""
     if password is not None:
         return password.reveal()

@@ -77,7 +77,8 @@ def source_timeout(address: str, seconds: int, waiting_for: str) -> SourceTimeou
     return SourceTimeout(
         f"no answer from the source {address} for {seconds} s (source.read_timeout) while waiting "
         f"for {waiting_for}; check that the server is not hung or overloaded (or raise "
-        "source.read_timeout), then rerun: the run resumes")
+        "source.read_timeout), then rerun: the run resumes"
+    )
 
 
 class TransientReadError(RunFailed):

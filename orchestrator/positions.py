@@ -104,8 +104,9 @@ class BinlogPosition:
 
     def on(self, server: ServerIdentity, gtid_set: str | None) -> BinlogPosition:
         """The same place, stamped with the server that wrote it and the GTID set there."""
-        return replace(self, server_id=server.server_id, server_uuid=server.server_uuid,
-                       gtid_set=gtid_set)
+        return replace(
+            self, server_id=server.server_id, server_uuid=server.server_uuid, gtid_set=gtid_set
+        )
 
     def _ordered(self, other: BinlogPosition) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
         server = self.server
@@ -113,7 +114,8 @@ class BinlogPosition:
             raise SourceChanged(
                 f"positions of two servers cannot be ordered by binlog offset: {self} ({server}) "
                 f"and {other} ({other.server}); the source changed during the run: rerun "
-                "`tidemark run`, which goes on from the published positions by GTID")
+                "`tidemark run`, which goes on from the published positions by GTID"
+            )
         return self.key, other.key
 
     def __lt__(self, other: BinlogPosition) -> bool:
@@ -133,8 +135,14 @@ class BinlogPosition:
         return mine >= theirs
 
     def to_json(self) -> dict[str, Any]:
-        return {"file": self.file, "pos": self.pos, "row": self.row, "gtid_set": self.gtid_set,
-                "server_id": self.server_id, "server_uuid": self.server_uuid}
+        return {
+            "file": self.file,
+            "pos": self.pos,
+            "row": self.row,
+            "gtid_set": self.gtid_set,
+            "server_id": self.server_id,
+            "server_uuid": self.server_uuid,
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> BinlogPosition:
@@ -144,8 +152,14 @@ class BinlogPosition:
         BinlogPosition(file='b.000001', pos=4, row=0, gtid_set=None, server_id=None, server_uuid=None)
         """
         server_id = data.get("server_id")
-        return cls(data["file"], int(data["pos"]), int(data.get("row", 0)), data.get("gtid_set") or None,
-                   None if server_id is None else int(server_id), data.get("server_uuid") or None)
+        return cls(
+            data["file"],
+            int(data["pos"]),
+            int(data.get("row", 0)),
+            data.get("gtid_set") or None,
+            None if server_id is None else int(server_id),
+            data.get("server_uuid") or None,
+        )
 
     def __str__(self) -> str:
         return f"{self.file}:{self.pos}" + (f"#{self.row}" if self.row else "")

@@ -34,8 +34,21 @@ from orchestrator.pipeline.reconcile_step import ReconcileResult, reconcile
 from orchestrator.source.doctor import preflight as _check_source
 
 __all__ = [
-    "BatchRef", "CaptureResult", "ProgressFn", "Published", "ReadResult", "ReconcileResult", "RunHandle",
-    "capture", "fail_run", "plan", "preflight", "publish", "read_batch", "reconcile", "requested_tables",
+    "BatchRef",
+    "CaptureResult",
+    "ProgressFn",
+    "Published",
+    "ReadResult",
+    "ReconcileResult",
+    "RunHandle",
+    "capture",
+    "fail_run",
+    "plan",
+    "preflight",
+    "publish",
+    "read_batch",
+    "reconcile",
+    "requested_tables",
 ]
 
 log = logging.getLogger(__name__)

@@ -63,7 +63,9 @@ def check_glob(value: str) -> str | None:
     """
     if GLOB.match(value):
         return None
-    return f"expected `database.table` or a glob over both (`crm.*`, `*.orders_20??`), found {value!r}"
+    return (
+        f"expected `database.table` or a glob over both (`crm.*`, `*.orders_20??`), found {value!r}"
+    )
 
 
 def _check_filter(sql: str) -> str | None:
@@ -86,7 +88,9 @@ def glob_matches(glob: str, name: str, *, fold: bool = False) -> bool:
     db_glob, _, table_glob = glob.partition(".")
     database, _, table = name.partition(".")
     if fold:
-        db_glob, table_glob, database, table = (s.lower() for s in (db_glob, table_glob, database, table))
+        db_glob, table_glob, database, table = (
+            s.lower() for s in (db_glob, table_glob, database, table)
+        )
     if is_glob(db_glob) and database.lower() in SYSTEM_SCHEMAS:
         return False
     return fnmatchcase(database, db_glob) and fnmatchcase(table, table_glob)
@@ -94,8 +98,9 @@ def glob_matches(glob: str, name: str, *, fold: bool = False) -> bool:
 
 def takes(entry: TableConfig, name: str, *, fold: bool = False) -> bool:
     """Whether the pattern ``entry`` takes table ``name``: its glob matches and no exclude does."""
-    return glob_matches(entry.name, name, fold=fold) and \
-        not any(glob_matches(x, name, fold=fold) for x in entry.exclude)
+    return glob_matches(entry.name, name, fold=fold) and not any(
+        glob_matches(x, name, fold=fold) for x in entry.exclude
+    )
 
 
 def _same(a: str, b: str, fold: bool) -> bool:
@@ -142,7 +147,9 @@ class PatternMatch:
     index: int  # its place in ``tables``
     tables: tuple[str, ...]  # the tables it gives the pipeline, by name
     excluded: tuple[str, ...] = ()  # matched by the glob, left out by ``exclude``
-    overridden: tuple[str, ...] = ()  # matched, but configured by their own entry (or an earlier pattern)
+    overridden: tuple[
+        str, ...
+    ] = ()  # matched, but configured by their own entry (or an earlier pattern)
 
     def __str__(self) -> str:
         text = f"{self.pattern} matches {len(self.tables)} table(s): {listed(self.tables)}"
@@ -153,8 +160,13 @@ class PatternMatch:
         return text
 
     def to_json(self) -> dict[str, Any]:
-        return {"pattern": self.pattern, "index": self.index, "tables": list(self.tables),
-                "excluded": list(self.excluded), "overridden": list(self.overridden)}
+        return {
+            "pattern": self.pattern,
+            "index": self.index,
+            "tables": list(self.tables),
+            "excluded": list(self.excluded),
+            "overridden": list(self.overridden),
+        }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> PatternMatch:
@@ -164,8 +176,13 @@ class PatternMatch:
         >>> PatternMatch.from_json(m.to_json()) == m
         True
         """
-        return cls(str(data["pattern"]), int(data["index"]), tuple(data["tables"]),
-                   tuple(data.get("excluded", ())), tuple(data.get("overridden", ())))
+        return cls(
+            str(data["pattern"]),
+            int(data["index"]),
+            tuple(data["tables"]),
+            tuple(data.get("excluded", ())),
+            tuple(data.get("overridden", ())),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,11 +222,14 @@ class TableSet:
             else:
                 unknown.append(name)
         if unknown:
-            entries = [m.pattern for m in self.patterns] + [t.name for t in self.tables
-                                                             if t.name not in self._from_patterns()]
-            raise ConfigError(f"table(s) {', '.join(unknown)} not in the pipeline (a configured table, a "
-                              f"pattern entry, or a table a pattern matches at the source); entries: "
-                              f"{listed(entries)}")
+            entries = [m.pattern for m in self.patterns] + [
+                t.name for t in self.tables if t.name not in self._from_patterns()
+            ]
+            raise ConfigError(
+                f"table(s) {', '.join(unknown)} not in the pipeline (a configured table, a "
+                f"pattern entry, or a table a pattern matches at the source); entries: "
+                f"{listed(entries)}"
+            )
         return tuple(t for t in self.tables if t.name in wanted)
 
     def _from_patterns(self) -> set[str]:
@@ -221,7 +241,9 @@ def explicit_set(entries: Sequence[TableConfig]) -> TableSet:
     return TableSet(tables=tuple(entries), entry_of={t.name: i for i, t in enumerate(entries)})
 
 
-def expand(entries: Sequence[TableConfig], existing: Iterable[str], *, fold: bool = False) -> TableSet:
+def expand(
+    entries: Sequence[TableConfig], existing: Iterable[str], *, fold: bool = False
+) -> TableSet:
     """The table set: every explicit entry (whether the source has it or not: preflight says),
     then each pattern's matches among ``existing`` at the pattern's place, sorted by name.
 
@@ -233,7 +255,9 @@ def expand(entries: Sequence[TableConfig], existing: Iterable[str], *, fold: boo
     crm.* matches 1 table(s): crm.a; excluded: crm.tmp_1; configured by their own entry: crm.big
     """
     names = sorted(set(existing))
-    explicit = {(t.name.lower() if fold else t.name): i for i, t in enumerate(entries) if not t.pattern}
+    explicit = {
+        (t.name.lower() if fold else t.name): i for i, t in enumerate(entries) if not t.pattern
+    }
     taken: set[str] = set(explicit)
     chosen: dict[int, list[TableConfig]] = {}
     matches = []
@@ -269,9 +293,20 @@ def parse_tables(r: Reader, data: Any, defaults: Defaults) -> tuple[TableConfig,
     for i, item in enumerate(data):
         key = f"tables[{i}]"
         m = r.mapping(item, key, section_keys(TableConfig), {"name"})
-        name = r.value(m, "name", f"{key}.name", str, "",
-                       lambda v: check_glob(v) if is_glob(v) else None if TABLE_NAME.match(v)
-                       else f"expected `database.table` (letters, digits, _ and $), found {v!r}")
+        name = r.value(
+            m,
+            "name",
+            f"{key}.name",
+            str,
+            "",
+            lambda v: (
+                check_glob(v)
+                if is_glob(v)
+                else None
+                if TABLE_NAME.match(v)
+                else f"expected `database.table` (letters, digits, _ and $), found {v!r}"
+            ),
+        )
         if name and name in seen:
             r.problem(f"{key}.name", f"table {name} is listed twice")
         seen.add(name)
@@ -280,19 +315,29 @@ def parse_tables(r: Reader, data: Any, defaults: Defaults) -> tuple[TableConfig,
         if isinstance(chunk_key, str):
             chunk_key = [chunk_key]
         if chunk_key is not None and (
-            not isinstance(chunk_key, list) or not chunk_key
+            not isinstance(chunk_key, list)
+            or not chunk_key
             or not all(isinstance(c, str) and IDENTIFIER.match(c) for c in chunk_key)
         ):
-            r.problem(f"{key}.chunk_key", f"expected a column name or a list of column names, found {chunk_key!r}")
+            r.problem(
+                f"{key}.chunk_key",
+                f"expected a column name or a list of column names, found {chunk_key!r}",
+            )
             chunk_key = None
-        tables.append(TableConfig(
-            name=name,
-            chunk_size=r.value(m, "chunk_size", f"{key}.chunk_size", int, defaults.chunk_size, chunk_rows),
-            batch_chunks=r.value(m, "batch_chunks", f"{key}.batch_chunks", int, defaults.batch_chunks, positive),
-            chunk_key=tuple(chunk_key) if chunk_key else None,
-            where=r.value(m, "where", f"{key}.where", str, None, _check_filter),
-            exclude=exclude,
-        ))
+        tables.append(
+            TableConfig(
+                name=name,
+                chunk_size=r.value(
+                    m, "chunk_size", f"{key}.chunk_size", int, defaults.chunk_size, chunk_rows
+                ),
+                batch_chunks=r.value(
+                    m, "batch_chunks", f"{key}.batch_chunks", int, defaults.batch_chunks, positive
+                ),
+                chunk_key=tuple(chunk_key) if chunk_key else None,
+                where=r.value(m, "where", f"{key}.where", str, None, _check_filter),
+                exclude=exclude,
+            )
+        )
     return tuple(tables)
 
 
@@ -302,7 +347,9 @@ def _exclude(r: Reader, m: dict[str, Any], key: str, pattern: bool) -> tuple[str
     if value is None:
         return ()
     if not pattern:
-        r.problem(f"{key}.exclude", "exclude applies to a pattern entry only (a name with *, ? or [...])")
+        r.problem(
+            f"{key}.exclude", "exclude applies to a pattern entry only (a name with *, ? or [...])"
+        )
         return ()
     globs = [value] if isinstance(value, str) else value
     if not isinstance(globs, list) or not all(isinstance(g, str) for g in globs):
@@ -324,5 +371,10 @@ def dropped(entries: Sequence[TableConfig], found: TableSet, published: Iterable
     """
     have = set(found.names)
     explicit = {e.name for e in entries if not e.pattern}
-    return [name for name in sorted(published) if name not in have and name not in explicit
-            and any(e.pattern and takes(e, name) for e in entries)]
+    return [
+        name
+        for name in sorted(published)
+        if name not in have
+        and name not in explicit
+        and any(e.pattern and takes(e, name) for e in entries)
+    ]

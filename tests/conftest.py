@@ -96,14 +96,21 @@ def write_config(path: Path, data: dict[str, Any]) -> Path:
     return path
 
 
-def pipeline_config(tmp_path: Path, server: LocalMariaDB, tables: list[dict[str, Any]],
-                    name: str = "test", **overrides: Any) -> dict[str, Any]:
+def pipeline_config(
+    tmp_path: Path,
+    server: LocalMariaDB,
+    tables: list[dict[str, Any]],
+    name: str = "test",
+    **overrides: Any,
+) -> dict[str, Any]:
     """A complete pipeline config dict pointing at ``server``, with state and output under tmp_path."""
     config: dict[str, Any] = {
         "pipeline": name,
         "source": server.source_config(),
-        "spark": {"master": "local[2]", "conf": {"spark.ui.enabled": "false",
-                                                  "spark.sql.shuffle.partitions": "4"}},
+        "spark": {
+            "master": "local[2]",
+            "conf": {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4"},
+        },
         "output": {"path": str(tmp_path / "lake")},
         "state": {"url": f"sqlite:///{tmp_path / 'state.db'}"},
         "defaults": {"chunk_size": 1000, "batch_chunks": 4, "read_margin_seconds": 0.05},
@@ -113,7 +120,9 @@ def pipeline_config(tmp_path: Path, server: LocalMariaDB, tables: list[dict[str,
     return config
 
 
-def assert_lake_equals_source(config: PipelineConfig | Path, server: LocalMariaDB, tables: Iterable[str]) -> None:
+def assert_lake_equals_source(
+    config: PipelineConfig | Path, server: LocalMariaDB, tables: Iterable[str]
+) -> None:
     """Each published table equals its source table on ``server`` (``SELECT * ... WHERE`` the
     table's configured filter), row for row (the verify oracle)."""
     if not isinstance(config, PipelineConfig):
@@ -123,8 +132,9 @@ def assert_lake_equals_source(config: PipelineConfig | Path, server: LocalMariaD
         with Source.from_pipeline(config) as source:
             for name in tables:
                 info = source.table_info(name)
-                result = verify_table(conn, info, info.primary_key, table_dir(config, name),
-                                      config.table_where(name))
+                result = verify_table(
+                    conn, info, info.primary_key, table_dir(config, name), config.table_where(name)
+                )
                 assert result.equal, f"{name}: {result.summary()}"
     finally:
         conn.close()
@@ -136,5 +146,10 @@ def start_run(config: Path, failpoint: str = "") -> subprocess.Popen[str]:
     env = {k: v for k, v in os.environ.items() if k != "TIDEMARK_FAILPOINT"}
     if failpoint:
         env["TIDEMARK_FAILPOINT"] = failpoint
-    return subprocess.Popen([sys.executable, "-m", "orchestrator", "run", "--config", str(config),
-                             "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    return subprocess.Popen(
+        [sys.executable, "-m", "orchestrator", "run", "--config", str(config), "--no-progress"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )

@@ -27,8 +27,12 @@ from orchestrator.source.connection import Source
 def extension_file(name: str) -> str:
     """The ``.duckdb_extension`` file inside the installed ``duckdb_extension_<name>`` package."""
     spec = importlib.util.find_spec(f"duckdb_extension_{name}")
-    assert spec is not None and spec.submodule_search_locations, f"pip install duckdb-extension-{name}"
-    found = sorted(Path(next(iter(spec.submodule_search_locations))).rglob(f"{name}.duckdb_extension"))
+    assert spec is not None and spec.submodule_search_locations, (
+        f"pip install duckdb-extension-{name}"
+    )
+    found = sorted(
+        Path(next(iter(spec.submodule_search_locations))).rglob(f"{name}.duckdb_extension")
+    )
     assert found, f"duckdb_extension_{name} holds no {name}.duckdb_extension"
     return str(found[-1])
 
@@ -71,13 +75,20 @@ def assert_readers_equal_source(config: PipelineConfig, tables: list[str]) -> No
                 info = source.table_info(name)
                 tdir = table_dir(config, name)
                 expected = source_rows(conn, info)
-                assert expected, f"{name}: the source table is empty, so the comparison would prove nothing"
-                readers = {"manifest": published_rows(tdir), "pyiceberg": pyiceberg_table(config, name).to_pylist(),
-                           "duckdb": duckdb_table(tdir).to_pylist()}
+                assert expected, (
+                    f"{name}: the source table is empty, so the comparison would prove nothing"
+                )
+                readers = {
+                    "manifest": published_rows(tdir),
+                    "pyiceberg": pyiceberg_table(config, name).to_pylist(),
+                    "duckdb": duckdb_table(tdir).to_pylist(),
+                }
                 for reader, rows in readers.items():
                     result = compare(info, info.primary_key, expected, rows)
                     assert result.equal, f"{name} through {reader}: {result.summary()}"
-                assert open_catalog(config).load_table(name).metadata_location == \
-                    read_manifest(tdir)["iceberg"]["metadata_location"]
+                assert (
+                    open_catalog(config).load_table(name).metadata_location
+                    == read_manifest(tdir)["iceberg"]["metadata_location"]
+                )
         finally:
             conn.close()

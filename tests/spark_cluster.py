@@ -42,13 +42,15 @@ def spark_home() -> Path:
 def cluster_env(log_dir: Path) -> dict[str, str]:
     """The environment of the daemons, and of a driver that talks to them."""
     env = dict(os.environ)
-    env.update({
-        "SPARK_HOME": str(spark_home()),
-        "SPARK_LOCAL_IP": "127.0.0.1",
-        "SPARK_LOG_DIR": str(log_dir),
-        "SPARK_DAEMON_MEMORY": "256m",  # the master's and workers' own heaps
-        "PYSPARK_PYTHON": sys.executable,
-    })
+    env.update(
+        {
+            "SPARK_HOME": str(spark_home()),
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "SPARK_LOG_DIR": str(log_dir),
+            "SPARK_DAEMON_MEMORY": "256m",  # the master's and workers' own heaps
+            "PYSPARK_PYTHON": sys.executable,
+        }
+    )
     return env
 
 
@@ -62,8 +64,15 @@ class StandaloneCluster:
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     @classmethod
-    def start(cls, root: Path, *, workers: int = 2, cores: int = 1, memory: str = "1g",
-              timeout: float = 120.0) -> StandaloneCluster:
+    def start(
+        cls,
+        root: Path,
+        *,
+        workers: int = 2,
+        cores: int = 1,
+        memory: str = "1g",
+        timeout: float = 120.0,
+    ) -> StandaloneCluster:
         """Start a master and ``workers`` workers; wait until all are registered.
 
         Raises:
@@ -72,17 +81,40 @@ class StandaloneCluster:
         """
         root.mkdir(parents=True, exist_ok=True)
         port, ui_port = free_port(), free_port()
-        cluster = cls(root=root, master_url=f"spark://127.0.0.1:{port}",
-                      master_ui=f"http://127.0.0.1:{ui_port}")
+        cluster = cls(
+            root=root,
+            master_url=f"spark://127.0.0.1:{port}",
+            master_ui=f"http://127.0.0.1:{ui_port}",
+        )
         try:
-            cluster._spawn("master", MASTER_CLASS, "--host", "127.0.0.1", "--port", str(port),
-                           "--webui-port", str(ui_port))
+            cluster._spawn(
+                "master",
+                MASTER_CLASS,
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--webui-port",
+                str(ui_port),
+            )
             for i in range(workers):
                 work_dir = root / f"worker-{i}"
                 work_dir.mkdir(exist_ok=True)
-                cluster._spawn(f"worker-{i}", WORKER_CLASS, cluster.master_url, "--host", "127.0.0.1",
-                               "--cores", str(cores), "--memory", memory,
-                               "--webui-port", str(free_port()), "--work-dir", str(work_dir))
+                cluster._spawn(
+                    f"worker-{i}",
+                    WORKER_CLASS,
+                    cluster.master_url,
+                    "--host",
+                    "127.0.0.1",
+                    "--cores",
+                    str(cores),
+                    "--memory",
+                    memory,
+                    "--webui-port",
+                    str(free_port()),
+                    "--work-dir",
+                    str(work_dir),
+                )
             cluster._wait_for_workers(workers, timeout)
         except BaseException:
             cluster.stop()
@@ -94,8 +126,13 @@ class StandaloneCluster:
         try:
             process = subprocess.Popen(
                 [str(spark_home() / "bin" / "spark-class"), main_class, *args],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=cluster_env(self.root / "logs"), cwd=self.root, start_new_session=True)
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=cluster_env(self.root / "logs"),
+                cwd=self.root,
+                start_new_session=True,
+            )
         finally:
             log.close()
         self.processes.append(process)
@@ -112,15 +149,18 @@ class StandaloneCluster:
         while time.monotonic() < deadline:
             for process in self.processes:
                 if process.poll() is not None:
-                    raise RuntimeError(f"a Spark daemon exited with {process.returncode}:\n"
-                                       f"{self.log_tails()}")
+                    raise RuntimeError(
+                        f"a Spark daemon exited with {process.returncode}:\n{self.log_tails()}"
+                    )
             with contextlib.suppress(OSError, ValueError):
                 alive = sum(1 for w in self.state().get("workers", []) if w.get("state") == "ALIVE")
                 if alive >= count:
                     return
             time.sleep(0.5)
-        raise RuntimeError(f"{alive} of {count} Spark workers registered within {timeout:.0f}s:\n"
-                           f"{self.log_tails()}")
+        raise RuntimeError(
+            f"{alive} of {count} Spark workers registered within {timeout:.0f}s:\n"
+            f"{self.log_tails()}"
+        )
 
     def log_tails(self, chars: int = 1500) -> str:
         parts = []
@@ -130,8 +170,11 @@ class StandaloneCluster:
 
     def executor_dirs(self) -> dict[str, list[Path]]:
         """Per worker, the executor directories it ran (``<work-dir>/<app id>/<executor id>``)."""
-        return {w.name: sorted(p for p in w.glob("app-*/*") if p.is_dir())
-                for w in sorted(self.root.glob("worker-*")) if w.is_dir()}
+        return {
+            w.name: sorted(p for p in w.glob("app-*/*") if p.is_dir())
+            for w in sorted(self.root.glob("worker-*"))
+            if w.is_dir()
+        }
 
     def stop(self) -> None:
         """Kill every daemon's process group (executors are children of their worker) and wait."""

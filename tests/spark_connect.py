@@ -34,19 +34,41 @@ def connect_server(work: Path, master: str = "local[2]", timeout: float = 300) -
     home = os.path.dirname(pyspark.__file__)
     port = _free_port()
     log = work / "connect-server.log"
-    env = {**os.environ, "SPARK_HOME": home, "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}"}
+    env = {
+        **os.environ,
+        "SPARK_HOME": home,
+        "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}",
+    }
     with log.open("w") as out:
         server = subprocess.Popen(
-            [f"{home}/bin/spark-submit", "--class", SERVER_CLASS, "--master", master,
-             "--jars", DEFAULT_JDBC_JAR, "--conf", f"spark.connect.grpc.binding.port={port}",
-             "--conf", "spark.connect.grpc.binding.address=127.0.0.1", "--conf", "spark.ui.enabled=false",
-             "--conf", "spark.driver.extraJavaOptions=-Duser.timezone=UTC"],
-            stdout=out, stderr=subprocess.STDOUT, env=env)
+            [
+                f"{home}/bin/spark-submit",
+                "--class",
+                SERVER_CLASS,
+                "--master",
+                master,
+                "--jars",
+                DEFAULT_JDBC_JAR,
+                "--conf",
+                f"spark.connect.grpc.binding.port={port}",
+                "--conf",
+                "spark.connect.grpc.binding.address=127.0.0.1",
+                "--conf",
+                "spark.ui.enabled=false",
+                "--conf",
+                "spark.driver.extraJavaOptions=-Duser.timezone=UTC",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
     try:
         deadline = time.monotonic() + timeout
         while "Spark Connect server started" not in log.read_text():
             if server.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the Spark Connect server did not start:\n{log.read_text()[-3000:]}")
+                raise RuntimeError(
+                    f"the Spark Connect server did not start:\n{log.read_text()[-3000:]}"
+                )
             time.sleep(0.5)
         yield f"sc://127.0.0.1:{port}"
     finally:

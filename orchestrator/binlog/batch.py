@@ -55,12 +55,14 @@ def column(rows: list[Row], index: int) -> list[Any]:
 class _Shape:
     """The decoder of one TABLE_MAP shape and its finishers."""
 
-    def __init__(self, info: TableInfo, event: RowsEvent, key: Sequence[int],
-                 parse_json: JsonParser) -> None:
+    def __init__(
+        self, info: TableInfo, event: RowsEvent, key: Sequence[int], parse_json: JsonParser
+    ) -> None:
         self.decoder = TableDecoder(info, event.table_map, key)
         self.finishers: list[Finisher] = [
-            finisher(c, f, parse_json) for c, f in zip(info.columns, self.decoder.fields,
-                                                       strict=True)]
+            finisher(c, f, parse_json)
+            for c, f in zip(info.columns, self.decoder.fields, strict=True)
+        ]
         self.key_finishers = [self.finishers[i] for i in key]
 
 
@@ -97,5 +99,7 @@ class FastDecoding:
 
     def arrays(self, shape: Hashable, images: list[Row], keys: list[Row]) -> list[pa.Array]:
         known = self._shapes[shape]
-        return [*(f(column(images, i)) for i, f in enumerate(known.finishers)),
-                *(f(column(keys, i)) for i, f in enumerate(known.key_finishers))]
+        return [
+            *(f(column(images, i)) for i, f in enumerate(known.finishers)),
+            *(f(column(keys, i)) for i, f in enumerate(known.key_finishers)),
+        ]

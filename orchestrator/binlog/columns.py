@@ -39,9 +39,28 @@ JsonParser = Callable[[bytes], str]
 
 _UTF8 = frozenset({"utf8mb4", "utf8mb3", "utf8"})
 #: Character sets of one byte per character whose bytes below 0x80 are ASCII.
-_SINGLE_BYTE = frozenset({"latin1", "latin2", "latin5", "latin7", "ascii", "greek", "hebrew",
-                          "cp1250", "cp1251", "cp1256", "cp1257", "cp850", "cp852", "cp866",
-                          "koi8r", "koi8u", "macroman", "tis620"})
+_SINGLE_BYTE = frozenset(
+    {
+        "latin1",
+        "latin2",
+        "latin5",
+        "latin7",
+        "ascii",
+        "greek",
+        "hebrew",
+        "cp1250",
+        "cp1251",
+        "cp1256",
+        "cp1257",
+        "cp850",
+        "cp852",
+        "cp866",
+        "koi8r",
+        "koi8u",
+        "macroman",
+        "tis620",
+    }
+)
 
 
 def _each(convert: Callable[[Any], Any], arrow: pa.DataType) -> Finisher:
@@ -108,7 +127,7 @@ def decimal_layout(precision: int, scale: int) -> list[tuple[int, int, int]]:
     shift = 8 * sum(width for width, _ in groups)
     for width, count in groups:
         shift -= 8 * width
-        layout.append((shift, (1 << (8 * width)) - 1, 10 ** count))
+        layout.append((shift, (1 << (8 * width)) - 1, 10**count))
     return layout
 
 
@@ -163,7 +182,8 @@ def _decimal(column: ColumnInfo, field: rd.Field) -> Finisher:
 
     storage = pa.decimal128(precision, 0)
     return lambda values: pa.array(
-        [None if v is None else unscaled(v) for v in values], storage).view(arrow)
+        [None if v is None else unscaled(v) for v in values], storage
+    ).view(arrow)
 
 
 def _small_decimal(precision: int, scale: int, size: int, arrow: pa.DataType) -> Finisher:
@@ -175,7 +195,8 @@ def _small_decimal(precision: int, scale: int, size: int, arrow: pa.DataType) ->
         stored = big_endian(values, size)
         negative = pc.less(stored, u64(sign_bit))
         magnitude = pc.bit_wise_xor(
-            pc.if_else(negative, pc.bit_wise_xor(stored, u64(everything)), stored), u64(sign_bit))
+            pc.if_else(negative, pc.bit_wise_xor(stored, u64(everything)), stored), u64(sign_bit)
+        )
         magnitude = magnitude.cast(pa.int64())
         unscaled: pa.Array | int = 0
         for at, mask, base in layout:
@@ -241,7 +262,8 @@ def _json(column: ColumnInfo, field: rd.Field, parse: JsonParser) -> Finisher:
     if field.kind != rd.JSON:  # MariaDB's JSON is LONGTEXT: its text as it is
         return _text(column, strip_pad=False)
     return lambda values: pa.array(
-        [None if not v else parse(bytes(v)) for v in values], pa.string())
+        [None if not v else parse(bytes(v)) for v in values], pa.string()
+    )
 
 
 def _binary(column: ColumnInfo) -> Finisher:

@@ -38,8 +38,12 @@ from orchestrator.errors import RunFailed
 #: MariaDB's compressed event type -> the plain event type it stands for.
 MARIADB_PLAIN: dict[int, int] = {
     ev.MARIADB_COMPRESSED_QUERY: ev.QUERY,
-    166: ev.WRITE_ROWS_V1, 167: ev.UPDATE_ROWS_V1, 168: ev.DELETE_ROWS_V1,
-    169: ev.WRITE_ROWS, 170: ev.UPDATE_ROWS, 171: ev.DELETE_ROWS,
+    166: ev.WRITE_ROWS_V1,
+    167: ev.UPDATE_ROWS_V1,
+    168: ev.DELETE_ROWS_V1,
+    169: ev.WRITE_ROWS,
+    170: ev.UPDATE_ROWS,
+    171: ev.DELETE_ROWS,
 }
 #: Every event type `expand` unpacks.
 COMPRESSED = frozenset(MARIADB_PLAIN) | {ev.TRANSACTION_PAYLOAD}
@@ -79,15 +83,19 @@ def expand(packet: bytes, fmt: ev.Format, kind: int, where: str) -> list[bytes]:
 
 
 def _corrupt(where: str, kind: int, what: str) -> CorruptEvent:
-    name = "compressed transaction payload" if kind == ev.TRANSACTION_PAYLOAD else \
-        "compressed event"
-    return CorruptEvent(f"{where} holds a {name} (type {kind}) that does not decode: {what}. "
-                        "The binlog is damaged or was written by a server this Tidemark does "
-                        "not understand; check it with mysqlbinlog/mariadb-binlog "
-                        "--verbose, and re-snapshot the run's tables from after it")
+    name = (
+        "compressed transaction payload" if kind == ev.TRANSACTION_PAYLOAD else "compressed event"
+    )
+    return CorruptEvent(
+        f"{where} holds a {name} (type {kind}) that does not decode: {what}. "
+        "The binlog is damaged or was written by a server this Tidemark does "
+        "not understand; check it with mysqlbinlog/mariadb-binlog "
+        "--verbose, and re-snapshot the run's tables from after it"
+    )
 
 
 # --------------------------------------------------------------------------- MariaDB
+
 
 def mariadb_event(packet: bytes, fmt: ev.Format, kind: int, where: str) -> bytes:
     """A MariaDB compressed QUERY or rows event as the plain event."""
@@ -102,7 +110,7 @@ def mariadb_event(packet: bytes, fmt: ev.Format, kind: int, where: str) -> bytes
     if start > end:
         raise _corrupt(where, kind, "the event ends before its compressed part")
     inflated = inflate_mariadb(bytes(packet[start:end]), where, kind)
-    return _packet(packet[: start], plain, None, inflated, fmt)
+    return _packet(packet[:start], plain, None, inflated, fmt)
 
 
 def inflate_mariadb(data: bytes, where: str, kind: int) -> bytes:
@@ -118,8 +126,9 @@ def inflate_mariadb(data: bytes, where: str, kind: int) -> bytes:
     if not flags & 0x80 or not 1 <= width <= 4:
         raise _corrupt(where, kind, f"bad compression header byte 0x{flags:02x}")
     if algorithm != _ZLIB:
-        raise _corrupt(where, kind, f"unknown compression algorithm {algorithm} (only zlib, 0, "
-                                    "is known)")
+        raise _corrupt(
+            where, kind, f"unknown compression algorithm {algorithm} (only zlib, 0, is known)"
+        )
     if len(data) < 1 + width:
         raise _corrupt(where, kind, "the event ends inside the uncompressed length")
     length = int.from_bytes(data[1 : 1 + width], "big")
@@ -128,15 +137,22 @@ def inflate_mariadb(data: bytes, where: str, kind: int) -> bytes:
     inflater = zlib.decompressobj()
     out = inflater.decompress(data[1 + width :], length + 1)
     if not inflater.eof:
-        raise _corrupt(where, kind, "the zlib stream is truncated or longer than its stated "
-                                    f"{length} bytes")
+        raise _corrupt(
+            where, kind, f"the zlib stream is truncated or longer than its stated {length} bytes"
+        )
     if len(out) != length or inflater.unused_data:
-        raise _corrupt(where, kind, f"{len(out)} bytes inflated where {length} were stated"
-                       if len(out) != length else "bytes after the end of the zlib stream")
+        raise _corrupt(
+            where,
+            kind,
+            f"{len(out)} bytes inflated where {length} were stated"
+            if len(out) != length
+            else "bytes after the end of the zlib stream",
+        )
     return out
 
 
 # --------------------------------------------------------------------------- MySQL
+
 
 def mysql_payload(packet: bytes, fmt: ev.Format, where: str) -> list[bytes]:
     """A MySQL TRANSACTION_PAYLOAD event as the events it holds, each with the payload's
@@ -156,12 +172,14 @@ def mysql_payload(packet: bytes, fmt: ev.Format, where: str) -> list[bytes]:
         else:  # a field this version does not know: skip its value
             pos += length
     if _PAYLOAD_SIZE not in fields or _COMPRESSION not in fields:
-        raise _corrupt(where, kind, "the payload header lacks the payload size or the "
-                                    "compression type")
+        raise _corrupt(
+            where, kind, "the payload header lacks the payload size or the compression type"
+        )
     size = fields[_PAYLOAD_SIZE]
     if pos + size > end:
-        raise _corrupt(where, kind, f"a payload of {size} bytes but {max(end - pos, 0)} in "
-                                    "the event")
+        raise _corrupt(
+            where, kind, f"a payload of {size} bytes but {max(end - pos, 0)} in the event"
+        )
     payload = bytes(packet[pos : pos + size])
     match fields[_COMPRESSION]:
         case 0:
@@ -171,8 +189,10 @@ def mysql_payload(packet: bytes, fmt: ev.Format, where: str) -> list[bytes]:
         case other:
             raise _corrupt(where, kind, f"unknown compression type {other} (0 is zstd, 255 none)")
     _, next_position = ev.header(packet)
-    return [_packet(b"\x00" + event[:_HEADER], None, next_position, event[_HEADER:], fmt)
-            for event in _split(raw, where)]
+    return [
+        _packet(b"\x00" + event[:_HEADER], None, next_position, event[_HEADER:], fmt)
+        for event in _split(raw, where)
+    ]
 
 
 def _unzstd(payload: bytes, stated: int | None, where: str) -> bytes:
@@ -188,9 +208,12 @@ def _unzstd(payload: bytes, stated: int | None, where: str) -> bytes:
         parts.append(chunk)
         total += len(chunk)
     if total > limit or (stated is not None and total != stated):
-        raise _corrupt(where, ev.TRANSACTION_PAYLOAD,
-                       f"{'more than ' if total > limit else ''}{total} bytes decompressed where "
-                       f"{limit} were stated")
+        raise _corrupt(
+            where,
+            ev.TRANSACTION_PAYLOAD,
+            f"{'more than ' if total > limit else ''}{total} bytes decompressed where "
+            f"{limit} were stated",
+        )
     return b"".join(parts)
 
 
@@ -203,12 +226,16 @@ def _split(raw: bytes, where: str) -> list[bytes]:
         kind = raw[pos + 4]
         size = int.from_bytes(raw[pos + 9 : pos + 13], "little")
         if size < _HEADER or pos + size > len(raw):
-            raise _corrupt(where, ev.TRANSACTION_PAYLOAD,
-                           f"an event of type {kind} at offset {pos} of the payload claims "
-                           f"{size} bytes, {len(raw) - pos} are left")
+            raise _corrupt(
+                where,
+                ev.TRANSACTION_PAYLOAD,
+                f"an event of type {kind} at offset {pos} of the payload claims "
+                f"{size} bytes, {len(raw) - pos} are left",
+            )
         if kind in COMPRESSED or kind in (ev.FORMAT_DESCRIPTION, ev.ROTATE):
-            raise _corrupt(where, ev.TRANSACTION_PAYLOAD,
-                           f"an event of type {kind} inside the payload")
+            raise _corrupt(
+                where, ev.TRANSACTION_PAYLOAD, f"an event of type {kind} inside the payload"
+            )
         events.append(raw[pos : pos + size])
         pos += size
     if not events:
@@ -218,8 +245,10 @@ def _split(raw: bytes, where: str) -> list[bytes]:
 
 # --------------------------------------------------------------------------- packets
 
-def _packet(head: bytes, kind: int | None, next_position: int | None, body: bytes,
-            fmt: ev.Format) -> bytes:
+
+def _packet(
+    head: bytes, kind: int | None, next_position: int | None, body: bytes, fmt: ev.Format
+) -> bytes:
     """A stream packet from the start of one (the 0x00 byte, the header, maybe more) and the
     rest of its body: type and next position replaced when given, size set, checksum as
     ``fmt`` says."""

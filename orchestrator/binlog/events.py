@@ -48,12 +48,19 @@ INCIDENT = 26
 #: USER_VAR), LOAD DATA's file blocks (executed by EXECUTE_LOAD_QUERY), annotations, GTID
 #: bookkeeping, heartbeats, STOP, MariaDB's checkpoints and encryption start. Any type neither
 #: acted on nor listed here fails the capture: it is never skipped unread.
-HARMLESS = frozenset({3, 5, 9, 11, 13, 14, 17, 27, 28, 29, 34, 35, 36, 37, 41,
-                      160, 161, MARIADB_GTID_LIST, 164})
+HARMLESS = frozenset(
+    {3, 5, 9, 11, 13, 14, 17, 27, 28, 29, 34, 35, 36, 37, 41, 160, 161, MARIADB_GTID_LIST, 164}
+)
 
 #: Rows event type -> the change it carries.
-ROWS_OPS: dict[int, Literal["I", "U", "D"]] = {WRITE_ROWS_V1: "I", WRITE_ROWS: "I", UPDATE_ROWS_V1: "U", UPDATE_ROWS: "U",
-            DELETE_ROWS_V1: "D", DELETE_ROWS: "D"}
+ROWS_OPS: dict[int, Literal["I", "U", "D"]] = {
+    WRITE_ROWS_V1: "I",
+    WRITE_ROWS: "I",
+    UPDATE_ROWS_V1: "U",
+    UPDATE_ROWS: "U",
+    DELETE_ROWS_V1: "D",
+    DELETE_ROWS: "D",
+}
 
 _HEADER = struct.Struct("<xIBIIIH")
 #: LOG_EVENT_ARTIFICIAL_F: an event the server made up for this stream (not in the file).
@@ -137,7 +144,9 @@ def rotate(packet: bytes) -> tuple[str, int]:
 
 def has_checksum(packet: bytes) -> bool:
     """Whether the event ends with the CRC32 of the rest of it."""
-    return len(packet) >= BODY + 4 and zlib.crc32(packet[1:-4]) == int.from_bytes(packet[-4:], "little")
+    return len(packet) >= BODY + 4 and zlib.crc32(packet[1:-4]) == int.from_bytes(
+        packet[-4:], "little"
+    )
 
 
 def query_event(packet: bytes, fmt: Format, kind: int = QUERY) -> tuple[str, str]:
@@ -200,7 +209,9 @@ def table_id(packet: bytes, fmt: Format, kind: int) -> int:
 
 # Column types (enum_field_types) whose TABLE_MAP metadata is 1 or 2 bytes; others have none.
 _META_ONE = frozenset({4, 5, 17, 18, 19, 245, 252, 255, 141})  # float double *2 json blob geometry
-_META_TWO = frozenset({15, 16, 246, 247, 248, 253, 254, 140})  # varchar bit newdecimal enum set strings
+_META_TWO = frozenset(
+    {15, 16, 246, 247, 248, 253, 254, 140}
+)  # varchar bit newdecimal enum set strings
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,8 +263,14 @@ def parse_table_map(packet: bytes, fmt: Format) -> TableMap:
         width = 1 if kind in _META_ONE else 2 if kind in _META_TWO else 0
         meta.append(bytes(packet[pos : pos + width]))
         pos += width
-    return TableMap(table_id(packet, fmt, TABLE_MAP), table_map_name(packet, fmt), types,
-                    tuple(meta), bytes(packet), bytes(packet[optional : fmt.end(packet)]))
+    return TableMap(
+        table_id(packet, fmt, TABLE_MAP),
+        table_map_name(packet, fmt),
+        types,
+        tuple(meta),
+        bytes(packet),
+        bytes(packet[optional : fmt.end(packet)]),
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -110,8 +110,10 @@ def parse_mysql(text: str | None) -> MysqlSet:
         for interval in intervals:
             match = _MYSQL_INTERVAL.match(interval)
             if match is None:
-                raise ValueError(f"MySQL GTID {part!r}: {interval!r} is not an interval (tagged "
-                                 "GTIDs are not supported)")
+                raise ValueError(
+                    f"MySQL GTID {part!r}: {interval!r} is not an interval (tagged "
+                    "GTIDs are not supported)"
+                )
             first = int(match.group(1))
             _add_interval(found.setdefault(name, []), first, int(match.group(2) or first) + 1)
     return found
@@ -135,11 +137,15 @@ def format_mysql(gtids: MysqlSet) -> str:
     >>> format_mysql({"3e11fa47-71ca-11e1-9e33-c80aa9429562": [(1, 6), (7, 8)]})
     '3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5:7'
     """
+
     def interval(a: int, b: int) -> str:
         return str(a) if b == a + 1 else f"{a}-{b - 1}"
 
-    return ",".join(f"{sid}:" + ":".join(interval(a, b) for a, b in spans)
-                    for sid, spans in sorted(gtids.items()) if spans)
+    return ",".join(
+        f"{sid}:" + ":".join(interval(a, b) for a, b in spans)
+        for sid, spans in sorted(gtids.items())
+        if spans
+    )
 
 
 def encode_mysql(gtids: MysqlSet) -> bytes:
@@ -204,4 +210,6 @@ class GtidTracker:
         """The set now, in the server's text form; None if where the stream began was unknown."""
         if not self.known:
             return None
-        return (format_mariadb(self._maria) if self.flavor == "mariadb" else format_mysql(self._mysql)) or None
+        return (
+            format_mariadb(self._maria) if self.flavor == "mariadb" else format_mysql(self._mysql)
+        ) or None

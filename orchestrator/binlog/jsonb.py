@@ -34,8 +34,15 @@ LITERAL, INT16, UINT16, INT32, UINT32, INT64, UINT64, DOUBLE, STRING = range(4, 
 OPAQUE = 15
 _LITERALS = {0: "null", 1: "true", 2: "false"}
 _FIXED = {INT16: "<h", UINT16: "<H", INT32: "<i", UINT32: "<I", INT64: "<q", UINT64: "<Q"}
-_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r",
-            "\t": "\\t"}
+_ESCAPES = {
+    '"': '\\"',
+    "\\": "\\\\",
+    "\b": "\\b",
+    "\f": "\\f",
+    "\n": "\\n",
+    "\r": "\\r",
+    "\t": "\\t",
+}
 #: Digits of the decimal exponent printed in fixed notation (MySQL's MAX_DECPT_FOR_F_FORMAT).
 _MAX_FIXED = 15
 
@@ -59,8 +66,11 @@ def json_text(raw: bytes) -> str:
 
 def _value(kind: int, data: memoryview) -> str:
     if kind in (SMALL_OBJECT, LARGE_OBJECT, SMALL_ARRAY, LARGE_ARRAY):
-        return _container(data, large=kind in (LARGE_OBJECT, LARGE_ARRAY),
-                          is_object=kind in (SMALL_OBJECT, LARGE_OBJECT))
+        return _container(
+            data,
+            large=kind in (LARGE_OBJECT, LARGE_ARRAY),
+            is_object=kind in (SMALL_OBJECT, LARGE_OBJECT),
+        )
     if kind == LITERAL:
         if data[0] not in _LITERALS:
             raise ValueError(f"an unknown JSON literal {data[0]}")
@@ -114,8 +124,16 @@ def _opaque(field_type: int, data: bytes) -> str:
         if len(data) < 2 + size:
             raise ValueError(f"a DECIMAL({precision},{scale}) of {len(data) - 2} bytes")
         return _decimal(data[2 : 2 + size], precision, scale)
-    if field_type in (rd.DATE, rd.TIME, rd.DATETIME, rd.TIMESTAMP, rd.TIME2, rd.DATETIME2,
-                      rd.TIMESTAMP2, rd.NEWDATE):
+    if field_type in (
+        rd.DATE,
+        rd.TIME,
+        rd.DATETIME,
+        rd.TIMESTAMP,
+        rd.TIME2,
+        rd.DATETIME2,
+        rd.TIMESTAMP2,
+        rd.NEWDATE,
+    ):
         if len(data) < 8:
             raise ValueError(f"a temporal JSON value of {len(data)} bytes")
         packed = int.from_bytes(data[:8], "little", signed=True)
@@ -185,7 +203,9 @@ def _shortest(value: float) -> tuple[str, int]:
     mantissa, exponent = repr(value).lower().partition("e")[::2]
     whole, _, fraction = mantissa.partition(".")
     digits = (whole + fraction).lstrip("0")
-    decpt = len(whole.lstrip("0")) if whole.strip("0") else -(len(fraction) - len(fraction.lstrip("0")))
+    decpt = (
+        len(whole.lstrip("0")) if whole.strip("0") else -(len(fraction) - len(fraction.lstrip("0")))
+    )
     digits = digits.rstrip("0") or "0"
     return digits, decpt + (int(exponent) if exponent else 0)
 

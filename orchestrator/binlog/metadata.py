@@ -22,12 +22,14 @@ from orchestrator.binlog import events as ev
 from orchestrator.binlog import rowdecode as rd
 
 #: Binlog types with a signedness bit (YEAR too: the server counts it, always unsigned).
-NUMERIC = frozenset({rd.TINY, rd.SHORT, rd.INT24, rd.LONG, rd.LONGLONG, rd.NEWDECIMAL,
-                     rd.FLOAT, rd.DOUBLE, rd.YEAR})
+NUMERIC = frozenset(
+    {rd.TINY, rd.SHORT, rd.INT24, rd.LONG, rd.LONGLONG, rd.NEWDECIMAL, rd.FLOAT, rd.DOUBLE, rd.YEAR}
+)
 #: Binlog types with a charset in the character-column fields (binary ones: collation 63);
 #: MariaDB counts GEOMETRY among them too.
-CHARACTER = frozenset({rd.STRING, rd.VAR_STRING, rd.VARCHAR, rd.BLOB, rd.TINY_BLOB,
-                       rd.MEDIUM_BLOB, rd.LONG_BLOB})
+CHARACTER = frozenset(
+    {rd.STRING, rd.VAR_STRING, rd.VARCHAR, rd.BLOB, rd.TINY_BLOB, rd.MEDIUM_BLOB, rd.LONG_BLOB}
+)
 MARIADB_CHARACTER = CHARACTER | {rd.GEOMETRY}
 
 
@@ -72,7 +74,9 @@ def parse(block: bytes, types: Sequence[int], *, mariadb: bool = False) -> RowMe
             raise ValueError(f"optional metadata field {kind} runs past the event")
         match kind:
             case 1:
-                found["unsigned"] = tuple(bool(value[i // 8] & (0x80 >> i % 8)) for i in range(numeric))
+                found["unsigned"] = tuple(
+                    bool(value[i // 8] & (0x80 >> i % 8)) for i in range(numeric)
+                )
             case 2:
                 found["collations"] = _default_charset(value, character)
             case 3:

@@ -154,9 +154,16 @@ class EventReader:
         server_id: the replica id to connect as (default ``source.server_id``).
     """
 
-    def __init__(self, source: SourceConfig, password: str, start: BinlogPosition,
-                 tables: Mapping[str, TableInfo], *, stop: BinlogPosition | None = None,
-                 server_id: int | None = None) -> None:
+    def __init__(
+        self,
+        source: SourceConfig,
+        password: str,
+        start: BinlogPosition,
+        tables: Mapping[str, TableInfo],
+        *,
+        stop: BinlogPosition | None = None,
+        server_id: int | None = None,
+    ) -> None:
         self.source = source
         self.start = start
         self.stop = stop
@@ -177,8 +184,12 @@ class EventReader:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.close()
 
     def close(self) -> None:
@@ -204,8 +215,10 @@ class EventReader:
         if "db" not in settings:  # the stream connection (control ones name a database)
             self._stream_connections += 1
             if self._stream_connections > 1:
-                raise BinlogConnectionLost(f"lost the binlog connection to {self.address}; "
-                                           "the capture resumes from its last checkpoint")
+                raise BinlogConnectionLost(
+                    f"lost the binlog connection to {self.address}; "
+                    "the capture resumes from its last checkpoint"
+                )
         return connect(**settings)
 
     def check_available(self) -> None:
@@ -219,8 +232,11 @@ class EventReader:
             conn = connect(**self._settings())
         except pymysql.err.MySQLError as exc:
             if is_timeout(exc):
-                raise source_timeout(self.address, self.source.read_timeout,
-                                     f"a connection to read the binlog from {self.start}") from exc
+                raise source_timeout(
+                    self.address,
+                    self.source.read_timeout,
+                    f"a connection to read the binlog from {self.start}",
+                ) from exc
             raise
         try:
             with conn.cursor() as cur:
@@ -232,8 +248,9 @@ class EventReader:
                 cur.execute("SELECT @@lower_case_table_names")
                 row = cur.fetchone()
                 cur.execute("SELECT COLLATION_NAME, ID FROM information_schema.COLLATIONS")
-                self._collations = {str(name): int(number) for name, number in cur.fetchall()
-                                    if number is not None}
+                self._collations = {
+                    str(name): int(number) for name, number in cur.fetchall() if number is not None
+                }
                 self._check_server(cur, dialect)
         finally:
             conn.close()
@@ -245,12 +262,15 @@ class EventReader:
                 f"binlog file {self.start.file} (needed from {self.start}) is no longer on "
                 f"{self.address}; the oldest binlog there is {oldest}. Changes since {self.start} "
                 "are lost to this run: the chunks read before it must be read again, and keep "
-                "binlogs longer (binlog_expire_logs_seconds / expire_logs_days)")
+                "binlogs longer (binlog_expire_logs_seconds / expire_logs_days)"
+            )
         if self.stop is not None and status is not None:
             current = BinlogPosition(str(status[0]), int(status[1]))
             if self.stop > current:
-                raise RunFailed(f"stop position {self.stop} is after the binlog end {current} "
-                                f"on {self.address}; was the server's binlog reset?")
+                raise RunFailed(
+                    f"stop position {self.stop} is after the binlog end {current} "
+                    f"on {self.address}; was the server's binlog reset?"
+                )
 
     def _check_server(self, cur: Any, dialect: Dialect) -> None:
         """The server must be the one the start and stop were recorded on; the GTID set at the
@@ -264,9 +284,14 @@ class EventReader:
                     f"the binlog {what} position {at} was recorded on {at.server}, but "
                     f"{self.address} is {identity}: the source changed during the run; rerun "
                     "`tidemark run`, which leaves this run and goes on from the published "
-                    "positions by GTID")
+                    "positions by GTID"
+                )
         gtid = self.start.gtid_set
-        if gtid is None and dialect.gtid_position_sql is not None and self.start.file in self._files:
+        if (
+            gtid is None
+            and dialect.gtid_position_sql is not None
+            and self.start.file in self._files
+        ):
             cur.execute(dialect.gtid_position_sql, (self.start.file, self.start.pos))
             gtid = (cur.fetchone() or (None,))[0] or None
         self._gtid = GtidTracker(dialect.flavor, None if gtid is None else str(gtid))
@@ -280,10 +305,21 @@ class EventReader:
         """The chosen tables' rows events (undecoded) and other changes, and the boundaries,
         in binlog order."""
         self.check_available()
-        log.info("binlog of %s: reading %s to %s for %d table(s)", self.address, self.start,
-                 self.stop or "its end", len(self.tables))
-        self._stream = stream = DumpStream(self._connect, self._settings(), self.server_id,
-                                           self.start.file, self.start.pos, self.address)
+        log.info(
+            "binlog of %s: reading %s to %s for %d table(s)",
+            self.address,
+            self.start,
+            self.stop or "its end",
+            len(self.tables),
+        )
+        self._stream = stream = DumpStream(
+            self._connect,
+            self._settings(),
+            self.server_id,
+            self.start.file,
+            self.start.pos,
+            self.address,
+        )
         try:
             yield from self._frame(stream)
         finally:
@@ -327,9 +363,11 @@ class EventReader:
                     if reshaped is not None:
                         yield TableChange(frozenset({reshaped[0]}), reshaped[1], file, end)
                 elif kind == ev.PARTIAL_UPDATE_ROWS:
-                    raise RunFailed(f"{file}:{end} holds a partial JSON update; set "
-                                    "binlog_row_value_options='' on the source so row images "
-                                    "are full")
+                    raise RunFailed(
+                        f"{file}:{end} holds a partial JSON update; set "
+                        "binlog_row_value_options='' on the source so row images "
+                        "are full"
+                    )
                 elif kind == ev.MARIADB_GTID:
                     self._gtid.seen(packet)
                     in_transaction = not ev.gtid_standalone(packet)
@@ -351,19 +389,26 @@ class EventReader:
                         last = self._at(file, end)
                         yield Boundary(last, "commit")
                 elif kind == ev.INCIDENT:
-                    yield TableChange(frozenset(self.tables), "an INCIDENT event (the server lost "
-                                      "events here)", file, end)
+                    yield TableChange(
+                        frozenset(self.tables),
+                        "an INCIDENT event (the server lost events here)",
+                        file,
+                        end,
+                    )
                 elif kind not in ev.HARMLESS:
-                    raise RunFailed(f"{file}:{end} holds a binlog event of type {kind}, which this "
-                                    "Tidemark does not know: it stops rather than skip it (a newer "
-                                    "server feature?); check the event with mariadb-binlog/mysqlbinlog")
+                    raise RunFailed(
+                        f"{file}:{end} holds a binlog event of type {kind}, which this "
+                        "Tidemark does not know: it stops rather than skip it (a newer "
+                        "server feature?); check the event with mariadb-binlog/mysqlbinlog"
+                    )
             if end and (index, end) == stop:
                 break
         if self.stop is not None:
             yield Boundary(self.stop, "stop")
 
-    def _query(self, packet: bytes, fmt: ev.Format, kind: int, file: str, end: int, last: BinlogPosition
-               ) -> tuple[list[Record], Literal["begin", "end"] | None]:
+    def _query(
+        self, packet: bytes, fmt: ev.Format, kind: int, file: str, end: int, last: BinlogPosition
+    ) -> tuple[list[Record], Literal["begin", "end"] | None]:
         """What a QUERY event means for the chosen tables, and whether it opens or closes
         a transaction (``XA COMMIT``/``XA ROLLBACK`` of a prepared one close their own group)."""
         database, query = ev.query_event(packet, fmt, kind)
@@ -375,29 +420,41 @@ class EventReader:
         from orchestrator.binlog.statement_parser import classify  # sqlglot: 70 ms, when needed
 
         mode = ev.query_sql_mode(packet, fmt, kind)
-        statement = classify(query, database, lower_case_table_names=self._lower_case_table_names,
-                             ansi_quotes=bool(mode & ev.MODE_ANSI_QUOTES),
-                             backslash_escapes=not mode & ev.MODE_NO_BACKSLASH_ESCAPES)
+        statement = classify(
+            query,
+            database,
+            lower_case_table_names=self._lower_case_table_names,
+            ansi_quotes=bool(mode & ev.MODE_ANSI_QUOTES),
+            backslash_escapes=not mode & ev.MODE_NO_BACKSLASH_ESCAPES,
+        )
         if statement.kind == "xa" and statement.xa is not None:
             verb, xid = statement.xa
-            step = {"START": "start", "END": "end", "COMMIT": "commit", "ROLLBACK": "rollback"}.get(verb)
+            step = {"START": "start", "END": "end", "COMMIT": "commit", "ROLLBACK": "rollback"}.get(
+                verb
+            )
             if step is None:
                 return [], None
             record = XaEvent(step, xid, file, end, last)  # type: ignore[arg-type]
             return [record], "end" if step in ("commit", "rollback") else None
         if statement.kind in ("begin", "commit", "rollback", "other", "xa"):
             return [], None
-        touched = frozenset(name for folded, name in self._folded.items() if statement.touches(folded))
+        touched = frozenset(
+            name for folded, name in self._folded.items() if statement.touches(folded)
+        )
         if not touched:
             return [], None
         what = " ".join(query.split())
         what = what if len(what) <= 120 else what[:117] + "..."
-        how = {"truncate": "TRUNCATE", "dml": "a statement-format change",
-               "ddl": "DDL" if statement.parsed else "an unparsed statement"}[statement.kind]
+        how = {
+            "truncate": "TRUNCATE",
+            "dml": "a statement-format change",
+            "ddl": "DDL" if statement.parsed else "an unparsed statement",
+        }[statement.kind]
         return [TableChange(touched, f"{how} `{what}`", file, end)], None
 
-    def _table_map(self, packet: bytes, fmt: ev.Format, maps: dict[int, ev.TableMap | None]
-                   ) -> tuple[str, str] | None:
+    def _table_map(
+        self, packet: bytes, fmt: ev.Format, maps: dict[int, ev.TableMap | None]
+    ) -> tuple[str, str] | None:
         """Remember a TABLE_MAP; ``(table, how its shape differs)`` if it is not the planned one."""
         body = bytes(packet[ev.BODY : fmt.end(packet)])
         known = self._maps.get(body)
@@ -418,22 +475,30 @@ class EventReader:
             self._reshaped.clear()
         self._maps[body] = maps[table_map.table_id] = table_map
         difference = shape_difference(info, table_map) or metadata_difference(
-            info, table_map, self._collations, mariadb="mariadb" in fmt.server_version.lower())
+            info, table_map, self._collations, mariadb="mariadb" in fmt.server_version.lower()
+        )
         if difference is None:
             return None
         self._reshaped[body] = how = f"a TABLE_MAP of another shape ({difference})"
         return name, how
 
-    def _rows(self, packet: bytes, fmt: ev.Format, kind: int,
-              maps: Mapping[int, ev.TableMap | None], file: str, end: int) -> RowsEvent | None:
+    def _rows(
+        self,
+        packet: bytes,
+        fmt: ev.Format,
+        kind: int,
+        maps: Mapping[int, ev.TableMap | None],
+        file: str,
+        end: int,
+    ) -> RowsEvent | None:
         table_map = maps.get(ev.table_id(packet, fmt, kind))
         if table_map is None:
             return None
         rows = ev.rows_layout(packet, fmt, kind)
         if not rows.full:
-            raise RunFailed(f"{file}:{end} holds a rows event of {table_map.name} without full "
-                            "row images; set binlog_row_image=FULL on the source and "
-                            "re-snapshot the run's tables")
-        return RowsEvent(table_map.name, ev.ROWS_OPS[kind], file, end, packet, rows, table_map,
-                         fmt)
-
+            raise RunFailed(
+                f"{file}:{end} holds a rows event of {table_map.name} without full "
+                "row images; set binlog_row_image=FULL on the source and "
+                "re-snapshot the run's tables"
+            )
+        return RowsEvent(table_map.name, ev.ROWS_OPS[kind], file, end, packet, rows, table_map, fmt)

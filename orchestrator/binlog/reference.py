@@ -54,7 +54,15 @@ from orchestrator.schema.tables import ColumnInfo, TableInfo
 from orchestrator.schema.values import BatchConverter, definition_labels, time2_from_bytes
 from orchestrator.source.dialect import Dialect
 
-__all__ = ["BinlogReader", "Boundary", "LibraryDecoding", "Record", "RowChange", "RowsEvent", "TableChange"]
+__all__ = [
+    "BinlogReader",
+    "Boundary",
+    "LibraryDecoding",
+    "Record",
+    "RowChange",
+    "RowsEvent",
+    "TableChange",
+]
 
 Image = tuple[Any, ...]
 
@@ -115,13 +123,17 @@ def _read_binary_json(self: Any, size: int, is_partial: bool) -> str | None:
 
 
 def _install_fixes() -> None:
-    for cls, name, fix in ((_LibraryRowsEvent, "_RowsEvent__read_string", _read_raw_string),
-                           (_LibraryRowsEvent, "_RowsEvent__read_time2", _read_time2),
-                           (BinLogPacketWrapper, "read_binary_json", _read_binary_json)):
+    for cls, name, fix in (
+        (_LibraryRowsEvent, "_RowsEvent__read_string", _read_raw_string),
+        (_LibraryRowsEvent, "_RowsEvent__read_time2", _read_time2),
+        (BinLogPacketWrapper, "read_binary_json", _read_binary_json),
+    ):
         current = getattr(cls, name, None)
         if current is None:
-            raise ImportError(f"python-mysql-replication changed: {cls.__name__}.{name} is "
-                              "gone; pin mysql-replication to the 1.0 series")
+            raise ImportError(
+                f"python-mysql-replication changed: {cls.__name__}.{name} is "
+                "gone; pin mysql-replication to the 1.0 series"
+            )
         if current is not fix:
             setattr(cls, name, fix)
 
@@ -212,12 +224,23 @@ class LibraryRows:
     def _event(self, packet: bytes, fmt: ev.Format, table_map: dict[int, Any]) -> Any:
         dbms = Dialect.from_version(fmt.server_version).flavor
         wrapper = BinLogPacketWrapper(
-            from_packet=MysqlPacket(packet, "utf8"), table_map=table_map,
-            ctl_connection=_Control(dbms), mysql_version=(0, 0, 0),
-            use_checksum=fmt.checksum > 0, allowed_events=_LIBRARY_EVENTS, only_tables=None,
-            ignored_tables=None, only_schemas=None, ignored_schemas=None, freeze_schema=False,
-            ignore_decode_errors=False, verify_checksum=False, optional_meta_data=False,
-            enable_logging=False, post_header_lengths=tuple(fmt.post_headers))
+            from_packet=MysqlPacket(packet, "utf8"),
+            table_map=table_map,
+            ctl_connection=_Control(dbms),
+            mysql_version=(0, 0, 0),
+            use_checksum=fmt.checksum > 0,
+            allowed_events=_LIBRARY_EVENTS,
+            only_tables=None,
+            ignored_tables=None,
+            only_schemas=None,
+            ignored_schemas=None,
+            freeze_schema=False,
+            ignore_decode_errors=False,
+            verify_checksum=False,
+            optional_meta_data=False,
+            enable_logging=False,
+            post_header_lengths=tuple(fmt.post_headers),
+        )
         return wrapper.event
 
     def _library_table(self, event: RowsEvent) -> Any:
@@ -236,16 +259,22 @@ class LibraryRows:
         decoded = self._event(event.packet, event.format, {event.table_map.table_id: table})
         image = self._decoders[event.table].image
         if event.op == "U":
-            return [(image(r["after_values"], r["after_none_sources"]),
-                     image(r["before_values"], r["before_none_sources"])) for r in decoded.rows]
+            return [
+                (
+                    image(r["after_values"], r["after_none_sources"]),
+                    image(r["before_values"], r["before_none_sources"]),
+                )
+                for r in decoded.rows
+            ]
         if event.op == "I":
             return [(image(r["values"], r["none_sources"]), None) for r in decoded.rows]
         return [(None, image(r["values"], r["none_sources"])) for r in decoded.rows]
 
     def changes(self, event: RowsEvent) -> Iterator[RowChange]:
         for i, (after, before) in enumerate(self.rows(event)):
-            yield RowChange(event.table, event.op, BinlogPosition(event.file, event.end, i),
-                            after, before)
+            yield RowChange(
+                event.table, event.op, BinlogPosition(event.file, event.end, i), after, before
+            )
 
 
 class LibraryDecoding:

@@ -36,7 +36,16 @@ Row = tuple[Any, ...]
 TINY, SHORT, LONG, FLOAT, DOUBLE, TIMESTAMP, LONGLONG, INT24 = 1, 2, 3, 4, 5, 7, 8, 9
 DATE, TIME, DATETIME, YEAR, NEWDATE, VARCHAR, BIT = 10, 11, 12, 13, 14, 15, 16
 TIMESTAMP2, DATETIME2, TIME2 = 17, 18, 19
-JSON, NEWDECIMAL, ENUM, SET, BLOB, VAR_STRING, STRING, GEOMETRY = 245, 246, 247, 248, 252, 253, 254, 255
+JSON, NEWDECIMAL, ENUM, SET, BLOB, VAR_STRING, STRING, GEOMETRY = (
+    245,
+    246,
+    247,
+    248,
+    252,
+    253,
+    254,
+    255,
+)
 TINY_BLOB, MEDIUM_BLOB, LONG_BLOB = 249, 250, 251
 #: MariaDB's COMPRESSED columns.
 VARCHAR_COMPRESSED, BLOB_COMPRESSED = 140, 141
@@ -102,8 +111,16 @@ def field(kind: int, meta: bytes, unsigned: bool, name: str = "?") -> Field:
     if kind in _INTEGERS:
         code = _INTEGERS[kind]
         return Field(kind, meta, code.upper() if unsigned else code)
-    fixed = {INT24: "3s", FLOAT: "f", DOUBLE: "d", YEAR: "B", DATE: "3s", TIME: "3s",
-             DATETIME: "Q", TIMESTAMP: "I"}
+    fixed = {
+        INT24: "3s",
+        FLOAT: "f",
+        DOUBLE: "d",
+        YEAR: "B",
+        DATE: "3s",
+        TIME: "3s",
+        DATETIME: "Q",
+        TIMESTAMP: "I",
+    }
     if kind in fixed:
         return Field(kind, meta, fixed[kind])
     if kind in (TIMESTAMP2, DATETIME2, TIME2):
@@ -125,8 +142,10 @@ def field(kind: int, meta: bytes, unsigned: bool, name: str = "?") -> Field:
     if kind in (BLOB, TINY_BLOB, MEDIUM_BLOB, LONG_BLOB, JSON, GEOMETRY):
         return Field(kind, meta, None, meta[0])
     if kind in (VARCHAR_COMPRESSED, BLOB_COMPRESSED):
-        raise UnreadableColumn(f"column {name} is a COMPRESSED column, which Tidemark cannot "
-                               "read from the binlog; remove the COMPRESSED attribute")
+        raise UnreadableColumn(
+            f"column {name} is a COMPRESSED column, which Tidemark cannot "
+            "read from the binlog; remove the COMPRESSED attribute"
+        )
     raise UnreadableColumn(f"column {name} has binlog type {kind}, which Tidemark cannot decode")
 
 
@@ -137,8 +156,9 @@ Reader = Callable[[bytes, int], tuple[Row, int]]
 _LENGTH = {1: "packet[pos]", 2: "packet[pos] | packet[pos + 1] << 8"}
 
 
-def reader_source(fields: Sequence[Field], nulls: bytes, wanted: Sequence[int]
-                  ) -> tuple[str, dict[str, struct.Struct]]:
+def reader_source(
+    fields: Sequence[Field], nulls: bytes, wanted: Sequence[int]
+) -> tuple[str, dict[str, struct.Struct]]:
     """Python source of a function reading one image with NULL bitmap ``nulls``.
 
     The function takes ``(packet, pos)`` - ``pos`` just after the bitmap - and
@@ -186,8 +206,9 @@ def reader_source(fields: Sequence[Field], nulls: bytes, wanted: Sequence[int]
             run.append((i, f.code if i in keep else f"{f.size}x"))
             continue
         close_run()
-        length = _LENGTH.get(f.length_size,
-                             f"int.from_bytes(packet[pos:pos + {f.length_size}], 'little')")
+        length = _LENGTH.get(
+            f.length_size, f"int.from_bytes(packet[pos:pos + {f.length_size}], 'little')"
+        )
         lines += [f"    n = {length}", f"    pos += {f.length_size}"]
         if i in keep:
             lines.append(f"    c{i} = packet[pos:pos + n]")
@@ -217,9 +238,12 @@ class TableDecoder:
     """
 
     def __init__(self, info: TableInfo, table_map: TableMap, key: Sequence[int]) -> None:
-        self.fields = tuple(field(kind, meta, column.unsigned, f"`{column.name}` of {info.name}")
-                            for kind, meta, column in zip(table_map.types, table_map.meta,
-                                                          info.columns, strict=True))
+        self.fields = tuple(
+            field(kind, meta, column.unsigned, f"`{column.name}` of {info.name}")
+            for kind, meta, column in zip(
+                table_map.types, table_map.meta, info.columns, strict=True
+            )
+        )
         self.null_bytes = (len(self.fields) + 7) // 8
         self.all_columns = tuple(range(len(self.fields)))
         self.key = tuple(key)
@@ -249,8 +273,13 @@ class TableDecoder:
         """An UPDATE event's (key columns of the before images, full after images)."""
         befores: list[Row] = []
         afters: list[Row] = []
-        width, full, keys, key, columns = self.null_bytes, self._full, self._keys, self.key, \
-            self.all_columns
+        width, full, keys, key, columns = (
+            self.null_bytes,
+            self._full,
+            self._keys,
+            self.key,
+            self.all_columns,
+        )
         pos = start
         while pos < end:
             nulls = packet[pos : pos + width]

@@ -28,27 +28,44 @@ _FIELD_TYPES: dict[str, frozenset[int]] = {
     **{t: frozenset({_INTEGER_FIELDS[bits]}) for t, bits in INTEGER_BITS.items()},
     **dict.fromkeys(DECIMAL_TYPES, frozenset({rd.NEWDECIMAL})),
     **dict.fromkeys(TEXT_TYPES | BINARY_TYPES, _BLOBS),  # the TEXTs and BLOBs; CHAR, VARCHAR below
-    **{data_type: frozenset(kinds) for data_types, kinds in (
-        ("char binary", [rd.STRING]), ("varchar varbinary", [rd.VARCHAR, rd.VAR_STRING]),
-        ("float", [rd.FLOAT]), ("double real", [rd.DOUBLE]), ("bit", [rd.BIT]), ("year", [rd.YEAR]),
-        ("enum", [rd.ENUM]), ("set", [rd.SET]), ("json", [rd.JSON, rd.BLOB]),
-        ("date", [rd.DATE, rd.NEWDATE]), ("datetime", [rd.DATETIME, rd.DATETIME2]),
-        ("timestamp", [rd.TIMESTAMP, rd.TIMESTAMP2]), ("time", [rd.TIME, rd.TIME2]),
-    ) for data_type in data_types.split()},
+    **{
+        data_type: frozenset(kinds)
+        for data_types, kinds in (
+            ("char binary", [rd.STRING]),
+            ("varchar varbinary", [rd.VARCHAR, rd.VAR_STRING]),
+            ("float", [rd.FLOAT]),
+            ("double real", [rd.DOUBLE]),
+            ("bit", [rd.BIT]),
+            ("year", [rd.YEAR]),
+            ("enum", [rd.ENUM]),
+            ("set", [rd.SET]),
+            ("json", [rd.JSON, rd.BLOB]),
+            ("date", [rd.DATE, rd.NEWDATE]),
+            ("datetime", [rd.DATETIME, rd.DATETIME2]),
+            ("timestamp", [rd.TIMESTAMP, rd.TIMESTAMP2]),
+            ("time", [rd.TIME, rd.TIME2]),
+        )
+        for data_type in data_types.split()
+    },
 }
 
 
 def shape_difference(info: TableInfo, table_map: ev.TableMap) -> str | None:
     """How a TABLE_MAP differs from the planned `TableInfo` (None: it has the planned shape)."""
     if len(table_map.types) != len(info.columns):
-        return (f"{len(table_map.types)} columns in the binlog but {len(info.columns)} when "
-                "it was planned")
+        return (
+            f"{len(table_map.types)} columns in the binlog but {len(info.columns)} when "
+            "it was planned"
+        )
     for kind, meta, ours in zip(table_map.types, table_map.meta, info.columns, strict=True):
         expected = _FIELD_TYPES.get(ours.data_type)
-        if (expected is not None and rd.real_type(kind, meta) not in expected) or \
-                _sizes(kind, meta) not in (None, _planned_sizes(ours)):
-            return (f"column `{ours.name}` is {ours.column_type} as planned but has another "
-                    "type in the binlog")
+        if (expected is not None and rd.real_type(kind, meta) not in expected) or _sizes(
+            kind, meta
+        ) not in (None, _planned_sizes(ours)):
+            return (
+                f"column `{ours.name}` is {ours.column_type} as planned but has another "
+                "type in the binlog"
+            )
     return None
 
 
@@ -76,14 +93,23 @@ def _planned_sizes(column: ColumnInfo) -> tuple[int, ...]:
 # --------------------------------------------------------------------------- row metadata
 
 #: MySQL charset -> the Python codec its ENUM/SET labels are written in (others: not compared).
-_CODECS = {"utf8mb4": "utf-8", "utf8mb3": "utf-8", "utf8": "utf-8", "latin1": "cp1252",
-           "ascii": "ascii", "binary": "latin-1", "ucs2": "utf-16-be", "utf16": "utf-16-be",
-           "utf32": "utf-32-be"}
+_CODECS = {
+    "utf8mb4": "utf-8",
+    "utf8mb3": "utf-8",
+    "utf8": "utf-8",
+    "latin1": "cp1252",
+    "ascii": "ascii",
+    "binary": "latin-1",
+    "ucs2": "utf-16-be",
+    "utf16": "utf-16-be",
+    "utf32": "utf-32-be",
+}
 _BINARY_COLLATION = 63
 
 
-def metadata_difference(info: TableInfo, table_map: ev.TableMap, collations: Mapping[str, int],
-                        *, mariadb: bool) -> str | None:
+def metadata_difference(
+    info: TableInfo, table_map: ev.TableMap, collations: Mapping[str, int], *, mariadb: bool
+) -> str | None:
     """How a TABLE_MAP's optional metadata (``binlog_row_metadata=FULL``; part of it with
     MINIMAL) differs from the planned columns: names, signedness, charsets, ENUM/SET labels.
 
@@ -93,42 +119,58 @@ def metadata_difference(info: TableInfo, table_map: ev.TableMap, collations: Map
     """
     if not table_map.optional:
         return None
-    types = [rd.real_type(kind, meta) for kind, meta in zip(table_map.types, table_map.meta,
-                                                             strict=True)]
+    types = [
+        rd.real_type(kind, meta) for kind, meta in zip(table_map.types, table_map.meta, strict=True)
+    ]
     try:
         found = md.parse(table_map.optional, types, mariadb=mariadb)
     except (ValueError, IndexError) as exc:  # never trusted blindly: the table is read again
         return f"optional metadata that does not parse: {exc}"
     columns = info.columns
     if found.names is not None and list(found.names) != [c.name for c in columns]:
-        return (f"columns ({', '.join(found.names)}) in the binlog but "
-                f"({', '.join(c.name for c in columns)}) when it was planned")
+        return (
+            f"columns ({', '.join(found.names)}) in the binlog but "
+            f"({', '.join(c.name for c in columns)}) when it was planned"
+        )
     of = _columns_of(columns, types)
     for column, unsigned in zip(of(md.NUMERIC), found.unsigned or (), strict=False):
         if unsigned != (column.unsigned or column.data_type == "year"):
-            return (f"column `{column.name}` is {'unsigned' if unsigned else 'signed'} in the "
-                    f"binlog but {column.column_type} as planned")
-    pairs = [*zip(of(md.character_types(mariadb)), found.collations or (), strict=False),
-             *zip(of(frozenset({rd.ENUM, rd.SET})), found.enum_set_collations or (), strict=False)]
+            return (
+                f"column `{column.name}` is {'unsigned' if unsigned else 'signed'} in the "
+                f"binlog but {column.column_type} as planned"
+            )
+    pairs = [
+        *zip(of(md.character_types(mariadb)), found.collations or (), strict=False),
+        *zip(of(frozenset({rd.ENUM, rd.SET})), found.enum_set_collations or (), strict=False),
+    ]
     for column, collation in pairs:
         expected = collations.get(column.collation) if column.collation else _BINARY_COLLATION
         if expected is not None and collation != expected:
-            return (f"column `{column.name}` has collation id {collation} in the binlog but "
-                    f"{column.collation or 'binary'} as planned")
-    labelled = [*zip(of(frozenset({rd.ENUM})), found.enum_labels or (), strict=False),
-                *zip(of(frozenset({rd.SET})), found.set_labels or (), strict=False)]
+            return (
+                f"column `{column.name}` has collation id {collation} in the binlog but "
+                f"{column.collation or 'binary'} as planned"
+            )
+    labelled = [
+        *zip(of(frozenset({rd.ENUM})), found.enum_labels or (), strict=False),
+        *zip(of(frozenset({rd.SET})), found.set_labels or (), strict=False),
+    ]
     for column, labels in labelled:
         if not _same_labels(column, labels):
-            return (f"column `{column.name}` has the labels of another {column.data_type.upper()} "
-                    f"in the binlog than {column.column_type} as planned")
+            return (
+                f"column `{column.name}` has the labels of another {column.data_type.upper()} "
+                f"in the binlog than {column.column_type} as planned"
+            )
     return None
 
 
-def _columns_of(columns: Sequence[ColumnInfo], types: Sequence[int]
-                ) -> Callable[[frozenset[int]], list[ColumnInfo]]:
+def _columns_of(
+    columns: Sequence[ColumnInfo], types: Sequence[int]
+) -> Callable[[frozenset[int]], list[ColumnInfo]]:
     """The planned columns whose binlog type is one of some types, in column order."""
+
     def of(kinds: frozenset[int]) -> list[ColumnInfo]:
         return [column for column, kind in zip(columns, types, strict=True) if kind in kinds]
+
     return of
 
 

@@ -22,8 +22,24 @@ from orchestrator.binlog.statements import Kind, Statement, Xid, fold
 #: MySQL's executable comments (``/*!50001 ... */``, MariaDB's ``/*M!100100 ... */``) run their text.
 _EXECUTABLE_COMMENT = re.compile(r"/\*M?!\d*(.*?)\*/", re.DOTALL)
 #: Statements logged as commands that never change a table's rows.
-_HARMLESS = frozenset({"GRANT", "REVOKE", "ANALYZE", "OPTIMIZE", "FLUSH", "SAVEPOINT", "RELEASE",
-                       "SET", "CHECK", "CHECKSUM", "INSTALL", "UNINSTALL", "SHOW", "KILL"})
+_HARMLESS = frozenset(
+    {
+        "GRANT",
+        "REVOKE",
+        "ANALYZE",
+        "OPTIMIZE",
+        "FLUSH",
+        "SAVEPOINT",
+        "RELEASE",
+        "SET",
+        "CHECK",
+        "CHECKSUM",
+        "INSTALL",
+        "UNINSTALL",
+        "SHOW",
+        "KILL",
+    }
+)
 #: Statements logged for their side effects, which the text does not name: a stored function's
 #: writes (``SELECT f()``, ``DO f()``), a procedure's.
 _OPAQUE = frozenset({"SELECT", "DO", "CALL", "WITH", "VALUES", "TABLE"})
@@ -62,12 +78,21 @@ class _AnsiLiteralTokenizer(_AnsiTokenizer):
 
 #: By (ANSI_QUOTES, backslash escapes).
 _TOKENIZERS: dict[tuple[bool, bool], type[_Tokenizer]] = {
-    (False, True): _Tokenizer, (True, True): _AnsiTokenizer,
-    (False, False): _LiteralTokenizer, (True, False): _AnsiLiteralTokenizer}
+    (False, True): _Tokenizer,
+    (True, True): _AnsiTokenizer,
+    (False, False): _LiteralTokenizer,
+    (True, False): _AnsiLiteralTokenizer,
+}
 
 
-def classify(sql: str, database: str, *, lower_case_table_names: int = 0, ansi_quotes: bool = False,
-             backslash_escapes: bool = True) -> Statement:
+def classify(
+    sql: str,
+    database: str,
+    *,
+    lower_case_table_names: int = 0,
+    ansi_quotes: bool = False,
+    backslash_escapes: bool = True,
+) -> Statement:
     """Classify one QUERY event's statement.
 
     A statement read in a session ``sql_mode`` sqlglot's MySQL dialect does not know
@@ -99,8 +124,13 @@ def classify(sql: str, database: str, *, lower_case_table_names: int = 0, ansi_q
     first = tokens[0].text.upper() if tokens else ""
     inner = _inner(tokens, first)
     if inner is not None:
-        return classify(text[inner:], database, lower_case_table_names=lower_case_table_names,
-                        ansi_quotes=ansi_quotes, backslash_escapes=backslash_escapes)
+        return classify(
+            text[inner:],
+            database,
+            lower_case_table_names=lower_case_table_names,
+            ansi_quotes=ansi_quotes,
+            backslash_escapes=backslash_escapes,
+        )
     if first == "XA":
         return _xa(tokens)
     if first in _OPAQUE:
@@ -108,14 +138,19 @@ def classify(sql: str, database: str, *, lower_case_table_names: int = 0, ansi_q
     if first in _DML_WORDS - {"INSERT", "UPDATE", "DELETE"}:
         return Statement("dml", names.mentioned(tokens), parsed=False)
     if first == "RENAME":  # RENAME TABLE[S] [IF EXISTS] a [WAIT n | NOWAIT] TO b, ...
-        return Statement("ddl", names.mentioned([t for t in tokens
-                                                 if t.text.upper() not in _RENAME_WORDS]))
+        return Statement(
+            "ddl", names.mentioned([t for t in tokens if t.text.upper() not in _RENAME_WORDS])
+        )
     if first in _HARMLESS:
         return Statement("other")
     if (ansi_quotes and '"' in text) or (not backslash_escapes and "\\" in text):
         # text sqlglot's dialect would read otherwise: by the names it mentions
-        return Statement("dml" if first in _DML_WORDS else "ddl", names.mentioned(tokens), parsed=False,
-                         everything=first == "ROLLBACK")
+        return Statement(
+            "dml" if first in _DML_WORDS else "ddl",
+            names.mentioned(tokens),
+            parsed=False,
+            everything=first == "ROLLBACK",
+        )
     try:
         tree = sqlglot.parse_one(text, dialect="mysql")
     except (ParseError, TokenError):
@@ -136,7 +171,10 @@ def _inner(tokens: list[Token], first: str) -> int | None:
         words = _ANALYZED
     else:
         return None
-    found = next((t for t in tokens[1:] if t.text.upper() in words and t.token_type != TokenType.STRING), None)
+    found = next(
+        (t for t in tokens[1:] if t.text.upper() in words and t.token_type != TokenType.STRING),
+        None,
+    )
     if found is None:
         return None
     return found.end + 1 if first == "SET" else found.start
@@ -166,8 +204,9 @@ class _Names:
         i = 0
         while i < len(tokens):
             token = tokens[i]
-            if token.token_type in _NAME_TOKENS or (token.text.isidentifier() and
-                                                     token.token_type != TokenType.STRING):
+            if token.token_type in _NAME_TOKENS or (
+                token.text.isidentifier() and token.token_type != TokenType.STRING
+            ):
                 if i + 2 < len(tokens) and tokens[i + 1].token_type == TokenType.DOT:
                     found.add(fold(f"{token.text}.{tokens[i + 2].text}", self.lower))
                     i += 3
@@ -181,9 +220,15 @@ def _joined(tokens: list[Token]) -> list[Token]:
     out: list[Token] = []
     for token in tokens:
         last = out[-1] if out else None
-        if (last is not None and last.token_type == TokenType.NUMBER and last.end + 1 == token.start
-                and token.token_type in _NAME_TOKENS | {TokenType.NUMBER}):
-            out[-1] = Token(TokenType.VAR, last.text + token.text, last.line, last.col, last.start, token.end)
+        if (
+            last is not None
+            and last.token_type == TokenType.NUMBER
+            and last.end + 1 == token.start
+            and token.token_type in _NAME_TOKENS | {TokenType.NUMBER}
+        ):
+            out[-1] = Token(
+                TokenType.VAR, last.text + token.text, last.line, last.col, last.start, token.end
+            )
         else:
             out.append(token)
     return out
@@ -195,7 +240,11 @@ def _from_tree(tree: exp.Expr, names: _Names, tokens: list[Token]) -> Statement:
     if isinstance(tree, exp.Commit):
         return Statement("commit")
     if isinstance(tree, exp.Rollback):  # to a savepoint: it undoes rows events logged before it
-        return Statement("dml", everything=True) if tree.args.get("savepoint") else Statement("rollback")
+        return (
+            Statement("dml", everything=True)
+            if tree.args.get("savepoint")
+            else Statement("rollback")
+        )
     if isinstance(tree, exp.TruncateTable):
         return Statement("truncate", names.tables(tree.expressions))
     if isinstance(tree, _DDL_NODES):
@@ -209,14 +258,18 @@ def _from_tree(tree: exp.Expr, names: _Names, tokens: list[Token]) -> Statement:
     # that table rather than guess (the binlog holds writes; a harmless one costs one read). Any
     # name it mentions counts, not only what sqlglot took for a table (`FROBNICATE t` parses as
     # a column with an alias).
-    return Statement("ddl", names.tables(tree.find_all(exp.Table)) | names.mentioned(tokens), parsed=False)
+    return Statement(
+        "ddl", names.tables(tree.find_all(exp.Table)) | names.mentioned(tokens), parsed=False
+    )
 
 
 def _ddl(tree: exp.Create | exp.Drop | exp.Alter, names: _Names) -> Statement:
     kind = str(tree.args.get("kind") or "TABLE").upper()
     if kind in ("DATABASE", "SCHEMA"):
         if isinstance(tree, exp.Drop):
-            dropped = [t.name or t.db for t in tree.args.get("tables") or [tree.this] if t is not None]
+            dropped = [
+                t.name or t.db for t in tree.args.get("tables") or [tree.this] if t is not None
+            ]
             return Statement("ddl", databases=frozenset(fold(d, names.lower) for d in dropped))
         return Statement("other")  # creating or altering a database changes no table
     if isinstance(tree, exp.Drop):
@@ -237,10 +290,18 @@ def _ddl(tree: exp.Create | exp.Drop | exp.Alter, names: _Names) -> Statement:
 
 # --------------------------------------------------------------------------- XA
 
-_XA_VERBS = {"START": "START", "BEGIN": "START", "END": "END", "PREPARE": "PREPARE",
-             "COMMIT": "COMMIT", "ROLLBACK": "ROLLBACK", "RECOVER": "RECOVER"}
-_XID_PARTS = frozenset({TokenType.STRING, TokenType.HEX_STRING, TokenType.NUMBER,
-                        TokenType.BIT_STRING})
+_XA_VERBS = {
+    "START": "START",
+    "BEGIN": "START",
+    "END": "END",
+    "PREPARE": "PREPARE",
+    "COMMIT": "COMMIT",
+    "ROLLBACK": "ROLLBACK",
+    "RECOVER": "RECOVER",
+}
+_XID_PARTS = frozenset(
+    {TokenType.STRING, TokenType.HEX_STRING, TokenType.NUMBER, TokenType.BIT_STRING}
+)
 
 
 def _xa(tokens: list[Token]) -> Statement:
@@ -265,7 +326,11 @@ def _xa(tokens: list[Token]) -> Statement:
 
 def _xid_value(token: Token) -> bytes | int:
     if token.token_type == TokenType.HEX_STRING:
-        return bytes.fromhex(token.text) if len(token.text) % 2 == 0 else bytes.fromhex("0" + token.text)
+        return (
+            bytes.fromhex(token.text)
+            if len(token.text) % 2 == 0
+            else bytes.fromhex("0" + token.text)
+        )
     if token.token_type == TokenType.BIT_STRING:
         bits = token.text or "0"
         return int(bits, 2).to_bytes((len(bits) + 7) // 8, "big")

@@ -83,5 +83,3 @@ def fold(name: str, lower_case_table_names: int) -> str:
     ('shop.orders', 'Shop.Orders')
     """
     return name.lower() if lower_case_table_names else name
-
-

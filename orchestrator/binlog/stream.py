@@ -66,9 +66,16 @@ Connect = Callable[..., "pymysql.connections.Connection[Any]"]
 def dump_settings(source: SourceConfig, password: str) -> dict[str, Any]:
     """``pymysql.connect``'s arguments for a binlog connection to ``source`` (read and write
     waits bounded by ``source.read_timeout``)."""
-    return {"host": source.host, "port": source.port, "user": source.user, "password": password,
-            "connect_timeout": source.connect_timeout, "read_timeout": source.read_timeout,
-            "write_timeout": source.read_timeout, "charset": "utf8mb4"}
+    return {
+        "host": source.host,
+        "port": source.port,
+        "user": source.user,
+        "password": password,
+        "connect_timeout": source.connect_timeout,
+        "read_timeout": source.read_timeout,
+        "write_timeout": source.read_timeout,
+        "charset": "utf8mb4",
+    }
 
 
 class DumpStream:
@@ -84,8 +91,17 @@ class DumpStream:
         gtid: start after this GTID set instead (``file`` and ``pos`` are then unused).
     """
 
-    def __init__(self, connect: Connect, settings: dict[str, Any], server_id: int, file: str,
-                 pos: int, address: str, *, gtid: str | None = None) -> None:
+    def __init__(
+        self,
+        connect: Connect,
+        settings: dict[str, Any],
+        server_id: int,
+        file: str,
+        pos: int,
+        address: str,
+        *,
+        gtid: str | None = None,
+    ) -> None:
         self._connect = connect
         self._settings = settings
         self.server_id = server_id
@@ -129,13 +145,27 @@ class DumpStream:
         connect state says where); MySQL's ``COM_BINLOG_DUMP_GTID``: flags, server id, an
         empty file name (its length, u32), position 4 (u64), then the encoded set and its size."""
         if self.gtid is None:
-            return struct.pack("<BIHI", _COM_BINLOG_DUMP, self.pos, _BINLOG_DUMP_NON_BLOCK,
-                               self.server_id) + self.file.encode()
+            return (
+                struct.pack(
+                    "<BIHI", _COM_BINLOG_DUMP, self.pos, _BINLOG_DUMP_NON_BLOCK, self.server_id
+                )
+                + self.file.encode()
+            )
         if flavor == "mariadb":
             return struct.pack("<BIHI", _COM_BINLOG_DUMP, 4, _BINLOG_DUMP_NON_BLOCK, self.server_id)
         data = encode_mysql(parse_mysql(self.gtid))
-        return struct.pack("<BHIIQI", _COM_BINLOG_DUMP_GTID, _BINLOG_DUMP_NON_BLOCK | _BINLOG_THROUGH_GTID,
-                           self.server_id, 0, 4, len(data)) + data
+        return (
+            struct.pack(
+                "<BHIIQI",
+                _COM_BINLOG_DUMP_GTID,
+                _BINLOG_DUMP_NON_BLOCK | _BINLOG_THROUGH_GTID,
+                self.server_id,
+                0,
+                4,
+                len(data),
+            )
+            + data
+        )
 
     def __iter__(self) -> Iterator[bytes]:
         """Each event's packet (0x00, header, body, checksum) until the end of the binlog."""
@@ -145,8 +175,9 @@ class DumpStream:
         assert conn is not None
         read = conn._read_packet
         done = threading.Event()
-        watcher = threading.Thread(target=self._say_waiting, args=(done,), daemon=True,
-                                   name="tidemark-binlog-wait")
+        watcher = threading.Thread(
+            target=self._say_waiting, args=(done,), daemon=True, name="tidemark-binlog-wait"
+        )
         watcher.start()
         try:
             while True:
@@ -162,8 +193,10 @@ class DumpStream:
                 elif data[0] == 0xFE and len(data) < 9:  # EOF: the end of the binlog
                     return
                 elif data[0] == 0x00:
-                    raise RunFailed(f"the binlog of {self.address} sent a packet too short for an "
-                                    f"event after {self.reached} ({len(data)} bytes)")
+                    raise RunFailed(
+                        f"the binlog of {self.address} sent a packet too short for an "
+                        f"event after {self.reached} ({len(data)} bytes)"
+                    )
         finally:
             done.set()
 
@@ -184,24 +217,36 @@ class DumpStream:
             idle = now - self.last_heard
             if idle >= WAITING_LOG_SECONDS and now - said >= WAITING_LOG_SECONDS:
                 said = now
-                log.warning("waiting for the binlog of %s: no event for %.0f s, position %s "
-                            "(the run fails after %d s: source.read_timeout)", self.address, idle,
-                            self.reached, self.read_timeout)
+                log.warning(
+                    "waiting for the binlog of %s: no event for %.0f s, position %s "
+                    "(the run fails after %d s: source.read_timeout)",
+                    self.address,
+                    idle,
+                    self.reached,
+                    self.read_timeout,
+                )
 
     def _failure(self, exc: pymysql.err.MySQLError) -> Exception:
         code = exc.args[0] if exc.args else None
         message = str(exc.args[1]) if len(exc.args) > 1 else str(exc)
         if code in _LOST and "timed out" in message:
-            return source_timeout(self.address, self.read_timeout, f"the binlog after {self.reached}")
+            return source_timeout(
+                self.address, self.read_timeout, f"the binlog after {self.reached}"
+            )
         if code == _FATAL_READING_BINLOG and self.gtid is not None:
-            return GtidNotInBinlog(f"{self.address} cannot send its binlog after GTID set "
-                                   f"{self.gtid}: {message}")
+            return GtidNotInBinlog(
+                f"{self.address} cannot send its binlog after GTID set {self.gtid}: {message}"
+            )
         if code in _LOST:
-            return BinlogConnectionLost(f"lost the binlog connection to {self.address} after "
-                                        f"{self.reached}; the capture resumes from its last checkpoint")
+            return BinlogConnectionLost(
+                f"lost the binlog connection to {self.address} after "
+                f"{self.reached}; the capture resumes from its last checkpoint"
+            )
         if code == _FATAL_READING_BINLOG and "first log" in message.lower():
-            return BinlogPurged(f"binlog file {self.file} is no longer on {self.address} "
-                                f"({message}); keep binlogs longer (binlog_expire_logs_seconds)")
-        return RunFailed(f"reading the binlog of {self.address} from {self.file}:{self.pos} "
-                         f"failed: {message}")
-
+            return BinlogPurged(
+                f"binlog file {self.file} is no longer on {self.address} "
+                f"({message}); keep binlogs longer (binlog_expire_logs_seconds)"
+            )
+        return RunFailed(
+            f"reading the binlog of {self.address} from {self.file}:{self.pos} failed: {message}"
+        )

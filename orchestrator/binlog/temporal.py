@@ -49,13 +49,16 @@ def big_endian(values: Sequence[Any], size: int) -> pa.Array:
     validity, data = fields.buffers()
     words = np.zeros((count, 8), np.uint8)
     if count:
-        words[:, 8 - size:] = np.frombuffer(data, np.uint8, count * size).reshape(count, size)
+        words[:, 8 - size :] = np.frombuffer(data, np.uint8, count * size).reshape(count, size)
     native = words.view(">u8").astype(np.uint64).ravel()
-    return pa.Array.from_buffers(pa.uint64(), count, [validity, pa.py_buffer(native)],
-                                 null_count=fields.null_count)
+    return pa.Array.from_buffers(
+        pa.uint64(), count, [validity, pa.py_buffer(native)], null_count=fields.null_count
+    )
 
 
-def _split_fraction(values: Sequence[Any], fsp: int, whole_bytes: int) -> tuple[pa.Array, pa.Array | None]:
+def _split_fraction(
+    values: Sequence[Any], fsp: int, whole_bytes: int
+) -> tuple[pa.Array, pa.Array | None]:
     """TIMESTAMP2/DATETIME2 fields (``whole_bytes``, then the fraction's) -> (the whole-seconds
     part, the fraction in microseconds).
 
@@ -132,8 +135,9 @@ def _datetime2_days(ymd: int) -> int | None:
 
 
 def _date(values: Sequence[Any]) -> pa.Array:
-    packed = pa.array([None if v is None else int.from_bytes(v, "little") for v in values],
-                      pa.int64())
+    packed = pa.array(
+        [None if v is None else int.from_bytes(v, "little") for v in values], pa.int64()
+    )
     return _lookup(packed, _date_days).cast(pa.int32()).view(pa.date32())
 
 
@@ -147,8 +151,10 @@ def _datetime2(fsp: int) -> Finisher:
         hour = pc.bit_wise_and(pc.shift_right(whole, 12), 31)
         minute = pc.bit_wise_and(pc.shift_right(whole, 6), 63)
         second = pc.bit_wise_and(whole, 63)
-        valid = pc.and_(pc.and_(pc.less_equal(hour, 23), pc.less_equal(minute, 59)),
-                        pc.and_(pc.less_equal(second, 59), pc.is_valid(days)))
+        valid = pc.and_(
+            pc.and_(pc.less_equal(hour, 23), pc.less_equal(minute, 59)),
+            pc.and_(pc.less_equal(second, 59), pc.is_valid(days)),
+        )
         _check_fraction(micros, valid)
         seconds = pc.add(pc.multiply(pc.add(pc.multiply(hour, 60), minute), 60), second)
         instant = pc.add(pc.multiply(days, _US_PER_DAY), pc.multiply(seconds, _US))
@@ -183,11 +189,15 @@ def _old_datetime(value: int) -> int | None:
     year, month, day = int(date / 10000), int((date % 10000) / 100), int(date % 100)
     if not (year and month and day):
         return None
-    moment = dt.datetime(year, month, day, int(time / 10000), int((time % 10000) / 100),
-                         int(time % 100))
+    moment = dt.datetime(
+        year, month, day, int(time / 10000), int((time % 10000) / 100), int(time % 100)
+    )
     days = _civil_days(year, month, day)
-    return None if days is None else days * _US_PER_DAY + (
-        moment.hour * 3600 + moment.minute * 60 + moment.second) * _US
+    return (
+        None
+        if days is None
+        else days * _US_PER_DAY + (moment.hour * 3600 + moment.minute * 60 + moment.second) * _US
+    )
 
 
 def _old_time(raw: bytes) -> int:

@@ -37,10 +37,21 @@ def _stop_previous(base: Path) -> None:
 def write_demo_config(base: Path, server: LocalMariaDB) -> Path:
     config = {
         "pipeline": "demo",
-        "source": {"host": "127.0.0.1", "port": server.port, "user": "tidemark",
-                   "password_env": PASSWORD_ENV, "server_id": 54001},
-        "spark": {"master": "local[*]", "conf": {"spark.driver.memory": "2g", "spark.ui.enabled": "false",
-                                                  "spark.sql.shuffle.partitions": "8"}},
+        "source": {
+            "host": "127.0.0.1",
+            "port": server.port,
+            "user": "tidemark",
+            "password_env": PASSWORD_ENV,
+            "server_id": 54001,
+        },
+        "spark": {
+            "master": "local[*]",
+            "conf": {
+                "spark.driver.memory": "2g",
+                "spark.ui.enabled": "false",
+                "spark.sql.shuffle.partitions": "8",
+            },
+        },
         "output": {"path": str(base / "lake")},
         "state": {"url": f"sqlite:///{base / 'state.db'}"},
         "defaults": {"chunk_size": 25000, "batch_chunks": 4},
@@ -57,8 +68,10 @@ def duckdb_query(metadata_location: str) -> str:
     >>> print(duckdb_query("file:///d/lake/shop/orders/metadata/00001-a.metadata.json"))
     duckdb -c "INSTALL iceberg; LOAD iceberg; SELECT count(*) AS rows FROM iceberg_scan('file:///d/lake/shop/orders/metadata/00001-a.metadata.json')"
     """
-    return (f"duckdb -c \"INSTALL iceberg; LOAD iceberg; SELECT count(*) AS rows "
-            f"FROM iceberg_scan('{metadata_location}')\"")
+    return (
+        f'duckdb -c "INSTALL iceberg; LOAD iceberg; SELECT count(*) AS rows '
+        f"FROM iceberg_scan('{metadata_location}')\""
+    )
 
 
 def demo_command(directory: str, *, rows: int = 200_000, keep: bool = False) -> int:
@@ -78,8 +91,10 @@ def demo_command(directory: str, *, rows: int = 200_000, keep: bool = False) -> 
     server = LocalMariaDB.create(base_dir=base)
     server.start()
     try:
-        print(f"demo: private MariaDB on 127.0.0.1:{server.port} (binlog ROW/FULL), loading {rows:,} orders",
-              flush=True)
+        print(
+            f"demo: private MariaDB on 127.0.0.1:{server.port} (binlog ROW/FULL), loading {rows:,} orders",
+            flush=True,
+        )
         server.create_user("tidemark", password)
         root = connect("127.0.0.1", server.port, "root", "")
         load_shop(root, rows)
@@ -89,11 +104,15 @@ def demo_command(directory: str, *, rows: int = 200_000, keep: bool = False) -> 
         if doctor_command(config) != 0:
             return 3
         writer = Writer("127.0.0.1", server.port, "root", "").start()
-        print("demo: snapshot while a writer inserts, updates, deletes and changes keys", flush=True)
+        print(
+            "demo: snapshot while a writer inserts, updates, deletes and changes keys", flush=True
+        )
         run_command(config, tables=[], snapshot=False, chunk_size=None)
         changes = writer.stop()
-        print(f"demo: writer stopped after {changes:,} statements; applying the binlog since the snapshot",
-              flush=True)
+        print(
+            f"demo: writer stopped after {changes:,} statements; applying the binlog since the snapshot",
+            flush=True,
+        )
         run_command(config, tables=[], snapshot=False, chunk_size=None)
         from orchestrator.source.connection import Source
 
@@ -105,19 +124,26 @@ def demo_command(directory: str, *, rows: int = 200_000, keep: bool = False) -> 
                 print(f"verify: {result.summary()}", flush=True)
                 ok = ok and result.equal
         root.close()
-        print(f"demo: {'OK — the lake equals the source' if ok else 'FAILED'}; output in {base / 'lake'}")
+        print(
+            f"demo: {'OK — the lake equals the source' if ok else 'FAILED'}; output in {base / 'lake'}"
+        )
         orders = read_manifest(table_dir(config, "shop.orders")).get("iceberg")
         if orders is not None:
-            print(f"demo: query the Iceberg table with DuckDB: {duckdb_query(orders['metadata_location'])}")
+            print(
+                f"demo: query the Iceberg table with DuckDB: {duckdb_query(orders['metadata_location'])}"
+            )
         return 0 if ok else 1
     finally:
         if keep:
             env_file = base / "demo.env"
             env_file.write_text(f"export {PASSWORD_ENV}={password}\n")
             env_file.chmod(0o600)
-            print(f"demo: MariaDB left running on port {server.port}; `. {env_file}` then run "
-                  f"tidemark against {base / 'demo.yaml'}; stop it with "
-                  f"`kill $(cat {server.pid_file})` (running the demo "
-                  "in the same directory again also stops it)", file=sys.stderr)
+            print(
+                f"demo: MariaDB left running on port {server.port}; `. {env_file}` then run "
+                f"tidemark against {base / 'demo.yaml'}; stop it with "
+                f"`kill $(cat {server.pid_file})` (running the demo "
+                "in the same directory again also stops it)",
+                file=sys.stderr,
+            )
         else:
             server.destroy()

@@ -101,7 +101,9 @@ class LocalMariaDB:
         # A private tmpdir: servers sharing /tmp have collided on their temporary tables.
         (root / "tmp").mkdir()
         cmd = [
-            _find(("/usr/bin/mariadb-install-db", "/usr/bin/mysql_install_db"), "mariadb-install-db"),
+            _find(
+                ("/usr/bin/mariadb-install-db", "/usr/bin/mysql_install_db"), "mariadb-install-db"
+            ),
             "--no-defaults",
             f"--datadir={datadir}",
             f"--tmpdir={root / 'tmp'}",
@@ -113,8 +115,12 @@ class LocalMariaDB:
         result = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if result.returncode != 0:
             raise RuntimeError(f"mariadb-install-db failed: {result.stderr.strip()[-2000:]}")
-        server = cls(datadir=datadir, port=port or free_port(),
-                     settings=dict(GOOD_BINLOG if settings is None else settings), server_id=server_id)
+        server = cls(
+            datadir=datadir,
+            port=port or free_port(),
+            settings=dict(GOOD_BINLOG if settings is None else settings),
+            server_id=server_id,
+        )
         server._owns_dir = True
         server._picked_port = port is None
         return server
@@ -175,7 +181,9 @@ class LocalMariaDB:
         (self.datadir.parent / "tmp").mkdir(exist_ok=True)
         logged_before = self.log_path.stat().st_size if self.log_path.exists() else 0
         self.process = subprocess.Popen(
-            self.command(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            self.command(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
             start_new_session=True,
         )
         deadline = time.monotonic() + timeout
@@ -190,7 +198,9 @@ class LocalMariaDB:
                 return True
             time.sleep(0.1)
         self.kill()
-        raise RuntimeError(f"mariadbd did not accept connections within {timeout}s: {self._log_tail()}")
+        raise RuntimeError(
+            f"mariadbd did not accept connections within {timeout}s: {self._log_tail()}"
+        )
 
     def _answers_as_itself(self) -> bool:
         """Whether this server, not another one on the same port, accepts connections."""
@@ -258,10 +268,19 @@ class LocalMariaDB:
 
     # ------------------------------------------------------------------ access
 
-    def connect(self, user: str = "root", password: str = "", database: str | None = None,
-                **kwargs: Any) -> pymysql.connections.Connection[Any]:
-        return pymysql.connect(host="127.0.0.1", port=self.port, user=user, password=password,
-                               database=database, connect_timeout=5, autocommit=True, **kwargs)
+    def connect(
+        self, user: str = "root", password: str = "", database: str | None = None, **kwargs: Any
+    ) -> pymysql.connections.Connection[Any]:
+        return pymysql.connect(
+            host="127.0.0.1",
+            port=self.port,
+            user=user,
+            password=password,
+            database=database,
+            connect_timeout=5,
+            autocommit=True,
+            **kwargs,
+        )
 
     def execute(self, *statements: str, database: str | None = None) -> list[tuple[Any, ...]]:
         """Run statements as root; returns the rows of the last one."""
@@ -286,31 +305,44 @@ class LocalMariaDB:
 
     # ------------------------------------------------------------------ replication
 
-    def replicate_from(self, primary: LocalMariaDB, *, user: str = "tidemark_repl",
-                       password: str = "repl") -> None:
+    def replicate_from(
+        self, primary: LocalMariaDB, *, user: str = "tidemark_repl", password: str = "repl"
+    ) -> None:
         """Make this server a GTID replica of ``primary`` (``MASTER_USE_GTID = slave_pos``, from
         the start of the primary's binlog) and start replicating. Give this one
         ``log-slave-updates`` in its settings for its binlog to hold what it replicates."""
-        primary.execute(f"CREATE USER IF NOT EXISTS '{user}'@'%' IDENTIFIED BY '{password}'",
-                        f"GRANT REPLICATION SLAVE ON *.* TO '{user}'@'%'")
-        self.execute(f"CHANGE MASTER TO MASTER_HOST = '127.0.0.1', MASTER_PORT = {primary.port}, "
-                     f"MASTER_USER = '{user}', MASTER_PASSWORD = '{password}', "
-                     "MASTER_USE_GTID = slave_pos", "START SLAVE")
+        primary.execute(
+            f"CREATE USER IF NOT EXISTS '{user}'@'%' IDENTIFIED BY '{password}'",
+            f"GRANT REPLICATION SLAVE ON *.* TO '{user}'@'%'",
+        )
+        self.execute(
+            f"CHANGE MASTER TO MASTER_HOST = '127.0.0.1', MASTER_PORT = {primary.port}, "
+            f"MASTER_USER = '{user}', MASTER_PASSWORD = '{password}', "
+            "MASTER_USE_GTID = slave_pos",
+            "START SLAVE",
+        )
 
     def catch_up(self, primary: LocalMariaDB, timeout: float = 60.0) -> str:
         """Wait until this replica applied everything in ``primary``'s binlog now; its GTID position."""
         gtid = str(primary.execute("SELECT @@gtid_binlog_pos")[0][0])
         waited = self.execute(f"SELECT MASTER_GTID_WAIT('{gtid}', {timeout})")[0][0]
         if int(waited) != 0:
-            raise RuntimeError(f"replica on port {self.port} did not reach GTID {gtid} within "
-                               f"{timeout}s: {self.execute('SHOW SLAVE STATUS')}")
+            raise RuntimeError(
+                f"replica on port {self.port} did not reach GTID {gtid} within "
+                f"{timeout}s: {self.execute('SHOW SLAVE STATUS')}"
+            )
         return gtid
 
-    def source_config(self, user: str = "root", password: str | None = None,
-                      server_id: int = 54001) -> dict[str, Any]:
+    def source_config(
+        self, user: str = "root", password: str | None = None, server_id: int = 54001
+    ) -> dict[str, Any]:
         """A ``source:`` mapping for a pipeline config pointing at this server."""
-        config: dict[str, Any] = {"host": "127.0.0.1", "port": self.port, "user": user,
-                                  "server_id": server_id}
+        config: dict[str, Any] = {
+            "host": "127.0.0.1",
+            "port": self.port,
+            "user": user,
+            "server_id": server_id,
+        }
         if password is not None:
             config["password"] = password
         return config

@@ -52,10 +52,19 @@ _SCHEMA = (
 )
 
 
-def connect(host: str, port: int, user: str, password: str, database: str | None = None
-            ) -> pymysql.connections.Connection[Any]:
-    return pymysql.connect(host=host, port=port, user=user, password=password, database=database,
-                           autocommit=True, charset="utf8mb4", connect_timeout=10)
+def connect(
+    host: str, port: int, user: str, password: str, database: str | None = None
+) -> pymysql.connections.Connection[Any]:
+    return pymysql.connect(
+        host=host,
+        port=port,
+        user=user,
+        password=password,
+        database=database,
+        autocommit=True,
+        charset="utf8mb4",
+        connect_timeout=10,
+    )
 
 
 def load_shop(conn: pymysql.connections.Connection[Any], rows: int, db: str = "shop") -> None:
@@ -118,7 +127,9 @@ class Writer:
     error: BaseException | None = None
 
     def start(self) -> Writer:
-        self._thread = threading.Thread(target=self._loop, name="tidemark-sample-writer", daemon=True)
+        self._thread = threading.Thread(
+            target=self._loop, name="tidemark-sample-writer", daemon=True
+        )
         self._thread.start()
         return self
 
@@ -152,35 +163,56 @@ class Writer:
         k = rng.randrange(1, top)
         action = rng.random()
         if action < 0.25:
-            cur.execute("INSERT IGNORE INTO orders (id, customer_id, status, amount, weight, created_at, paid,"
-                        " tags, note) VALUES (%s, %s, 'new', %s, NULL, NOW(6), 0, 'gift', %s)",
-                        (next_id, rng.randrange(1, 1000), rng.randrange(1, 10**6) / 100, f"w{next_id}"))
-            cur.execute("INSERT IGNORE INTO order_items VALUES (%s, 1, %s, 1, 9.5)",
-                        (next_id, next_id.to_bytes(8, "big")))
+            cur.execute(
+                "INSERT IGNORE INTO orders (id, customer_id, status, amount, weight, created_at, paid,"
+                " tags, note) VALUES (%s, %s, 'new', %s, NULL, NOW(6), 0, 'gift', %s)",
+                (next_id, rng.randrange(1, 1000), rng.randrange(1, 10**6) / 100, f"w{next_id}"),
+            )
+            cur.execute(
+                "INSERT IGNORE INTO order_items VALUES (%s, 1, %s, 1, 9.5)",
+                (next_id, next_id.to_bytes(8, "big")),
+            )
             return next_id + 1
         if action < 0.32:  # insert inside the key range (ids not multiple of 10 are free)
-            cur.execute("INSERT IGNORE INTO orders (id, customer_id, status, amount, created_at)"
-                        " VALUES (%s, 1, 'paid', 1.5, NOW(6))", (k * 10 + 3,))
+            cur.execute(
+                "INSERT IGNORE INTO orders (id, customer_id, status, amount, created_at)"
+                " VALUES (%s, 1, 'paid', 1.5, NOW(6))",
+                (k * 10 + 3,),
+            )
         elif action < 0.60:
-            cur.execute("UPDATE orders SET status = ELT(1 + FLOOR(RAND() * 4), 'new','paid','shipped',"
-                        "'cancelled'), amount = amount + 1, note = IF(RAND() < 0.2, NULL, 'upd'),"
-                        " updated_at = NOW(6) WHERE id BETWEEN %s AND %s", (k, k + 40))
+            cur.execute(
+                "UPDATE orders SET status = ELT(1 + FLOOR(RAND() * 4), 'new','paid','shipped',"
+                "'cancelled'), amount = amount + 1, note = IF(RAND() < 0.2, NULL, 'upd'),"
+                " updated_at = NOW(6) WHERE id BETWEEN %s AND %s",
+                (k, k + 40),
+            )
         elif action < 0.70:
             cur.execute("DELETE FROM orders WHERE id BETWEEN %s AND %s", (k, k + 15))
         elif action < 0.76:  # primary-key change
             cur.execute("UPDATE IGNORE orders SET id = id + 5 WHERE id = %s", (k - k % 10,))
         elif action < 0.86:
             email = f"user{rng.randrange(1, 2000)}@example.com"
-            cur.execute("UPDATE customers SET balance = IFNULL(balance, 0) + 1, country = NULL"
-                        " WHERE email = %s", (email,))
-            cur.execute("INSERT IGNORE INTO customers (email, name, country) VALUES (%s, %s, 'NL')",
-                        (f"new{rng.randrange(10**9)}@Example.com", "Nieuw"))
+            cur.execute(
+                "UPDATE customers SET balance = IFNULL(balance, 0) + 1, country = NULL"
+                " WHERE email = %s",
+                (email,),
+            )
+            cur.execute(
+                "INSERT IGNORE INTO customers (email, name, country) VALUES (%s, %s, 'NL')",
+                (f"new{rng.randrange(10**9)}@Example.com", "Nieuw"),
+            )
         elif action < 0.93:  # string primary-key change
-            cur.execute("UPDATE IGNORE customers SET email = CONCAT('moved.', email)"
-                        " WHERE email = %s", (f"user{rng.randrange(1, 2000)}@example.com",))
+            cur.execute(
+                "UPDATE IGNORE customers SET email = CONCAT('moved.', email) WHERE email = %s",
+                (f"user{rng.randrange(1, 2000)}@example.com",),
+            )
         else:
-            cur.execute("UPDATE order_items SET qty = qty + 1, price = NULL WHERE order_id = %s",
-                        (k - k % 10,))
-            cur.execute("DELETE FROM order_items WHERE order_id = %s AND line_no = 2",
-                        (rng.randrange(1, top),))
+            cur.execute(
+                "UPDATE order_items SET qty = qty + 1, price = NULL WHERE order_id = %s",
+                (k - k % 10,),
+            )
+            cur.execute(
+                "DELETE FROM order_items WHERE order_id = %s AND line_no = 2",
+                (rng.randrange(1, top),),
+            )
         return next_id

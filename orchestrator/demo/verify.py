@@ -35,7 +35,9 @@ class Comparison:
     published_rows: int
     missing: list[Any] = field(default_factory=list)  # keys in the source, not published
     extra: list[Any] = field(default_factory=list)  # keys published, not in the source
-    different: list[tuple[Any, str, Any, Any]] = field(default_factory=list)  # key, column, source, published
+    different: list[tuple[Any, str, Any, Any]] = field(
+        default_factory=list
+    )  # key, column, source, published
 
     @property
     def equal(self) -> bool:
@@ -44,7 +46,9 @@ class Comparison:
     def summary(self, limit: int = 5) -> str:
         if self.equal:
             return f"{self.table}: equal ({self.source_rows:,} rows)"
-        parts = [f"{self.table}: DIFFERENT (source {self.source_rows:,} rows, published {self.published_rows:,})"]
+        parts = [
+            f"{self.table}: DIFFERENT (source {self.source_rows:,} rows, published {self.published_rows:,})"
+        ]
         if self.missing:
             parts.append(f"  {len(self.missing)} missing, e.g. {self.missing[:limit]}")
         if self.extra:
@@ -83,7 +87,11 @@ def normalize(column: ColumnInfo, value: Any) -> Any:
     if t in ZERO_DATE_TYPES and isinstance(value, str):
         return None  # zero dates come back as text from PyMySQL; the mapping makes them null
     if t == "timestamp" and isinstance(value, dt.datetime):
-        return value.replace(tzinfo=None) if value.tzinfo is None else value.astimezone(dt.UTC).replace(tzinfo=None)
+        return (
+            value.replace(tzinfo=None)
+            if value.tzinfo is None
+            else value.astimezone(dt.UTC).replace(tzinfo=None)
+        )
     if t == "time" and isinstance(value, int):
         return dt.timedelta(microseconds=value)
     if t == "set" and isinstance(value, set):
@@ -97,8 +105,13 @@ def _key_of(row: dict[str, Any], key: tuple[str, ...]) -> Any:
     return tuple(row[k] for k in key)
 
 
-def compare(info: TableInfo, key: tuple[str, ...], source_rows: Iterable[tuple[Any, ...]],
-            published_rows: Iterable[dict[str, Any]], limit: int = 100) -> Comparison:
+def compare(
+    info: TableInfo,
+    key: tuple[str, ...],
+    source_rows: Iterable[tuple[Any, ...]],
+    published_rows: Iterable[dict[str, Any]],
+    limit: int = 100,
+) -> Comparison:
     """Compare rows (source as tuples in column order, published as dicts)."""
     cols = info.columns
     source: dict[Any, tuple[Any, ...]] = {}
@@ -115,7 +128,9 @@ def compare(info: TableInfo, key: tuple[str, ...], source_rows: Iterable[tuple[A
         published[k] = tuple(row[c.name] for c in cols)
     result = Comparison(info.name, len(source), len(published) + len(duplicates))
     result.missing = sorted((k for k in source if k not in published), key=repr)[:limit]
-    result.extra = (sorted((k for k in published if k not in source), key=repr) + duplicates)[:limit]
+    result.extra = (sorted((k for k in published if k not in source), key=repr) + duplicates)[
+        :limit
+    ]
     for k, values in source.items():
         other = published.get(k)
         if other is None or other == values:
@@ -137,17 +152,23 @@ def source_rows(conn: Any, info: TableInfo, where: str | None = None) -> list[tu
     """Every row of the source table (those matching ``where``, the table's filter), read
     through ``conn`` (a PyMySQL connection), in column order."""
     # FLOAT over the text protocol has 6 significant digits; the lake holds the exact float32.
-    columns = ", ".join(f"CAST({quote_identifier(c.name)} AS DOUBLE)" if c.data_type == "float"
-                        else quote_identifier(c.name) for c in info.columns)
+    columns = ", ".join(
+        f"CAST({quote_identifier(c.name)} AS DOUBLE)"
+        if c.data_type == "float"
+        else quote_identifier(c.name)
+        for c in info.columns
+    )
     with conn.cursor() as cur:
         cur.execute("SET time_zone = '+00:00'")
-        cur.execute(f"SELECT {columns} FROM {quote_table(info.name)}"
-                    + (f" WHERE {where}" if where else ""))
+        cur.execute(
+            f"SELECT {columns} FROM {quote_table(info.name)}" + (f" WHERE {where}" if where else "")
+        )
         return list(cur.fetchall())
 
 
-def verify_table(conn: Any, info: TableInfo, key: tuple[str, ...], table_dir: str,
-                 where: str | None = None) -> Comparison:
+def verify_table(
+    conn: Any, info: TableInfo, key: tuple[str, ...], table_dir: str, where: str | None = None
+) -> Comparison:
     """Compare the source table (read through ``conn``, a PyMySQL connection; only the rows
     matching ``where``, the table's filter) with its published version."""
     return compare(info, key, source_rows(conn, info, where), published_rows(table_dir))

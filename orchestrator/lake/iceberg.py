@@ -56,8 +56,11 @@ ATTEMPT = "tidemark.attempt"
 NO_COMMIT_RETRIES = {TableProperties.COMMIT_NUM_RETRIES: "0"}
 #: Table properties set at creation: old metadata files are deleted as new ones are written; no
 #: commit retried on a newer table.
-_TABLE_PROPERTIES = {TableProperties.METADATA_DELETE_AFTER_COMMIT_ENABLED: "true",
-                     TableProperties.METADATA_PREVIOUS_VERSIONS_MAX: "10", **NO_COMMIT_RETRIES}
+_TABLE_PROPERTIES = {
+    TableProperties.METADATA_DELETE_AFTER_COMMIT_ENABLED: "true",
+    TableProperties.METADATA_PREVIOUS_VERSIONS_MAX: "10",
+    **NO_COMMIT_RETRIES,
+}
 
 
 def catalog_properties(config: PipelineConfig) -> dict[str, str]:
@@ -85,7 +88,9 @@ def catalog_properties(config: PipelineConfig) -> dict[str, str]:
     'orchestrator.lake.iceberg_io.DurableFileIO'
     """
     properties = dict(config.output.catalog.properties)
-    rest = properties.get("type") == "rest" or str(properties.get("uri", "")).startswith(("http:", "https:"))
+    rest = properties.get("type") == "rest" or str(properties.get("uri", "")).startswith(
+        ("http:", "https:")
+    )
     if storage.is_local(config.output.path) and not rest:
         properties.setdefault(PY_IO_IMPL, DURABLE_FILE_IO)
     if properties.get("type", "sql" if "uri" not in properties else None) == "sql":
@@ -113,9 +118,11 @@ def open_catalog(config: PipelineConfig) -> Catalog:
                     raise
                 return load_catalog(name, **catalog_properties(config))
     except Exception as exc:  # pyiceberg raises ValueError, ImportError, driver errors...
-        raise RunFailed(f"cannot open the Iceberg catalog `{name}` (output.catalog): "
-                        f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}; "
-                        "check output.catalog's type and uri") from exc
+        raise RunFailed(
+            f"cannot open the Iceberg catalog `{name}` (output.catalog): "
+            f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}; "
+            "check output.catalog's type and uri"
+        ) from exc
 
 
 def table_uri(tdir: str) -> str:
@@ -143,7 +150,9 @@ class Evolving:
     table: Table
     name: str
     wanted: pa.Schema | None  # the Iceberg schema to evolve to (`_wanted`); None: no column changes
-    order: tuple[str, ...] | None  # the source's column order, when the columns must be moved into it
+    order: (
+        tuple[str, ...] | None
+    )  # the source's column order, when the columns must be moved into it
 
     def stage(self, tx: Transaction) -> None:
         """The schema update staged in ``tx``, the transaction of the version's snapshot."""
@@ -155,11 +164,18 @@ class Evolving:
             except ValueError as exc:
                 raise _cannot_evolve(self.name, exc) from exc
             if replaced:
-                log.warning("table %s: column(s) %s changed to a type Iceberg cannot promote: replaced by new "
-                            "column(s) of the same name with new field IDs (older snapshots and readers of an "
-                            "older metadata_location keep the old columns)", self.name, ", ".join(replaced))
-            log.info("table %s: the version's commit evolves the Iceberg schema to %s", self.name,
-                     ", ".join(self.wanted.names))
+                log.warning(
+                    "table %s: column(s) %s changed to a type Iceberg cannot promote: replaced by new "
+                    "column(s) of the same name with new field IDs (older snapshots and readers of an "
+                    "older metadata_location keep the old columns)",
+                    self.name,
+                    ", ".join(replaced),
+                )
+            log.info(
+                "table %s: the version's commit evolves the Iceberg schema to %s",
+                self.name,
+                ", ".join(self.wanted.names),
+            )
         if self.order is not None:
             _reorder(tx, self.name, self.order)
 
@@ -179,8 +195,9 @@ def load(catalog: Catalog, table: str) -> Table | None:
         return None
 
 
-def prepare_table(catalog: Catalog, table: str, tdir: str, schema: pa.Schema,
-                  loaded: Table | None) -> tuple[pa.Schema, Prepared]:
+def prepare_table(
+    catalog: Catalog, table: str, tdir: str, schema: pa.Schema, loaded: Table | None
+) -> tuple[pa.Schema, Prepared]:
     """Stage the Iceberg table's creation, or the evolution of its schema to ``schema`` (new
     columns get new field IDs, existing IDs never change, widenings Iceberg allows evolve in
     place); returns ``schema`` with the field IDs the table will have (the schema the version's
@@ -222,7 +239,9 @@ def _ensure_namespace(catalog: Catalog, namespace: str) -> None:
     known.add(namespace)
 
 
-def planned_schema(catalog: Catalog, table: str, schema: pa.Schema, *, exists: bool = True) -> pa.Schema:
+def planned_schema(
+    catalog: Catalog, table: str, schema: pa.Schema, *, exists: bool = True
+) -> pa.Schema:
     """What `prepare_table` will return for ``schema``, without changing the catalog: the schema
     data files written before publish (a snapshot's chunk files, rewritten files) carry. Publish
     checks each file's field IDs against `prepare_table`'s and rewrites a file that differs.
@@ -239,19 +258,29 @@ def planned_schema(catalog: Catalog, table: str, schema: pa.Schema, *, exists: b
         try:  # the same update the version's commit stages (`Evolving`), applied to a copy of the metadata
             fields = _schema_update(iceberg, table, wanted)._apply().fields
         except Exception as exc:
-            log.info("table %s: cannot foresee the Iceberg field IDs (%s); publish will check them", table, exc)
+            log.info(
+                "table %s: cannot foresee the Iceberg field IDs (%s); publish will check them",
+                table,
+                exc,
+            )
     ids = {f.name: f.field_id for f in fields}
     return with_field_ids(schema, {name: ids.get(name, 0) for name in schema.names})
 
 
-def data_file_schema(config: PipelineConfig, table: TableInfo, catalog: Catalog | None = None) -> pa.Schema:
+def data_file_schema(
+    config: PipelineConfig, table: TableInfo, catalog: Catalog | None = None
+) -> pa.Schema:
     """The schema a table's new data files are written with before publish: published types,
     the field IDs publish will commit (`planned_schema`). ``catalog``: one already open (a step
     of many tables opens it once)."""
-    return planned_schema(catalog or open_catalog(config), table.name, published_schema(table.columns))
+    return planned_schema(
+        catalog or open_catalog(config), table.name, published_schema(table.columns)
+    )
 
 
-def data_file_schemas(config: PipelineConfig, tables: Iterable[TableInfo], catalog: Catalog) -> dict[str, pa.Schema]:
+def data_file_schemas(
+    config: PipelineConfig, tables: Iterable[TableInfo], catalog: Catalog
+) -> dict[str, pa.Schema]:
     """`data_file_schema` of many tables, by name: the catalog lists each database's tables once,
     and only the tables it has are loaded (a first run of thousands of small tables loads none)."""
     listed: dict[str, set[str]] = {}
@@ -263,8 +292,12 @@ def data_file_schemas(config: PipelineConfig, tables: Iterable[TableInfo], catal
                 listed[namespace] = {".".join(ident) for ident in catalog.list_tables(namespace)}
             except NoSuchNamespaceError:
                 listed[namespace] = set()
-        out[table.name] = planned_schema(catalog, table.name, published_schema(table.columns),
-                                         exists=table.name in listed[namespace])
+        out[table.name] = planned_schema(
+            catalog,
+            table.name,
+            published_schema(table.columns),
+            exists=table.name in listed[namespace],
+        )
     return out
 
 
@@ -280,15 +313,21 @@ def _wanted(iceberg: Table, schema: pa.Schema) -> pa.Schema | None:
     optional, or does not have yet, is wanted optional (the files may still hold it required)."""
     ids = {f.name: f.field_id for f in iceberg.schema().fields}
     optional = {f.name for f in iceberg.schema().fields if not f.required}
-    wanted = pa.schema(f.with_nullable(True) if f.name in optional or f.name not in ids else f
-                       for f in schema)
-    if set(ids) != set(schema.names) or (  # in any order: a replaced column comes last (_schema_update)
-            set(pyarrow_to_schema(with_field_ids(wanted, ids)).fields) != set(iceberg.schema().fields)):
+    wanted = pa.schema(
+        f.with_nullable(True) if f.name in optional or f.name not in ids else f for f in schema
+    )
+    if set(ids) != set(
+        schema.names
+    ) or (  # in any order: a replaced column comes last (_schema_update)
+        set(pyarrow_to_schema(with_field_ids(wanted, ids)).fields) != set(iceberg.schema().fields)
+    ):
         return wanted
     return None
 
 
-def _schema_update(iceberg: Table, table: str, schema: pa.Schema, tx: Transaction | None = None) -> UpdateSchema:
+def _schema_update(
+    iceberg: Table, table: str, schema: pa.Schema, tx: Transaction | None = None
+) -> UpdateSchema:
     """The uncommitted schema update of ``iceberg`` to ``schema``, in ``tx`` (None: a transaction
     of its own). A column whose type Iceberg cannot promote (INT -> VARCHAR, BIGINT -> INT,
     VARCHAR <-> VARBINARY, a DECIMAL scale change...) is replaced: the old field is dropped and a
@@ -302,7 +341,9 @@ def _schema_update(iceberg: Table, table: str, schema: pa.Schema, tx: Transactio
         for name in replaced:
             update.delete_column(name)
         for name in replaced:
-            field = pyarrow_to_schema(with_field_ids(pa.schema([schema.field(name)]), {name: 1})).fields[0]
+            field = pyarrow_to_schema(
+                with_field_ids(pa.schema([schema.field(name)]), {name: 1})
+            ).fields[0]
             update.add_column(name, field.field_type, doc=field.doc)
         update.union_by_name(pa.schema(f for f in schema if f.name not in replaced))
         for name in {f.name for f in iceberg.schema().fields} - set(schema.names):
@@ -313,8 +354,10 @@ def _schema_update(iceberg: Table, table: str, schema: pa.Schema, tx: Transactio
 
 
 def _cannot_evolve(table: str, exc: ValueError) -> RunFailed:
-    return RunFailed(f"table {table}: the source's columns changed in a way Iceberg cannot evolve ({exc}); "
-                     f"drop the Iceberg table {table} from output.catalog and " + resnapshot_hint(table))
+    return RunFailed(
+        f"table {table}: the source's columns changed in a way Iceberg cannot evolve ({exc}); "
+        f"drop the Iceberg table {table} from output.catalog and " + resnapshot_hint(table)
+    )
 
 
 def _reorder(tx: Transaction, table: str, names: Sequence[str]) -> None:
@@ -333,9 +376,14 @@ def _unpromotable(iceberg: Table, schema: pa.Schema) -> list[str]:
     """The columns of both schemas whose Iceberg type changes in a way Iceberg does not allow."""
     current = {f.name: f.field_type for f in iceberg.schema().fields}
     common = [f for f in schema if f.name in current]
-    wanted = pyarrow_to_schema(with_field_ids(pa.schema(common), {f.name: i for i, f in enumerate(common, 1)}))
-    return [f.name for f in wanted.fields
-            if f.field_type != current[f.name] and not _promotable(current[f.name], f.field_type)]
+    wanted = pyarrow_to_schema(
+        with_field_ids(pa.schema(common), {f.name: i for i, f in enumerate(common, 1)})
+    )
+    return [
+        f.name
+        for f in wanted.fields
+        if f.field_type != current[f.name] and not _promotable(current[f.name], f.field_type)
+    ]
 
 
 def _promotable(old: IcebergType, new: IcebergType) -> bool:
@@ -368,11 +416,18 @@ def drop_table(config: PipelineConfig, table: str) -> bool:
 
 
 def data_files(iceberg: Table, snapshot_id: int | None = None) -> Iterable[DataFile]:
-    snapshot = iceberg.snapshot_by_id(snapshot_id) if snapshot_id is not None else iceberg.current_snapshot()
+    snapshot = (
+        iceberg.snapshot_by_id(snapshot_id)
+        if snapshot_id is not None
+        else iceberg.current_snapshot()
+    )
     if snapshot is None:
         return []
-    return [entry.data_file for manifest in snapshot.manifests(iceberg.io)
-            for entry in manifest.fetch_manifest_entry(iceberg.io, discard_deleted=True)]
+    return [
+        entry.data_file
+        for manifest in snapshot.manifests(iceberg.io)
+        for entry in manifest.fetch_manifest_entry(iceberg.io, discard_deleted=True)
+    ]
 
 
 def _snapshot_metadata(iceberg: Table, snapshot_ids: Iterable[int]) -> set[str]:
@@ -390,7 +445,9 @@ def _snapshot_metadata(iceberg: Table, snapshot_ids: Iterable[int]) -> set[str]:
     return found
 
 
-def expire_versions(catalog: Catalog, table: str, tdir: str, versions: Sequence[int]) -> tuple[set[str], str | None]:
+def expire_versions(
+    catalog: Catalog, table: str, tdir: str, versions: Sequence[int]
+) -> tuple[set[str], str | None]:
     """Expire the snapshots of the dropped ``versions`` and delete the manifest files only they
     used (Iceberg's expiry deletes no file; data files are retention's, `manifest.apply_retention`).
 
@@ -408,18 +465,31 @@ def expire_versions(catalog: Catalog, table: str, tdir: str, versions: Sequence[
     if current is not None:
         kept.add(current.snapshot_id)
     dropped = {str(v) for v in versions}
-    expire = [s.snapshot_id for s in iceberg.snapshots()
-              if s.summary is not None and s.summary.get(VERSION) in dropped and s.snapshot_id not in kept]
+    expire = [
+        s.snapshot_id
+        for s in iceberg.snapshots()
+        if s.summary is not None and s.summary.get(VERSION) in dropped and s.snapshot_id not in kept
+    ]
     if expire:
         candidates = _snapshot_metadata(iceberg, expire)
         iceberg.maintenance.expire_snapshots().by_ids(expire).commit()
         iceberg = iceberg.refresh()
-        unused = candidates - _snapshot_metadata(iceberg, [s.snapshot_id for s in iceberg.snapshots()])
+        unused = candidates - _snapshot_metadata(
+            iceberg, [s.snapshot_id for s in iceberg.snapshots()]
+        )
         for path in sorted(unused):
             iceberg.io.delete(path)
-        log.info("table %s: expired Iceberg snapshot(s) %s, deleted %d manifest file(s) no kept snapshot lists",
-                 table, ", ".join(map(str, expire)), len(unused))
+        log.info(
+            "table %s: expired Iceberg snapshot(s) %s, deleted %d manifest file(s) no kept snapshot lists",
+            table,
+            ", ".join(map(str, expire)),
+            len(unused),
+        )
     prefix = table_uri(tdir).rstrip("/") + "/"
-    needed = {f.file_path[len(prefix):] for s in iceberg.snapshots() for f in data_files(iceberg, s.snapshot_id)
-              if f.file_path.startswith(prefix)}
+    needed = {
+        f.file_path[len(prefix) :]
+        for s in iceberg.snapshots()
+        for f in data_files(iceberg, s.snapshot_id)
+        if f.file_path.startswith(prefix)
+    }
     return needed, iceberg.metadata_location

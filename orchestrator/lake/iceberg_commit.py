@@ -53,8 +53,10 @@ class RunCommit:
     attempt: str | None  # None: committed before attempts were recorded
 
     def __str__(self) -> str:
-        return (f"Iceberg snapshot {self.entry['snapshot_id']} of version {self.version} "
-                f"(publish attempt {self.attempt or 'unrecorded'})")
+        return (
+            f"Iceberg snapshot {self.entry['snapshot_id']} of version {self.version} "
+            f"(publish attempt {self.attempt or 'unrecorded'})"
+        )
 
 
 def find_run(catalog: Catalog, table: str, run_id: str) -> RunCommit | None:
@@ -62,22 +64,36 @@ def find_run(catalog: Catalog, table: str, run_id: str) -> RunCommit | None:
     return find_run_in(catalog, table, load(catalog, table), run_id)
 
 
-def find_run_in(catalog: Catalog, table: str, iceberg: Table | None, run_id: str) -> RunCommit | None:
+def find_run_in(
+    catalog: Catalog, table: str, iceberg: Table | None, run_id: str
+) -> RunCommit | None:
     """`find_run` in a table already loaded (None: the catalog has no such table)."""
     if iceberg is None:
         return None
     for snapshot in iceberg.snapshots():
         if snapshot.summary is not None and snapshot.summary.get(RUN_ID) == run_id:
             version = snapshot.summary.get(VERSION)
-            return RunCommit(entry(catalog, table, iceberg, snapshot.snapshot_id),
-                             int(version) if version else None, snapshot.summary.get(ATTEMPT))
+            return RunCommit(
+                entry(catalog, table, iceberg, snapshot.snapshot_id),
+                int(version) if version else None,
+                snapshot.summary.get(ATTEMPT),
+            )
     return None
 
 
-def commit_version(catalog: Catalog, table: str, tdir: str, files: Sequence[str], *, version: int,
-                   run_id: str, position: BinlogPosition, attempt: str,
-                   guard: Callable[[], None] = lambda: None, prepared: Table | Evolving | None = None
-                   ) -> IcebergEntry:
+def commit_version(
+    catalog: Catalog,
+    table: str,
+    tdir: str,
+    files: Sequence[str],
+    *,
+    version: int,
+    run_id: str,
+    position: BinlogPosition,
+    attempt: str,
+    guard: Callable[[], None] = lambda: None,
+    prepared: Table | Evolving | None = None,
+) -> IcebergEntry:
     """Make ``files`` (relative to ``tdir``) the table's current Iceberg snapshot, atomically:
     the files not in the current snapshot are added, those no longer listed are removed.
     Committing the same run again returns its snapshot.
@@ -110,8 +126,14 @@ def commit_version(catalog: Catalog, table: str, tdir: str, files: Sequence[str]
     iceberg = tx.commit_transaction()
     current = iceberg.current_snapshot()
     assert current is not None, "a commit makes a snapshot"
-    log.debug("table %s: Iceberg snapshot %d for version %d (%d files added, %d removed)", table,
-              current.snapshot_id, version, len(set(wanted) - listed.keys()), len(listed.keys() - set(wanted)))
+    log.debug(
+        "table %s: Iceberg snapshot %d for version %d (%d files added, %d removed)",
+        table,
+        current.snapshot_id,
+        version,
+        len(set(wanted) - listed.keys()),
+        len(listed.keys() - set(wanted)),
+    )
     return entry(catalog, table, iceberg, current.snapshot_id)
 
 
@@ -122,8 +144,12 @@ def file_uris(tdir: str, files: Sequence[str]) -> list[str]:
 
 def summary(*, run_id: str, version: int, attempt: str, position: BinlogPosition) -> dict[str, str]:
     """What a version's snapshot summary carries besides Iceberg's own (`find_run` reads it)."""
-    return {RUN_ID: run_id, VERSION: str(version), ATTEMPT: attempt,
-            POSITION: json.dumps(position.to_json(), sort_keys=True)}
+    return {
+        RUN_ID: run_id,
+        VERSION: str(version),
+        ATTEMPT: attempt,
+        POSITION: json.dumps(position.to_json(), sort_keys=True),
+    }
 
 
 def _without_commit_retries(table: Table) -> Table:
@@ -138,21 +164,32 @@ def _without_commit_retries(table: Table) -> Table:
     with table.transaction() as tx:
         tx.set_properties(NO_COMMIT_RETRIES)
     if _state(table) != loaded:
-        raise CommitFailedException(f"table {table.name()} changed since it was loaded: another writer committed")
+        raise CommitFailedException(
+            f"table {table.name()} changed since it was loaded: another writer committed"
+        )
     return table
 
 
 def _state(table: Table) -> tuple[int | None, int, int]:
     """What a version's commit is built on: the current snapshot, schema and last field ID."""
-    return table.metadata.current_snapshot_id, table.metadata.current_schema_id, table.metadata.last_column_id
+    return (
+        table.metadata.current_snapshot_id,
+        table.metadata.current_schema_id,
+        table.metadata.last_column_id,
+    )
 
 
-def _stage_files(tx: Transaction, io: FileIO, properties: dict[str, str], listed: dict[str, DataFile],
-                 wanted: Sequence[str]) -> None:
+def _stage_files(
+    tx: Transaction,
+    io: FileIO,
+    properties: dict[str, str],
+    listed: dict[str, DataFile],
+    wanted: Sequence[str],
+) -> None:
     """Stage in ``tx`` the snapshot whose files are ``wanted``, the current ones being ``listed``:
     a fast append when nothing is listed (a table without a snapshot), else `_overwrite`."""
     update = tx.update_snapshot(snapshot_properties=properties)
-    with (_overwrite(update) if listed else update.fast_append()) as snapshot:
+    with _overwrite(update) if listed else update.fast_append() as snapshot:
         for path in listed.keys() - set(wanted):
             snapshot.delete_data_file(listed[path])
         for path in wanted:
@@ -183,5 +220,9 @@ def _overwrite(update: UpdateSnapshot) -> _OverwriteFiles:
 
 def entry(catalog: Catalog, table: str, iceberg: Table, snapshot_id: int) -> IcebergEntry:
     """The manifest's ``iceberg`` entry naming ``snapshot_id`` of ``iceberg`` as now committed."""
-    return IcebergEntry(catalog=catalog.name, identifier=table,
-                        metadata_location=iceberg.metadata_location, snapshot_id=snapshot_id)
+    return IcebergEntry(
+        catalog=catalog.name,
+        identifier=table,
+        metadata_location=iceberg.metadata_location,
+        snapshot_id=snapshot_id,
+    )

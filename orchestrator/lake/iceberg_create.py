@@ -101,9 +101,13 @@ class NewTable:
 
 
 def _metadata(location: str, schema: Schema, properties: Mapping[str, str]) -> TableMetadata:
-    return new_table_metadata(schema=schema, partition_spec=UNPARTITIONED_PARTITION_SPEC,
-                              sort_order=UNSORTED_SORT_ORDER, location=location.rstrip("/"),
-                              properties=dict(properties))
+    return new_table_metadata(
+        schema=schema,
+        partition_spec=UNPARTITIONED_PARTITION_SPEC,
+        sort_order=UNSORTED_SORT_ORDER,
+        location=location.rstrip("/"),
+        properties=dict(properties),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,8 +123,9 @@ class Written:
 Creating = tuple[NewTable, Sequence[str], Mapping[str, str]]
 
 
-def create_all(catalog: Catalog, tables: Sequence[Creating], guard: Callable[[], None] = lambda: None
-               ) -> list[tuple[str, int] | Exception]:
+def create_all(
+    catalog: Catalog, tables: Sequence[Creating], guard: Callable[[], None] = lambda: None
+) -> list[tuple[str, int] | Exception]:
     """Create each of ``tables`` with its first snapshot; for each, its metadata location and
     snapshot ID, or the exception that failed it (the others are created all the same): a name
     the catalog already has fails its table (another writer's; the files written for it are then
@@ -151,8 +156,10 @@ def create_all(catalog: Catalog, tables: Sequence[Creating], guard: Callable[[],
     if written:
         guard()  # before the commit: a process that lost the lock registers nothing
     errors = iter(register_all(catalog, written, guard) if written else [])
-    return [w if isinstance(w, Exception) else (next(errors) or (w.metadata_location, w.snapshot_id))
-            for w in done]
+    return [
+        w if isinstance(w, Exception) else (next(errors) or (w.metadata_location, w.snapshot_id))
+        for w in done
+    ]
 
 
 #: False routes the SQL catalog through `_by_transaction` too (tests of that path: no other
@@ -160,12 +167,16 @@ def create_all(catalog: Catalog, tables: Sequence[Creating], guard: Callable[[],
 _REGISTERS_ITSELF = True
 
 
-def _by_transaction(catalog: Catalog, new: NewTable, paths: Sequence[str], summary: Mapping[str, str]
-                    ) -> tuple[str, int]:
+def _by_transaction(
+    catalog: Catalog, new: NewTable, paths: Sequence[str], summary: Mapping[str, str]
+) -> tuple[str, int]:
     """``new`` created with its snapshot by pyiceberg's create transaction and fast append."""
-    tx = catalog.create_table_transaction(new.identifier, schema=new.schema, location=new.location,
-                                          properties=dict(new.properties))
-    io = tx._table.io  # the staged table's (pyiceberg keeps it private): a REST catalog's credentials
+    tx = catalog.create_table_transaction(
+        new.identifier, schema=new.schema, location=new.location, properties=dict(new.properties)
+    )
+    io = (
+        tx._table.io
+    )  # the staged table's (pyiceberg keeps it private): a REST catalog's credentials
     with tx.update_snapshot(snapshot_properties=dict(summary)).fast_append() as append:
         for path in paths:
             append.append_data_file(data_file(io, tx.table_metadata, path))
@@ -175,7 +186,9 @@ def _by_transaction(catalog: Catalog, new: NewTable, paths: Sequence[str], summa
     return table.metadata_location, snapshot.snapshot_id
 
 
-def write(catalog: Catalog, new: NewTable, paths: Sequence[str], summary: Mapping[str, str]) -> Written:
+def write(
+    catalog: Catalog, new: NewTable, paths: Sequence[str], summary: Mapping[str, str]
+) -> Written:
     """The metadata of ``new`` with one snapshot appending ``paths``: the manifest, manifest list
     and metadata file, written but not yet in the catalog (nothing lists them)."""
     metadata = _metadata(new.location, new.schema, new.properties)
@@ -184,41 +197,72 @@ def write(catalog: Catalog, new: NewTable, paths: Sequence[str], summary: Mappin
     io = load_file_io({**catalog.properties, **metadata.properties}, metadata_location)
     snapshot_id, commit = metadata.new_snapshot_id(), uuid.uuid4()
     files = [data_file(io, metadata, path) for path in paths]
-    compression = metadata.properties.get(TableProperties.WRITE_AVRO_COMPRESSION,
-                                          TableProperties.WRITE_AVRO_COMPRESSION_DEFAULT)
+    # a codec name, as pyiceberg's own writers take it from the table's properties
+    compression: Any = metadata.properties.get(
+        TableProperties.WRITE_AVRO_COMPRESSION, TableProperties.WRITE_AVRO_COMPRESSION_DEFAULT
+    )
     manifests = []
     if files:
         manifest_output = io.new_output(provider.new_metadata_location(f"{commit}-m0.avro"))
-        with _ManifestWriter(metadata.spec(), metadata.schema(), manifest_output, snapshot_id,
-                             compression) as writer:  # type: ignore[arg-type]  # a codec name
+        with _ManifestWriter(
+            metadata.spec(), metadata.schema(), manifest_output, snapshot_id, compression
+        ) as writer:
             for file in files:
-                writer.add(ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=snapshot_id,
-                                                   sequence_number=None, file_sequence_number=None, data_file=file))
+                writer.add(
+                    ManifestEntry.from_args(
+                        status=ManifestEntryStatus.ADDED,
+                        snapshot_id=snapshot_id,
+                        sequence_number=None,
+                        file_sequence_number=None,
+                        data_file=file,
+                    )
+                )
         manifests.append(writer.to_manifest_file())
     list_location = provider.new_metadata_location(f"snap-{snapshot_id}-0-{commit}.avro")
-    with _ManifestListWriter(io.new_output(list_location), snapshot_id, None, 1,
-                             compression) as manifest_list:  # type: ignore[arg-type]
+    with _ManifestListWriter(
+        io.new_output(list_location), snapshot_id, None, 1, compression
+    ) as manifest_list:
         manifest_list.add_manifests(manifests)
-    collector = SnapshotSummaryCollector(partition_summary_limit=int(metadata.properties.get(
-        TableProperties.WRITE_PARTITION_SUMMARY_LIMIT, TableProperties.WRITE_PARTITION_SUMMARY_LIMIT_DEFAULT)))
+    collector = SnapshotSummaryCollector(
+        partition_summary_limit=int(
+            metadata.properties.get(
+                TableProperties.WRITE_PARTITION_SUMMARY_LIMIT,
+                TableProperties.WRITE_PARTITION_SUMMARY_LIMIT_DEFAULT,
+            )
+        )
+    )
     for file in files:
         collector.add_file(file, schema=metadata.schema(), partition_spec=metadata.spec())
     # pyiceberg's models take their fields by name as pyiceberg builds them (mypy knows the aliases)
-    snapshot = Snapshot(snapshot_id=snapshot_id, parent_snapshot_id=None, manifest_list=list_location,  # type: ignore[call-arg]
-                        sequence_number=1, schema_id=metadata.current_schema_id,
-                        summary=update_snapshot_summaries(Summary(operation=Operation.APPEND, **collector.build(),
-                                                                  **summary)))
+    snapshot = Snapshot(
+        snapshot_id=snapshot_id,
+        parent_snapshot_id=None,
+        manifest_list=list_location,  # type: ignore[call-arg]
+        sequence_number=1,
+        schema_id=metadata.current_schema_id,
+        summary=update_snapshot_summaries(
+            Summary(operation=Operation.APPEND, **collector.build(), **summary)
+        ),
+    )
     main = SnapshotRef(snapshot_id=snapshot_id, snapshot_ref_type=SnapshotRefType.BRANCH)  # type: ignore[call-arg]
     logged = SnapshotLogEntry(snapshot_id=snapshot_id, timestamp_ms=snapshot.timestamp_ms)  # type: ignore[call-arg]
-    metadata = metadata.model_copy(update={  # what pyiceberg's AddSnapshot and SetSnapshotRef(main) change
-        "snapshots": [snapshot], "current_snapshot_id": snapshot_id, "last_sequence_number": 1,
-        "last_updated_ms": snapshot.timestamp_ms, "refs": {MAIN_BRANCH: main}, "snapshot_log": [logged]})
+    metadata = metadata.model_copy(
+        update={  # what pyiceberg's AddSnapshot and SetSnapshotRef(main) change
+            "snapshots": [snapshot],
+            "current_snapshot_id": snapshot_id,
+            "last_sequence_number": 1,
+            "last_updated_ms": snapshot.timestamp_ms,
+            "refs": {MAIN_BRANCH: main},
+            "snapshot_log": [logged],
+        }
+    )
     ToOutputFile.table_metadata(metadata, io.new_output(metadata_location))
     return Written(new.identifier, metadata_location, snapshot_id)
 
 
-def register_all(catalog: SqlCatalog, tables: Sequence[Written], guard: Callable[[], None] = lambda: None
-                 ) -> list[TableAlreadyExistsError | None]:
+def register_all(
+    catalog: SqlCatalog, tables: Sequence[Written], guard: Callable[[], None] = lambda: None
+) -> list[TableAlreadyExistsError | None]:
     """Put written tables in the SQL catalog; for each, None or the error that it already has one
     of that name (the others are registered all the same).
 
@@ -262,15 +306,19 @@ def known(catalog: Catalog, identifiers: Sequence[str]) -> set[str] | None:
     with Session(catalog.engine) as session:
         for namespace, names in by_namespace.items():
             query = select(IcebergTables.table_name).where(
-                IcebergTables.catalog_name == catalog.name, IcebergTables.table_namespace == namespace,
-                IcebergTables.table_name.in_(names))
+                IcebergTables.catalog_name == catalog.name,
+                IcebergTables.table_namespace == namespace,
+                IcebergTables.table_name.in_(names),
+            )
             found.update(f"{namespace}.{name}" for name in session.scalars(query))
     return found
 
 
 def _split(identifier: str) -> tuple[str, str]:
     """An identifier's namespace and table name, as the SQL catalog's rows hold them."""
-    return Catalog.namespace_to_string(Catalog.namespace_from(identifier)), Catalog.table_name_from(identifier)
+    return Catalog.namespace_to_string(Catalog.namespace_from(identifier)), Catalog.table_name_from(
+        identifier
+    )
 
 
 def data_file(io: FileIO, metadata: TableMetadata, path: str) -> DataFile:
@@ -287,19 +335,33 @@ def data_file(io: FileIO, metadata: TableMetadata, path: str) -> DataFile:
     with input_file.open() as stream:
         footer = pq.read_metadata(stream)
     schema = metadata.schema()
-    ids = {f.name: int((f.metadata or {}).get(FIELD_ID, b"-1")) for f in footer.schema.to_arrow_schema()}
+    ids = {
+        f.name: int((f.metadata or {}).get(FIELD_ID, b"-1"))
+        for f in footer.schema.to_arrow_schema()
+    }
     wanted = {f.name: f.field_id for f in schema.fields}
     if ids != wanted:
-        raise RunFailed(f"internal: {path} has the field IDs {ids}, not the Iceberg table's {wanted}: "
-                        "the version is not committed")
+        raise RunFailed(
+            f"internal: {path} has the field IDs {ids}, not the Iceberg table's {wanted}: "
+            "the version is not committed"
+        )
     statistics = data_file_statistics_from_parquet_metadata(
-        parquet_metadata=footer, stats_columns=compute_statistics_plan(schema, metadata.properties),
-        parquet_column_mapping=parquet_path_to_id_mapping(schema))
+        parquet_metadata=footer,
+        stats_columns=compute_statistics_plan(schema, metadata.properties),
+        parquet_column_mapping=parquet_path_to_id_mapping(schema),
+    )
     return DataFile.from_args(
-        content=DataFileContent.DATA, file_path=path, file_format=FileFormat.PARQUET,
-        partition=statistics.partition(metadata.spec(), schema), file_size_in_bytes=len(input_file),
-        sort_order_id=None, spec_id=metadata.default_spec_id, equality_ids=None, key_metadata=None,
-        **statistics.to_serialized_dict())
+        content=DataFileContent.DATA,
+        file_path=path,
+        file_format=FileFormat.PARQUET,
+        partition=statistics.partition(metadata.spec(), schema),
+        file_size_in_bytes=len(input_file),
+        sort_order_id=None,
+        spec_id=metadata.default_spec_id,
+        equality_ids=None,
+        key_metadata=None,
+        **statistics.to_serialized_dict(),
+    )
 
 
 # --------------------------------------------------------------------------- Avro writers built once
@@ -316,19 +378,30 @@ class _Kind:
 
 
 def _kind(name: str, file_schema: Schema, record_schema: Schema) -> _Kind:
-    return _Kind(name, file_schema, resolve_writer(record_schema=record_schema, file_schema=file_schema),
-                 json.dumps(AvroSchemaConversion().iceberg_to_avro(file_schema, schema_name=name)))
+    return _Kind(
+        name,
+        file_schema,
+        resolve_writer(record_schema=record_schema, file_schema=file_schema),
+        json.dumps(AvroSchemaConversion().iceberg_to_avro(file_schema, schema_name=name)),
+    )
 
 
 def _manifest_schema(version: TableVersion) -> Schema:
     """A manifest's entry schema for an unpartitioned table (the same for every such table)."""
     return manifest_entry_schema_with_data_file(
-        format_version=version, data_file=data_file_with_partition(StructType(), format_version=version))
+        format_version=version,
+        data_file=data_file_with_partition(StructType(), format_version=version),
+    )
 
 
-_MANIFEST = _kind("manifest_entry", _manifest_schema(FORMAT_VERSION), _manifest_schema(DEFAULT_READ_VERSION))
-_MANIFEST_LIST = _kind("manifest_file", MANIFEST_LIST_FILE_SCHEMAS[FORMAT_VERSION],
-                       MANIFEST_LIST_FILE_SCHEMAS[DEFAULT_READ_VERSION])
+_MANIFEST = _kind(
+    "manifest_entry", _manifest_schema(FORMAT_VERSION), _manifest_schema(DEFAULT_READ_VERSION)
+)
+_MANIFEST_LIST = _kind(
+    "manifest_file",
+    MANIFEST_LIST_FILE_SCHEMAS[FORMAT_VERSION],
+    MANIFEST_LIST_FILE_SCHEMAS[DEFAULT_READ_VERSION],
+)
 _HEADER = construct_writer(META_SCHEMA)
 
 
@@ -338,7 +411,11 @@ class _Prebuilt(AvroOutputFile[Any]):
 
     def __init__(self, output_file: OutputFile, kind: _Kind, metadata: dict[str, str]) -> None:
         # not super().__init__: that is what is built once here
-        self.output_file, self.file_schema, self.schema_name = output_file, kind.file_schema, kind.name
+        self.output_file, self.file_schema, self.schema_name = (
+            output_file,
+            kind.file_schema,
+            kind.name,
+        )
         self.sync_bytes = os.urandom(SYNC_SIZE)
         self.writer, self.metadata, self._schema_json = kind.writer, metadata, kind.schema_json
 

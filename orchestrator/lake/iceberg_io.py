@@ -35,7 +35,8 @@ METADATA_SUFFIX = ".metadata.json"
 
 # pyiceberg logs at INFO each time it loads a FileIO named by py-io-impl: once per table loaded.
 logging.getLogger("pyiceberg.io").addFilter(
-    lambda record: not (record.levelno == logging.INFO and DURABLE_FILE_IO in record.getMessage()))
+    lambda record: not (record.levelno == logging.INFO and DURABLE_FILE_IO in record.getMessage())
+)
 
 _dirty: set[str] = set()  # directories with a file closed since they were last synced
 _dirty_lock = threading.Lock()
@@ -48,8 +49,12 @@ class DurableFileIO(PyArrowFileIO):
         scheme, netloc, path = self.parse_location(location, self.properties)
         if scheme != "file":
             return super().new_output(location)
-        return _DurableFile(location=location, path=path, fs=self.fs_by_scheme(scheme, netloc),
-                            buffer_size=int(self.properties.get(BUFFER_SIZE, ONE_MEGABYTE)))
+        return _DurableFile(
+            location=location,
+            path=path,
+            fs=self.fs_by_scheme(scheme, netloc),
+            buffer_size=int(self.properties.get(BUFFER_SIZE, ONE_MEGABYTE)),
+        )
 
 
 class _DurableFile(PyArrowFile):
@@ -87,8 +92,12 @@ class _Synced:
     def __enter__(self) -> _Synced:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         if exc_type is None:
             self.close()
         else:  # a failed write is not synced: nothing will commit it, and its error is the one raised

@@ -112,14 +112,25 @@ class PlannedFile(TypedDict):
 
 def planned(entry: FileRange, file: str, shared: bool) -> PlannedFile:
     """``entry`` as a planned file named ``file``."""
-    return PlannedFile(file=file, min_key=entry["min_key"], max_key=entry["max_key"], rows=entry["rows"],
-                       bytes=entry["bytes"], shared=shared)
+    return PlannedFile(
+        file=file,
+        min_key=entry["min_key"],
+        max_key=entry["max_key"],
+        rows=entry["rows"],
+        bytes=entry["bytes"],
+        shared=shared,
+    )
 
 
 def as_range(entry: PlannedFile, file: str, nbytes: int) -> FileRange:
     """A planned file as the manifest's `FileRange`, named ``file`` with ``nbytes`` bytes."""
-    return FileRange(file=file, min_key=entry["min_key"], max_key=entry["max_key"], rows=entry["rows"],
-                     bytes=nbytes)
+    return FileRange(
+        file=file,
+        min_key=entry["min_key"],
+        max_key=entry["max_key"],
+        rows=entry["rows"],
+        bytes=nbytes,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,8 +151,10 @@ class VersionPlan:
 
     def __str__(self) -> str:
         new = [f for f in self.files if not f["shared"]]
-        return (f"{len(self.files)} file(s) ({len(new)} new holding {sum(f['rows'] for f in new)} rows, "
-                f"{len(self.files) - len(new)} shared), {self.rows} rows")
+        return (
+            f"{len(self.files)} file(s) ({len(new)} new holding {sum(f['rows'] for f in new)} rows, "
+            f"{len(self.files) - len(new)} shared), {self.rows} rows"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,7 +181,9 @@ class Part:
 # --------------------------------------------------------------------------- manifest ranges
 
 
-def usable_ranges(files: Sequence[str], ranges: Sequence[FileRange] | None) -> list[FileRange] | None:
+def usable_ranges(
+    files: Sequence[str], ranges: Sequence[FileRange] | None
+) -> list[FileRange] | None:
     """The base version's non-empty file ranges, or None when the manifest has none to trust.
 
     A manifest from before ``file_ranges`` existed (or one whose ranges do not
@@ -239,7 +254,9 @@ def piece_rows(rows: int, nbytes: int, target: int) -> int:
     return math.ceil(rows / math.ceil(nbytes / target))
 
 
-def version_parts(base: Sequence[tuple[str, FileRange]], rewritten: Mapping[int, tuple[int, int]]) -> list[Part]:
+def version_parts(
+    base: Sequence[tuple[str, FileRange]], rewritten: Mapping[int, tuple[int, int]]
+) -> list[Part]:
     """The parts of a new version in key order: each base file (``(uri, range)``, in key order)
     kept as it is, unless its slot is rewritten: then the slot's part, which reads the file's
     rows (``uri``) with the slot's changes merged in; ``rewritten`` gives each rewritten slot's
@@ -285,7 +302,11 @@ def group_parts(parts: Sequence[Part], small: int) -> list[list[int]]:
         if groups:
             group = groups[-1]
             total = sum(parts[j].bytes for j in group)
-            if part.bytes < small and total < small and (part.new or any(parts[j].new for j in group)):
+            if (
+                part.bytes < small
+                and total < small
+                and (part.new or any(parts[j].new for j in group))
+            ):
                 group.append(i)
                 continue
         groups.append([i])
@@ -296,14 +317,19 @@ def group_parts(parts: Sequence[Part], small: int) -> list[list[int]]:
 
 
 def write_plan(out_dir: str, plan: VersionPlan) -> None:
-    storage.write_atomic(storage.join(out_dir, PLAN_FILE), (json.dumps(_plan_json(plan)) + "\n").encode())
+    storage.write_atomic(
+        storage.join(out_dir, PLAN_FILE), (json.dumps(_plan_json(plan)) + "\n").encode()
+    )
 
 
 def write_plans(directory: str, plans: Mapping[str, VersionPlan]) -> None:
     """Many tables' plans in one file (`PLANS_FILE`): the plan of ``name`` is read back by
     `read_plan` of ``storage.join(directory, name)``, a directory never created. One write (and
     fsync) for many tables without a change, instead of a directory and a file each."""
-    body = {"format": PLAN_FORMAT, "plans": {name: _plan_json(plan) for name, plan in plans.items()}}
+    body = {
+        "format": PLAN_FORMAT,
+        "plans": {name: _plan_json(plan) for name, plan in plans.items()},
+    }
     storage.write_atomic(storage.join(directory, PLANS_FILE), (json.dumps(body) + "\n").encode())
 
 
@@ -320,8 +346,10 @@ def read_plan(out_dir: str) -> VersionPlan | None:
     data = _plans_file(shared)
     name = storage.basename(out_dir)
     if name not in data:
-        raise RunFailed(f"{shared} holds no plan of {name}: the state store names a reconcile that "
-                        "did not write it; rerun `tidemark run` (reconcile is redone)")
+        raise RunFailed(
+            f"{shared} holds no plan of {name}: the state store names a reconcile that "
+            "did not write it; rerun `tidemark run` (reconcile is redone)"
+        )
     return _plan_from_json(data[name], shared)
 
 
@@ -336,26 +364,41 @@ def _plans_file(uri: str) -> dict[str, Any]:
     return plans
 
 
-_OLDER = ("{uri} was written by an older release of Tidemark, which publish cannot read; re-snapshot "
-          "the table: tidemark run --table <table> --snapshot")
+_OLDER = (
+    "{uri} was written by an older release of Tidemark, which publish cannot read; re-snapshot "
+    "the table: tidemark run --table <table> --snapshot"
+)
 
 
 def _plan_json(plan: VersionPlan) -> dict[str, Any]:
-    return {"format": PLAN_FORMAT, "base_version": plan.base_version, "slots": list(plan.slots),
-            "files": list(plan.files)}
+    return {
+        "format": PLAN_FORMAT,
+        "base_version": plan.base_version,
+        "slots": list(plan.slots),
+        "files": list(plan.files),
+    }
 
 
 def _plan_from_json(data: dict[str, Any], uri: str) -> VersionPlan:
     if data.get("format") != PLAN_FORMAT:
         raise RunFailed(_OLDER.format(uri=uri))
     base = data["base_version"]
-    return VersionPlan(None if base is None else int(base), tuple(int(s) for s in data["slots"]),
-                       tuple(_planned_from_json(f) for f in data["files"]))
+    return VersionPlan(
+        None if base is None else int(base),
+        tuple(int(s) for s in data["slots"]),
+        tuple(_planned_from_json(f) for f in data["files"]),
+    )
 
 
 def _planned_from_json(data: dict[str, Any]) -> PlannedFile:
-    return PlannedFile(file=str(data["file"]), min_key=data["min_key"], max_key=data["max_key"],
-                       rows=int(data["rows"]), bytes=int(data["bytes"]), shared=bool(data["shared"]))
+    return PlannedFile(
+        file=str(data["file"]),
+        min_key=data["min_key"],
+        max_key=data["max_key"],
+        rows=int(data["rows"]),
+        bytes=int(data["bytes"]),
+        shared=bool(data["shared"]),
+    )
 
 
 def slot_column(columns: Sequence[str]) -> str:

@@ -102,8 +102,12 @@ def pending_uri(tdir: str, version: int, attempt: str) -> str:
 
 def published_field(column: ColumnInfo) -> pa.Field:
     """A published column: CONTRACT type, MySQL type in metadata; zero dates make it nullable."""
-    return pa.field(column.name, arrow_type(column), nullable=staging_nullable(column),
-                    metadata={"mysql_type": column.column_type})
+    return pa.field(
+        column.name,
+        arrow_type(column),
+        nullable=staging_nullable(column),
+        metadata={"mysql_type": column.column_type},
+    )
 
 
 def published_schema(columns: Sequence[ColumnInfo]) -> pa.Schema:
@@ -111,8 +115,15 @@ def published_schema(columns: Sequence[ColumnInfo]) -> pa.Schema:
 
 
 def column_entries(columns: Sequence[ColumnInfo]) -> list[ColumnEntry]:
-    return [ColumnEntry(name=c.name, mysql_type=c.column_type, arrow_type=str(arrow_type(c)),
-                        nullable=staging_nullable(c)) for c in columns]
+    return [
+        ColumnEntry(
+            name=c.name,
+            mysql_type=c.column_type,
+            arrow_type=str(arrow_type(c)),
+            nullable=staging_nullable(c),
+        )
+        for c in columns
+    ]
 
 
 # --------------------------------------------------------------------------- manifests
@@ -134,8 +145,10 @@ def read_manifest(tdir: str) -> Manifest:
     """
     manifest = find_manifest(tdir)
     if manifest is None:
-        raise RunFailed(f"{tdir} holds no published table ({META_DIR}/current.json is missing); "
-                        "snapshot it with tidemark run --snapshot")
+        raise RunFailed(
+            f"{tdir} holds no published table ({META_DIR}/current.json is missing); "
+            "snapshot it with tidemark run --snapshot"
+        )
     return manifest
 
 
@@ -190,8 +203,9 @@ def version_numbers(tdir: str) -> list[int]:
     return sorted(found)
 
 
-def files_to_drop(manifests: dict[int, Manifest], keep: int, keep_after: dt.datetime | None = None
-                  ) -> tuple[list[int], list[str]]:
+def files_to_drop(
+    manifests: dict[int, Manifest], keep: int, keep_after: dt.datetime | None = None
+) -> tuple[list[int], list[str]]:
     """Which versions retention drops and which of their files no kept version uses: a
     version is dropped when it is not among the newest ``keep`` and was published before
     ``keep_after`` (a query started on it may still be reading its files).
@@ -219,10 +233,14 @@ def _published(manifest: Manifest) -> dt.datetime:
     return dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
 
 
-def apply_retention(tdir: str, keep: int,
-                    expire: Callable[[list[int]], set[str]] = lambda dropped: set(),
-                    keep_hours: float = 0.0, now: dt.datetime | None = None,
-                    guard: Callable[[], None] = lambda: None) -> list[int]:
+def apply_retention(
+    tdir: str,
+    keep: int,
+    expire: Callable[[list[int]], set[str]] = lambda dropped: set(),
+    keep_hours: float = 0.0,
+    now: dt.datetime | None = None,
+    guard: Callable[[], None] = lambda: None,
+) -> list[int]:
     """Keep the newest ``keep`` versions (the current one always) and every version published
     less than ``keep_hours`` before ``now``; returns the dropped versions.
 
@@ -250,10 +268,16 @@ def apply_retention(tdir: str, keep: int,
         storage.delete_file(storage.join(tdir, relative))
     for version in dropped:
         storage.delete_file(version_uri(tdir, version))
-    if dropped or garbage:  # a pending manifest alone (a release before left one a version) is routine
-        log.log(logging.INFO if dropped or data_garbage else logging.DEBUG,
-                "%s: retention dropped version(s) %s and %d file(s)", tdir, ", ".join(map(str, dropped)) or "none",
-                len(garbage))
+    if (
+        dropped or garbage
+    ):  # a pending manifest alone (a release before left one a version) is routine
+        log.log(
+            logging.INFO if dropped or data_garbage else logging.DEBUG,
+            "%s: retention dropped version(s) %s and %d file(s)",
+            tdir,
+            ", ".join(map(str, dropped)) or "none",
+            len(garbage),
+        )
     return dropped
 
 

@@ -61,8 +61,14 @@ def key_at(columns: Sequence[pa.Array | pa.ChunkedArray], index: int) -> KeyTupl
     return tuple(c[index].as_py() for c in columns)
 
 
-def bisect(columns: Sequence[pa.Array | pa.ChunkedArray], bound: KeyTuple, *, right: bool = False,
-           lo: int = 0, hi: int | None = None) -> int:
+def bisect(
+    columns: Sequence[pa.Array | pa.ChunkedArray],
+    bound: KeyTuple,
+    *,
+    right: bool = False,
+    lo: int = 0,
+    hi: int | None = None,
+) -> int:
     """Where ``bound`` goes among keys sorted in the files' order: the first index whose key is
     not below ``bound`` (``right``: not below or equal to it), within ``[lo, hi)``.
 
@@ -101,7 +107,9 @@ def same_as_next(columns: Sequence[pa.Array | pa.ChunkedArray]) -> pa.Array:
     for column in columns:
         array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
         a, b = array.slice(0, n - 1), array.slice(1)
-        equal = pc.or_kleene(pc.fill_null(pc.equal(a, b), False), pc.and_(pc.is_null(a), pc.is_null(b)))
+        equal = pc.or_kleene(
+            pc.fill_null(pc.equal(a, b), False), pc.and_(pc.is_null(a), pc.is_null(b))
+        )
         same = equal if same is None else pc.and_(same, equal)
     return pa.concat_arrays([same, pa.array([False])])
 

@@ -41,8 +41,12 @@ def writable(name: str, key: str, uri: str) -> Check:
         storage.write_atomic(probe, b"probe\n")
         storage.delete_file(probe)
     except Exception as exc:  # any storage error is what the check reports
-        return Check(name, False, f"{uri} cannot be written ({_why(exc)})",
-                     f"make it writable for this user, or point {key} elsewhere")
+        return Check(
+            name,
+            False,
+            f"{uri} cannot be written ({_why(exc)})",
+            f"make it writable for this user, or point {key} elsewhere",
+        )
     return Check(name, True, f"{uri} is writable")
 
 
@@ -59,8 +63,11 @@ def to_snapshot_bytes(config: PipelineConfig, source: Source, tables: Sequence[s
     if not names:
         return 0
     marks = ", ".join(["%s"] * len(names))
-    rows = source.query("SELECT COALESCE(SUM(data_length), 0) FROM information_schema.TABLES "
-                        f"WHERE CONCAT(table_schema, '.', table_name) IN ({marks})", names)
+    rows = source.query(
+        "SELECT COALESCE(SUM(data_length), 0) FROM information_schema.TABLES "
+        f"WHERE CONCAT(table_schema, '.', table_name) IN ({marks})",
+        names,
+    )
     return int(rows[0][0] or 0)
 
 
@@ -81,8 +88,14 @@ def free_space(config: PipelineConfig, needed: int) -> list[Check]:
         free = shutil.disk_usage(path).free
         want = int(needed * SPACE_MARGIN)
         detail = f"{free / 2**20:,.0f} MiB free at {path}, about {want / 2**20:,.0f} MiB needed"
-        checks.append(Check(f"free space {key}", free >= want, detail,
-                            "free space there or point it at a larger volume" if free < want else ""))
+        checks.append(
+            Check(
+                f"free space {key}",
+                free >= want,
+                detail,
+                "free space there or point it at a larger volume" if free < want else "",
+            )
+        )
     return checks
 
 
@@ -97,13 +110,17 @@ def state_store(config: PipelineConfig) -> Check:
             store.close()
         url = config.state.url
         if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
-            directory = os.path.dirname(url[len("sqlite:///"):]) or "."
+            directory = os.path.dirname(url[len("sqlite:///") :]) or "."
             check = writable("state store", "state.url", directory)
             if not check.ok:
                 return check
     except Exception as exc:  # any failure to open is what the check reports
-        return Check("state store", False, f"cannot be opened ({_why(exc)})",
-                     "make state.url's database (and, for SQLite, its directory) writable")
+        return Check(
+            "state store",
+            False,
+            f"cannot be opened ({_why(exc)})",
+            "make state.url's database (and, for SQLite, its directory) writable",
+        )
     return Check("state store", True, "opens and is writable")
 
 

@@ -58,8 +58,10 @@ def _split(uri: str) -> tuple[str, str]:
     scheme, rest = uri.split("://", 1)
     scheme = scheme.lower()
     if scheme not in SCHEMES:
-        raise ValueError(f"unsupported storage URI scheme `{scheme}://` in {uri!r}; "
-                         f"use a local path or one of {', '.join(s + '://' for s in SCHEMES)}")
+        raise ValueError(
+            f"unsupported storage URI scheme `{scheme}://` in {uri!r}; "
+            f"use a local path or one of {', '.join(s + '://' for s in SCHEMES)}"
+        )
     return scheme, rest
 
 
@@ -80,7 +82,7 @@ def local_path(uri: str) -> str:
     if scheme != "file":
         raise ValueError(f"{uri!r} is not a local path")
     if rest.startswith("localhost/"):
-        rest = rest[len("localhost"):]
+        rest = rest[len("localhost") :]
     if not rest.startswith("/"):
         raise ValueError(f"file URI must be absolute (file:///...), got {uri!r}")
     return os.path.normpath(rest)
@@ -201,7 +203,7 @@ def table_dir(root: str, table: str) -> str:
 
 def _uri_for(base: str, base_path: str, path: str) -> str:
     """Map a path found under ``base_path`` back to the URI style of ``base``."""
-    relative = path[len(base_path):].lstrip("/")
+    relative = path[len(base_path) :].lstrip("/")
     return join(base, relative)
 
 
@@ -226,7 +228,7 @@ def list_files(uri: str, *, suffix: str = "", recursive: bool = False) -> list[s
     selector = pafs.FileSelector(path, allow_not_found=True, recursive=recursive)
     found = []
     for info in fs.get_file_info(selector):
-        relative = info.path[len(path):].lstrip("/")
+        relative = info.path[len(path) :].lstrip("/")
         if info.type != pafs.FileType.File or not info.base_name.endswith(suffix):
             continue
         if any(part.startswith((".", "_")) for part in relative.split("/")):
@@ -239,7 +241,9 @@ def list_dirs(uri: str) -> list[str]:
     """Names of the directories directly under ``uri``, sorted; ``[]`` when it does not exist."""
     fs, path = filesystem(uri)
     selector = pafs.FileSelector(path, allow_not_found=True, recursive=False)
-    return sorted(i.base_name for i in fs.get_file_info(selector) if i.type == pafs.FileType.Directory)
+    return sorted(
+        i.base_name for i in fs.get_file_info(selector) if i.type == pafs.FileType.Directory
+    )
 
 
 def size(uri: str) -> int:
@@ -356,12 +360,15 @@ def recover_atomic(uri: str, fs: pafs.FileSystem | None = None) -> bool:
     except FileNotFoundError:
         return False
     names = {info.base_name: info for info in siblings}
-    pairs = [info for name, info in names.items() if name.startswith(prefix + "new-")
-             and f"{prefix}old-{name[len(prefix) + 4:]}" in names]
+    pairs = [
+        info
+        for name, info in names.items()
+        if name.startswith(prefix + "new-") and f"{prefix}old-{name[len(prefix) + 4 :]}" in names
+    ]
     if not pairs:
         return False
     newest = max(pairs, key=lambda info: (info.mtime_ns or 0, info.base_name))
-    token = newest.base_name[len(prefix) + 4:]
+    token = newest.base_name[len(prefix) + 4 :]
     fs.move(_aside(path, "new", token), path)
     fs.delete_file(_aside(path, "old", token))
     return True

@@ -62,21 +62,36 @@ def file_version(name: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def write_parts(out_dir: str, parts: Sequence[Part], groups: Sequence[Sequence[int]], schema: pa.Schema,
-                key: Sequence[str], batches_of: BatchesOf, *, shared: bool, workers: int | None = None
-                ) -> list[PlannedFile]:
+def write_parts(
+    out_dir: str,
+    parts: Sequence[Part],
+    groups: Sequence[Sequence[int]],
+    schema: pa.Schema,
+    key: Sequence[str],
+    batches_of: BatchesOf,
+    *,
+    shared: bool,
+    workers: int | None = None,
+) -> list[PlannedFile]:
     """The files of a version, in key order: a group that is one kept part stays as it is (its
     `FileRange`; ``shared``: a file of the base version, else a finished staging file); every
     other group is written to new files in ``out_dir`` (``g<group>-<piece>.parquet``), cut into
     equal pieces when it would exceed twice `layout.TARGET_FILE_BYTES`. Groups are written
     ``workers`` at a time (default: the cores)."""
+
     def write(index: int, members: list[Part]) -> list[FileRange]:
-        rows = piece_rows(sum(p.rows for p in members), sum(p.bytes for p in members), layout.TARGET_FILE_BYTES)
+        rows = piece_rows(
+            sum(p.rows for p in members), sum(p.bytes for p in members), layout.TARGET_FILE_BYTES
+        )
         batches = itertools.chain.from_iterable(batches_of(p) for p in members)
-        return write_files(out_dir, lambda n: f"g{index:06d}-{n:04d}.parquet", schema, key, batches, rows, 0)
+        return write_files(
+            out_dir, lambda n: f"g{index:06d}-{n:04d}.parquet", schema, key, batches, rows, 0
+        )
 
     jobs: list[PlannedFile | Future[list[FileRange]]] = []
-    with ThreadPoolExecutor(max(1, workers or os.cpu_count() or 1), thread_name_prefix="tidemark-write") as pool:
+    with ThreadPoolExecutor(
+        max(1, workers or os.cpu_count() or 1), thread_name_prefix="tidemark-write"
+    ) as pool:
         for index, group in enumerate(groups):
             members = [parts[i] for i in group]
             kept = members[0].kept
@@ -105,7 +120,9 @@ class VersionWriter:
         attempt: the publish attempt's tag (names its files, `data_file`).
     """
 
-    def __init__(self, tdir: str, version: int, schema: pa.Schema, key: Sequence[str], attempt: str = "") -> None:
+    def __init__(
+        self, tdir: str, version: int, schema: pa.Schema, key: Sequence[str], attempt: str = ""
+    ) -> None:
         self.tdir, self.version, self.schema, self.key = tdir, version, schema, list(key)
         self.attempt = attempt
         self.files_written = 0
@@ -114,10 +131,19 @@ class VersionWriter:
     def write_all(self, staging_dir: str) -> list[FileRange]:
         """A whole table: the staging files in order (their keys ascend across files), cut into
         files of about the target size."""
-        uris = [u for u in storage.list_files(staging_dir, suffix=".parquet") if storage.parquet_rows(u)]
+        uris = [
+            u for u in storage.list_files(staging_dir, suffix=".parquet") if storage.parquet_rows(u)
+        ]
         batches = itertools.chain.from_iterable(read_published(u, self.schema) for u in uris)
-        written = write_files(self.tdir, lambda n: data_file(self.version, self.files_written + n, self.attempt),
-                              self.schema, self.key, batches, 0, layout.TARGET_FILE_BYTES)
+        written = write_files(
+            self.tdir,
+            lambda n: data_file(self.version, self.files_written + n, self.attempt),
+            self.schema,
+            self.key,
+            batches,
+            0,
+            layout.TARGET_FILE_BYTES,
+        )
         self.files_written += len(written)
         self.rows_written += sum(r["rows"] for r in written)
         return written
@@ -126,8 +152,11 @@ class VersionWriter:
         """The files of ``ranges`` written for this version on disk, and ``data/``'s names of them:
         a local lake's data files (written by Spark or pyarrow, moved in by rename) are made
         durable before an Iceberg commit names them; a file shared with an earlier version is."""
-        new = [storage.join(self.tdir, r["file"]) for r in ranges
-               if file_version(os.path.basename(r["file"])) == self.version]
+        new = [
+            storage.join(self.tdir, r["file"])
+            for r in ranges
+            if file_version(os.path.basename(r["file"])) == self.version
+        ]
         storage.sync([*new, storage.join(self.tdir, DATA_DIR)])
 
     def write_empty(self) -> FileRange:
@@ -135,8 +164,13 @@ class VersionWriter:
         relative = data_file(self.version, self.files_written, self.attempt)
         write_empty(storage.join(self.tdir, relative), self.schema)
         self.files_written += 1
-        return FileRange(file=relative, min_key=None, max_key=None, rows=0,
-                         bytes=storage.size(storage.join(self.tdir, relative)))
+        return FileRange(
+            file=relative,
+            min_key=None,
+            max_key=None,
+            rows=0,
+            bytes=storage.size(storage.join(self.tdir, relative)),
+        )
 
 
 def write_empty(uri: str, schema: pa.Schema) -> int:
@@ -153,13 +187,16 @@ def write_table(uri: str, table: pa.Table) -> int:
     return storage.size(uri)
 
 
-def read_published(uri: str, schema: pa.Schema, *, use_threads: bool = False) -> Iterator[pa.RecordBatch]:
+def read_published(
+    uri: str, schema: pa.Schema, *, use_threads: bool = False
+) -> Iterator[pa.RecordBatch]:
     """The rows of a data or staging file as record batches in ``schema``'s types (`to_published`)."""
     fs, path = storage.filesystem(uri)
     with fs.open_input_file(path) as handle:
         reader = pq.ParquetFile(handle)
-        for batch in reader.iter_batches(batch_size=layout.BATCH_ROWS, columns=schema.names,
-                                         use_threads=use_threads):
+        for batch in reader.iter_batches(
+            batch_size=layout.BATCH_ROWS, columns=schema.names, use_threads=use_threads
+        ):
             yield to_published(batch, schema)
 
 
@@ -172,11 +209,19 @@ def file_range(uri: str, key: Sequence[str], relative: str | None = None) -> Fil
         rows = reader.metadata.num_rows
         first = last = None
         if rows:
-            groups = [g for g in range(reader.num_row_groups) if reader.metadata.row_group(g).num_rows]
+            groups = [
+                g for g in range(reader.num_row_groups) if reader.metadata.row_group(g).num_rows
+            ]
             head = reader.read_row_group(groups[0], columns=list(key))
-            tail = head if groups[-1] == groups[0] else reader.read_row_group(groups[-1], columns=list(key))
+            tail = (
+                head
+                if groups[-1] == groups[0]
+                else reader.read_row_group(groups[-1], columns=list(key))
+            )
             first, last = key_at(head, key, 0), key_at(tail, key, -1)
-    return FileRange(file=relative or uri, min_key=first, max_key=last, rows=rows, bytes=storage.size(uri))
+    return FileRange(
+        file=relative or uri, min_key=first, max_key=last, rows=rows, bytes=storage.size(uri)
+    )
 
 
 class _OpenFile:
@@ -209,8 +254,13 @@ class _OpenFile:
         self._stream.close()
         last = self._last
         assert last is not None and self._first is not None, "a data file is opened for a row"
-        return FileRange(file=self.relative, min_key=self._first, max_key=key_at(last, self.key, -1),
-                         rows=self.rows, bytes=storage.size(self.uri))
+        return FileRange(
+            file=self.relative,
+            min_key=self._first,
+            max_key=key_at(last, self.key, -1),
+            rows=self.rows,
+            bytes=storage.size(self.uri),
+        )
 
     def abort(self) -> None:
         self._writer.close()
@@ -226,8 +276,15 @@ def key_at(batch: pa.RecordBatch | pa.Table, key: Sequence[str], index: int) -> 
     return encoded
 
 
-def write_files(directory: str, name: Callable[[int], str], schema: pa.Schema, key: Sequence[str],
-                batches: Iterable[pa.RecordBatch], rows_per_file: int, bytes_per_file: int) -> list[FileRange]:
+def write_files(
+    directory: str,
+    name: Callable[[int], str],
+    schema: pa.Schema,
+    key: Sequence[str],
+    batches: Iterable[pa.RecordBatch],
+    rows_per_file: int,
+    bytes_per_file: int,
+) -> list[FileRange]:
     """Write rows in key order to new files ``directory/name(0)``, ``name(1)``, ...: a new file
     after ``rows_per_file`` rows, or once a file has ``bytes_per_file`` bytes (checked between
     batches); 0 is no limit. Empty batches are skipped; no rows, no file."""
@@ -245,8 +302,9 @@ def write_files(directory: str, name: Callable[[int], str], schema: pa.Schema, k
                     take = min(take, rows_per_file - current.rows)
                 current.write(batch.slice(offset, take))
                 offset += take
-                if ((rows_per_file > 0 and current.rows >= rows_per_file)
-                        or (bytes_per_file > 0 and current.size >= bytes_per_file)):
+                if (rows_per_file > 0 and current.rows >= rows_per_file) or (
+                    bytes_per_file > 0 and current.size >= bytes_per_file
+                ):
                     out.append(current.close())
                     current = None
         if current is not None:

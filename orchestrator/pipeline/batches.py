@@ -115,7 +115,9 @@ def pending_batches(store: StateStore, run_id: str) -> list[BatchRef]:
             label = batch_label(cs[0].table, cs, ends_table=cs[-1].index == last_index[cs[0].table])
         else:
             label = f"{len(tables)} tables {tables[0]} .. {tables[-1]}"
-        refs.append(BatchRef(batch=b, table=tables[0], chunks=len(cs), label=label, tables=len(tables)))
+        refs.append(
+            BatchRef(batch=b, table=tables[0], chunks=len(cs), label=label, tables=len(tables))
+        )
     return refs
 
 

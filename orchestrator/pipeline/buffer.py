@@ -39,7 +39,6 @@ class CaptureTable:
     where: str | None = None
 
 
-
 def key_indexes(table: CaptureTable) -> list[int]:
     """The positions of the table's chunk-key columns among its columns."""
     names = [c.name for c in table.info.columns]
@@ -73,10 +72,18 @@ class TableBuffer:
     def schema(self) -> pa.Schema:
         """The segment's schema, made when the first segment is written: a capture of thousands
         of tables, most without a change, makes few (0.3 ms a table)."""
-        meta = [pa.field(name, pa.string() if name == OP else pa.int64(), False)
-                for name in META_COLUMNS]
-        old = [pa.field(f"{OLD_PREFIX}{self.table.info.columns[i].name}",
-                        staging_type(self.table.info.columns[i]), True) for i in self.key_index]
+        meta = [
+            pa.field(name, pa.string() if name == OP else pa.int64(), False)
+            for name in META_COLUMNS
+        ]
+        old = [
+            pa.field(
+                f"{OLD_PREFIX}{self.table.info.columns[i].name}",
+                staging_type(self.table.info.columns[i]),
+                True,
+            )
+            for i in self.key_index
+        ]
         return pa.schema([*meta, *staging_schema(self.table.info.columns), *old])
 
     def add(self, event: RowsEvent, file: int, first: int, base: int = 0) -> int:
@@ -103,11 +110,19 @@ class TableBuffer:
         ends = [start for _, start in self.shapes[1:]] + [len(self.images)]
         if len(self.shapes) == 1:
             data: list[pa.Array | pa.ChunkedArray] = self.decoding.arrays(
-                self.shapes[0][0], self.images, self.keys)
+                self.shapes[0][0], self.images, self.keys
+            )
         else:
-            parts = [self.decoding.arrays(shape, self.images[start:end], self.keys[start:end])
-                     for (shape, start), end in zip(self.shapes, ends, strict=True)]
+            parts = [
+                self.decoding.arrays(shape, self.images[start:end], self.keys[start:end])
+                for (shape, start), end in zip(self.shapes, ends, strict=True)
+            ]
             data = [pa.chunked_array([part[i] for part in parts]) for i in range(len(parts[0]))]
-        arrays = [pa.array(self.files, pa.int64()), pa.array(self.positions, pa.int64()),
-                  pa.array(self.rows, pa.int64()), pa.array(self.ops, pa.string()), *data]
+        arrays = [
+            pa.array(self.files, pa.int64()),
+            pa.array(self.positions, pa.int64()),
+            pa.array(self.rows, pa.int64()),
+            pa.array(self.ops, pa.string()),
+            *data,
+        ]
         return pa.Table.from_arrays(arrays, schema=self.schema)

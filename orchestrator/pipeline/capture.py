@@ -111,8 +111,10 @@ class CaptureResult:
     def __str__(self) -> str:
         per_table = ", ".join(f"{t} {n}" for t, n in sorted(self.rows.items())) or "no tables"
         how = "resumed, " if self.resumed else ""
-        return (f"{sum(self.rows.values())} changes up to {self.end} ({per_table}; {how}"
-                f"{self.segments} segments, {self.seconds:.1f}s)")
+        return (
+            f"{sum(self.rows.values())} changes up to {self.end} ({per_table}; {how}"
+            f"{self.segments} segments, {self.seconds:.1f}s)"
+        )
 
 
 # --------------------------------------------------------------------------- the capture
@@ -132,8 +134,12 @@ class _Capture:
     progress: Callable[[int], None] | None
     segments: int
     rows: dict[str, int]
-    owners: list[list[object]] = field(default_factory=list)  # [writer, first segment], checkpointed
-    writer: str = field(default_factory=storage.attempt_tag)  # this attempt's tag in its segment names
+    owners: list[list[object]] = field(
+        default_factory=list
+    )  # [writer, first segment], checkpointed
+    writer: str = field(
+        default_factory=storage.attempt_tag
+    )  # this attempt's tag in its segment names
     buffers: dict[str, TableBuffer] = field(default_factory=dict)
     buffered: int = 0
     unsaved: bool = False  # segments written since the last checkpoint
@@ -152,8 +158,11 @@ class _Capture:
         library = LibraryRows({name: t.info for name, t in self.tables.items()})
         for name, table in self.tables.items():
             key = key_indexes(table)
-            decoding: Decoding = FastDecoding(table.info, key, json_text) \
-                if self.decoder == "fast" else LibraryDecoding(table.info, key, library)
+            decoding: Decoding = (
+                FastDecoding(table.info, key, json_text)
+                if self.decoder == "fast"
+                else LibraryDecoding(table.info, key, library)
+            )
             self.buffers[name] = TableBuffer(table, decoding)
         self.starts = {name: t.start.key for name, t in self.tables.items()}
 
@@ -169,7 +178,9 @@ class _Capture:
         first = start_row + 1 if (file, event.end) == (start_file, start_pos) else 0
         try:
             added = self.buffers[event.table].add(event, file, first, base)
-        except Exception as exc:  # a value that cannot be decoded: recorded before any checkpoint past it
+        except (
+            Exception
+        ) as exc:  # a value that cannot be decoded: recorded before any checkpoint past it
             self.fail(event.table, exc, f"rows event ending at {event.file}:{event.end}")
             return 0
         self.buffered += added
@@ -191,8 +202,14 @@ class _Capture:
         """An XA step: a committed transaction's rows are added at the commit's position."""
         committed = self.xa.step(record)
         if committed is None:
-            self.change(TableChange(frozenset(self.tables), "XA COMMIT of a transaction prepared "
-                                    "before this capture began", record.file, record.end))
+            self.change(
+                TableChange(
+                    frozenset(self.tables),
+                    "XA COMMIT of a transaction prepared before this capture began",
+                    record.file,
+                    record.end,
+                )
+            )
             return
         base = 0
         for event in committed:
@@ -209,14 +226,24 @@ class _Capture:
             if start is None or at <= start[:2]:
                 continue  # not captured here, or its snapshot (or version) already has it
             log.warning("table %s: %s at %s: re-read", table, change.what, change.position)
-            self.store.set_table_status(self.run_id, table, "planned", info={"reread_pending": {
-                "what": change.what, "position": change.position.to_json()}})
+            self.store.set_table_status(
+                self.run_id,
+                table,
+                "planned",
+                info={
+                    "reread_pending": {"what": change.what, "position": change.position.to_json()}
+                },
+            )
             self.starts[table] = _NEVER
 
     def boundary(self, position: BinlogPosition, *, final: bool = False) -> None:
         now = time.monotonic()
-        if final or self.unsaved or self.buffered >= self.batch_rows or \
-                now - self.last_checkpoint >= CHECKPOINT_SECONDS:
+        if (
+            final
+            or self.unsaved
+            or self.buffered >= self.batch_rows
+            or now - self.last_checkpoint >= CHECKPOINT_SECONDS
+        ):
             self.flush()
             if final:
                 self.hold_prepared(position)
@@ -231,10 +258,16 @@ class _Capture:
         if hold is None:
             return
         for table in sorted(self.xa.tables() & self.tables.keys()):
-            log.warning("table %s: an XA transaction begun at %s is not committed at %s; its rows "
-                        "wait for the run that sees its commit", table, hold, stop)
-            self.store.set_table_status(self.run_id, table, "planned",
-                                        info={"next_from": hold.to_json()})
+            log.warning(
+                "table %s: an XA transaction begun at %s is not committed at %s; its rows "
+                "wait for the run that sees its commit",
+                table,
+                hold,
+                stop,
+            )
+            self.store.set_table_status(
+                self.run_id, table, "planned", info={"next_from": hold.to_json()}
+            )
 
     def flush(self) -> None:
         if not any(len(buffer) for buffer in self.buffers.values()):
@@ -265,8 +298,13 @@ class _Capture:
         if hold is not None and hold < position:  # a prepared XA transaction's rows are held
             position = hold
         total = sum(self.rows.values())
-        self.store.save_capture_checkpoint(self.run_id, position.to_json(), self.segments, total,
-                                           [o for o in self.owners if int(str(o[1])) <= self.segments])
+        self.store.save_capture_checkpoint(
+            self.run_id,
+            position.to_json(),
+            self.segments,
+            total,
+            [o for o in self.owners if int(str(o[1])) <= self.segments],
+        )
         self.unsaved = False
         self.last_checkpoint = time.monotonic()
         faults.point("capture.checkpoint")
@@ -277,14 +315,28 @@ class _Capture:
     def log_progress(self, position: BinlogPosition) -> None:
         self.last_log = now = time.monotonic()
         rate = self.captured / max(now - self.started, 1e-6)
-        log.info("capture %s: %d changes (%.0f/s), %d segments, at %s of stop %s", self.run_id,
-                 sum(self.rows.values()) + self.buffered, rate, self.segments, position, self.stop)
+        log.info(
+            "capture %s: %d changes (%.0f/s), %d segments, at %s of stop %s",
+            self.run_id,
+            sum(self.rows.values()) + self.buffered,
+            rate,
+            self.segments,
+            position,
+            self.stop,
+        )
 
 
-def capture_changes(config: PipelineConfig, store: StateStore, run_id: str,
-                    tables: Mapping[str, CaptureTable], stop: BinlogPosition, *,
-                    batch_rows: int = 50_000, progress: Callable[[int], None] | None = None,
-                    decoder: Decoder = "fast") -> CaptureResult:
+def capture_changes(
+    config: PipelineConfig,
+    store: StateStore,
+    run_id: str,
+    tables: Mapping[str, CaptureTable],
+    stop: BinlogPosition,
+    *,
+    batch_rows: int = 50_000,
+    progress: Callable[[int], None] | None = None,
+    decoder: Decoder = "fast",
+) -> CaptureResult:
     """Capture the tables' binlog changes up to ``stop`` into the run's staging (resumable).
 
     Args:
@@ -307,28 +359,55 @@ def capture_changes(config: PipelineConfig, store: StateStore, run_id: str,
     fs, root = storage.filesystem(config.staging_path)
     checkpoint, segments, rows, owners = resume_point(store, run_id, fs, root)
     begin = checkpoint or min((t.start for t in tables.values()), default=stop)
-    capture = _Capture(store=store, run_id=run_id, fs=fs, root=root, tables=tables, stop=stop,
-                       batch_rows=max(1, batch_rows), progress=progress, segments=segments,
-                       rows=rows, owners=[list(o) for o in owners], reported=sum(rows.values()), decoder=decoder,
-                       filters=ChangeFilters(tables, lambda: open_source(config)))
+    capture = _Capture(
+        store=store,
+        run_id=run_id,
+        fs=fs,
+        root=root,
+        tables=tables,
+        stop=stop,
+        batch_rows=max(1, batch_rows),
+        progress=progress,
+        segments=segments,
+        rows=rows,
+        owners=[list(o) for o in owners],
+        reported=sum(rows.values()),
+        decoder=decoder,
+        filters=ChangeFilters(tables, lambda: open_source(config)),
+    )
     if checkpoint is not None:
-        log.info("capture %s: resuming from checkpoint %s (%d segments, %d changes)", run_id,
-                 checkpoint, segments, sum(rows.values()))
+        log.info(
+            "capture %s: resuming from checkpoint %s (%d segments, %d changes)",
+            run_id,
+            checkpoint,
+            segments,
+            sum(rows.values()),
+        )
     if begin < stop:
         faults.point("capture.reading")
-        reader = BinlogReader(config.source, config.resolve_password(), begin,
-                              {name: t.info for name, t in tables.items()}, stop=stop)
+        reader = BinlogReader(
+            config.source,
+            config.resolve_password(),
+            begin,
+            {name: t.info for name, t in tables.items()},
+            stop=stop,
+        )
         with reader, capture.filters:
             _run(capture, reader.events())
     elif checkpoint is None or checkpoint < stop:
         capture.boundary(stop, final=True)
-    return CaptureResult(rows={name: capture.rows.get(name, 0) for name in tables},
-                         segments=capture.segments, end=stop, resumed=checkpoint is not None,
-                         seconds=time.monotonic() - started)
+    return CaptureResult(
+        rows={name: capture.rows.get(name, 0) for name in tables},
+        segments=capture.segments,
+        end=stop,
+        resumed=checkpoint is not None,
+        seconds=time.monotonic() - started,
+    )
 
 
-def _run(capture: _Capture, records: Iterable[RowsEvent | Boundary | TableChange | XaEvent]
-         ) -> None:
+def _run(
+    capture: _Capture, records: Iterable[RowsEvent | Boundary | TableChange | XaEvent]
+) -> None:
     """The hot loop: route rows events to the buffers, checkpoint at boundaries."""
     add, boundary = capture.add, capture.boundary
     # Rows events that share a position (a MySQL compressed transaction's, all at the payload's
@@ -353,8 +432,9 @@ def _run(capture: _Capture, records: Iterable[RowsEvent | Boundary | TableChange
 # --------------------------------------------------------------------------- the step
 
 
-def capture(config: PipelineConfig, run_id: str, *, progress: Callable[[int], None] | None = None
-            ) -> CaptureResult | None:
+def capture(
+    config: PipelineConfig, run_id: str, *, progress: Callable[[int], None] | None = None
+) -> CaptureResult | None:
     """Record ``H`` (once, after every read ended) and capture the binlog up to it.
 
     A table with a change the binlog cannot apply exactly is re-read inside the run
@@ -380,13 +460,26 @@ def capture(config: PipelineConfig, run_id: str, *, progress: Callable[[int], No
             if pending:  # tables planned again (or failed): their records changed
                 records = [r for r in store.run_tables(run_id) if r.status == "planned"]
             stop = position(store.get_run(run_id).high_position)
-            tables = {r.table: CaptureTable(info=table_info(r), key=tuple(r.chunk_key),
-                                            start=position(r.info["from_position"]),
-                                            where=config.table_where(r.table)) for r in records}
+            tables = {
+                r.table: CaptureTable(
+                    info=table_info(r),
+                    key=tuple(r.chunk_key),
+                    start=position(r.info["from_position"]),
+                    where=config.table_where(r.table),
+                )
+                for r in records
+            }
             for attempt in binlog_retry():  # each try resumes from the last checkpoint
                 with attempt:
-                    result = capture_changes(config, store, run_id, tables, stop,
-                                             batch_rows=config.defaults.capture_batch_rows, progress=progress)
+                    result = capture_changes(
+                        config,
+                        store,
+                        run_id,
+                        tables,
+                        stop,
+                        batch_rows=config.defaults.capture_batch_rows,
+                        progress=progress,
+                    )
             log.info("capture: %s", result)
             if not pending_rereads(store, run_id):
                 break

@@ -63,8 +63,10 @@ def reserved_columns(table: TableInfo) -> str | None:
     if not names:
         return None
     listed = ", ".join(f"`{n}`" for n in names)
-    return (f"table {table.name}: column{'s' if len(names) > 1 else ''} {listed} "
-            f"{'are' if len(names) > 1 else 'is'} named like Tidemark's own change columns (names "
-            f"starting with `{RESERVED_PREFIX}`, in any case, are reserved: its changes could not be "
-            f"applied); rename {'them' if len(names) > 1 else 'it'} at the source (ALTER TABLE "
-            f"{table.name} RENAME COLUMN `{names[0]}` TO ...) or leave the table out of the pipeline")
+    return (
+        f"table {table.name}: column{'s' if len(names) > 1 else ''} {listed} "
+        f"{'are' if len(names) > 1 else 'is'} named like Tidemark's own change columns (names "
+        f"starting with `{RESERVED_PREFIX}`, in any case, are reserved: its changes could not be "
+        f"applied); rename {'them' if len(names) > 1 else 'it'} at the source (ALTER TABLE "
+        f"{table.name} RENAME COLUMN `{names[0]}` TO ...) or leave the table out of the pipeline"
+    )

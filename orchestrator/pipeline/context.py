@@ -45,9 +45,11 @@ def current_run(store: StateStore, config: PipelineConfig, run_id: str) -> RunRe
     run = store.get_run(run_id)
     latest = store.runs(config.pipeline, limit=1)
     if latest and latest[0].run_id != run.run_id:
-        raise RunFailed(f"run {run_id} ({run.status}) was superseded by run {latest[0].run_id} "
-                        f"({latest[0].status}), so its steps cannot go on: its data is older than the "
-                        "newer run's; start a new run instead (trigger the DAG, or `tidemark run`)")
+        raise RunFailed(
+            f"run {run_id} ({run.status}) was superseded by run {latest[0].run_id} "
+            f"({latest[0].status}), so its steps cannot go on: its data is older than the "
+            "newer run's; start a new run instead (trigger the DAG, or `tidemark run`)"
+        )
     return run
 
 
@@ -81,9 +83,14 @@ def hold_lock(config: PipelineConfig, holder: str) -> Iterator[lease.Lease]:
     Re-taking lets a single cleared Airflow task continue after the failed run released
     the lock; a live lock of another holder raises `RunLocked`.
     """
-    with lease.hold(config.state.url, config.pipeline, holder,
-                    lease_seconds=config.state.lock_lease_seconds, track_pid=_binds_pid(holder),
-                    config_path=str(config.path or "")) as held:
+    with lease.hold(
+        config.state.url,
+        config.pipeline,
+        holder,
+        lease_seconds=config.state.lock_lease_seconds,
+        track_pid=_binds_pid(holder),
+        config_path=str(config.path or ""),
+    ) as held:
         yield held
 
 
@@ -94,8 +101,13 @@ def take_lock(store: StateStore, config: PipelineConfig, holder: str) -> None:
     if held is not None and held.fence.holder == holder:
         held.take(str(config.path or ""), _binds_pid(holder))
         return
-    store.acquire_lock(config.pipeline, holder, lease_seconds=config.state.lock_lease_seconds,
-                       config_path=str(config.path or ""), track_pid=_binds_pid(holder))
+    store.acquire_lock(
+        config.pipeline,
+        holder,
+        lease_seconds=config.state.lock_lease_seconds,
+        config_path=str(config.path or ""),
+        track_pid=_binds_pid(holder),
+    )
 
 
 def run_dir(config: PipelineConfig, run_id: str, *parts: str) -> str:
@@ -106,7 +118,10 @@ def run_dir(config: PipelineConfig, run_id: str, *parts: str) -> str:
 def reconciled_dir(config: PipelineConfig, record: RunTableRecord) -> str:
     """Where a reconciled table's staging files are: the directory its status records (unique to
     the reconcile that wrote it), or the fixed one of runs from before that."""
-    return str(record.info.get("reconciled_dir") or run_dir(config, record.run_id, "reconciled", record.table))
+    return str(
+        record.info.get("reconciled_dir")
+        or run_dir(config, record.run_id, "reconciled", record.table)
+    )
 
 
 def table_dir(config: PipelineConfig, table: str) -> str:

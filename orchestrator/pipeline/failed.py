@@ -37,7 +37,7 @@ log = logging.getLogger("orchestrator.pipeline")
 #: The fix a failed table's line gives, by the step it failed at.
 FIXES = {
     "plan": "fix the cause at the source or in the config (the table's name, grants, chunk_key), then "
-            "`tidemark run` retries it",
+    "`tidemark run` retries it",
     "read": "fix the cause (grants, the table's where), then `tidemark run` retries it",
     "capture": "the next `tidemark run` retries it; if it fails again the same way, {hint}",
     "reconcile": "the next `tidemark run` retries it; if it fails again the same way, {hint}",
@@ -57,8 +57,9 @@ def table_failure(exc: BaseException) -> str | None:
     >>> table_failure(OSError(28, "No space left on device")) is None
     True
     """
-    if isinstance(exc, TransientReadError | BinlogPurged | SourceChanged | StateError) or \
-            not isinstance(exc, Exception):
+    if isinstance(
+        exc, TransientReadError | BinlogPurged | SourceChanged | StateError
+    ) or not isinstance(exc, Exception):
         return None
     if root_cause(exc) is not None:
         return None
@@ -67,13 +68,17 @@ def table_failure(exc: BaseException) -> str | None:
 
 def fail_table(store: StateStore, run_id: str, table: str, step: str, reason: str) -> None:
     """Record ``table`` failed at ``step`` in the run, with a log line; the run goes on."""
-    log.error("table %s: failed at %s: %s; the run goes on with the other tables", table, step, reason)
+    log.error(
+        "table %s: failed at %s: %s; the run goes on with the other tables", table, step, reason
+    )
     store.fail_table(run_id, table, {"step": step, "reason": reason})
 
 
 def failures(store: StateStore, run_id: str) -> dict[str, dict[str, Any]]:
     """``{table: {"step", "reason"}}`` of the run's failed tables."""
-    return {r.table: r.info.get("failure", {}) for r in store.run_tables_where(run_id, status="failed")}
+    return {
+        r.table: r.info.get("failure", {}) for r in store.run_tables_where(run_id, status="failed")
+    }
 
 
 def is_failed(store: StateStore, run_id: str, table: str) -> bool:
@@ -90,17 +95,28 @@ the next `tidemark run` retries it; if it fails again the same way, re-snapshot 
 tidemark run --config p.yaml --table shop.orders --snapshot
     """
 
-    def __init__(self, run_id: str, failed: dict[str, dict[str, Any]], config_path: object = None,
-                 published: list[Any] | None = None) -> None:
+    def __init__(
+        self,
+        run_id: str,
+        failed: dict[str, dict[str, Any]],
+        config_path: object = None,
+        published: list[Any] | None = None,
+    ) -> None:
         self.run_id, self.failed, self.config_path = run_id, failed, config_path
-        self.published = published or []  # the run's tables that were published (`publish.Published`)
+        self.published = (
+            published or []
+        )  # the run's tables that were published (`publish.Published`)
         super().__init__(str(self))
 
     def __str__(self) -> str:
         parts = []
         for table, failure in sorted(self.failed.items()):
             step = failure.get("step", "plan")
-            fix = FIXES.get(step, FIXES["publish"]).format(hint=resnapshot_hint(table, self.config_path))
-            parts.append(f"{table} failed at {step}: {failure.get('reason', 'unknown reason')}; {fix}")
+            fix = FIXES.get(step, FIXES["publish"]).format(
+                hint=resnapshot_hint(table, self.config_path)
+            )
+            parts.append(
+                f"{table} failed at {step}: {failure.get('reason', 'unknown reason')}; {fix}"
+            )
         done = "published the other tables, but" if self.published else "published nothing:"
         return f"run {self.run_id} {done} {len(parts)} table(s) failed: " + " | ".join(parts)

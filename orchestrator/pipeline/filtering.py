@@ -61,13 +61,14 @@ class ServerCollation:
         key = ("like", column.collation, value, pattern, escape)
         if key not in self.cache:
             operand = self._operand(column)
-            rows = self.query(f"SELECT {operand} LIKE {operand} ESCAPE %s", [value, pattern, escape])
+            rows = self.query(
+                f"SELECT {operand} LIKE {operand} ESCAPE %s", [value, pattern, escape]
+            )
             self.cache[key] = bool(rows[0][0])
         return bool(self.cache[key])
 
 
-def compile_table_filter(where: str, info: TableInfo, oracle: ServerCollation | None
-                         ) -> Verdict:
+def compile_table_filter(where: str, info: TableInfo, oracle: ServerCollation | None) -> Verdict:
     """A table's filter bound to its columns; a filter it cannot evaluate is a config error."""
     from orchestrator.schema.filters import compile_filter
 
@@ -105,8 +106,11 @@ class ChangeFilters:
             server's collation).
     """
 
-    def __init__(self, tables: Mapping[str, FilteredTable] | None = None,
-                 connect: Callable[[], Server] | None = None) -> None:
+    def __init__(
+        self,
+        tables: Mapping[str, FilteredTable] | None = None,
+        connect: Callable[[], Server] | None = None,
+    ) -> None:
         self._connect = connect
         self._server: Server | None = None
         oracle = ServerCollation(self._run)
@@ -145,16 +149,21 @@ class ChangeFilters:
         verdict, columns, keys = entry
         ops = changes.column(OP).to_pylist()
         rows = changes.select(columns).to_pylist()
-        leaves = pa.array([op != "D" and verdict(row) is not True for op, row in zip(ops, rows,
-                                                                                   strict=True)])
+        leaves = pa.array(
+            [op != "D" and verdict(row) is not True for op, row in zip(ops, rows, strict=True)]
+        )
         if not pc.any(leaves).as_py():
             return changes
         inserted = pc.and_(leaves, pc.equal(changes.column(OP), "I"))
-        out = changes.set_column(changes.schema.get_field_index(OP), changes.schema.field(OP),
-                                 pc.if_else(leaves, "D", changes.column(OP)))
+        out = changes.set_column(
+            changes.schema.get_field_index(OP),
+            changes.schema.field(OP),
+            pc.if_else(leaves, "D", changes.column(OP)),
+        )
         for k in keys:
             old = OLD_PREFIX + k
             index = out.schema.get_field_index(old)
-            out = out.set_column(index, out.schema.field(old),
-                                 pc.if_else(inserted, out.column(k), out.column(old)))
+            out = out.set_column(
+                index, out.schema.field(old), pc.if_else(inserted, out.column(k), out.column(old))
+            )
         return out

@@ -74,16 +74,32 @@ _PART = re.compile(r"^part-(\d+)-")
 
 #: Words in a JDBC/Spark error that mean the connection was lost or refused (worth a retry).
 TRANSIENT_MARKERS = (
-    "SQLTransientConnectionException", "Communications link failure", "Connection refused",
-    "Connection reset", "Broken pipe", "Socket fail", "unexpected end of stream", "socket was closed",
-    "Server has gone away", "Lost connection", "Connection timed out", "Too many connections",
-    "Deadlock found", "Lock wait timeout", "Connection is closed", "server shutdown",
+    "SQLTransientConnectionException",
+    "Communications link failure",
+    "Connection refused",
+    "Connection reset",
+    "Broken pipe",
+    "Socket fail",
+    "unexpected end of stream",
+    "socket was closed",
+    "Server has gone away",
+    "Lost connection",
+    "Connection timed out",
+    "Too many connections",
+    "Deadlock found",
+    "Lock wait timeout",
+    "Connection is closed",
+    "server shutdown",
 )
 
 #: Words of a read that waited source.read_timeout for a hung source: not retried (another try
 #: would wait as long again); the run fails naming the source and what it was reading.
-TIMEOUT_MARKERS = ("SocketTimeoutException", "Read timed out", "max_statement_time",
-                   "Query execution was interrupted")
+TIMEOUT_MARKERS = (
+    "SocketTimeoutException",
+    "Read timed out",
+    "max_statement_time",
+    "Query execution was interrupted",
+)
 
 #: Words that mean retrying cannot help, even when the error is also about connecting.
 PERMANENT_MARKERS = ("Access denied", "SQLInvalidAuthorizationSpecException", "Unknown database")
@@ -172,16 +188,22 @@ def jdbc_url(config: PipelineConfig, driver: str) -> str:
     """
     src = config.source
     if not TIME_ZONE.fullmatch(src.time_zone):  # checked by validate too
-        raise ConfigError(f"source.time_zone: expected an offset like +00:00 or a zone name, "
-                          f"found {src.time_zone!r}")
+        raise ConfigError(
+            f"source.time_zone: expected an offset like +00:00 or a zone name, "
+            f"found {src.time_zone!r}"
+        )
     params = {
         "socketTimeout": str(src.read_timeout * 1000),
         "connectTimeout": str(src.connect_timeout * 1000),
-        "sessionVariables": (f"time_zone='{src.time_zone}',sql_mode='{SESSION_SQL_MODE}',"
-                             f"net_write_timeout={NET_WRITE_TIMEOUT}"),
+        "sessionVariables": (
+            f"time_zone='{src.time_zone}',sql_mode='{SESSION_SQL_MODE}',"
+            f"net_write_timeout={NET_WRITE_TIMEOUT}"
+        ),
         "tinyInt1isBit": "false",
         "yearIsDateType": "false",
-        **({"useCursorFetch": "true"} if driver == MYSQL_DRIVER else {"useServerPrepStmts": "true"}),
+        **(
+            {"useCursorFetch": "true"} if driver == MYSQL_DRIVER else {"useServerPrepStmts": "true"}
+        ),
         **{k: v for k, v in src.jdbc_url_params.items() if k.lower() not in ("user", "password")},
     }
     return f"jdbc:mysql://{src.host}:{src.port}/?" + "&".join(f"{k}={v}" for k, v in params.items())
@@ -203,8 +225,13 @@ def jdbc_properties(config: PipelineConfig, driver: str) -> dict[str, str]:
 # --------------------------------------------------------------------------- the batch
 
 
-def batch_frame(spark: SparkSession, config: PipelineConfig, table: TableInfo,
-                predicates: Sequence[str], schema: pa.Schema | None = None) -> DataFrame:
+def batch_frame(
+    spark: SparkSession,
+    config: PipelineConfig,
+    table: TableInfo,
+    predicates: Sequence[str],
+    schema: pa.Schema | None = None,
+) -> DataFrame:
     """The batch as a DataFrame; partition ``i`` reads ``predicates[i]``.
 
     In ``schema`` (a data file schema: published types, `iceberg.FIELD_ID` on each field) the
@@ -216,10 +243,13 @@ def batch_frame(spark: SparkSession, config: PipelineConfig, table: TableInfo,
     aliases = column_aliases(table.columns)
     driver = driver_class(config.source.jdbc_driver_jar)
     props = jdbc_properties(config, driver)
-    props["customSchema"] = ", ".join(f"{a} {r.jdbc_type.simpleString()}"
-                                      for a, r in zip(aliases, reads, strict=True))
+    props["customSchema"] = ", ".join(
+        f"{a} {r.jdbc_type.simpleString()}" for a, r in zip(aliases, reads, strict=True)
+    )
     derived = source_query(table, aliases, [r.sql for r in reads])
-    df = spark.read.jdbc(jdbc_url(config, driver), derived, predicates=list(predicates), properties=props)
+    df = spark.read.jdbc(
+        jdbc_url(config, driver), derived, predicates=list(predicates), properties=props
+    )
     fields = schema if schema is not None else staging_schema(table.columns)
     columns = []
     for a, r, f in zip(aliases, reads, fields, strict=True):
@@ -229,7 +259,9 @@ def batch_frame(spark: SparkSession, config: PipelineConfig, table: TableInfo,
             columns.append(column.alias(f.name))
             continue
         if not f.nullable:
-            column = required(column, kind, f"table {table.name}: NULL read from NOT NULL column {f.name}")
+            column = required(
+                column, kind, f"table {table.name}: NULL read from NOT NULL column {f.name}"
+            )
         field_id = int((f.metadata or {}).get(FIELD_ID, b"0"))
         columns.append(column.alias(f.name, metadata={"parquet.field.id": field_id}))
     return df.select(columns)
@@ -258,10 +290,16 @@ def _filler(kind: T.DataType) -> Column:
     return F.lit(0).cast(kind)
 
 
-def read_chunks(spark: SparkSession, config: PipelineConfig, table_info: TableInfo,
-                chunks: Sequence[tuple[int, str]], out_dir_for: Callable[[int], str],
-                key: Sequence[str], guard: Callable[[], None] = lambda: None,
-                schema: pa.Schema | None = None) -> dict[int, tuple[int, int]]:
+def read_chunks(
+    spark: SparkSession,
+    config: PipelineConfig,
+    table_info: TableInfo,
+    chunks: Sequence[tuple[int, str]],
+    out_dir_for: Callable[[int], str],
+    key: Sequence[str],
+    guard: Callable[[], None] = lambda: None,
+    schema: pa.Schema | None = None,
+) -> dict[int, tuple[int, int]]:
     """Read a batch of chunks of one table in one Spark job, each into a data file.
 
     Each chunk's file is sorted by ``key`` (Spark's order, the layout's) and written in the
@@ -295,23 +333,44 @@ def read_chunks(spark: SparkSession, config: PipelineConfig, table_info: TableIn
     apply_required_conf(spark)
     indexes = [index for index, _ in chunks]
     first = out_dir_for(indexes[0])
-    attempt_dir = storage.join(storage.parent(first), f"_tmp-batch-{indexes[0]:06d}-{storage.attempt_tag()}")
+    attempt_dir = storage.join(
+        storage.parent(first), f"_tmp-batch-{indexes[0]:06d}-{storage.attempt_tag()}"
+    )
     guard()
     label = f"{table_info.name} chunks {indexes[0]}..{indexes[-1]}"
     job_description(spark, f"tidemark read {label}")
     schema = schema or iceberg.data_file_schema(config, table_info)
+
     def frame() -> DataFrame:
         return batch_frame(spark, config, table_info, [where for _, where in chunks], schema)
 
     names = [table_info.column(k).name for k in key]
-    placed = write_chunks(config, frame, names, attempt_dir, label, [(i, out_dir_for(i)) for i in indexes],
-                          schema, guard, as_returned=server_order_kept(config, table_info, schema, names))
+    placed = write_chunks(
+        config,
+        frame,
+        names,
+        attempt_dir,
+        label,
+        [(i, out_dir_for(i)) for i in indexes],
+        schema,
+        guard,
+        as_returned=server_order_kept(config, table_info, schema, names),
+    )
     return dict(zip(indexes, placed, strict=True))
 
 
-def write_chunks(config: PipelineConfig, frame: Callable[[], DataFrame], key: Sequence[str], attempt_dir: str,
-                 label: str, targets: Sequence[tuple[int, str]], schema: pa.Schema, guard: Callable[[], None],
-                 *, as_returned: bool) -> list[tuple[int, int]]:
+def write_chunks(
+    config: PipelineConfig,
+    frame: Callable[[], DataFrame],
+    key: Sequence[str],
+    attempt_dir: str,
+    label: str,
+    targets: Sequence[tuple[int, str]],
+    schema: pa.Schema,
+    guard: Callable[[], None],
+    *,
+    as_returned: bool,
+) -> list[tuple[int, int]]:
     """Run the job: each partition of ``frame()`` in ``key`` order into ``attempt_dir`` (as the
     server returned it when ``as_returned``, then checked, see the module docstring; else
     sorted), then partition ``i``'s file moved to ``targets[i]`` (chunk index, directory);
@@ -324,8 +383,11 @@ def write_chunks(config: PipelineConfig, frame: Callable[[], DataFrame], key: Se
         except Exception as exc:  # a file that cannot be read back fails as the job would
             raise _read_error(config, label, exc) from None
         if not ordered:
-            log.info("%s: the server returned rows out of key order (another index, or a partitioned "
-                     "table); the job runs again, sorting them", label)
+            log.info(
+                "%s: the server returned rows out of key order (another index, or a partitioned "
+                "table); the job runs again, sorting them",
+                label,
+            )
             storage.delete_tree(attempt_dir)
             guard()
             _write_job(config, frame, key, attempt_dir, label, sort=True)
@@ -335,28 +397,45 @@ def write_chunks(config: PipelineConfig, frame: Callable[[], DataFrame], key: Se
         storage.delete_tree(attempt_dir)
 
 
-def _write_job(config: PipelineConfig, frame: Callable[[], DataFrame], key: Sequence[str], attempt_dir: str,
-               label: str, *, sort: bool) -> None:
+def _write_job(
+    config: PipelineConfig,
+    frame: Callable[[], DataFrame],
+    key: Sequence[str],
+    attempt_dir: str,
+    label: str,
+    *,
+    sort: bool,
+) -> None:
     """One job writing ``frame()``'s partitions into ``attempt_dir``, each sorted by ``key`` when
     ``sort``; a failed job raises `_read_error`, its files deleted."""
     try:
         data = frame()
         if sort:
             data = data.sortWithinPartitions(*[F.col(k).asc_nulls_first() for k in key])
-        (data.write.mode("overwrite").option("maxRecordsPerFile", 0).options(**DATA_PARQUET_OPTIONS)
-            .parquet(storage.spark_uri(attempt_dir)))
+        (
+            data.write.mode("overwrite")
+            .option("maxRecordsPerFile", 0)
+            .options(**DATA_PARQUET_OPTIONS)
+            .parquet(storage.spark_uri(attempt_dir))
+        )
     except Exception as exc:
         storage.delete_tree(attempt_dir)
         raise _read_error(config, label, exc) from None
 
 
-def server_order_kept(config: PipelineConfig, table_info: TableInfo, schema: pa.Schema, key: Sequence[str]) -> bool:
+def server_order_kept(
+    config: PipelineConfig, table_info: TableInfo, schema: pa.Schema, key: Sequence[str]
+) -> bool:
     """Whether a chunk of this table is written as the server returns it, then checked: its
     primary key is one integer or decimal column, it is an InnoDB table and it has no ``where``
     filter (the module docstring says why)."""
     primary = [c.lower() for c in table_info.primary_key]
-    return (ordered_by_server(schema, key) and [k.lower() for k in key] == primary
-            and (table_info.engine or "").lower() == "innodb" and not config.table_where(table_info.name))
+    return (
+        ordered_by_server(schema, key)
+        and [k.lower() for k in key] == primary
+        and (table_info.engine or "").lower() == "innodb"
+        and not config.table_where(table_info.name)
+    )
 
 
 def ordered_by_server(schema: pa.Schema, key: Sequence[str]) -> bool:
@@ -383,19 +462,26 @@ def all_ascending(directory: str, column: str) -> bool:
             values = pq.read_table(handle, columns=[column]).column(0).combine_chunks()
         if values.null_count:
             return False
-        if len(values) > 1 and not pc.all(pc.less(values.slice(0, len(values) - 1), values.slice(1))).as_py():
+        if (
+            len(values) > 1
+            and not pc.all(pc.less(values.slice(0, len(values) - 1), values.slice(1))).as_py()
+        ):
             return False
     return True
 
 
-def _place_chunks(attempt_dir: str, targets: Sequence[tuple[int, str]], schema: pa.Schema) -> list[tuple[int, int]]:
+def _place_chunks(
+    attempt_dir: str, targets: Sequence[tuple[int, str]], schema: pa.Schema
+) -> list[tuple[int, int]]:
     """Move partition ``i``'s files into ``targets[i]``'s dir, named after its chunk index (base
     files have distinct names: `orchestrator.pipeline.reconcile_spark`); count rows and bytes."""
     by_partition: dict[int, list[str]] = {}
     for uri in storage.list_files(attempt_dir, suffix=".parquet"):
         match = _PART.match(storage.basename(uri))
         if match is None or int(match.group(1)) >= len(targets):
-            raise RunFailed(f"unexpected file {uri} in the read output of {storage.parent(attempt_dir)}")
+            raise RunFailed(
+                f"unexpected file {uri} in the read output of {storage.parent(attempt_dir)}"
+            )
         by_partition.setdefault(int(match.group(1)), []).append(uri)
     result: list[tuple[int, int]] = []
     for partition, (index, out_dir) in enumerate(targets):

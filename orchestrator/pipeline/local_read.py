@@ -88,8 +88,9 @@ class LocalTable:
     chunks: Sequence[tuple[int, str, str]]  # (chunk index, SQL predicate, the chunk's file)
 
 
-def read_tables(config: PipelineConfig, tables: Sequence[LocalTable], guard: Callable[[], None]
-                ) -> dict[str, Outcome]:
+def read_tables(
+    config: PipelineConfig, tables: Sequence[LocalTable], guard: Callable[[], None]
+) -> dict[str, Outcome]:
     """Every chunk of ``tables``, `LOCAL_CONNECTIONS` tables at a time; per table the file each
     chunk's read wrote (`FileRange`), or the exception its read raised (the caller tells a table's own
     failure from the run's, as for a Spark job)."""
@@ -102,13 +103,17 @@ def read_tables(config: PipelineConfig, tables: Sequence[LocalTable], guard: Cal
     out: dict[str, Outcome] = {}
     for future in futures:
         out.update(future.result())
-    log.info("read %d small table(s) in the driver: %d rows", len(tables),
-             sum(f["rows"] for done in out.values() if not isinstance(done, Exception) for f in done))
+    log.info(
+        "read %d small table(s) in the driver: %d rows",
+        len(tables),
+        sum(f["rows"] for done in out.values() if not isinstance(done, Exception) for f in done),
+    )
     return out
 
 
-def _read_share(config: PipelineConfig, tables: Sequence[LocalTable], guard: Callable[[], None]
-                ) -> dict[str, Outcome]:
+def _read_share(
+    config: PipelineConfig, tables: Sequence[LocalTable], guard: Callable[[], None]
+) -> dict[str, Outcome]:
     """``tables`` one after the other on one source connection."""
     out: dict[str, Outcome] = {}
     with Source.from_pipeline(config, known_good=True) as source:
@@ -137,19 +142,34 @@ def read_table(source: Source, table: LocalTable, guard: Callable[[], None]) -> 
     out: list[FileRange] = []
     for index, where, target in table.chunks:
         label = f"{info.name} chunk {index}"
-        parts = [_convert(rows, info.columns, wires, table.schema, label)
-                 for rows in _batches(source, f"SELECT {select} FROM {derived} WHERE {where}", label)]
-        data = pa.concat_tables(parts) if parts else chunk_table([], info.columns, wires, table.schema)
-        missing = [f.name for f, column in zip(table.schema, data.columns, strict=True)
-                   if not f.nullable and column.null_count]
+        parts = [
+            _convert(rows, info.columns, wires, table.schema, label)
+            for rows in _batches(source, f"SELECT {select} FROM {derived} WHERE {where}", label)
+        ]
+        data = (
+            pa.concat_tables(parts) if parts else chunk_table([], info.columns, wires, table.schema)
+        )
+        missing = [
+            f.name
+            for f, column in zip(table.schema, data.columns, strict=True)
+            if not f.nullable and column.null_count
+        ]
         if missing:
             raise RunFailed(f"table {info.name}: NULL read from NOT NULL column {missing[0]}")
         data = _as_schema(data, table.schema)
-        data = data.take(pc.sort_indices(data, sort_keys=sort_keys(key))) if data.num_rows > 1 else data
+        data = (
+            data.take(pc.sort_indices(data, sort_keys=sort_keys(key)))
+            if data.num_rows > 1
+            else data
+        )
         guard()
         nbytes = write_table(target, data)
-        first, last = (key_at(data, key, 0), key_at(data, key, -1)) if data.num_rows else (None, None)
-        out.append(FileRange(file=target, min_key=first, max_key=last, rows=data.num_rows, bytes=nbytes))
+        first, last = (
+            (key_at(data, key, 0), key_at(data, key, -1)) if data.num_rows else (None, None)
+        )
+        out.append(
+            FileRange(file=target, min_key=first, max_key=last, rows=data.num_rows, bytes=nbytes)
+        )
     return out
 
 
@@ -158,7 +178,9 @@ def _batches(source: Source, sql: str, label: str) -> Iterator[list[tuple[Any, .
     (the batch is read again), an SQL error the table's own."""
     try:
         yield from source.batches(sql, BATCH_ROWS)
-    except SourceNotReady as exc:  # lost: the read step's retry reads the batch again, with a fresh L
+    except (
+        SourceNotReady
+    ) as exc:  # lost: the read step's retry reads the batch again, with a fresh L
         raise TransientReadError(f"read of {label} failed: {exc}") from exc
     except pymysql.err.MySQLError as exc:
         if is_connection_lost(exc):
@@ -166,8 +188,13 @@ def _batches(source: Source, sql: str, label: str) -> Iterator[list[tuple[Any, .
         raise RunFailed(f"read of {label} failed: {exc}") from exc
 
 
-def _convert(rows: Sequence[Sequence[Any]], columns: Sequence[ColumnInfo], wires: Sequence[Wire],
-             schema: pa.Schema, label: str) -> pa.Table:
+def _convert(
+    rows: Sequence[Sequence[Any]],
+    columns: Sequence[ColumnInfo],
+    wires: Sequence[Wire],
+    schema: pa.Schema,
+    label: str,
+) -> pa.Table:
     """`chunk_table`, a value it cannot convert failing the table."""
     try:
         return chunk_table(rows, columns, wires, schema)
@@ -175,12 +202,18 @@ def _convert(rows: Sequence[Sequence[Any]], columns: Sequence[ColumnInfo], wires
         raise RunFailed(f"read of {label} failed: {exc}") from exc
 
 
-def chunk_table(rows: Sequence[Sequence[Any]], columns: Sequence[ColumnInfo], wires: Sequence[Wire],
-                schema: pa.Schema) -> pa.Table:
+def chunk_table(
+    rows: Sequence[Sequence[Any]],
+    columns: Sequence[ColumnInfo],
+    wires: Sequence[Wire],
+    schema: pa.Schema,
+) -> pa.Table:
     """The rows PyMySQL returned for the converted columns as a table of ``schema``'s types, every
     field nullable (the caller checks the required ones hold no NULL, then casts to ``schema``)."""
-    arrays = [_typed(wire_array([r[i] for r in rows], wire, column), field.type)
-              for i, (column, wire, field) in enumerate(zip(columns, wires, schema, strict=True))]
+    arrays = [
+        _typed(wire_array([r[i] for r in rows], wire, column), field.type)
+        for i, (column, wire, field) in enumerate(zip(columns, wires, schema, strict=True))
+    ]
     loose = pa.schema(f.with_nullable(True) for f in schema)
     return pa.Table.from_arrays(arrays, schema=loose)
 

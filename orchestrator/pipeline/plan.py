@@ -77,17 +77,30 @@ class RunHandle:
     def __str__(self) -> str:
         how = "resumed" if self.resumed else "started"
         incremental = len(self.tables) - len(self.snapshot_tables)
-        dropped = f"; {len(self.dropped)} dropped at the source, kept as published" if self.dropped else ""
-        return (f"run {self.run_id} {how}: {len(self.snapshot_tables)} table(s) to snapshot, "
-                f"{incremental} incremental, {len(self.batches)} batch(es) to read{dropped}")
+        dropped = (
+            f"; {len(self.dropped)} dropped at the source, kept as published"
+            if self.dropped
+            else ""
+        )
+        return (
+            f"run {self.run_id} {how}: {len(self.snapshot_tables)} table(s) to snapshot, "
+            f"{incremental} incremental, {len(self.batches)} batch(es) to read{dropped}"
+        )
 
 
 # --------------------------------------------------------------------------- the step
 
 
-def plan(config: PipelineConfig, *, tables: list[str] | None = None, snapshot: bool = False,
-         chunk_size: int | None = None, holder: str, fresh: bool = False,
-         failing: dict[str, str] | None = None) -> RunHandle:
+def plan(
+    config: PipelineConfig,
+    *,
+    tables: list[str] | None = None,
+    snapshot: bool = False,
+    chunk_size: int | None = None,
+    holder: str,
+    fresh: bool = False,
+    failing: dict[str, str] | None = None,
+) -> RunHandle:
     """Resume the pipeline's unfinished run, or start a new one.
 
     With ``fresh`` (``run --snapshot``, a DAG run's ``snapshot: true``) the tables asked for
@@ -122,8 +135,12 @@ def plan(config: PipelineConfig, *, tables: list[str] | None = None, snapshot: b
             found = found or find_tables(config, store, tables)
             run = _new_run(config, store, found, snapshot, chunk_size, holder)
         else:
-            log.info("run %s: resuming the unfinished run started %s (status %s)",
-                     run.run_id, run.created_at.isoformat(timespec="seconds"), run.status)
+            log.info(
+                "run %s: resuming the unfinished run started %s (status %s)",
+                run.run_id,
+                run.created_at.isoformat(timespec="seconds"),
+                run.status,
+            )
             if run.status != "running":
                 store.finish_run(run.run_id, "running")
         try:
@@ -139,7 +156,9 @@ def plan(config: PipelineConfig, *, tables: list[str] | None = None, snapshot: b
             run_id=run.run_id,
             resumed=resumed,
             tables=[table for table, _, _ in states],
-            snapshot_tables=[t for t, mode, status in states if mode == "snapshot" and status != "failed"],
+            snapshot_tables=[
+                t for t, mode, status in states if mode == "snapshot" and status != "failed"
+            ],
             batches=pending_batches(store, run.run_id),
             dropped=found.dropped if found is not None else [],
             options=dict(store.get_run(run.run_id).options),
@@ -170,8 +189,12 @@ def find_tables(config: PipelineConfig, store: StateStore, names: list[str] | No
     published = {cp.table: cp.version for cp in store.table_checkpoints(config.pipeline)}
     gone = dropped(config.tables, found, published)
     for table in gone:
-        log.warning("table %s: a pattern took it, but it is no longer at the source: kept in the lake as "
-                    "published (version %d)", table, published[table])
+        log.warning(
+            "table %s: a pattern took it, but it is no longer at the source: kept in the lake as "
+            "published (version %d)",
+            table,
+            published[table],
+        )
     return FoundTables(found, [t.name for t in found.select(names)], gone)
 
 
@@ -184,17 +207,36 @@ def requested_tables(config: PipelineConfig, names: list[str] | None) -> list[st
         return [t.name for t in table_set(config, source).select(names)]
 
 
-def _new_run(config: PipelineConfig, store: StateStore, found: FoundTables, snapshot: bool,
-             chunk_size: int | None, holder: str) -> RunRecord:
+def _new_run(
+    config: PipelineConfig,
+    store: StateStore,
+    found: FoundTables,
+    snapshot: bool,
+    chunk_size: int | None,
+    holder: str,
+) -> RunRecord:
     if chunk_size is not None and chunk_size < 1:
         raise ConfigError(f"chunk_size must be a positive integer, got {chunk_size}")
-    run = store.create_run(config.pipeline, {"tables": found.selected, "snapshot": snapshot,
-                                             "chunk_size": chunk_size, "started_by": holder})
+    run = store.create_run(
+        config.pipeline,
+        {
+            "tables": found.selected,
+            "snapshot": snapshot,
+            "chunk_size": chunk_size,
+            "started_by": holder,
+        },
+    )
     if config.has_patterns:
-        store.save_table_set(config.pipeline, run.run_id, [m.to_json() for m in found.tables.patterns],
-                             found.dropped)
-    log.info("run %s: new, %d table(s) %s%s", run.run_id, len(found.selected), listed(found.selected),
-             " (re-snapshot)" if snapshot else "")
+        store.save_table_set(
+            config.pipeline, run.run_id, [m.to_json() for m in found.tables.patterns], found.dropped
+        )
+    log.info(
+        "run %s: new, %d table(s) %s%s",
+        run.run_id,
+        len(found.selected),
+        listed(found.selected),
+        " (re-snapshot)" if snapshot else "",
+    )
     return run
 
 
@@ -203,8 +245,11 @@ def takes_out(run: RunRecord, tables: list[str]) -> bool:
     (not when it is the same request interrupted: that resumes its own run; the same request
     that *failed* starts afresh, as "re-snapshot it" advice means)."""
     options = run.options
-    same = bool(options.get("snapshot")) and sorted(options.get("tables", [])) == sorted(tables) \
+    same = (
+        bool(options.get("snapshot"))
+        and sorted(options.get("tables", [])) == sorted(tables)
         and run.status != "failed"
+    )
     return not same and bool(set(tables) & set(options.get("tables", [])))
 
 
@@ -214,10 +259,14 @@ def _take_out(store: StateStore, run: RunRecord, tables: list[str]) -> RunRecord
     start position and plan. The same request again resumes its own run."""
     if not takes_out(run, tables):
         return run
-    if set(run.options.get("tables", [])) <= set(tables):  # nothing of it is left: left behind whole
+    if set(run.options.get("tables", [])) <= set(
+        tables
+    ):  # nothing of it is left: left behind whole
         log.info("run %s (%s) is left behind: a new run starts afresh", run.run_id, run.status)
         if run.status == "running":  # interrupted: not shown as running for ever
-            store.finish_run(run.run_id, "failed", error="interrupted; left behind by a snapshot of its tables")
+            store.finish_run(
+                run.run_id, "failed", error="interrupted; left behind by a snapshot of its tables"
+            )
         return None
     leaving = [t for t in tables if t in run.options.get("tables", [])]
     store.drop_from_run(run.run_id, leaving)
@@ -232,8 +281,12 @@ def _leave_if_moved(config: PipelineConfig, store: StateStore, run: RunRecord) -
         reason = moved_run(Follower(config, source), store, run)
     if reason is None:
         return run
-    log.warning("run %s is left behind: %s; a new run starts, going on from the published "
-                "positions by GTID and reading again what this run had not published", run.run_id, reason)
+    log.warning(
+        "run %s is left behind: %s; a new run starts, going on from the published "
+        "positions by GTID and reading again what this run had not published",
+        run.run_id,
+        reason,
+    )
     store.finish_run(run.run_id, "failed", error=f"left behind: the source changed ({reason})")
     storage.delete_tree(run_dir(config, run.run_id))
     return None
@@ -243,16 +296,24 @@ def _drop_unconfigured(config: PipelineConfig, store: StateStore, run: RunRecord
     """An unfinished run's tables the config no longer takes (removed from the YAML meanwhile)
     leave it, unless published: the run resumes for the others (it failed on every resume)."""
     published = {t for t, _, status in store.run_table_states(run.run_id) if status == "published"}
-    gone = [t for t in run.options.get("tables", []) if t not in published and config.entry(t) is None]
+    gone = [
+        t for t in run.options.get("tables", []) if t not in published and config.entry(t) is None
+    ]
     if not gone:
         return run
-    log.warning("run %s: table(s) %s are no longer in the config: they leave the run (what is published "
-                "of them is kept; `tidemark reset --table` forgets them)", run.run_id, listed(gone))
+    log.warning(
+        "run %s: table(s) %s are no longer in the config: they leave the run (what is published "
+        "of them is kept; `tidemark reset --table` forgets them)",
+        run.run_id,
+        listed(gone),
+    )
     store.drop_from_run(run.run_id, gone)
     return store.get_run(run.run_id)
 
 
-def _plan_tables(config: PipelineConfig, store: StateStore, run: RunRecord, failing: dict[str, str]) -> None:
+def _plan_tables(
+    config: PipelineConfig, store: StateStore, run: RunRecord, failing: dict[str, str]
+) -> None:
     """Plan every table of the run not planned yet (all of them on a fresh run), recording them
     `FLUSH_TABLES` at a time, each time in one transaction with their chunks in batches. A run
     of no table (a pattern that matches none yet) plans nothing."""
@@ -272,23 +333,39 @@ def _plan_tables(config: PipelineConfig, store: StateStore, run: RunRecord, fail
             store.set_run_positions(run.run_id, start=start.to_json())
             log.info("run %s: start position P0 = %s", run.run_id, start)
             run = store.get_run(run.run_id)
-        margin = _Margin(config.defaults.read_margin_seconds)  # before any key bound: see the docstring
+        margin = _Margin(
+            config.defaults.read_margin_seconds
+        )  # before any key bound: see the docstring
         oldest = source.oldest_binlog()
         check_escaping(source.query)
         follower = Follower(config, source)
         checkpoints = {cp.table: cp for cp in store.table_checkpoints(config.pipeline)}
         for first in range(0, len(todo), FLUSH_TABLES):
-            part = todo[first:first + FLUSH_TABLES]
-            infos = {} if late else tables_info(source, [t.name for t in part if t.name not in failing])
+            part = todo[first : first + FLUSH_TABLES]
+            infos = (
+                {} if late else tables_info(source, [t.name for t in part if t.name not in failing])
+            )
             drafts: list[PlannedTable | Draft] = []
             for table in part:
                 if table.name in failing:
                     fail_table(store, run.run_id, table.name, "plan", failing[table.name])
                     continue
                 try:
-                    drafts.append(_plan_one(config, store, run, table, source, oldest, follower,
-                                            infos.get(table.name), checkpoints.get(table.name), late=late,
-                                            margin=margin))
+                    drafts.append(
+                        _plan_one(
+                            config,
+                            store,
+                            run,
+                            table,
+                            source,
+                            oldest,
+                            follower,
+                            infos.get(table.name),
+                            checkpoints.get(table.name),
+                            late=late,
+                            margin=margin,
+                        )
+                    )
                 except Exception as exc:  # one table's trouble is its own (`pipeline.failed`)
                     reason = table_failure(exc)
                     if reason is None:
@@ -297,7 +374,9 @@ def _plan_tables(config: PipelineConfig, store: StateStore, run: RunRecord, fail
             _record(config, store, run.run_id, drafts)
 
 
-def _record(config: PipelineConfig, store: StateStore, run_id: str, drafts: list[PlannedTable | Draft]) -> None:
+def _record(
+    config: PipelineConfig, store: StateStore, run_id: str, drafts: list[PlannedTable | Draft]
+) -> None:
     """Record planned tables in one transaction, the snapshots' chunks in batches."""
     snapshots = [d for d in drafts if isinstance(d, Draft)]
     next_batch = max(store.batches(run_id), default=-1) + 1
@@ -307,12 +386,25 @@ def _record(config: PipelineConfig, store: StateStore, run_id: str, drafts: list
     for p in plans:
         if p.mode == "snapshot":
             batches = len({c.batch for c in p.chunks})
-            log.info("table %s: snapshot, %d chunks in %d batch(es)", p.table, len(p.chunks), batches)
+            log.info(
+                "table %s: snapshot, %d chunks in %d batch(es)", p.table, len(p.chunks), batches
+            )
 
 
-def _plan_one(config: PipelineConfig, store: StateStore, run: RunRecord, table: TableConfig, source: Source,
-              oldest: str | None, follower: Follower, info: TableInfo | None,
-              checkpoint: TableCheckpoint | None, *, late: bool, margin: _Margin) -> PlannedTable | Draft:
+def _plan_one(
+    config: PipelineConfig,
+    store: StateStore,
+    run: RunRecord,
+    table: TableConfig,
+    source: Source,
+    oldest: str | None,
+    follower: Follower,
+    info: TableInfo | None,
+    checkpoint: TableCheckpoint | None,
+    *,
+    late: bool,
+    margin: _Margin,
+) -> PlannedTable | Draft:
     """Plan one table of the run: incremental from its published position, or a snapshot."""
     start = source.current_position().to_json() if late else None  # before the table is looked at
     if late:  # its own P0_T wants the same margin before any key bound is read
@@ -322,8 +414,11 @@ def _plan_one(config: PipelineConfig, store: StateStore, run: RunRecord, table: 
         compile_table_filter(table.where, info, None)
     if checkpoint is not None and not late and not run.options.get("snapshot"):
         manifest = find_manifest(table_dir(config, table.name))
-        since = _published_start(follower, table.name, checkpoint, oldest) \
-            if _not_behind(table.name, manifest, checkpoint.version) else None
+        since = (
+            _published_start(follower, table.name, checkpoint, oldest)
+            if _not_behind(table.name, manifest, checkpoint.version)
+            else None
+        )
         if since is not None and _same_shape(table.name, manifest, info):
             assert manifest is not None, "_not_behind: there is one"
             return _incremental(table, manifest, info, since.to_json())
@@ -360,13 +455,19 @@ def _not_behind(table: str, manifest: Manifest | None, version: int) -> bool:
     position would then be applied to an older version, and only a re-read is exact."""
     if manifest is not None and manifest["version"] >= version:
         return True
-    log.warning("table %s: current.json names version %s, older than version %d the state store "
-                "published: re-read", table, manifest["version"] if manifest else "none", version)
+    log.warning(
+        "table %s: current.json names version %s, older than version %d the state store "
+        "published: re-read",
+        table,
+        manifest["version"] if manifest else "none",
+        version,
+    )
     return False
 
 
-def _published_start(follower: Follower, table: str, checkpoint: TableCheckpoint,
-                     oldest: str | None) -> BinlogPosition | None:
+def _published_start(
+    follower: Follower, table: str, checkpoint: TableCheckpoint, oldest: str | None
+) -> BinlogPosition | None:
     """Where on the source the table's published version goes on from; None when it must be
     read again (the position is another server's and its GTID set cannot be found here, or
     the binlog since was purged)."""
@@ -375,9 +476,14 @@ def _published_start(follower: Follower, table: str, checkpoint: TableCheckpoint
         log.warning("table %s: re-read (version %d): %s", table, checkpoint.version, placed)
         return None
     if oldest is not None and file_index(placed.position.file) < file_index(oldest):
-        log.warning("table %s: the binlog since its version %d (%s) was purged (oldest kept: "
-                    "%s); it is snapshotted again", table, checkpoint.version,
-                    placed.position.file, oldest)
+        log.warning(
+            "table %s: the binlog since its version %d (%s) was purged (oldest kept: "
+            "%s); it is snapshotted again",
+            table,
+            checkpoint.version,
+            placed.position.file,
+            oldest,
+        )
         return None
     return placed.position
 
@@ -390,21 +496,47 @@ def _same_shape(table: str, manifest: Manifest | None, info: TableInfo) -> bool:
     published = [(c["name"], c["mysql_type"], c.get("arrow_type")) for c in manifest["columns"]]
     current = [(c.name, c.column_type, str(arrow_type(c))) for c in info.columns]
     if published != current:
-        log.warning("table %s: columns changed since version %d (%s -> %s): re-read", table,
-                    manifest["version"], published, current)
+        log.warning(
+            "table %s: columns changed since version %d (%s -> %s): re-read",
+            table,
+            manifest["version"],
+            published,
+            current,
+        )
     return published == current
 
 
-def _incremental(table: TableConfig, manifest: Manifest, info: TableInfo, since: dict[str, Any]) -> PlannedTable:
-    log.info("table %s: incremental from %s (published version %s)", table.name,
-             BinlogPosition.from_json(since), manifest["version"])
-    return PlannedTable(table.name, "incremental", None, list(manifest["chunk_key"]),
-                        {"table_info": table_info_to_json(info), "from_position": since,
-                         "base_version": manifest["version"]}, [])
+def _incremental(
+    table: TableConfig, manifest: Manifest, info: TableInfo, since: dict[str, Any]
+) -> PlannedTable:
+    log.info(
+        "table %s: incremental from %s (published version %s)",
+        table.name,
+        BinlogPosition.from_json(since),
+        manifest["version"],
+    )
+    return PlannedTable(
+        table.name,
+        "incremental",
+        None,
+        list(manifest["chunk_key"]),
+        {
+            "table_info": table_info_to_json(info),
+            "from_position": since,
+            "base_version": manifest["version"],
+        },
+        [],
+    )
 
 
-def replan_snapshot(config: PipelineConfig, store: StateStore, run_id: str, table: str, source: Source,
-                    reason: dict[str, Any]) -> None:
+def replan_snapshot(
+    config: PipelineConfig,
+    store: StateStore,
+    run_id: str,
+    table: str,
+    source: Source,
+    reason: dict[str, Any],
+) -> None:
     """Plan a table of the run again as a snapshot starting now (a re-read inside the run).
 
     Its new start position ``P0_T`` is recorded before any key bound is read, as ``P0`` is. Its
@@ -414,33 +546,81 @@ def replan_snapshot(config: PipelineConfig, store: StateStore, run_id: str, tabl
     start = source.current_position()
     time.sleep(config.defaults.read_margin_seconds)  # P0_T's margin, as P0's
     table_config = config.with_chunk_size(run.options.get("chunk_size")).table(table)
-    draft = _snapshot_draft(config, run, table_config, source.table_info(table), source,
-                            start=start.to_json(), reread={**reason, "from": start.to_json()},
-                            void=void_mark(store, run_id))
+    draft = _snapshot_draft(
+        config,
+        run,
+        table_config,
+        source.table_info(table),
+        source,
+        start=start.to_json(),
+        reread={**reason, "from": start.to_json()},
+        void=void_mark(store, run_id),
+    )
     next_batch = max(store.batches(run_id), default=-1) + 1
     p = assign_batches([draft], next_batch, config.defaults)[0]
-    store.add_run_table(run_id, p.table, "snapshot", strategy=p.strategy, chunk_key=p.chunk_key,
-                        info=p.info, chunks=p.chunks, replan=True)
+    store.add_run_table(
+        run_id,
+        p.table,
+        "snapshot",
+        strategy=p.strategy,
+        chunk_key=p.chunk_key,
+        info=p.info,
+        chunks=p.chunks,
+        replan=True,
+    )
     log.info("table %s: re-read from %s", table, start)
 
 
-def _snapshot_draft(config: PipelineConfig, run: RunRecord, table: TableConfig, info: TableInfo,
-                    source: Source, *, start: dict[str, Any] | None = None,
-                    reread: dict[str, Any] | None = None, void: int = 0) -> Draft:
-    table_plan = plan_table(source.query, table, info, config.defaults, check_mode=False,
-                            time_zone=config.source.time_zone)
+def _snapshot_draft(
+    config: PipelineConfig,
+    run: RunRecord,
+    table: TableConfig,
+    info: TableInfo,
+    source: Source,
+    *,
+    start: dict[str, Any] | None = None,
+    reread: dict[str, Any] | None = None,
+    void: int = 0,
+) -> Draft:
+    table_plan = plan_table(
+        source.query,
+        table,
+        info,
+        config.defaults,
+        check_mode=False,
+        time_zone=config.source.time_zone,
+    )
     chunks = [
         ChunkRecord(
-            run_id=run.run_id, table=table.name, index=chunk.index, batch=-1,
-            start=encode_key(chunk.range.start), end=encode_key(chunk.range.end),
+            run_id=run.run_id,
+            table=table.name,
+            index=chunk.index,
+            batch=-1,
+            start=encode_key(chunk.range.start),
+            end=encode_key(chunk.range.end),
             where=chunk_predicate(table_plan.chunk_key, chunk.range, info.columns, table.where),
-            status="pending", low=None, high=None, rows=None, bytes=None, path=None, attempts=0,
+            status="pending",
+            low=None,
+            high=None,
+            rows=None,
+            bytes=None,
+            path=None,
+            attempts=0,
         )
         for chunk in table_plan.chunks
     ]
-    plan = PlannedTable(table.name, "snapshot", table_plan.strategy, list(table_plan.chunk_key),
-                        {"table_info": table_info_to_json(info),
-                         "from_position": start or run.start_position, "stats": table_plan.stats,
-                         **({"reread": reread} if reread else {}),
-                         **({"segments_after": void} if void else {})}, chunks)
+    plan = PlannedTable(
+        table.name,
+        "snapshot",
+        table_plan.strategy,
+        list(table_plan.chunk_key),
+        {
+            "table_info": table_info_to_json(info),
+            "from_position": start or run.start_position,
+            "stats": table_plan.stats,
+            **({"reread": reread} if reread else {}),
+            **({"segments_after": void} if void else {}),
+        },
+        chunks,
+    )
     return Draft(plan, int(table_plan.stats.get("rows") or 0), table.batch_chunks)

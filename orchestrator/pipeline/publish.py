@@ -46,7 +46,9 @@ class Published:
     version: int
     rows: int
     position: dict[str, Any]
-    iceberg: IcebergEntry | None = None  # the version's Iceberg snapshot (None: published before Iceberg)
+    iceberg: IcebergEntry | None = (
+        None  # the version's Iceberg snapshot (None: published before Iceberg)
+    )
     #: False when the run found no change: ``version`` is an earlier run's, ``position`` the
     #: position the table was checked up to (the version is the table there too).
     changed: bool = True
@@ -77,9 +79,14 @@ def publish(config: PipelineConfig, run_id: str, *, holder: str) -> list[Publish
         records = store.run_tables(run_id)
         for record in records:
             if record.status not in ("failed", "reconciled", "published"):
-                raise RunFailed(f"table {record.table} is {record.status}, not reconciled; rerun to resume")
-        todo = [(r, position(r.info.get("captured_to") or run.high_position))
-                for r in records if r.status == "reconciled"]
+                raise RunFailed(
+                    f"table {record.table} is {record.status}, not reconciled; rerun to resume"
+                )
+        todo = [
+            (r, position(r.info.get("captured_to") or run.high_position))
+            for r in records
+            if r.status == "reconciled"
+        ]
         # Tables without a change only have their checkpoints moved: published here, no worker.
         kept: list[tuple[RunTableRecord, BinlogPosition]] = []
         changed: list[tuple[RunTableRecord, BinlogPosition]] = []
@@ -88,10 +95,13 @@ def publish(config: PipelineConfig, run_id: str, *, holder: str) -> list[Publish
         done: list[tuple[TableCheckpoint, bool]] = []
         try:
             for group, workers in ((kept, False), (changed, True)):
-                for outcome in publish_workers.publish_each(config, run_id, group, _publish_group, store.check_fence,
-                                                            workers=workers):
+                for outcome in publish_workers.publish_each(
+                    config, run_id, group, _publish_group, store.check_fence, workers=workers
+                ):
                     if outcome.checkpoint is None:
-                        fail_table(store, run_id, outcome.table, "publish", outcome.reason or "unknown")
+                        fail_table(
+                            store, run_id, outcome.table, "publish", outcome.reason or "unknown"
+                        )
                         continue
                     done.append((outcome.checkpoint, outcome.changed))
                     if len(done) >= RECORD_TABLES:
@@ -117,9 +127,13 @@ def publish(config: PipelineConfig, run_id: str, *, holder: str) -> list[Publish
         store.close()
 
 
-def _publish_group(config: PipelineConfig, guard: Callable[[], None], run_id: str,
-                   group: Sequence[tuple[RunTableRecord, BinlogPosition]], catalog: Catalog | None
-                   ) -> list[tuple[TableCheckpoint, bool] | Exception]:
+def _publish_group(
+    config: PipelineConfig,
+    guard: Callable[[], None],
+    run_id: str,
+    group: Sequence[tuple[RunTableRecord, BinlogPosition]],
+    catalog: Catalog | None,
+) -> list[tuple[TableCheckpoint, bool] | Exception]:
     """Publish reconciled tables, each at its position (`versions.publish_tables`); for each, its
     checkpoint (recorded by the caller) and whether this run published a new version, or the
     exception its publish raised."""
@@ -127,8 +141,17 @@ def _publish_group(config: PipelineConfig, guard: Callable[[], None], run_id: st
     todo: list[tuple[int, Publishing]] = []
     for i, (record, high) in enumerate(group):
         try:  # a record the step cannot read fails that table alone (`table_failure` tells)
-            todo.append((i, Publishing(table_info(record), tuple(record.chunk_key), reconciled_dir(config, record),
-                                       high)))
+            todo.append(
+                (
+                    i,
+                    Publishing(
+                        table_info(record),
+                        tuple(record.chunk_key),
+                        reconciled_dir(config, record),
+                        high,
+                    ),
+                )
+            )
         except Exception as exc:
             out[i] = exc
     done = publish_tables(config, [p for _, p in todo], run_id, guard, catalog) if todo else []
@@ -141,35 +164,65 @@ def _publish_group(config: PipelineConfig, guard: Callable[[], None], run_id: st
             out[i] = _checkpoint(config, run_id, record, high, manifest)
         except Exception as exc:
             out[i] = exc
-    return [o if o is not None else RunFailed("internal: a table of the group was not published") for o in out]
+    return [
+        o if o is not None else RunFailed("internal: a table of the group was not published")
+        for o in out
+    ]
 
 
-def _checkpoint(config: PipelineConfig, run_id: str, record: RunTableRecord, high: BinlogPosition,
-                manifest: Manifest) -> tuple[TableCheckpoint, bool]:
+def _checkpoint(
+    config: PipelineConfig,
+    run_id: str,
+    record: RunTableRecord,
+    high: BinlogPosition,
+    manifest: Manifest,
+) -> tuple[TableCheckpoint, bool]:
     """A published table's checkpoint, and whether this run published a new version.
 
     A table without changes keeps its version (and the run and time that published it); its
     checkpoint moves on all the same: lag and the next run start from ``high``."""
     changed = manifest["run_id"] == run_id
     checkpoint = TableCheckpoint(
-        pipeline=config.pipeline, table=record.table, version=manifest["version"],
+        pipeline=config.pipeline,
+        table=record.table,
+        version=manifest["version"],
         position=record.info.get("next_from") or high.to_json(),  # held for XA: pipeline.xa
-        rows=manifest["rows"], manifest=current_uri(table_dir(config, record.table)),
+        rows=manifest["rows"],
+        manifest=current_uri(table_dir(config, record.table)),
         run_id=manifest["run_id"],
-        published_at=dt.datetime.now(dt.UTC) if changed else published_at(manifest))
+        published_at=dt.datetime.now(dt.UTC) if changed else published_at(manifest),
+    )
     if changed:
-        new = sum(1 for f in manifest["files"] if storage.basename(f).startswith(f"v{manifest['version']:06d}-"))
+        new = sum(
+            1
+            for f in manifest["files"]
+            if storage.basename(f).startswith(f"v{manifest['version']:06d}-")
+        )
         snapshot = manifest["iceberg"]["snapshot_id"] if "iceberg" in manifest else None
-        log.info("table %s: published version %d, %d rows in %d file(s) (%d new) at %s, Iceberg snapshot %s",
-                 record.table, manifest["version"], manifest["rows"], len(manifest["files"]), new, high, snapshot)
+        log.info(
+            "table %s: published version %d, %d rows in %d file(s) (%d new) at %s, Iceberg snapshot %s",
+            record.table,
+            manifest["version"],
+            manifest["rows"],
+            len(manifest["files"]),
+            new,
+            high,
+            snapshot,
+        )
     else:
-        log.info("table %s: no change: kept version %d, %d rows at %s", record.table, manifest["version"],
-                 manifest["rows"], high)
+        log.info(
+            "table %s: no change: kept version %d, %d rows at %s",
+            record.table,
+            manifest["version"],
+            manifest["rows"],
+            high,
+        )
     return checkpoint, changed
 
 
-def _record(store: StateStore, run_id: str, done: list[tuple[TableCheckpoint, bool]]
-            ) -> list[tuple[TableCheckpoint, bool]]:
+def _record(
+    store: StateStore, run_id: str, done: list[tuple[TableCheckpoint, bool]]
+) -> list[tuple[TableCheckpoint, bool]]:
     """Record published tables' checkpoints and status in one transaction; returns an empty list."""
     store.publish_tables(run_id, [c for c, _ in done])
     for _ in done:
@@ -186,8 +239,10 @@ def _all_published(config: PipelineConfig, store: StateStore, run_id: str) -> li
             continue
         checkpoint = checkpoints.get(record.table)
         if checkpoint is None:
-            raise RunFailed(f"internal: table {record.table} is published but has no checkpoint; "
-                            "rerun to resume")
+            raise RunFailed(
+                f"internal: table {record.table} is published but has no checkpoint; "
+                "rerun to resume"
+            )
         out.append(_published(config, checkpoint, run_id))
     return out
 
@@ -196,6 +251,12 @@ def _published(config: PipelineConfig, checkpoint: TableCheckpoint, run_id: str)
     """What ``checkpoint`` says was published (``changed``: by this run)."""
     tdir = table_dir(config, checkpoint.table)
     found = find_manifest(tdir)
-    return Published(table=checkpoint.table, uri=tdir, version=checkpoint.version, rows=checkpoint.rows,
-                     position=checkpoint.position, iceberg=found.get("iceberg") if found else None,
-                     changed=found is not None and found["run_id"] == run_id)
+    return Published(
+        table=checkpoint.table,
+        uri=tdir,
+        version=checkpoint.version,
+        rows=checkpoint.rows,
+        position=checkpoint.position,
+        iceberg=found.get("iceberg") if found else None,
+        changed=found is not None and found["run_id"] == run_id,
+    )

@@ -74,8 +74,16 @@ GROUPS_PER_WORKER = 4
 
 #: Publishes a group of tables: (config, guard, run id, [(record, position)], catalog) -> for each
 #: table, (checkpoint, changed) or the exception its publish raised.
-PublishGroup = Callable[[PipelineConfig, Callable[[], None], str, Sequence[tuple[RunTableRecord, BinlogPosition]],
-                         Catalog | None], list[tuple[TableCheckpoint, bool] | Exception]]
+PublishGroup = Callable[
+    [
+        PipelineConfig,
+        Callable[[], None],
+        str,
+        Sequence[tuple[RunTableRecord, BinlogPosition]],
+        Catalog | None,
+    ],
+    list[tuple[TableCheckpoint, bool] | Exception],
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,11 +124,18 @@ def groups(todo: Todo, workers: int) -> list[Todo]:
     (63, 0)
     """
     size = max(1, min(GROUP_TABLES, -(-len(todo) // (workers * GROUPS_PER_WORKER))))
-    return [todo[i:i + size] for i in range(0, len(todo), size)]
+    return [todo[i : i + size] for i in range(0, len(todo), size)]
 
 
-def publish_each(config: PipelineConfig, run_id: str, todo: Todo, many: PublishGroup, guard: Callable[[], None],
-                 *, workers: bool = True) -> Iterator[Outcome]:
+def publish_each(
+    config: PipelineConfig,
+    run_id: str,
+    todo: Todo,
+    many: PublishGroup,
+    guard: Callable[[], None],
+    *,
+    workers: bool = True,
+) -> Iterator[Outcome]:
     """Publish every table of ``todo`` at its position with ``many``, a group of tables at a time
     (`groups`); each `Outcome` as its group ends.
 
@@ -137,8 +152,12 @@ def publish_each(config: PipelineConfig, run_id: str, todo: Todo, many: PublishG
     from concurrent.futures.process import BrokenProcessPool
 
     log.info("publishing %d tables in %d worker processes", len(todo), count)
-    pool = ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("fork"),
-                               initializer=_start_worker, initargs=(config, os.getpid()))
+    pool = ProcessPoolExecutor(
+        count,
+        mp_context=multiprocessing.get_context("fork"),
+        initializer=_start_worker,
+        initargs=(config, os.getpid()),
+    )
     error: BaseException | None = None
     # Each future puts itself here when it ends: the wait costs the same whatever is pending
     # (`concurrent.futures.wait` hangs a waiter on every pending future at each call: with
@@ -166,9 +185,11 @@ def publish_each(config: PipelineConfig, run_id: str, todo: Todo, many: PublishG
                 try:
                     outcomes = future.result()
                 except BrokenProcessPool as exc:
-                    raise RunFailed("a publish worker process died (killed from outside: out of memory?); "
-                                    "the tables it had published are kept, and `tidemark run` resumes "
-                                    "with the others") from exc
+                    raise RunFailed(
+                        "a publish worker process died (killed from outside: out of memory?); "
+                        "the tables it had published are kept, and `tidemark run` resumes "
+                        "with the others"
+                    ) from exc
                 except Exception as exc:  # the run fails: the tables in hand are finished first
                     if error is None:
                         error = _as_raised_here(exc)
@@ -193,8 +214,9 @@ def publish_each(config: PipelineConfig, run_id: str, todo: Todo, many: PublishG
         raise error
 
 
-def _in_process(config: PipelineConfig, run_id: str, todo: Todo, many: PublishGroup,
-                guard: Callable[[], None]) -> Iterator[Outcome]:
+def _in_process(
+    config: PipelineConfig, run_id: str, todo: Todo, many: PublishGroup, guard: Callable[[], None]
+) -> Iterator[Outcome]:
     """`publish_each` in this process: a group's error is raised once its tables are handed over."""
     catalog = iceberg.open_catalog(config) if todo else None
     for group in groups(todo, 1):
@@ -208,7 +230,9 @@ def _in_process(config: PipelineConfig, run_id: str, todo: Todo, many: PublishGr
             raise error
 
 
-def _ended(ended: queue.SimpleQueue[Future[list[Outcome]]], timeout: float) -> list[Future[list[Outcome]]]:
+def _ended(
+    ended: queue.SimpleQueue[Future[list[Outcome]]], timeout: float
+) -> list[Future[list[Outcome]]]:
     """The futures that ended: at least one if one ends within ``timeout`` seconds, and every
     other already there."""
     try:
@@ -231,16 +255,25 @@ def _as_raised_here(exc: Exception) -> Exception:
     return exc
 
 
-def _publish(many: PublishGroup, config: PipelineConfig, guard: Callable[[], None], run_id: str, group: Todo,
-             catalog: Callable[[], Catalog | None]) -> list[Outcome]:
+def _publish(
+    many: PublishGroup,
+    config: PipelineConfig,
+    guard: Callable[[], None],
+    run_id: str,
+    group: Todo,
+    catalog: Callable[[], Catalog | None],
+) -> list[Outcome]:
     """The tables of ``group``; a table's own failure as its `Outcome`'s reason, anything else
     as its error. A table whose SQLite file stayed locked has the group published again (its
     tables published already are found so); then the error is raised."""
     results: list[tuple[TableCheckpoint, bool] | Exception] = []
-    for attempt in tenacity.Retrying(retry=tenacity.retry_if_exception(_locked), reraise=True,
-                                     stop=tenacity.stop_after_attempt(LOCKED_ATTEMPTS),
-                                     wait=tenacity.wait_random(0.2, 2.0),
-                                     before_sleep=lambda state: _again(group, state)):
+    for attempt in tenacity.Retrying(
+        retry=tenacity.retry_if_exception(_locked),
+        reraise=True,
+        stop=tenacity.stop_after_attempt(LOCKED_ATTEMPTS),
+        wait=tenacity.wait_random(0.2, 2.0),
+        before_sleep=lambda state: _again(group, state),
+    ):
         with attempt:
             results = many(config, guard, run_id, group, catalog())
             locked = next((r for r in results if isinstance(r, Exception) and _locked(r)), None)
@@ -250,7 +283,9 @@ def _publish(many: PublishGroup, config: PipelineConfig, guard: Callable[[], Non
     for (record, _), result in zip(group, results, strict=True):
         if not isinstance(result, Exception):
             outcomes.append(Outcome(record.table, *result))
-        elif (reason := table_failure(result)) is not None:  # one table's own trouble fails that table alone
+        elif (
+            reason := table_failure(result)
+        ) is not None:  # one table's own trouble fails that table alone
             outcomes.append(Outcome(record.table, reason=reason))
         else:
             outcomes.append(Outcome(record.table, error=result))
@@ -264,13 +299,25 @@ def _locked(exc: BaseException) -> bool:
 
 def _again(group: Todo, state: tenacity.RetryCallState) -> None:
     error = state.outcome.exception() if state.outcome is not None else None
-    first = str(error).strip().splitlines()[0] if error is not None and str(error).strip() else "locked"
+    first = (
+        str(error).strip().splitlines()[0] if error is not None and str(error).strip() else "locked"
+    )
     names = [record.table for record, _ in group]
-    tables = f"table {names[0]}" if len(names) == 1 else f"tables {', '.join(names[:3])}" + (
-        f" and {len(names) - 3} more" if len(names) > 3 else "")
-    log.warning("%s: the SQLite file of the state store or catalog stayed locked (%s); publishing "
-                "%s again (try %d of %d)", tables, first, "it" if len(names) == 1 else "them",
-                state.attempt_number + 1, LOCKED_ATTEMPTS)
+    tables = (
+        f"table {names[0]}"
+        if len(names) == 1
+        else f"tables {', '.join(names[:3])}"
+        + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    )
+    log.warning(
+        "%s: the SQLite file of the state store or catalog stayed locked (%s); publishing "
+        "%s again (try %d of %d)",
+        tables,
+        first,
+        "it" if len(names) == 1 else "them",
+        state.attempt_number + 1,
+        LOCKED_ATTEMPTS,
+    )
 
 
 def _kill(pool: ProcessPoolExecutor) -> None:
@@ -304,7 +351,9 @@ class _Kept(logging.Handler):
 
 
 def _start_worker(config: PipelineConfig, run_pid: int) -> None:
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the run's handler (`run --every`): the run stops its workers
+    signal.signal(
+        signal.SIGTERM, signal.SIG_DFL
+    )  # not the run's handler (`run --every`): the run stops its workers
     _die_with(run_pid)
     faults.forked(run_pid)
     lease.forked(config.pipeline, config.state.url)
@@ -314,7 +363,9 @@ def _start_worker(config: PipelineConfig, run_pid: int) -> None:
         root.removeHandler(handler)
     root.addHandler(kept)
     held = lease.held(config.pipeline)  # the fence check of the run's stores (`open_store`)
-    _worker.update(config=config, kept=kept, guard=held.check if held is not None else _unfenced, catalog=None)
+    _worker.update(
+        config=config, kept=kept, guard=held.check if held is not None else _unfenced, catalog=None
+    )
 
 
 def _unfenced() -> None:
@@ -335,7 +386,9 @@ def _in_worker(many: PublishGroup, run_id: str, group: Todo) -> list[Outcome]:
         outcomes = _publish(many, _worker["config"], _worker["guard"], run_id, group, _catalog)
     except Exception as exc:
         raise _portable(exc) from None
-    outcomes = [replace(o, error=_portable(o.error)) if o.error is not None else o for o in outcomes]
+    outcomes = [
+        replace(o, error=_portable(o.error)) if o.error is not None else o for o in outcomes
+    ]
     if outcomes:  # the group's log records, handed over with its first table
         outcomes[0] = replace(outcomes[0], logs=tuple(kept.records))
     return outcomes

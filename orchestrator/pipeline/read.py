@@ -53,6 +53,7 @@ TableShape = tuple[TableInfo, tuple[str, ...]]
 #: or None (started when a table of the batch needs Spark).
 SessionLike: TypeAlias = "SparkSession | Future[SparkSession] | None"
 
+
 @dataclass(frozen=True, slots=True)
 class ReadResult:
     """What one read batch did."""
@@ -70,12 +71,20 @@ class ReadResult:
         if not self.chunks and not self.failed:
             return f"batch {self.batch}: already read"
         failed = f", {self.failed} table(s) failed" if self.failed else ""
-        return (f"batch {self.batch} ({self.table}, {self.chunks} chunks): {self.rows} rows, "
-                f"{self.bytes} bytes, L={self.low} Hb={self.high}{failed}")
+        return (
+            f"batch {self.batch} ({self.table}, {self.chunks} chunks): {self.rows} rows, "
+            f"{self.bytes} bytes, L={self.low} Hb={self.high}{failed}"
+        )
 
 
-def read_batch(config: PipelineConfig, run_id: str, batch: int, *, spark: SessionLike = None,
-               holder: str | None = None) -> ReadResult:
+def read_batch(
+    config: PipelineConfig,
+    run_id: str,
+    batch: int,
+    *,
+    spark: SessionLike = None,
+    holder: str | None = None,
+) -> ReadResult:
     """Read one batch of chunks between its low and high position (skips done chunks).
 
     Records ``L`` before the reads start, then reads the batch's tables (small ones in the
@@ -100,9 +109,14 @@ def read_batch(config: PipelineConfig, run_id: str, batch: int, *, spark: Sessio
         if not by_table:
             return ReadResult(batch, pending[0].table, 0, 0, 0)
         infos = {t: (table_info(records[t]), tuple(records[t].chunk_key)) for t in by_table}
-        local = {t for t in by_table
-                 if reads_locally(records[t].info.get("stats", {}).get("rows"), len(by_table[t]))}
-        return _read_pending(config, store, run_id, batch, _Pending(by_table, infos, local), spark, holder)
+        local = {
+            t
+            for t in by_table
+            if reads_locally(records[t].info.get("stats", {}).get("rows"), len(by_table[t]))
+        }
+        return _read_pending(
+            config, store, run_id, batch, _Pending(by_table, infos, local), spark, holder
+        )
     finally:
         store.close()
 
@@ -116,11 +130,20 @@ class _Pending:
     local: set[str]
 
     def __str__(self) -> str:
-        return next(iter(self.by_table)) if len(self.by_table) == 1 else f"{len(self.by_table)} tables"
+        return (
+            next(iter(self.by_table)) if len(self.by_table) == 1 else f"{len(self.by_table)} tables"
+        )
 
 
-def _read_pending(config: PipelineConfig, store: StateStore, run_id: str, batch: int, pending: _Pending,
-                  spark: SessionLike, holder: str | None) -> ReadResult:
+def _read_pending(
+    config: PipelineConfig,
+    store: StateStore,
+    run_id: str,
+    batch: int,
+    pending: _Pending,
+    spark: SessionLike,
+    holder: str | None,
+) -> ReadResult:
     """`read_batch` of the batch's pending chunks, grouped by table."""
     what = str(pending)
     session = None if pending.local >= pending.by_table.keys() else _session(config, spark)
@@ -133,8 +156,9 @@ def _read_pending(config: PipelineConfig, store: StateStore, run_id: str, batch:
                 faults.point("read.batch_started")
                 # Chunk dirs unique to this attempt: one the state names is never replaced by
                 # another attempt's read (a retry here, or a process that lost the lock).
-                reads, failed = _read_tables(session, config, run_id, pending, storage.attempt_tag(),
-                                             store.check_fence)
+                reads, failed = _read_tables(
+                    session, config, run_id, pending, storage.attempt_tag(), store.check_fence
+                )
         high = source.current_position()
     for table, reason in sorted(failed.items()):
         fail_table(store, run_id, table, "read", reason)
@@ -142,8 +166,16 @@ def _read_pending(config: PipelineConfig, store: StateStore, run_id: str, batch:
     faults.point("read.batch_done")
     if holder:
         take_lock(store, config, holder)
-    result = ReadResult(batch, what, len(reads), sum(r.rows for r in reads), sum(r.bytes for r in reads),
-                        low, high, failed=len(failed))
+    result = ReadResult(
+        batch,
+        what,
+        len(reads),
+        sum(r.rows for r in reads),
+        sum(r.bytes for r in reads),
+        low,
+        high,
+        failed=len(failed),
+    )
     log.info("%s", result)
     return result
 
@@ -155,15 +187,23 @@ def _session(config: PipelineConfig, spark: SessionLike) -> SparkSession:
     return spark if spark is not None else spark_session(config)
 
 
-def _read_tables(spark: SparkSession | None, config: PipelineConfig, run_id: str, pending: _Pending, tag: str,
-                 guard: Callable[[], None]) -> tuple[list[ChunkRead], dict[str, str]]:
+def _read_tables(
+    spark: SparkSession | None,
+    config: PipelineConfig,
+    run_id: str,
+    pending: _Pending,
+    tag: str,
+    guard: Callable[[], None],
+) -> tuple[list[ChunkRead], dict[str, str]]:
     """The batch's chunks into chunk dirs and files named with the attempt's ``tag``: the small tables in the
     driver (`orchestrator.pipeline.local_read`) while Spark reads the others, a job per table,
     `TABLE_JOBS` jobs at a time; ``guard`` is the fence check before files are written. Returns the chunks read and the tables
     that failed on their own (with the reason). Any other error is raised once every read started
     has ended (a lost connection: the caller reads the batch again)."""
     catalog = iceberg.open_catalog(config)  # once for the batch's tables
-    schemas = iceberg.data_file_schemas(config, [pending.infos[t][0] for t in pending.by_table], catalog)
+    schemas = iceberg.data_file_schemas(
+        config, [pending.infos[t][0] for t in pending.by_table], catalog
+    )
     paths = _ChunkPaths(config, run_id, tag)
     spark_tables = {t: c for t, c in pending.by_table.items() if t not in pending.local}
     outcomes: dict[str, list[ChunkRead] | Exception] = {}
@@ -177,20 +217,45 @@ def _read_tables(spark: SparkSession | None, config: PipelineConfig, run_id: str
     return _sorted_outcomes(outcomes)
 
 
-def _read_locally(config: PipelineConfig, pending: _Pending, schemas: Mapping[str, pa.Schema],
-                  paths: _ChunkPaths, guard: Callable[[], None]) -> dict[str, list[ChunkRead] | Exception]:
+def _read_locally(
+    config: PipelineConfig,
+    pending: _Pending,
+    schemas: Mapping[str, pa.Schema],
+    paths: _ChunkPaths,
+    guard: Callable[[], None],
+) -> dict[str, list[ChunkRead] | Exception]:
     """The batch's small tables, read by the driver."""
-    tables = [LocalTable(pending.infos[t][0], pending.infos[t][1], schemas[t],
-                         [(c.index, c.where, paths.file_of(t, c)) for c in pending.by_table[t]])
-              for t in sorted(pending.local)]
+    tables = [
+        LocalTable(
+            pending.infos[t][0],
+            pending.infos[t][1],
+            schemas[t],
+            [(c.index, c.where, paths.file_of(t, c)) for c in pending.by_table[t]],
+        )
+        for t in sorted(pending.local)
+    ]
     done = read_tables(config, tables, guard)
-    return {t: outcome if isinstance(outcome, Exception) else
-            [ChunkRead(t, c.index, written["rows"], written["bytes"], written["file"], ranges=[dict(written)])
-             for c, written in zip(pending.by_table[t], outcome, strict=True)]
-            for t, outcome in done.items()}
+    return {
+        t: outcome
+        if isinstance(outcome, Exception)
+        else [
+            ChunkRead(
+                t,
+                c.index,
+                written["rows"],
+                written["bytes"],
+                written["file"],
+                ranges=[dict(written)],
+            )
+            for c, written in zip(pending.by_table[t], outcome, strict=True)
+        ]
+        for t, outcome in done.items()
+    }
 
 
-def _sorted_outcomes(outcomes: Mapping[str, list[ChunkRead] | Exception]) -> tuple[list[ChunkRead], dict[str, str]]:
+def _sorted_outcomes(
+    outcomes: Mapping[str, list[ChunkRead] | Exception],
+) -> tuple[list[ChunkRead], dict[str, str]]:
     """The chunks read, and the tables that failed on their own; any other error raised."""
     reads: list[ChunkRead] = []
     failed: dict[str, str] = {}
@@ -221,12 +286,16 @@ class _ChunkPaths:
     tag: str
 
     def of(self, table: str, chunk: ChunkRecord) -> str:
-        return run_dir(self.config, self.run_id, "snapshot", table, f"chunk-{chunk.index:06d}-{self.tag}")
+        return run_dir(
+            self.config, self.run_id, "snapshot", table, f"chunk-{chunk.index:06d}-{self.tag}"
+        )
 
     def file_of(self, table: str, chunk: ChunkRecord) -> str:
         """Named ``c<index>-<tag>-<table>.parquet``: never with ``_`` or ``.`` first, which would
         hide it from Spark's reads (a database ``_ops``), and unique among the run's files."""
-        return run_dir(self.config, self.run_id, "snapshot", f"c{chunk.index:06d}-{self.tag}-{table}.parquet")
+        return run_dir(
+            self.config, self.run_id, "snapshot", f"c{chunk.index:06d}-{self.tag}-{table}.parquet"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,7 +316,9 @@ class _BatchRead:
         failure means)."""
         if len(self.by_table) == 1:
             return {table: _outcome(self.one, table) for table in self.by_table}
-        with ThreadPoolExecutor(min(TABLE_JOBS, len(self.by_table)), thread_name_prefix="tidemark-table") as pool:
+        with ThreadPoolExecutor(
+            min(TABLE_JOBS, len(self.by_table)), thread_name_prefix="tidemark-table"
+        ) as pool:
             futures = {table: pool.submit(_outcome, self.one, table) for table in self.by_table}
         return {table: future.result() for table, future in futures.items()}
 
@@ -259,9 +330,20 @@ class _BatchRead:
         chunks = self.by_table[table]
         paths = {c.index: self.paths.of(table, c) for c in chunks}
         info, key = self.infos[table]
-        done = read_chunks(self.spark, self.config, info, [(c.index, c.where) for c in chunks], paths.__getitem__,
-                           key, guard=self.guard, schema=self.schemas[table])
-        return [ChunkRead(table, i, rows, nbytes, paths[i]) for i, (rows, nbytes) in sorted(done.items())]
+        done = read_chunks(
+            self.spark,
+            self.config,
+            info,
+            [(c.index, c.where) for c in chunks],
+            paths.__getitem__,
+            key,
+            guard=self.guard,
+            schema=self.schemas[table],
+        )
+        return [
+            ChunkRead(table, i, rows, nbytes, paths[i])
+            for i, (rows, nbytes) in sorted(done.items())
+        ]
 
 
 def _outcome(read: Callable[[str], list[ChunkRead]], table: str) -> list[ChunkRead] | Exception:

@@ -32,8 +32,18 @@ from orchestrator.schema.values import staging_type
 #: ``epoch_days`` days since 1970-01-01; ``wall_micros`` microseconds since 1970-01-01 00:00:00 of
 #: the stored wall clock; ``instant_micros`` microseconds since the epoch of the stored instant;
 #: ``time_micros`` signed microseconds of a TIME.
-Wire = Literal["as_is", "boolean", "year", "bits", "text", "double", "epoch_days", "wall_micros",
-               "instant_micros", "time_micros"]
+Wire = Literal[
+    "as_is",
+    "boolean",
+    "year",
+    "bits",
+    "text",
+    "double",
+    "epoch_days",
+    "wall_micros",
+    "instant_micros",
+    "time_micros",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,17 +85,24 @@ def column_sql(column: ColumnInfo) -> ColumnSql:
         # outside MySQL holds (the binlog's decoder gives NULL for both: `binlog.temporal`).
         return ColumnSql(f"IF({q} < '0001-01-01', NULL, DATEDIFF({q}, '1970-01-01'))", "epoch_days")
     if t == "datetime":
-        return ColumnSql(f"IF({q} < '0001-01-01', NULL, "
-                         f"TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', {q}))", "wall_micros")
+        return ColumnSql(
+            f"IF({q} < '0001-01-01', NULL, TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', {q}))",
+            "wall_micros",
+        )
     if t == "timestamp":
         # UNIX_TIMESTAMP of a TIMESTAMP column is its stored instant, whatever the session
         # time zone; the zero timestamp gives 0, which no real TIMESTAMP has.
-        return ColumnSql(f"NULLIF(CAST(UNIX_TIMESTAMP({q}) * 1000000 AS SIGNED), 0)", "instant_micros")
+        return ColumnSql(
+            f"NULLIF(CAST(UNIX_TIMESTAMP({q}) * 1000000 AS SIGNED), 0)", "instant_micros"
+        )
     if t == "time":
         # From its parts (each of a negative TIME is its magnitude): MySQL's TIME_TO_SEC drops
         # the fraction, MariaDB's keeps it.
-        return ColumnSql(f"(IF({q} < 0, -1, 1) * ((HOUR({q}) * 3600 + MINUTE({q}) * 60 + SECOND({q})) "
-                         f"* 1000000 + MICROSECOND({q})))", "time_micros")
+        return ColumnSql(
+            f"(IF({q} < 0, -1, 1) * ((HOUR({q}) * 3600 + MINUTE({q}) * 60 + SECOND({q})) "
+            f"* 1000000 + MICROSECOND({q})))",
+            "time_micros",
+        )
     if t == "char":
         # Reported as JDBC CHAR(n), Spark would pad values to n; as VARCHAR they stay as stored
         # (without trailing spaces, as the binlog holds them: Tidemark's sessions leave
@@ -94,7 +111,6 @@ def column_sql(column: ColumnInfo) -> ColumnSql:
     if t in ("enum", "set"):
         return ColumnSql(f"CAST({q} AS CHAR)", "text")
     return ColumnSql(q, "as_is")
-
 
 
 def column_aliases(columns: Sequence[ColumnInfo]) -> list[str]:
@@ -123,7 +139,9 @@ def source_query(table: TableInfo, aliases: Sequence[str], sqls: Sequence[str]) 
 def table_select(table: TableInfo, aliases: Sequence[str], sqls: Sequence[str]) -> str:
     """``SELECT <raw columns>, <converted columns> FROM <table>``: the body of `source_query`;
     ``sqls`` are the columns' `column_sql` expressions."""
-    converted = ", ".join(f"{s} AS {quote_identifier(a)}" for s, a in zip(sqls, aliases, strict=True))
+    converted = ", ".join(
+        f"{s} AS {quote_identifier(a)}" for s, a in zip(sqls, aliases, strict=True)
+    )
     name = quote_table(table.name)
     raw = ", ".join(f"{name}.{quote_identifier(c.name)}" for c in table.columns)
     return f"SELECT {raw}, {converted} FROM {name}"

@@ -103,9 +103,15 @@ def _session(spark: SparkSession | SessionFn) -> SparkSession:
     return spark() if callable(spark) else spark
 
 
-def reconcile_snapshot(spark: SparkSession | SessionFn, target: Target, chunk_dirs: Sequence[str],
-                       changes: Changes, plans: KeptPlans | None = None, *,
-                       recorded: Mapping[str, Sequence[FileRange]] | None = None) -> int:
+def reconcile_snapshot(
+    spark: SparkSession | SessionFn,
+    target: Target,
+    chunk_dirs: Sequence[str],
+    changes: Changes,
+    plans: KeptPlans | None = None,
+    *,
+    recorded: Mapping[str, Sequence[FileRange]] | None = None,
+) -> int:
     """A snapshot: the chunk files are the base; only those whose range received a change are
     rewritten (the rest become the version's files as they are). Returns the rows at ``H``.
     ``plans``: the batch that takes the plan when no file is written (``target.out_dir`` is then
@@ -113,16 +119,29 @@ def reconcile_snapshot(spark: SparkSession | SessionFn, target: Target, chunk_di
     directories whose files the read recorded (`chunk_base`)."""
     base = chunk_base(chunk_dirs, target.key, target.table.name, recorded)
     if base is None:
-        log.info("table %s: the chunk files' key ranges overlap in the files' order (a collation that "
-                 "orders otherwise); Spark reconciles the whole table", target.table.name)
+        log.info(
+            "table %s: the chunk files' key ranges overlap in the files' order (a collation that "
+            "orders otherwise); Spark reconciles the whole table",
+            target.table.name,
+        )
         return _whole_with_spark(_session(spark), target, list(chunk_dirs), changes, None)
     return rewrite(spark, target, base, changes, base_version=None, plans=plans)
 
 
-def reconcile_incremental(spark: SparkSession | SessionFn, table_info: TableInfo, key: Sequence[str],
-                          tdir: str, changes: Changes, out_dir: str, *, engine: Engine = "auto",
-                          target_file_bytes: int | None = None, schema: pa.Schema | SchemaFn | None = None,
-                          cluster: bool = False, planned: int | None = None) -> int:
+def reconcile_incremental(
+    spark: SparkSession | SessionFn,
+    table_info: TableInfo,
+    key: Sequence[str],
+    tdir: str,
+    changes: Changes,
+    out_dir: str,
+    *,
+    engine: Engine = "auto",
+    target_file_bytes: int | None = None,
+    schema: pa.Schema | SchemaFn | None = None,
+    cluster: bool = False,
+    planned: int | None = None,
+) -> int:
     """Rewrite only the files of the current version that hold changed keys (see the module
     docstring); a version without ``file_ranges`` (published before they existed) is rewritten
     whole, once, by Spark. ``schema``: the file schema (default: the table's published schema
@@ -131,24 +150,39 @@ def reconcile_incremental(spark: SparkSession | SessionFn, table_info: TableInfo
     (`reconcile_kept.planned_base`). Returns the rows at ``H``."""
     key = key_names(table_info, key)
     if schema is None:
-        schema = iceberg.with_field_ids(published_schema(table_info.columns),
-                                        {c.name: i for i, c in enumerate(table_info.columns, 1)})
-    target = Target(table_info, key, functools.cache(schema if callable(schema) else lambda: schema),
-                    out_dir, engine, cluster)
+        schema = iceberg.with_field_ids(
+            published_schema(table_info.columns),
+            {c.name: i for i, c in enumerate(table_info.columns, 1)},
+        )
+    target = Target(
+        table_info,
+        key,
+        functools.cache(schema if callable(schema) else lambda: schema),
+        out_dir,
+        engine,
+        cluster,
+    )
     manifest = read_manifest(tdir)
     planned_base(table_info.name, manifest, planned)
     ranges = layout.usable_ranges(manifest["files"], manifest.get("file_ranges"))
     if ranges is None:
-        log.info("table %s: version %d has no file ranges; rewriting the whole table once",
-                 table_info.name, manifest["version"])
+        log.info(
+            "table %s: version %d has no file ranges; rewriting the whole table once",
+            table_info.name,
+            manifest["version"],
+        )
         paths = [storage.join(tdir, f) for f in manifest["files"]]
         return _whole_with_spark(_session(spark), target, paths, changes, target_file_bytes)
     base = [(storage.join(tdir, r["file"]), r) for r in ranges]
     return rewrite(spark, target, base, changes, base_version=manifest["version"])
 
 
-def chunk_base(chunk_dirs: Sequence[str], key: Sequence[str], table: str,
-               recorded: Mapping[str, Sequence[FileRange]] | None = None) -> list[BaseFile] | None:
+def chunk_base(
+    chunk_dirs: Sequence[str],
+    key: Sequence[str],
+    table: str,
+    recorded: Mapping[str, Sequence[FileRange]] | None = None,
+) -> list[BaseFile] | None:
     """The chunk files of a snapshot, in key order, as base files; None when they do not form
     the layout: a file not written sorted by this release's read (no field IDs), or key ranges
     that overlap in the files' order.
@@ -159,11 +193,17 @@ def chunk_base(chunk_dirs: Sequence[str], key: Sequence[str], table: str,
     the name is unique to the read attempt and never written again). The others' files are
     listed and each opened for its key range."""
     recorded = recorded or {}
-    uris = [u for d in chunk_dirs if d not in recorded
-            for u in ([d] if d.endswith(".parquet") else storage.list_files(d, suffix=".parquet"))]
+    uris = [
+        u
+        for d in chunk_dirs
+        if d not in recorded
+        for u in ([d] if d.endswith(".parquet") else storage.list_files(d, suffix=".parquet"))
+    ]
 
     def describe(uri: str) -> tuple[FileRange, bool]:
-        sorted_file = all(f.metadata and iceberg.FIELD_ID in f.metadata for f in storage.parquet_schema(uri))
+        sorted_file = all(
+            f.metadata and iceberg.FIELD_ID in f.metadata for f in storage.parquet_schema(uri)
+        )
         return file_range(uri, key), sorted_file
 
     if len(uris) > 1:
@@ -175,7 +215,10 @@ def chunk_base(chunk_dirs: Sequence[str], key: Sequence[str], table: str,
     described += [(r["file"], r, True) for d in chunk_dirs if d in recorded for r in recorded[d]]
     files = [(uri, entry) for uri, entry, sorted_file in described if entry["rows"]]
     if not all(sorted_file for _, entry, sorted_file in described if entry["rows"]):
-        log.info("table %s: chunk files without field IDs (read by an older release) are not sorted", table)
+        log.info(
+            "table %s: chunk files without field IDs (read by an older release) are not sorted",
+            table,
+        )
         return None
 
     def low(f: BaseFile) -> Any:
@@ -196,8 +239,15 @@ def _choose(target: Target, segments: Sequence[str]) -> Rewriter:
     return "local"
 
 
-def rewrite(spark: SparkSession | SessionFn, target: Target, base: Sequence[BaseFile], changes: Changes, *,
-            base_version: int | None, plans: KeptPlans | None = None) -> int:
+def rewrite(
+    spark: SparkSession | SessionFn,
+    target: Target,
+    base: Sequence[BaseFile],
+    changes: Changes,
+    *,
+    base_version: int | None,
+    plans: KeptPlans | None = None,
+) -> int:
     """Merge the changes into the base files' slots that hold changed keys; write the version's
     new files and its `layout.VersionPlan` to ``target.out_dir`` (the plan to ``plans`` instead
     when no file is written and ``plans`` is given). Returns the rows at ``H``."""
@@ -215,38 +265,61 @@ def rewrite(spark: SparkSession | SessionFn, target: Target, base: Sequence[Base
     if rewriter == "spark":
         rewritten, batches_of = _spark_slots(_session(spark), target, base, segments)
     parts = layout.version_parts(base, rewritten)
-    small = layout.SMALL_FILE_BYTES if base_version is not None else 0  # a snapshot's chunks stay as read
+    small = (
+        layout.SMALL_FILE_BYTES if base_version is not None else 0
+    )  # a snapshot's chunks stay as read
     groups = layout.group_parts(parts, small)
     writes = any(len(g) > 1 or parts[g[0]].kept is None for g in groups)
     schema = target.schema if writes else pa.schema([])  # every file kept as it is: none is written
-    files = write_parts(target.out_dir, parts, groups, schema, target.key, batches_of,
-                        shared=base_version is not None)
+    files = write_parts(
+        target.out_dir,
+        parts,
+        groups,
+        schema,
+        target.key,
+        batches_of,
+        shared=base_version is not None,
+    )
     plan = VersionPlan(base_version, tuple(sorted(rewritten)), tuple(files))
     if plans is not None and not writes:
-        assert plans.dir_of(target.table.name) == target.out_dir, "the batch names the table's reconciled dir"
+        assert plans.dir_of(target.table.name) == target.out_dir, (
+            "the batch names the table's reconciled dir"
+        )
         plans.add(target.table.name, plan)
     else:
         layout.write_plan(target.out_dir, plan)
     used = {"none": "no change:", "local": "the driver (pyarrow)", "spark": "Spark"}[rewriter]
     kept = {r["file"] for _, r in base} & {f["file"] for f in files}
     # One line per table at the step's end says it is reconciled; this one only when a file is rewritten.
-    log.log(logging.INFO if rewritten else logging.DEBUG,
-            "table %s: changes fall in %d slot(s) %s; %s rewrote %d of %d file(s) (%d of %d base rows); "
-            "version: %s", target.table.name, len(rewritten), sorted(rewritten)[:20], used,
-            len(base) - len(kept), len(base), sum(r["rows"] for _, r in base if r["file"] not in kept),
-            sum(r["rows"] for _, r in base), plan)
+    log.log(
+        logging.INFO if rewritten else logging.DEBUG,
+        "table %s: changes fall in %d slot(s) %s; %s rewrote %d of %d file(s) (%d of %d base rows); "
+        "version: %s",
+        target.table.name,
+        len(rewritten),
+        sorted(rewritten)[:20],
+        used,
+        len(base) - len(kept),
+        len(base),
+        sum(r["rows"] for _, r in base if r["file"] not in kept),
+        sum(r["rows"] for _, r in base),
+        plan,
+    )
     return plan.rows
 
 
 def _as_written(target: Target) -> Callable[[Part], Any]:
     """How a part that is a finished file is read: its rows as they are."""
+
     def batches(part: Part) -> Any:
         return read_published(part.uri, target.schema)
+
     return batches
 
 
-def _local_slots(target: Target, base: Sequence[BaseFile], segments: Sequence[str]
-                 ) -> tuple[dict[int, tuple[int, int]], Callable[[Part], Any]] | None:
+def _local_slots(
+    target: Target, base: Sequence[BaseFile], segments: Sequence[str]
+) -> tuple[dict[int, tuple[int, int]], Callable[[Part], Any]] | None:
     """The rewritten slots' sizes and how to read each part, by pyarrow; None when on a
     cluster the files to rewrite are better left to Spark (`CLUSTER_REWRITE_BYTES`)."""
     changes = local.read_changes(segments)
@@ -254,17 +327,24 @@ def _local_slots(target: Target, base: Sequence[BaseFile], segments: Sequence[st
     events = local.last_events(changes, target.table, target.key)
     columns = [target.table.column(k) for k in target.key]
     spans = local.slot_spans(events, columns, [r for _, r in base])
-    if target.cluster and sum(base[s][1]["bytes"] for s in spans if 0 <= s < len(base)) > CLUSTER_REWRITE_BYTES:
+    if (
+        target.cluster
+        and sum(base[s][1]["bytes"] for s in spans if 0 <= s < len(base)) > CLUSTER_REWRITE_BYTES
+    ):
         return None
     rows, nbytes = sum(r["rows"] for _, r in base), sum(r["bytes"] for _, r in base)
     sizes = {}
     for slot, (start, end) in spans.items():
-        uri, base_rows = (base[slot][0], base[slot][1]["rows"]) if 0 <= slot < len(base) else ("", 0)
+        uri, base_rows = (
+            (base[slot][0], base[slot][1]["rows"]) if 0 <= slot < len(base) else ("", 0)
+        )
         slice_ = events.slice(start, end - start)
         estimate = base_rows + (end - start)
         row_bytes = nbytes / rows if rows else slice_.nbytes / max(end - start, 1)
         if not layout.SMALL_FILE_BYTES <= estimate * row_bytes <= 2 * layout.TARGET_FILE_BYTES:
-            estimate = local.output_rows(uri, base_rows, slice_, target.key)  # exact: it decides a merge or split
+            estimate = local.output_rows(
+                uri, base_rows, slice_, target.key
+            )  # exact: it decides a merge or split
         sizes[slot] = (estimate, round(estimate * row_bytes))
 
     def batches(part: Part) -> Any:
@@ -276,8 +356,9 @@ def _local_slots(target: Target, base: Sequence[BaseFile], segments: Sequence[st
     return sizes, batches
 
 
-def _spark_slots(spark: SparkSession, target: Target, base: Sequence[BaseFile], segments: Sequence[str]
-                 ) -> tuple[dict[int, tuple[int, int]], Callable[[Part], Any]]:
+def _spark_slots(
+    spark: SparkSession, target: Target, base: Sequence[BaseFile], segments: Sequence[str]
+) -> tuple[dict[int, tuple[int, int]], Callable[[Part], Any]]:
     """The rewritten slots by Spark: one staging file per slot that keeps rows."""
     from orchestrator.pipeline.reconcile_spark import (
         rewrite_slots,  # pyspark only when Spark rewrites
@@ -285,18 +366,34 @@ def _spark_slots(spark: SparkSession, target: Target, base: Sequence[BaseFile], 
 
     slot = layout.slot_column([c.name for c in target.table.columns])
     spark_dir = storage.join(target.out_dir, "_spark")
-    slots = rewrite_slots(spark, target.table, target.key, [u for u, _ in base], [r for _, r in base],
-                          segments, spark_dir, slot)
+    slots = rewrite_slots(
+        spark,
+        target.table,
+        target.key,
+        [u for u, _ in base],
+        [r for _, r in base],
+        segments,
+        spark_dir,
+        slot,
+    )
     rows, nbytes = sum(r["rows"] for _, r in base), sum(r["bytes"] for _, r in base)
     sizes, files = {}, {}
     for s in slots:
-        found = [u for u in storage.list_files(storage.join(spark_dir, f"{slot}={s}"), suffix=".parquet")
-                 if storage.parquet_rows(u)]
+        found = [
+            u
+            for u in storage.list_files(storage.join(spark_dir, f"{slot}={s}"), suffix=".parquet")
+            if storage.parquet_rows(u)
+        ]
         if len(found) > 1:
-            raise RunFailed(f"internal: Spark wrote {len(found)} files for slot {s} of {target.table.name}, "
-                            "the layout needs one; rerun to reconcile again")
+            raise RunFailed(
+                f"internal: Spark wrote {len(found)} files for slot {s} of {target.table.name}, "
+                "the layout needs one; rerun to reconcile again"
+            )
         n = storage.parquet_rows(found[0]) if found else 0
-        sizes[s] = (n, round(n * nbytes / rows) if rows else (storage.size(found[0]) if found else 0))
+        sizes[s] = (
+            n,
+            round(n * nbytes / rows) if rows else (storage.size(found[0]) if found else 0),
+        )
         files[s] = found[0] if found else ""
 
     def batches(part: Part) -> Any:
@@ -306,8 +403,13 @@ def _spark_slots(spark: SparkSession, target: Target, base: Sequence[BaseFile], 
     return sizes, batches
 
 
-def _whole_with_spark(spark: SparkSession, target: Target, base_paths: list[str], changes: Changes,
-                      target_file_bytes: int | None) -> int:
+def _whole_with_spark(
+    spark: SparkSession,
+    target: Target,
+    base_paths: list[str],
+    changes: Changes,
+    target_file_bytes: int | None,
+) -> int:
     """The whole table by Spark (range-partitioned, sorted staging files), then its data files."""
     from orchestrator.pipeline.reconcile_spark import (
         reconcile_table,  # pyspark only when Spark reconciles
@@ -315,12 +417,26 @@ def _whole_with_spark(spark: SparkSession, target: Target, base_paths: list[str]
 
     storage.delete_tree(target.out_dir)
     spark_dir = storage.join(target.out_dir, "_spark")
-    reconcile_table(spark, target.table, target.key, base_paths, changes, spark_dir,
-                    target_file_bytes=target_file_bytes)
+    reconcile_table(
+        spark,
+        target.table,
+        target.key,
+        base_paths,
+        changes,
+        spark_dir,
+        target_file_bytes=target_file_bytes,
+    )
     uris = [u for u in storage.list_files(spark_dir, suffix=".parquet") if storage.parquet_rows(u)]
     parts = [Part(u, storage.parquet_rows(u), storage.size(u)) for u in uris]
-    files = write_parts(target.out_dir, parts, [[i] for i in range(len(parts))], target.schema, target.key,
-                        _as_written(target), shared=False)
+    files = write_parts(
+        target.out_dir,
+        parts,
+        [[i] for i in range(len(parts))],
+        target.schema,
+        target.key,
+        _as_written(target),
+        shared=False,
+    )
     plan = VersionPlan(None, (), tuple(files))
     layout.write_plan(target.out_dir, plan)
     log.info("table %s: Spark reconciled the whole table: %s", target.table.name, plan)

@@ -37,13 +37,17 @@ def unchanged_plan(config: PipelineConfig, record: RunTableRecord) -> VersionPla
     """The plan of an incremental table without changes: its current version's non-empty files,
     shared, in key order; None when the version has no file ranges to trust (the general path
     rewrites such a table whole, once)."""
-    key_names(table_info(record), record.chunk_key)  # a key the table lacks fails as in the general path
+    key_names(
+        table_info(record), record.chunk_key
+    )  # a key the table lacks fails as in the general path
     manifest = read_manifest(table_dir(config, record.table))
     planned_base(record.table, manifest, record.info.get("base_version"))
     ranges = layout.usable_ranges(manifest["files"], manifest.get("file_ranges"))
     if ranges is None:
         return None
-    return VersionPlan(manifest["version"], (), tuple(layout.planned(r, r["file"], True) for r in ranges))
+    return VersionPlan(
+        manifest["version"], (), tuple(layout.planned(r, r["file"], True) for r in ranges)
+    )
 
 
 def planned_base(table: str, manifest: Mapping[str, Any], planned: int | None) -> None:
@@ -52,9 +56,11 @@ def planned_base(table: str, manifest: Mapping[str, Any], planned: int | None) -
     writer, or restored by hand) would have this run's changes applied to the wrong rows. The
     table fails alone; the next run plans it again from its recorded checkpoint."""
     if planned is not None and manifest["version"] != planned:
-        raise RunFailed(f"table {table}: version {manifest['version']} is current, but the run planned "
-                        f"it on version {planned} (current.json was replaced since); the next run plans "
-                        "it again")
+        raise RunFailed(
+            f"table {table}: version {manifest['version']} is current, but the run planned "
+            f"it on version {planned} (current.json was replaced since); the next run plans "
+            "it again"
+        )
 
 
 _KEPT = "_kept-"

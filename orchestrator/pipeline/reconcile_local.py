@@ -70,37 +70,50 @@ def last_events(changes: pa.Table, table_info: TableInfo, key: Sequence[str]) ->
     # last ones take their row columns from the changes, once: a put its after-image, a delete
     # nulls (a null row index). Filtering and concatenating whole rows cost twice as much.
     at = pa.array(np.arange(changes.num_rows, dtype=np.int64))
-    narrow = changes.select([*key, *(OLD_PREFIX + k for k in key), *POSITION, OP]).append_column(_AT, at)
+    narrow = changes.select([*key, *(OLD_PREFIX + k for k in key), *POSITION, OP]).append_column(
+        _AT, at
+    )
 
     def event(rows: pa.Table, key_columns: Sequence[str], kind: int) -> pa.Table:
-        columns = [*(rows.column(k) for k in key_columns), *(rows.column(p) for p in POSITION),
-                   _constant(kind, rows.num_rows, pa.int8()), rows.column(_AT)]
+        columns = [
+            *(rows.column(k) for k in key_columns),
+            *(rows.column(p) for p in POSITION),
+            _constant(kind, rows.num_rows, pa.int8()),
+            rows.column(_AT),
+        ]
         return pa.table(columns, names=[*keys, *POSITION, KIND, _AT])
 
     updates = narrow.filter(pc.is_in(op, pa.array(["U", "D"])))
     moved: Any = _constant(False, updates.num_rows, pa.bool_())
     for k in key:
         moved = pc.or_(moved, _differs(updates.column(OLD_PREFIX + k), updates.column(k)))
-    events = pa.concat_tables([
-        event(narrow.filter(pc.is_in(op, pa.array(["I", "U"]))), key, PUT),
-        event(narrow.filter(pc.equal(op, "D")), key, DELETE),
-        event(updates.filter(moved), [OLD_PREFIX + k for k in key], DELETE),
-    ])
+    events = pa.concat_tables(
+        [
+            event(narrow.filter(pc.is_in(op, pa.array(["I", "U"]))), key, PUT),
+            event(narrow.filter(pc.equal(op, "D")), key, DELETE),
+            event(updates.filter(moved), [OLD_PREFIX + k for k in key], DELETE),
+        ]
+    )
     order = pc.sort_indices(events, sort_keys=sort_keys([*keys, *POSITION, KIND]))
     ordered_keys = [events.column(k).take(order) for k in keys]
     last = events.take(order.filter(pc.invert(same_as_next(ordered_keys)))).combine_chunks()
     puts = pc.equal(last.column(KIND), PUT)
-    rows = changes.select(names).take(pc.if_else(puts, last.column(_AT), pa.scalar(None, pa.int64())))
-    return pa.Table.from_arrays([*(last.column(c) for c in [*keys, *POSITION, KIND]), *rows.columns],
-                                names=[*keys, *POSITION, KIND, *names]).combine_chunks()
+    rows = changes.select(names).take(
+        pc.if_else(puts, last.column(_AT), pa.scalar(None, pa.int64()))
+    )
+    return pa.Table.from_arrays(
+        [*(last.column(c) for c in [*keys, *POSITION, KIND]), *rows.columns],
+        names=[*keys, *POSITION, KIND, *names],
+    ).combine_chunks()
 
 
 def event_keys(events: pa.Table, count: int) -> list[pa.ChunkedArray]:
     return [events.column(event_key(i)) for i in range(count)]
 
 
-def slot_spans(events: pa.Table, columns: Sequence[ColumnInfo], ranges: Sequence[FileRange]
-               ) -> dict[int, tuple[int, int]]:
+def slot_spans(
+    events: pa.Table, columns: Sequence[ColumnInfo], ranges: Sequence[FileRange]
+) -> dict[int, tuple[int, int]]:
     """``{slot: (start, end)}``: the events (sorted by key) each slot of the base files owns
     (`orchestrator.lake.layout`, "Territories"), for the slots that own any.
 
@@ -124,17 +137,26 @@ def slot_spans(events: pa.Table, columns: Sequence[ColumnInfo], ranges: Sequence
     assert last is not None
     edges.append(bisect(keys, layout.staging_key(columns, last), right=True, lo=edges[-1]))
     edges.append(total)
-    return {slot: (a, b) for slot, (a, b) in zip(range(layout.HEAD_SLOT, len(ranges) + 1),
-                                                   itertools.pairwise(edges), strict=True) if b > a}
+    return {
+        slot: (a, b)
+        for slot, (a, b) in zip(
+            range(layout.HEAD_SLOT, len(ranges) + 1), itertools.pairwise(edges), strict=True
+        )
+        if b > a
+    }
 
 
 def _puts(events: pa.Table, schema: pa.Schema) -> pa.Table:
     """The after-images of the put events, in ``schema``."""
     rows = events.filter(pc.equal(events.column(KIND), PUT)).select(schema.names)
-    return pa.Table.from_batches([to_published(b, schema) for b in rows.to_batches()], schema=schema)
+    return pa.Table.from_batches(
+        [to_published(b, schema) for b in rows.to_batches()], schema=schema
+    )
 
 
-def merged(base_uri: str, events: pa.Table, schema: pa.Schema, key: Sequence[str]) -> Iterator[pa.RecordBatch]:
+def merged(
+    base_uri: str, events: pa.Table, schema: pa.Schema, key: Sequence[str]
+) -> Iterator[pa.RecordBatch]:
     """The rows of a rewritten slot in key order: the base file's rows (``base_uri``; empty:
     none) without those whose key has an event, plus the puts among ``events`` (the slot's
     last events, sorted by key)."""
@@ -154,15 +176,18 @@ def merged(base_uri: str, events: pa.Table, schema: pa.Schema, key: Sequence[str
     yield from _puts(events.slice(done), schema).to_batches()
 
 
-def _interleave(base: Sequence[pa.Array | pa.ChunkedArray], events: pa.Table, rows: pa.Array | None = None
-                ) -> tuple[pa.Table, pa.Array]:
+def _interleave(
+    base: Sequence[pa.Array | pa.ChunkedArray], events: pa.Table, rows: pa.Array | None = None
+) -> tuple[pa.Table, pa.Array]:
     """Base keys and event keys sorted together in the files' order, a base row before an event
     of the same key (a stable sort): the sorted keys (with ``_tm_rowid`` from ``rows`` when given:
     base rows first, then events) and, per sorted row, whether it is a base row whose key has an
     event (it is replaced or deleted)."""
     n, m = len(base[0]), events.num_rows
-    columns = {f"k{i}": pa.chunked_array([*_chunks(b), *_chunks(events.column(event_key(i)).cast(b.type))])
-               for i, b in enumerate(base)}
+    columns = {
+        f"k{i}": pa.chunked_array([*_chunks(b), *_chunks(events.column(event_key(i)).cast(b.type))])
+        for i, b in enumerate(base)
+    }
     names = list(columns)
     columns[_SRC] = pa.chunked_array([_constant(0, n, pa.int8()), _constant(1, m, pa.int8())])
     if rows is not None:
@@ -171,8 +196,10 @@ def _interleave(base: Sequence[pa.Array | pa.ChunkedArray], events: pa.Table, ro
     ordered = both.take(pc.sort_indices(both, sort_keys=sort_keys(names, _SRC)))
     src = ordered.column(_SRC).combine_chunks()
     next_is_event = pa.concat_arrays([src.slice(1), pa.array([0], pa.int8())])
-    replaced = pc.and_(pc.and_(pc.equal(src, 0), pc.equal(next_is_event, 1)),
-                       same_as_next([ordered.column(c) for c in names]))
+    replaced = pc.and_(
+        pc.and_(pc.equal(src, 0), pc.equal(next_is_event, 1)),
+        same_as_next([ordered.column(c) for c in names]),
+    )
     return ordered, replaced
 
 
@@ -180,7 +207,9 @@ def _chunks(array: pa.Array | pa.ChunkedArray) -> list[pa.Array]:
     return list(array.chunks) if isinstance(array, pa.ChunkedArray) else [array]
 
 
-def _integer_key(base: Sequence[pa.Array | pa.ChunkedArray], events: pa.Table) -> tuple[Any, Any] | None:
+def _integer_key(
+    base: Sequence[pa.Array | pa.ChunkedArray], events: pa.Table
+) -> tuple[Any, Any] | None:
     """A key of one integer column without NULLs, base and events as numpy arrays (the files'
     order is the numbers' order); None for any other key (`_interleave` sorts it)."""
     if len(base) != 1 or not pa.types.is_integer(base[0].type) or base[0].null_count:
@@ -200,7 +229,9 @@ def _replaced(base: Any, ours: Any) -> tuple[Any, Any]:
     return at, hit
 
 
-def _merge_batch(batch: pa.RecordBatch, events: pa.Table, schema: pa.Schema, key: Sequence[str]) -> pa.RecordBatch:
+def _merge_batch(
+    batch: pa.RecordBatch, events: pa.Table, schema: pa.Schema, key: Sequence[str]
+) -> pa.RecordBatch:
     """One sorted base batch with the events of its key range: base rows whose key has an event
     go, the puts come in, in key order."""
     n = batch.num_rows
@@ -212,11 +243,16 @@ def _merge_batch(batch: pa.RecordBatch, events: pa.Table, schema: pa.Schema, key
         keep[at[hit]] = False
         puts = is_put.to_numpy(zero_copy_only=False)
         dropped_before = np.concatenate([[0], np.cumsum(~keep)])[at[puts]]
-        taken: Any = np.insert(np.flatnonzero(keep), at[puts] - dropped_before,
-                               n + np.arange(int(puts.sum()), dtype=np.int64))
+        taken: Any = np.insert(
+            np.flatnonzero(keep),
+            at[puts] - dropped_before,
+            n + np.arange(int(puts.sum()), dtype=np.int64),
+        )
     else:
         taken = _taken(batch, events, is_put, key)
-    out = pa.concat_tables([pa.Table.from_batches([batch], schema=schema), _puts(events, schema)]).take(taken)
+    out = pa.concat_tables(
+        [pa.Table.from_batches([batch], schema=schema), _puts(events, schema)]
+    ).take(taken)
     return pa.RecordBatch.from_arrays([c.combine_chunks() for c in out.columns], schema=schema)
 
 
@@ -224,8 +260,12 @@ def _taken(batch: pa.RecordBatch, events: pa.Table, is_put: Any, key: Sequence[s
     """`_merge_batch`'s rows to take (base rows, then puts), by sorting base and event keys together."""
     n = batch.num_rows
     put_rank = pc.subtract(pc.cumulative_sum(is_put.cast(pa.int64())), 1)
-    rows = pa.chunked_array([pc.subtract(pc.cumulative_sum(_constant(1, n, pa.int64())), 1),
-                             pc.if_else(is_put, pc.add(put_rank, n), -1)])  # -1: a delete, no row
+    rows = pa.chunked_array(
+        [
+            pc.subtract(pc.cumulative_sum(_constant(1, n, pa.int64())), 1),
+            pc.if_else(is_put, pc.add(put_rank, n), -1),
+        ]
+    )  # -1: a delete, no row
     ordered, replaced = _interleave([batch.column(k) for k in key], events, rows)
     ids = ordered.column(_ROW)
     return ids.filter(pc.and_(pc.invert(replaced), pc.greater_equal(ids, 0)))

@@ -65,8 +65,12 @@ def changes_schema(table: TableInfo, key: Sequence[str]) -> T.StructType:
     return T.StructType(fields)
 
 
-def _read_changes(spark: SparkSession, table: TableInfo, key: Sequence[str], segments: Sequence[str]) -> DataFrame:
-    return spark.read.schema(changes_schema(table, key)).parquet(*[storage.spark_uri(p) for p in segments])
+def _read_changes(
+    spark: SparkSession, table: TableInfo, key: Sequence[str], segments: Sequence[str]
+) -> DataFrame:
+    return spark.read.schema(changes_schema(table, key)).parquet(
+        *[storage.spark_uri(p) for p in segments]
+    )
 
 
 def events(changes: DataFrame, table: TableInfo, key: Sequence[str]) -> DataFrame:
@@ -105,8 +109,9 @@ def last_events(evts: DataFrame, key_count: int) -> DataFrame:
     return evts.withColumn("_tm_rn", F.row_number().over(window)).where(F.col("_tm_rn") == 1)
 
 
-def apply_changes(base: DataFrame, changes: DataFrame | None, table: TableInfo,
-                  key: Sequence[str]) -> DataFrame:
+def apply_changes(
+    base: DataFrame, changes: DataFrame | None, table: TableInfo, key: Sequence[str]
+) -> DataFrame:
     """The table at ``H``: base rows without a change, plus the last put of each changed key."""
     if changes is None:
         return base
@@ -114,7 +119,9 @@ def apply_changes(base: DataFrame, changes: DataFrame | None, table: TableInfo,
     return _merge(base, last, [c.name for c in table.columns], key)
 
 
-def _merge(base: DataFrame, last: DataFrame, columns: Sequence[str], key: Sequence[str]) -> DataFrame:
+def _merge(
+    base: DataFrame, last: DataFrame, columns: Sequence[str], key: Sequence[str]
+) -> DataFrame:
     """Base rows whose key has no last event, plus the puts among the last events."""
     changed = last.select([event_key(i) for i in range(len(key))])
     condition = None
@@ -126,9 +133,16 @@ def _merge(base: DataFrame, last: DataFrame, columns: Sequence[str], key: Sequen
     return kept.select(*columns).unionByName(upserts)
 
 
-def reconcile_table(spark: SparkSession, table_info: TableInfo, key: Sequence[str],
-                    base_paths: Sequence[str], changes: Changes, out_dir: str,
-                    *, target_file_bytes: int | None = None) -> int:
+def reconcile_table(
+    spark: SparkSession,
+    table_info: TableInfo,
+    key: Sequence[str],
+    base_paths: Sequence[str],
+    changes: Changes,
+    out_dir: str,
+    *,
+    target_file_bytes: int | None = None,
+) -> int:
     """Write the table at ``H`` to ``out_dir`` as staging Parquet, sorted by key.
 
     Args:
@@ -149,8 +163,11 @@ def reconcile_table(spark: SparkSession, table_info: TableInfo, key: Sequence[st
     apply_required_conf(spark)
     key = key_names(table_info, key)
     schema = spark_schema(staging_schema(table_info.columns))
-    base = (spark.read.schema(schema).parquet(*[storage.spark_uri(p) for p in base_paths])
-            if base_paths else spark.createDataFrame([], schema))
+    base = (
+        spark.read.schema(schema).parquet(*[storage.spark_uri(p) for p in base_paths])
+        if base_paths
+        else spark.createDataFrame([], schema)
+    )
     segments = segment_files(changes)
     frame = _read_changes(spark, table_info, key, segments) if segments else None
     result = apply_changes(base, frame, table_info, key)
@@ -159,18 +176,34 @@ def reconcile_table(spark: SparkSession, table_info: TableInfo, key: Sequence[st
     cap = max(4 * parallelism(spark), nbytes // MIN_FILE_BYTES)
     files = max(1, min(wanted, cap))
     job_description(spark, f"tidemark reconcile {table_info.name}")
-    (result.repartitionByRange(files, *[F.col(k).asc_nulls_first() for k in key])
+    (
+        result.repartitionByRange(files, *[F.col(k).asc_nulls_first() for k in key])
         .sortWithinPartitions(*key)
-        .write.mode("overwrite").option("maxRecordsPerFile", 0)
-        .parquet(storage.spark_uri(out_dir)))
+        .write.mode("overwrite")
+        .option("maxRecordsPerFile", 0)
+        .parquet(storage.spark_uri(out_dir))
+    )
     rows = count_rows(out_dir)
-    log.info("table %s: reconciled %d base path(s) and %d change segment(s) into %d rows",
-             table_info.name, len(base_paths), len(segments), rows)
+    log.info(
+        "table %s: reconciled %d base path(s) and %d change segment(s) into %d rows",
+        table_info.name,
+        len(base_paths),
+        len(segments),
+        rows,
+    )
     return rows
 
 
-def rewrite_slots(spark: SparkSession, table_info: TableInfo, key: Sequence[str], uris: Sequence[str],
-                  ranges: Sequence[FileRange], segments: Sequence[str], out_dir: str, slot: str) -> list[int]:
+def rewrite_slots(
+    spark: SparkSession,
+    table_info: TableInfo,
+    key: Sequence[str],
+    uris: Sequence[str],
+    ranges: Sequence[FileRange],
+    segments: Sequence[str],
+    out_dir: str,
+    slot: str,
+) -> list[int]:
     """Rewrite the slots of the base files (``uris``, their ``ranges``) that hold changed keys:
     one staging file sorted by key per rewritten slot that keeps rows, in ``out_dir/<slot>=<n>/``.
     Returns the rewritten slots."""
@@ -178,16 +211,26 @@ def rewrite_slots(spark: SparkSession, table_info: TableInfo, key: Sequence[str]
     key = key_names(table_info, key)
     job_description(spark, f"tidemark reconcile {table_info.name} (rewrite)")
     changes = _read_changes(spark, table_info, key, segments)
-    last = assign_slots(spark, last_events(events(changes, table_info, key), len(key)), table_info, key,
-                        layout.territories(ranges), slot).cache()
+    last = assign_slots(
+        spark,
+        last_events(events(changes, table_info, key), len(key)),
+        table_info,
+        key,
+        layout.territories(ranges),
+        slot,
+    ).cache()
     try:
         slots = _affected_slots(last, slot, table_info.name)
         if slots:
             base = _slot_base(spark, table_info, uris, slots, slot)
             result = _merge(base, last, [*[c.name for c in table_info.columns], slot], key)
-            (result.repartition(len(slots), F.col(slot))
+            (
+                result.repartition(len(slots), F.col(slot))
                 .sortWithinPartitions(slot, *[F.col(k).asc_nulls_first() for k in key])
-                .write.mode("overwrite").partitionBy(slot).parquet(storage.spark_uri(out_dir)))
+                .write.mode("overwrite")
+                .partitionBy(slot)
+                .parquet(storage.spark_uri(out_dir))
+            )
     finally:
         last.unpersist()
     return slots
@@ -196,13 +239,16 @@ def rewrite_slots(spark: SparkSession, table_info: TableInfo, key: Sequence[str]
 def _affected_slots(last: DataFrame, slot: str, table: str) -> list[int]:
     found = [row[0] for row in last.select(slot).distinct().collect()]
     if any(s is None for s in found):
-        raise RunFailed(f"internal: a changed key of {table} fell outside every file range; "
-                        "re-snapshot the table with tidemark run --snapshot")
+        raise RunFailed(
+            f"internal: a changed key of {table} fell outside every file range; "
+            "re-snapshot the table with tidemark run --snapshot"
+        )
     return sorted(int(s) for s in found)
 
 
-def _slot_base(spark: SparkSession, table_info: TableInfo, uris: Sequence[str], slots: Sequence[int],
-               slot: str) -> DataFrame:
+def _slot_base(
+    spark: SparkSession, table_info: TableInfo, uris: Sequence[str], slots: Sequence[int], slot: str
+) -> DataFrame:
     """The rows of the base files of the rewritten slots, each with its slot (told by its file's
     name: base files have distinct names, data files and chunk files alike)."""
     schema = spark_schema(staging_schema(table_info.columns))
@@ -213,7 +259,11 @@ def _slot_base(spark: SparkSession, table_info: TableInfo, uris: Sequence[str], 
         return spark.createDataFrame([], schema).withColumn(slot, F.lit(None).cast(T.IntegerType()))
     slot_of = F.create_map(*[F.lit(x) for name, (_, s) in files.items() for x in (name, s)])
     paths = [storage.spark_uri(uri) for uri, _ in files.values()]
-    return spark.read.schema(schema).parquet(*paths).withColumn(slot, slot_of[F.col("_metadata.file_name")])
+    return (
+        spark.read.schema(schema)
+        .parquet(*paths)
+        .withColumn(slot, slot_of[F.col("_metadata.file_name")])
+    )
 
 
 def _before(a: Sequence[Column], b: Sequence[Column], or_equal: Column) -> Column:
@@ -225,8 +275,14 @@ def _before(a: Sequence[Column], b: Sequence[Column], or_equal: Column) -> Colum
     return result
 
 
-def assign_slots(spark: SparkSession, last: DataFrame, table_info: TableInfo, key: Sequence[str],
-                 territories: Sequence[Territory], slot: str) -> DataFrame:
+def assign_slots(
+    spark: SparkSession,
+    last: DataFrame,
+    table_info: TableInfo,
+    key: Sequence[str],
+    territories: Sequence[Territory],
+    slot: str,
+) -> DataFrame:
     """``last`` (keys in ``_tm_k<i>``) with column ``slot``: the territory that owns each key.
 
     The territories are a small broadcast DataFrame and the comparison is
@@ -237,20 +293,28 @@ def assign_slots(spark: SparkSession, last: DataFrame, table_info: TableInfo, ke
     types = [spark_type(staging_type(c)) for c in columns]
     n = len(key)
     fields = [T.StructField("_tm_slot_id", T.IntegerType(), False)]
-    fields += [T.StructField(f"_tm_{side}_{flag}", T.BooleanType(), False)
-               for side in ("lo", "hi") for flag in ("open", "incl")]
-    fields += [T.StructField(f"_tm_{side}{i}", t) for side in ("lo", "hi") for i, t in enumerate(types)]
+    fields += [
+        T.StructField(f"_tm_{side}_{flag}", T.BooleanType(), False)
+        for side in ("lo", "hi")
+        for flag in ("open", "incl")
+    ]
+    fields += [
+        T.StructField(f"_tm_{side}{i}", t) for side in ("lo", "hi") for i, t in enumerate(types)
+    ]
     rows = []
     for t in territories:
         low = layout.staging_key(columns, t.low) if t.low is not None else (None,) * n
         high = layout.staging_key(columns, t.high) if t.high is not None else (None,) * n
-        rows.append((t.slot, t.low is None, t.low_inclusive, t.high is None, t.high_inclusive, *low, *high))
+        rows.append(
+            (t.slot, t.low is None, t.low_inclusive, t.high is None, t.high_inclusive, *low, *high)
+        )
     bounds = spark.createDataFrame(rows, T.StructType(fields))
     keys = [F.col(event_key(i)) for i in range(n)]
     lo = [bounds[f"_tm_lo{i}"] for i in range(n)]
     hi = [bounds[f"_tm_hi{i}"] for i in range(n)]
-    inside = ((bounds["_tm_lo_open"] | _before(lo, keys, bounds["_tm_lo_incl"]))
-              & (bounds["_tm_hi_open"] | _before(keys, hi, bounds["_tm_hi_incl"])))
+    inside = (bounds["_tm_lo_open"] | _before(lo, keys, bounds["_tm_lo_incl"])) & (
+        bounds["_tm_hi_open"] | _before(keys, hi, bounds["_tm_hi_incl"])
+    )
     joined = last.join(F.broadcast(bounds), on=inside, how="left")
     return joined.select(*last.columns, F.col("_tm_slot_id").alias(slot))
 
@@ -261,5 +325,3 @@ def count_rows(directory: str, *, recursive: bool = False) -> int:
     for uri in storage.list_files(directory, suffix=".parquet", recursive=recursive):
         total += storage.parquet_rows(uri)
     return total
-
-

@@ -56,10 +56,18 @@ class ReconcileResult:
         return "reconciled " + ", ".join(f"{t} ({n} rows)" for t, n in sorted(self.rows.items()))
 
 
-def _reconcile_one(config: PipelineConfig, store: StateStore, record: RunTableRecord, reconciled: str,
-                   spark: SparkSession | None, changes: list[str], chunk_dirs: list[str],
-                   catalog: Callable[[], Catalog], plans: KeptPlans | None = None,
-                   recorded: Mapping[str, Sequence[FileRange]] | None = None) -> tuple[int, SparkSession | None]:
+def _reconcile_one(
+    config: PipelineConfig,
+    store: StateStore,
+    record: RunTableRecord,
+    reconciled: str,
+    spark: SparkSession | None,
+    changes: list[str],
+    chunk_dirs: list[str],
+    catalog: Callable[[], Catalog],
+    plans: KeptPlans | None = None,
+    recorded: Mapping[str, Sequence[FileRange]] | None = None,
+) -> tuple[int, SparkSession | None]:
     """Reconcile one captured table into ``reconciled``; returns its rows and the session
     (started if it needed one). ``changes``: its durable segments; ``chunk_dirs``: its read
     chunks' directories (a snapshot); ``catalog``: the Iceberg catalog, opened once; ``plans``:
@@ -78,18 +86,33 @@ def _reconcile_one(config: PipelineConfig, store: StateStore, record: RunTableRe
 
     key = key_names(info, record.chunk_key)
     cluster = config.spark.remote is None and not config.spark.master.startswith("local")
-    target = Target(info, key, functools.cache(lambda: iceberg.data_file_schema(config, info, catalog())),
-                    reconciled, cluster=cluster)
+    target = Target(
+        info,
+        key,
+        functools.cache(lambda: iceberg.data_file_schema(config, info, catalog())),
+        reconciled,
+        cluster=cluster,
+    )
     if record.mode == "snapshot":
         rows = reconcile_snapshot(session, target, chunk_dirs, changes, plans, recorded=recorded)
     else:
-        rows = reconcile_incremental(session, info, key, table_dir(config, record.table), changes, reconciled,
-                                     schema=target.schema_of, cluster=cluster,
-                                     planned=record.info.get("base_version"))
+        rows = reconcile_incremental(
+            session,
+            info,
+            key,
+            table_dir(config, record.table),
+            changes,
+            reconciled,
+            schema=target.schema_of,
+            cluster=cluster,
+            planned=record.info.get("base_version"),
+        )
     return rows, spark or (started[0] if started else None)
 
 
-def reconcile(config: PipelineConfig, run_id: str, *, spark: SparkSession | None = None) -> ReconcileResult:
+def reconcile(
+    config: PipelineConfig, run_id: str, *, spark: SparkSession | None = None
+) -> ReconcileResult:
     """Per table: base files (snapshot chunks, or the published version) + changes -> the table at H.
 
     The run's durable segments and chunks are listed once, and the reconciled tables are
@@ -102,7 +125,9 @@ def reconcile(config: PipelineConfig, run_id: str, *, spark: SparkSession | None
         todo = [r for r in store.run_tables(run_id) if r.status == "captured"]
         segments = durable_segments(store, config.staging_path, run_id) if todo else {}
         chunk_dirs: dict[str, list[str]] = {}
-        recorded: dict[str, list[FileRange]] = {}  # chunk dir -> its files, as the read recorded them
+        recorded: dict[
+            str, list[FileRange]
+        ] = {}  # chunk dir -> its files, as the read recorded them
         if any(r.mode == "snapshot" for r in todo):
             for chunk in store.chunks(run_id):
                 if chunk.path:
@@ -117,19 +142,37 @@ def reconcile(config: PipelineConfig, run_id: str, *, spark: SparkSession | None
         for record in todo:
             # Unique to this attempt: another process's reconcile (one that lost the lock) never
             # writes where publish reads, and publish reads what the state names.
-            out_dir = run_dir(config, run_id, "reconciled", f"{record.table}-{storage.attempt_tag()}")
+            out_dir = run_dir(
+                config, run_id, "reconciled", f"{record.table}-{storage.attempt_tag()}"
+            )
             try:
-                plan = (unchanged_plan(config, record)
-                        if record.mode == "incremental" and not segments.get(record.table) else None)
+                plan = (
+                    unchanged_plan(config, record)
+                    if record.mode == "incremental" and not segments.get(record.table)
+                    else None
+                )
                 if plan is not None:
                     out_dir, rows = kept.add(record.table, plan), plan.rows
                 else:
-                    batched = snapshots if record.mode == "snapshot" and not segments.get(record.table) else None
+                    batched = (
+                        snapshots
+                        if record.mode == "snapshot" and not segments.get(record.table)
+                        else None
+                    )
                     if batched is not None:
                         out_dir = batched.dir_of(record.table)
-                    rows, spark = _reconcile_one(config, store, record, out_dir, spark,
-                                                 segments.get(record.table, []), chunk_dirs.get(record.table, []),
-                                                 catalog, batched, recorded)
+                    rows, spark = _reconcile_one(
+                        config,
+                        store,
+                        record,
+                        out_dir,
+                        spark,
+                        segments.get(record.table, []),
+                        chunk_dirs.get(record.table, []),
+                        catalog,
+                        batched,
+                        recorded,
+                    )
             except Exception as exc:  # one table's own trouble fails that table alone
                 if (reason := table_failure(exc)) is None:
                     if not isinstance(exc, StateError):  # the tables reconciled so far are recorded
@@ -139,8 +182,12 @@ def reconcile(config: PipelineConfig, run_id: str, *, spark: SparkSession | None
                 continue
             done.append((record.table, rows, {"reconciled_dir": out_dir}))
             out[record.table] = rows
-            log.info("table %s: reconciled, %d rows at H%s", record.table, rows,
-                     f" (no change: version {plan.base_version} kept)" if plan is not None else "")
+            log.info(
+                "table %s: reconciled, %d rows at H%s",
+                record.table,
+                rows,
+                f" (no change: version {plan.base_version} kept)" if plan is not None else "",
+            )
             if len(done) >= RECORD_TABLES:
                 done = _record(store, run_id, done, kept, snapshots)
         _record(store, run_id, done, kept, snapshots)
@@ -149,8 +196,9 @@ def reconcile(config: PipelineConfig, run_id: str, *, spark: SparkSession | None
         store.close()
 
 
-def _record(store: StateStore, run_id: str, done: list[tuple[str, int, dict[str, Any]]], *batches: KeptPlans
-            ) -> list[tuple[str, int, dict[str, Any]]]:
+def _record(
+    store: StateStore, run_id: str, done: list[tuple[str, int, dict[str, Any]]], *batches: KeptPlans
+) -> list[tuple[str, int, dict[str, Any]]]:
     """Record reconciled tables in one transaction, after the batched plans of those without a
     change are written; returns an empty list."""
     for batch in batches:

@@ -42,8 +42,10 @@ MAX_REREAD_ROUNDS = 3
 
 def pending_rereads(store: StateStore, run_id: str) -> dict[str, dict[str, Any]]:
     """``{table: {"what", "position"}}`` of the run's tables waiting for a re-read."""
-    return {r.table: r.info["reread_pending"]
-            for r in store.run_tables_where(run_id, status="planned", info_key="reread_pending")}
+    return {
+        r.table: r.info["reread_pending"]
+        for r in store.run_tables_where(run_id, status="planned", info_key="reread_pending")
+    }
 
 
 def prepare_rereads(config: PipelineConfig, store: StateStore, run_id: str) -> bool:
@@ -75,8 +77,12 @@ def prepare_rereads(config: PipelineConfig, store: StateStore, run_id: str) -> b
         high = source.current_position()
         store.set_run_positions(run_id, high=high.to_json())
         if pending or unread:
-            log.info("run %s: re-read %s; capture goes on to H = %s", run_id,
-                     ", ".join(sorted(pending) or sorted({c.table for c in unread})), high)
+            log.info(
+                "run %s: re-read %s; capture goes on to H = %s",
+                run_id,
+                ", ".join(sorted(pending) or sorted({c.table for c in unread})),
+                high,
+            )
         return True
 
 
@@ -90,8 +96,10 @@ def _unread(store: StateStore, run_id: str) -> list[ChunkRecord]:
     unread = [c for c in unread if records[c.table].status != "failed"]
     stray = sorted({c.table for c in unread if "reread" not in records[c.table].info})
     if stray:
-        raise RunFailed(f"run {run_id}: chunks of {', '.join(stray)} are not read yet; "
-                        "capture runs after every read batch is done")
+        raise RunFailed(
+            f"run {run_id}: chunks of {', '.join(stray)} are not read yet; "
+            "capture runs after every read batch is done"
+        )
     return unread
 
 
@@ -99,14 +107,20 @@ def give_up_rereads(store: StateStore, run_id: str, pending: dict[str, dict[str,
     """Tables that changed again during each re-read of the run fail on their own; the
     others (captured up to ``H`` by the last pass) are published."""
     for table, reason in sorted(pending.items()):
-        fail_table(store, run_id, table, "capture",
-                   f"it changed again during each of {MAX_REREAD_ROUNDS} re-reads of this run (last: "
-                   f"{reason['what']} at {position(reason['position'])}); wait until its schema changes "
-                   "have settled")
+        fail_table(
+            store,
+            run_id,
+            table,
+            "capture",
+            f"it changed again during each of {MAX_REREAD_ROUNDS} re-reads of this run (last: "
+            f"{reason['what']} at {position(reason['position'])}); wait until its schema changes "
+            "have settled",
+        )
 
 
-def check_binlog_kept(store: StateStore, run: RunRecord, records: list[RunTableRecord],
-                       oldest: str | None) -> None:
+def check_binlog_kept(
+    store: StateStore, run: RunRecord, records: list[RunTableRecord], oldest: str | None
+) -> None:
     """Raise BinlogPurged if binlog the capture needs is gone, after resetting what must be read again.
 
     The run's snapshot tables need the binlog from the run's start (or the capture's
@@ -118,15 +132,20 @@ def check_binlog_kept(store: StateStore, run: RunRecord, records: list[RunTableR
         return
     checkpoint = store.capture_checkpoint(run.run_id)
     resume = position(checkpoint["position"]) if checkpoint else None
-    lost = [r for r in records
-            if file_index((resume or position(r.info["from_position"])).file) < file_index(oldest)]
+    lost = [
+        r
+        for r in records
+        if file_index((resume or position(r.info["from_position"])).file) < file_index(oldest)
+    ]
     if not lost:
         return
     chunks = {r.table: len(store.chunks(run.run_id, table=r.table)) for r in lost}
     needed = resume or min(position(r.info["from_position"]) for r in lost)
     store.restart_run(run.run_id, [r.table for r in lost])
-    described = ", ".join(f"{t} ({n} chunks)" if n else f"{t} (published; will be re-snapshotted)"
-                          for t, n in chunks.items())
+    described = ", ".join(
+        f"{t} ({n} chunks)" if n else f"{t} (published; will be re-snapshotted)"
+        for t, n in chunks.items()
+    )
     raise BinlogPurged(
         f"binlog {needed.file} (needed from {needed}) was purged; the server keeps binlogs from "
         f"{oldest}. These tables must be read again: {described}. Their plan was reset: rerun "

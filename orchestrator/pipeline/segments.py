@@ -36,6 +36,7 @@ from orchestrator.state.store import StateStore
 
 SEGMENT = re.compile(r"^seg-(\d{6,})(?:-([0-9a-f]+))?\.parquet$")
 
+
 def segment_name(number: int, writer: str = "") -> str:
     """The file name of segment ``number`` written by ``writer``.
 
@@ -61,7 +62,9 @@ def owner_of(owners: Sequence[Sequence[object]], number: int) -> str | None:
 def _segments(fs: pafs.FileSystem, directory: str) -> list[tuple[int, str, str, str]]:
     """``(number, writer, table, path)`` of every segment file under ``directory``, by number."""
     found = []
-    for info in fs.get_file_info(pafs.FileSelector(directory, recursive=True, allow_not_found=True)):
+    for info in fs.get_file_info(
+        pafs.FileSelector(directory, recursive=True, allow_not_found=True)
+    ):
         match = SEGMENT.match(info.base_name)
         if info.type == pafs.FileType.File and match:
             table = info.path.rstrip("/").rsplit("/", 2)[-2]
@@ -69,16 +72,23 @@ def _segments(fs: pafs.FileSystem, directory: str) -> list[tuple[int, str, str, 
     return sorted(found)
 
 
-def _durable(fs: pafs.FileSystem, directory: str, segments: int, owners: Sequence[Sequence[object]]
-             ) -> list[tuple[int, str, str]]:
+def _durable(
+    fs: pafs.FileSystem, directory: str, segments: int, owners: Sequence[Sequence[object]]
+) -> list[tuple[int, str, str]]:
     """``(number, table, path)`` of the durable segments; a RunFailed naming a missing one."""
-    found = [(n, t, p) for n, w, t, p in _segments(fs, directory) if n <= segments and w == owner_of(owners, n)]
+    found = [
+        (n, t, p)
+        for n, w, t, p in _segments(fs, directory)
+        if n <= segments and w == owner_of(owners, n)
+    ]
     numbers = {n for n, _, _ in found}
     missing = [n for n in range(1, segments + 1) if n not in numbers and owner_of(owners, n)]
     if missing:
-        raise RunFailed(f"the capture checkpoint names change segment {missing[0]} of {directory} "
-                        f"(written by capture {owner_of(owners, missing[0])}), but it is gone; "
-                        "reset the run's tables (`tidemark reset --table T --yes`) and run again")
+        raise RunFailed(
+            f"the capture checkpoint names change segment {missing[0]} of {directory} "
+            f"(written by capture {owner_of(owners, missing[0])}), but it is gone; "
+            "reset the run's tables (`tidemark reset --table T --yes`) and run again"
+        )
     return found
 
 
@@ -101,9 +111,13 @@ def durable_segments(store: StateStore, staging: str, run_id: str) -> dict[str, 
     fs, root = storage.filesystem(staging)
     void = voided(store, run_id)
     out: dict[str, list[str]] = {}
-    for number, table, path in _durable(fs, f"{root}/{run_id}/changes", int(saved["segments"]), saved["owners"]):
+    for number, table, path in _durable(
+        fs, f"{root}/{run_id}/changes", int(saved["segments"]), saved["owners"]
+    ):
         if number > void.get(table, 0):
-            out.setdefault(table, []).append(storage.join(staging, run_id, "changes", table, path.rsplit("/", 1)[1]))
+            out.setdefault(table, []).append(
+                storage.join(staging, run_id, "changes", table, path.rsplit("/", 1)[1])
+            )
     return out
 
 
@@ -114,7 +128,11 @@ Changes = str | Sequence[str]
 
 def segment_files(changes: Changes) -> list[str]:
     """The change segment files ``changes`` names (a directory that does not exist has none)."""
-    return storage.list_files(changes, suffix=".parquet") if isinstance(changes, str) else list(changes)
+    return (
+        storage.list_files(changes, suffix=".parquet")
+        if isinstance(changes, str)
+        else list(changes)
+    )
 
 
 def segment_paths(store: StateStore, staging: str, run_id: str, table: str) -> list[str]:
@@ -134,7 +152,11 @@ def read_changes(store: StateStore, staging: str, run_id: str, table: str) -> pa
 #: How segments are encoded: written once and read once, by the same run. zstd at level 1
 #: without dictionary pages writes 100,000 changed rows in 27 ms and reads them in 13 ms where
 #: pyarrow's default (snappy, dictionaries) took 42 and 51 ms, in half the bytes; Spark reads it.
-SEGMENT_OPTIONS: dict[str, Any] = {"compression": "zstd", "compression_level": 1, "use_dictionary": False}
+SEGMENT_OPTIONS: dict[str, Any] = {
+    "compression": "zstd",
+    "compression_level": 1,
+    "use_dictionary": False,
+}
 
 
 def write_segment(fs: pafs.FileSystem, path: str, table: pa.Table) -> None:
@@ -152,8 +174,9 @@ def write_segment(fs: pafs.FileSystem, path: str, table: pa.Table) -> None:
     fs.move(temp, path)
 
 
-def resume_point(store: StateStore, run_id: str, fs: pafs.FileSystem, root: str
-                 ) -> tuple[BinlogPosition | None, int, dict[str, int], list[list[object]]]:
+def resume_point(
+    store: StateStore, run_id: str, fs: pafs.FileSystem, root: str
+) -> tuple[BinlogPosition | None, int, dict[str, int], list[list[object]]]:
     """The run's checkpoint (position, segments), rows per table in its durable segments (voided
     ones left out) and the owners of the segment numbers. Deletes nothing (module docstring)."""
     saved = store.capture_checkpoint(run_id)

@@ -36,18 +36,27 @@ def check_escaping(query: Query) -> None:
     rows = query(SQL_MODE_QUERY)
     mode = str(rows[0][0]) if rows else ""
     if backslash_escapes_off(mode):
-        raise SourceNotReady(f"the session's sql_mode {mode!r} includes NO_BACKSLASH_ESCAPES although Tidemark "
-                             f"set it to {SESSION_SQL_MODE!r}, so chunk predicates' string literals would read "
-                             "differently; connect to the server directly, not through a proxy that drops "
-                             "session settings")
+        raise SourceNotReady(
+            f"the session's sql_mode {mode!r} includes NO_BACKSLASH_ESCAPES although Tidemark "
+            f"set it to {SESSION_SQL_MODE!r}, so chunk predicates' string literals would read "
+            "differently; connect to the server directly, not through a proxy that drops "
+            "session settings"
+        )
 
 
 def _key_columns(info: TableInfo, key: Sequence[str]) -> list[ColumnInfo]:
     return [info.column(name) for name in key]
 
 
-def plan_table(query: Query, table_config: TableConfig, table_info: TableInfo, defaults: Defaults, *,
-               check_mode: bool = True, time_zone: str = "+00:00") -> TablePlan:
+def plan_table(
+    query: Query,
+    table_config: TableConfig,
+    table_info: TableInfo,
+    defaults: Defaults,
+    *,
+    check_mode: bool = True,
+    time_zone: str = "+00:00",
+) -> TablePlan:
     """Plan one table's chunks and log the decision with its numbers.
 
     Args:
@@ -69,9 +78,15 @@ def plan_table(query: Query, table_config: TableConfig, table_info: TableInfo, d
     if check_mode:
         check_escaping(query)
     try:
-        plan = plan_key_space(query, table_info.name, key, _key_columns(table_info, key),
-                              table_config.chunk_size, row_estimate=table_info.row_estimate,
-                              factor_bounds=defaults.even_distribution_factor)
+        plan = plan_key_space(
+            query,
+            table_info.name,
+            key,
+            _key_columns(table_info, key),
+            table_config.chunk_size,
+            row_estimate=table_info.row_estimate,
+            factor_bounds=defaults.even_distribution_factor,
+        )
     except ChunkingError as exc:
         raise SourceNotReady(str(exc)) from exc
     log.info("%s", describe_decision(plan))
@@ -91,9 +106,11 @@ def describe_decision(plan: TablePlan) -> str:
     s = plan.stats
     rows = f"{'rows' if s.get('rows_exact') else 'approx rows'} {s.get('rows')}"
     factor = f"{s['factor']:.4g}" if s.get("factor") is not None else "n/a"
-    return (f"table {plan.table}: strategy {plan.strategy}, min {short(decode_key(s.get('min')))}, "
-            f"max {short(decode_key(s.get('max')))}, {rows}, distribution factor {factor}, "
-            f"{s.get('chunks', len(plan.chunks))} chunks, {s.get('queries')} queries ({s.get('reason')})")
+    return (
+        f"table {plan.table}: strategy {plan.strategy}, min {short(decode_key(s.get('min')))}, "
+        f"max {short(decode_key(s.get('max')))}, {rows}, distribution factor {factor}, "
+        f"{s.get('chunks', len(plan.chunks))} chunks, {s.get('queries')} queries ({s.get('reason')})"
+    )
 
 
 #: Who reads a planned table's chunks: the driver (`orchestrator.pipeline.local_read`), Spark, or
@@ -125,12 +142,25 @@ def plan_document(items: Sequence[tuple[TableConfig, TableInfo, TablePlan]]) -> 
     tables = []
     for table_config, info, plan in items:
         columns = _key_columns(info, plan.chunk_key)
-        chunks = [{"index": c.index,
-                   "where": chunk_predicate(plan.chunk_key, c.range, columns, table_config.where),
-                   "start": encode_key(c.range.start), "end": encode_key(c.range.end),
-                   "end_inclusive": c.range.end_inclusive} for c in plan.chunks]
-        tables.append({"table": plan.table, "strategy": plan.strategy, "read_by": read_by(plan),
-                       "chunk_key": list(plan.chunk_key), "chunks": chunks})
+        chunks = [
+            {
+                "index": c.index,
+                "where": chunk_predicate(plan.chunk_key, c.range, columns, table_config.where),
+                "start": encode_key(c.range.start),
+                "end": encode_key(c.range.end),
+                "end_inclusive": c.range.end_inclusive,
+            }
+            for c in plan.chunks
+        ]
+        tables.append(
+            {
+                "table": plan.table,
+                "strategy": plan.strategy,
+                "read_by": read_by(plan),
+                "chunk_key": list(plan.chunk_key),
+                "chunks": chunks,
+            }
+        )
     return {"tables": tables}
 
 
@@ -152,13 +182,25 @@ def render_plans(plans: Sequence[TablePlan]) -> str:
             key_range = "(empty)"
         else:
             key_range = f"{short(decode_key(s['min']), 40)} .. {short(decode_key(s['max']), 40)}"
-        lines.append((plan.table, plan.strategy, read_by(plan), str(len(plan.chunks)), rows,
-                      ", ".join(plan.chunk_key), key_range))
+        lines.append(
+            (
+                plan.table,
+                plan.strategy,
+                read_by(plan),
+                str(len(plan.chunks)),
+                rows,
+                ", ".join(plan.chunk_key),
+                key_range,
+            )
+        )
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     right = {3, 4}
     out = []
     for line in lines:
-        cells = [cell.rjust(w) if i in right else cell.ljust(w) for i, (cell, w) in enumerate(zip(line, widths, strict=True))]
+        cells = [
+            cell.rjust(w) if i in right else cell.ljust(w)
+            for i, (cell, w) in enumerate(zip(line, widths, strict=True))
+        ]
         out.append("  ".join(cells).rstrip())
     return "\n".join(out)
 
@@ -177,15 +219,31 @@ def plan_command(config: PipelineConfig, tables: list[str], as_json: bool) -> in
         selected = found.select(tables)
         shapes = tables_info(source, [t.name for t in selected])
         infos = [shapes.get(t.name) or source.table_info(t.name) for t in selected]
-        from_pattern = {t.name for t in selected if config.tables[found.entry_index(t.name)].pattern}
-        _check_keys([(t, i) for t, i in zip(selected, infos, strict=True) if t.name not in from_pattern],
-                    config.source.time_zone)
+        from_pattern = {
+            t.name for t in selected if config.tables[found.entry_index(t.name)].pattern
+        }
+        _check_keys(
+            [(t, i) for t, i in zip(selected, infos, strict=True) if t.name not in from_pattern],
+            config.source.time_zone,
+        )
         check_escaping(source.query)
         items, failed = [], {}
         for t, info in zip(selected, infos, strict=True):
             try:
-                items.append((t, info, plan_table(source.query, t, info, config.defaults, check_mode=False,
-                                                           time_zone=config.source.time_zone)))
+                items.append(
+                    (
+                        t,
+                        info,
+                        plan_table(
+                            source.query,
+                            t,
+                            info,
+                            config.defaults,
+                            check_mode=False,
+                            time_zone=config.source.time_zone,
+                        ),
+                    )
+                )
             except (ConfigError, SourceNotReady) as exc:
                 if t.name not in from_pattern:
                     raise

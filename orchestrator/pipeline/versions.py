@@ -97,9 +97,16 @@ class Publishing:
     position: BinlogPosition
 
 
-def publish_table(config: PipelineConfig, table_info: TableInfo, key: Sequence[str],
-                  reconciled_dir: str, position: BinlogPosition, run_id: str,
-                  guard: Callable[[], None] = lambda: None, catalog: Catalog | None = None) -> Manifest:
+def publish_table(
+    config: PipelineConfig,
+    table_info: TableInfo,
+    key: Sequence[str],
+    reconciled_dir: str,
+    position: BinlogPosition,
+    run_id: str,
+    guard: Callable[[], None] = lambda: None,
+    catalog: Catalog | None = None,
+) -> Manifest:
     """Publish a reconciled table as the next version and switch its manifest to it.
 
     Args:
@@ -117,16 +124,25 @@ def publish_table(config: PipelineConfig, table_info: TableInfo, key: Sequence[s
     Returns:
         The manifest now in ``current.json``.
     """
-    [done] = publish_tables(config, [Publishing(table_info, tuple(key), reconciled_dir, position)], run_id,
-                            guard, catalog)
+    [done] = publish_tables(
+        config,
+        [Publishing(table_info, tuple(key), reconciled_dir, position)],
+        run_id,
+        guard,
+        catalog,
+    )
     if isinstance(done, Exception):
         raise done
     return done
 
 
-def publish_tables(config: PipelineConfig, tables: Sequence[Publishing], run_id: str,
-                   guard: Callable[[], None] = lambda: None, catalog: Catalog | None = None
-                   ) -> list[Manifest | Exception]:
+def publish_tables(
+    config: PipelineConfig,
+    tables: Sequence[Publishing],
+    run_id: str,
+    guard: Callable[[], None] = lambda: None,
+    catalog: Catalog | None = None,
+) -> list[Manifest | Exception]:
     """`publish_table` of each of ``tables``: its manifest, or the exception its publish raised
     (the others are published all the same).
 
@@ -135,6 +151,7 @@ def publish_tables(config: PipelineConfig, tables: Sequence[Publishing], run_id:
     transaction (`iceberg_create.register_all`), then each switches. A group of tables asks
     the catalog which of them it has in one query instead of loading each (a table it does not
     have has no snapshot of this run to find)."""
+
     @functools.cache
     def catalog_() -> Catalog:  # opened once, and only when a table needs it
         return catalog or iceberg.open_catalog(config)
@@ -156,7 +173,9 @@ def publish_tables(config: PipelineConfig, tables: Sequence[Publishing], run_id:
     for i, table in enumerate(tables):
         try:
             step = _stage(config, table, run_id, guard, catalog_, exists, attempt)
-        except Exception as exc:  # that table's; the caller tells a table's own failure from the run's
+        except (
+            Exception
+        ) as exc:  # that table's; the caller tells a table's own failure from the run's
             out[i] = exc
             continue
         if isinstance(step, _Staged):
@@ -169,7 +188,9 @@ def publish_tables(config: PipelineConfig, tables: Sequence[Publishing], run_id:
         for i, _ in staged:
             out[i] = exc
         staged = []
-    created = _create_new(catalog_, [(i, s) for i, s in staged if isinstance(s.prepared, NewTable)], guard)
+    created = _create_new(
+        catalog_, [(i, s) for i, s in staged if isinstance(s.prepared, NewTable)], guard
+    )
     for i, step in staged:
         try:
             if i in created:
@@ -177,14 +198,28 @@ def publish_tables(config: PipelineConfig, tables: Sequence[Publishing], run_id:
             else:
                 assert not isinstance(step.prepared, NewTable), "created above"
                 entry = iceberg_commit.commit_version(
-                    catalog_(), step.table, step.tdir, step.manifest["files"], version=step.manifest["version"],
-                    run_id=run_id, position=step.position, attempt=step.attempt, guard=guard,
-                    prepared=step.prepared)
+                    catalog_(),
+                    step.table,
+                    step.tdir,
+                    step.manifest["files"],
+                    version=step.manifest["version"],
+                    run_id=run_id,
+                    position=step.position,
+                    attempt=step.attempt,
+                    guard=guard,
+                    prepared=step.prepared,
+                )
             if isinstance(entry, Exception):
                 raise entry
             faults.point("publish.iceberg_committed")
-            log.debug("table %s: switching to version %d (%d rows, %d files) at %s", step.table,
-                      step.manifest["version"], step.manifest["rows"], len(step.manifest["files"]), step.position)
+            log.debug(
+                "table %s: switching to version %d (%d rows, %d files) at %s",
+                step.table,
+                step.manifest["version"],
+                step.manifest["rows"],
+                len(step.manifest["files"]),
+                step.position,
+            )
             out[i] = _switch(config, catalog_(), step.tdir, step.manifest, entry, guard)
         except Exception as exc:
             out[i] = exc
@@ -203,21 +238,41 @@ class _Staged:
     prepared: iceberg.Prepared | None  # None: load the table again to commit
 
 
-def _create_new(catalog: Callable[[], Catalog], staged: Sequence[tuple[int, _Staged]],
-                guard: Callable[[], None]) -> dict[int, IcebergEntry | Exception]:
+def _create_new(
+    catalog: Callable[[], Catalog], staged: Sequence[tuple[int, _Staged]], guard: Callable[[], None]
+) -> dict[int, IcebergEntry | Exception]:
     """The tables new to the catalog created together (`iceberg_create.create_all`)."""
     if not staged:
         return {}
     creating: list[iceberg_create.Creating] = []
     for _, step in staged:
         assert isinstance(step.prepared, NewTable)
-        creating.append((step.prepared, iceberg_commit.file_uris(step.tdir, step.manifest["files"]),
-                         iceberg_commit.summary(run_id=step.manifest["run_id"], version=step.manifest["version"],
-                                                attempt=step.attempt, position=step.position)))
+        creating.append(
+            (
+                step.prepared,
+                iceberg_commit.file_uris(step.tdir, step.manifest["files"]),
+                iceberg_commit.summary(
+                    run_id=step.manifest["run_id"],
+                    version=step.manifest["version"],
+                    attempt=step.attempt,
+                    position=step.position,
+                ),
+            )
+        )
     out: dict[int, IcebergEntry | Exception] = {}
-    for (i, step), done in zip(staged, iceberg_create.create_all(catalog(), creating, guard), strict=True):
-        out[i] = done if isinstance(done, Exception) else IcebergEntry(
-            catalog=catalog().name, identifier=step.table, metadata_location=done[0], snapshot_id=done[1])
+    for (i, step), done in zip(
+        staged, iceberg_create.create_all(catalog(), creating, guard), strict=True
+    ):
+        out[i] = (
+            done
+            if isinstance(done, Exception)
+            else IcebergEntry(
+                catalog=catalog().name,
+                identifier=step.table,
+                metadata_location=done[0],
+                snapshot_id=done[1],
+            )
+        )
     return out
 
 
@@ -235,58 +290,103 @@ def _pending_uri(config: PipelineConfig, run_id: str, attempt: str) -> str:
     return run_dir(config, run_id, "pending", f"{attempt}.json")
 
 
-def _write_pending(config: PipelineConfig, run_id: str, attempt: Callable[[], str], staged: Sequence[_Staged],
-                   guard: Callable[[], None]) -> None:
+def _write_pending(
+    config: PipelineConfig,
+    run_id: str,
+    attempt: Callable[[], str],
+    staged: Sequence[_Staged],
+    guard: Callable[[], None],
+) -> None:
     """The staged versions' manifests in one file, durable before any of them is committed: a
     rerun that finds a commit of the run switches to its manifest (`_committed_manifest`)."""
     if not staged:
         return
     guard()
-    storage.write_atomic(_pending_uri(config, run_id, attempt()),
-                         pending_json({step.table: step.manifest for step in staged}))
+    storage.write_atomic(
+        _pending_uri(config, run_id, attempt()),
+        pending_json({step.table: step.manifest for step in staged}),
+    )
 
 
-def _stage(config: PipelineConfig, table: Publishing, run_id: str, guard: Callable[[], None],
-           catalog_: Callable[[], Catalog], exists: Callable[[str], bool | None],
-           attempt: Callable[[], str]) -> Manifest | _Staged:
+def _stage(
+    config: PipelineConfig,
+    table: Publishing,
+    run_id: str,
+    guard: Callable[[], None],
+    catalog_: Callable[[], Catalog],
+    exists: Callable[[str], bool | None],
+    attempt: Callable[[], str],
+) -> Manifest | _Staged:
     """``table``'s version written up to its Iceberg commit but for its pending manifest
     (`_write_pending`), or its manifest when there is nothing to commit (no change, published
     already, or a committed snapshot of the run found and switched to). ``exists``: whether the
     catalog lists a table (None: look it up); ``attempt``: the publish attempt's tag."""
-    table_info, key, reconciled_dir, position = table.table_info, table.key, table.reconciled_dir, table.position
+    table_info, key, reconciled_dir, position = (
+        table.table_info,
+        table.key,
+        table.reconciled_dir,
+        table.position,
+    )
     tdir = table_dir(config, table_info.name)
     current = find_manifest(tdir)
     plan = layout.read_plan(reconciled_dir)
-    if (plan is not None and plan.base_version is not None and not plan.slots and current is not None
-            and current["run_id"] != run_id):
+    if (
+        plan is not None
+        and plan.base_version is not None
+        and not plan.slots
+        and current is not None
+        and current["run_id"] != run_id
+    ):
         # No slot rewritten: nothing of this run was committed, and the catalog need not be opened.
         current = _check_base(table_info.name, current, plan)
         if _unchanged(current, plan, table_info, key):
-            log.info("table %s: no change since version %d; no new version, no Iceberg snapshot "
-                     "(the state store records %s as checked)", table_info.name, current["version"], position)
+            log.info(
+                "table %s: no change since version %d; no new version, no Iceberg snapshot "
+                "(the state store records %s as checked)",
+                table_info.name,
+                current["version"],
+                position,
+            )
             return current
     catalog = catalog_()
     if current is not None and current["run_id"] == run_id:
-        log.info("table %s: version %d of run %s is already published", table_info.name,
-                 current["version"], run_id)
+        log.info(
+            "table %s: version %d of run %s is already published",
+            table_info.name,
+            current["version"],
+            run_id,
+        )
         _retain(config, catalog, tdir, current, guard)
         return current
     # once: a crashed attempt may have committed (find_run_in)
-    loaded = iceberg.load(catalog, table_info.name) if exists(table_info.name) is not False else None
+    loaded = (
+        iceberg.load(catalog, table_info.name) if exists(table_info.name) is not False else None
+    )
     committed = iceberg_commit.find_run_in(catalog, table_info.name, loaded, run_id)
-    recovered = _committed_manifest(config, run_id, table_info.name, tdir, committed) if committed is not None else None
+    recovered = (
+        _committed_manifest(config, run_id, table_info.name, tdir, committed)
+        if committed is not None
+        else None
+    )
     if committed is not None and recovered is not None:
-        log.info("table %s: %s of run %s is committed; switching the manifest to it",
-                 table_info.name, committed, run_id)
+        log.info(
+            "table %s: %s of run %s is committed; switching the manifest to it",
+            table_info.name,
+            committed,
+            run_id,
+        )
         return _switch(config, catalog, tdir, recovered, committed.entry, guard)
     version = current["version"] + 1 if current is not None else 1
     if plan is not None and plan.base_version is not None:
         current = _check_base(table_info.name, current, plan)
     guard()
-    schema, prepared = iceberg.prepare_table(catalog, table_info.name, tdir, published_schema(table_info.columns),
-                                             loaded)
+    schema, prepared = iceberg.prepare_table(
+        catalog, table_info.name, tdir, published_schema(table_info.columns), loaded
+    )
     storage.makedirs_durable(storage.join(tdir, layout.DATA_DIR))
-    writer = VersionWriter(tdir, version, schema, [table_info.column(k).name for k in key], attempt())
+    writer = VersionWriter(
+        tdir, version, schema, [table_info.column(k).name for k in key], attempt()
+    )
     if plan is None:  # staging files that make the whole table, in order
         ranges = writer.write_all(reconciled_dir)
     else:
@@ -296,18 +396,36 @@ def _stage(config: PipelineConfig, table: Publishing, run_id: str, guard: Callab
         ranges = [writer.write_empty()]
     writer.sync(ranges)  # on disk before the commit (a local lake)
     manifest = Manifest(
-        table=table_info.name, version=version, files=[r["file"] for r in ranges],
-        position=PositionEntry(file=position.file, pos=position.pos, gtid_set=position.gtid_set,
-                               server_id=position.server_id, server_uuid=position.server_uuid),
-        rows=sum(r["rows"] for r in ranges), columns=column_entries(table_info.columns), chunk_key=list(key),
-        published_at=dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), run_id=run_id,
+        table=table_info.name,
+        version=version,
+        files=[r["file"] for r in ranges],
+        position=PositionEntry(
+            file=position.file,
+            pos=position.pos,
+            gtid_set=position.gtid_set,
+            server_id=position.server_id,
+            server_uuid=position.server_uuid,
+        ),
+        rows=sum(r["rows"] for r in ranges),
+        columns=column_entries(table_info.columns),
+        chunk_key=list(key),
+        published_at=dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        run_id=run_id,
         file_ranges=ranges,
     )
-    return _Staged(table_info.name, tdir, manifest, attempt(), position, prepared if committed is None else None)
+    return _Staged(
+        table_info.name,
+        tdir,
+        manifest,
+        attempt(),
+        position,
+        prepared if committed is None else None,
+    )
 
 
-def _committed_manifest(config: PipelineConfig, run_id: str, table: str, tdir: str,
-                        committed: iceberg_commit.RunCommit) -> Manifest | None:
+def _committed_manifest(
+    config: PipelineConfig, run_id: str, table: str, tdir: str, committed: iceberg_commit.RunCommit
+) -> Manifest | None:
     """The manifest of the version a run's Iceberg snapshot holds: the one its publish attempt
     wrote before committing (whichever process's attempt won the commit: `_write_pending`; an
     attempt of a release before wrote it into the table's ``_tidemark/pending/``), or, for a
@@ -335,8 +453,9 @@ def _moved_tag(reconciled_dir: str) -> str:
     return hashlib.sha256(reconciled_dir.encode()).hexdigest()[:8]
 
 
-def _place(table: str, tdir: str, version: int, plan: layout.VersionPlan, writer: VersionWriter,
-           tag: str) -> list[FileRange]:
+def _place(
+    table: str, tdir: str, version: int, plan: layout.VersionPlan, writer: VersionWriter, tag: str
+) -> list[FileRange]:
     """The version's files in key order: shared files listed again, every new file moved from
     staging into ``data/`` under the version's name (a file whose field IDs or types are not
     ``schema``'s, the Iceberg table's, is written anew instead). A file already moved by an
@@ -356,13 +475,24 @@ def _place(table: str, tdir: str, version: int, plan: layout.VersionPlan, writer
             if _shape(storage.parquet_schema(entry["file"])) == shape:
                 storage.adopt(entry["file"], target)
             else:
-                log.warning("%s: written with other field IDs or types than the Iceberg table's; rewriting it",
-                            entry["file"])
-                write_files(tdir, _named(relative), writer.schema, writer.key,
-                            read_published(entry["file"], writer.schema), 0, 0)
+                log.warning(
+                    "%s: written with other field IDs or types than the Iceberg table's; rewriting it",
+                    entry["file"],
+                )
+                write_files(
+                    tdir,
+                    _named(relative),
+                    writer.schema,
+                    writer.key,
+                    read_published(entry["file"], writer.schema),
+                    0,
+                    0,
+                )
         elif not storage.exists(target):
-            raise RunFailed(f"table {table}: {entry['file']}, a data file of the reconciled table, is gone; "
-                            + resnapshot_hint(table))
+            raise RunFailed(
+                f"table {table}: {entry['file']}, a data file of the reconciled table, is gone; "
+                + resnapshot_hint(table)
+            )
         faults.point("publish.file_moved")
         out.append(layout.as_range(entry, relative, storage.size(target)))
     return out
@@ -381,27 +511,42 @@ def _check_base(table: str, current: Manifest | None, plan: layout.VersionPlan) 
     """The current version an incremental reconcile's rewrite applies to; a RunFailed naming the fix
     when it is not the version the reconcile read, or predates Iceberg."""
     if current is not None and "iceberg" not in current:
-        raise RunFailed(f"table {table}: version {current['version']} was published before "
-                        "Tidemark wrote Iceberg tables; " + resnapshot_hint(table))
+        raise RunFailed(
+            f"table {table}: version {current['version']} was published before "
+            "Tidemark wrote Iceberg tables; " + resnapshot_hint(table)
+        )
     if current is None or current["version"] != plan.base_version:
-        raise RunFailed(f"table {table}: the run reconciled against version {plan.base_version} "
-                        f"but version {current['version'] if current else 'none'} is current; "
-                        + resnapshot_hint(table))
+        raise RunFailed(
+            f"table {table}: the run reconciled against version {plan.base_version} "
+            f"but version {current['version'] if current else 'none'} is current; "
+            + resnapshot_hint(table)
+        )
     return current
 
 
-def _unchanged(current: Manifest, plan: layout.VersionPlan, table_info: TableInfo, key: Sequence[str]) -> bool:
+def _unchanged(
+    current: Manifest, plan: layout.VersionPlan, table_info: TableInfo, key: Sequence[str]
+) -> bool:
     """Whether an incremental run found nothing to change: no slot rewritten, same columns and key.
 
     Such a run publishes no version: the current one is the table at the run's position as
     well (no change of the table lies between), and a new version would only copy its file
     list and add an Iceberg snapshot of the same files. The caller records the position."""
-    return (not plan.slots and current["columns"] == column_entries(table_info.columns)
-            and list(current["chunk_key"]) == list(key))
+    return (
+        not plan.slots
+        and current["columns"] == column_entries(table_info.columns)
+        and list(current["chunk_key"]) == list(key)
+    )
 
 
-def _switch(config: PipelineConfig, catalog: Catalog, tdir: str, manifest: Manifest, snapshot: IcebergEntry,
-            guard: Callable[[], None]) -> Manifest:
+def _switch(
+    config: PipelineConfig,
+    catalog: Catalog,
+    tdir: str,
+    manifest: Manifest,
+    snapshot: IcebergEntry,
+    guard: Callable[[], None],
+) -> Manifest:
     """Record the Iceberg snapshot in the version's manifest, make it current, apply retention."""
     manifest["iceberg"] = snapshot
     guard()
@@ -415,17 +560,25 @@ def _write_current(tdir: str, manifest: Manifest) -> None:
     process that lost the pipeline lock could try: it fails here instead)."""
     shown = find_manifest(tdir)
     if shown is not None and shown["version"] > manifest["version"]:
-        raise RunFailed(f"table {manifest['table']}: version {shown['version']} is current, newer than "
-                        f"version {manifest['version']} this run was switching to: another run published "
-                        "it; rerun `tidemark run`")
+        raise RunFailed(
+            f"table {manifest['table']}: version {shown['version']} is current, newer than "
+            f"version {manifest['version']} this run was switching to: another run published "
+            "it; rerun `tidemark run`"
+        )
     body = manifest_json(manifest)
     storage.write_atomic(version_uri(tdir, manifest["version"]), body)
     storage.write_atomic(current_uri(tdir), body)
 
 
-def _retain(config: PipelineConfig, catalog: Catalog, tdir: str, manifest: Manifest,
-            guard: Callable[[], None]) -> None:
+def _retain(
+    config: PipelineConfig,
+    catalog: Catalog,
+    tdir: str,
+    manifest: Manifest,
+    guard: Callable[[], None],
+) -> None:
     """Retention; expiring snapshots writes new Iceberg metadata, which ``current.json`` then names."""
+
     def expire(dropped: list[int]) -> set[str]:
         needed, location = iceberg.expire_versions(catalog, manifest["table"], tdir, dropped)
         entry = manifest.get("iceberg")
@@ -435,8 +588,9 @@ def _retain(config: PipelineConfig, catalog: Catalog, tdir: str, manifest: Manif
             _write_current(tdir, manifest)
         return needed
 
-    apply_retention(tdir, config.output.keep_versions, expire, keep_hours=config.output.keep_hours,
-                    guard=guard)
+    apply_retention(
+        tdir, config.output.keep_versions, expire, keep_hours=config.output.keep_hours, guard=guard
+    )
 
 
 def published_at(manifest: Manifest) -> dt.datetime:
@@ -445,4 +599,6 @@ def published_at(manifest: Manifest) -> dt.datetime:
     >>> published_at({"published_at": "2026-11-22T10:00:00Z"}).isoformat()  # type: ignore[typeddict-item]
     '2026-11-22T10:00:00+00:00'
     """
-    return dt.datetime.strptime(manifest["published_at"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
+    return dt.datetime.strptime(manifest["published_at"], "%Y-%m-%dT%H:%M:%SZ").replace(
+        tzinfo=dt.UTC
+    )

@@ -71,5 +71,6 @@ class XaTransactions:
 
     def tables(self) -> set[str]:
         """The tables with rows held."""
-        return {event.table for _, events in self.prepared.values() for event in events} | \
-            {event.table for event in self.group or []}
+        return {event.table for _, events in self.prepared.values() for event in events} | {
+            event.table for event in self.group or []
+        }

@@ -59,10 +59,16 @@ START_DATE = datetime(2024, 1, 1, tzinfo=UTC)
 RETRIES = 2
 RETRY_DELAY = timedelta(minutes=1)
 #: Retrying cannot fix a bad config, a source that is not set up, or a run held by another.
-NO_RETRY_ON = ExceptionRetryPolicy(rules=[RetryRule(
-    exception=[ConfigError, SourceNotReady, RunLocked, LockLost, TablesFailed], action=RetryAction.FAIL,
-    reason="not transient: fix the config or the source, then clear the task (or trigger the DAG: "
-           "a new run retries the tables that failed)")])
+NO_RETRY_ON = ExceptionRetryPolicy(
+    rules=[
+        RetryRule(
+            exception=[ConfigError, SourceNotReady, RunLocked, LockLost, TablesFailed],
+            action=RetryAction.FAIL,
+            reason="not transient: fix the config or the source, then clear the task (or trigger the DAG: "
+            "a new run retries the tables that failed)",
+        )
+    ]
+)
 MAP_INDEX_TEMPLATE = "{{ task.op_kwargs['batch']['label'] }}"
 
 
@@ -71,19 +77,26 @@ def _holder() -> str:
     return support.run_holder(context["dag"].dag_id, context["run_id"])
 
 
-def _warn_if_not_asked(config: PipelineConfig, handle: steps.RunHandle, request: support.RunRequest) -> None:
+def _warn_if_not_asked(
+    config: PipelineConfig, handle: steps.RunHandle, request: support.RunRequest
+) -> None:
     """A warning when the DAG run resumes a run its params did not ask for (never a failure:
     the run is planned by then)."""
     if not handle.resumed:
         return
     try:
-        asked = handle.asked(steps.requested_tables(config, request.tables), request.snapshot, request.chunk_size)
+        asked = handle.asked(
+            steps.requested_tables(config, request.tables), request.snapshot, request.chunk_size
+        )
     except Exception as exc:  # the source asked for a pattern's tables: only the warning is lost
         log.info("could not compare the resumed run with this DAG run's params: %s", exc)
         return
     if not asked:
-        log.warning("this DAG run resumes the unfinished run %s, not what its params ask for; "
-                    "trigger the DAG again with them once it is done", handle.run_id)
+        log.warning(
+            "this DAG run resumes the unfinished run %s, not what its params ask for; "
+            "trigger the DAG again with them once it is done",
+            handle.run_id,
+        )
 
 
 def _release_on_failure(config: PipelineConfig) -> Callable[[Context], None]:
@@ -93,6 +106,7 @@ def _release_on_failure(config: PipelineConfig) -> Callable[[Context], None]:
     (``plan`` takes the lock again) or triggering the DAG again resumes it. A ``plan`` that
     failed after taking the lock but before it pushed a run id frees the lock too.
     """
+
     def callback(context: Context) -> None:
         holder = support.run_holder(context["dag"].dag_id, context["run_id"])
         task_id = context["ti"].task_id
@@ -105,6 +119,7 @@ def _release_on_failure(config: PipelineConfig) -> Callable[[Context], None]:
         error = f"task {task_id}: {describe(exc) if isinstance(exc, BaseException) else 'failed'}"
         log.error("%s", error)  # the same one line as `status` shows, in the task log
         steps.fail_run(config, str(run), error, holder=holder)
+
     return callback
 
 
@@ -135,8 +150,11 @@ def _hold_for(config: PipelineConfig, run: str) -> Iterator[None]:
         store = open_store(config)  # fenced by the lease held: releasing it marks it released
         try:
             if store.get_run(run).status == "failed":
-                log.warning("run %s was marked failed while this task ran (another task of the DAG "
-                            "run failed): releasing the pipeline lock; its work is kept", run)
+                log.warning(
+                    "run %s was marked failed while this task ran (another task of the DAG "
+                    "run failed): releasing the pipeline lock; its work is kept",
+                    run,
+                )
                 store.release_lock(config.pipeline, holder)
         finally:
             store.close()
@@ -160,8 +178,12 @@ def build_dag(config: PipelineConfig) -> DAG:
     """The DAG ``tidemark_<pipeline>`` of one pipeline config (not auto-registered)."""
     # A table of an explicit entry is an Asset; a pattern entry's tables are known only when a run
     # is planned, so the pattern is an AssetAlias its published tables' Assets are added to.
-    assets = {t.name: Asset(support.asset_uri(config, t.name)) for t in config.tables if not t.pattern}
-    aliases = {t.name: AssetAlias(support.alias_name(config, t.name)) for t in config.tables if t.pattern}
+    assets = {
+        t.name: Asset(support.asset_uri(config, t.name)) for t in config.tables if not t.pattern
+    }
+    aliases = {
+        t.name: AssetAlias(support.alias_name(config, t.name)) for t in config.tables if t.pattern
+    }
     pool = support.pool_name(config)
     # Airflow fails (and retries) a task running longer than this; the run resumes.
     limit = support.execution_timeouts(config)
@@ -175,11 +197,14 @@ def build_dag(config: PipelineConfig) -> DAG:
         max_active_runs=1,
         tags=["tidemark", config.pipeline],
         params={name: Param(**spec) for name, spec in support.params_schema(config).items()},
-        default_args={"retries": RETRIES, "retry_delay": RETRY_DELAY, "retry_policy": NO_RETRY_ON,
-                      "on_failure_callback": _release_on_failure(config)},
+        default_args={
+            "retries": RETRIES,
+            "retry_delay": RETRY_DELAY,
+            "retry_policy": NO_RETRY_ON,
+            "on_failure_callback": _release_on_failure(config),
+        },
         auto_register=False,
     ) as dag:
-
         # XCom: the tables that failed a check of their own ({table: one line}, no secrets).
         @task(pool=pool, execution_timeout=limit["preflight"])
         def preflight() -> dict[str, str]:
@@ -198,9 +223,15 @@ def build_dag(config: PipelineConfig) -> DAG:
                 # snapshot: the chosen tables leave an unfinished run of another DAG run, as
                 # `run --snapshot` does (one none of whose tables is left is left behind), so a
                 # run that keeps failing does not keep a trigger from re-snapshotting its tables
-                handle = steps.plan(config, tables=request.tables, snapshot=request.snapshot,
-                                    chunk_size=request.chunk_size, holder=_holder(), failing=failing or {},
-                                    fresh=request.snapshot)
+                handle = steps.plan(
+                    config,
+                    tables=request.tables,
+                    snapshot=request.snapshot,
+                    chunk_size=request.chunk_size,
+                    holder=_holder(),
+                    failing=failing or {},
+                    fresh=request.snapshot,
+                )
             log.info("%s; tables %s", handle, ", ".join(handle.tables))
             get_current_context()["ti"].xcom_push(key="run_id", value=handle.run_id)
             _warn_if_not_asked(config, handle, request)
@@ -240,14 +271,21 @@ def build_dag(config: PipelineConfig) -> DAG:
             for p in published.values():
                 log.info("published %s", p)
                 pattern = support.pattern_of(config, p.table)
-                if p.table not in assets and pattern is not None:  # its Asset joins the pattern's alias
-                    yield Metadata(Asset(support.asset_uri(config, p.table)), support.asset_extra(p, run),
-                                   alias=aliases[pattern])
+                if (
+                    p.table not in assets and pattern is not None
+                ):  # its Asset joins the pattern's alias
+                    yield Metadata(
+                        Asset(support.asset_uri(config, p.table)),
+                        support.asset_extra(p, run),
+                        alias=aliases[pattern],
+                    )
             for table, asset in assets.items():
                 if table in published:
                     yield Metadata(asset, support.asset_extra(published[table], run))
                 else:
-                    yield Metadata(asset, support.not_published_extra(table, run, failed.get(table)))
+                    yield Metadata(
+                        asset, support.not_published_extra(table, run, failed.get(table))
+                    )
 
         # Fails the DAG run when tables failed on their own (the run ended partial), as the CLI
         # exits 1; the other tables' asset events are recorded by then.
@@ -294,8 +332,10 @@ def collect(folder: Path, *, only: str | None = None) -> Pipelines:
         try:
             dag.timetable.validate()
         except Exception as exc:
-            out.problems.append(f"{config.path}: schedule: {config.schedule!r} is not a cron "
-                                f"expression or preset Airflow accepts: {exc}")
+            out.problems.append(
+                f"{config.path}: schedule: {config.schedule!r} is not a cron "
+                f"expression or preset Airflow accepts: {exc}"
+            )
             continue
         try:
             dag.validate()

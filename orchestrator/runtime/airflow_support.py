@@ -70,17 +70,27 @@ def pool_command(config: PipelineConfig, airflow: str | None = None) -> int:
         airflow: the ``airflow`` executable; default: beside this Python, else on PATH.
     """
     name, slots = pool_name(config), config.airflow.pool_slots
-    command = [airflow or _airflow_executable(), "pools", "set", name, str(slots),
-               f"Tidemark {config.pipeline}: source connections"]
+    command = [
+        airflow or _airflow_executable(),
+        "pools",
+        "set",
+        name,
+        str(slots),
+        f"Tidemark {config.pipeline}: source connections",
+    ]
     try:
         result = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
     except FileNotFoundError:
-        raise RunFailed(f"`airflow` is not installed here; where Airflow runs, run "
-                        f"`airflow pools set {name} {slots} ...` or this verb") from None
+        raise RunFailed(
+            f"`airflow` is not installed here; where Airflow runs, run "
+            f"`airflow pools set {name} {slots} ...` or this verb"
+        ) from None
     if result.returncode != 0:
         tail = (result.stderr or result.stdout).strip().splitlines()[-5:]
-        raise RunFailed(f"`airflow pools set {name} {slots}` failed (exit {result.returncode}): "
-                        + " | ".join(tail))
+        raise RunFailed(
+            f"`airflow pools set {name} {slots}` failed (exit {result.returncode}): "
+            + " | ".join(tail)
+        )
     print(f"pool {name}: {slots} slot(s)")
     return 0
 
@@ -117,8 +127,11 @@ def config_dir(dags_file: str | os.PathLike[str]) -> Path:
 
 def config_files(folder: Path) -> list[Path]:
     """The pipeline YAML files of a folder, sorted by name (hidden files skipped)."""
-    return sorted(p for p in folder.iterdir()
-                  if p.is_file() and p.suffix.lower() in CONFIG_SUFFIXES and not p.name.startswith("."))
+    return sorted(
+        p
+        for p in folder.iterdir()
+        if p.is_file() and p.suffix.lower() in CONFIG_SUFFIXES and not p.name.startswith(".")
+    )
 
 
 @dataclass
@@ -140,8 +153,10 @@ def scan_configs(folder: Path) -> ConfigScan:
     """
     scan = ConfigScan(folder=folder)
     if not folder.is_dir():
-        scan.problems.append(f"{folder}: the Tidemark configs folder does not exist; "
-                             f"create it or set {CONFIG_DIR_ENV}")
+        scan.problems.append(
+            f"{folder}: the Tidemark configs folder does not exist; "
+            f"create it or set {CONFIG_DIR_ENV}"
+        )
         return scan
     owners: dict[str, Path] = {}
     for path in config_files(folder):
@@ -151,30 +166,44 @@ def scan_configs(folder: Path) -> ConfigScan:
             scan.problems.extend(exc.problems)
             continue
         if config.pipeline in owners:
-            scan.problems.append(f"{path}: pipeline: `{config.pipeline}` is already the pipeline of "
-                                 f"{owners[config.pipeline]}; DAG ids must be unique, rename one")
+            scan.problems.append(
+                f"{path}: pipeline: `{config.pipeline}` is already the pipeline of "
+                f"{owners[config.pipeline]}; DAG ids must be unique, rename one"
+            )
             continue
         owners[config.pipeline] = path
         scan.configs.append(config)
     return scan
 
 
-def relative_path_problems(path: str, output: OutputConfig | None,
-                           state: StateConfig | None) -> list[str]:
+def relative_path_problems(
+    path: str, output: OutputConfig | None, state: StateConfig | None
+) -> list[str]:
     """What makes a config unusable under Airflow: relative local paths (a `MoreChecks`).
 
     Every Airflow task runs in its own working directory, so a relative output path
     or SQLite file would land somewhere different for each task.
     """
     problems = []
-    for key, value in (("output.path", output and output.path), ("output.staging", output and output.staging)):
+    for key, value in (
+        ("output.path", output and output.path),
+        ("output.staging", output and output.staging),
+    ):
         if value and "://" not in value and not os.path.isabs(os.path.expanduser(value)):
-            problems.append(f"{path}: {key}: relative path {value!r} is ambiguous under Airflow "
-                            "(each task has its own working directory); use an absolute path or URI")
+            problems.append(
+                f"{path}: {key}: relative path {value!r} is ambiguous under Airflow "
+                "(each task has its own working directory); use an absolute path or URI"
+            )
     url = state.url if state else ""
-    if url.startswith("sqlite:///") and not url.startswith("sqlite:////") and url != "sqlite:///:memory:":
-        problems.append(f"{path}: state.url: relative SQLite file {url!r} is ambiguous under Airflow; "
-                        "use sqlite:////absolute/path.db")
+    if (
+        url.startswith("sqlite:///")
+        and not url.startswith("sqlite:////")
+        and url != "sqlite:///:memory:"
+    ):
+        problems.append(
+            f"{path}: state.url: relative SQLite file {url!r} is ambiguous under Airflow; "
+            "use sqlite:////absolute/path.db"
+        )
     return problems
 
 
@@ -200,7 +229,9 @@ def table_choices(config: PipelineConfig, known: list[str] | None = None) -> lis
     return entries + sorted(set(known) - set(entries))
 
 
-def params_schema(config: PipelineConfig, choices: list[str] | None = None) -> dict[str, dict[str, Any]]:
+def params_schema(
+    config: PipelineConfig, choices: list[str] | None = None
+) -> dict[str, dict[str, Any]]:
     """The trigger params as ``{name: {"default": ..., **json_schema}}`` (keyword args of ``Param``).
 
     ``tables`` also lists the choices (`table_choices`) as ``examples``: that is what turns an
@@ -217,8 +248,10 @@ def params_schema(config: PipelineConfig, choices: list[str] | None = None) -> d
             "uniqueItems": True,
             "examples": names,
             "title": "Tables",
-            "description": ("Tables for this run (empty: all; a pattern: all it matches). Published "
-                            "tables get a binlog catch-up unless Re-snapshot is on"),
+            "description": (
+                "Tables for this run (empty: all; a pattern: all it matches). Published "
+                "tables get a binlog catch-up unless Re-snapshot is on"
+            ),
         },
         "snapshot": {
             "default": False,
@@ -247,8 +280,9 @@ class RunRequest:
     chunk_size: int | None
 
 
-def run_request(config: PipelineConfig, params: Mapping[str, Any],
-                conf: Mapping[str, Any] | None = None) -> RunRequest:
+def run_request(
+    config: PipelineConfig, params: Mapping[str, Any], conf: Mapping[str, Any] | None = None
+) -> RunRequest:
     """Read and check the run's params (Airflow validated their values at trigger time already).
 
     Args:
@@ -264,8 +298,10 @@ def run_request(config: PipelineConfig, params: Mapping[str, Any],
     valid = ("tables", "snapshot", "chunk_size")  # params_schema's keys
     unknown = sorted(set(conf or {}) - set(valid))
     if unknown:
-        raise ConfigError(f"run conf: unknown key{'s' if len(unknown) > 1 else ''} "
-                          f"{', '.join(map(repr, unknown))}; valid keys: {', '.join(valid)}")
+        raise ConfigError(
+            f"run conf: unknown key{'s' if len(unknown) > 1 else ''} "
+            f"{', '.join(map(repr, unknown))}; valid keys: {', '.join(valid)}"
+        )
     tables = params.get("tables") or None
     if tables is not None:
         if not isinstance(tables, list) or not all(isinstance(t, str) for t in tables):
@@ -279,11 +315,18 @@ def run_request(config: PipelineConfig, params: Mapping[str, Any],
     if not isinstance(snapshot, bool):
         raise ConfigError(f"param snapshot: expected true or false, found {snapshot!r}")
     chunk_size = params.get("chunk_size")
-    if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int)
-                                   or not 1 <= chunk_size <= CHUNK_SIZE_MAX):
-        raise ConfigError(f"param chunk_size: expected an integer from 1 to {CHUNK_SIZE_MAX} or null, "
-                          f"found {chunk_size!r}")
-    return RunRequest(tables=list(tables) if tables else None, snapshot=snapshot, chunk_size=chunk_size)
+    if chunk_size is not None and (
+        isinstance(chunk_size, bool)
+        or not isinstance(chunk_size, int)
+        or not 1 <= chunk_size <= CHUNK_SIZE_MAX
+    ):
+        raise ConfigError(
+            f"param chunk_size: expected an integer from 1 to {CHUNK_SIZE_MAX} or null, "
+            f"found {chunk_size!r}"
+        )
+    return RunRequest(
+        tables=list(tables) if tables else None, snapshot=snapshot, chunk_size=chunk_size
+    )
 
 
 # ------------------------------------------------------------------ task timeouts
@@ -314,13 +357,25 @@ def execution_timeouts(config: PipelineConfig) -> dict[str, timedelta]:
 'outcome': 360}
     """
     seconds = config.source.read_timeout
-    rounds = max([config.defaults.batch_chunks, *(t.batch_chunks for t in config.tables),
-                  -(-PACK_TABLES // TABLE_JOBS)])
+    rounds = max(
+        [
+            config.defaults.batch_chunks,
+            *(t.batch_chunks for t in config.tables),
+            -(-PACK_TABLES // TABLE_JOBS),
+        ]
+    )
     read = (rounds * config.defaults.read_attempts + 1) * seconds
     source_step = timedelta(seconds=SOURCE_STEP_FACTOR * seconds)
     data_step = timedelta(seconds=DATA_STEP_FACTOR * seconds)
-    return {"preflight": source_step, "plan": source_step, "read": timedelta(seconds=read),
-            "capture": data_step, "reconcile": data_step, "publish": data_step, "outcome": source_step}
+    return {
+        "preflight": source_step,
+        "plan": source_step,
+        "read": timedelta(seconds=read),
+        "capture": data_step,
+        "reconcile": data_step,
+        "publish": data_step,
+        "outcome": source_step,
+    }
 
 
 # ------------------------------------------------------------------ XCom and assets
@@ -374,12 +429,20 @@ def asset_extra(published: Published, run_id: str) -> dict[str, Any]:
 
     ``published`` is False when the run found no change in the table: ``version`` and
     ``iceberg`` are then those of the earlier run, and ``position`` the one checked up to."""
-    return {"published": published.changed, "table": published.table, "version": published.version,
-            "rows": published.rows, "position": dict(published.position), "run_id": run_id,
-            "iceberg": dict(published.iceberg) if published.iceberg else None}
+    return {
+        "published": published.changed,
+        "table": published.table,
+        "version": published.version,
+        "rows": published.rows,
+        "position": dict(published.position),
+        "run_id": run_id,
+        "iceberg": dict(published.iceberg) if published.iceberg else None,
+    }
 
 
-def not_published_extra(table: str, run_id: str, failure: dict[str, Any] | None = None) -> dict[str, Any]:
+def not_published_extra(
+    table: str, run_id: str, failure: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """The extra of an asset event for a table the run did not publish: an ad hoc run of others,
     or a table that failed on its own (``failure``: its ``step`` and ``reason``).
 
@@ -417,10 +480,17 @@ def doc_md(config: PipelineConfig) -> str:
     ]
     for t in config.tables:
         key = ", ".join(t.chunk_key) if t.chunk_key else "primary key"
-        name = f"`{t.name}`" + (f" (pattern; exclude {', '.join(f'`{x}`' for x in t.exclude)})" if t.exclude
-                                else " (pattern)" if t.pattern else "")
-        lines.append(f"| {name} | {key} | {t.chunk_size:,} | {t.batch_chunks} | "
-                     f"{'`' + t.where + '`' if t.where else ''} |")
+        name = f"`{t.name}`" + (
+            f" (pattern; exclude {', '.join(f'`{x}`' for x in t.exclude)})"
+            if t.exclude
+            else " (pattern)"
+            if t.pattern
+            else ""
+        )
+        lines.append(
+            f"| {name} | {key} | {t.chunk_size:,} | {t.batch_chunks} | "
+            f"{'`' + t.where + '`' if t.where else ''} |"
+        )
     lines += [
         "",
         f"Source `{config.source.host}:{config.source.port}` as `{config.source.user}`; "

@@ -29,7 +29,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="tidemark", description="Consistent, lock-free MySQL snapshots into a data lake.")
+    parser = _Parser(
+        prog="tidemark", description="Consistent, lock-free MySQL snapshots into a data lake."
+    )
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
     verbs = parser.add_subparsers(dest="verb", required=True, parser_class=_Parser)
 
@@ -37,7 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
         p = verbs.add_parser(name, help=help, description=help)
         if needs_config:
             p.add_argument("--config", required=True, help="pipeline YAML file")
-        p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        p.add_argument(
+            "--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS
+        )
         return p
 
     verb("validate", "check the config; exit 0, or 2 with every problem found")
@@ -47,20 +51,34 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="machine-readable plan")
     p = verb("run", "snapshot new tables, apply the binlog to published ones, publish")
     p.add_argument("--table", action="append", default=[], metavar="DB.TABLE")
-    p.add_argument("--chunk-size", type=_rows, default=None, metavar="N",
-                   help="rows per chunk for this run, overriding every table's chunk_size")
+    p.add_argument(
+        "--chunk-size",
+        type=_rows,
+        default=None,
+        metavar="N",
+        help="rows per chunk for this run, overriding every table's chunk_size",
+    )
     p.add_argument("--snapshot", action="store_true", help="re-snapshot even if published")
     p.add_argument("--no-progress", action="store_true", help="plain log lines, no progress bars")
-    p.add_argument("--every", type=_every, default=None, metavar="DURATION",
-                   help="keep running: a run every DURATION (30, 90s, 5m, 1h) until SIGTERM")
+    p.add_argument(
+        "--every",
+        type=_every,
+        default=None,
+        metavar="DURATION",
+        help="keep running: a run every DURATION (30, 90s, 5m, 1h) until SIGTERM",
+    )
     verb("status", "runs, tables, chunks done/total, positions, lag")
-    verb("airflow-pool", "create or update the pipeline's Airflow pool with airflow.pool_slots slots")
+    verb(
+        "airflow-pool", "create or update the pipeline's Airflow pool with airflow.pool_slots slots"
+    )
     p = verb("reset", "forget state (and published output with --purge-output)")
     p.add_argument("--table", action="append", default=[], metavar="DB.TABLE")
     p.add_argument("--purge-output", action="store_true")
     p.add_argument("--unlock", action="store_true", help="only release a stale pipeline lock")
     p.add_argument("--yes", action="store_true", help="do it (without: only show what would go)")
-    p = verb("demo", "start a throwaway MariaDB with sample data and snapshot it", needs_config=False)
+    p = verb(
+        "demo", "start a throwaway MariaDB with sample data and snapshot it", needs_config=False
+    )
     p.add_argument("--dir", default=".tidemark-demo", help="where the demo keeps its files")
     p.add_argument("--rows", type=int, default=200_000)
     p.add_argument("--keep", action="store_true", help="leave the demo MariaDB running")
@@ -75,7 +93,9 @@ def _rows(text: str) -> int:
     except ValueError:
         value = 0
     if not 1 <= value <= CHUNK_SIZE_MAX:
-        raise argparse.ArgumentTypeError(f"expected a number of rows from 1 to {CHUNK_SIZE_MAX}, found {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"expected a number of rows from 1 to {CHUNK_SIZE_MAX}, found {text!r}"
+        )
     return value
 
 
@@ -127,8 +147,14 @@ def _run(args: argparse.Namespace, config: PipelineConfig) -> int:
 
     _imported()
     if args.every is None:
-        return run_command(config, tables=args.table, snapshot=args.snapshot,
-                           chunk_size=args.chunk_size, progress=not args.no_progress, spark=spark)
+        return run_command(
+            config,
+            tables=args.table,
+            snapshot=args.snapshot,
+            chunk_size=args.chunk_size,
+            progress=not args.no_progress,
+            spark=spark,
+        )
     from orchestrator.runtime.every import ProcessBroken, run_every, stop_on_sigterm
     from orchestrator.state.schema import release_engines
 
@@ -140,14 +166,22 @@ def _run(args: argparse.Namespace, config: PipelineConfig) -> int:
 
     def run_once() -> int:  # every run of the process logs into its log file (`open_log`)
         try:
-            return run_command(config, tables=args.table, snapshot=bool(pending["snapshot"]),
-                               chunk_size=args.chunk_size, progress=False, spark=pending.pop("spark", None),
-                               planned=planned)
+            return run_command(
+                config,
+                tables=args.table,
+                snapshot=bool(pending["snapshot"]),
+                chunk_size=args.chunk_size,
+                progress=False,
+                spark=pending.pop("spark", None),
+                planned=planned,
+            )
         except Exception as exc:
             gone = _jvm_gone()
             if gone is not None:
-                raise ProcessBroken(f"{first_line(exc)}; this process's Spark JVM ended (exit status {gone}): "
-                                    "it stops, for a fresh one to resume the run") from exc
+                raise ProcessBroken(
+                    f"{first_line(exc)}; this process's Spark JVM ended (exit status {gone}): "
+                    "it stops, for a fresh one to resume the run"
+                ) from exc
             raise
         finally:
             _release_own_lock(config)
@@ -198,8 +232,9 @@ def _reset(args: argparse.Namespace, config: PipelineConfig) -> int:
     from orchestrator.runtime.status import reset_command
 
     _imported()
-    return reset_command(config, tables=args.table, purge_output=args.purge_output,
-                         unlock=args.unlock, yes=args.yes)
+    return reset_command(
+        config, tables=args.table, purge_output=args.purge_output, unlock=args.unlock, yes=args.yes
+    )
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -210,8 +245,13 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 VERBS: dict[str, Callable[[argparse.Namespace, PipelineConfig], int]] = {
-    "validate": _validate, "doctor": _doctor, "plan": _plan, "run": _run,
-    "status": _status, "reset": _reset, "airflow-pool": _airflow_pool,
+    "validate": _validate,
+    "doctor": _doctor,
+    "plan": _plan,
+    "run": _run,
+    "status": _status,
+    "reset": _reset,
+    "airflow-pool": _airflow_pool,
 }
 
 
@@ -238,7 +278,9 @@ def _configure_logging(debug: bool, *, quiet_stderr: bool) -> None:
         handlers.append(out)
     for handler in handlers:
         handler.setFormatter(fmt)
-        if not debug:  # the JVM's own output (banner, task stack traces) goes to the run's log file only
+        if (
+            not debug
+        ):  # the JVM's own output (banner, task stack traces) goes to the run's log file only
             handler.addFilter(lambda record: not record.name.startswith("tidemark.jvm"))
         root.addHandler(handler)
         _handlers.append(handler)
@@ -254,7 +296,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.verb == "demo":
             return _demo(args)
         # status and reset read the state store and the lake: they need no source password
-        config = load_config(args.config, check_env=args.verb not in ("status", "reset", "airflow-pool"))
+        config = load_config(
+            args.config, check_env=args.verb not in ("status", "reset", "airflow-pool")
+        )
         return VERBS[args.verb](args, config)
     except Exception as exc:
         return _report(exc, debug)

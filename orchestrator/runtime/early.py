@@ -42,7 +42,9 @@ def will_read(config: PipelineConfig, tables: list[str], snapshot: bool) -> Outl
     store = open_store(config)
     try:
         run = store.unfinished_run(config.pipeline)
-        published = frozenset(c.table for c in store.table_checkpoints(config.pipeline))  # one query for 2,000
+        published = frozenset(
+            c.table for c in store.table_checkpoints(config.pipeline)
+        )  # one query for 2,000
         resuming = run is not None and bool(store.chunks(run.run_id, status="pending"))
         reads = snapshot or any(t not in published for t in tables) or resuming
         return Outlook(reads, published, resuming)
@@ -57,15 +59,22 @@ def needs_spark(config: PipelineConfig, snapshot: bool, outlook: Outlook) -> boo
         return True
     with open_source(config) as source:
         estimates = table_rows(source, config.tables)
-    read = [name for name in estimates
-            if resolve(config.tables, name) is not None and (snapshot or name not in outlook.published)]
+    read = [
+        name
+        for name in estimates
+        if resolve(config.tables, name) is not None and (snapshot or name not in outlook.published)
+    ]
     big = [name for name in read if estimates[name] > LOCAL_ROWS]
-    log.debug("%d table(s) to snapshot, %d estimated above %d rows", len(read), len(big), LOCAL_ROWS)
+    log.debug(
+        "%d table(s) to snapshot, %d estimated above %d rows", len(read), len(big), LOCAL_ROWS
+    )
     named = {t.name for t in config.tables if not t.pattern}
     return bool(big) or not named <= estimates.keys()  # a table the listing missed: assume big
 
 
-def start_spark_early(config: PipelineConfig, tables: list[str], snapshot: bool) -> Future[Any] | None:
+def start_spark_early(
+    config: PipelineConfig, tables: list[str], snapshot: bool
+) -> Future[Any] | None:
     """The pipeline's Spark session starting in the background when the run will read chunks in
     Spark (the future then holds the session, else None); None when it reads none, or when the
     state store cannot tell (preflight reports that store)."""

@@ -50,7 +50,9 @@ def parse_every(text: str) -> float:
     except ValueError:
         seconds = 0.0
     if not 0 < seconds < float("inf"):
-        raise ValueError(f"expected a duration such as 30, 90s, 5m or 1h (more than 0), found {text!r}")
+        raise ValueError(
+            f"expected a duration such as 30, 90s, 5m or 1h (more than 0), found {text!r}"
+        )
     return seconds
 
 
@@ -71,7 +73,9 @@ class Stop:
 
     def set(self) -> None:
         self._requested = True
-        with contextlib.suppress(BlockingIOError):  # the pipe is full of earlier wake-ups: it wakes anyway
+        with contextlib.suppress(
+            BlockingIOError
+        ):  # the pipe is full of earlier wake-ups: it wakes anyway
             os.write(self._write, b"x")
 
     def is_set(self) -> bool:
@@ -88,7 +92,9 @@ class Stop:
         os.close(self._write)
 
 
-def run_every(seconds: float, run: Callable[[], int], report: Callable[[BaseException], int], stop: Stop) -> int:
+def run_every(
+    seconds: float, run: Callable[[], int], report: Callable[[BaseException], int], stop: Stop
+) -> int:
     """Call ``run`` every ``seconds`` until ``stop`` is set; 0 then.
 
     ``report`` prints a run's failure and returns its exit code; a `ConfigError` or
@@ -104,13 +110,20 @@ def run_every(seconds: float, run: Callable[[], int], report: Callable[[BaseExce
             return report(exc)
         except Exception as exc:
             code = report(exc)
-            log.warning("run %d of this process failed (exit %d: %s); the next one starts in %s and resumes it",
-                        runs, code, first_line(exc),
-                        _span(max(0.0, started + seconds - time.monotonic())))
+            log.warning(
+                "run %d of this process failed (exit %d: %s); the next one starts in %s and resumes it",
+                runs,
+                code,
+                first_line(exc),
+                _span(max(0.0, started + seconds - time.monotonic())),
+            )
         took = time.monotonic() - started
         if took >= seconds:
-            log.warning("the run took %s, longer than --every %s: the next one starts now",
-                        _span(took), _span(seconds))
+            log.warning(
+                "the run took %s, longer than --every %s: the next one starts now",
+                _span(took),
+                _span(seconds),
+            )
         stop.wait(max(0.0, started + seconds - time.monotonic()))
     log.info("stopped after %d run(s) of this process", runs)
     return 0

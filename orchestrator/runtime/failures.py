@@ -29,8 +29,10 @@ log = logging.getLogger(__name__)
 
 _LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 _PATH = re.compile(r"(?:file:)?(/[^\s'\"(),:]+)")
-_HOST_PORT = re.compile(r"host=(?P<h1>[^)\s]+)\)\(port=(?P<p1>\d+)|"
-                        r"\b(?:to|at) (?:address |host )?'?(?P<h2>[\w.-]+)'?:(?P<p2>\d{2,5})\b")
+_HOST_PORT = re.compile(
+    r"host=(?P<h1>[^)\s]+)\)\(port=(?P<p1>\d+)|"
+    r"\b(?:to|at) (?:address |host )?'?(?P<h2>[\w.-]+)'?:(?P<p2>\d{2,5})\b"
+)
 
 #: The log file of this process (`open_log`); the JVM's stderr goes there too.
 _current_log: str | None = None
@@ -59,44 +61,57 @@ def _path_in(message: str) -> str:
 
 
 def _no_space(message: str) -> Cause:
-    return Cause(f"no space left on device{_path_in(message)}",
-                 "free space there (or point output.path / output.staging at a larger volume), then rerun")
+    return Cause(
+        f"no space left on device{_path_in(message)}",
+        "free space there (or point output.path / output.staging at a larger volume), then rerun",
+    )
 
 
 def _denied(message: str) -> Cause:
-    return Cause(f"permission denied{_path_in(message)}",
-                 "make it writable for this user (or change output.path / state.url), then rerun")
+    return Cause(
+        f"permission denied{_path_in(message)}",
+        "make it writable for this user (or change output.path / state.url), then rerun",
+    )
 
 
 def _not_dir(message: str) -> Cause:
-    return Cause(f"a parent of the path is a regular file, not a directory{_path_in(message)}",
-                 "move that file away (or change output.path), then rerun")
+    return Cause(
+        f"a parent of the path is a regular file, not a directory{_path_in(message)}",
+        "move that file away (or change output.path), then rerun",
+    )
 
 
 def _connection(message: str) -> Cause:
     match = _HOST_PORT.search(message)
     where = f" to {match['h1'] or match['h2']}:{match['p1'] or match['p2']}" if match else ""
-    return Cause(f"connection lost{where}",
-                 "check that the source is up (`tidemark doctor`), then rerun")
+    return Cause(
+        f"connection lost{where}", "check that the source is up (`tidemark doctor`), then rerun"
+    )
 
 
 def _timeout(message: str) -> Cause:
     match = _HOST_PORT.search(message)
     where = f" {match['h1'] or match['h2']}:{match['p1'] or match['p2']}" if match else ""
-    return Cause(f"no answer from the source{where} within source.read_timeout",
-                 "check that the server is not hung or overloaded (or raise source.read_timeout), "
-                 "then rerun: the run resumes")
+    return Cause(
+        f"no answer from the source{where} within source.read_timeout",
+        "check that the server is not hung or overloaded (or raise source.read_timeout), "
+        "then rerun: the run resumes",
+    )
 
 
 def _out_of_memory(message: str) -> Cause:
     side = "executor" if "executor" in message.lower() else "driver"
-    return Cause(f"the Spark {side} ran out of memory (Java OutOfMemoryError)",
-                 f"raise spark.conf spark.{side}.memory (or lower chunk_size), then rerun")
+    return Cause(
+        f"the Spark {side} ran out of memory (Java OutOfMemoryError)",
+        f"raise spark.conf spark.{side}.memory (or lower chunk_size), then rerun",
+    )
 
 
 def _readonly_state(message: str) -> Cause:
-    return Cause("the state store cannot be written (read-only database file or directory)",
-                 "make state.url's file and its directory writable, then rerun")
+    return Cause(
+        "the state store cannot be written (read-only database file or directory)",
+        "make state.url's file and its directory writable, then rerun",
+    )
 
 
 #: SQLite's busy timeout ran out (SQLITE_BUSY, as sqlite3 words it): another process kept the file.
@@ -104,28 +119,55 @@ SQLITE_BUSY = re.compile(r"database is locked")
 
 
 def _locked_state(message: str) -> Cause:
-    return Cause("the state store's SQLite file (or the Iceberg catalog's) stayed locked by another "
-                 "process past the busy timeout",
-                 "find the process holding it (`fuser` on state.url's file, or on output.catalog's uri "
-                 "when it names a file of its own: a stopped or hung run, a tool with a transaction "
-                 "open) and end it, then try again (a run resumes where it stopped)")
+    return Cause(
+        "the state store's SQLite file (or the Iceberg catalog's) stayed locked by another "
+        "process past the busy timeout",
+        "find the process holding it (`fuser` on state.url's file, or on output.catalog's uri "
+        "when it names a file of its own: a stopped or hung run, a tool with a transaction "
+        "open) and end it, then try again (a run resumes where it stopped)",
+    )
 
 
 #: (pattern on one message of the chain, what it means): the first row that matches wins.
 CAUSES: tuple[tuple[re.Pattern[str], Callable[[str], Cause]], ...] = (
     (re.compile(r"No space left on device|ENOSPC|Errno 28\b|Disk quota exceeded", re.I), _no_space),
-    (re.compile(r"ParentNotDirectoryException|Not a directory|ENOTDIR|Errno 20\b|is not a directory", re.I),
-     _not_dir),
-    (re.compile(r"readonly database|read-only database|unable to open database file", re.I), _readonly_state),
+    (
+        re.compile(
+            r"ParentNotDirectoryException|Not a directory|ENOTDIR|Errno 20\b|is not a directory",
+            re.I,
+        ),
+        _not_dir,
+    ),
+    (
+        re.compile(r"readonly database|read-only database|unable to open database file", re.I),
+        _readonly_state,
+    ),
     (SQLITE_BUSY, _locked_state),
-    (re.compile(r"Permission denied|AccessDeniedException|EACCES|Errno 13\b|Mkdirs failed to create", re.I),
-     _denied),
+    (
+        re.compile(
+            r"Permission denied|AccessDeniedException|EACCES|Errno 13\b|Mkdirs failed to create",
+            re.I,
+        ),
+        _denied,
+    ),
     (re.compile(r"OutOfMemoryError|Java heap space|GC overhead limit", re.I), _out_of_memory),
-    (re.compile(r"\(timed out\)|Read timed out|SocketTimeoutException|max_statement_time|"
-                r"Query execution was interrupted", re.I), _timeout),
-    (re.compile(r"Communications link failure|Connection refused|Socket fail to connect|Connection reset|"
-                r"Lost connection|Server has gone away|Can't connect to|Could not connect|"
-                r"unexpected end of stream|Connection timed out", re.I), _connection),
+    (
+        re.compile(
+            r"\(timed out\)|Read timed out|SocketTimeoutException|max_statement_time|"
+            r"Query execution was interrupted",
+            re.I,
+        ),
+        _timeout,
+    ),
+    (
+        re.compile(
+            r"Communications link failure|Connection refused|Socket fail to connect|Connection reset|"
+            r"Lost connection|Server has gone away|Can't connect to|Could not connect|"
+            r"unexpected end of stream|Connection timed out",
+            re.I,
+        ),
+        _connection,
+    ),
 )
 
 
@@ -224,7 +266,7 @@ def _log_dirs(config: PipelineConfig) -> list[str]:
     dirs = []
     url = config.state.url
     if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
-        dirs.append(os.path.join(os.path.dirname(url[len("sqlite:///"):]) or ".", "logs"))
+        dirs.append(os.path.join(os.path.dirname(url[len("sqlite:///") :]) or ".", "logs"))
     if storage.is_local(config.staging_path):
         dirs.append(os.path.join(storage.local_path(config.staging_path), "logs"))
     dirs.append(os.path.join(tempfile.gettempdir(), "tidemark-logs"))
@@ -243,8 +285,12 @@ def open_log(config: PipelineConfig) -> str | None:
     for directory in _log_dirs(config):
         try:
             os.makedirs(directory, exist_ok=True)
-            handler = RotatingFileHandler(os.path.join(directory, name), encoding="utf-8",
-                                          maxBytes=LOG_BYTES, backupCount=LOG_BACKUPS)
+            handler = RotatingFileHandler(
+                os.path.join(directory, name),
+                encoding="utf-8",
+                maxBytes=LOG_BYTES,
+                backupCount=LOG_BACKUPS,
+            )
         except OSError:
             continue
         handler.setFormatter(logging.Formatter(_LOG_FORMAT))
@@ -262,8 +308,14 @@ KEEP_LOGS = 20
 KEEP_LOG_DAYS = 7.0
 
 
-def prune_logs(directory: str, pipeline: str, *, keep: int = KEEP_LOGS, days: float = KEEP_LOG_DAYS,
-               now: float | None = None) -> list[str]:
+def prune_logs(
+    directory: str,
+    pipeline: str,
+    *,
+    keep: int = KEEP_LOGS,
+    days: float = KEEP_LOG_DAYS,
+    now: float | None = None,
+) -> list[str]:
     """Delete the pipeline's old run logs in ``directory``; returns the paths deleted.
 
     Args:
@@ -273,7 +325,9 @@ def prune_logs(directory: str, pipeline: str, *, keep: int = KEEP_LOGS, days: fl
         days: any younger than this stays too.
         now: the current time (seconds since the epoch), for tests.
     """
-    pattern = re.compile(rf"{re.escape(pipeline)}-\d{{8}}T\d{{6}}Z-\d+\.log(\.\d+)?")  # .1, .2: rotated
+    pattern = re.compile(
+        rf"{re.escape(pipeline)}-\d{{8}}T\d{{6}}Z-\d+\.log(\.\d+)?"
+    )  # .1, .2: rotated
     try:
         names = [n for n in os.listdir(directory) if pattern.fullmatch(n)]
     except OSError:

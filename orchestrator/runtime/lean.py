@@ -37,9 +37,12 @@ class _NoPandas(importlib.abc.MetaPathFinder):
     def __init__(self) -> None:
         self.thread = threading.get_ident()
 
-    def find_spec(self, fullname: str, path: Sequence[str] | None,
-                  target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
-        if threading.get_ident() == self.thread and (fullname == "pandas" or fullname.startswith("pandas.")):
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if threading.get_ident() == self.thread and (
+            fullname == "pandas" or fullname.startswith("pandas.")
+        ):
             raise ModuleNotFoundError("pandas is not imported by a tidemark run", name=fullname)
         return None
 

@@ -87,9 +87,16 @@ def _clock(seconds: float) -> str:
     return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
 
 
-def run_command(config: PipelineConfig, *, tables: list[str], snapshot: bool, chunk_size: int | None,
-                progress: bool = True, spark: Future[Any] | None = None,
-                planned: Callable[[], None] = lambda: None) -> int:
+def run_command(
+    config: PipelineConfig,
+    *,
+    tables: list[str],
+    snapshot: bool,
+    chunk_size: int | None,
+    progress: bool = True,
+    spark: Future[Any] | None = None,
+    planned: Callable[[], None] = lambda: None,
+) -> int:
     """The CLI verb. Resumes an unfinished run first, then does what was asked if that differs.
 
     The pipeline lock is held for the whole run, renewed by a heartbeat, and fences every
@@ -113,37 +120,69 @@ def run_command(config: PipelineConfig, *, tables: list[str], snapshot: bool, ch
             held.enter_context(hold_lock(config, holder))
         except Exception as exc:  # another run holds it, or the state store cannot be written
             raise after_start(config, exc, None) from exc
-        results, partial = _runs(config, holder, names, tables=tables, snapshot=snapshot, chunk_size=chunk_size,
-                                 bars=progress and sys.stdout.isatty(), failing=failing, spark=session,
-                                 planned=planned)
+        results, partial = _runs(
+            config,
+            holder,
+            names,
+            tables=tables,
+            snapshot=snapshot,
+            chunk_size=chunk_size,
+            bars=progress and sys.stdout.isatty(),
+            failing=failing,
+            spark=session,
+            planned=planned,
+        )
     _summary(results, time.monotonic() - started)
     if partial is not None:
         raise partial
     return 0
 
 
-def _runs(config: PipelineConfig, holder: str, names: list[str], *, tables: list[str], snapshot: bool,
-          chunk_size: int | None, bars: bool, failing: dict[str, str], spark: Any, planned: Callable[[], None]
-          ) -> tuple[list[steps.Published], TablesFailed | None]:
+def _runs(
+    config: PipelineConfig,
+    holder: str,
+    names: list[str],
+    *,
+    tables: list[str],
+    snapshot: bool,
+    chunk_size: int | None,
+    bars: bool,
+    failing: dict[str, str],
+    spark: Any,
+    planned: Callable[[], None],
+) -> tuple[list[steps.Published], TablesFailed | None]:
     """The unfinished run if there is one, then the requested run if it differs. ``spark``: a
     session, one starting (a future), or None."""
     results: list[steps.Published] = []
     partial: TablesFailed | None = None
     for _ in range(2):
         try:
-            handle = steps.plan(config, tables=tables or None, snapshot=snapshot, chunk_size=chunk_size,
-                                holder=holder, fresh=snapshot, failing=failing)
+            handle = steps.plan(
+                config,
+                tables=tables or None,
+                snapshot=snapshot,
+                chunk_size=chunk_size,
+                holder=holder,
+                fresh=snapshot,
+                failing=failing,
+            )
         except Exception as exc:  # e.g. a state store that cannot be written
             raise after_start(config, exc, None) from exc
         asked = handle.asked(names, snapshot, chunk_size)  # the run asked for
         if asked:
             planned()
         if handle.resumed:
-            print(f"resuming unfinished run {handle.run_id} ({len(handle.batches)} batch(es) to read)",
-                  file=sys.stdout, flush=True)
+            print(
+                f"resuming unfinished run {handle.run_id} ({len(handle.batches)} batch(es) to read)",
+                file=sys.stdout,
+                flush=True,
+            )
         if handle.dropped:
-            print(f"dropped at the source, kept in the lake as last published: {', '.join(handle.dropped)}",
-                  file=sys.stdout, flush=True)
+            print(
+                f"dropped at the source, kept in the lake as last published: {', '.join(handle.dropped)}",
+                file=sys.stdout,
+                flush=True,
+            )
         try:
             spark, published = execute(config, handle, holder=holder, bars=bars, spark=spark)
         except KeyboardInterrupt:  # no ghost: the run is failed and unlocked, a rerun resumes it
@@ -173,32 +212,49 @@ def after_start(config: PipelineConfig, exc: BaseException, run_id: str | None) 
         return exc
     what = f"run {run_id} failed" if run_id else "planning failed"
     cause = root_cause(exc, f"{config.source.host}:{config.source.port}")
-    text = str(cause) if cause else (str(exc).strip() if isinstance(exc, TidemarkError) else first_line(exc))
+    text = (
+        str(cause)
+        if cause
+        else (str(exc).strip() if isinstance(exc, TidemarkError) else first_line(exc))
+    )
     logfile = current_log()
     where = f" (full log: {logfile})" if logfile else " (--debug shows the traceback)"
-    return RunFailed(f"{what}: {text}; state is kept: `tidemark run --config {config.path}` "
-                     f"resumes{where}")
+    return RunFailed(
+        f"{what}: {text}; state is kept: `tidemark run --config {config.path}` resumes{where}"
+    )
 
 
-def execute(config: PipelineConfig, handle: steps.RunHandle, *, holder: str, bars: bool,
-            spark: Any = None) -> tuple[Any, list[steps.Published]]:
+def execute(
+    config: PipelineConfig, handle: steps.RunHandle, *, holder: str, bars: bool, spark: Any = None
+) -> tuple[Any, list[steps.Published]]:
     """Read every pending batch, capture, reconcile and publish one planned run. ``spark``: a
     session, one starting (a future), or None."""
     if handle.batches:  # a session starting is handed on: a batch of small tables needs none
         bar = Progress("read", sum(b.chunks for b in handle.batches), bars=bars)
         with ThreadPoolExecutor(READ_CONCURRENCY, thread_name_prefix="tidemark-read") as pool:
-            futures = [pool.submit(steps.read_batch, config, handle.run_id, batch.batch, spark=spark,
-                                   holder=holder) for batch in handle.batches]
+            futures = [
+                pool.submit(
+                    steps.read_batch, config, handle.run_id, batch.batch, spark=spark, holder=holder
+                )
+                for batch in handle.batches
+            ]
             try:
                 pending = set(futures)
                 while pending:
-                    done, pending = wait(pending, timeout=HEARTBEAT_SECONDS, return_when=FIRST_COMPLETED)
+                    done, pending = wait(
+                        pending, timeout=HEARTBEAT_SECONDS, return_when=FIRST_COMPLETED
+                    )
                     for future in done:
                         result = future.result()
                         bar.update(done=result.chunks, rows=result.rows)
                     if not done:  # a stalled source, a long Spark job: say what is waited for
-                        log.info("still reading: %d/%d chunks done after %s, %d batch(es) in flight or queued",
-                                 bar.done, bar.total, _clock(time.monotonic() - bar.started), len(pending))
+                        log.info(
+                            "still reading: %d/%d chunks done after %s, %d batch(es) in flight or queued",
+                            bar.done,
+                            bar.total,
+                            _clock(time.monotonic() - bar.started),
+                            len(pending),
+                        )
             finally:  # on a failure, batches not started yet are not started
                 for future in futures:
                     future.cancel()
@@ -224,11 +280,19 @@ def _announce_fresh(config: PipelineConfig, tables: list[str]) -> None:
     if run is None or not takes_out(run, tables):
         return
     if set(run.options.get("tables", [])) <= set(tables):
-        print(f"run {run.run_id} ({run.status}) is not resumed: --snapshot starts a new run that reads "
-              f"{', '.join(tables)} afresh", file=sys.stdout, flush=True)
+        print(
+            f"run {run.run_id} ({run.status}) is not resumed: --snapshot starts a new run that reads "
+            f"{', '.join(tables)} afresh",
+            file=sys.stdout,
+            flush=True,
+        )
     else:
-        print(f"run {run.run_id} ({run.status}) resumes without {', '.join(tables)}: --snapshot reads "
-              "them afresh in a new run of their own", file=sys.stdout, flush=True)
+        print(
+            f"run {run.run_id} ({run.status}) resumes without {', '.join(tables)}: --snapshot reads "
+            "them afresh in a new run of their own",
+            file=sys.stdout,
+            flush=True,
+        )
 
 
 def _summary(published: list[steps.Published], seconds: float) -> None:

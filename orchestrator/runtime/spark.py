@@ -69,7 +69,9 @@ def session_conf(config: PipelineConfig) -> dict[str, str]:
     conf = dict(DEFAULT_CONF)
     conf.update(config.spark.conf)
     jar = config.source.jdbc_driver_jar
-    conf["spark.master"] = local_with_retries(config.spark.master, conf.get("spark.task.maxFailures", "4"))
+    conf["spark.master"] = local_with_retries(
+        config.spark.master, conf.get("spark.task.maxFailures", "4")
+    )
     conf.setdefault("spark.app.name", f"tidemark-{config.pipeline}")
     conf["spark.jars"] = _append(conf.get("spark.jars"), jar, ",")
     conf["spark.driver.extraClassPath"] = _append(conf.get("spark.driver.extraClassPath"), jar, ":")
@@ -119,8 +121,10 @@ def get_session(config: PipelineConfig) -> SparkSession:
         return remote_session(config)
     jar = config.source.jdbc_driver_jar
     if not os.path.exists(jar):
-        raise ConfigError(f"source.jdbc_driver_jar: {jar} does not exist; install Debian's "
-                          "libmariadb-java or point it at a MySQL/MariaDB Connector/J jar")
+        raise ConfigError(
+            f"source.jdbc_driver_jar: {jar} does not exist; install Debian's "
+            "libmariadb-java or point it at a MySQL/MariaDB Connector/J jar"
+        )
     if config.spark.master.startswith("local"):
         # A local JVM talks to itself only; this also spares the "resolves to a loopback
         # address" warning on machines whose hostname maps to 127.0.0.1.
@@ -134,8 +138,12 @@ def get_session(config: PipelineConfig) -> SparkSession:
     start_jvm(conf)
     spark = builder.getOrCreate()
     if fresh:
-        log.info("spark session started in %.1fs (master %s, %d cores)", time.monotonic() - started,
-                 spark.sparkContext.master, spark.sparkContext.defaultParallelism)
+        log.info(
+            "spark session started in %.1fs (master %s, %d cores)",
+            time.monotonic() - started,
+            spark.sparkContext.master,
+            spark.sparkContext.defaultParallelism,
+        )
     apply_required_conf(spark)
     return spark
 
@@ -151,16 +159,20 @@ def remote_session(config: PipelineConfig) -> SparkSession:
     try:
         spark = SparkSession.builder.remote(remote).getOrCreate()
     except Exception as exc:  # grpc or missing client packages
-        raise RunFailed(f"spark.remote: cannot attach to the Spark Connect server {remote}: "
-                          f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}; start it "
-                          "(README \"Spark Connect\") and install the client (pip install 'tidemark[connect]')"
-                          ) from exc
+        raise RunFailed(
+            f"spark.remote: cannot attach to the Spark Connect server {remote}: "
+            f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}; start it "
+            "(README \"Spark Connect\") and install the client (pip install 'tidemark[connect]')"
+        ) from exc
     ignored = sorted(k for k in config.spark.conf if not k.startswith("spark.sql."))
     for key, value in config.spark.conf.items():
         if key.startswith("spark.sql."):
             spark.conf.set(key, value)
     if ignored:
-        log.info("spark.remote: settings %s belong to the Spark Connect server; not set", ", ".join(ignored))
+        log.info(
+            "spark.remote: settings %s belong to the Spark Connect server; not set",
+            ", ".join(ignored),
+        )
     apply_required_conf(spark)
     log.info("spark session attached to %s in %.1fs", remote, time.monotonic() - started)
     return spark
@@ -174,11 +186,17 @@ def start_jvm(conf: Mapping[str, str]) -> None:
     """
     if SparkContext._gateway is not None:
         return
-    gateway = launch_gateway(SparkConf(loadDefaults=False).setAll(list(conf.items())),
-                             popen_kwargs={"stdout": PIPE, "stderr": STDOUT})
+    gateway = launch_gateway(
+        SparkConf(loadDefaults=False).setAll(list(conf.items())),
+        popen_kwargs={"stdout": PIPE, "stderr": STDOUT},
+    )
     if gateway.proc is not None:  # None: an existing gateway (PYSPARK_GATEWAY_PORT)
-        threading.Thread(target=forward_jvm_output, args=(gateway.proc.stdout,),
-                         name="tidemark-jvm-output", daemon=True).start()
+        threading.Thread(
+            target=forward_jvm_output,
+            args=(gateway.proc.stdout,),
+            name="tidemark-jvm-output",
+            daemon=True,
+        ).start()
     SparkContext._ensure_initialized(gateway=gateway)
 
 

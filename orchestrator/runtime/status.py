@@ -34,8 +34,11 @@ def bytes_behind(position: BinlogPosition, binlogs: list[tuple[str, int]]) -> in
     return behind
 
 
-def lag_text(position: BinlogPosition, binlogs: list[tuple[str, int]] | None,
-             server: ServerIdentity | None = None) -> str:
+def lag_text(
+    position: BinlogPosition,
+    binlogs: list[tuple[str, int]] | None,
+    server: ServerIdentity | None = None,
+) -> str:
     """How far a published table is behind the source, as `status` prints it; a position
     another server recorded has no lag here (its offsets are not the source's).
 
@@ -51,11 +54,16 @@ def lag_text(position: BinlogPosition, binlogs: list[tuple[str, int]] | None,
     if binlogs is None:
         return "lag unknown (source not reachable)"
     if server is not None and server.wrote(position) is False:
-        how = (f"the next run goes on from GTID set {position.gtid_set} (`tidemark doctor` checks it)"
-               if position.gtid_set else "no GTID set was recorded: the next run reads it again")
+        how = (
+            f"the next run goes on from GTID set {position.gtid_set} (`tidemark doctor` checks it)"
+            if position.gtid_set
+            else "no GTID set was recorded: the next run reads it again"
+        )
         return f"recorded on {position.server}, the source is {server}: {how}"
     if binlogs and position.file not in {name for name, _ in binlogs}:
-        return f"needs a re-read: binlog {position.file} was purged (the next run snapshots it again)"
+        return (
+            f"needs a re-read: binlog {position.file} was purged (the next run snapshots it again)"
+        )
     return f"{bytes_behind(position, binlogs):,} binlog bytes behind"
 
 
@@ -73,28 +81,45 @@ def status_command(config: PipelineConfig) -> int:
         dropped = set(found.dropped) if found else set()
         if found is not None:
             for match in found.patterns:
-                print(f"  pattern {PatternMatch.from_json(match)} (when run {found.run_id} was planned)", file=out)
+                print(
+                    f"  pattern {PatternMatch.from_json(match)} (when run {found.run_id} was planned)",
+                    file=out,
+                )
         if not runs:
             print("  no runs yet", file=out)
         for i, run in enumerate(runs):  # newest first; the latest run's tables under it
             finished = run.finished_at.isoformat(timespec="seconds") if run.finished_at else "-"
-            print(f"  run {run.run_id}  {run.status:<9} started {run.created_at.isoformat(timespec='seconds')}"
-                  f"  finished {finished}" + (f"  error: {run.error}" if run.error else ""), file=out)
+            print(
+                f"  run {run.run_id}  {run.status:<9} started {run.created_at.isoformat(timespec='seconds')}"
+                f"  finished {finished}" + (f"  error: {run.error}" if run.error else ""),
+                file=out,
+            )
             if i == 0:
-                failed = {r.table: r.info.get("failure", {}) for r in store.run_tables(run.run_id)
-                          if r.status == "failed"}
+                failed = {
+                    r.table: r.info.get("failure", {})
+                    for r in store.run_tables(run.run_id)
+                    if r.status == "failed"
+                }
                 for t in store.status_rows(config.pipeline):  # the latest run's tables, one query
-                    detail = (f"chunks {t.chunks_done}/{t.chunks_total}, {t.rows_read:,} rows read"
-                              if t.chunks_total else "binlog only")
+                    detail = (
+                        f"chunks {t.chunks_done}/{t.chunks_total}, {t.rows_read:,} rows read"
+                        if t.chunks_total
+                        else "binlog only"
+                    )
                     if t.table in failed:  # the next run retries it
                         detail = f"failed at {failed[t.table].get('step')}: {failed[t.table].get('reason')}"
-                    print(f"    {t.table:<32} {t.mode:<11} {t.status:<10} {detail}{rereads.get(t.table, '')}",
-                          file=out)
+                    print(
+                        f"    {t.table:<32} {t.mode:<11} {t.status:<10} {detail}{rereads.get(t.table, '')}",
+                        file=out,
+                    )
         lock = store.lock_info(config.pipeline)
         if lock is not None:
-            print(f"  locked by {lock.holder} on {lock.hostname} (pid {lock.pid}) since "
-                  f"{lock.acquired_at.isoformat(timespec='seconds')}, last renewed "
-                  f"{lock.refreshed_at.isoformat(timespec='seconds')} (lease {lock.lease_seconds} s)", file=out)
+            print(
+                f"  locked by {lock.holder} on {lock.hostname} (pid {lock.pid}) since "
+                f"{lock.acquired_at.isoformat(timespec='seconds')}, last renewed "
+                f"{lock.refreshed_at.isoformat(timespec='seconds')} (lease {lock.lease_seconds} s)",
+                file=out,
+            )
         print("published:", file=out)
         if not checkpoints:
             print("  nothing published yet", file=out)
@@ -102,9 +127,12 @@ def status_command(config: PipelineConfig) -> int:
             position = BinlogPosition.from_json(cp.position)
             behind = lag_text(position, lag, server)
             manifest = load_manifest(cp.manifest) if storage.exists(cp.manifest) else None
-            print(f"  {cp.table:<32} v{cp.version:<5} {cp.rows:>12,} rows  at {position}  "
-                  f"{cp.published_at.isoformat(timespec='seconds')}  {behind}  {_snapshot(manifest)}"
-                  f"{_checked(manifest, position)}{_DROPPED if cp.table in dropped else ''}", file=out)
+            print(
+                f"  {cp.table:<32} v{cp.version:<5} {cp.rows:>12,} rows  at {position}  "
+                f"{cp.published_at.isoformat(timespec='seconds')}  {behind}  {_snapshot(manifest)}"
+                f"{_checked(manifest, position)}{_DROPPED if cp.table in dropped else ''}",
+                file=out,
+            )
         return 0
     finally:
         store.close()
@@ -113,15 +141,24 @@ def status_command(config: PipelineConfig) -> int:
 _DROPPED = "  dropped at the source: kept as last published"
 
 
-def _unfinished_rereads(store: StateStore, config: PipelineConfig, binlogs: list[tuple[str, int]] | None,
-                        server: ServerIdentity | None) -> dict[str, str]:
+def _unfinished_rereads(
+    store: StateStore,
+    config: PipelineConfig,
+    binlogs: list[tuple[str, int]] | None,
+    server: ServerIdentity | None,
+) -> dict[str, str]:
     """The unfinished run's tables whose binlog was purged: ``{table: "  needs a re-read..."}``."""
     if not binlogs:
         return {}
-    gone = purged([n for n in needs(store, config.pipeline) if n.who.startswith("run ")],
-                  [name for name, _ in binlogs], server)
-    return {n.table: f"  needs a re-read: binlog {n.position.file} was purged (the next run reads it again)"
-            for n in gone}
+    gone = purged(
+        [n for n in needs(store, config.pipeline) if n.who.startswith("run ")],
+        [name for name, _ in binlogs],
+        server,
+    )
+    return {
+        n.table: f"  needs a re-read: binlog {n.position.file} was purged (the next run reads it again)"
+        for n in gone
+    }
 
 
 def _snapshot(manifest: Manifest | None) -> str:
@@ -181,14 +218,17 @@ def _reset_tables(config: PipelineConfig, store: StateStore, names: list[str] | 
     for name in names:
         entry = next((t for t in config.tables if t.pattern and t.name == name), None)
         if entry is not None:
-            chosen += [n for n in taken if resolve(config.tables, n) is not None and takes(entry, n)]
+            chosen += [
+                n for n in taken if resolve(config.tables, n) is not None and takes(entry, n)
+            ]
         else:
             chosen.append(config.table(name).name)
     return list(dict.fromkeys(chosen))
 
 
-def reset_command(config: PipelineConfig, *, tables: list[str], purge_output: bool, unlock: bool,
-                  yes: bool) -> int:
+def reset_command(
+    config: PipelineConfig, *, tables: list[str], purge_output: bool, unlock: bool, yes: bool
+) -> int:
     """Show what would be forgotten; with ``yes``, forget it."""
     store = open_store(config)
     try:
@@ -205,10 +245,14 @@ def reset_command(config: PipelineConfig, *, tables: list[str], purge_output: bo
         print(f"reset {scope}:")
         for kind, n in counts.items():
             print(f"  {n:>6} {kind}")
-        dirs = {name: table_dir(config, name) for name in names or _reset_tables(config, store, None)}
+        dirs = {
+            name: table_dir(config, name) for name in names or _reset_tables(config, store, None)
+        }
         if purge_output:
             for name, d in dirs.items():
-                print(f"  output {d}{'' if storage.exists(d) else ' (absent)'} and Iceberg table {name}")
+                print(
+                    f"  output {d}{'' if storage.exists(d) else ' (absent)'} and Iceberg table {name}"
+                )
         if not yes:
             print("nothing changed; add --yes to do it")
             return 0

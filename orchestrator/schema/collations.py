@@ -61,8 +61,9 @@ class NoOracle:
     """No server at hand: a comparison that needs one is refused."""
 
     def compare(self, column: ColumnInfo, a: str, b: str) -> int:
-        raise FilterError(f"column `{column.name}`: comparing {column.collation} text needs the "
-                          "source server")
+        raise FilterError(
+            f"column `{column.name}`: comparing {column.collation} text needs the source server"
+        )
 
     def like(self, column: ColumnInfo, value: str, pattern: str, escape: str) -> bool:
         return self.compare(column, value, pattern) == 0

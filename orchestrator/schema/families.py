@@ -15,12 +15,28 @@ from __future__ import annotations
 
 from typing import Literal
 
-Family = Literal["integer", "year", "decimal", "float", "bit", "text", "binary", "enum", "set", "json",
-                 "temporal"]
+Family = Literal[
+    "integer",
+    "year",
+    "decimal",
+    "float",
+    "bit",
+    "text",
+    "binary",
+    "enum",
+    "set",
+    "json",
+    "temporal",
+]
 
 #: Integer types and their storage bits (signed -2**(bits-1) .. 2**(bits-1)-1, unsigned 0 .. 2**bits-1).
 INTEGER_BITS: dict[str, int] = {
-    "tinyint": 8, "smallint": 16, "mediumint": 24, "int": 32, "integer": 32, "bigint": 64,
+    "tinyint": 8,
+    "smallint": 16,
+    "mediumint": 24,
+    "int": 32,
+    "integer": 32,
+    "bigint": 64,
 }
 
 #: Each family and its DATA_TYPEs (lower case): the one table.
@@ -39,7 +55,9 @@ MEMBERS: dict[Family, tuple[str, ...]] = {
 }
 
 #: DATA_TYPE -> its family.
-FAMILIES: dict[str, Family] = {data_type: family for family, types in MEMBERS.items() for data_type in types}
+FAMILIES: dict[str, Family] = {
+    data_type: family for family, types in MEMBERS.items() for data_type in types
+}
 
 INTEGER_TYPES = frozenset(MEMBERS["integer"])
 DECIMAL_TYPES = frozenset(MEMBERS["decimal"])

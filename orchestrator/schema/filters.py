@@ -41,8 +41,14 @@ Row = Mapping[str, Any]
 Verdict = Callable[[Row], "bool | None"]
 
 #: Column families the evaluator compares exactly, by the kind of value staging gives.
-_KINDS = {"integer": "num", "decimal": "num", "float": "float", "text": "str", "date": "date",
-          "datetime": "datetime"}
+_KINDS = {
+    "integer": "num",
+    "decimal": "num",
+    "float": "float",
+    "text": "str",
+    "date": "date",
+    "datetime": "datetime",
+}
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 _DATETIME = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(\.\d{1,6})?")
 
@@ -91,7 +97,9 @@ def compile_filter(sql: str, table: TableInfo | None, oracle: CollationOracle | 
             raise FilterError(f"the filter `{sql}` holds a comment; remove it")
         tree: exp.Expression = sqlglot.parse_one(sql, read="mysql")  # type: ignore[assignment]
     except (sqlglot.errors.ParseError, sqlglot.errors.TokenError) as exc:
-        raise FilterError(f"the filter `{sql}` is not valid SQL: {str(exc).splitlines()[0]}") from exc
+        raise FilterError(
+            f"the filter `{sql}` is not valid SQL: {str(exc).splitlines()[0]}"
+        ) from exc
     try:
         return _Compiler(table, oracle).truth(tree).get
     except FilterError as exc:
@@ -117,15 +125,18 @@ class _Compiler:
             inner = self.truth(node.this).get
             return _Term("truth", lambda r: None if (v := inner(r)) is None else not v)
         if isinstance(node, (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ)):
-            return self.comparison(type(node).__name__, self.value(node.this),
-                                   self.value(node.expression))
+            return self.comparison(
+                type(node).__name__, self.value(node.this), self.value(node.expression)
+            )
         if isinstance(node, exp.In):
             return self.in_list(node)
         if isinstance(node, exp.Between):
-            value, low, high = _as_one_type(self.value(node.this), self.value(node.args["low"]),
-                                            self.value(node.args["high"]))
-            return _logic("And", self.comparison("GTE", value, low),
-                          self.comparison("LTE", value, high))
+            value, low, high = _as_one_type(
+                self.value(node.this), self.value(node.args["low"]), self.value(node.args["high"])
+            )
+            return _logic(
+                "And", self.comparison("GTE", value, low), self.comparison("LTE", value, high)
+            )
         if isinstance(node, exp.Is):
             return self.is_test(node)
         if isinstance(node, (exp.Like, exp.Escape)):
@@ -148,6 +159,7 @@ class _Compiler:
                 if v is None:
                     result = None
             return result
+
         return _Term("truth", any_equal)
 
     def is_test(self, node: exp.Is) -> _Term:
@@ -179,10 +191,12 @@ class _Compiler:
         def like(row: Row) -> bool | None:
             v = get(row)
             return None if v is None else match(v) != negate
+
         return _Term("truth", like)
 
-    def _like_matcher(self, column: ColumnInfo | None, pattern: str, escape: str
-                      ) -> Callable[[str], bool]:
+    def _like_matcher(
+        self, column: ColumnInfo | None, pattern: str, escape: str
+    ) -> Callable[[str], bool]:
         if column is not None and not local_collation(column):
             oracle = self._oracle()
             return lambda v: oracle.like(column, v, pattern, escape)
@@ -197,11 +211,13 @@ class _Compiler:
         convert, compare = self._comparable(left, right)
         lget, rget = left.get, right.get
         if op == "NullSafeEQ":
+
             def null_safe(row: Row) -> bool:
                 a, b = lget(row), rget(row)
                 if a is None or b is None:
                     return a is None and b is None
                 return compare(convert(a), convert(b)) == 0
+
             return _Term("truth", null_safe)
         test = _TESTS[op]
 
@@ -210,10 +226,12 @@ class _Compiler:
             if a is None or b is None:
                 return None
             return test(compare(convert(a), convert(b)))
+
         return _Term("truth", compared)
 
-    def _comparable(self, left: _Term, right: _Term) -> tuple[Callable[[Any], Any],
-                                                              Callable[[Any, Any], int]]:
+    def _comparable(
+        self, left: _Term, right: _Term
+    ) -> tuple[Callable[[Any], Any], Callable[[Any, Any], int]]:
         kinds = {left.kind, right.kind}
         if "any" in kinds or "null" in kinds:
             return _same, _cmp
@@ -221,8 +239,10 @@ class _Compiler:
             if bool_side.kind == "bool":
                 if other.literal is None or other.literal != 0 or other.kind != "num":
                     name = bool_side.column.name if bool_side.column else "?"
-                    raise FilterError(f"column `{name}` is TINYINT(1)/BIT(1), kept as a boolean: "
-                                      f"compare it with 0 only (`{name} = 0`, `{name} <> 0`)")
+                    raise FilterError(
+                        f"column `{name}` is TINYINT(1)/BIT(1), kept as a boolean: "
+                        f"compare it with 0 only (`{name} = 0`, `{name} <> 0`)"
+                    )
                 return _same, _cmp
         if kinds <= {"num", "float"}:
             return (float if "float" in kinds else _same), _cmp
@@ -230,17 +250,21 @@ class _Compiler:
             return _same, self._text_order(left, right)
         if kinds <= {"date", "datetime"}:
             return (_as_datetime if len(kinds) == 2 else _same), _cmp
-        raise FilterError(f"comparing {_describe(left)} with {_describe(right)} is not "
-                          "supported: MySQL converts both to doubles; write the literal in the "
-                          "column's type (a number for a number, a quoted 'YYYY-MM-DD' for a date)")
+        raise FilterError(
+            f"comparing {_describe(left)} with {_describe(right)} is not "
+            "supported: MySQL converts both to doubles; write the literal in the "
+            "column's type (a number for a number, a quoted 'YYYY-MM-DD' for a date)"
+        )
 
     def _text_order(self, left: _Term, right: _Term) -> Callable[[Any, Any], int]:
         columns = [t.column for t in (left, right) if t.column is not None]
         if not columns:
             raise FilterError("comparing two string literals is not supported; compare a column")
         if len(columns) == 2 and columns[0].collation != columns[1].collation:
-            raise FilterError(f"columns `{columns[0].name}` and `{columns[1].name}` have different "
-                              "collations; compare each with a literal instead")
+            raise FilterError(
+                f"columns `{columns[0].name}` and `{columns[1].name}` have different "
+                "collations; compare each with a literal instead"
+            )
         column = columns[0]
         if local_collation(column):
             pad = "nopad" not in (column.collation or "")
@@ -265,24 +289,49 @@ class _Compiler:
         if isinstance(node, exp.Boolean):
             flag = int(bool(node.this))
             return _Term("num", lambda r: flag, literal=flag)
-        if isinstance(node, exp.Neg) and isinstance(node.this, exp.Literal) and not node.this.is_string:
+        if (
+            isinstance(node, exp.Neg)
+            and isinstance(node.this, exp.Literal)
+            and not node.this.is_string
+        ):
             number: int | Decimal | float = -_number(node.this.this)
-            return _Term("float" if isinstance(number, float) else "num", lambda r: number,
-                         literal=number)
+            return _Term(
+                "float" if isinstance(number, float) else "num", lambda r: number, literal=number
+            )
         if isinstance(node, exp.Literal):
             if node.is_string:
                 text = _string_literal(node, "a string literal")
                 return _Term("str", lambda r: text, literal=text)
             number = _number(node.this)
-            return _Term("float" if isinstance(number, float) else "num", lambda r: number,
-                         literal=number)
-        if isinstance(node, (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.And, exp.Or,
-                             exp.Not, exp.Is, exp.In, exp.Between, exp.Like, exp.Xor)):
+            return _Term(
+                "float" if isinstance(number, float) else "num", lambda r: number, literal=number
+            )
+        if isinstance(
+            node,
+            (
+                exp.EQ,
+                exp.NEQ,
+                exp.GT,
+                exp.GTE,
+                exp.LT,
+                exp.LTE,
+                exp.And,
+                exp.Or,
+                exp.Not,
+                exp.Is,
+                exp.In,
+                exp.Between,
+                exp.Like,
+                exp.Xor,
+            ),
+        ):
             truth = self.truth(node).get
             return _Term("num", lambda r: None if (v := truth(r)) is None else int(v))
-        raise FilterError(f"`{node.sql('mysql')}` is not supported (only columns, literals, "
-                          "comparisons, AND/OR/NOT/XOR, IN, BETWEEN, IS [NOT] NULL and LIKE are); "
-                          "write the filter with constants")
+        raise FilterError(
+            f"`{node.sql('mysql')}` is not supported (only columns, literals, "
+            "comparisons, AND/OR/NOT/XOR, IN, BETWEEN, IS [NOT] NULL and LIKE are); "
+            "write the filter with constants"
+        )
 
     def column(self, node: exp.Column) -> _Term:
         if node.table:
@@ -299,36 +348,46 @@ class _Compiler:
         if is_boolean(column):
             return _Term("bool", lambda r: None if (v := r[key]) is None else int(v), column)
         kind = _KINDS.get(column.data_type if family == "temporal" else family or "")
-        if kind is None or (family == "decimal" and (column.precision or 0) > 38) or \
-                column.data_type in ("timestamp", "year") or (kind == "str" and column.data_type in
-                                                              ("enum", "set", "json")):
-            raise FilterError(f"column `{name}` is {column.column_type.upper()}: filters on this "
-                              "type are not supported on the binlog; filter on another column")
+        if (
+            kind is None
+            or (family == "decimal" and (column.precision or 0) > 38)
+            or column.data_type in ("timestamp", "year")
+            or (kind == "str" and column.data_type in ("enum", "set", "json"))
+        ):
+            raise FilterError(
+                f"column `{name}` is {column.column_type.upper()}: filters on this "
+                "type are not supported on the binlog; filter on another column"
+            )
         return _Term(kind, lambda r: r[key], column)
 
 
 def _logic(kind: str, left: _Term, right: _Term) -> _Term:
     a, b = left.get, right.get
     if kind == "And":
+
         def both(row: Row) -> bool | None:
             x = a(row)
             if x is False:
                 return False
             y = b(row)
             return False if y is False else (None if x is None or y is None else True)
+
         return _Term("truth", both)
     if kind == "Or":
+
         def either(row: Row) -> bool | None:
             x = a(row)
             if x is True:
                 return True
             y = b(row)
             return True if y is True else (None if x is None or y is None else False)
+
         return _Term("truth", either)
 
     def xor(row: Row) -> bool | None:
         x, y = a(row), b(row)
         return None if x is None or y is None else x != y
+
     return _Term("truth", xor)
 
 
@@ -338,8 +397,9 @@ def _as_one_type(*terms: _Term) -> tuple[_Term, ...]:
     kinds = {t.kind for t in terms} - {"null"}
     if "float" not in kinds or not kinds <= {"num", "float"}:
         return terms
-    return tuple(_Term("float", t.get, t.column, t.literal) if t.kind == "num" else t
-                 for t in terms)
+    return tuple(
+        _Term("float", t.get, t.column, t.literal) if t.kind == "num" else t for t in terms
+    )
 
 
 def _as_truth(term: _Term, node: exp.Expression) -> _Term:
@@ -350,14 +410,19 @@ def _as_truth(term: _Term, node: exp.Expression) -> _Term:
         return _Term("truth", lambda r: None if (v := get(r)) is None else v != 0)
     if term.kind == "null":
         return _Term("truth", lambda r: None)
-    raise FilterError(f"`{node.sql('mysql')}` as a condition is not supported; compare it "
-                      "with a value")
+    raise FilterError(
+        f"`{node.sql('mysql')}` as a condition is not supported; compare it with a value"
+    )
 
 
 def _temporal_literal(term: _Term, other: _Term) -> _Term:
     """A string literal compared with a DATE/DATETIME column, as a date or datetime."""
-    if term.kind != "str" or term.column is not None or other.column is None or \
-            other.kind not in ("date", "datetime"):
+    if (
+        term.kind != "str"
+        or term.column is not None
+        or other.column is None
+        or other.kind not in ("date", "datetime")
+    ):
         return term
     value = typed_literal(other.column, term.literal)
     kind = "datetime" if isinstance(value, dt.datetime) else "date"
@@ -369,8 +434,10 @@ def _string_literal(node: exp.Expression, what: str) -> str:
         raise FilterError(f"`{node.sql('mysql')}`: {what} must be a quoted string")
     text = str(node.this)
     if "\\" in text:
-        raise FilterError(f"`{node.sql('mysql')}`: backslashes in string literals are not "
-                          "supported (they depend on sql_mode); use LIKE ... ESCAPE '!'")
+        raise FilterError(
+            f"`{node.sql('mysql')}`: backslashes in string literals are not "
+            "supported (they depend on sql_mode); use LIKE ... ESCAPE '!'"
+        )
     return text
 
 
@@ -389,8 +456,10 @@ def typed_literal(column: ColumnInfo, text: str) -> Any:
         return dt.datetime.fromisoformat(text)
     if _DATE.fullmatch(text):
         return dt.date.fromisoformat(text)
-    raise FilterError(f"`{text}` is not a date in the form 'YYYY-MM-DD[ hh:mm:ss[.ffffff]]' "
-                      f"(column `{column.name}`)")
+    raise FilterError(
+        f"`{text}` is not a date in the form 'YYYY-MM-DD[ hh:mm:ss[.ffffff]]' "
+        f"(column `{column.name}`)"
+    )
 
 
 def _same(v: Any) -> Any:
@@ -412,8 +481,12 @@ def _describe(term: _Term) -> str:
 
 
 _TESTS: dict[str, Callable[[int], bool]] = {
-    "EQ": lambda c: c == 0, "NEQ": lambda c: c != 0, "GT": lambda c: c > 0,
-    "GTE": lambda c: c >= 0, "LT": lambda c: c < 0, "LTE": lambda c: c <= 0,
+    "EQ": lambda c: c == 0,
+    "NEQ": lambda c: c != 0,
+    "GT": lambda c: c > 0,
+    "GTE": lambda c: c >= 0,
+    "LT": lambda c: c < 0,
+    "LTE": lambda c: c <= 0,
 }
 
 

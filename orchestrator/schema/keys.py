@@ -36,8 +36,11 @@ def repeats_local_times(zone: str) -> bool:
         tz = zoneinfo.ZoneInfo(zone)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError):
         return True
-    offsets = [datetime(year, month, 1, tzinfo=UTC).astimezone(tz).utcoffset()
-               for year in range(1970, 2039) for month in range(1, 13)]
+    offsets = [
+        datetime(year, month, 1, tzinfo=UTC).astimezone(tz).utcoffset()
+        for year in range(1970, 2039)
+        for month in range(1, 13)
+    ]
     return any(b < a for a, b in itertools.pairwise(offsets) if a is not None and b is not None)
 
 
@@ -54,8 +57,10 @@ def _configured_key(table_config: TableConfig, info: TableInfo) -> tuple[str, ..
     names = {c.name.lower(): c.name for c in info.columns}
     missing = [c for c in wanted if c.lower() not in names]
     if missing:
-        raise ConfigError(f"table `{info.name}`: chunk_key column(s) {', '.join(missing)} do not exist; "
-                          f"columns are {', '.join(c.name for c in info.columns)}")
+        raise ConfigError(
+            f"table `{info.name}`: chunk_key column(s) {', '.join(missing)} do not exist; "
+            f"columns are {', '.join(c.name for c in info.columns)}"
+        )
     key = tuple(names[c.lower()] for c in wanted)
     candidates = ([info.primary_key] if info.primary_key else []) + list(info.unique_not_null_keys)
     for candidate in candidates:
@@ -63,8 +68,10 @@ def _configured_key(table_config: TableConfig, info: TableInfo) -> tuple[str, ..
             return tuple(candidate)
     for candidate in candidates:
         if sorted(c.lower() for c in key) == sorted(c.lower() for c in candidate):
-            raise ConfigError(f"table `{info.name}`: chunk_key {_names(key)} must list the key's columns in "
-                              f"index order: chunk_key: {_names(candidate)}")
+            raise ConfigError(
+                f"table `{info.name}`: chunk_key {_names(key)} must list the key's columns in "
+                f"index order: chunk_key: {_names(candidate)}"
+            )
     usable = ", ".join(_names(c) for c in candidates) or "none"
     raise ConfigError(
         f"table `{info.name}`: chunk_key {_names(key)} is not the primary key or a unique NOT NULL key, "
@@ -73,7 +80,9 @@ def _configured_key(table_config: TableConfig, info: TableInfo) -> tuple[str, ..
     )
 
 
-def choose_chunk_key(table_config: TableConfig, table_info: TableInfo, time_zone: str = "+00:00") -> tuple[str, ...]:
+def choose_chunk_key(
+    table_config: TableConfig, table_info: TableInfo, time_zone: str = "+00:00"
+) -> tuple[str, ...]:
     """The columns a table is chunked on: the configured ``chunk_key``, else the primary key.
 
     A configured key must be the primary key or a unique NOT NULL key, columns in
@@ -94,8 +103,10 @@ def choose_chunk_key(table_config: TableConfig, table_info: TableInfo, time_zone
         key = tuple(info.primary_key)
     elif info.unique_not_null_keys:
         options = " or ".join(f"chunk_key: {_names(k)}" for k in info.unique_not_null_keys)
-        raise ConfigError(f"table `{info.name}` has no primary key; set {options} for it in the config "
-                          "(a unique NOT NULL key, so every row falls in exactly one chunk)")
+        raise ConfigError(
+            f"table `{info.name}` has no primary key; set {options} for it in the config "
+            "(a unique NOT NULL key, so every row falls in exactly one chunk)"
+        )
     else:
         raise SourceNotReady(
             f"table `{info.name}` has no primary key and no unique NOT NULL key, so it cannot be split "
@@ -109,10 +120,12 @@ def choose_chunk_key(table_config: TableConfig, table_info: TableInfo, time_zone
             # its bounds read as two digits (90 for 1990) and compare so: ranges missed rows
             reason = "YEAR(2) reads as two digits that compare out of its order; ALTER it to YEAR"
         if reason is None and column.data_type == "timestamp" and repeats_local_times(time_zone):
-            reason = (f"it is a TIMESTAMP, and source.time_zone {time_zone!r} sets clocks back (daylight "
-                      "saving time), so a bound in the repeated hour names two instants and chunks could "
-                      "miss rows; set source.time_zone to an offset such as +00:00 (TIMESTAMP values are "
-                      "published in UTC either way)")
+            reason = (
+                f"it is a TIMESTAMP, and source.time_zone {time_zone!r} sets clocks back (daylight "
+                "saving time), so a bound in the repeated hour names two instants and chunks could "
+                "miss rows; set source.time_zone to an offset such as +00:00 (TIMESTAMP values are "
+                "published in UTC either way)"
+            )
         if reason:
             message = f"table `{info.name}`: chunk-key column `{name}` cannot be chunked: {reason}"
             others = [k for k in info.unique_not_null_keys if not _same(k, key)]

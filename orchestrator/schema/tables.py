@@ -79,7 +79,9 @@ class TableInfo:
         raise KeyError(name)
 
 
-def mark_keys(columns: tuple[ColumnInfo, ...], keys: Sequence[Sequence[str]]) -> tuple[ColumnInfo, ...]:
+def mark_keys(
+    columns: tuple[ColumnInfo, ...], keys: Sequence[Sequence[str]]
+) -> tuple[ColumnInfo, ...]:
     """``columns`` with those of any of ``keys`` (the primary key, the unique NOT NULL keys)
     marked `ColumnInfo.in_key`.
 

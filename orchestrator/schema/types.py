@@ -11,8 +11,12 @@ import pyarrow as pa
 from orchestrator.schema.families import FAMILIES, INTEGER_BITS, ZERO_DATE_TYPES
 from orchestrator.schema.tables import ColumnInfo
 
-_TEMPORAL = {"date": pa.date32(), "datetime": pa.timestamp("us"),
-             "timestamp": pa.timestamp("us", tz="UTC"), "time": pa.int64()}  # TIME: signed microseconds (Iceberg has no duration)
+_TEMPORAL = {
+    "date": pa.date32(),
+    "datetime": pa.timestamp("us"),
+    "timestamp": pa.timestamp("us", tz="UTC"),
+    "time": pa.int64(),
+}  # TIME: signed microseconds (Iceberg has no duration)
 
 
 class UnsupportedType(ValueError):
@@ -84,4 +88,3 @@ def arrow_type(column: ColumnInfo) -> pa.DataType:
 def published_nullable(column: ColumnInfo) -> bool:
     """Whether a published column may hold nulls: NULL-able columns, and dates (zero dates)."""
     return column.nullable or column.data_type in ZERO_DATE_TYPES
-

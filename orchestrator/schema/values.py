@@ -36,14 +36,40 @@ _US_PER_DAY = 86_400_000_000
 
 #: MySQL character set -> Python codec, where the names differ.
 _CODECS = {
-    "utf8mb4": "utf-8", "utf8mb3": "utf-8", "utf8": "utf-8", "ascii": "ascii",
-    "latin1": "cp1252", "latin2": "iso8859-2", "latin5": "iso8859-9", "latin7": "iso8859-13",
-    "greek": "iso8859-7", "hebrew": "iso8859-8", "cp1250": "cp1250", "cp1251": "cp1251",
-    "cp1256": "cp1256", "cp1257": "cp1257", "cp850": "cp850", "cp852": "cp852", "cp866": "cp866",
-    "koi8r": "koi8_r", "koi8u": "koi8_u", "ucs2": "utf-16-be", "utf16": "utf-16-be",
-    "utf16le": "utf-16-le", "utf32": "utf-32-be", "sjis": "shift_jis", "cp932": "cp932",
-    "ujis": "euc_jp", "eucjpms": "euc_jis_2004", "euckr": "euc_kr", "gb2312": "gb2312",
-    "gbk": "gbk", "gb18030": "gb18030", "big5": "big5", "tis620": "tis_620", "macroman": "mac_roman",
+    "utf8mb4": "utf-8",
+    "utf8mb3": "utf-8",
+    "utf8": "utf-8",
+    "ascii": "ascii",
+    "latin1": "cp1252",
+    "latin2": "iso8859-2",
+    "latin5": "iso8859-9",
+    "latin7": "iso8859-13",
+    "greek": "iso8859-7",
+    "hebrew": "iso8859-8",
+    "cp1250": "cp1250",
+    "cp1251": "cp1251",
+    "cp1256": "cp1256",
+    "cp1257": "cp1257",
+    "cp850": "cp850",
+    "cp852": "cp852",
+    "cp866": "cp866",
+    "koi8r": "koi8_r",
+    "koi8u": "koi8_u",
+    "ucs2": "utf-16-be",
+    "utf16": "utf-16-be",
+    "utf16le": "utf-16-le",
+    "utf32": "utf-32-be",
+    "sjis": "shift_jis",
+    "cp932": "cp932",
+    "ujis": "euc_jp",
+    "eucjpms": "euc_jis_2004",
+    "euckr": "euc_kr",
+    "gb2312": "gb2312",
+    "gbk": "gbk",
+    "gb18030": "gb18030",
+    "big5": "big5",
+    "tis620": "tis_620",
+    "macroman": "mac_roman",
 }
 
 
@@ -51,7 +77,7 @@ def _latin1_errors(error: UnicodeError) -> tuple[str, int]:
     """MySQL's latin1 is cp1252 whose five undefined bytes map to the C1 controls."""
     if not isinstance(error, UnicodeDecodeError):
         raise error
-    raw = error.object[error.start:error.end]
+    raw = error.object[error.start : error.end]
     return "".join(chr(b) for b in raw), error.end
 
 
@@ -98,8 +124,12 @@ def staging_nullable(column: ColumnInfo) -> bool:
 def staging_schema(columns: Sequence[ColumnInfo]) -> pa.Schema:
     """The staging schema of a table's columns, with each MySQL type in the field metadata."""
     return pa.schema(
-        pa.field(c.name, staging_type(c), nullable=staging_nullable(c),
-                 metadata={"mysql_type": c.column_type})
+        pa.field(
+            c.name,
+            staging_type(c),
+            nullable=staging_nullable(c),
+            metadata={"mysql_type": c.column_type},
+        )
         for c in columns
     )
 
@@ -138,8 +168,12 @@ def time2_from_bytes(raw: bytes, fsp: int) -> dt.timedelta:
     magnitude = -value if value < 0 else value
     hms = magnitude >> (8 * frac_bytes)
     fraction = magnitude & ((1 << (8 * frac_bytes)) - 1)
-    total = dt.timedelta(hours=(hms >> 12) & 0x3FF, minutes=(hms >> 6) & 0x3F, seconds=hms & 0x3F,
-                         microseconds=fraction * 10 ** (6 - 2 * frac_bytes))
+    total = dt.timedelta(
+        hours=(hms >> 12) & 0x3FF,
+        minutes=(hms >> 6) & 0x3F,
+        seconds=hms & 0x3F,
+        microseconds=fraction * 10 ** (6 - 2 * frac_bytes),
+    )
     return -total if value < 0 else total
 
 
@@ -156,8 +190,9 @@ def time2_micros(raw: bytes, fsp: int) -> int:
     value = int.from_bytes(raw, "big") - (1 << (8 * len(raw) - 1))
     magnitude = -value if value < 0 else value
     hms = magnitude >> (8 * frac_bytes)
-    micros = ((((hms >> 12) & 0x3FF) * 60 + ((hms >> 6) & 0x3F)) * 60 + (hms & 0x3F)) * 1_000_000 \
-        + (magnitude & ((1 << (8 * frac_bytes)) - 1)) * 10 ** (6 - 2 * frac_bytes)
+    micros = (
+        (((hms >> 12) & 0x3FF) * 60 + ((hms >> 6) & 0x3F)) * 60 + (hms & 0x3F)
+    ) * 1_000_000 + (magnitude & ((1 << (8 * frac_bytes)) - 1)) * 10 ** (6 - 2 * frac_bytes)
     return -micros if value < 0 else micros
 
 
@@ -201,7 +236,9 @@ def definition_labels(column_type: str) -> tuple[str, ...]:
                 i += 1
                 break
             elif ch == "\\" and i + 1 < len(body):
-                text.append({"n": "\n", "t": "\t", "0": "\0", "r": "\r"}.get(body[i + 1], body[i + 1]))
+                text.append(
+                    {"n": "\n", "t": "\t", "0": "\0", "r": "\r"}.get(body[i + 1], body[i + 1])
+                )
                 i += 2
             else:
                 text.append(ch)
@@ -286,7 +323,8 @@ def text_decoder(column: ColumnInfo) -> Callable[[bytes], str]:
     except LookupError as exc:
         raise ValueError(
             f"column `{column.name}` uses character set {charset}, which Tidemark cannot decode "
-            "from the binlog; convert the column to utf8mb4") from exc
+            "from the binlog; convert the column to utf8mb4"
+        ) from exc
     if name.replace("-", "").replace("_", "").lower().startswith("utf"):
         return lambda raw: raw.decode(name)  # the server refuses to store invalid UTF: corrupt
     return lambda raw: raw.decode(name, "tidemark-unmapped")
@@ -417,8 +455,10 @@ class BatchConverter:
 
     def arrays(self, rows: Sequence[Sequence[Any] | None]) -> list[pa.Array]:
         """One array per column, in staging types."""
-        return [pa.array(self.column_values(rows, i), type=field.type)
-                for i, field in enumerate(self.schema)]
+        return [
+            pa.array(self.column_values(rows, i), type=field.type)
+            for i, field in enumerate(self.schema)
+        ]
 
     def table(self, rows: Sequence[Sequence[Any] | None]) -> pa.Table:
         """The batch as an Arrow table in the staging schema."""

@@ -61,8 +61,14 @@ class Source:
         retry: the policy for transient errors; default `transient_retry()`.
     """
 
-    def __init__(self, config: SourceConfig, password: str, *,
-                 retry: tenacity.Retrying | None = None, known_good: bool = False) -> None:
+    def __init__(
+        self,
+        config: SourceConfig,
+        password: str,
+        *,
+        retry: tenacity.Retrying | None = None,
+        known_good: bool = False,
+    ) -> None:
         self.config = config
         self._password = password
         self._retry = retry if retry is not None else transient_retry()
@@ -86,8 +92,12 @@ class Source:
     def __enter__(self) -> Source:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.close()
 
     def __repr__(self) -> str:
@@ -111,9 +121,15 @@ class Source:
         cfg = self.config
         try:
             conn = connect(
-                host=cfg.host, port=cfg.port, user=cfg.user, password=self._password,
-                connect_timeout=cfg.connect_timeout, read_timeout=cfg.read_timeout,
-                write_timeout=cfg.read_timeout, charset="utf8mb4", autocommit=True,
+                host=cfg.host,
+                port=cfg.port,
+                user=cfg.user,
+                password=self._password,
+                connect_timeout=cfg.connect_timeout,
+                read_timeout=cfg.read_timeout,
+                write_timeout=cfg.read_timeout,
+                charset="utf8mb4",
+                autocommit=True,
             )
         except pymysql.err.MySQLError as exc:
             if is_timeout(exc):  # accepted the connection, never greeted: hung, not restarting
@@ -121,7 +137,9 @@ class Source:
             # Too many connections, or a handshake cut short: worth another try. Can't
             # connect: only for a source that worked before (it is restarting); on the
             # first connection a wrong host or port should fail at once.
-            if error_code(exc) in (1040, 2013) or (is_connection_lost(exc) and self._connected_once):
+            if error_code(exc) in (1040, 2013) or (
+                is_connection_lost(exc) and self._connected_once
+            ):
                 raise
             raise SourceNotReady(login_problem(cfg, exc)) from exc
         try:
@@ -133,7 +151,8 @@ class Source:
                 raise SourceNotReady(
                     f"source.time_zone {cfg.time_zone!r} is unknown to MySQL at {self.address}; "
                     "use an offset such as +00:00, or load the server's time zone tables "
-                    "(mariadb-tzinfo-to-sql / mysql_tzinfo_to_sql)") from exc
+                    "(mariadb-tzinfo-to-sql / mysql_tzinfo_to_sql)"
+                ) from exc
             raise
         self._connections += 1
         if not self._connected_once:
@@ -154,7 +173,9 @@ class Source:
                 self.close()
             raise
 
-    def _execute(self, sql: str, params: Sequence[Any] | None = None) -> tuple[list[str], list[Row]]:
+    def _execute(
+        self, sql: str, params: Sequence[Any] | None = None
+    ) -> tuple[list[str], list[Row]]:
         """Run one statement under the retry policy; returns column names and rows."""
         try:
             result: tuple[list[str], list[Row]] = self._retry(self._execute_once, sql, params)
@@ -172,7 +193,8 @@ class Source:
             if error_code(exc) in (1040, 1205, 1213):
                 raise RunFailed(
                     f"query on {self.address} kept failing after {attempts} attempt(s) ({exc}); "
-                    "a rerun resumes where this one stopped") from exc
+                    "a rerun resumes where this one stopped"
+                ) from exc
             raise
         return result
 
@@ -210,7 +232,9 @@ class Source:
                 raise self._timeout(f"the rows of `{' '.join(sql.split()[:6])}`") from exc
             if is_connection_lost(exc):
                 self.close()
-                raise SourceNotReady(f"lost the connection to MySQL at {self.address} ({exc})") from exc
+                raise SourceNotReady(
+                    f"lost the connection to MySQL at {self.address} ({exc})"
+                ) from exc
             raise
 
     def server_version(self) -> str:
@@ -234,7 +258,9 @@ class Source:
         if names:
             marks = ", ".join(["%s"] * len(names))
             rows = self.query(f"SHOW GLOBAL VARIABLES WHERE Variable_name IN ({marks})", names)
-            found = {str(name).lower(): None if value is None else str(value) for name, value in rows}
+            found = {
+                str(name).lower(): None if value is None else str(value) for name, value in rows
+            }
         return {name: found.get(name.lower()) for name in names}
 
     def current_user(self) -> str:
@@ -263,16 +289,21 @@ class Source:
             connection = self._connections
             file, pos = str(row["file"]), int(row["position"])
             server_id, server_uuid, gtid = self.query(
-                dialect.position_identity_sql, (file, pos) if dialect.flavor == "mariadb" else None)[0]
+                dialect.position_identity_sql, (file, pos) if dialect.flavor == "mariadb" else None
+            )[0]
             if self._connections == connection:
                 break
         else:
-            raise RunFailed(f"the connection to {self.address} was lost each time its binlog position "
-                            "was read; check that the server is up, then rerun")
+            raise RunFailed(
+                f"the connection to {self.address} was lost each time its binlog position "
+                "was read; check that the server is up, then rerun"
+            )
         if dialect.flavor == "mysql":
             gtid = row.get("executed_gtid_set")
         gtid_set = str(gtid).replace("\n", "") if gtid else None
-        return BinlogPosition(file, pos).on(ServerIdentity(int(server_id), _text(server_uuid)), gtid_set)
+        return BinlogPosition(file, pos).on(
+            ServerIdentity(int(server_id), _text(server_uuid)), gtid_set
+        )
 
     def binlog_status(self) -> dict[str, Any]:
         """The row of the dialect's binlog status statement by lower-case column name: ``file``,
@@ -308,7 +339,8 @@ class Source:
     def _binlog_off(self) -> SourceNotReady:
         return SourceNotReady(
             f"the binlog is off on {self.address} (log_bin = OFF); start the server with "
-            "log_bin enabled (my.cnf: log_bin = binlog) and a server_id")
+            "log_bin enabled (my.cnf: log_bin = binlog) and a server_id"
+        )
 
     # ------------------------------------------------------------------ tables
 
@@ -330,21 +362,40 @@ class Source:
             raise SourceNotReady(
                 f"table {name} does not exist on {self.address} (as seen by user "
                 f"`{self.config.user}`); check the table name in the config's tables list "
-                "and that the user has SELECT on it")
+                "and that the user has SELECT on it"
+            )
         rows, engine = found[0]
-        return shaped(database, table, self.query(_COLUMNS_SQL, (database, table)),
-                      self.query(_INDEXES_SQL, (database, table)), rows, engine)
+        return shaped(
+            database,
+            table,
+            self.query(_COLUMNS_SQL, (database, table)),
+            self.query(_INDEXES_SQL, (database, table)),
+            rows,
+            engine,
+        )
 
 
-def shaped(database: str, table: str, column_rows: Sequence[Row], index_rows: Sequence[Row], rows: Any,
-           engine: Any) -> TableInfo:
+def shaped(
+    database: str,
+    table: str,
+    column_rows: Sequence[Row],
+    index_rows: Sequence[Row],
+    rows: Any,
+    engine: Any,
+) -> TableInfo:
     """A table's `TableInfo` from its ``information_schema`` rows (COLUMNS, STATISTICS) and
     TABLES' row estimate and engine, its key columns marked (`mark_keys`)."""
     columns = tuple(_column(r) for r in column_rows)
     primary, uniques = _keys(list(index_rows), columns)
-    return TableInfo(database=database, table=table, columns=mark_keys(columns, [primary, *uniques]),
-                     primary_key=primary, unique_not_null_keys=uniques, row_estimate=int(rows or 0),
-                     engine=None if engine is None else str(engine))
+    return TableInfo(
+        database=database,
+        table=table,
+        columns=mark_keys(columns, [primary, *uniques]),
+        primary_key=primary,
+        unique_not_null_keys=uniques,
+        row_estimate=int(rows or 0),
+        engine=None if engine is None else str(engine),
+    )
 
 
 def _text(value: Any) -> str | None:
@@ -372,8 +423,9 @@ def _column(row: Row) -> ColumnInfo:
     )
 
 
-def _keys(rows: list[Row], columns: tuple[ColumnInfo, ...]
-          ) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]:
+def _keys(
+    rows: list[Row], columns: tuple[ColumnInfo, ...]
+) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]:
     """The primary key and the unique NOT NULL keys from ``information_schema.STATISTICS`` rows."""
     not_null = {c.name for c in columns if not c.nullable}
     indexes: dict[str, list[str | None]] = {}
@@ -421,18 +473,28 @@ def login_problem(cfg: SourceConfig, exc: pymysql.err.MySQLError) -> str:
     code = error_code(exc)
     message = str(exc.args[1]) if len(exc.args) > 1 else str(exc)
     if code == 1045:
-        return (f"cannot log in to {where} as user `{cfg.user}`: access denied; "
-                f"check source.user and the password ({_password_source(cfg)})")
+        return (
+            f"cannot log in to {where} as user `{cfg.user}`: access denied; "
+            f"check source.user and the password ({_password_source(cfg)})"
+        )
     if code == 1130:
-        return (f"cannot log in to {where} as user `{cfg.user}`: the server does not allow this "
-                f"user from this machine; create the user for this client host (e.g. '{cfg.user}'@'%')")
+        return (
+            f"cannot log in to {where} as user `{cfg.user}`: the server does not allow this "
+            f"user from this machine; create the user for this client host (e.g. '{cfg.user}'@'%')"
+        )
     if code in (2002, 2003):
         match = _REASON.search(message)
         reason = match.group(1) if match else message
-        return (f"cannot reach {where}: {reason}; check source.host and source.port, that the "
-                "server is running and listening on TCP, and that no firewall blocks it")
+        return (
+            f"cannot reach {where}: {reason}; check source.host and source.port, that the "
+            "server is running and listening on TCP, and that no firewall blocks it"
+        )
     if code == 2013:
-        return (f"cannot connect to {where}: the server dropped the connection during login "
-                f"({message}); check source.port points at a MySQL server")
-    return (f"cannot connect to {where} as user `{cfg.user}`: {message} (error {code}); "
-            "check the source section of the config")
+        return (
+            f"cannot connect to {where}: the server dropped the connection during login "
+            f"({message}); check source.port points at a MySQL server"
+        )
+    return (
+        f"cannot connect to {where} as user `{cfg.user}`: {message} (error {code}); "
+        "check the source section of the config"
+    )

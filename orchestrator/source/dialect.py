@@ -93,7 +93,9 @@ class Dialect:
     def position_identity_sql(self) -> str:
         """`identity_sql` and, on MariaDB, the GTID set at a binlog position (``%s`` for file and
         position; NULL on MySQL): asked on the connection that read the position, right after it."""
-        return self.identity_sql + (", BINLOG_GTID_POS(%s, %s)" if self.flavor == "mariadb" else ", NULL")
+        return self.identity_sql + (
+            ", BINLOG_GTID_POS(%s, %s)" if self.flavor == "mariadb" else ", NULL"
+        )
 
     @property
     def binlog_monitor_privileges(self) -> frozenset[str]:

@@ -61,7 +61,9 @@ def run_checks(config: PipelineConfig, tables: list[str] | None = None) -> list[
 
 def _checks(config: PipelineConfig, tables: list[str] | None) -> tuple[list[Check], list[str]]:
     """`run_checks`, and the names of the tables checked."""
-    source = Source(config.source, config.resolve_password(), retry=transient_retry(attempts=3, max_wait=2.0))
+    source = Source(
+        config.source, config.resolve_password(), retry=transient_retry(attempts=3, max_wait=2.0)
+    )
     with source:
         try:
             checks = [_reachable(source)]
@@ -79,8 +81,9 @@ def _checks(config: PipelineConfig, tables: list[str] | None) -> tuple[list[Chec
         infos = tables_info(source, [t.name for t in selected])
         for table in selected:
             entry = config.tables[found.entry_index(table.name)]
-            checks += _table_checks(source, table, found.entry_index(table.name), infos.get(table.name),
-                                    entry.pattern)
+            checks += _table_checks(
+                source, table, found.entry_index(table.name), infos.get(table.name), entry.pattern
+            )
     return checks, [t.name for t in selected]
 
 
@@ -116,7 +119,10 @@ def doctor_command(config: PipelineConfig) -> int:
             checks += lake_checks(config, source, tables)
             try:
                 kept = [name for name, _ in source.binlogs()]
-            except (SourceNotReady, pymysql.err.MySQLError):  # binlog off or not visible: failed above
+            except (
+                SourceNotReady,
+                pymysql.err.MySQLError,
+            ):  # binlog off or not visible: failed above
                 kept = None
             if kept is not None:
                 checks += binlog_kept_checks(config, kept, source.identity())
@@ -125,15 +131,19 @@ def doctor_command(config: PipelineConfig) -> int:
         print(check.line())
     failed = [c for c in checks if not c.ok]
     if not failed:
-        print(f"doctor: all {len(checks)} checks passed; {config.source.host}:{config.source.port} "
-              f"is ready for pipeline {config.pipeline}")
+        print(
+            f"doctor: all {len(checks)} checks passed; {config.source.host}:{config.source.port} "
+            f"is ready for pipeline {config.pipeline}"
+        )
         return 0
     if failed[0].name == "reachable":
         print(f"tidemark: error: {failed[0].detail}", file=sys.stderr)
     else:
         names = ", ".join(c.name for c in failed)
-        print(f"tidemark: error: doctor: {len(failed)} of {len(checks)} checks failed: {names}",
-              file=sys.stderr)
+        print(
+            f"tidemark: error: doctor: {len(failed)} of {len(checks)} checks failed: {names}",
+            file=sys.stderr,
+        )
     return SourceNotReady.exit_code
 
 
@@ -142,8 +152,11 @@ def doctor_command(config: PipelineConfig) -> int:
 
 def _reachable(source: Source) -> Check:
     version = source.server_version()
-    return Check("reachable", True,
-                 f"{source.dialect.name} {version} at {source.address} as {source.current_user()}")
+    return Check(
+        "reachable",
+        True,
+        f"{source.dialect.name} {version} at {source.address} as {source.current_user()}",
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,38 +173,78 @@ class _Setting:
 
 
 def _dynamic_fix(name: str, value: str) -> str:
-    return (f"SET GLOBAL {name} = '{value}' and in my.cnf: {name} = {value} "
-            "(sessions already open keep the old value until they reconnect)")
+    return (
+        f"SET GLOBAL {name} = '{value}' and in my.cnf: {name} = {value} "
+        "(sessions already open keep the old value until they reconnect)"
+    )
 
 
 _SETTINGS = (
-    _Setting("log_bin", "ON", "in my.cnf set log_bin = binlog (with a server_id), then restart the server"),
+    _Setting(
+        "log_bin",
+        "ON",
+        "in my.cnf set log_bin = binlog (with a server_id), then restart the server",
+    ),
     _Setting("binlog_format", "ROW", _dynamic_fix("binlog_format", "ROW")),
     _Setting("binlog_row_image", "FULL", _dynamic_fix("binlog_row_image", "FULL")),
     # Without it a TABLE_MAP carries only types: a rename, a swap of two columns of one type, new
     # ENUM/SET labels or another charset are then seen only by the DDL statement, not the map.
-    _Setting("binlog_row_metadata", "FULL", _dynamic_fix("binlog_row_metadata", "FULL"),
-             optional=True, level="recommended",
-             why="with FULL each TABLE_MAP names the columns, their signedness, charsets and "
-                 "ENUM/SET labels, and Tidemark re-reads a table whose shape changed unseen"),
+    _Setting(
+        "binlog_row_metadata",
+        "FULL",
+        _dynamic_fix("binlog_row_metadata", "FULL"),
+        optional=True,
+        level="recommended",
+        why="with FULL each TABLE_MAP names the columns, their signedness, charsets and "
+        "ENUM/SET labels, and Tidemark re-reads a table whose shape changed unseen",
+    ),
     # Compressed events are decoded (orchestrator.binlog.compressed): reported, never a failure.
-    _Setting("log_bin_compress", "OFF", "", optional=True, level="info",
-             why="compressed events are decoded"),
-    _Setting("binlog_transaction_compression", "OFF", "", optional=True, level="info",
-             why="compressed transactions are decoded"),
+    _Setting(
+        "log_bin_compress",
+        "OFF",
+        "",
+        optional=True,
+        level="info",
+        why="compressed events are decoded",
+    ),
+    _Setting(
+        "binlog_transaction_compression",
+        "OFF",
+        "",
+        optional=True,
+        level="info",
+        why="compressed transactions are decoded",
+    ),
     # Positions carry the GTID set: a pipeline pointed at another server of the topology (a
     # failover, a new replica) goes on by GTID (orchestrator.source.failover), else re-reads.
-    _Setting("gtid_mode", "ON", "set gtid_mode = ON step by step (OFF_PERMISSIVE, ON_PERMISSIVE, ON) "
-             "with enforce_gtid_consistency = ON", optional=True, level="recommended",
-             why="positions then carry GTID sets, and a pipeline pointed at another server of the "
-                 "topology (a failover) goes on by GTID instead of reading every table again"),
-    _Setting("gtid_strict_mode", "ON", _dynamic_fix("gtid_strict_mode", "ON"), optional=True,
-             level="recommended", why="GTID sequence numbers then only grow within a domain, "
-                                      "which following a failover by GTID relies on"),
-    _Setting("log_slave_updates", "ON", "in my.cnf set log_slave_updates = ON, then restart the server",
-             optional=True, level="recommended",
-             why="a replica then writes what it replicates to its binlog: needed to read a replica, "
-                 "and for a failover to this server to go on by GTID"),
+    _Setting(
+        "gtid_mode",
+        "ON",
+        "set gtid_mode = ON step by step (OFF_PERMISSIVE, ON_PERMISSIVE, ON) "
+        "with enforce_gtid_consistency = ON",
+        optional=True,
+        level="recommended",
+        why="positions then carry GTID sets, and a pipeline pointed at another server of the "
+        "topology (a failover) goes on by GTID instead of reading every table again",
+    ),
+    _Setting(
+        "gtid_strict_mode",
+        "ON",
+        _dynamic_fix("gtid_strict_mode", "ON"),
+        optional=True,
+        level="recommended",
+        why="GTID sequence numbers then only grow within a domain, "
+        "which following a failover by GTID relies on",
+    ),
+    _Setting(
+        "log_slave_updates",
+        "ON",
+        "in my.cnf set log_slave_updates = ON, then restart the server",
+        optional=True,
+        level="recommended",
+        why="a replica then writes what it replicates to its binlog: needed to read a replica, "
+        "and for a failover to this server to go on by GTID",
+    ),
 )
 
 
@@ -207,21 +260,32 @@ def _binlog_filters(source: Source) -> list[Check]:
     try:  # SHOW MASTER STATUS, or SHOW BINARY LOG STATUS (MySQL 8.4): the same columns on both
         status = source.binlog_status()
     except pymysql.err.MySQLError as exc:  # no REPLICATION CLIENT: the privilege check fails it
-        return [Check("binlog filters", True, f"not checked: {source.dialect.binlog_status_sql} "
-                                              f"was refused ({exc.args[-1]})")]
+        return [
+            Check(
+                "binlog filters",
+                True,
+                f"not checked: {source.dialect.binlog_status_sql} was refused ({exc.args[-1]})",
+            )
+        ]
     checks, shows = [], source.dialect.binlog_status_sql
     for name in ("binlog_do_db", "binlog_ignore_db"):
         value = str(status.get(name) or "")
         if not value:
-            checks.append(Check(name, True, f"{name}: not set" if status else f"{name}: the binlog is off"))
+            checks.append(
+                Check(name, True, f"{name}: not set" if status else f"{name}: the binlog is off")
+            )
             continue
-        checks.append(Check(
-            name, False,
-            f"{name} = {value}; Tidemark needs every statement in the binlog: the server leaves out "
-            "a statement issued from a filtered default database (USE other; TRUNCATE TABLE db.t), "
-            "whatever table it changes, and the lake would keep the old rows",
-            f"remove every {name} ({name.replace('_', '-')}) line from my.cnf and restart the "
-            f"server ({shows} then shows {name} empty)"))
+        checks.append(
+            Check(
+                name,
+                False,
+                f"{name} = {value}; Tidemark needs every statement in the binlog: the server leaves out "
+                "a statement issued from a filtered default database (USE other; TRUNCATE TABLE db.t), "
+                "whatever table it changes, and the lake would keep the old rows",
+                f"remove every {name} ({name.replace('_', '-')}) line from my.cnf and restart the "
+                f"server ({shows} then shows {name} empty)",
+            )
+        )
     return checks
 
 
@@ -235,11 +299,15 @@ def _setting_check(setting: _Setting, value: str | None) -> Check:
         case "info":
             return Check(name, True, f"{name} = {value} ({setting.why})")
         case "recommended":
-            return Check(name, True, f"{name} = {value}; {setting.wanted} is recommended: "
-                                     f"{setting.why} ({setting.fix})")
+            return Check(
+                name,
+                True,
+                f"{name} = {value}; {setting.wanted} is recommended: {setting.why} ({setting.fix})",
+            )
         case "required":
-            return Check(name, False, f"{name} = {value}; Tidemark needs {setting.wanted}",
-                         setting.fix)
+            return Check(
+                name, False, f"{name} = {value}; Tidemark needs {setting.wanted}", setting.fix
+            )
 
 
 def _duration(seconds: float) -> str:
@@ -268,64 +336,102 @@ def _retention(source: Source, expected_hours: float) -> Check:
         retention, setting = days * 86400, f"expire_logs_days = {days:g}"
     else:
         name = "binlog_expire_logs_seconds" if has_seconds else "expire_logs_days"
-        return Check("binlog retention", True,
-                     f"{name} = 0: binlogs are kept until purged by hand, nothing expires mid-run")
+        return Check(
+            "binlog retention",
+            True,
+            f"{name} = 0: binlogs are kept until purged by hand, nothing expires mid-run",
+        )
     needed = expected_hours * 3600
     if retention >= needed:
-        return Check("binlog retention", True,
-                     f"binlogs expire after {_duration(retention)} ({setting}); "
-                     f"a run is expected to take {_duration(needed)}")
+        return Check(
+            "binlog retention",
+            True,
+            f"binlogs expire after {_duration(retention)} ({setting}); "
+            f"a run is expected to take {_duration(needed)}",
+        )
     suggest = max(math.ceil(2 * needed / 3600) * 3600, 86400)
     if has_seconds:
-        fix = (f"SET GLOBAL binlog_expire_logs_seconds = {suggest} and in my.cnf: "
-               f"binlog_expire_logs_seconds = {suggest}")
+        fix = (
+            f"SET GLOBAL binlog_expire_logs_seconds = {suggest} and in my.cnf: "
+            f"binlog_expire_logs_seconds = {suggest}"
+        )
     else:
-        fix = (f"SET GLOBAL expire_logs_days = {math.ceil(suggest / 86400)} and in my.cnf: "
-               f"expire_logs_days = {math.ceil(suggest / 86400)}")
-    return Check("binlog retention", False,
-                 f"binlogs expire after {_duration(retention)} ({setting}), shorter than a run is "
-                 f"expected to take ({_duration(needed)}, defaults.expected_run_hours); the binlog a "
-                 "run needs could be purged before it is read",
-                 f"{fix}; or lower defaults.expected_run_hours if runs are shorter")
+        fix = (
+            f"SET GLOBAL expire_logs_days = {math.ceil(suggest / 86400)} and in my.cnf: "
+            f"expire_logs_days = {math.ceil(suggest / 86400)}"
+        )
+    return Check(
+        "binlog retention",
+        False,
+        f"binlogs expire after {_duration(retention)} ({setting}), shorter than a run is "
+        f"expected to take ({_duration(needed)}, defaults.expected_run_hours); the binlog a "
+        "run needs could be purged before it is read",
+        f"{fix}; or lower defaults.expected_run_hours if runs are shorter",
+    )
 
 
 def _server_id(source: Source, replica_id: int) -> Check:
     own = source.variables("server_id")["server_id"]
     if own is not None and int(own) == replica_id:
-        return Check("server_id", False,
-                     f"source.server_id {replica_id} is the server's own server_id; "
-                     "the server refuses a binlog reader with its own id",
-                     "set source.server_id to a number no server or replica in the topology uses")
+        return Check(
+            "server_id",
+            False,
+            f"source.server_id {replica_id} is the server's own server_id; "
+            "the server refuses a binlog reader with its own id",
+            "set source.server_id to a number no server or replica in the topology uses",
+        )
     return Check("server_id", True, f"source.server_id {replica_id} (the server's is {own})")
 
 
 # --------------------------------------------------------------------------- tables
 
 
-def _table_checks(source: Source, table: TableConfig, index: int, info: TableInfo | None,
-                  pattern: bool) -> list[Check]:
-    return [replace(c, tables=(table.name,)) for c in _one_table_checks(source, table, index, info, pattern)]
+def _table_checks(
+    source: Source, table: TableConfig, index: int, info: TableInfo | None, pattern: bool
+) -> list[Check]:
+    return [
+        replace(c, tables=(table.name,))
+        for c in _one_table_checks(source, table, index, info, pattern)
+    ]
 
 
-def _one_table_checks(source: Source, table: TableConfig, index: int, info: TableInfo | None,
-                      pattern: bool) -> list[Check]:
+def _one_table_checks(
+    source: Source, table: TableConfig, index: int, info: TableInfo | None, pattern: bool
+) -> list[Check]:
     if info is None:
-        return [Check(f"table {table.name}", False,
-                      f"table {table.name} does not exist on {source.address} "
-                      f"(as seen by user `{source.config.user}`)",
-                      f"check tables[{index}].name, and that the user has SELECT on the table")]
-    return [Check(f"table {table.name}", True,
-                  f"{len(info.columns)} columns, about {info.row_estimate} rows, engine {info.engine}"),
-            chunk_key_check(table, index, info, pattern=pattern, time_zone=source.config.time_zone),
-            _types(info, index, pattern), _column_names(info, index, pattern)]
+        return [
+            Check(
+                f"table {table.name}",
+                False,
+                f"table {table.name} does not exist on {source.address} "
+                f"(as seen by user `{source.config.user}`)",
+                f"check tables[{index}].name, and that the user has SELECT on the table",
+            )
+        ]
+    return [
+        Check(
+            f"table {table.name}",
+            True,
+            f"{len(info.columns)} columns, about {info.row_estimate} rows, engine {info.engine}",
+        ),
+        chunk_key_check(table, index, info, pattern=pattern, time_zone=source.config.time_zone),
+        _types(info, index, pattern),
+        _column_names(info, index, pattern),
+    ]
 
 
 def _cols(key: Iterable[str]) -> str:
     return "(" + ", ".join(key) + ")"
 
 
-def chunk_key_check(table: TableConfig, index: int, info: TableInfo, *, pattern: bool = False,
-                    time_zone: str = "+00:00") -> Check:
+def chunk_key_check(
+    table: TableConfig,
+    index: int,
+    info: TableInfo,
+    *,
+    pattern: bool = False,
+    time_zone: str = "+00:00",
+) -> Check:
     """The table's chunk key, chosen by the planner's own rule (`choose_chunk_key`).
 
     Args:
@@ -340,8 +446,11 @@ def chunk_key_check(table: TableConfig, index: int, info: TableInfo, *, pattern:
     try:
         key = choose_chunk_key(table, info, time_zone)
     except ConfigError as exc:
-        fix = (f"give {table.name} an entry of its own with a chunk_key, or add it to tables[{index}].exclude"
-               if pattern else f"{'change' if table.chunk_key else 'set'} {setting}")
+        fix = (
+            f"give {table.name} an entry of its own with a chunk_key, or add it to tables[{index}].exclude"
+            if pattern
+            else f"{'change' if table.chunk_key else 'set'} {setting}"
+        )
         return Check(name, False, str(exc), fix)
     except SourceNotReady as exc:
         return Check(name, False, str(exc), _exclude_fix(table, index) if pattern else "")
@@ -362,9 +471,17 @@ def _types(info: TableInfo, index: int, pattern: bool) -> Check:
         except UnsupportedType as exc:
             problems.append(str(exc).split(";")[0])
     if problems:
-        fix = (f"add {info.name} to tables[{index}].exclude" if pattern else "leave the table out of the pipeline")
-        return Check(f"types {info.name}", False, f"{info.name}: " + "; ".join(problems),
-                     f"{fix}, or change the column to a mappable type")
+        fix = (
+            f"add {info.name} to tables[{index}].exclude"
+            if pattern
+            else "leave the table out of the pipeline"
+        )
+        return Check(
+            f"types {info.name}",
+            False,
+            f"{info.name}: " + "; ".join(problems),
+            f"{fix}, or change the column to a mappable type",
+        )
     return Check(f"types {info.name}", True, f"all {len(info.columns)} column types map to Arrow")
 
 
@@ -374,5 +491,11 @@ def _column_names(info: TableInfo, index: int, pattern: bool) -> Check:
     problem = reserved_columns(info)
     if problem is None:
         return Check(f"column names {info.name}", True, f"none starts with {RESERVED_PREFIX}")
-    return Check(f"column names {info.name}", False, problem,
-                 f"add {info.name} to tables[{index}].exclude to leave it out of the pattern" if pattern else "")
+    return Check(
+        f"column names {info.name}",
+        False,
+        problem,
+        f"add {info.name} to tables[{index}].exclude to leave it out of the pattern"
+        if pattern
+        else "",
+    )

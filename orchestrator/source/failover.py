@@ -72,8 +72,10 @@ class Placement:
                 return f"{at} is the source's own"
             case "moved":
                 assert self.position is not None
-                return (f"{at}: {self.reason}; its GTID set {self.recorded.gtid_set} is "
-                        f"{self.position} there: going on from it, no table re-read")
+                return (
+                    f"{at}: {self.reason}; its GTID set {self.recorded.gtid_set} is "
+                    f"{self.position} there: going on from it, no table re-read"
+                )
             case "lost":
                 return f"{at}: {self.reason}; cannot go on from it: {self.failure}"
 
@@ -112,22 +114,33 @@ class Follower:
         if dialect.gtid_position_sql is not None:
             here = self.source.query(dialect.gtid_position_sql, (position.file, position.pos))[0][0]
             if here is None or not same_set(str(here), position.gtid_set, dialect.flavor):
-                return (f"the binlog of the source {self.source.address} ({self.identity}) is at GTID "
-                        f"set {here or '(none)'} there, not {position.gtid_set} as recorded: its "
-                        "binlog was reset, or it is another server's")
+                return (
+                    f"the binlog of the source {self.source.address} ({self.identity}) is at GTID "
+                    f"set {here or '(none)'} there, not {position.gtid_set} as recorded: its "
+                    "binlog was reset, or it is another server's"
+                )
             return None
-        subset = self.source.query("SELECT GTID_SUBSET(%s, @@global.gtid_executed)",
-                                   (position.gtid_set,))[0][0]
+        subset = self.source.query(
+            "SELECT GTID_SUBSET(%s, @@global.gtid_executed)", (position.gtid_set,)
+        )[0][0]
         if not int(subset or 0):
-            return (f"the source {self.source.address} ({self.identity}) has not executed GTID set "
-                    f"{position.gtid_set}, recorded with it: its binlog was reset, or it is another "
-                    "server's")
+            return (
+                f"the source {self.source.address} ({self.identity}) has not executed GTID set "
+                f"{position.gtid_set}, recorded with it: its binlog was reset, or it is another "
+                "server's"
+            )
         return None
 
     def place(self, position: BinlogPosition) -> Placement:
         """Where ``position`` is on the source (logged once per distinct position)."""
-        key = (position.file, position.pos, position.row, position.server_id, position.server_uuid,
-               position.gtid_set)
+        key = (
+            position.file,
+            position.pos,
+            position.row,
+            position.server_id,
+            position.server_uuid,
+            position.gtid_set,
+        )
         if key not in self._placed:
             self._placed[key] = placement = self._place(position)
             if placement.how == "moved":
@@ -159,21 +172,32 @@ class Follower:
                 return now
         found = self._first_place(gtid_set)
         if found is None:
-            return f"the binlog of {self.source.address} ended before GTID set {gtid_set} was reached"
+            return (
+                f"the binlog of {self.source.address} ended before GTID set {gtid_set} was reached"
+            )
         file, pos = found
         if dialect.gtid_position_sql is None:
             return BinlogPosition(file, pos).on(self.identity, gtid_set)
         here = self.source.query(dialect.gtid_position_sql, (file, pos))[0][0]
         if here is None or not mariadb_covers(parse_mariadb(gtid_set), parse_mariadb(str(here))):
-            return (f"the binlog of {self.source.address} at {file}:{pos}, where GTID set {gtid_set} "
-                    f"ends, is at GTID set {here or '(none)'}, which holds transactions outside it")
+            return (
+                f"the binlog of {self.source.address} at {file}:{pos}, where GTID set {gtid_set} "
+                f"ends, is at GTID set {here or '(none)'}, which holds transactions outside it"
+            )
         return BinlogPosition(file, pos).on(self.identity, str(here) or None)
 
     def _first_place(self, gtid_set: str) -> tuple[str, int] | None:
         """``(file, pos)`` where a GTID dump from ``gtid_set`` starts sending, or None at the end."""
         source = self.config.source
-        stream = DumpStream(connect, dump_settings(source, self.config.resolve_password()),
-                            source.server_id, "", 4, self.source.address, gtid=gtid_set)
+        stream = DumpStream(
+            connect,
+            dump_settings(source, self.config.resolve_password()),
+            source.server_id,
+            "",
+            4,
+            self.source.address,
+            gtid=gtid_set,
+        )
         file = ""
         try:
             for packet in stream:
@@ -190,7 +214,6 @@ class Follower:
             stream.close()
 
 
-
 def moved_run(follower: Follower, store: StateStore, run: RunRecord) -> str | None:
     """Why the unfinished ``run``'s positions are not the source's (its ``P0`` - also by
     GTID set, `Follower.foreign` - then any other it recorded: ``H``, the capture's
@@ -203,6 +226,8 @@ def moved_run(follower: Follower, store: StateStore, run: RunRecord) -> str | No
         if reason is not None:
             return f"its start position {BinlogPosition.from_json(run.start_position)} is not the source's: {reason}"
     for data in recorded:
-        if data is not None and (reason := follower.foreign(BinlogPosition.from_json(data), history=False)):
+        if data is not None and (
+            reason := follower.foreign(BinlogPosition.from_json(data), history=False)
+        ):
             return f"its position {BinlogPosition.from_json(data)} is not the source's: {reason}"
     return None

@@ -68,7 +68,7 @@ def parse_grant(line: str) -> Grant | None:
     """
     if not line.upper().startswith("GRANT "):
         return None
-    head = _split_top(line[len("GRANT "):], " TO ")[0]
+    head = _split_top(line[len("GRANT ") :], " TO ")[0]
     parts = _split_top(head, " ON ")
     if len(parts) != 2:
         return None
@@ -96,8 +96,12 @@ def _like(pattern: str, name: str) -> bool:
     return re.fullmatch(regex, name, flags=re.DOTALL) is not None
 
 
-def allows(grants: Iterable[Grant], wanted: Iterable[str], database: str | None = None,
-           table: str | None = None) -> bool:
+def allows(
+    grants: Iterable[Grant],
+    wanted: Iterable[str],
+    database: str | None = None,
+    table: str | None = None,
+) -> bool:
     """Whether the grants give one of ``wanted`` on ``database.table`` (globally when None).
 
     ``ALL`` / ``ALL PRIVILEGES`` count at any level they cover.
@@ -120,7 +124,9 @@ def _grant_lines(source: Source) -> list[str]:
     if not source.dialect.grants_include_active_roles:  # MySQL: only when asked USING the roles
         roles = source.query("SELECT CURRENT_ROLE()")[0][0]
         if roles and str(roles) != "NONE":
-            lines = [str(r[0]) for r in source.query(f"SHOW GRANTS FOR CURRENT_USER() USING {roles}")]
+            lines = [
+                str(r[0]) for r in source.query(f"SHOW GRANTS FOR CURRENT_USER() USING {roles}")
+            ]
     return lines
 
 
@@ -137,22 +143,43 @@ def privilege_checks(source: Source, tables: Iterable[TableConfig]) -> list[Chec
     checks = []
     for name, accepted, why in (
         ("REPLICATION SLAVE", frozenset({"REPLICATION SLAVE"}), "to read the binlog"),
-        ("REPLICATION CLIENT", dialect.binlog_monitor_privileges,
-         f"to read binlog positions ({dialect.binlog_status_sql}, SHOW BINARY LOGS)"),
+        (
+            "REPLICATION CLIENT",
+            dialect.binlog_monitor_privileges,
+            f"to read binlog positions ({dialect.binlog_status_sql}, SHOW BINARY LOGS)",
+        ),
     ):
         if allows(grants, accepted):
             checks.append(Check(f"privilege {name}", True, f"{account} has {name}"))
         else:
-            checks.append(Check(f"privilege {name}", False, f"{account} lacks {name}, needed {why}",
-                                f"GRANT {name} ON *.* TO {account}"))
+            checks.append(
+                Check(
+                    f"privilege {name}",
+                    False,
+                    f"{account} lacks {name}, needed {why}",
+                    f"GRANT {name} ON *.* TO {account}",
+                )
+            )
     tables = list(tables)
     missing = [t for t in tables if not allows(grants, {"SELECT"}, t.database, t.table)]
     if missing:
         names = ", ".join(t.name for t in missing)
-        fix = "; ".join(f"GRANT SELECT ON {quote_identifier(t.database)}.{quote_identifier(t.table)} "
-                        f"TO {account}" for t in missing)
-        checks.append(Check("privilege SELECT", False, f"{account} lacks SELECT on {names}", fix,
-                            tuple(t.name for t in missing)))
+        fix = "; ".join(
+            f"GRANT SELECT ON {quote_identifier(t.database)}.{quote_identifier(t.table)} "
+            f"TO {account}"
+            for t in missing
+        )
+        checks.append(
+            Check(
+                "privilege SELECT",
+                False,
+                f"{account} lacks SELECT on {names}",
+                fix,
+                tuple(t.name for t in missing),
+            )
+        )
     else:
-        checks.append(Check("privilege SELECT", True, f"{account} has SELECT on all {len(tables)} table(s)"))
+        checks.append(
+            Check("privilege SELECT", True, f"{account} has SELECT on all {len(tables)} table(s)")
+        )
     return checks

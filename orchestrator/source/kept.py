@@ -29,8 +29,10 @@ class Need:
 
 def needs(store: StateStore, pipeline: str) -> list[Need]:
     """Every position the pipeline's state will read the binlog from."""
-    out = [Need(cp.table, BinlogPosition.from_json(cp.position), f"published version {cp.version}")
-           for cp in store.table_checkpoints(pipeline)]
+    out = [
+        Need(cp.table, BinlogPosition.from_json(cp.position), f"published version {cp.version}")
+        for cp in store.table_checkpoints(pipeline)
+    ]
     run = store.unfinished_run(pipeline)
     if run is None:
         return out
@@ -42,11 +44,19 @@ def needs(store: StateStore, pipeline: str) -> list[Need]:
         if start is None:
             start = run.start_position
         if start:
-            out.append(Need(record.table, BinlogPosition.from_json(start), f"run {run.run_id} ({run.status})"))
+            out.append(
+                Need(
+                    record.table,
+                    BinlogPosition.from_json(start),
+                    f"run {run.run_id} ({run.status})",
+                )
+            )
     return out
 
 
-def purged(all_needs: list[Need], binlogs: list[str], server: ServerIdentity | None = None) -> list[Need]:
+def purged(
+    all_needs: list[Need], binlogs: list[str], server: ServerIdentity | None = None
+) -> list[Need]:
     """The needs whose binlog file is older than the oldest the server keeps (those recorded on
     another server than ``server`` aside).
 
@@ -59,11 +69,17 @@ def purged(all_needs: list[Need], binlogs: list[str], server: ServerIdentity | N
     if not binlogs:
         return []
     oldest = min(file_index(name) for name in binlogs)
-    return [n for n in all_needs if file_index(n.position.file) < oldest
-            and (server is None or server.wrote(n.position) is not False)]
+    return [
+        n
+        for n in all_needs
+        if file_index(n.position.file) < oldest
+        and (server is None or server.wrote(n.position) is not False)
+    ]
 
 
-def binlog_kept_checks(config: PipelineConfig, binlogs: list[str], server: ServerIdentity) -> list[Check]:
+def binlog_kept_checks(
+    config: PipelineConfig, binlogs: list[str], server: ServerIdentity
+) -> list[Check]:
     """One check per table whose needed binlog is gone (one passing check when none is).
 
     Args:
@@ -77,13 +93,24 @@ def binlog_kept_checks(config: PipelineConfig, binlogs: list[str], server: Serve
     finally:
         store.close()
     if not gone:
-        return [Check("binlog kept", True, "every position the state store goes on from is still on the server")]
+        return [
+            Check(
+                "binlog kept",
+                True,
+                "every position the state store goes on from is still on the server",
+            )
+        ]
     oldest = min(binlogs, key=file_index)
     rerun = f"tidemark run --config {config.path}" if config.path else "tidemark run"
-    return [Check(f"binlog kept {n.table}", False,
-                  f"{n.who} needs the binlog from {n.position}, but {n.position.file} was purged "
-                  f"(the oldest kept is {oldest}): the table needs a re-read",
-                  f"`{rerun}` reads it again from the source (or start it afresh: "
-                  f"`{rerun} --table {n.table} --snapshot`); keep binlogs longer "
-                  "(binlog_expire_logs_seconds)")
-            for n in gone]
+    return [
+        Check(
+            f"binlog kept {n.table}",
+            False,
+            f"{n.who} needs the binlog from {n.position}, but {n.position.file} was purged "
+            f"(the oldest kept is {oldest}): the table needs a re-read",
+            f"`{rerun}` reads it again from the source (or start it afresh: "
+            f"`{rerun} --table {n.table} --snapshot`); keep binlogs longer "
+            "(binlog_expire_logs_seconds)",
+        )
+        for n in gone
+    ]

@@ -26,8 +26,9 @@ BULK_FROM = 20
 #: Names per ``IN (...)`` list of one query.
 IN_LIST = 1000
 
-_TABLES_SQL = ("SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES "
-               "WHERE TABLE_TYPE = 'BASE TABLE'")
+_TABLES_SQL = (
+    "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = 'BASE TABLE'"
+)
 
 
 def folds_names(source: Source) -> bool:
@@ -79,9 +80,12 @@ def table_set(config: PipelineConfig, source: Source) -> TableSet:
 _BULK_TABLES = "SELECT TABLE_SCHEMA, TABLE_NAME, TABLE_ROWS, ENGINE FROM information_schema.TABLES"
 _BULK_COLUMNS = (
     "SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE, NUMERIC_PRECISION,"
-    " NUMERIC_SCALE, DATETIME_PRECISION, CHARACTER_SET_NAME, COLLATION_NAME FROM information_schema.COLUMNS")
-_BULK_INDEXES = ("SELECT TABLE_SCHEMA, TABLE_NAME, INDEX_NAME, NON_UNIQUE, COLUMN_NAME, SUB_PART"
-                 " FROM information_schema.STATISTICS")
+    " NUMERIC_SCALE, DATETIME_PRECISION, CHARACTER_SET_NAME, COLLATION_NAME FROM information_schema.COLUMNS"
+)
+_BULK_INDEXES = (
+    "SELECT TABLE_SCHEMA, TABLE_NAME, INDEX_NAME, NON_UNIQUE, COLUMN_NAME, SUB_PART"
+    " FROM information_schema.STATISTICS"
+)
 
 
 def tables_info(source: Source, names: Sequence[str]) -> dict[str, TableInfo]:
@@ -94,9 +98,12 @@ def tables_info(source: Source, names: Sequence[str]) -> dict[str, TableInfo]:
                 found[name] = source.table_info(name)
         return found
     tables = _grouped(source, _BULK_TABLES, "", names)
-    columns = _grouped(source, _BULK_COLUMNS, " ORDER BY TABLE_SCHEMA, TABLE_NAME, ORDINAL_POSITION", names)
-    indexes = _grouped(source, _BULK_INDEXES, " ORDER BY TABLE_SCHEMA, TABLE_NAME, INDEX_NAME, SEQ_IN_INDEX",
-                       names)
+    columns = _grouped(
+        source, _BULK_COLUMNS, " ORDER BY TABLE_SCHEMA, TABLE_NAME, ORDINAL_POSITION", names
+    )
+    indexes = _grouped(
+        source, _BULK_INDEXES, " ORDER BY TABLE_SCHEMA, TABLE_NAME, INDEX_NAME, SEQ_IN_INDEX", names
+    )
     out: dict[str, TableInfo] = {}
     for name in names:
         key = _key_of(name, tables)
@@ -104,12 +111,15 @@ def tables_info(source: Source, names: Sequence[str]) -> dict[str, TableInfo]:
             continue
         rows, engine = tables[key][0]
         database, _, table = name.partition(".")
-        out[name] = shaped(database, table, columns.get(key, []), indexes.get(key, []), rows, engine)
+        out[name] = shaped(
+            database, table, columns.get(key, []), indexes.get(key, []), rows, engine
+        )
     return out
 
 
-def _grouped(source: Source, sql: str, order: str, names: Sequence[str]
-             ) -> dict[tuple[str, str], list[tuple[Any, ...]]]:
+def _grouped(
+    source: Source, sql: str, order: str, names: Sequence[str]
+) -> dict[tuple[str, str], list[tuple[Any, ...]]]:
     """The rows of ``sql`` for the tables of ``names``, by (schema, table), the first two columns
     dropped; the databases and tables are asked with ``IN`` lists, the pairs filtered here."""
     wanted = {_pair(n) for n in names} | {_pair(n.lower()) for n in names}
@@ -120,7 +130,7 @@ def _grouped(source: Source, sql: str, order: str, names: Sequence[str]
     out: dict[tuple[str, str], list[tuple[Any, ...]]] = {}
     for database, tables in by_db.items():
         for start in range(0, len(tables), IN_LIST):
-            part = tables[start:start + IN_LIST]
+            part = tables[start : start + IN_LIST]
             marks = ", ".join(["%s"] * len(part))
             query = f"{sql} WHERE TABLE_SCHEMA = %s AND TABLE_NAME IN ({marks}){order}"
             for row in source.query(query, [database, *part]):
@@ -130,7 +140,9 @@ def _grouped(source: Source, sql: str, order: str, names: Sequence[str]
     return out
 
 
-def _key_of(name: str, tables: dict[tuple[str, str], list[tuple[Any, ...]]]) -> tuple[str, str] | None:
+def _key_of(
+    name: str, tables: dict[tuple[str, str], list[tuple[Any, ...]]]
+) -> tuple[str, str] | None:
     """The (schema, table) the server reported for ``name``: the same spelling, else the one table
     whose name differs only in case (a server comparing names without case)."""
     exact = _pair(name)
@@ -147,4 +159,3 @@ def _pair(name: str) -> tuple[str, str]:
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
-

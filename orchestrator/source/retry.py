@@ -25,24 +25,31 @@ from orchestrator.errors import BinlogConnectionLost, TransientReadError, first_
 log = logging.getLogger(__name__)
 
 #: Client and server error codes meaning the connection is gone (or not there yet).
-CONNECTION_ERRORS: frozenset[int] = frozenset({
-    2002,  # CR_CONNECTION_ERROR: can't connect through the socket
-    2003,  # CR_CONN_HOST_ERROR: can't connect to the server (refused, unreachable)
-    2006,  # CR_SERVER_GONE_ERROR: server has gone away
-    2013,  # CR_SERVER_LOST: lost connection during query
-    2055,  # CR_SERVER_LOST_EXTENDED
-    1053,  # ER_SERVER_SHUTDOWN: server shutdown in progress
-    1158, 1159, 1160, 1161,  # ER_NET_READ_ERROR / READ_INTERRUPTED / ERROR_ON_WRITE / WRITE_INTERRUPTED
-    1927,  # ER_CONNECTION_KILLED (MariaDB)
-    4031,  # ER_CLIENT_INTERACTION_TIMEOUT (MySQL 8): disconnected for inactivity
-})
+CONNECTION_ERRORS: frozenset[int] = frozenset(
+    {
+        2002,  # CR_CONNECTION_ERROR: can't connect through the socket
+        2003,  # CR_CONN_HOST_ERROR: can't connect to the server (refused, unreachable)
+        2006,  # CR_SERVER_GONE_ERROR: server has gone away
+        2013,  # CR_SERVER_LOST: lost connection during query
+        2055,  # CR_SERVER_LOST_EXTENDED
+        1053,  # ER_SERVER_SHUTDOWN: server shutdown in progress
+        1158,
+        1159,
+        1160,
+        1161,  # ER_NET_READ_ERROR / READ_INTERRUPTED / ERROR_ON_WRITE / WRITE_INTERRUPTED
+        1927,  # ER_CONNECTION_KILLED (MariaDB)
+        4031,  # ER_CLIENT_INTERACTION_TIMEOUT (MySQL 8): disconnected for inactivity
+    }
+)
 
 #: Errors worth another try on the same or a new connection.
-TRANSIENT_ERRORS: frozenset[int] = CONNECTION_ERRORS | frozenset({
-    1040,  # ER_CON_COUNT_ERROR: too many connections
-    1205,  # ER_LOCK_WAIT_TIMEOUT
-    1213,  # ER_LOCK_DEADLOCK
-})
+TRANSIENT_ERRORS: frozenset[int] = CONNECTION_ERRORS | frozenset(
+    {
+        1040,  # ER_CON_COUNT_ERROR: too many connections
+        1205,  # ER_LOCK_WAIT_TIMEOUT
+        1213,  # ER_LOCK_DEADLOCK
+    }
+)
 
 
 def error_code(exc: BaseException) -> int | None:
@@ -114,7 +121,9 @@ def _log_retry(state: tenacity.RetryCallState) -> None:
     log.warning("source: %s; retrying in %.1fs (attempt %d)", exc, wait, state.attempt_number + 1)
 
 
-def transient_retry(attempts: int = 5, max_wait: float = 10.0, initial_wait: float = 0.5) -> tenacity.Retrying:
+def transient_retry(
+    attempts: int = 5, max_wait: float = 10.0, initial_wait: float = 0.5
+) -> tenacity.Retrying:
     """The default policy: exponential backoff with jitter, transient errors only.
 
     The last error is re-raised as itself (not wrapped in ``tenacity.RetryError``).
@@ -129,17 +138,21 @@ def transient_retry(attempts: int = 5, max_wait: float = 10.0, initial_wait: flo
     """
     return tenacity.Retrying(
         stop=tenacity.stop_after_attempt(attempts),
-        wait=tenacity.wait_exponential_jitter(initial=initial_wait, max=max_wait, jitter=initial_wait),
+        wait=tenacity.wait_exponential_jitter(
+            initial=initial_wait, max=max_wait, jitter=initial_wait
+        ),
         retry=tenacity.retry_if_exception(is_transient),
         before_sleep=_log_retry,
         reraise=True,
     )
 
 
-def _backing_off(attempts: int, retry: tenacity.retry_base,
-                 message: Callable[[BaseException, float, int], str]) -> tenacity.Retrying:
+def _backing_off(
+    attempts: int, retry: tenacity.retry_base, message: Callable[[BaseException, float, int], str]
+) -> tenacity.Retrying:
     """Up to ``attempts`` tries while ``retry`` holds, backing off 2, 4, 8 ... up to 30 seconds;
     before each sleep a warning ``message(error, wait, retry number)``."""
+
     def log_retry(state: tenacity.RetryCallState) -> None:
         outcome = state.outcome
         exc = outcome.exception() if outcome is not None else None
@@ -162,12 +175,17 @@ def read_retry(attempts: int, what: str) -> tenacity.Retrying:
     >>> read_retry(3, "batch 0").stop.max_attempt_number
     3
     """
-    return _backing_off(attempts, tenacity.retry_if_exception_type(TransientReadError),
-                        lambda exc, wait, n: f"{what}: {first_line(exc)}; retry {n}/{attempts - 1} in {wait:.0f}s")
+    return _backing_off(
+        attempts,
+        tenacity.retry_if_exception_type(TransientReadError),
+        lambda exc, wait, n: f"{what}: {first_line(exc)}; retry {n}/{attempts - 1} in {wait:.0f}s",
+    )
 
 
 def _binlog_lost(exc: BaseException) -> bool:
-    return isinstance(exc, BinlogConnectionLost) or (is_connection_lost(exc) and not is_timeout(exc))
+    return isinstance(exc, BinlogConnectionLost) or (
+        is_connection_lost(exc) and not is_timeout(exc)
+    )
 
 
 def binlog_retry(attempts: int = 4) -> tenacity.Retrying:
@@ -179,6 +197,11 @@ def binlog_retry(attempts: int = 4) -> tenacity.Retrying:
     >>> binlog_retry().stop.max_attempt_number
     4
     """
-    return _backing_off(attempts, tenacity.retry_if_exception(_binlog_lost),
-                        lambda exc, wait, n: f"capture: {first_line(exc)}; reconnecting in {wait:.0f}s "
-                                             f"(retry {n}/{attempts - 1}), from the last checkpoint")
+    return _backing_off(
+        attempts,
+        tenacity.retry_if_exception(_binlog_lost),
+        lambda exc, wait, n: (
+            f"capture: {first_line(exc)}; reconnecting in {wait:.0f}s "
+            f"(retry {n}/{attempts - 1}), from the last checkpoint"
+        ),
+    )

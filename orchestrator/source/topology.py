@@ -26,17 +26,24 @@ from orchestrator.state.store import StateStore
 
 def replica_check(source: Source) -> Check:
     """Fails for a server that replicates without writing what it replicates to its binlog."""
-    running = dict((str(k), str(v)) for k, v in source.query("SHOW GLOBAL STATUS LIKE 'Slaves_running'"))
+    running = dict(
+        (str(k), str(v)) for k, v in source.query("SHOW GLOBAL STATUS LIKE 'Slaves_running'")
+    )
     updates = source.variables("log_slave_updates")["log_slave_updates"]
     replicating = int(running.get("Slaves_running", "0") or 0)
     if replicating and (updates or "").upper() != "ON":
-        return Check("replica binlog", False,
-                     f"{source.address} is a replica (Slaves_running = {replicating}) with "
-                     "log_slave_updates = OFF: what it replicates is not in its binlog, so Tidemark "
-                     "would miss its primary's changes",
-                     "set log_slave_updates = ON in my.cnf and restart the replica, or point the "
-                     "pipeline at the primary")
-    what = f"a replica with log_slave_updates = {updates}" if replicating else "not a running replica"
+        return Check(
+            "replica binlog",
+            False,
+            f"{source.address} is a replica (Slaves_running = {replicating}) with "
+            "log_slave_updates = OFF: what it replicates is not in its binlog, so Tidemark "
+            "would miss its primary's changes",
+            "set log_slave_updates = ON in my.cnf and restart the replica, or point the "
+            "pipeline at the primary",
+        )
+    what = (
+        f"a replica with log_slave_updates = {updates}" if replicating else "not a running replica"
+    )
     return Check("replica binlog", True, f"{source.address} is {what}")
 
 
@@ -65,15 +72,31 @@ def identity_checks(config: PipelineConfig, source: Source) -> list[Check]:
             checks.append(Check("server identity", True, f"published {names}: {placed}"))
         elif placed.how == "lost":
             rerun = f"tidemark run --config {config.path}" if config.path else "tidemark run"
-            checks.append(Check(f"server identity {names}", False,
-                                f"published {names}: {placed}: the next run reads them again",
-                                f"`{rerun}` reads them again from {source.address}; to go on by GTID, "
-                                "point the pipeline at a server whose binlog holds the GTID set"))
+            checks.append(
+                Check(
+                    f"server identity {names}",
+                    False,
+                    f"published {names}: {placed}: the next run reads them again",
+                    f"`{rerun}` reads them again from {source.address}; to go on by GTID, "
+                    "point the pipeline at a server whose binlog holds the GTID set",
+                )
+            )
     if run is not None and moved is not None:
-        checks.append(Check("server identity", True,
-                            f"the unfinished run {run.run_id}: {moved}; the next run leaves it and starts "
-                            "anew (what it had not published is read again)"))
+        checks.append(
+            Check(
+                "server identity",
+                True,
+                f"the unfinished run {run.run_id}: {moved}; the next run leaves it and starts "
+                "anew (what it had not published is read again)",
+            )
+        )
     if not checks:
-        checks.append(Check("server identity", True, "every position the state store goes on from "
-                                                     f"is {source.address}'s own ({follower.identity})"))
+        checks.append(
+            Check(
+                "server identity",
+                True,
+                "every position the state store goes on from "
+                f"is {source.address}'s own ({follower.identity})",
+            )
+        )
     return checks

@@ -22,10 +22,19 @@ class ChunksMixin:
     """The chunk methods of ``StateStore``."""
 
     if TYPE_CHECKING:
-        def _tx(self, *, write: bool = True, fenced: bool = True) -> AbstractContextManager[Connection]: ...
 
-    def chunks(self, run_id: str, *, table: str | None = None, batch: int | None = None,
-               status: ChunkStatus | None = None) -> list[ChunkRecord]:
+        def _tx(
+            self, *, write: bool = True, fenced: bool = True
+        ) -> AbstractContextManager[Connection]: ...
+
+    def chunks(
+        self,
+        run_id: str,
+        *,
+        table: str | None = None,
+        batch: int | None = None,
+        status: ChunkStatus | None = None,
+    ) -> list[ChunkRecord]:
         """The run's chunks, filtered by whichever of table/batch/status are given,
         ordered by table then index."""
         query = select(CHUNKS).where(CHUNKS.c.run_id == run_id)
@@ -41,30 +50,55 @@ class ChunksMixin:
 
     def batches(self, run_id: str) -> list[int]:
         """The run's distinct batch numbers, ascending."""
-        query = (select(CHUNKS.c.batch_no).where(CHUNKS.c.run_id == run_id).distinct()
-                 .order_by(CHUNKS.c.batch_no))
+        query = (
+            select(CHUNKS.c.batch_no)
+            .where(CHUNKS.c.run_id == run_id)
+            .distinct()
+            .order_by(CHUNKS.c.batch_no)
+        )
         with self._tx(write=False) as conn:
             return list(conn.scalars(query))
 
     def mark_batch_started(self, run_id: str, batch: int, low: dict[str, Any]) -> None:
         """Record L for every pending chunk of the batch and count an attempt."""
         with self._tx() as conn:
-            conn.execute(update(CHUNKS)
-                         .where(CHUNKS.c.run_id == run_id, CHUNKS.c.batch_no == batch,
-                                CHUNKS.c.status == "pending")
-                         .values(low_position=low, attempts=CHUNKS.c.attempts + 1))
+            conn.execute(
+                update(CHUNKS)
+                .where(
+                    CHUNKS.c.run_id == run_id,
+                    CHUNKS.c.batch_no == batch,
+                    CHUNKS.c.status == "pending",
+                )
+                .values(low_position=low, attempts=CHUNKS.c.attempts + 1)
+            )
 
-    def mark_chunk_done(self, run_id: str, table: str, index: int, *, high: dict[str, Any],
-                        rows: int, bytes: int, path: str) -> None:
+    def mark_chunk_done(
+        self,
+        run_id: str,
+        table: str,
+        index: int,
+        *,
+        high: dict[str, Any],
+        rows: int,
+        bytes: int,
+        path: str,
+    ) -> None:
         """Record a read chunk: status done, Hb, rows, bytes and its staging path."""
         with self._tx() as conn:
-            done = conn.execute(update(CHUNKS).where(*self._chunk_key(run_id, table, [index]))
-                                .values(status="done", high_position=high, row_count=rows,
-                                        byte_count=bytes, path=path))
+            done = conn.execute(
+                update(CHUNKS)
+                .where(*self._chunk_key(run_id, table, [index]))
+                .values(
+                    status="done", high_position=high, row_count=rows, byte_count=bytes, path=path
+                )
+            )
         if done.rowcount != 1:
             raise StateError(f"run {run_id} has no chunk {index} of table {table}")
 
     @staticmethod
     def _chunk_key(run_id: str, table: str, indexes: list[int]) -> list[ColumnElement[bool]]:
-        return [CHUNKS.c.run_id == run_id, CHUNKS.c.table_name == table,
-                CHUNKS.c.chunk_index.in_(indexes)]
+        return [
+            CHUNKS.c.run_id == run_id,
+            CHUNKS.c.table_name == table,
+            CHUNKS.c.chunk_index.in_(indexes),
+        ]

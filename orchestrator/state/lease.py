@@ -56,8 +56,9 @@ class Lease:
         self._released = False
         self._stop = threading.Event()
         self._confirmed = (time.monotonic(), time.time())
-        self._thread = threading.Thread(target=self._beat, name=f"tidemark-lease-{fence.pipeline}",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._beat, name=f"tidemark-lease-{fence.pipeline}", daemon=True
+        )
 
     def __str__(self) -> str:
         state = "lost" if self._lost else "released" if self._released else "held"
@@ -109,9 +110,13 @@ class Lease:
         if not self._released:
             self.renew()
             return
-        self.fence = self.store.acquire_lock(self.fence.pipeline, self.fence.holder,
-                                             lease_seconds=self.fence.lease_seconds,
-                                             config_path=config_path, track_pid=track_pid)
+        self.fence = self.store.acquire_lock(
+            self.fence.pipeline,
+            self.fence.holder,
+            lease_seconds=self.fence.lease_seconds,
+            config_path=config_path,
+            track_pid=track_pid,
+        )
         self._released = False
         self._confirmed = (time.monotonic(), time.time())
 
@@ -133,7 +138,9 @@ class Lease:
                 if not self._released:
                     return  # logged once by _lose; the run's next check stops it
             except Exception as exc:  # a state store that is briefly unreachable: try again
-                log.warning("could not renew %s (%s); trying again in %.0f s", self.fence, exc, interval)
+                log.warning(
+                    "could not renew %s (%s); trying again in %.0f s", self.fence, exc, interval
+                )
 
     def start(self) -> None:
         self._thread.start()
@@ -162,7 +169,11 @@ def forked(pipeline: str, url: str) -> None:
     if holder is None:
         return
     lease = Lease(StateStore(url), holder.fence)
-    lease._confirmed, lease._lost, lease._released = holder._confirmed, holder._lost, holder._released
+    lease._confirmed, lease._lost, lease._released = (
+        holder._confirmed,
+        holder._lost,
+        holder._released,
+    )
     _HELD[pipeline] = lease
 
 
@@ -173,8 +184,15 @@ def held(pipeline: str) -> Lease | None:
 
 
 @contextmanager
-def hold(url: str, pipeline: str, holder: str, *, lease_seconds: int, track_pid: bool,
-         config_path: str | None = None) -> Iterator[Lease]:
+def hold(
+    url: str,
+    pipeline: str,
+    holder: str,
+    *,
+    lease_seconds: int,
+    track_pid: bool,
+    config_path: str | None = None,
+) -> Iterator[Lease]:
     """Take the pipeline lock for ``holder`` and keep it alive for the block.
 
     Nested blocks of the same holder share the outer lease. The lock is not released at the
@@ -192,8 +210,13 @@ def hold(url: str, pipeline: str, holder: str, *, lease_seconds: int, track_pid:
         return
     store = StateStore(url)
     try:
-        fence = store.acquire_lock(pipeline, holder, lease_seconds=lease_seconds,
-                                   config_path=config_path, track_pid=track_pid)
+        fence = store.acquire_lock(
+            pipeline,
+            holder,
+            lease_seconds=lease_seconds,
+            config_path=config_path,
+            track_pid=track_pid,
+        )
         lease = Lease(store, fence)
         with _HELD_LOCK:
             _HELD[pipeline] = lease

@@ -98,11 +98,13 @@ def _pid_alive(pid: int) -> bool:
 def _locked_message(lock: LockRecord, config_path: str | None) -> str:
     pid = "pid unknown" if lock.pid is None else f"pid {lock.pid}"
     config = config_path or "<pipeline config>"
-    return (f"pipeline {lock.pipeline} is locked by run {lock.holder} on host {lock.hostname} "
-            f"({pid}) since {lock.acquired_at.isoformat(timespec='seconds')} (last renewed "
-            f"{lock.refreshed_at.isoformat(timespec='seconds')}, lease {lock.lease_seconds} s); "
-            f"wait for it to finish, or if that process is gone run "
-            f"`tidemark reset --config {config} --unlock --yes`")
+    return (
+        f"pipeline {lock.pipeline} is locked by run {lock.holder} on host {lock.hostname} "
+        f"({pid}) since {lock.acquired_at.isoformat(timespec='seconds')} (last renewed "
+        f"{lock.refreshed_at.isoformat(timespec='seconds')}, lease {lock.lease_seconds} s); "
+        f"wait for it to finish, or if that process is gone run "
+        f"`tidemark reset --config {config} --unlock --yes`"
+    )
 
 
 def lost_message(fence: Fence, now_held: LockRecord | None) -> str:
@@ -111,11 +113,15 @@ def lost_message(fence: Fence, now_held: LockRecord | None) -> str:
         who = "the lock was released (`tidemark reset --unlock`, or the run ended elsewhere)"
     else:
         pid = "" if now_held.pid is None else f", pid {now_held.pid}"
-        who = (f"run {now_held.holder} (host {now_held.hostname}{pid}) took it over at "
-               f"{now_held.acquired_at.isoformat(timespec='seconds')} and continues the run")
-    return (f"lost the lock of pipeline {fence.pipeline}: this process held it as run "
-            f"{fence.holder} and was not heard from within its {fence.lease_seconds} s lease "
-            f"(state.lock_lease_seconds); {who}; this process stops without writing anything more")
+        who = (
+            f"run {now_held.holder} (host {now_held.hostname}{pid}) took it over at "
+            f"{now_held.acquired_at.isoformat(timespec='seconds')} and continues the run"
+        )
+    return (
+        f"lost the lock of pipeline {fence.pipeline}: this process held it as run "
+        f"{fence.holder} and was not heard from within its {fence.lease_seconds} s lease "
+        f"(state.lock_lease_seconds); {who}; this process stops without writing anything more"
+    )
 
 
 def confirm_fence(conn: Connection, fence: Fence) -> None:
@@ -123,8 +129,11 @@ def confirm_fence(conn: Connection, fence: Fence) -> None:
 
     The UPDATE holds the lock row (SQLite: the database) until the transaction ends, so
     a takeover cannot slip between this check and the writes after it."""
-    renewed = conn.execute(update(LOCKS).where(LOCKS.c.pipeline == fence.pipeline,
-                                               LOCKS.c.token == fence.token).values(refreshed_at=_now()))
+    renewed = conn.execute(
+        update(LOCKS)
+        .where(LOCKS.c.pipeline == fence.pipeline, LOCKS.c.token == fence.token)
+        .values(refreshed_at=_now())
+    )
     if renewed.rowcount == 1:
         return
     row = conn.execute(select(LOCKS).where(LOCKS.c.pipeline == fence.pipeline)).first()
@@ -137,10 +146,19 @@ class PipelineLockMixin:
     if TYPE_CHECKING:
         url: str
 
-        def _tx(self, *, write: bool = True, fenced: bool = True) -> AbstractContextManager[Connection]: ...
+        def _tx(
+            self, *, write: bool = True, fenced: bool = True
+        ) -> AbstractContextManager[Connection]: ...
 
-    def acquire_lock(self, pipeline: str, holder: str, *, lease_seconds: int = DEFAULT_LEASE_SECONDS,
-                     config_path: str | None = None, track_pid: bool = True) -> Fence:
+    def acquire_lock(
+        self,
+        pipeline: str,
+        holder: str,
+        *,
+        lease_seconds: int = DEFAULT_LEASE_SECONDS,
+        config_path: str | None = None,
+        track_pid: bool = True,
+    ) -> Fence:
         """Take the pipeline's lock for ``holder`` (re-entrant for the same holder).
 
         A re-entrant call renews the lock, keeps its token and records the calling process
@@ -170,9 +188,18 @@ class PipelineLockMixin:
             now, token = _now(), uuid.uuid4().hex
             try:
                 with self._tx(fenced=False) as conn:
-                    conn.execute(insert(LOCKS).values(
-                        pipeline=pipeline, holder=holder, hostname=host, pid=pid, token=token,
-                        acquired_at=now, refreshed_at=now, lease_seconds=lease_seconds))
+                    conn.execute(
+                        insert(LOCKS).values(
+                            pipeline=pipeline,
+                            holder=holder,
+                            hostname=host,
+                            pid=pid,
+                            token=token,
+                            acquired_at=now,
+                            refreshed_at=now,
+                            lease_seconds=lease_seconds,
+                        )
+                    )
                 return Fence(pipeline, holder, token, lease_seconds)
             except IntegrityError:
                 pass  # someone holds it: look at who
@@ -181,30 +208,55 @@ class PipelineLockMixin:
                 if row is None:
                     continue  # released meanwhile: try the INSERT again
                 if row.holder == holder:
-                    conn.execute(update(LOCKS).where(LOCKS.c.pipeline == pipeline,
-                                                     LOCKS.c.token == row.token)
-                                 .values(hostname=host, pid=pid, refreshed_at=now, lease_seconds=lease_seconds))
+                    conn.execute(
+                        update(LOCKS)
+                        .where(LOCKS.c.pipeline == pipeline, LOCKS.c.token == row.token)
+                        .values(
+                            hostname=host, pid=pid, refreshed_at=now, lease_seconds=lease_seconds
+                        )
+                    )
                     return Fence(pipeline, holder, row.token, lease_seconds)
                 current = _lock_record(row)
                 reason = self._stale_reason(current, now)
                 if reason is None:
                     raise RunLocked(_locked_message(current, config_path))
                 swapped = conn.execute(
-                    update(LOCKS).where(LOCKS.c.pipeline == pipeline, LOCKS.c.token == row.token)
-                    .values(holder=holder, hostname=host, pid=pid, token=token, acquired_at=now,
-                            refreshed_at=now, lease_seconds=lease_seconds))
+                    update(LOCKS)
+                    .where(LOCKS.c.pipeline == pipeline, LOCKS.c.token == row.token)
+                    .values(
+                        holder=holder,
+                        hostname=host,
+                        pid=pid,
+                        token=token,
+                        acquired_at=now,
+                        refreshed_at=now,
+                        lease_seconds=lease_seconds,
+                    )
+                )
                 if swapped.rowcount == 1:
-                    log.warning("took over the stale lock of pipeline %s from run %s on host %s "
-                                "(pid %s, since %s): %s", pipeline, current.holder,
-                                current.hostname, current.pid, current.acquired_at.isoformat(),
-                                reason)
+                    log.warning(
+                        "took over the stale lock of pipeline %s from run %s on host %s "
+                        "(pid %s, since %s): %s",
+                        pipeline,
+                        current.holder,
+                        current.hostname,
+                        current.pid,
+                        current.acquired_at.isoformat(),
+                        reason,
+                    )
                     return Fence(pipeline, holder, token, lease_seconds)
-        raise StateError(f"could not take the lock of pipeline {pipeline}: it changed hands "
-                         f"{_LOCK_ATTEMPTS} times while trying; retry")
+        raise StateError(
+            f"could not take the lock of pipeline {pipeline}: it changed hands "
+            f"{_LOCK_ATTEMPTS} times while trying; retry"
+        )
 
     @staticmethod
     def _stale_reason(lock: LockRecord, now: datetime) -> str | None:
-        if lock.pid is not None and lock.hostname == socket.gethostname() and not _pid_alive(lock.pid):
+        if (
+            lock.pid is not None
+            and lock.hostname == socket.gethostname()
+            and not _pid_alive(lock.pid)
+        ):
             return "its process is gone"
         if now - lock.refreshed_at > timedelta(seconds=lock.lease_seconds):
             return f"not renewed within its lease of {lock.lease_seconds} s"
@@ -242,5 +294,10 @@ class PipelineLockMixin:
             row = conn.execute(select(LOCKS).where(LOCKS.c.pipeline == pipeline)).first()
             conn.execute(delete(LOCKS).where(LOCKS.c.pipeline == pipeline))
         if row is not None:
-            log.warning("removed the lock of pipeline %s held by run %s on host %s (pid %s)",
-                        pipeline, row.holder, row.hostname, row.pid)
+            log.warning(
+                "removed the lock of pipeline %s held by run %s on host %s (pid %s)",
+                pipeline,
+                row.holder,
+                row.hostname,
+                row.pid,
+            )

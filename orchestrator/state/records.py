@@ -110,32 +110,88 @@ class TableProgress:
 
 
 def _chunk_rows(chunks: list[ChunkRecord]) -> list[dict[str, Any]]:
-    return [{"run_id": c.run_id, "table_name": c.table, "chunk_index": c.index,
-             "batch_no": c.batch, "start_bound": c.start, "end_bound": c.end,
-             "where_sql": c.where, "status": c.status, "low_position": c.low,
-             "high_position": c.high, "row_count": c.rows, "byte_count": c.bytes,
-             "path": c.path, "attempts": c.attempts, "file_ranges": c.ranges} for c in chunks]
+    return [
+        {
+            "run_id": c.run_id,
+            "table_name": c.table,
+            "chunk_index": c.index,
+            "batch_no": c.batch,
+            "start_bound": c.start,
+            "end_bound": c.end,
+            "where_sql": c.where,
+            "status": c.status,
+            "low_position": c.low,
+            "high_position": c.high,
+            "row_count": c.rows,
+            "byte_count": c.bytes,
+            "path": c.path,
+            "attempts": c.attempts,
+            "file_ranges": c.ranges,
+        }
+        for c in chunks
+    ]
 
 
 def _run_record(r: Row[Any]) -> RunRecord:
-    return RunRecord(r.run_id, r.pipeline, r.status, r.options, r.start_position, r.high_position,
-                     r.created_at, r.updated_at, r.finished_at, r.error)
+    return RunRecord(
+        r.run_id,
+        r.pipeline,
+        r.status,
+        r.options,
+        r.start_position,
+        r.high_position,
+        r.created_at,
+        r.updated_at,
+        r.finished_at,
+        r.error,
+    )
 
 
 def _run_table_record(r: Row[Any]) -> RunTableRecord:
-    return RunTableRecord(r.run_id, r.table_name, r.mode, r.status, r.strategy, r.chunk_key,
-                          r.info, r.row_count, r.version)
+    return RunTableRecord(
+        r.run_id,
+        r.table_name,
+        r.mode,
+        r.status,
+        r.strategy,
+        r.chunk_key,
+        r.info,
+        r.row_count,
+        r.version,
+    )
 
 
 def _chunk_record(r: Row[Any]) -> ChunkRecord:
-    return ChunkRecord(r.run_id, r.table_name, r.chunk_index, r.batch_no, r.start_bound,
-                       r.end_bound, r.where_sql, r.status, r.low_position, r.high_position,
-                       r.row_count, r.byte_count, r.path, r.attempts, r.file_ranges)
+    return ChunkRecord(
+        r.run_id,
+        r.table_name,
+        r.chunk_index,
+        r.batch_no,
+        r.start_bound,
+        r.end_bound,
+        r.where_sql,
+        r.status,
+        r.low_position,
+        r.high_position,
+        r.row_count,
+        r.byte_count,
+        r.path,
+        r.attempts,
+        r.file_ranges,
+    )
 
 
 def _table_checkpoint(r: Row[Any]) -> TableCheckpoint:
-    return TableCheckpoint(r.pipeline, r.table_name, r.version, r.position, r.row_count,
-                           r.manifest, r.run_id, r.published_at)
+    return TableCheckpoint(
+        r.pipeline,
+        r.table_name,
+        r.version,
+        r.position,
+        r.row_count,
+        r.manifest,
+        r.run_id,
+        r.published_at,
+    )
 
 
 #: The lease of a lock taken before leases were recorded (schema 1).
@@ -143,9 +199,15 @@ LEGACY_LEASE_SECONDS = 900
 
 
 def _lock_record(r: Row[Any]) -> LockRecord:
-    return LockRecord(r.pipeline, r.holder, r.hostname, r.pid, r.acquired_at, r.refreshed_at,
-                      r.lease_seconds or LEGACY_LEASE_SECONDS)
-
+    return LockRecord(
+        r.pipeline,
+        r.holder,
+        r.hostname,
+        r.pid,
+        r.acquired_at,
+        r.refreshed_at,
+        r.lease_seconds or LEGACY_LEASE_SECONDS,
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -88,7 +88,9 @@ class _UTCDateTime(TypeDecorator[datetime]):
         if value is None:
             return None
         if value.tzinfo is None:
-            raise ValueError(f"timestamp {value.isoformat()} has no time zone; pass an aware UTC datetime")
+            raise ValueError(
+                f"timestamp {value.isoformat()} has no time zone; pass an aware UTC datetime"
+            )
         value = value.astimezone(UTC)
         return value if dialect.name == "postgresql" else value.replace(tzinfo=None)
 
@@ -122,7 +124,9 @@ METADATA = MetaData()
 _NAME = String(255)
 _RUN_ID = String(64)
 _LONG_TEXT = Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb")
-_MYSQL: dict[str, Any] = {"mysql_charset": "utf8mb4"}  # names, paths and predicates may be any unicode
+_MYSQL: dict[str, Any] = {
+    "mysql_charset": "utf8mb4"
+}  # names, paths and predicates may be any unicode
 
 
 def _run_fk() -> Column[str]:
@@ -130,20 +134,23 @@ def _run_fk() -> Column[str]:
 
 
 SCHEMA = Table(
-    "tm_schema_version", METADATA,
+    "tm_schema_version",
+    METADATA,
     Column("id", Integer, primary_key=True, autoincrement=False),
     Column("version", Integer, nullable=False),
     Column("updated_at", _UTCDateTime, nullable=False),
     **_MYSQL,
 )
 PIPELINES = Table(
-    "tm_pipelines", METADATA,
+    "tm_pipelines",
+    METADATA,
     Column("name", _NAME, primary_key=True),
     Column("created_at", _UTCDateTime, nullable=False),
     **_MYSQL,
 )
 RUNS = Table(
-    "tm_runs", METADATA,
+    "tm_runs",
+    METADATA,
     Column("run_id", _RUN_ID, primary_key=True),
     Column("pipeline", _NAME, ForeignKey("tm_pipelines.name"), nullable=False),
     Column("status", String(16), nullable=False),
@@ -158,7 +165,8 @@ RUNS = Table(
     **_MYSQL,
 )
 RUN_TABLES = Table(
-    "tm_run_tables", METADATA,
+    "tm_run_tables",
+    METADATA,
     _run_fk(),
     Column("table_name", _NAME, primary_key=True),
     Column("mode", String(16), nullable=False),
@@ -171,7 +179,8 @@ RUN_TABLES = Table(
     **_MYSQL,
 )
 CHUNKS = Table(
-    "tm_chunks", METADATA,
+    "tm_chunks",
+    METADATA,
     _run_fk(),
     Column("table_name", _NAME, primary_key=True),
     Column("chunk_index", Integer, primary_key=True, autoincrement=False),
@@ -191,7 +200,8 @@ CHUNKS = Table(
     **_MYSQL,
 )
 CAPTURE_CHECKPOINTS = Table(
-    "tm_capture_checkpoints", METADATA,
+    "tm_capture_checkpoints",
+    METADATA,
     _run_fk(),
     Column("position", _JsonText, nullable=False),
     Column("segments", Integer, nullable=False),
@@ -203,7 +213,8 @@ CAPTURE_CHECKPOINTS = Table(
     **_MYSQL,
 )
 TABLE_CHECKPOINTS = Table(
-    "tm_table_checkpoints", METADATA,
+    "tm_table_checkpoints",
+    METADATA,
     Column("pipeline", _NAME, ForeignKey("tm_pipelines.name"), primary_key=True),
     Column("table_name", _NAME, primary_key=True),
     Column("version", Integer, nullable=False),
@@ -215,7 +226,8 @@ TABLE_CHECKPOINTS = Table(
     **_MYSQL,
 )
 LOCKS = Table(
-    "tm_locks", METADATA,
+    "tm_locks",
+    METADATA,
     Column("pipeline", _NAME, primary_key=True),
     Column("holder", _NAME, nullable=False),
     Column("hostname", _NAME, nullable=False),
@@ -228,11 +240,14 @@ LOCKS = Table(
 )
 
 TABLE_SETS = Table(
-    "tm_table_sets", METADATA,  # the tables a pipeline's patterns matched when a run was last planned
+    "tm_table_sets",
+    METADATA,  # the tables a pipeline's patterns matched when a run was last planned
     Column("pipeline", _NAME, ForeignKey("tm_pipelines.name"), primary_key=True),
     Column("run_id", _RUN_ID, nullable=False),  # no FK: it outlives its run's rows
     Column("patterns", _JsonText, nullable=False),  # [PatternMatch.to_json(), ...]
-    Column("dropped", _JsonText, nullable=False),  # published tables no pattern finds at the source any more
+    Column(
+        "dropped", _JsonText, nullable=False
+    ),  # published tables no pattern finds at the source any more
     Column("updated_at", _UTCDateTime, nullable=False),
     **_MYSQL,
 )
@@ -310,7 +325,9 @@ def engine_for(url: URL) -> tuple[Engine, bool]:
     """The engine of ``url`` and whether it is shared (kept for the process): any database but
     an SQLite in-memory one (each store of it is a database of its own) or URI."""
     database = url.database or ""
-    if url.get_backend_name() == "sqlite" and (not database or database == ":memory:" or database.startswith("file:")):
+    if url.get_backend_name() == "sqlite" and (
+        not database or database == ":memory:" or database.startswith("file:")
+    ):
         return _make_engine(url), False
     key = url.render_as_string(hide_password=False)
     with _ENGINES_LOCK:
@@ -388,8 +405,10 @@ def _stored_version(conn: Connection) -> int | None:
 
 
 def _too_new(url: str, found: int, code: int) -> StateError:
-    return StateError(f"state store at {url} has schema version {found}, newer than "
-                      f"this Tidemark ({code}); upgrade Tidemark")
+    return StateError(
+        f"state store at {url} has schema version {found}, newer than "
+        f"this Tidemark ({code}); upgrade Tidemark"
+    )
 
 
 def ensure_schema(tx: Callable[..., AbstractContextManager[Connection]], url: str) -> None:
@@ -421,7 +440,11 @@ def ensure_schema(tx: Callable[..., AbstractContextManager[Connection]], url: st
             raise _too_new(url, found, code)
         elif found < code:
             for version in range(found, code):
-                log.info("migrating the state store at %s from schema version %d to %d",
-                         url, version, version + 1)
+                log.info(
+                    "migrating the state store at %s from schema version %d to %d",
+                    url,
+                    version,
+                    version + 1,
+                )
                 MIGRATIONS[version - 1](conn)
             conn.execute(update(SCHEMA).values(version=code, updated_at=_now()))

@@ -92,12 +92,35 @@ from orchestrator.state.schema import (
 from orchestrator.state.tables import RunTablesMixin
 
 __all__ = [
-    "CAPTURE_CHECKPOINTS", "CHUNKS", "FORGET_KINDS", "LOCKS", "METADATA", "MIGRATIONS",
-    "PIPELINES", "RUNS", "RUN_TABLES", "SCHEMA", "SQLITE_BUSY_TIMEOUT_MS", "TABLE_CHECKPOINTS", "TABLE_SETS",
-    "ChunkRead", "ChunkRecord", "ChunkStatus", "LockRecord", "PlannedTable", "RunRecord", "RunStatus",
-    "RunTableRecord", "StateStore", "TableCheckpoint", "TableMode", "TableProgress", "TableSetRecord",
+    "CAPTURE_CHECKPOINTS",
+    "CHUNKS",
+    "FORGET_KINDS",
+    "LOCKS",
+    "METADATA",
+    "MIGRATIONS",
+    "PIPELINES",
+    "RUNS",
+    "RUN_TABLES",
+    "SCHEMA",
+    "SQLITE_BUSY_TIMEOUT_MS",
+    "TABLE_CHECKPOINTS",
+    "TABLE_SETS",
+    "ChunkRead",
+    "ChunkRecord",
+    "ChunkStatus",
+    "LockRecord",
+    "PlannedTable",
+    "RunRecord",
+    "RunStatus",
+    "RunTableRecord",
+    "StateStore",
+    "TableCheckpoint",
+    "TableMode",
+    "TableProgress",
+    "TableSetRecord",
     "TableStatus",
-    "code_schema_version", "log",
+    "code_schema_version",
+    "log",
 ]
 
 log = logging.getLogger("tidemark.state")
@@ -129,22 +152,27 @@ class StateStore(PipelineLockMixin, RunTablesMixin, ChunksMixin, ManyTablesMixin
         try:
             parsed = make_url(url)
         except ArgumentError:
-            raise StateError("state.url is not a valid SQLAlchemy URL "
-                             "(e.g. sqlite:////var/lib/tidemark/state.db)") from None
+            raise StateError(
+                "state.url is not a valid SQLAlchemy URL "
+                "(e.g. sqlite:////var/lib/tidemark/state.db)"
+            ) from None
         #: The URL with its password masked: safe for messages and logs.
         self.url = parsed.render_as_string(hide_password=True)
         self._password = parsed.password
         try:
             self._engine, self._shared = engine_for(parsed)
         except (NoSuchModuleError, ImportError) as exc:
-            raise StateError(f"state store at {self.url}: cannot load the driver "
-                             f"{parsed.drivername} ({self._scrub(exc)}); install it") from None
+            raise StateError(
+                f"state store at {self.url}: cannot load the driver "
+                f"{parsed.drivername} ({self._scrub(exc)}); install it"
+            ) from None
         try:
             ensure_schema(functools.partial(self._tx, fenced=False), self.url)
         except DBAPIError as exc:
             self._drop()
-            raise StateError(f"state store at {self.url} is unreachable or unusable: "
-                             f"{self._scrub(exc.orig)}") from None
+            raise StateError(
+                f"state store at {self.url} is unreachable or unusable: {self._scrub(exc.orig)}"
+            ) from None
         except BaseException:
             if not self._shared:
                 self._engine.dispose()
@@ -200,8 +228,16 @@ class StateStore(PipelineLockMixin, RunTablesMixin, ChunksMixin, ManyTablesMixin
         run_id = f"{now:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}"
         with self._tx() as conn:
             _insert_ignore(conn, PIPELINES, {"name": pipeline, "created_at": now})
-            conn.execute(insert(RUNS).values(run_id=run_id, pipeline=pipeline, status="running",
-                                             options=options, created_at=now, updated_at=now))
+            conn.execute(
+                insert(RUNS).values(
+                    run_id=run_id,
+                    pipeline=pipeline,
+                    status="running",
+                    options=options,
+                    created_at=now,
+                    updated_at=now,
+                )
+            )
         return self.get_run(run_id)
 
     def get_run(self, run_id: str) -> RunRecord:
@@ -213,22 +249,34 @@ class StateStore(PipelineLockMixin, RunTablesMixin, ChunksMixin, ManyTablesMixin
 
     def runs(self, pipeline: str, limit: int = 20) -> list[RunRecord]:
         """The pipeline's runs, newest first."""
-        query = (select(RUNS).where(RUNS.c.pipeline == pipeline)
-                 .order_by(RUNS.c.created_at.desc(), RUNS.c.run_id.desc()).limit(limit))
+        query = (
+            select(RUNS)
+            .where(RUNS.c.pipeline == pipeline)
+            .order_by(RUNS.c.created_at.desc(), RUNS.c.run_id.desc())
+            .limit(limit)
+        )
         with self._tx(write=False) as conn:
             return [_run_record(r) for r in conn.execute(query)]
 
     def _update_run(self, run_id: str, values: dict[str, Any]) -> None:
         with self._tx() as conn:
-            done = conn.execute(update(RUNS).where(RUNS.c.run_id == run_id)
-                                .values(updated_at=_now(), **values))
+            done = conn.execute(
+                update(RUNS).where(RUNS.c.run_id == run_id).values(updated_at=_now(), **values)
+            )
         if done.rowcount != 1:
             raise StateError(f"run {run_id} is not in the state store at {self.url}")
 
-    def set_run_positions(self, run_id: str, *, start: dict[str, Any] | None = None,
-                          high: dict[str, Any] | None = None) -> None:
+    def set_run_positions(
+        self,
+        run_id: str,
+        *,
+        start: dict[str, Any] | None = None,
+        high: dict[str, Any] | None = None,
+    ) -> None:
         """Record P0 and/or H; a position left None keeps its stored value."""
-        values = {k: v for k, v in (("start_position", start), ("high_position", high)) if v is not None}
+        values = {
+            k: v for k, v in (("start_position", start), ("high_position", high)) if v is not None
+        }
         self._update_run(run_id, values)
 
     def finish_run(self, run_id: str, status: RunStatus, error: str | None = None) -> None:
@@ -237,9 +285,18 @@ class StateStore(PipelineLockMixin, RunTablesMixin, ChunksMixin, ManyTablesMixin
         self._update_run(run_id, {"status": status, "error": error, "finished_at": finished})
 
     # --- tables in a run -------------------------------------------------------
-    def add_run_table(self, run_id: str, table: str, mode: TableMode, *, strategy: str | None,
-                      chunk_key: list[str], info: dict[str, Any],
-                      chunks: list[ChunkRecord] | None = None, replan: bool = False) -> None:
+    def add_run_table(
+        self,
+        run_id: str,
+        table: str,
+        mode: TableMode,
+        *,
+        strategy: str | None,
+        chunk_key: list[str],
+        info: dict[str, Any],
+        chunks: list[ChunkRecord] | None = None,
+        replan: bool = False,
+    ) -> None:
         """Add a table to the run as planned; if it is there, replace its plan, keep its status.
 
         ``chunks`` are inserted in the same transaction, so a crash never leaves a
@@ -247,29 +304,54 @@ class StateStore(PipelineLockMixin, RunTablesMixin, ChunksMixin, ManyTablesMixin
         first drops the table's chunks and sets it back to ``planned`` (a re-read).
         """
         key = and_(RUN_TABLES.c.run_id == run_id, RUN_TABLES.c.table_name == table)
-        plan: dict[str, Any] = {"mode": mode, "strategy": strategy, "chunk_key": chunk_key, "info": info}
+        plan: dict[str, Any] = {
+            "mode": mode,
+            "strategy": strategy,
+            "chunk_key": chunk_key,
+            "info": info,
+        }
         try:
             with self._tx() as conn:
                 if replan:
-                    conn.execute(delete(CHUNKS).where(CHUNKS.c.run_id == run_id, CHUNKS.c.table_name == table))
+                    conn.execute(
+                        delete(CHUNKS).where(
+                            CHUNKS.c.run_id == run_id, CHUNKS.c.table_name == table
+                        )
+                    )
                     plan["status"] = "planned"
                 if conn.execute(update(RUN_TABLES).where(key).values(plan)).rowcount == 0:
-                    conn.execute(insert(RUN_TABLES).values(run_id=run_id, table_name=table,
-                                                           status="planned", **plan))
+                    conn.execute(
+                        insert(RUN_TABLES).values(
+                            run_id=run_id, table_name=table, status="planned", **plan
+                        )
+                    )
                 if chunks:
                     conn.execute(insert(CHUNKS), _chunk_rows(chunks))
         except IntegrityError as exc:
-            raise StateError(f"cannot plan {table} in run {run_id}: its chunks are already planned, "
-                             f"or the run does not exist ({self._scrub(exc.orig)})") from None
+            raise StateError(
+                f"cannot plan {table} in run {run_id}: its chunks are already planned, "
+                f"or the run does not exist ({self._scrub(exc.orig)})"
+            ) from None
 
     def run_tables(self, run_id: str) -> list[RunTableRecord]:
-        query = select(RUN_TABLES).where(RUN_TABLES.c.run_id == run_id).order_by(RUN_TABLES.c.table_name)
+        query = (
+            select(RUN_TABLES)
+            .where(RUN_TABLES.c.run_id == run_id)
+            .order_by(RUN_TABLES.c.table_name)
+        )
         with self._tx(write=False) as conn:
             return [_run_table_record(r) for r in conn.execute(query)]
 
-    def set_table_status(self, run_id: str, table: str, status: TableStatus, *,
-                         rows: int | None = None, version: int | None = None,
-                         info: dict[str, Any] | None = None) -> None:
+    def set_table_status(
+        self,
+        run_id: str,
+        table: str,
+        status: TableStatus,
+        *,
+        rows: int | None = None,
+        version: int | None = None,
+        info: dict[str, Any] | None = None,
+    ) -> None:
         """Set the status; ``rows``/``version`` when given; ``info`` keys merge into the stored info."""
         key = and_(RUN_TABLES.c.run_id == run_id, RUN_TABLES.c.table_name == table)
         with self._tx() as conn:
@@ -295,14 +377,29 @@ class StateStore(PipelineLockMixin, RunTablesMixin, ChunksMixin, ManyTablesMixin
             row = conn.execute(query).first()
         if row is None:
             return None
-        return {"position": row.position, "segments": row.segments, "rows": row.row_count,
-                "owners": row.owners if row.owners is not None else [["", 1]]}
+        return {
+            "position": row.position,
+            "segments": row.segments,
+            "rows": row.row_count,
+            "owners": row.owners if row.owners is not None else [["", 1]],
+        }
 
-    def save_capture_checkpoint(self, run_id: str, position: dict[str, Any], segments: int,
-                                rows: int, owners: list[list[Any]] | None = None) -> None:
+    def save_capture_checkpoint(
+        self,
+        run_id: str,
+        position: dict[str, Any],
+        segments: int,
+        rows: int,
+        owners: list[list[Any]] | None = None,
+    ) -> None:
         """Record (replacing any earlier one) how far the run's capture has written, and by whom."""
-        values = {"position": position, "segments": segments, "row_count": rows,
-                  "owners": owners or [], "updated_at": _now()}
+        values = {
+            "position": position,
+            "segments": segments,
+            "row_count": rows,
+            "owners": owners or [],
+            "updated_at": _now(),
+        }
         with self._tx() as conn:
             key = CAPTURE_CHECKPOINTS.c.run_id == run_id
             if conn.execute(update(CAPTURE_CHECKPOINTS).where(key).values(values)).rowcount == 0:
@@ -338,24 +435,41 @@ class StateStore(PipelineLockMixin, RunTablesMixin, ChunksMixin, ManyTablesMixin
         if run is None:
             return []
         done = CHUNKS.c.status == "done"
-        counts = (select(CHUNKS.c.table_name, func.count().label("total"),
-                         func.sum(case((done, 1), else_=0)).label("done"),
-                         func.sum(case((done, CHUNKS.c.row_count), else_=0)).label("rows_read"))
-                  .where(CHUNKS.c.run_id == run.run_id).group_by(CHUNKS.c.table_name))
+        counts = (
+            select(
+                CHUNKS.c.table_name,
+                func.count().label("total"),
+                func.sum(case((done, 1), else_=0)).label("done"),
+                func.sum(case((done, CHUNKS.c.row_count), else_=0)).label("rows_read"),
+            )
+            .where(CHUNKS.c.run_id == run.run_id)
+            .group_by(CHUNKS.c.table_name)
+        )
         with self._tx(write=False) as conn:
             by_table = {r.table_name: r for r in conn.execute(counts)}
         result = []
         for t in self.run_tables(run.run_id):
             c = by_table.get(t.table)
-            result.append(TableProgress(
-                run.run_id, run.status, t.table, t.mode, t.status,
-                int(c.done or 0) if c else 0, int(c.total) if c else 0,
-                int(c.rows_read or 0) if c else 0, t.rows, t.version))
+            result.append(
+                TableProgress(
+                    run.run_id,
+                    run.status,
+                    t.table,
+                    t.mode,
+                    t.status,
+                    int(c.done or 0) if c else 0,
+                    int(c.total) if c else 0,
+                    int(c.rows_read or 0) if c else 0,
+                    t.rows,
+                    t.version,
+                )
+            )
         return result
 
     # --- reset -----------------------------------------------------------------
-    def forget(self, pipeline: str, tables: list[str] | None = None, *,
-               dry_run: bool = False) -> dict[str, int]:
+    def forget(
+        self, pipeline: str, tables: list[str] | None = None, *, dry_run: bool = False
+    ) -> dict[str, int]:
         """Drop runs/chunks/checkpoints of the pipeline (or only the named tables'
         rows); returns counts per kind of what was (or, dry_run, would be) dropped.
 
@@ -374,22 +488,35 @@ class StateStore(PipelineLockMixin, RunTablesMixin, ChunksMixin, ManyTablesMixin
         checkpoints = TABLE_CHECKPOINTS.c.pipeline == pipeline
         targets: list[tuple[str, Table, ColumnElement[bool]]]
         if tables is None:
-            targets = [("chunks", CHUNKS, chunks), ("run_tables", RUN_TABLES, run_tables),
-                       ("capture_checkpoints", CAPTURE_CHECKPOINTS,
-                        CAPTURE_CHECKPOINTS.c.run_id.in_(in_runs)),
-                       ("runs", RUNS, RUNS.c.pipeline == pipeline),
-                       ("table_checkpoints", TABLE_CHECKPOINTS, checkpoints),
-                       ("locks", LOCKS, LOCKS.c.pipeline == pipeline)]
+            targets = [
+                ("chunks", CHUNKS, chunks),
+                ("run_tables", RUN_TABLES, run_tables),
+                (
+                    "capture_checkpoints",
+                    CAPTURE_CHECKPOINTS,
+                    CAPTURE_CHECKPOINTS.c.run_id.in_(in_runs),
+                ),
+                ("runs", RUNS, RUNS.c.pipeline == pipeline),
+                ("table_checkpoints", TABLE_CHECKPOINTS, checkpoints),
+                ("locks", LOCKS, LOCKS.c.pipeline == pipeline),
+            ]
         else:
-            targets = [("chunks", CHUNKS, and_(chunks, CHUNKS.c.table_name.in_(tables))),
-                       ("run_tables", RUN_TABLES, and_(run_tables, RUN_TABLES.c.table_name.in_(tables))),
-                       ("table_checkpoints", TABLE_CHECKPOINTS,
-                        and_(checkpoints, TABLE_CHECKPOINTS.c.table_name.in_(tables)))]
+            targets = [
+                ("chunks", CHUNKS, and_(chunks, CHUNKS.c.table_name.in_(tables))),
+                ("run_tables", RUN_TABLES, and_(run_tables, RUN_TABLES.c.table_name.in_(tables))),
+                (
+                    "table_checkpoints",
+                    TABLE_CHECKPOINTS,
+                    and_(checkpoints, TABLE_CHECKPOINTS.c.table_name.in_(tables)),
+                ),
+            ]
         counts = dict.fromkeys(FORGET_KINDS, 0)
         with self._tx() as conn:
             for kind, table, where in targets:
                 if dry_run:
-                    counts[kind] = conn.scalar(select(func.count()).select_from(table).where(where)) or 0
+                    counts[kind] = (
+                        conn.scalar(select(func.count()).select_from(table).where(where)) or 0
+                    )
                 else:
                     counts[kind] = conn.execute(delete(table).where(where)).rowcount
             if tables is None and not dry_run:
@@ -404,13 +531,22 @@ class StateStore(PipelineLockMixin, RunTablesMixin, ChunksMixin, ManyTablesMixin
         Used when binlog the run needs was purged: their snapshot must be read again.
         """
         with self._tx() as conn:
-            conn.execute(delete(CHUNKS).where(and_(CHUNKS.c.run_id == run_id,
-                                                   CHUNKS.c.table_name.in_(tables))))
-            conn.execute(delete(RUN_TABLES).where(and_(RUN_TABLES.c.run_id == run_id,
-                                                       RUN_TABLES.c.table_name.in_(tables))))
+            conn.execute(
+                delete(CHUNKS).where(
+                    and_(CHUNKS.c.run_id == run_id, CHUNKS.c.table_name.in_(tables))
+                )
+            )
+            conn.execute(
+                delete(RUN_TABLES).where(
+                    and_(RUN_TABLES.c.run_id == run_id, RUN_TABLES.c.table_name.in_(tables))
+                )
+            )
             conn.execute(delete(CAPTURE_CHECKPOINTS).where(CAPTURE_CHECKPOINTS.c.run_id == run_id))
-            conn.execute(update(RUNS).where(RUNS.c.run_id == run_id)
-                         .values(start_position=None, high_position=None))
+            conn.execute(
+                update(RUNS)
+                .where(RUNS.c.run_id == run_id)
+                .values(start_position=None, high_position=None)
+            )
 
     def close(self) -> None:
         """Close the store's connections (a shared engine's go back to its pool: `engine_for`)."""

@@ -24,16 +24,26 @@ def airflow_home(pytestconfig: pytest.Config) -> Path:
     """The initialised Airflow home (``airflow db migrate`` run once) for the in-process tests."""
     home = pytestconfig.stash.get(SESSION_HOME, None)
     if home is None or os.environ.get("AIRFLOW_HOME") != str(home):
-        pytest.fail("the Airflow home of tests/conftest.py is not set (was airflow imported "
-                    "before pytest_configure, or AIRFLOW_HOME changed since?)")
+        pytest.fail(
+            "the Airflow home of tests/conftest.py is not set (was airflow imported "
+            "before pytest_configure, or AIRFLOW_HOME changed since?)"
+        )
     if "airflow" in sys.modules:
         from airflow import configuration
 
         if Path(configuration.AIRFLOW_HOME) != home:
-            pytest.fail(f"airflow was imported with AIRFLOW_HOME={configuration.AIRFLOW_HOME}, "
-                        f"not the test home {home}; run tests/dags in a separate pytest process")
-    result = subprocess.run([str(VENV_BIN / "airflow"), "db", "migrate"], env=dict(os.environ),
-                            capture_output=True, text=True, timeout=600, check=False)
+            pytest.fail(
+                f"airflow was imported with AIRFLOW_HOME={configuration.AIRFLOW_HOME}, "
+                f"not the test home {home}; run tests/dags in a separate pytest process"
+            )
+    result = subprocess.run(
+        [str(VENV_BIN / "airflow"), "db", "migrate"],
+        env=dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     if result.returncode != 0:
         pytest.fail(f"airflow db migrate failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
     return home

@@ -22,8 +22,12 @@ REPO = Path(__file__).resolve().parents[2]
 SOURCE_USER = "tm_airflow"
 #: Distinctive, so a leak into a log, an XCom or a rendered field is easy to find.
 SOURCE_PASSWORD = "pw-Xq7-never-logged"
-ENGINE_MODULES = ("orchestrator.pipeline.read", "orchestrator.pipeline.capture", "orchestrator.pipeline.reconcile",
-                  "orchestrator.pipeline.publish")
+ENGINE_MODULES = (
+    "orchestrator.pipeline.read",
+    "orchestrator.pipeline.capture",
+    "orchestrator.pipeline.reconcile",
+    "orchestrator.pipeline.publish",
+)
 
 
 def engine_missing() -> str | None:
@@ -43,19 +47,28 @@ def create_tables(server: LocalMariaDB, db: str, rows: int = 300) -> None:
     server.create_user(SOURCE_USER, SOURCE_PASSWORD)
     server.execute(f"DROP DATABASE IF EXISTS {db}", f"CREATE DATABASE {db}")
     for table in ("t1", "t2"):
-        server.execute(f"CREATE TABLE {db}.{table} (id INT PRIMARY KEY, name VARCHAR(40) NOT NULL, "
-                       "qty INT NULL) ENGINE=InnoDB")
+        server.execute(
+            f"CREATE TABLE {db}.{table} (id INT PRIMARY KEY, name VARCHAR(40) NOT NULL, "
+            "qty INT NULL) ENGINE=InnoDB"
+        )
         values = ", ".join(f"({i}, '{table}-{i}', {i % 17})" for i in range(1, rows + 1))
         server.execute(f"INSERT INTO {db}.{table} VALUES {values}")
 
 
-def write_pipeline(folder: Path, work: Path, server: LocalMariaDB, db: str, conn_id: str,
-                   **overrides: Any) -> Path:
+def write_pipeline(
+    folder: Path, work: Path, server: LocalMariaDB, db: str, conn_id: str, **overrides: Any
+) -> Path:
     """``<folder>/<db>.yaml``: pipeline ``db`` over ``<db>.t1`` and ``<db>.t2``, state and lake in ``work``."""
-    config = pipeline_config(work, server, [{"name": f"{db}.t1"}, {"name": f"{db}.t2"}], name=db,
-                             **overrides)
-    config["source"] = {"host": "127.0.0.1", "port": server.port, "user": SOURCE_USER,
-                        "server_id": 54100, "airflow_conn_id": conn_id}
+    config = pipeline_config(
+        work, server, [{"name": f"{db}.t1"}, {"name": f"{db}.t2"}], name=db, **overrides
+    )
+    config["source"] = {
+        "host": "127.0.0.1",
+        "port": server.port,
+        "user": SOURCE_USER,
+        "server_id": 54100,
+        "airflow_conn_id": conn_id,
+    }
     config["defaults"] = {"chunk_size": 100, "batch_chunks": 2, "read_margin_seconds": 0.05}
     folder.mkdir(parents=True, exist_ok=True)
     return write_config(folder / f"{db}.yaml", config)
@@ -63,8 +76,15 @@ def write_pipeline(folder: Path, work: Path, server: LocalMariaDB, db: str, conn
 
 def connection_json(server: LocalMariaDB) -> str:
     """The Airflow connection of the source, in the JSON form ``AIRFLOW_CONN_*`` accepts."""
-    return json.dumps({"conn_type": "mysql", "host": "127.0.0.1", "port": server.port,
-                       "login": SOURCE_USER, "password": SOURCE_PASSWORD})
+    return json.dumps(
+        {
+            "conn_type": "mysql",
+            "host": "127.0.0.1",
+            "port": server.port,
+            "login": SOURCE_USER,
+            "password": SOURCE_PASSWORD,
+        }
+    )
 
 
 def manifest(lake: Path, table: str) -> dict[str, Any] | None:

@@ -38,8 +38,13 @@ PARTIAL, LOCKED = "tm_dagpartial", "tm_daglock"
 CONN_ID = "tidemark_dagfail_source"
 
 
-def pipeline(monkeypatch: pytest.MonkeyPatch, work: Path, server: LocalMariaDB, db: str,
-             tables: list[str] | None = None) -> Path:
+def pipeline(
+    monkeypatch: pytest.MonkeyPatch,
+    work: Path,
+    server: LocalMariaDB,
+    db: str,
+    tables: list[str] | None = None,
+) -> Path:
     """The configs folder of pipeline ``db`` (default tables ``<db>.t1`` and ``<db>.t2``)."""
     configs = work / "configs"
     path = write_pipeline(configs, work, server, db, CONN_ID)
@@ -58,9 +63,11 @@ def events(dag_id: str, run_id: str) -> dict[str, dict[str, Any]]:
     from sqlalchemy import select
 
     with create_session() as session:
-        rows = session.execute(select(AssetModel.uri, AssetEvent.extra).join(
-            AssetModel, AssetEvent.asset_id == AssetModel.id).where(
-            AssetEvent.source_dag_id == dag_id, AssetEvent.source_run_id == run_id)).all()
+        rows = session.execute(
+            select(AssetModel.uri, AssetEvent.extra)
+            .join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+            .where(AssetEvent.source_dag_id == dag_id, AssetEvent.source_run_id == run_id)
+        ).all()
     return {uri: extra for uri, extra in rows}
 
 
@@ -72,15 +79,19 @@ def state(work: Path) -> StateStore:
 
 
 @pytest.fixture(scope="module")
-def partial_run(mariadb: LocalMariaDB, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+def partial_run(
+    mariadb: LocalMariaDB, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Any]]:
     """One DAG run of ``t1`` (good), ``geo`` (a GEOMETRY column) and ``missing`` (no such table)."""
     reason = engine_missing()
     if reason:
         pytest.skip(reason)
     work = tmp_path_factory.mktemp("partial")
     create_tables(mariadb, PARTIAL)
-    mariadb.execute(f"CREATE TABLE {PARTIAL}.geo (id INT PRIMARY KEY, g GEOMETRY NOT NULL)",
-                    f"INSERT INTO {PARTIAL}.geo VALUES (1, POINT(1, 1))")
+    mariadb.execute(
+        f"CREATE TABLE {PARTIAL}.geo (id INT PRIMARY KEY, g GEOMETRY NOT NULL)",
+        f"INSERT INTO {PARTIAL}.geo VALUES (1, POINT(1, 1))",
+    )
     tables = [f"{PARTIAL}.t1", f"{PARTIAL}.geo", f"{PARTIAL}.missing"]
     with pytest.MonkeyPatch.context() as monkeypatch:
         configs = pipeline(monkeypatch, work, mariadb, PARTIAL, tables)
@@ -88,17 +99,27 @@ def partial_run(mariadb: LocalMariaDB, tmp_path_factory: pytest.TempPathFactory)
     store = state(work)
     try:
         (record,) = store.runs(PARTIAL)
-        failed = {r.table: r.info.get("failure", {}) for r in store.run_tables_where(record.run_id,
-                                                                                      status="failed")}
+        failed = {
+            r.table: r.info.get("failure", {})
+            for r in store.run_tables_where(record.run_id, status="failed")
+        }
         lock = store.lock_info(PARTIAL)
     finally:
         store.close()
-    yield {"run": run, "states": task_states(run), "lake": work / "lake", "record": record,
-           "failed": failed, "lock": lock, "events": events(f"tidemark_{PARTIAL}", run.run_id)}
+    yield {
+        "run": run,
+        "states": task_states(run),
+        "lake": work / "lake",
+        "record": record,
+        "failed": failed,
+        "lock": lock,
+        "events": events(f"tidemark_{PARTIAL}", run.run_id),
+    }
 
 
 def test_a_table_failing_preflight_is_left_out_and_the_others_published(
-        partial_run: dict[str, Any], mariadb: LocalMariaDB) -> None:
+    partial_run: dict[str, Any], mariadb: LocalMariaDB
+) -> None:
     states, failed = partial_run["states"], partial_run["failed"]
     assert partial_run["run"].state == "failed", states  # as `tidemark run` exits 1
     ran = {t: s for t, s in states.items() if t != "outcome[-1]"}
@@ -114,7 +135,9 @@ def test_a_table_failing_preflight_is_left_out_and_the_others_published(
     assert partial_run["lock"] is None, "the partial run left the pipeline lock held"
 
 
-def test_a_partial_run_records_the_published_tables_asset_events(partial_run: dict[str, Any]) -> None:
+def test_a_partial_run_records_the_published_tables_asset_events(
+    partial_run: dict[str, Any],
+) -> None:
     lake, found = partial_run["lake"], partial_run["events"]
     t1, geo = (f"file://{lake}/{PARTIAL}/{t}" for t in ("t1", "geo"))
     assert found[t1]["published"] is True and found[t1]["rows"] == 300
@@ -128,7 +151,8 @@ def test_a_partial_run_records_the_published_tables_asset_events(partial_run: di
 
 
 def test_a_read_starting_after_a_sibling_failed_leaves_the_lock_free(
-        mariadb: LocalMariaDB, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    mariadb: LocalMariaDB, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     reason = engine_missing()
     if reason:
         pytest.skip(reason)
@@ -150,7 +174,9 @@ def test_a_read_starting_after_a_sibling_failed_leaves_the_lock_free(
 
     states = task_states(failed)
     assert failed.state == "failed", states
-    assert sorted(s for t, s in states.items() if t.startswith("read[")) == ["failed", "success"], states
+    assert sorted(s for t, s in states.items() if t.startswith("read[")) == ["failed", "success"], (
+        states
+    )
     assert len(calls) == 2, "the sibling read task ran after the first one failed for good"
     store = state(tmp_path)
     try:
@@ -167,7 +193,8 @@ def test_a_read_starting_after_a_sibling_failed_leaves_the_lock_free(
 
 
 def test_a_plan_failing_after_it_took_the_lock_releases_it(
-        mariadb: LocalMariaDB, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    mariadb: LocalMariaDB, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     create_tables(mariadb, LOCKED)
     configs = pipeline(monkeypatch, tmp_path, mariadb, LOCKED, [f"{LOCKED}.*"])
     from orchestrator.pipeline import plan as planning
@@ -189,13 +216,15 @@ def test_a_plan_failing_after_it_took_the_lock_releases_it(
 
 
 def test_a_plan_refused_by_another_runs_lock_leaves_that_lock_alone(
-        mariadb: LocalMariaDB, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    mariadb: LocalMariaDB, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     create_tables(mariadb, LOCKED)
     configs = pipeline(monkeypatch, tmp_path, mariadb, LOCKED, [f"{LOCKED}.t1"])
     store = state(tmp_path)
     try:
-        other = store.acquire_lock(LOCKED, "airflow:tidemark_other/manual__1", lease_seconds=900,
-                                   track_pid=False)
+        other = store.acquire_lock(
+            LOCKED, "airflow:tidemark_other/manual__1", lease_seconds=900, track_pid=False
+        )
     finally:
         store.close()
 
@@ -208,7 +237,9 @@ def test_a_plan_refused_by_another_runs_lock_leaves_that_lock_alone(
         lock = store.lock_info(LOCKED)
         assert lock is not None and lock.holder == other.holder
         with pytest.raises(RunLocked):  # still live: a second run is refused
-            store.acquire_lock(LOCKED, "airflow:tidemark_third/manual__1", lease_seconds=900, track_pid=False)
+            store.acquire_lock(
+                LOCKED, "airflow:tidemark_third/manual__1", lease_seconds=900, track_pid=False
+            )
     finally:
         store.close()
 
@@ -219,7 +250,8 @@ ESCAPE = "tm_dagescape"
 
 
 def test_a_snapshot_trigger_leaves_a_failed_run_behind(
-        mariadb: LocalMariaDB, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    mariadb: LocalMariaDB, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A trigger with ``snapshot: true`` does what it asks while a failed run of the same tables
     exists, as ``tidemark run --snapshot`` does: that run is left behind and a new one snapshots
     them (before, every trigger resumed the failed run whatever its params)."""
@@ -241,7 +273,9 @@ def test_a_snapshot_trigger_leaves_a_failed_run_behind(
     finally:
         store.close()
 
-    again = load_dag_of(monkeypatch, configs, f"tidemark_{ESCAPE}").test(run_conf={"snapshot": True})
+    again = load_dag_of(monkeypatch, configs, f"tidemark_{ESCAPE}").test(
+        run_conf={"snapshot": True}
+    )
 
     assert again.state == "success", task_states(again)
     store = state(tmp_path)

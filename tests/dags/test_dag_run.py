@@ -66,25 +66,48 @@ def stored_values(run_id: str) -> dict[str, Any]:
 
     dag_id = f"tidemark_{DB}"
     with create_session() as session:
-        xcoms = session.execute(select(XComModel.task_id, XComModel.key, XComModel.value).where(
-            XComModel.dag_id == dag_id, XComModel.run_id == run_id)).all()
-        rendered = session.scalars(select(RenderedTaskInstanceFields.rendered_fields).where(
-            RenderedTaskInstanceFields.dag_id == dag_id,
-            RenderedTaskInstanceFields.run_id == run_id)).all()
-        labels = session.scalars(select(TaskInstance.rendered_map_index).where(
-            TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id,
-            TaskInstance.task_id == "read")).all()
-        events = session.execute(select(AssetModel.uri, AssetEvent.extra).join(
-            AssetModel, AssetEvent.asset_id == AssetModel.id).where(
-            AssetEvent.source_dag_id == dag_id, AssetEvent.source_run_id == run_id)).all()
-    return {"xcom": [(t, k, v) for t, k, v in xcoms], "rendered": list(rendered),
-            "labels": sorted(labels), "events": {uri: extra for uri, extra in events}}
+        xcoms = session.execute(
+            select(XComModel.task_id, XComModel.key, XComModel.value).where(
+                XComModel.dag_id == dag_id, XComModel.run_id == run_id
+            )
+        ).all()
+        rendered = session.scalars(
+            select(RenderedTaskInstanceFields.rendered_fields).where(
+                RenderedTaskInstanceFields.dag_id == dag_id,
+                RenderedTaskInstanceFields.run_id == run_id,
+            )
+        ).all()
+        labels = session.scalars(
+            select(TaskInstance.rendered_map_index).where(
+                TaskInstance.dag_id == dag_id,
+                TaskInstance.run_id == run_id,
+                TaskInstance.task_id == "read",
+            )
+        ).all()
+        events = session.execute(
+            select(AssetModel.uri, AssetEvent.extra)
+            .join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+            .where(AssetEvent.source_dag_id == dag_id, AssetEvent.source_run_id == run_id)
+        ).all()
+    return {
+        "xcom": [(t, k, v) for t, k, v in xcoms],
+        "rendered": list(rendered),
+        "labels": sorted(labels),
+        "events": {uri: extra for uri, extra in events},
+    }
 
 
-@pytest.mark.parametrize("conf, key", [({"tabels": [f"{DB}.t1"]}, "'tabels'"), ({"bogus": 1}, "'bogus'")])
+@pytest.mark.parametrize(
+    "conf, key", [({"tabels": [f"{DB}.t1"]}, "'tabels'"), ({"bogus": 1}, "'bogus'")]
+)
 def test_unknown_conf_key_fails_the_run_before_any_read(
-        mariadb: LocalMariaDB, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        capfd: pytest.CaptureFixture[str], conf: dict[str, Any], key: str) -> None:
+    mariadb: LocalMariaDB,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+    conf: dict[str, Any],
+    key: str,
+) -> None:
     configs, lake = tmp_path / "configs", tmp_path / "lake"
     write_pipeline(configs, tmp_path, mariadb, DB, CONN_ID)
     monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", connection_json(mariadb))
@@ -99,9 +122,12 @@ def test_unknown_conf_key_fails_the_run_before_any_read(
     assert f"run conf: unknown key {key}; valid keys: tables, snapshot, chunk_size" in out + err
 
 
-def test_ad_hoc_snapshot_then_binlog_run(mariadb: LocalMariaDB, tmp_path: Path,
-                                         monkeypatch: pytest.MonkeyPatch,
-                                         capfd: pytest.CaptureFixture[str]) -> None:
+def test_ad_hoc_snapshot_then_binlog_run(
+    mariadb: LocalMariaDB,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
     reason = engine_missing()
     if reason:
         pytest.skip(reason)
@@ -117,7 +143,9 @@ def test_ad_hoc_snapshot_then_binlog_run(mariadb: LocalMariaDB, tmp_path: Path,
     assert first.state == "success", task_states(first)
     first_out, first_err = capfd.readouterr()
     noisy = [line for line in (first_out + first_err).splitlines() if "ERROR" in line]
-    assert noisy == [], "a successful run logs no ERROR line (the JVM's output goes to the log at INFO)"
+    assert noisy == [], (
+        "a successful run logs no ERROR line (the JVM's output goes to the log at INFO)"
+    )
     assert published_rows(lake, t1) == source_rows(mariadb, t1)
     assert manifest(lake, t2) is None, "an ad hoc run of t1 must not touch t2"
     stored = stored_values(first.run_id)
@@ -127,14 +155,17 @@ def test_ad_hoc_snapshot_then_binlog_run(mariadb: LocalMariaDB, tmp_path: Path,
     assert stored["events"][uri1]["iceberg"] == manifest(lake, t1)["iceberg"]  # type: ignore[index]
     position = manifest(lake, t1)["position"]  # type: ignore[index]
     assert {k: stored["events"][uri1]["position"][k] for k in ("file", "pos")} == {
-        k: position[k] for k in ("file", "pos")}
+        k: position[k] for k in ("file", "pos")
+    }
     assert stored["events"][uri2]["published"] is False
     run_ids = {v for _, k, v in stored["xcom"] if k == "run_id"}
     assert len(run_ids) == 1
 
-    mariadb.execute(f"UPDATE {t1} SET qty = 999, name = 'changed' WHERE id <= 10",
-                    f"DELETE FROM {t1} WHERE id BETWEEN 11 AND 20",
-                    f"INSERT INTO {t1} VALUES (1001, 'new', NULL), (1002, 'newer', 5)")
+    mariadb.execute(
+        f"UPDATE {t1} SET qty = 999, name = 'changed' WHERE id <= 10",
+        f"DELETE FROM {t1} WHERE id BETWEEN 11 AND 20",
+        f"INSERT INTO {t1} VALUES (1001, 'new', NULL), (1002, 'newer', 5)",
+    )
 
     # A file where t2's output directory belongs makes this run's publish fail after t1.
     blocker = lake / DB / "t2"
@@ -160,15 +191,18 @@ def test_ad_hoc_snapshot_then_binlog_run(mariadb: LocalMariaDB, tmp_path: Path,
     assert manifest(lake, t2)["run_id"] == manifest(lake, t1)["run_id"]  # type: ignore[index]
     failed_values, later = stored_values(failed.run_id), stored_values(second.run_id)
     assert failed_values["events"] == {}, "a failed publish emits no asset event"
-    assert failed_values["labels"] and all(label.startswith(t2) for label in failed_values["labels"])
+    assert failed_values["labels"] and all(
+        label.startswith(t2) for label in failed_values["labels"]
+    )
     assert later["events"][uri1]["rows"] == 292 and later["events"][uri2]["rows"] == 300
     assert later["events"][uri2]["published"] is True
 
     out, err = capfd.readouterr()
     out = first_out + first_err + out
-    for what, value in (("XCom", stored["xcom"] + failed_values["xcom"] + later["xcom"]),
-                        ("rendered fields", stored["rendered"] + failed_values["rendered"]
-                         + later["rendered"]),
-                        ("asset events", [stored["events"], later["events"]]),
-                        ("output", out + err)):
+    for what, value in (
+        ("XCom", stored["xcom"] + failed_values["xcom"] + later["xcom"]),
+        ("rendered fields", stored["rendered"] + failed_values["rendered"] + later["rendered"]),
+        ("asset events", [stored["events"], later["events"]]),
+        ("output", out + err),
+    ):
         assert SOURCE_PASSWORD not in json.dumps(value, default=str), f"password leaked into {what}"

@@ -57,7 +57,9 @@ def plain_dagbag(module: str) -> Any:
 
 @pytest.mark.filterwarnings("ignore:Importing DagBag from airflow.models.dagbag is deprecated")
 @pytest.mark.parametrize("module", SPELLINGS)
-def test_a_plain_dagbag_loads_the_example_config(module: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_plain_dagbag_loads_the_example_config(
+    module: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("TIDEMARK_CONFIG_DIR", str(CONFIGS))
     # A BundleDagBag earlier in this process leaves the dags folder on sys.path for good.
     monkeypatch.setattr(sys, "path", [p for p in sys.path if Path(p or ".").resolve() != DAGS])
@@ -87,8 +89,15 @@ CI_SCRIPT = textwrap.dedent("""
 def test_a_fresh_interpreter_outside_the_repo_loads_the_dags(tmp_path: Path) -> None:
     """``python -I`` from another folder: neither the repo nor dags/ is on sys.path, only the installed package."""
     env = {**os.environ, "TIDEMARK_CONFIG_DIR": str(CONFIGS)}
-    result = subprocess.run([sys.executable, "-I", "-c", CI_SCRIPT, str(DAGS)], cwd=tmp_path, env=env,
-                            capture_output=True, text=True, timeout=300, check=False)
+    result = subprocess.run(
+        [sys.executable, "-I", "-c", CI_SCRIPT, str(DAGS)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
     assert result.returncode == 0, result.stderr[-3000:]
     [line] = [line for line in result.stdout.splitlines() if line.startswith("dag_ids:")]

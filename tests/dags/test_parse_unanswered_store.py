@@ -20,14 +20,23 @@ pytestmark = pytest.mark.usefixtures("airflow_home")
 
 
 def test_a_state_store_that_never_answers_degrades_only_its_own_form(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     silent = socket.socket()
     silent.bind(("127.0.0.1", 0))
     silent.listen(16)  # the kernel completes the TCP handshake; nothing ever answers
     port = silent.getsockname()[1]
     folder = tmp_path / "configs"
-    write(folder, "hung.yaml", config("hung", tmp_path, tables=[{"name": "crm.*"}, {"name": "shop.orders"}],
-                                      state={"url": f"postgresql+psycopg://tm:pw@127.0.0.1:{port}/tm"}))
+    write(
+        folder,
+        "hung.yaml",
+        config(
+            "hung",
+            tmp_path,
+            tables=[{"name": "crm.*"}, {"name": "shop.orders"}],
+            state={"url": f"postgresql+psycopg://tm:pw@127.0.0.1:{port}/tm"},
+        ),
+    )
     write(folder, "plain.yaml", config("plain", tmp_path))
     # Airflow's own bound on the import (default 30 s): the old peek waited past any of them.
     monkeypatch.setenv("AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT", "20")

@@ -24,8 +24,12 @@ DAGS = REPO / "dags"
 def config(name: str, tmp_path: Path, **overrides: Any) -> dict[str, Any]:
     data: dict[str, Any] = {
         "pipeline": name,
-        "source": {"host": "127.0.0.1", "user": "snap", "server_id": 54001,
-                   "password_env": "TIDEMARK_TEST_UNSET_PASSWORD"},
+        "source": {
+            "host": "127.0.0.1",
+            "user": "snap",
+            "server_id": 54001,
+            "password_env": "TIDEMARK_TEST_UNSET_PASSWORD",
+        },
         "output": {"path": str(tmp_path / "lake")},
         "state": {"url": f"sqlite:///{tmp_path / 'state.db'}"},
         "tables": [{"name": "shop.orders"}, {"name": "shop.customers", "chunk_size": 500}],
@@ -52,7 +56,9 @@ def parse(monkeypatch: pytest.MonkeyPatch, folder: Path | None) -> Any:
     return BundleDagBag(dag_folder=DAGS, bundle_path=DAGS, bundle_name="dags-folder")
 
 
-def test_good_configs_load_without_import_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_good_configs_load_without_import_errors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     folder = tmp_path / "configs"
     write(folder, "alpha.yaml", config("alpha", tmp_path))
     write(folder, "beta.yml", config("beta", tmp_path, schedule="@daily"))
@@ -63,20 +69,25 @@ def test_good_configs_load_without_import_errors(tmp_path: Path, monkeypatch: py
     assert bag.import_errors == {}
     assert sorted(bag.dag_ids) == ["tidemark_alpha", "tidemark_beta"]
     parsed = {Path(f).name for f in bag.file_last_changed}
-    assert parsed == {"tidemark_dags.py", "tidemark_config_errors.py"}, "the helper module is not a DAG file"
+    assert parsed == {"tidemark_dags.py", "tidemark_config_errors.py"}, (
+        "the helper module is not a DAG file"
+    )
 
 
 def test_the_shipped_configs_folder_is_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
     bag = parse(monkeypatch, None)
 
     assert bag.import_errors == {}
-    expected = {f"tidemark_{yaml.safe_load(p.read_text())['pipeline']}"
-                for p in (REPO / "configs").glob("*.y*ml")}
+    expected = {
+        f"tidemark_{yaml.safe_load(p.read_text())['pipeline']}"
+        for p in (REPO / "configs").glob("*.y*ml")
+    }
     assert expected and set(bag.dag_ids) == expected
 
 
 def test_a_broken_config_is_an_import_error_naming_file_and_key(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     folder = tmp_path / "configs"
     write(folder, "good.yaml", config("good", tmp_path))
     bad = config("bad", tmp_path)
@@ -91,16 +102,24 @@ def test_a_broken_config_is_an_import_error_naming_file_and_key(
     assert bag.dag_ids == ["tidemark_good"]
     assert list(bag.import_errors) == ["tidemark_config_errors.py"]
     error = bag.import_errors["tidemark_config_errors.py"]
-    assert f"{folder / 'bad.yaml'}: tables[1].chunk_size: must be from 1 to 2147483647 rows, found 0" in error
+    assert (
+        f"{folder / 'bad.yaml'}: tables[1].chunk_size: must be from 1 to 2147483647 rows, found 0"
+        in error
+    )
     assert f"{folder / 'cron.yaml'}: schedule: '61 * * * *'" in error
     assert f"{folder / 'syntax.yaml'}: not valid YAML at line" in error
     assert f"{folder / 'twin.yaml'}: pipeline: `good` is already the pipeline of" in error
 
 
-def test_relative_paths_are_refused_under_airflow(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_relative_paths_are_refused_under_airflow(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     folder = tmp_path / "configs"
-    write(folder, "rel.yaml", config("rel", tmp_path, output={"path": "lake"},
-                                     state={"url": "sqlite:///state.db"}))
+    write(
+        folder,
+        "rel.yaml",
+        config("rel", tmp_path, output={"path": "lake"}, state={"url": "sqlite:///state.db"}),
+    )
 
     bag = parse(monkeypatch, folder)
 
@@ -110,9 +129,13 @@ def test_relative_paths_are_refused_under_airflow(tmp_path: Path, monkeypatch: p
     assert "rel.yaml: state.url: relative SQLite file" in error
 
 
-def test_a_missing_configs_folder_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_missing_configs_folder_is_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     bag = parse(monkeypatch, tmp_path / "nowhere")
 
     assert bag.dag_ids == []
-    assert "nowhere: the Tidemark configs folder does not exist" in bag.import_errors[
-        "tidemark_config_errors.py"]
+    assert (
+        "nowhere: the Tidemark configs folder does not exist"
+        in bag.import_errors["tidemark_config_errors.py"]
+    )

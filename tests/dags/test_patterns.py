@@ -22,13 +22,17 @@ TABLES = [f"many.t{i:04d}" for i in range(500)]
 
 
 def test_a_dag_of_500_matched_tables_parses_and_its_form_lists_them(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from airflow.exceptions import ParamValidationError
     from airflow.sdk import AssetAlias
     from airflow.serialization.serialized_objects import DagSerialization
 
-    data = config("many", tmp_path, tables=[{"name": "many.*", "exclude": ["many.tmp_*"]},
-                                            {"name": "shop.orders"}])
+    data = config(
+        "many",
+        tmp_path,
+        tables=[{"name": "many.*", "exclude": ["many.tmp_*"]}, {"name": "shop.orders"}],
+    )
     folder = tmp_path / "configs"
     write(folder, "many.yaml", data)
     with StateStore(data["state"]["url"]) as store:  # what planning a run records
@@ -53,17 +57,22 @@ def test_a_dag_of_500_matched_tables_parses_and_its_form_lists_them(
         served.params.deep_merge({"tables": ["many.t0500"]}).validate()
 
     outlets: list[Any] = dag.get_task("publish").outlets
-    assert [o.uri for o in outlets if not isinstance(o, AssetAlias)] == [f"file://{tmp_path}/lake/shop/orders"]
+    assert [o.uri for o in outlets if not isinstance(o, AssetAlias)] == [
+        f"file://{tmp_path}/lake/shop/orders"
+    ]
     assert [o.name for o in outlets if isinstance(o, AssetAlias)] == ["tidemark_many:many.*"]
 
 
 def test_without_a_recorded_table_set_the_form_offers_the_entries(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     folder = tmp_path / "configs"
     write(folder, "many.yaml", config("many", tmp_path, tables=[{"name": "many.*"}]))
     bag = parse(monkeypatch, folder)
     assert bag.import_errors == {}
-    assert bag.dags["tidemark_many"].params.get_param("tables").schema["items"]["enum"] == ["many.*"]
+    assert bag.dags["tidemark_many"].params.get_param("tables").schema["items"]["enum"] == [
+        "many.*"
+    ]
     assert not (tmp_path / "state.db").exists(), "parsing creates no state store"
 
 
@@ -73,7 +82,8 @@ PATTERN_DB = "tm_dagpat"
 @pytest.mark.integration
 @pytest.mark.slow
 def test_a_dag_run_of_a_pattern_adds_each_table_to_the_alias(
-        mariadb: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    mariadb: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``dag.test()`` of a pattern entry against a real MariaDB and local Spark: both tables are
     read in one packed batch (one mapped read task), published, and their Assets' events are
     added through the pattern's AssetAlias with the published extra."""
@@ -101,14 +111,18 @@ def test_a_dag_run_of_a_pattern_adds_each_table_to_the_alias(
 
     states = task_states(run)
     assert run.state == "success", states
-    assert [k for k in states if k.startswith("read[")] == ["read[0]"], "two small tables, one batch"
+    assert [k for k in states if k.startswith("read[")] == ["read[0]"], (
+        "two small tables, one batch"
+    )
     tables = [f"{PATTERN_DB}.t1", f"{PATTERN_DB}.t2"]
     for table in tables:
         assert published_rows(lake, table) == source_rows(mariadb, table)
     with create_session() as session:
-        events = session.execute(select(AssetModel.uri, AssetEvent.extra).join(
-            AssetModel, AssetEvent.asset_id == AssetModel.id).where(
-            AssetEvent.source_run_id == run.run_id)).all()
+        events = session.execute(
+            select(AssetModel.uri, AssetEvent.extra)
+            .join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+            .where(AssetEvent.source_run_id == run.run_id)
+        ).all()
         aliases = session.scalars(select(AssetAliasModel.name)).all()
     assert f"tidemark_{PATTERN_DB}:{PATTERN_DB}.*" in aliases
     extras = {uri: extra for uri, extra in events}

@@ -22,9 +22,12 @@ from tests.dags.airflow_home import VENV_BIN
 
 def _config(tmp_path: Path, slots: int | None) -> Path:
     data: dict[str, Any] = {
-        "pipeline": "pooltest", "source": {"host": "h", "user": "u", "password": "x", "server_id": 5},
-        "output": {"path": str(tmp_path / "lake")}, "state": {"url": "sqlite://"},
-        "tables": [{"name": "db.t"}]}
+        "pipeline": "pooltest",
+        "source": {"host": "h", "user": "u", "password": "x", "server_id": 5},
+        "output": {"path": str(tmp_path / "lake")},
+        "state": {"url": "sqlite://"},
+        "tables": [{"name": "db.t"}],
+    }
     if slots is not None:
         data["airflow"] = {"pool_slots": slots}
     path = tmp_path / "pooltest.yaml"
@@ -33,14 +36,20 @@ def _config(tmp_path: Path, slots: int | None) -> Path:
 
 
 def _slots(name: str) -> int:
-    result = subprocess.run([str(VENV_BIN / "airflow"), "pools", "get", name, "-o", "json"],
-                            env=dict(os.environ), capture_output=True, text=True, timeout=300,
-                            check=True)
+    result = subprocess.run(
+        [str(VENV_BIN / "airflow"), "pools", "get", name, "-o", "json"],
+        env=dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
     return int(json.loads(result.stdout)[0]["slots"])
 
 
-def test_airflow_pool_creates_then_updates_the_pool(airflow_home: Path, tmp_path: Path,
-                                                    capsys: pytest.CaptureFixture[str]) -> None:
+def test_airflow_pool_creates_then_updates_the_pool(
+    airflow_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["airflow-pool", "--config", str(_config(tmp_path, None))]) == 0
     assert _slots("tidemark_pooltest_source") == 2  # the default
     assert "pool tidemark_pooltest_source: 2 slot(s)" in capsys.readouterr().out

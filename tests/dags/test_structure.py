@@ -64,8 +64,9 @@ def test_dag_settings_come_from_the_config(dag: Any) -> None:
         assert task.retry_policy is not None
 
 
-def test_every_task_has_an_execution_timeout_from_read_timeout(tmp_path: Path,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_task_has_an_execution_timeout_from_read_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     folder = tmp_path / "configs"
     data = config("slow", tmp_path, defaults={"batch_chunks": 4, "read_attempts": 2})
     data["source"]["read_timeout"] = 30
@@ -73,11 +74,16 @@ def test_every_task_has_an_execution_timeout_from_read_timeout(tmp_path: Path,
     bag = parse(monkeypatch, folder)
     assert bag.import_errors == {}
     limits = {t.task_id: t.execution_timeout for t in bag.dags["tidemark_slow"].tasks}
-    assert limits == {"preflight": timedelta(minutes=3), "plan": timedelta(minutes=3),
-                      # a batch of 256 small tables read 8 at a time: 32 rounds, more than 4 chunks
-                      "read": timedelta(seconds=(32 * 2 + 1) * 30), "capture": timedelta(minutes=24),
-                      "reconcile": timedelta(minutes=24), "publish": timedelta(minutes=24),
-                      "outcome": timedelta(minutes=3)}
+    assert limits == {
+        "preflight": timedelta(minutes=3),
+        "plan": timedelta(minutes=3),
+        # a batch of 256 small tables read 8 at a time: 32 rounds, more than 4 chunks
+        "read": timedelta(seconds=(32 * 2 + 1) * 30),
+        "capture": timedelta(minutes=24),
+        "reconcile": timedelta(minutes=24),
+        "publish": timedelta(minutes=24),
+        "outcome": timedelta(minutes=3),
+    }
 
 
 def test_params_have_form_metadata_and_the_tables_as_choices(dag: Any) -> None:
@@ -88,18 +94,31 @@ def test_params_have_form_metadata_and_the_tables_as_choices(dag: Any) -> None:
     assert tables["examples"] == ["shop.orders", "shop.customers"]
     assert params["tables"].value == []
     # boolean or null: the trigger form marks a param required (*) when its type excludes null
-    assert params["snapshot"].schema["type"] == ["boolean", "null"] and params["snapshot"].value is False
+    assert (
+        params["snapshot"].schema["type"] == ["boolean", "null"]
+        and params["snapshot"].value is False
+    )
     assert params["chunk_size"].schema["type"] == ["null", "integer"]
     assert params["chunk_size"].schema["minimum"] == 1 and params["chunk_size"].value is None
-    assert params["chunk_size"].schema["maximum"] == 2**31 - 1  # a chunk bound's OFFSET; 10**30 failed planning
+    assert (
+        params["chunk_size"].schema["maximum"] == 2**31 - 1
+    )  # a chunk bound's OFFSET; 10**30 failed planning
     for param in params.values():
         assert param.schema["title"] and param.description
 
 
-@pytest.mark.parametrize("conf", [
-    {"tables": ["nope.nope"]}, {"tables": "shop.orders"}, {"chunk_size": 0},
-    {"chunk_size": "big"}, {"snapshot": "yes"}, {"chunk_size": 10**30}, {"chunk_size": 2**31},
-])
+@pytest.mark.parametrize(
+    "conf",
+    [
+        {"tables": ["nope.nope"]},
+        {"tables": "shop.orders"},
+        {"chunk_size": 0},
+        {"chunk_size": "big"},
+        {"snapshot": "yes"},
+        {"chunk_size": 10**30},
+        {"chunk_size": 2**31},
+    ],
+)
 def test_invalid_params_are_refused_by_the_serialized_dag(dag: Any, conf: dict[str, Any]) -> None:
     """What the API server validates a trigger against is the serialized DAG's params."""
     from airflow.exceptions import ParamValidationError
@@ -114,8 +133,10 @@ def test_invalid_params_are_refused_by_the_serialized_dag(dag: Any, conf: dict[s
 
 def test_publish_declares_one_asset_per_table(dag: Any, tmp_path: Path) -> None:
     outlets = dag.get_task("publish").outlets
-    assert [a.uri for a in outlets] == [f"file://{tmp_path}/lake/shop/orders",
-                                        f"file://{tmp_path}/lake/shop/customers"]
+    assert [a.uri for a in outlets] == [
+        f"file://{tmp_path}/lake/shop/orders",
+        f"file://{tmp_path}/lake/shop/customers",
+    ]
     assert all(not t.outlets for t in dag.tasks if t.task_id != "publish")
 
 

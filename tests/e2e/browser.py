@@ -24,9 +24,17 @@ from orchestrator.demo.localdb import free_port
 from tests.e2e.stack import wait_for
 
 CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "chromium", "chromium-browser")
-FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run",
-         "--disable-dev-shm-usage", "--window-size=1400,1000")
+FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-dev-shm-usage",
+    "--window-size=1400,1000",
+)
 
 
 def find_chromium() -> str | None:
@@ -72,9 +80,11 @@ class Page:
         Real input events rather than ``element.click()``: menus such as the
         trigger form's multi-select open on ``mousedown``, which a scripted click never sends.
         """
-        box = self.evaluate(f"(() => {{ const e = {element}; if (!e) return null;"
-                            " e.scrollIntoView({block: 'center'}); const r = e.getBoundingClientRect();"
-                            " return [r.x + r.width / 2, r.y + r.height / 2]; })()")
+        box = self.evaluate(
+            f"(() => {{ const e = {element}; if (!e) return null;"
+            " e.scrollIntoView({block: 'center'}); const r = e.getBoundingClientRect();"
+            " return [r.x + r.width / 2, r.y + r.height / 2]; })()"
+        )
         if box is None:
             raise LookupError(f"no element for {what}")
         x, y = box
@@ -83,15 +93,23 @@ class Page:
 
     def type_into(self, selector: str, text: str) -> None:
         """Focus the element matching ``selector`` and type ``text`` as keyboard input would."""
-        if not self.evaluate(f"(() => {{ const e = document.querySelector({json.dumps(selector)});"
-                             " if (!e) return false; e.focus(); return true; })()"):
+        if not self.evaluate(
+            f"(() => {{ const e = document.querySelector({json.dumps(selector)});"
+            " if (!e) return false; e.focus(); return true; })()"
+        ):
             raise LookupError(f"no element matches {selector!r}")
         self.call("Input.insertText", text=text)
 
     def press(self, key: str, code: str, key_code: int) -> None:
         """One key stroke (down and up) to the focused element, e.g. ``press("Enter", "Enter", 13)``."""
         for event in ("keyDown", "keyUp"):
-            self.call("Input.dispatchKeyEvent", type=event, key=key, code=code, windowsVirtualKeyCode=key_code)
+            self.call(
+                "Input.dispatchKeyEvent",
+                type=event,
+                key=key,
+                code=code,
+                windowsVirtualKeyCode=key_code,
+            )
 
     def screenshot(self, path: Path) -> None:
         data = self.call("Page.captureScreenshot", format="png")["data"]
@@ -106,10 +124,20 @@ def chromium_page(binary: str, timeout: float = 60) -> Iterator[Page]:
     port = free_port()
     profile = tempfile.mkdtemp(prefix="tidemark-chromium-")
     process = subprocess.Popen(
-        [binary, *FLAGS, f"--user-data-dir={profile}", f"--remote-debugging-port={port}",
-         "--remote-allow-origins=*", "about:blank"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        [
+            binary,
+            *FLAGS,
+            f"--user-data-dir={profile}",
+            f"--remote-debugging-port={port}",
+            "--remote-allow-origins=*",
+            "about:blank",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
+
         def page_socket() -> str | None:
             if process.poll() is not None:
                 raise RuntimeError(f"chromium exited with {process.returncode}")
@@ -131,7 +159,9 @@ def chromium_page(binary: str, timeout: float = 60) -> Iterator[Page]:
 
 def wait_for_js(page: Page, what: str, expression: str, timeout: float = 90) -> Any:
     """Evaluate ``expression`` until it is truthy; returns its value."""
+
     def probe() -> Any:
         value = page.evaluate(expression)
         return value or None
+
     return wait_for(what, probe, timeout=timeout, interval=0.5)

@@ -41,8 +41,10 @@ def wait_for(what: str, probe: Callable[[], T | None], timeout: float, interval:
         except (httpx.HTTPError, OSError) as exc:
             last_error = exc
         time.sleep(interval)
-    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}"
-                       + (f" (last error: {last_error})" if last_error else ""))
+    raise TimeoutError(
+        f"timed out after {timeout:.0f}s waiting for {what}"
+        + (f" (last error: {last_error})" if last_error else "")
+    )
 
 
 @dataclass
@@ -62,38 +64,50 @@ class AirflowStack:
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
         env.update(airflow_env(self.home))
-        env.update({
-            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
-            "AIRFLOW__CORE__PARALLELISM": "2",
-            "AIRFLOW__CORE__AUTH_MANAGER":
-                "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
-            "AIRFLOW__API__HOST": "127.0.0.1",
-            "AIRFLOW__API__PORT": str(self.port),
-            "AIRFLOW__API__BASE_URL": self.base_url,
-            "AIRFLOW__API__WORKERS": "1",
-            "AIRFLOW__API__SECRET_KEY": secrets.token_hex(16),
-            "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(32),
-            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.base_url}/execution/",
-            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
-            "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
-            "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-        })
+        env.update(
+            {
+                "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+                "AIRFLOW__CORE__PARALLELISM": "2",
+                "AIRFLOW__CORE__AUTH_MANAGER": "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
+                "AIRFLOW__API__HOST": "127.0.0.1",
+                "AIRFLOW__API__PORT": str(self.port),
+                "AIRFLOW__API__BASE_URL": self.base_url,
+                "AIRFLOW__API__WORKERS": "1",
+                "AIRFLOW__API__SECRET_KEY": secrets.token_hex(16),
+                "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(32),
+                "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.base_url}/execution/",
+                "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+                "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
+                "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+            }
+        )
         env.update(self.extra_env)
         return env
 
     def start(self) -> AirflowStack:
         """``airflow db migrate``, then the three processes; returns once the API answers."""
         env = self.env()
-        migrate = subprocess.run([str(VENV_BIN / "airflow"), "db", "migrate"], env=env,
-                                 capture_output=True, text=True, timeout=600, check=False)
+        migrate = subprocess.run(
+            [str(VENV_BIN / "airflow"), "db", "migrate"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
         if migrate.returncode != 0:
             raise RuntimeError(f"airflow db migrate failed: {migrate.stderr[-3000:]}")
         for name in PROCESSES:
             log = (self.home / f"{name}.log").open("wb")
             self.processes[name] = subprocess.Popen(
-                [str(VENV_BIN / "airflow"), name], env=env, stdout=log, stderr=subprocess.STDOUT,
-                cwd=self.home, start_new_session=True)
+                [str(VENV_BIN / "airflow"), name],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.home,
+                start_new_session=True,
+            )
         wait_for("the api-server", self._healthy, timeout=240)
         self.token = wait_for("a JWT from /auth/token", self._get_token, timeout=60)
         return self
@@ -110,7 +124,9 @@ class AirflowStack:
     def check_alive(self) -> None:
         for name, process in self.processes.items():
             if process.poll() is not None:
-                raise RuntimeError(f"airflow {name} exited with {process.returncode}:\n{self.log_tail(name)}")
+                raise RuntimeError(
+                    f"airflow {name} exited with {process.returncode}:\n{self.log_tail(name)}"
+                )
 
     def log_tail(self, name: str, chars: int = 4000) -> str:
         path = self.home / f"{name}.log"
@@ -133,10 +149,19 @@ class AirflowStack:
 
     # ------------------------------------------------------------------ REST API
 
-    def api(self, method: str, path: str, json: Any = None, expect: int | None = 200) -> httpx.Response:
+    def api(
+        self, method: str, path: str, json: Any = None, expect: int | None = 200
+    ) -> httpx.Response:
         """A call to ``/api/v2`` with the JWT; fails unless the status is ``expect`` (None: any)."""
-        response = httpx.request(method, f"{self.base_url}/api/v2{path}", json=json, timeout=60,
-                                 headers={"Authorization": f"Bearer {self.token}"})
+        response = httpx.request(
+            method,
+            f"{self.base_url}/api/v2{path}",
+            json=json,
+            timeout=60,
+            headers={"Authorization": f"Bearer {self.token}"},
+        )
         if expect is not None and response.status_code != expect:
-            raise AssertionError(f"{method} {path} -> {response.status_code}: {response.text[:2000]}")
+            raise AssertionError(
+                f"{method} {path} -> {response.status_code}: {response.text[:2000]}"
+            )
         return response

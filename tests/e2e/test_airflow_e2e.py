@@ -34,9 +34,14 @@ DAG_ID = f"tidemark_{DB}"
 CONN_ID = "tidemark_e2e_source"
 RUN_TIMEOUT = 900  # seconds for one DAG run on a busy 2-core machine
 #: Titles and descriptions of the three params, as the trigger form must show them.
-PARAM_TEXTS = ("Tables", "Re-snapshot", "Chunk size",
-               "Tables for this run (empty: all; a pattern: all it matches)",
-               "Snapshot the chosen tables again", "Target rows per chunk")
+PARAM_TEXTS = (
+    "Tables",
+    "Re-snapshot",
+    "Chunk size",
+    "Tables for this run (empty: all; a pattern: all it matches)",
+    "Snapshot the chosen tables again",
+    "Target rows per chunk",
+)
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +57,8 @@ def source(mariadb: LocalMariaDB, work: Path) -> LocalMariaDB:
     (configs / "broken.yaml").write_text(
         "pipeline: broken\nsource: {host: h, user: u, server_id: 1}\n"
         f"output: {{path: {work}/x}}\nstate: {{url: 'sqlite:////{work}/x.db'}}\n"
-        "tables: [{name: no_database_part}]\n")
+        "tables: [{name: no_database_part}]\n"
+    )
     return mariadb
 
 
@@ -77,10 +83,13 @@ def wait_for_dag(airflow: AirflowStack) -> dict[str, Any]:
         airflow.check_alive()
         response = airflow.api("GET", f"/dags/{DAG_ID}", expect=None)
         return response.json() if response.status_code == 200 else None  # type: ignore[no-any-return]
+
     return wait_for(f"the dag-processor to load {DAG_ID}", listed, timeout=300, interval=2)
 
 
-def test_dag_loads_and_a_broken_config_is_its_own_import_error(airflow: AirflowStack, work: Path) -> None:
+def test_dag_loads_and_a_broken_config_is_its_own_import_error(
+    airflow: AirflowStack, work: Path
+) -> None:
     dag = wait_for_dag(airflow)
     assert dag["has_import_errors"] is False and dag["is_stale"] is False
     assert {t["name"] for t in dag["tags"]} == {"tidemark", DB}
@@ -88,47 +97,76 @@ def test_dag_loads_and_a_broken_config_is_its_own_import_error(airflow: AirflowS
     def reported() -> list[dict[str, Any]] | None:
         errors = airflow.api("GET", "/importErrors").json()["import_errors"]
         return errors or None
+
     errors = wait_for("the import error of the broken config", reported, timeout=120, interval=2)
     assert [e["filename"] for e in errors] == ["tidemark_config_errors.py"]
     trace = errors[0]["stack_trace"]
     assert f"{work / 'configs' / 'broken.yaml'}: tables[0].name: expected `database.table`" in trace
 
 
-@pytest.mark.parametrize("conf", [{"tables": ["nope.nope"]}, {"chunk_size": 0}, {"snapshot": "yes"}])
-def test_a_trigger_with_an_invalid_param_is_refused(airflow: AirflowStack, conf: dict[str, Any]) -> None:
+@pytest.mark.parametrize(
+    "conf", [{"tables": ["nope.nope"]}, {"chunk_size": 0}, {"snapshot": "yes"}]
+)
+def test_a_trigger_with_an_invalid_param_is_refused(
+    airflow: AirflowStack, conf: dict[str, Any]
+) -> None:
     wait_for_dag(airflow)
-    response = airflow.api("POST", f"/dags/{DAG_ID}/dagRuns", json={"logical_date": None, "conf": conf},
-                           expect=None)
+    response = airflow.api(
+        "POST", f"/dags/{DAG_ID}/dagRuns", json={"logical_date": None, "conf": conf}, expect=None
+    )
     assert response.status_code == 400, response.text
     assert "Invalid input for param" in response.text
     runs = airflow.api("GET", f"/dags/{DAG_ID}/dagRuns").json()
     assert runs["total_entries"] == 0 or all(r["conf"] != conf for r in runs["dag_runs"])
 
 
-def test_trigger_with_params_runs_to_success_and_publishes(airflow: AirflowStack, source: LocalMariaDB,
-                                                           work: Path) -> None:
+def test_trigger_with_params_runs_to_success_and_publishes(
+    airflow: AirflowStack, source: LocalMariaDB, work: Path
+) -> None:
     reason = engine_missing()
     if reason:
         pytest.skip(reason)
     wait_for_dag(airflow)
-    airflow.api("POST", "/pools", json={"name": f"tidemark_{DB}_source", "slots": 4,
-                                        "description": "Tidemark e2e: source connections"}, expect=201)
-    airflow.api("POST", "/connections", expect=201, json={
-        "connection_id": CONN_ID, "conn_type": "mysql", "host": "127.0.0.1", "port": source.port,
-        "login": SOURCE_USER, "password": SOURCE_PASSWORD})
+    airflow.api(
+        "POST",
+        "/pools",
+        json={
+            "name": f"tidemark_{DB}_source",
+            "slots": 4,
+            "description": "Tidemark e2e: source connections",
+        },
+        expect=201,
+    )
+    airflow.api(
+        "POST",
+        "/connections",
+        expect=201,
+        json={
+            "connection_id": CONN_ID,
+            "conn_type": "mysql",
+            "host": "127.0.0.1",
+            "port": source.port,
+            "login": SOURCE_USER,
+            "password": SOURCE_PASSWORD,
+        },
+    )
     airflow.api("PATCH", f"/dags/{DAG_ID}", json={"is_paused": False})
     t1 = f"{DB}.t1"
 
-    run = airflow.api("POST", f"/dags/{DAG_ID}/dagRuns",
-                      json={"logical_date": None, "conf": {"tables": [t1]}}).json()
+    run = airflow.api(
+        "POST", f"/dags/{DAG_ID}/dagRuns", json={"logical_date": None, "conf": {"tables": [t1]}}
+    ).json()
     run_id = run["dag_run_id"]
 
     def finished() -> str | None:
         airflow.check_alive()
         state = airflow.api("GET", f"/dags/{DAG_ID}/dagRuns/{run_id}").json()["state"]
         return str(state) if state in ("success", "failed") else None
+
     state = wait_for(f"DAG run {run_id}", finished, timeout=RUN_TIMEOUT, interval=3)
-    tis = airflow.api("GET", f"/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances").json()["task_instances"]
+    tis = airflow.api("GET", f"/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances").json()[
+        "task_instances"
+    ]
     summary = {(t["task_id"], t["map_index"]): t["state"] for t in tis}
     assert state == "success", summary
 
@@ -159,13 +197,19 @@ def test_trigger_form_shows_the_params(airflow: AirflowStack, work: Path) -> Non
     with chromium_page(binary) as page:
         page.goto(f"{airflow.base_url}/dags/{DAG_ID}")
         try:
-            wait_for_js(page, "the DAG page's trigger button",
-                        "!!document.querySelector('[data-testid=\"trigger-dag-button\"]')")
+            wait_for_js(
+                page,
+                "the DAG page's trigger button",
+                "!!document.querySelector('[data-testid=\"trigger-dag-button\"]')",
+            )
             page.evaluate("document.querySelector('[data-testid=\"trigger-dag-button\"]').click()")
-            text = wait_for_js(page, "the trigger form with the params",
-                               "(() => { const t = document.body.innerText; return "
-                               + " && ".join(f"t.includes({json.dumps(title)})" for title in PARAM_TEXTS)
-                               + " ? t : null; })()")
+            text = wait_for_js(
+                page,
+                "the trigger form with the params",
+                "(() => { const t = document.body.innerText; return "
+                + " && ".join(f"t.includes({json.dumps(title)})" for title in PARAM_TEXTS)
+                + " ? t : null; })()",
+            )
         finally:
             page.screenshot(work / "trigger-form.png")
     for title in PARAM_TEXTS:

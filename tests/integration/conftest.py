@@ -28,17 +28,24 @@ SPARK_CONF = {
 }
 
 
-def spark_test_config(tmp_path: Path, source: dict[str, Any] | None = None,
-                      tables: list[dict[str, Any]] | None = None, **output: Any) -> PipelineConfig:
+def spark_test_config(
+    tmp_path: Path,
+    source: dict[str, Any] | None = None,
+    tables: list[dict[str, Any]] | None = None,
+    **output: Any,
+) -> PipelineConfig:
     """A pipeline config for Spark tests: output under ``tmp_path``, the test Spark settings."""
-    return parse_config({
-        "pipeline": "spark_tests",
-        "source": source or {"host": "127.0.0.1", "port": 1, "user": "nobody", "server_id": 1},
-        "spark": {"master": "local[2]", "conf": dict(SPARK_CONF)},
-        "output": {"path": str(tmp_path / "lake"), **output},
-        "state": {"url": f"sqlite:///{tmp_path / 'state.db'}"},
-        "tables": tables or [{"name": "x.y"}],
-    }, check_env=False)
+    return parse_config(
+        {
+            "pipeline": "spark_tests",
+            "source": source or {"host": "127.0.0.1", "port": 1, "user": "nobody", "server_id": 1},
+            "spark": {"master": "local[2]", "conf": dict(SPARK_CONF)},
+            "output": {"path": str(tmp_path / "lake"), **output},
+            "state": {"url": f"sqlite:///{tmp_path / 'state.db'}"},
+            "tables": tables or [{"name": "x.y"}],
+        },
+        check_env=False,
+    )
 
 
 @pytest.fixture(scope="session")
@@ -54,17 +61,26 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     session.stop()
 
 
-def two_table_pipeline(mariadb: LocalMariaDB, tmp_path: Path, db: str, create: str, fill: str,
-                       rows: tuple[int, int]) -> PipelineConfig:
+def two_table_pipeline(
+    mariadb: LocalMariaDB, tmp_path: Path, db: str, create: str, fill: str, rows: tuple[int, int]
+) -> PipelineConfig:
     """Database ``db`` (made anew) with tables ``t`` and ``other`` (``create``/``fill`` are
     formatted with ``db``, ``name`` and ``rows``) and a pipeline of both, small chunks, no margin."""
     mariadb.execute(f"DROP DATABASE IF EXISTS {db}", f"CREATE DATABASE {db}")
     for name, count in zip(("t", "other"), rows, strict=True):
-        mariadb.execute(create.format(db=db, name=name), fill.format(db=db, name=name, rows=count),
-                        database=db)
-    path = write_config(tmp_path / "p.yaml", pipeline_config(
-        tmp_path, mariadb, [{"name": f"{db}.t"}, {"name": f"{db}.other"}], name=db,
-        defaults={"chunk_size": 1000, "batch_chunks": 2, "read_margin_seconds": 0.0}))
+        mariadb.execute(
+            create.format(db=db, name=name), fill.format(db=db, name=name, rows=count), database=db
+        )
+    path = write_config(
+        tmp_path / "p.yaml",
+        pipeline_config(
+            tmp_path,
+            mariadb,
+            [{"name": f"{db}.t"}, {"name": f"{db}.other"}],
+            name=db,
+            defaults={"chunk_size": 1000, "batch_chunks": 2, "read_margin_seconds": 0.0},
+        ),
+    )
     return load_config(path)
 
 

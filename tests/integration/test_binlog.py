@@ -40,8 +40,12 @@ def table_info(server: LocalMariaDB, name: str) -> TableInfo:
         return source.table_info(name)
 
 
-def read(server: LocalMariaDB, start: BinlogPosition, names: list[str],
-         stop: BinlogPosition | None = None) -> list[Record]:
+def read(
+    server: LocalMariaDB,
+    start: BinlogPosition,
+    names: list[str],
+    stop: BinlogPosition | None = None,
+) -> list[Record]:
     tables = {name: table_info(server, name) for name in names}
     with BinlogReader(source_config(server), "", start, tables, stop=stop) as reader:
         return list(reader)
@@ -59,21 +63,30 @@ def fresh_database(server: LocalMariaDB, name: str, *ddl: str) -> None:
 
 
 def test_ops_before_images_and_positions_in_order(mariadb: LocalMariaDB) -> None:
-    fresh_database(mariadb, "cap_ops",
-                   "CREATE TABLE cap_ops.t (id INT PRIMARY KEY, v VARCHAR(10))",
-                   "CREATE TABLE cap_ops.other (id INT PRIMARY KEY)")
-    fresh_database(mariadb, "cap_ops_other", "CREATE TABLE cap_ops_other.t (id INT PRIMARY KEY, v VARCHAR(10))")
+    fresh_database(
+        mariadb,
+        "cap_ops",
+        "CREATE TABLE cap_ops.t (id INT PRIMARY KEY, v VARCHAR(10))",
+        "CREATE TABLE cap_ops.other (id INT PRIMARY KEY)",
+    )
+    fresh_database(
+        mariadb, "cap_ops_other", "CREATE TABLE cap_ops_other.t (id INT PRIMARY KEY, v VARCHAR(10))"
+    )
     start = position(mariadb)
     mariadb.execute("INSERT INTO cap_ops.t VALUES (1, 'a'), (2, 'b')")
     middle = position(mariadb)
-    mariadb.execute("INSERT INTO cap_ops_other.t VALUES (1, 'zz')",  # same table name, other schema
-                    "INSERT INTO cap_ops.other VALUES (1)",
-                    "UPDATE cap_ops.t SET v = 'c' WHERE id = 1")
-    mariadb.execute("BEGIN",
-                    "UPDATE cap_ops.t SET id = 20 WHERE id = 2",  # a key change
-                    "INSERT INTO cap_ops_other.t VALUES (2, 'q')",
-                    "DELETE FROM cap_ops.t WHERE id = 1",
-                    "COMMIT")
+    mariadb.execute(
+        "INSERT INTO cap_ops_other.t VALUES (1, 'zz')",  # same table name, other schema
+        "INSERT INTO cap_ops.other VALUES (1)",
+        "UPDATE cap_ops.t SET v = 'c' WHERE id = 1",
+    )
+    mariadb.execute(
+        "BEGIN",
+        "UPDATE cap_ops.t SET id = 20 WHERE id = 2",  # a key change
+        "INSERT INTO cap_ops_other.t VALUES (2, 'q')",
+        "DELETE FROM cap_ops.t WHERE id = 1",
+        "COMMIT",
+    )
     stop = position(mariadb)
 
     records = read(mariadb, start, ["cap_ops.t"], stop)
@@ -101,16 +114,26 @@ def test_ops_before_images_and_positions_in_order(mariadb: LocalMariaDB) -> None
 
 
 def test_only_the_given_tables(mariadb: LocalMariaDB) -> None:
-    fresh_database(mariadb, "cap_filter", "CREATE TABLE cap_filter.a (id INT PRIMARY KEY)",
-                   "CREATE TABLE cap_filter.b (id INT PRIMARY KEY)")
+    fresh_database(
+        mariadb,
+        "cap_filter",
+        "CREATE TABLE cap_filter.a (id INT PRIMARY KEY)",
+        "CREATE TABLE cap_filter.b (id INT PRIMARY KEY)",
+    )
     start = position(mariadb)
-    mariadb.execute("INSERT INTO cap_filter.a VALUES (1)", "INSERT INTO cap_filter.b VALUES (2)",
-                    "INSERT INTO cap_filter.a VALUES (3)")
+    mariadb.execute(
+        "INSERT INTO cap_filter.a VALUES (1)",
+        "INSERT INTO cap_filter.b VALUES (2)",
+        "INSERT INTO cap_filter.a VALUES (3)",
+    )
     stop = position(mariadb)
     assert [c.after for c in changes(read(mariadb, start, ["cap_filter.b"], stop))] == [(2,)]
     both = changes(read(mariadb, start, ["cap_filter.a", "cap_filter.b"], stop))
-    assert [(c.table, c.after) for c in both] == [("cap_filter.a", (1,)), ("cap_filter.b", (2,)),
-                                                  ("cap_filter.a", (3,))]
+    assert [(c.table, c.after) for c in both] == [
+        ("cap_filter.a", (1,)),
+        ("cap_filter.b", (2,)),
+        ("cap_filter.a", (3,)),
+    ]
 
 
 # --------------------------------------------------------------------------- rotation, stop
@@ -119,9 +142,13 @@ def test_only_the_given_tables(mariadb: LocalMariaDB) -> None:
 def test_rotation_mid_stream(mariadb: LocalMariaDB) -> None:
     fresh_database(mariadb, "cap_rot", "CREATE TABLE cap_rot.t (id INT PRIMARY KEY)")
     start = position(mariadb)
-    mariadb.execute("INSERT INTO cap_rot.t VALUES (1)", "FLUSH BINARY LOGS",
-                    "INSERT INTO cap_rot.t VALUES (2), (3)", "FLUSH BINARY LOGS",
-                    "INSERT INTO cap_rot.t VALUES (4)")
+    mariadb.execute(
+        "INSERT INTO cap_rot.t VALUES (1)",
+        "FLUSH BINARY LOGS",
+        "INSERT INTO cap_rot.t VALUES (2), (3)",
+        "FLUSH BINARY LOGS",
+        "INSERT INTO cap_rot.t VALUES (4)",
+    )
     stop = position(mariadb)
     records = read(mariadb, start, ["cap_rot.t"], stop)
     found = changes(records)
@@ -139,8 +166,11 @@ def test_stop_position_is_respected(mariadb: LocalMariaDB) -> None:
     start = position(mariadb)
     mariadb.execute("INSERT INTO cap_stop.t VALUES (1)", "INSERT INTO cap_stop.t VALUES (2)")
     stop = position(mariadb)
-    mariadb.execute("INSERT INTO cap_stop.t VALUES (3)", "FLUSH BINARY LOGS",
-                    "INSERT INTO cap_stop.t VALUES (4)")
+    mariadb.execute(
+        "INSERT INTO cap_stop.t VALUES (3)",
+        "FLUSH BINARY LOGS",
+        "INSERT INTO cap_stop.t VALUES (4)",
+    )
     records = read(mariadb, start, ["cap_stop.t"], stop)
     assert [c.after for c in changes(records)] == [(1,), (2,)]
     assert records[-1] == Boundary(stop, "stop")
@@ -153,12 +183,20 @@ def test_stop_position_is_respected(mariadb: LocalMariaDB) -> None:
 def test_changed_table_shape_is_a_table_change(mariadb: LocalMariaDB) -> None:
     """The ALTER and the TABLE_MAP of the new shape are both reported; the rows after them
     are left out (the table must be read again)."""
-    fresh_database(mariadb, "cap_shape", "CREATE TABLE cap_shape.t (id INT PRIMARY KEY)",
-                   "CREATE TABLE cap_shape.u (id INT PRIMARY KEY)")
+    fresh_database(
+        mariadb,
+        "cap_shape",
+        "CREATE TABLE cap_shape.t (id INT PRIMARY KEY)",
+        "CREATE TABLE cap_shape.u (id INT PRIMARY KEY)",
+    )
     infos = {name: table_info(mariadb, name) for name in ("cap_shape.t", "cap_shape.u")}
     start = position(mariadb)
-    mariadb.execute("INSERT INTO cap_shape.t VALUES (7)", "ALTER TABLE cap_shape.t ADD COLUMN v INT",
-                    "INSERT INTO cap_shape.t VALUES (1, 2)", "INSERT INTO cap_shape.u VALUES (3)")
+    mariadb.execute(
+        "INSERT INTO cap_shape.t VALUES (7)",
+        "ALTER TABLE cap_shape.t ADD COLUMN v INT",
+        "INSERT INTO cap_shape.t VALUES (1, 2)",
+        "INSERT INTO cap_shape.u VALUES (3)",
+    )
     reader = BinlogReader(source_config(mariadb), "", start, infos, stop=position(mariadb))
     with reader:
         records = list(reader)
@@ -177,31 +215,54 @@ def test_compressed_rows_events_are_read(mariadb: LocalMariaDB) -> None:
     start = position(mariadb)
     mariadb.execute("SET GLOBAL log_bin_compress = ON")
     try:
-        mariadb.execute("INSERT INTO cap_zip.t VALUES (1, REPEAT('x', 5000))",
-                        "UPDATE cap_zip.t SET v = REPEAT('y', 300) WHERE id = 1")
+        mariadb.execute(
+            "INSERT INTO cap_zip.t VALUES (1, REPEAT('x', 5000))",
+            "UPDATE cap_zip.t SET v = REPEAT('y', 300) WHERE id = 1",
+        )
     finally:
         mariadb.execute("SET GLOBAL log_bin_compress = OFF")
     mariadb.execute("DELETE FROM cap_zip.t")
     found = changes(read(mariadb, start, ["cap_zip.t"], position(mariadb)))
     assert [(c.op, c.after) for c in found] == [
-        ("I", (1, b"x" * 5000)), ("U", (1, b"y" * 300)), ("D", None)]
+        ("I", (1, b"x" * 5000)),
+        ("U", (1, b"y" * 300)),
+        ("D", None),
+    ]
 
 
 #: (table, ALTER, what the TABLE_MAP check says) for changes the column types alone hide.
 METADATA_CHANGES = {
-    "enum_append": ("e ENUM('a','b')", "MODIFY e ENUM('a','b','c')",
-                    "column `e` has the labels of another ENUM in the binlog than enum('a','b')"),
-    "enum_reorder": ("e ENUM('a','b')", "MODIFY e ENUM('b','a')",
-                     "column `e` has the labels of another ENUM in the binlog than enum('a','b')"),
-    "set_labels": ("e SET('a','b')", "MODIFY e SET('a','x')",
-                   "column `e` has the labels of another SET in the binlog than set('a','b')"),
-    "swap": ("e INT, f INT", "RENAME COLUMN e TO f, RENAME COLUMN f TO e",
-             "columns (id, f, e) in the binlog but (id, e, f) when it was planned"),
+    "enum_append": (
+        "e ENUM('a','b')",
+        "MODIFY e ENUM('a','b','c')",
+        "column `e` has the labels of another ENUM in the binlog than enum('a','b')",
+    ),
+    "enum_reorder": (
+        "e ENUM('a','b')",
+        "MODIFY e ENUM('b','a')",
+        "column `e` has the labels of another ENUM in the binlog than enum('a','b')",
+    ),
+    "set_labels": (
+        "e SET('a','b')",
+        "MODIFY e SET('a','x')",
+        "column `e` has the labels of another SET in the binlog than set('a','b')",
+    ),
+    "swap": (
+        "e INT, f INT",
+        "RENAME COLUMN e TO f, RENAME COLUMN f TO e",
+        "columns (id, f, e) in the binlog but (id, e, f) when it was planned",
+    ),
     "rename": ("e INT", "RENAME COLUMN e TO g", "columns (id, g) in the binlog but (id, e)"),
-    "charset": ("e VARCHAR(10) CHARACTER SET latin1", "CONVERT TO CHARACTER SET utf8mb4",
-                "column `e` has collation id 45 in the binlog but latin1_swedish_ci as planned"),
-    "signedness": ("e INT", "MODIFY e INT UNSIGNED",
-                   "column `e` is unsigned in the binlog but int(11) as planned"),
+    "charset": (
+        "e VARCHAR(10) CHARACTER SET latin1",
+        "CONVERT TO CHARACTER SET utf8mb4",
+        "column `e` has collation id 45 in the binlog but latin1_swedish_ci as planned",
+    ),
+    "signedness": (
+        "e INT",
+        "MODIFY e INT UNSIGNED",
+        "column `e` is unsigned in the binlog but int(11) as planned",
+    ),
 }
 
 
@@ -212,8 +273,12 @@ def test_table_map_metadata_differences_are_table_changes(mariadb: LocalMariaDB,
     ALTER itself lies before the range read here, so only the TABLE_MAP can tell)."""
     columns, alter, message = METADATA_CHANGES[case]
     db = f"cap_meta_{case}"
-    fresh_database(mariadb, db, f"CREATE TABLE {db}.t (id INT PRIMARY KEY, {columns})",
-                   f"CREATE TABLE {db}.same (id INT PRIMARY KEY, {columns})")
+    fresh_database(
+        mariadb,
+        db,
+        f"CREATE TABLE {db}.t (id INT PRIMARY KEY, {columns})",
+        f"CREATE TABLE {db}.same (id INT PRIMARY KEY, {columns})",
+    )
     infos = {name: table_info(mariadb, name) for name in (f"{db}.t", f"{db}.same")}
     mariadb.execute(f"ALTER TABLE {db}.t {alter}")
     start = position(mariadb)
@@ -248,15 +313,17 @@ def purge(server: LocalMariaDB, upto: str) -> None:
     raise AssertionError(f"binlogs before {upto} were never purged")
 
 
-def test_purged_binlog_names_the_file(tmp_path: Path,
-                                      tmp_path_factory: pytest.TempPathFactory) -> None:
+def test_purged_binlog_names_the_file(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     server = LocalMariaDB.create(base_dir=tmp_path_factory.mktemp("purge"))
     server.start()
     try:
         server.execute("CREATE DATABASE cap_purge", "CREATE TABLE cap_purge.t (id INT PRIMARY KEY)")
         start = position(server)
-        server.execute("INSERT INTO cap_purge.t VALUES (1)", "FLUSH BINARY LOGS",
-                       "FLUSH BINARY LOGS")
+        server.execute(
+            "INSERT INTO cap_purge.t VALUES (1)", "FLUSH BINARY LOGS", "FLUSH BINARY LOGS"
+        )
         current = position(server)
         purge(server, current.file)
         with pytest.raises(BinlogPurged) as caught:
@@ -325,9 +392,11 @@ TYPES_ROWS = [
     " '2021-03-14 07:30:00', '2021-03-14 07:30:00.123', '25:00:00', '-25:00:00.5', '100:00:00.25',"
     " '-00:00:00.5', '00:00:00.0001', '-34:00:00.00001', '01:02:03.456789')",
 ]
-TYPES_UPDATE = ("UPDATE cap_types.t SET u64 = 18446744073709551614, st = 'c', en = 'x',"
-                " ts3 = '2021-11-07 05:59:59.999', t6 = '-00:00:00.5', f = 16777217,"
-                " bn = x'61', js = '{\"b\": null}' WHERE id = 5")
+TYPES_UPDATE = (
+    "UPDATE cap_types.t SET u64 = 18446744073709551614, st = 'c', en = 'x',"
+    " ts3 = '2021-11-07 05:59:59.999', t6 = '-00:00:00.5', f = 16777217,"
+    " bn = x'61', js = '{\"b\": null}' WHERE id = 5"
+)
 
 
 @pytest.fixture
@@ -347,8 +416,10 @@ def select_rows(server: LocalMariaDB, info: TableInfo) -> list[tuple[Any, ...]]:
     FLOAT with 6 significant digits (1234567 -> 1234570), while the binlog and the snapshot
     path carry the exact 4-byte float.
     """
-    names = [f"CAST(`{c.name}` AS DOUBLE)" if c.data_type == "float" else f"`{c.name}`"
-             for c in info.columns]
+    names = [
+        f"CAST(`{c.name}` AS DOUBLE)" if c.data_type == "float" else f"`{c.name}`"
+        for c in info.columns
+    ]
     conn = server.connect(charset="utf8mb4")
     try:
         with conn.cursor() as cur:
@@ -407,7 +478,11 @@ def test_every_type_equals_select(mariadb: LocalMariaDB, new_york_tz: None) -> N
     assert rows[5]["ts0"] == dt.datetime(2021, 3, 14, 7, 30, tzinfo=utc)
     assert rows[5]["u64"] == 18446744073709551614 and rows[5]["f"] == 16777216.0
     assert (rows[5]["d65"], rows[1]["d65"]) == ("1.25" + "0" * 28, "-" + NINES)
-    assert (rows[1]["t6"], rows[3]["t1"], rows[3]["t2"]) == (-3_020_399_999_999, -100_000, -1_010_000)
+    assert (rows[1]["t6"], rows[3]["t1"], rows[3]["t2"]) == (
+        -3_020_399_999_999,
+        -100_000,
+        -1_010_000,
+    )
     assert (rows[2]["st"], rows[3]["st"], rows[3]["en"], rows[3]["yr"]) == ("b,a,c", "", "", 0)
     assert (rows[3]["bn"], rows[5]["bn"], rows[2]["vl"]) == (b"a\0\0\0", b"a\0\0\0", "é\x81")
     assert (rows[3]["dd"], rows[3]["dt6"], rows[3]["ts0"]) == (None, None, None)

@@ -35,9 +35,15 @@ pytestmark = pytest.mark.integration
 __all__ = ["new_york_tz"]  # the fixture, imported to be used here
 
 
-def capture_both(tmp_path: Path, server: LocalMariaDB, name: str, key: tuple[str, ...],
-                 start: BinlogPosition, stop: BinlogPosition, batch_rows: int = 50_000
-                 ) -> tuple[pa.Table, pa.Table]:
+def capture_both(
+    tmp_path: Path,
+    server: LocalMariaDB,
+    name: str,
+    key: tuple[str, ...],
+    start: BinlogPosition,
+    stop: BinlogPosition,
+    batch_rows: int = 50_000,
+) -> tuple[pa.Table, pa.Table]:
     """The table's changes captured with the library decoder, then with the fast one."""
     config = parse_config(pipeline_config(tmp_path, server, [{"name": name}], name="fast"))
     store = StateStore(config.state.url)
@@ -45,8 +51,7 @@ def capture_both(tmp_path: Path, server: LocalMariaDB, name: str, key: tuple[str
     out = []
     for decoder in ("library", "fast"):
         run_id = store.create_run("fast", {}).run_id
-        capture_changes(config, store, run_id, tables, stop, batch_rows=batch_rows,
-                        decoder=decoder)
+        capture_changes(config, store, run_id, tables, stop, batch_rows=batch_rows, decoder=decoder)
         out.append(read_changes(store, config.staging_path, run_id, name))
     return out[0], out[1]
 
@@ -108,36 +113,47 @@ GENERATED = """
 """
 
 
-def test_every_type_fast_equals_library(tmp_path: Path, mariadb: LocalMariaDB,
-                                        new_york_tz: None) -> None:
+def test_every_type_fast_equals_library(
+    tmp_path: Path, mariadb: LocalMariaDB, new_york_tz: None
+) -> None:
     """Both decoders write the same segments for every type of the mapping: single- and
     multi-row events, key-changing updates, deletes, and a transaction bigger than a segment.
     The key includes odd types, so before images of each are compared too."""
     ddl = TYPES_DDL.replace("cap_types.", "fast_types.")
     fresh_database(mariadb, "fast_types", ddl)
     start = position(mariadb)
-    multi = ", ".join(row.replace(f"({i}", f"({i + 10}", 1)
-                      for i, row in enumerate(TYPES_ROWS, start=1))
-    run_sql(mariadb, "fast_types",
-            *[f"INSERT INTO fast_types.t VALUES {row}" for row in TYPES_ROWS],
-            f"INSERT INTO fast_types.t VALUES {multi}",  # one multi-row event
-            TYPES_UPDATE.replace("cap_types.", "fast_types."),
-            "UPDATE fast_types.t SET id = id + 100 WHERE id IN (2, 3, 12)",  # key changes
-            "DELETE FROM fast_types.t WHERE id IN (1, 4, 14)",
-            "BEGIN",
-            f"INSERT INTO fast_types.t SELECT {GENERATED}"
-            " FROM (SELECT CAST(seq AS SIGNED) AS seq FROM seq_1_to_3000) AS s",
-            "UPDATE fast_types.t SET i32 = i32 + 1, vc = CONCAT(vc, 'u'), d65 = -d65, st = 'a',"
-            " dt6 = dt6 + INTERVAL 1 SECOND, id = id + 10000 WHERE id > 1000 AND id % 3 = 0",
-            "UPDATE fast_types.t SET t3 = '-00:00:00.5', ts0 = NULL, bn = x'00', js = NULL,"
-            " f = -0.0 WHERE id > 1000 AND id % 3 = 1",
-            "DELETE FROM fast_types.t WHERE id > 1000 AND id % 5 = 0",
-            "COMMIT")
+    multi = ", ".join(
+        row.replace(f"({i}", f"({i + 10}", 1) for i, row in enumerate(TYPES_ROWS, start=1)
+    )
+    run_sql(
+        mariadb,
+        "fast_types",
+        *[f"INSERT INTO fast_types.t VALUES {row}" for row in TYPES_ROWS],
+        f"INSERT INTO fast_types.t VALUES {multi}",  # one multi-row event
+        TYPES_UPDATE.replace("cap_types.", "fast_types."),
+        "UPDATE fast_types.t SET id = id + 100 WHERE id IN (2, 3, 12)",  # key changes
+        "DELETE FROM fast_types.t WHERE id IN (1, 4, 14)",
+        "BEGIN",
+        f"INSERT INTO fast_types.t SELECT {GENERATED}"
+        " FROM (SELECT CAST(seq AS SIGNED) AS seq FROM seq_1_to_3000) AS s",
+        "UPDATE fast_types.t SET i32 = i32 + 1, vc = CONCAT(vc, 'u'), d65 = -d65, st = 'a',"
+        " dt6 = dt6 + INTERVAL 1 SECOND, id = id + 10000 WHERE id > 1000 AND id % 3 = 0",
+        "UPDATE fast_types.t SET t3 = '-00:00:00.5', ts0 = NULL, bn = x'00', js = NULL,"
+        " f = -0.0 WHERE id > 1000 AND id % 3 = 1",
+        "DELETE FROM fast_types.t WHERE id > 1000 AND id % 5 = 0",
+        "COMMIT",
+    )
     stop = position(mariadb)
 
-    library, fast = capture_both(tmp_path, mariadb, "fast_types.t",
-                                 ("id", "d65", "dt6", "vl", "bn", "t6"), start, stop,
-                                 batch_rows=700)
+    library, fast = capture_both(
+        tmp_path,
+        mariadb,
+        "fast_types.t",
+        ("id", "d65", "dt6", "vl", "bn", "t6"),
+        start,
+        stop,
+        batch_rows=700,
+    )
     assert_identical(library, fast)
     ops = fast.column("_tm_op").to_pylist()
     assert {op: ops.count(op) for op in "IUD"} == {"I": 3010, "U": 3004, "D": 603}
@@ -198,9 +214,11 @@ def datetime_literal(rng: random.Random, fsp: int) -> str:
         # rolls over in the fast decoder, as the snapshot's DATEDIFF counts it, and is NULL in
         # the library's: integration/test_value_edges.py holds the fast one to the snapshot)
         return "'2021-00-05 01:02:03.5'"
-    stamp = f"{rng.randrange(1000, 10000):04d}-{rng.randrange(1, 13):02d}-{rng.randrange(1, 29):02d}" \
-            f" {rng.randrange(24):02d}:{rng.randrange(60):02d}:{rng.randrange(60):02d}"
-    return f"'{stamp}.{rng.randrange(10 ** 6):06d}'"
+    stamp = (
+        f"{rng.randrange(1000, 10000):04d}-{rng.randrange(1, 13):02d}-{rng.randrange(1, 29):02d}"
+        f" {rng.randrange(24):02d}:{rng.randrange(60):02d}:{rng.randrange(60):02d}"
+    )
+    return f"'{stamp}.{rng.randrange(10**6):06d}'"
 
 
 def edge_value(rng: random.Random, column: str) -> str:
@@ -208,21 +226,28 @@ def edge_value(rng: random.Random, column: str) -> str:
     if rng.random() < 0.12:
         return "NULL"
     kind = column.rstrip("0123456789_")
-    sizes = [int(x) for x in column[len(kind):].split("_") if x]
+    sizes = [int(x) for x in column[len(kind) :].split("_") if x]
     if kind == "d":
         return decimal_literal(rng, sizes[0], sizes[1] if len(sizes) > 1 else 0)
     if kind == "dt":
         return datetime_literal(rng, sizes[0])
     if kind == "ts":
-        return f"FROM_UNIXTIME({rng.randrange(1, 2**31 - 1)}.{rng.randrange(10 ** 6):06d})"
+        return f"FROM_UNIXTIME({rng.randrange(1, 2**31 - 1)}.{rng.randrange(10**6):06d})"
     if kind == "b":
         return str(rng.getrandbits(sizes[0]))
     if kind == "s":
         return str(rng.getrandbits(sizes[0]))
     if kind == "e":
         return str(rng.randrange(1, 301))
-    texts = {"vlong": ("aé😀 z'\\", 300), "vlat": ("ab\x81é€ ", 300), "c255": ("é😀a  ", 255),
-             "tt": ("xyü", 80), "u2": ("aéЖ€", 10), "cp": ("абв d", 10), "gr": ("αβγ ", 10)}
+    texts = {
+        "vlong": ("aé😀 z'\\", 300),
+        "vlat": ("ab\x81é€ ", 300),
+        "c255": ("é😀a  ", 255),
+        "tt": ("xyü", 80),
+        "u2": ("aéЖ€", 10),
+        "cp": ("абв d", 10),
+        "gr": ("αβγ ", 10),
+    }
     if column in texts:
         return sql_text(rng, *texts[column])
     if column == "lt":
@@ -231,22 +256,31 @@ def edge_value(rng: random.Random, column: str) -> str:
         size = {"cbin": 255, "tb": 255, "mb": 70000, "lb": 300}[column]
         raw = bytes(rng.getrandbits(8) for _ in range(rng.randrange(min(size, 300) + 1)))
         return hex_literal((raw + b"\0" * rng.randrange(3))[:size])
-    return {"yr": lambda: str(rng.choice([0, 1901, 2155, rng.randrange(1901, 2156)])),
-            "dd": lambda: rng.choice(["'0000-00-00'", "'2021-00-05'",
-                                      f"'{rng.randrange(1000, 10000)}-02-28'"]),
-            "sm": lambda: str(rng.randrange(65536)),
-            "md": lambda: str(rng.randrange(-(2**23), 2**23)),
-            "fl": lambda: repr(rng.uniform(-1e30, 1e30)),
-            "tf": lambda: str(rng.randrange(256))}[column]()
+    return {
+        "yr": lambda: str(rng.choice([0, 1901, 2155, rng.randrange(1901, 2156)])),
+        "dd": lambda: rng.choice(
+            ["'0000-00-00'", "'2021-00-05'", f"'{rng.randrange(1000, 10000)}-02-28'"]
+        ),
+        "sm": lambda: str(rng.randrange(65536)),
+        "md": lambda: str(rng.randrange(-(2**23), 2**23)),
+        "fl": lambda: repr(rng.uniform(-1e30, 1e30)),
+        "tf": lambda: str(rng.randrange(256)),
+    }[column]()
 
 
-def test_edge_sizes_and_random_values_fast_equals_library(tmp_path: Path,
-                                                          mariadb: LocalMariaDB) -> None:
+def test_edge_sizes_and_random_values_fast_equals_library(
+    tmp_path: Path, mariadb: LocalMariaDB
+) -> None:
     """DECIMALs of every group layout, each fsp, BIT and SET widths, a 2-byte ENUM, 2-byte
     string lengths, blob length sizes, single-byte and UCS-2 charsets, invalid dates: random
     values, then random updates (some changing the key) and deletes."""
-    ddl = EDGE_DDL.format(s9=labels("a", 9), s17=labels("b", 17), s33=labels("c", 33),
-                          s64=labels("d", 64), e300=labels("e", 300))
+    ddl = EDGE_DDL.format(
+        s9=labels("a", 9),
+        s17=labels("b", 17),
+        s33=labels("c", 33),
+        s64=labels("d", 64),
+        e300=labels("e", 300),
+    )
     fresh_database(mariadb, "fast_edge", ddl)
     info = table_info(mariadb, "fast_edge.t")
     names = [c.name for c in info.columns]
@@ -255,8 +289,10 @@ def test_edge_sizes_and_random_values_fast_equals_library(tmp_path: Path,
     start = position(mariadb)
     statements = []
     for first in range(0, 400, 20):  # multi-row inserts
-        rows = [f"({i}, {', '.join(edge_value(rng, n) for n in names[1:])})"
-                for i in range(first, first + 20)]
+        rows = [
+            f"({i}, {', '.join(edge_value(rng, n) for n in names[1:])})"
+            for i in range(first, first + 20)
+        ]
         statements.append(f"INSERT INTO fast_edge.t VALUES {', '.join(rows)}")
     for _ in range(150):
         target = rng.randrange(400)
@@ -269,8 +305,9 @@ def test_edge_sizes_and_random_values_fast_equals_library(tmp_path: Path,
     run_sql(mariadb, "fast_edge", *statements)
     stop = position(mariadb)
 
-    library, fast = capture_both(tmp_path, mariadb, "fast_edge.t",
-                                 ("id", "d40_20", "s33", "dt3", "gr"), start, stop)
+    library, fast = capture_both(
+        tmp_path, mariadb, "fast_edge.t", ("id", "d40_20", "s33", "dt3", "gr"), start, stop
+    )
     assert_identical(library, fast)
     assert library.num_rows > 500
 
@@ -282,22 +319,28 @@ def test_files_with_and_without_checksums(tmp_path: Path, mariadb: LocalMariaDB)
     """Each binlog file keeps the binlog_checksum it was written with, and the server sends
     its events as they are: whether an event ends with a CRC32 is the file's business, not
     the server's setting when the stream connects."""
-    fresh_database(mariadb, "fast_crc",  # rows of 2 bytes: shorter than a checksum
-                   "CREATE TABLE fast_crc.t (id TINYINT PRIMARY KEY, v VARCHAR(20))")
+    fresh_database(
+        mariadb,
+        "fast_crc",  # rows of 2 bytes: shorter than a checksum
+        "CREATE TABLE fast_crc.t (id TINYINT PRIMARY KEY, v VARCHAR(20))",
+    )
     start = position(mariadb)
     results = []
     try:
-        mariadb.execute("INSERT INTO fast_crc.t VALUES (1, 'a'), (2, NULL)",
-                        "SET GLOBAL binlog_checksum = NONE",
-                        "INSERT INTO fast_crc.t VALUES (3, 'c'), (4, NULL), (5, NULL)",
-                        "UPDATE fast_crc.t SET v = 'x', id = id + 10 WHERE id < 3",
-                        "SET GLOBAL binlog_checksum = CRC32",
-                        "DELETE FROM fast_crc.t WHERE id > 3")
+        mariadb.execute(
+            "INSERT INTO fast_crc.t VALUES (1, 'a'), (2, NULL)",
+            "SET GLOBAL binlog_checksum = NONE",
+            "INSERT INTO fast_crc.t VALUES (3, 'c'), (4, NULL), (5, NULL)",
+            "UPDATE fast_crc.t SET v = 'x', id = id + 10 WHERE id < 3",
+            "SET GLOBAL binlog_checksum = CRC32",
+            "DELETE FROM fast_crc.t WHERE id > 3",
+        )
         stop = position(mariadb)
         for setting in ("NONE", "CRC32"):  # as the stream connects
             mariadb.execute(f"SET GLOBAL binlog_checksum = {setting}")
-            results.append(capture_both(tmp_path / setting, mariadb, "fast_crc.t", ("id",),
-                                        start, stop))
+            results.append(
+                capture_both(tmp_path / setting, mariadb, "fast_crc.t", ("id",), start, stop)
+            )
     finally:
         mariadb.execute("SET GLOBAL binlog_checksum = CRC32")
     for library, fast in results:
@@ -313,7 +356,9 @@ def test_files_with_and_without_checksums(tmp_path: Path, mariadb: LocalMariaDB)
 
 
 def test_rows_without_full_images_are_refused(tmp_path: Path, mariadb: LocalMariaDB) -> None:
-    fresh_database(mariadb, "fast_minimal", "CREATE TABLE fast_minimal.t (id INT PRIMARY KEY, v INT)")
+    fresh_database(
+        mariadb, "fast_minimal", "CREATE TABLE fast_minimal.t (id INT PRIMARY KEY, v INT)"
+    )
     mariadb.execute("INSERT INTO fast_minimal.t VALUES (1, 1)")
     start = position(mariadb)
     conn = mariadb.connect()
@@ -327,8 +372,11 @@ def test_rows_without_full_images_are_refused(tmp_path: Path, mariadb: LocalMari
     config = parse_config(pipeline_config(tmp_path, mariadb, [{"name": "fast_minimal.t"}]))
     store = StateStore(config.state.url)
     tables = {"fast_minimal.t": CaptureTable(table_info(mariadb, "fast_minimal.t"), ("id",), start)}
-    with pytest.raises(RunFailed, match=r"fast_minimal\.t without full row images.*"
-                                        r"binlog_row_image=FULL"):
+    with pytest.raises(
+        RunFailed,
+        match=r"fast_minimal\.t without full row images.*"
+        r"binlog_row_image=FULL",
+    ):
         capture_changes(config, store, store.create_run("test", {}).run_id, tables, stop)
 
 
@@ -336,8 +384,9 @@ def test_a_changed_decimal_scale_is_a_re_read(tmp_path: Path, mariadb: LocalMari
     """Same binlog type, other scale: decoding with the planned scale would be wrong, so the
     TABLE_MAP of the new shape marks the table for a re-read (here the ALTER itself is before
     the table's start) and none of its rows after it are kept."""
-    fresh_database(mariadb, "fast_scale",
-                   "CREATE TABLE fast_scale.t (id INT PRIMARY KEY, d DECIMAL(10,2))")
+    fresh_database(
+        mariadb, "fast_scale", "CREATE TABLE fast_scale.t (id INT PRIMARY KEY, d DECIMAL(10,2))"
+    )
     info = table_info(mariadb, "fast_scale.t")
     mariadb.execute("INSERT INTO fast_scale.t VALUES (1, 1.23)")
     mariadb.execute("ALTER TABLE fast_scale.t MODIFY d DECIMAL(12,4)")
@@ -346,9 +395,16 @@ def test_a_changed_decimal_scale_is_a_re_read(tmp_path: Path, mariadb: LocalMari
     config = parse_config(pipeline_config(tmp_path, mariadb, [{"name": "fast_scale.t"}]))
     store = StateStore(config.state.url)
     run_id = store.create_run("test", {}).run_id
-    store.add_run_table(run_id, "fast_scale.t", "snapshot", strategy=None, chunk_key=["id"], info={})
-    result = capture_changes(config, store, run_id, {"fast_scale.t": CaptureTable(info, ("id",), start)},
-                             position(mariadb))
+    store.add_run_table(
+        run_id, "fast_scale.t", "snapshot", strategy=None, chunk_key=["id"], info={}
+    )
+    result = capture_changes(
+        config,
+        store,
+        run_id,
+        {"fast_scale.t": CaptureTable(info, ("id",), start)},
+        position(mariadb),
+    )
     assert result.rows == {"fast_scale.t": 0}
     pending = store.run_tables(run_id)[0].info["reread_pending"]
     assert pending["what"].startswith("a TABLE_MAP of another shape (column `d` is decimal(10,2)")

@@ -36,14 +36,22 @@ def rows_of(config: PipelineConfig, run_id: str, table: str) -> list[dict[str, A
         return read_changes(store, config.staging_path, run_id, table).to_pylist()
 
 
-def segment_numbers(config: PipelineConfig, run_id: str, tables: list[str], *, durable: bool = True) -> list[int]:
+def segment_numbers(
+    config: PipelineConfig, run_id: str, tables: list[str], *, durable: bool = True
+) -> list[int]:
     """The numbers of the tables' durable segments (as the checkpoint names them), or of every
     segment file on disk (those of attempts that never checkpointed them too)."""
     if durable:
         with StateStore(config.state.url) as store:
-            paths = [p for t in tables for p in segment_paths(store, config.staging_path, run_id, t)]
+            paths = [
+                p for t in tables for p in segment_paths(store, config.staging_path, run_id, t)
+            ]
     else:
-        paths = [str(p) for t in tables for p in (Path(config.staging_path) / run_id / "changes" / t).glob("seg-*")]
+        paths = [
+            str(p)
+            for t in tables
+            for p in (Path(config.staging_path) / run_id / "changes" / t).glob("seg-*")
+        ]
     return sorted(int(Path(p).name[4:10]) for p in paths)
 
 
@@ -51,42 +59,72 @@ def segment_numbers(config: PipelineConfig, run_id: str, tables: list[str], *, d
 
 
 def test_segments_hold_ops_keys_and_positions(tmp_path: Path, mariadb: LocalMariaDB) -> None:
-    fresh_database(mariadb, "cap_seg",
-                   "CREATE TABLE cap_seg.t (a INT, b VARCHAR(5), v INT, PRIMARY KEY (a, b))",
-                   "CREATE TABLE cap_seg.u (id INT PRIMARY KEY, v INT)",
-                   "CREATE TABLE cap_seg.x (id INT PRIMARY KEY)")
+    fresh_database(
+        mariadb,
+        "cap_seg",
+        "CREATE TABLE cap_seg.t (a INT, b VARCHAR(5), v INT, PRIMARY KEY (a, b))",
+        "CREATE TABLE cap_seg.u (id INT PRIMARY KEY, v INT)",
+        "CREATE TABLE cap_seg.x (id INT PRIMARY KEY)",
+    )
     p0 = position(mariadb)
-    mariadb.execute("INSERT INTO cap_seg.t VALUES (1, 'x', 1), (2, 'y', 2)",
-                    "INSERT INTO cap_seg.u VALUES (1, 1)", "INSERT INTO cap_seg.x VALUES (1)")
+    mariadb.execute(
+        "INSERT INTO cap_seg.t VALUES (1, 'x', 1), (2, 'y', 2)",
+        "INSERT INTO cap_seg.u VALUES (1, 1)",
+        "INSERT INTO cap_seg.x VALUES (1)",
+    )
     p1 = position(mariadb)  # u's start: its first insert is already in its snapshot
-    mariadb.execute("UPDATE cap_seg.t SET v = 10 WHERE a = 1",
-                    "UPDATE cap_seg.t SET b = 'z' WHERE a = 2",
-                    "INSERT INTO cap_seg.u VALUES (2, 2)", "DELETE FROM cap_seg.u WHERE id = 1",
-                    "DELETE FROM cap_seg.t WHERE a = 1", "INSERT INTO cap_seg.x VALUES (2)")
+    mariadb.execute(
+        "UPDATE cap_seg.t SET v = 10 WHERE a = 1",
+        "UPDATE cap_seg.t SET b = 'z' WHERE a = 2",
+        "INSERT INTO cap_seg.u VALUES (2, 2)",
+        "DELETE FROM cap_seg.u WHERE id = 1",
+        "DELETE FROM cap_seg.t WHERE a = 1",
+        "INSERT INTO cap_seg.x VALUES (2)",
+    )
     stop = position(mariadb)
     config = make_config(tmp_path, mariadb, ["cap_seg.t", "cap_seg.u"])
-    tables = {"cap_seg.t": CaptureTable(table_info(mariadb, "cap_seg.t"), ("a", "b"), p0),
-              "cap_seg.u": CaptureTable(table_info(mariadb, "cap_seg.u"), ("id",), p1)}
+    tables = {
+        "cap_seg.t": CaptureTable(table_info(mariadb, "cap_seg.t"), ("a", "b"), p0),
+        "cap_seg.u": CaptureTable(table_info(mariadb, "cap_seg.u"), ("id",), p1),
+    }
     store = StateStore(config.state.url)
     run_id = store.create_run("cap", {}).run_id
     calls: list[int] = []
 
-    result = capture_changes(config, store, run_id, tables, stop, batch_rows=2,
-                             progress=calls.append)
+    result = capture_changes(
+        config, store, run_id, tables, stop, batch_rows=2, progress=calls.append
+    )
 
     t = read_changes(store, config.staging_path, run_id, "cap_seg.t")
-    assert t.column_names == ["_tm_file", "_tm_pos", "_tm_row", "_tm_op", "a", "b", "v",
-                              "_tm_old_a", "_tm_old_b"]
-    got = [(r["_tm_op"], r["a"], r["b"], r["v"], r["_tm_old_a"], r["_tm_old_b"]) for r in t.to_pylist()]
-    assert got == [("I", 1, "x", 1, None, None), ("I", 2, "y", 2, None, None),
-                   ("U", 1, "x", 10, 1, "x"), ("U", 2, "z", 2, 2, "y"),
-                   ("D", 1, "x", 10, 1, "x")]  # a delete carries its before image
+    assert t.column_names == [
+        "_tm_file",
+        "_tm_pos",
+        "_tm_row",
+        "_tm_op",
+        "a",
+        "b",
+        "v",
+        "_tm_old_a",
+        "_tm_old_b",
+    ]
+    got = [
+        (r["_tm_op"], r["a"], r["b"], r["v"], r["_tm_old_a"], r["_tm_old_b"]) for r in t.to_pylist()
+    ]
+    assert got == [
+        ("I", 1, "x", 1, None, None),
+        ("I", 2, "y", 2, None, None),
+        ("U", 1, "x", 10, 1, "x"),
+        ("U", 2, "z", 2, 2, "y"),
+        ("D", 1, "x", 10, 1, "x"),
+    ]  # a delete carries its before image
     keys = [(r["_tm_file"], r["_tm_pos"], r["_tm_row"]) for r in t.to_pylist()]
     assert keys == sorted(keys) and keys[0][1] == keys[1][1] and [k[2] for k in keys[:2]] == [0, 1]
     assert all(p0.key < k <= stop.key for k in keys)
     u = rows_of(config, run_id, "cap_seg.u")
-    assert [(r["_tm_op"], r["id"], r["v"], r["_tm_old_id"]) for r in u] == [("I", 2, 2, None),
-                                                                           ("D", 1, 1, 1)]
+    assert [(r["_tm_op"], r["id"], r["v"], r["_tm_old_id"]) for r in u] == [
+        ("I", 2, 2, None),
+        ("D", 1, 1, 1),
+    ]
     numbers = segment_numbers(config, run_id, ["cap_seg.t", "cap_seg.u"])
     assert numbers == list(range(1, result.segments + 1)) and result.segments > 2
     assert result.rows == {"cap_seg.t": 5, "cap_seg.u": 2} and result.end == stop
@@ -111,9 +149,13 @@ def make_workload(server: LocalMariaDB) -> tuple[BinlogPosition, BinlogPosition,
 
     Returns the start, the stop and the number of changes of the captured tables.
     """
-    fresh_database(server, "cap_res", "CREATE TABLE cap_res.t (id INT PRIMARY KEY, v VARCHAR(20))",
-                   "CREATE TABLE cap_res.u (id INT PRIMARY KEY, n INT)",
-                   "CREATE TABLE cap_res.noise (id INT PRIMARY KEY)")
+    fresh_database(
+        server,
+        "cap_res",
+        "CREATE TABLE cap_res.t (id INT PRIMARY KEY, v VARCHAR(20))",
+        "CREATE TABLE cap_res.u (id INT PRIMARY KEY, n INT)",
+        "CREATE TABLE cap_res.noise (id INT PRIMARY KEY)",
+    )
     start = position(server)
     statements = []
     for i in range(60):
@@ -153,8 +195,14 @@ class FailingStore(StateStore):
         self.saves = 0
         self.fail_at = fail_at
 
-    def save_capture_checkpoint(self, run_id: str, position: dict[str, Any], segments: int,
-                                rows: int, owners: list[list[Any]] | None = None) -> None:
+    def save_capture_checkpoint(
+        self,
+        run_id: str,
+        position: dict[str, Any],
+        segments: int,
+        rows: int,
+        owners: list[list[Any]] | None = None,
+    ) -> None:
         self.saves += 1
         if self.saves == self.fail_at:
             raise RuntimeError("crash before the checkpoint")
@@ -167,9 +215,9 @@ def workload(mariadb: LocalMariaDB) -> tuple[BinlogPosition, BinlogPosition, int
 
 
 @pytest.fixture
-def reference(tmp_path: Path, mariadb: LocalMariaDB,
-              workload: tuple[BinlogPosition, BinlogPosition, int]
-              ) -> tuple[PipelineConfig, StateStore, list[tuple[Any, ...]]]:
+def reference(
+    tmp_path: Path, mariadb: LocalMariaDB, workload: tuple[BinlogPosition, BinlogPosition, int]
+) -> tuple[PipelineConfig, StateStore, list[tuple[Any, ...]]]:
     """An uninterrupted capture of the workload, and the store the test's own run goes in."""
     start, stop, count = workload
     config = make_config(tmp_path, mariadb, RESUME_TABLES)
@@ -183,8 +231,10 @@ def reference(tmp_path: Path, mariadb: LocalMariaDB,
 
 
 def test_resume_after_interruptions_has_every_change_once(
-        mariadb: LocalMariaDB, workload: tuple[BinlogPosition, BinlogPosition, int],
-        reference: tuple[PipelineConfig, StateStore, list[tuple[Any, ...]]]) -> None:
+    mariadb: LocalMariaDB,
+    workload: tuple[BinlogPosition, BinlogPosition, int],
+    reference: tuple[PipelineConfig, StateStore, list[tuple[Any, ...]]],
+) -> None:
     start, stop, _ = workload
     config, store, expected = reference
     tables = resume_tables(mariadb, start)
@@ -198,8 +248,9 @@ def test_resume_after_interruptions_has_every_change_once(
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        capture_changes(config, store, run_id, tables, stop, batch_rows=7,
-                        progress=interrupt_after_three)
+        capture_changes(
+            config, store, run_id, tables, stop, batch_rows=7, progress=interrupt_after_three
+        )
     first = store.capture_checkpoint(run_id)
     assert first is not None and first["segments"] > 0
     assert BinlogPosition.from_json(first["position"]) < stop
@@ -210,7 +261,11 @@ def test_resume_after_interruptions_has_every_change_once(
         capture_changes(config, failing, run_id, tables, stop, batch_rows=7)
     second = store.capture_checkpoint(run_id)
     assert second is not None and second["segments"] > first["segments"]
-    orphans = [n for n in segment_numbers(config, run_id, RESUME_TABLES, durable=False) if n > second["segments"]]
+    orphans = [
+        n
+        for n in segment_numbers(config, run_id, RESUME_TABLES, durable=False)
+        if n > second["segments"]
+    ]
     assert orphans and max(segment_numbers(config, run_id, RESUME_TABLES)) == second["segments"]
 
     result = capture_changes(config, store, run_id, tables, stop, batch_rows=7)
@@ -243,26 +298,47 @@ capture_changes(config, StateStore(config.state.url), spec["run_id"], tables,
 
 
 def test_sigkill_mid_capture_then_resume(
-        tmp_path: Path, mariadb: LocalMariaDB, workload: tuple[BinlogPosition, BinlogPosition, int],
-        reference: tuple[PipelineConfig, StateStore, list[tuple[Any, ...]]]) -> None:
+    tmp_path: Path,
+    mariadb: LocalMariaDB,
+    workload: tuple[BinlogPosition, BinlogPosition, int],
+    reference: tuple[PipelineConfig, StateStore, list[tuple[Any, ...]]],
+) -> None:
     start, stop, _ = workload
     config, store, expected = reference
     run_id = store.create_run("cap", {}).run_id
-    config_file = write_config(tmp_path / "cap.yaml", pipeline_config(
-        tmp_path, mariadb, [{"name": n} for n in RESUME_TABLES], name="cap"))
+    config_file = write_config(
+        tmp_path / "cap.yaml",
+        pipeline_config(tmp_path, mariadb, [{"name": n} for n in RESUME_TABLES], name="cap"),
+    )
     spec = tmp_path / "spec.json"
-    spec.write_text(json.dumps({"config": str(config_file), "run_id": run_id,
-                                "tables": RESUME_TABLES, "start": start.to_json(),
-                                "stop": stop.to_json(), "batch_rows": 9}))
+    spec.write_text(
+        json.dumps(
+            {
+                "config": str(config_file),
+                "run_id": run_id,
+                "tables": RESUME_TABLES,
+                "start": start.to_json(),
+                "stop": stop.to_json(),
+                "batch_rows": 9,
+            }
+        )
+    )
     env = {**os.environ, "TIDEMARK_FAILPOINT": "capture.checkpoint:4"}
-    worker = subprocess.run([sys.executable, "-c", WORKER, str(spec)], env=env,
-                            capture_output=True, text=True, timeout=300, check=False)
+    worker = subprocess.run(
+        [sys.executable, "-c", WORKER, str(spec)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert worker.returncode == -signal.SIGKILL, worker.stderr[-2000:]
     killed_at = store.capture_checkpoint(run_id)
     assert killed_at is not None and BinlogPosition.from_json(killed_at["position"]) < stop
 
-    result = capture_changes(config, store, run_id, resume_tables(mariadb, start), stop,
-                             batch_rows=9)
+    result = capture_changes(
+        config, store, run_id, resume_tables(mariadb, start), stop, batch_rows=9
+    )
     assert result.resumed
     assert all_changes(config, run_id) == expected
 
@@ -276,13 +352,19 @@ def test_nothing_to_capture_still_checkpoints(tmp_path: Path, mariadb: LocalMari
     tables = {"cap_empty.t": CaptureTable(table_info(mariadb, "cap_empty.t"), ("id",), here)}
     result = capture_changes(config, store, run_id, tables, here)
     assert result.rows == {"cap_empty.t": 0} and result.segments == 0
-    assert store.capture_checkpoint(run_id) == {"position": here.to_json(), "segments": 0, "rows": 0,
-                                                "owners": []}
+    assert store.capture_checkpoint(run_id) == {
+        "position": here.to_json(),
+        "segments": 0,
+        "rows": 0,
+        "owners": [],
+    }
     assert read_changes(store, config.staging_path, run_id, "cap_empty.t").num_rows == 0
 
 
 def test_segment_files_are_plain_parquet(tmp_path: Path, mariadb: LocalMariaDB) -> None:
-    fresh_database(mariadb, "cap_pq", "CREATE TABLE cap_pq.t (id BIGINT UNSIGNED PRIMARY KEY, t TIME(6))")
+    fresh_database(
+        mariadb, "cap_pq", "CREATE TABLE cap_pq.t (id BIGINT UNSIGNED PRIMARY KEY, t TIME(6))"
+    )
     start = position(mariadb)
     mariadb.execute("INSERT INTO cap_pq.t VALUES (18446744073709551615, '-838:59:59.000001')")
     stop = position(mariadb)

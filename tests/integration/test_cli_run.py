@@ -28,8 +28,14 @@ PASSWORD = "s3cr3t-Pa55-word"
 
 
 def tidemark(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "orchestrator", *args], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=600, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=600,
+        check=False,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +49,10 @@ def config_path(mariadb: LocalMariaDB, tmp_path_factory: pytest.TempPathFactory)
     )
     mariadb.create_user("cli_user", PASSWORD)
     config = pipeline_config(tmp, mariadb, [{"name": "cli_db.items"}], name="cli")
-    config["source"] = {**mariadb.source_config(user="cli_user"), "password_env": "CLI_TEST_PASSWORD"}
+    config["source"] = {
+        **mariadb.source_config(user="cli_user"),
+        "password_env": "CLI_TEST_PASSWORD",
+    }
     return write_config(tmp / "cli.yaml", config)
 
 
@@ -52,7 +61,10 @@ def test_run_status_reset(config_path: Path, mariadb: LocalMariaDB) -> None:
     first = tidemark("run", "--config", str(config_path), "--no-progress", env=env)
     assert first.returncode == 0, first.stderr[-2000:]
     assert "cli_db.items" in first.stdout and "3,000" in first.stdout
-    mariadb.execute("UPDATE cli_db.items SET price = 0 WHERE id <= 10", "DELETE FROM cli_db.items WHERE id = 3000")
+    mariadb.execute(
+        "UPDATE cli_db.items SET price = 0 WHERE id <= 10",
+        "DELETE FROM cli_db.items WHERE id = 3000",
+    )
     second = tidemark("run", "--config", str(config_path), "--no-progress", env=env)
     assert second.returncode == 0, second.stderr[-2000:]
     assert "2,999" in second.stdout
@@ -62,12 +74,18 @@ def test_run_status_reset(config_path: Path, mariadb: LocalMariaDB) -> None:
 
     status = tidemark("status", "--config", str(config_path), env=env)
     assert status.returncode == 0, status.stderr
-    assert "succeeded" in status.stdout and "v2" in status.stdout and "binlog bytes behind" in status.stdout
+    assert (
+        "succeeded" in status.stdout
+        and "v2" in status.stdout
+        and "binlog bytes behind" in status.stdout
+    )
     assert f"iceberg snapshot {manifest['iceberg']['snapshot_id']}" in status.stdout
 
     dry = tidemark("reset", "--config", str(config_path), "--purge-output", env=env)
     assert dry.returncode == 0 and "add --yes" in dry.stdout
-    assert (table_dir / "_tidemark" / "current.json").exists(), "reset without --yes must change nothing"
+    assert (table_dir / "_tidemark" / "current.json").exists(), (
+        "reset without --yes must change nothing"
+    )
     done = tidemark("reset", "--config", str(config_path), "--purge-output", "--yes", env=env)
     assert done.returncode == 0, done.stderr
     assert not table_dir.exists()
@@ -84,8 +102,13 @@ def test_second_run_is_refused_while_one_is_active(config_path: Path) -> None:
     holder = f"cli:{socket.gethostname()}:{os.getpid()}"  # this live process holds the lock
     store.acquire_lock(config.pipeline, holder)
     try:
-        refused = tidemark("run", "--config", str(config_path), "--no-progress",
-                           env={"CLI_TEST_PASSWORD": PASSWORD})
+        refused = tidemark(
+            "run",
+            "--config",
+            str(config_path),
+            "--no-progress",
+            env={"CLI_TEST_PASSWORD": PASSWORD},
+        )
         assert refused.returncode == 1
         assert holder in refused.stderr and "Traceback" not in refused.stderr
     finally:
@@ -95,8 +118,14 @@ def test_second_run_is_refused_while_one_is_active(config_path: Path) -> None:
 
 def test_unset_password_env_is_a_config_error(config_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "CLI_TEST_PASSWORD"}
-    result = subprocess.run([sys.executable, "-m", "orchestrator", "run", "--config", str(config_path)],
-                            capture_output=True, text=True, env=env, timeout=120, check=False)
+    result = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "run", "--config", str(config_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
     assert result.returncode == 2
     assert "CLI_TEST_PASSWORD" in result.stderr and "source.password_env" in result.stderr
 
@@ -108,31 +137,62 @@ def _version(current: Path) -> int:
         return 0
 
 
-def _until(what: str, done: Callable[[], bool], proc: subprocess.Popen[str], timeout: float = 300) -> None:
+def _until(
+    what: str, done: Callable[[], bool], proc: subprocess.Popen[str], timeout: float = 300
+) -> None:
     deadline = time.monotonic() + timeout
     while not done():
-        assert proc.poll() is None, f"the loop ended early (exit {proc.returncode}) waiting for {what}"
+        assert proc.poll() is None, (
+            f"the loop ended early (exit {proc.returncode}) waiting for {what}"
+        )
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.1)
 
 
 def test_every_keeps_the_lake_current_through_failed_runs_until_sigterm(
-        mariadb: LocalMariaDB, tmp_path: Path) -> None:
+    mariadb: LocalMariaDB, tmp_path: Path
+) -> None:
     mariadb.execute("CREATE DATABASE every_db")
-    mariadb.execute("CREATE TABLE t (id INT PRIMARY KEY, v INT)", "INSERT INTO t SELECT seq, seq FROM seq_1_to_500",
-                    database="every_db")
-    config_path = write_config(tmp_path / "every.yaml",
-                               pipeline_config(tmp_path, mariadb, [{"name": "every_db.t"}], name="every"))
+    mariadb.execute(
+        "CREATE TABLE t (id INT PRIMARY KEY, v INT)",
+        "INSERT INTO t SELECT seq, seq FROM seq_1_to_500",
+        database="every_db",
+    )
+    config_path = write_config(
+        tmp_path / "every.yaml",
+        pipeline_config(tmp_path, mariadb, [{"name": "every_db.t"}], name="every"),
+    )
     current = tmp_path / "lake" / "every_db" / "t" / "_tidemark" / "current.json"
-    proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "run", "--config", str(config_path),
-                             "--every", "0.3s"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "orchestrator",
+            "run",
+            "--config",
+            str(config_path),
+            "--every",
+            "0.3s",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     store = StateStore(load_config(config_path).state.url)
     holder = f"test:{socket.gethostname()}:{os.getpid()}"  # alive: never taken over as stale
     try:
         _until("the first snapshot", lambda: _version(current) == 1, proc)
-        mariadb.execute("UPDATE t SET v = -v WHERE id <= 50", "DELETE FROM t WHERE id > 490",
-                        "INSERT INTO t VALUES (1000, 1)", database="every_db")
-        _until("the change applied by a later run of the same process", lambda: _version(current) == 2, proc)
+        mariadb.execute(
+            "UPDATE t SET v = -v WHERE id <= 50",
+            "DELETE FROM t WHERE id > 490",
+            "INSERT INTO t VALUES (1000, 1)",
+            database="every_db",
+        )
+        _until(
+            "the change applied by a later run of the same process",
+            lambda: _version(current) == 2,
+            proc,
+        )
         # runs that fail (another holder has the lock) do not end the loop; the next one catches up
         while True:
             try:
@@ -152,7 +212,9 @@ def test_every_keeps_the_lake_current_through_failed_runs_until_sigterm(
     assert "stopping after the run in progress" in err
     assert holder in err and "Traceback" not in err  # the refused runs, one line each
     assert "stopped after" in out
-    assert re.search(r"failed \(exit 1: .*test:.*\); the next one starts in", out), out[-3000:]  # names the holder
+    assert re.search(r"failed \(exit 1: .*test:.*\); the next one starts in", out), out[
+        -3000:
+    ]  # names the holder
     assert_lake_equals_source(config_path, mariadb, ["every_db.t"])
     logs = list((tmp_path / "logs").glob("every-*.log"))  # the process's, every run of it
     assert len(logs) == 1 and logs[0].read_text().count("every_db.t: published version") == 3

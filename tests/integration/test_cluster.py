@@ -45,24 +45,41 @@ CLUSTER_CONF = {
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
-    started = StandaloneCluster.start(tmp_path_factory.mktemp("spark-cluster"), workers=2, cores=1,
-                                      memory="1g")
+    started = StandaloneCluster.start(
+        tmp_path_factory.mktemp("spark-cluster"), workers=2, cores=1, memory="1g"
+    )
     try:
         yield started
     finally:
         started.stop()
 
 
-def _tidemark(config_path: Path, cluster: StandaloneCluster, *args: str,
-              failpoint: str | None = None) -> subprocess.CompletedProcess[str]:
+def _tidemark(
+    config_path: Path, cluster: StandaloneCluster, *args: str, failpoint: str | None = None
+) -> subprocess.CompletedProcess[str]:
     env = cluster_env(cluster.root / "driver-logs")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     env.pop("TIDEMARK_FAILPOINT", None)
     if failpoint:
         env["TIDEMARK_FAILPOINT"] = failpoint
-    return subprocess.run([sys.executable, "-m", "orchestrator", "run", "--config", str(config_path),
-                           "--no-progress", *args], env=env, cwd=ROOT, capture_output=True, text=True,
-                          timeout=900, check=False)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "orchestrator",
+            "run",
+            "--config",
+            str(config_path),
+            "--no-progress",
+            *args,
+        ],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
 
 
 def _tidemark_run(config_path: Path, cluster: StandaloneCluster) -> None:
@@ -70,19 +87,28 @@ def _tidemark_run(config_path: Path, cluster: StandaloneCluster) -> None:
     assert result.returncode == 0, f"tidemark run failed:\n{result.stderr[-4000:]}"
 
 
-def test_snapshot_on_standalone_cluster_equals_source(mariadb: LocalMariaDB, cluster: StandaloneCluster,
-                                                     tmp_path: Path) -> None:
+def test_snapshot_on_standalone_cluster_equals_source(
+    mariadb: LocalMariaDB, cluster: StandaloneCluster, tmp_path: Path
+) -> None:
     db = "clu_shop"
     tables = load_tables(mariadb, db, orders=3000, typed_rows=600, seed=3)
     lake = tmp_path / "lake"  # staging is <lake>/_staging: one directory both workers reach
-    config_path = write_config(tmp_path / "p.yaml", pipeline_config(
-        tmp_path, mariadb, [{"name": t} for t in tables], name=PIPELINE,
-        spark={"master": cluster.master_url, "conf": dict(CLUSTER_CONF)},
-        output={"path": lake.as_uri()},
-        defaults={"chunk_size": 1000, "batch_chunks": 2, "read_margin_seconds": 0.05}))
+    config_path = write_config(
+        tmp_path / "p.yaml",
+        pipeline_config(
+            tmp_path,
+            mariadb,
+            [{"name": t} for t in tables],
+            name=PIPELINE,
+            spark={"master": cluster.master_url, "conf": dict(CLUSTER_CONF)},
+            output={"path": lake.as_uri()},
+            defaults={"chunk_size": 1000, "batch_chunks": 2, "read_margin_seconds": 0.05},
+        ),
+    )
 
-    run_under_writers(mariadb, db, typed_rows=600, pause=0.002,
-                      run=lambda: _tidemark_run(config_path, cluster))
+    run_under_writers(
+        mariadb, db, typed_rows=600, pause=0.002, run=lambda: _tidemark_run(config_path, cluster)
+    )
     _tidemark_run(config_path, cluster)  # applies what was written after H
     _verify_all(config_path, tables)
 
@@ -94,19 +120,27 @@ def test_snapshot_on_standalone_cluster_equals_source(mariadb: LocalMariaDB, clu
 
 
 @pytest.mark.parametrize("failpoint", ["read.batch_done:2", "publish.files_written:1"])
-def test_killed_run_on_cluster_resumes(mariadb: LocalMariaDB, cluster: StandaloneCluster,
-                                       tmp_path: Path, failpoint: str) -> None:
+def test_killed_run_on_cluster_resumes(
+    mariadb: LocalMariaDB, cluster: StandaloneCluster, tmp_path: Path, failpoint: str
+) -> None:
     """A driver killed mid-run leaves the cluster's executors orphaned; the rerun resumes."""
     db = "clu_resume_" + failpoint.split(".")[0]
     root = connect("127.0.0.1", mariadb.port, "root", "")
     load_shop(root, 4000, db=db)
     root.close()
     tables = [f"{db}.{t}" for t in SHOP_TABLES]
-    config_path = write_config(tmp_path / "p.yaml", pipeline_config(
-        tmp_path, mariadb, [{"name": t} for t in tables], name=f"{PIPELINE}_resume",
-        spark={"master": cluster.master_url, "conf": dict(CLUSTER_CONF)},
-        output={"path": (tmp_path / "lake").as_uri()},
-        defaults={"chunk_size": 1000, "batch_chunks": 2, "read_margin_seconds": 0.0}))
+    config_path = write_config(
+        tmp_path / "p.yaml",
+        pipeline_config(
+            tmp_path,
+            mariadb,
+            [{"name": t} for t in tables],
+            name=f"{PIPELINE}_resume",
+            spark={"master": cluster.master_url, "conf": dict(CLUSTER_CONF)},
+            output={"path": (tmp_path / "lake").as_uri()},
+            defaults={"chunk_size": 1000, "batch_chunks": 2, "read_margin_seconds": 0.0},
+        ),
+    )
     killed = _tidemark(config_path, cluster, failpoint=failpoint)
     assert killed.returncode == -signal.SIGKILL, (killed.returncode, killed.stderr[-3000:])
     store = StateStore(load_config(config_path).state.url)
@@ -114,13 +148,16 @@ def test_killed_run_on_cluster_resumes(mariadb: LocalMariaDB, cluster: Standalon
     assert run is not None, "the killed run must be left unfinished"
     done_before = {(c.table, c.index) for c in store.chunks(run.run_id, status="done")}
     assert done_before, "the crash comes after some chunks were read"
-    mariadb.execute(f"UPDATE {db}.orders SET note = 'after crash' WHERE id % 7 = 0",
-                    f"DELETE FROM {db}.orders WHERE id % 11 = 0")
+    mariadb.execute(
+        f"UPDATE {db}.orders SET note = 'after crash' WHERE id % 7 = 0",
+        f"DELETE FROM {db}.orders WHERE id % 11 = 0",
+    )
     resumed = _tidemark(config_path, cluster)
     assert resumed.returncode == 0, resumed.stderr[-4000:]
     assert f"resuming unfinished run {run.run_id}" in resumed.stdout
-    assert all(c.attempts == 1 for c in store.chunks(run.run_id) if (c.table, c.index) in done_before), \
-        "chunks done before the crash must not be read again"
+    assert all(
+        c.attempts == 1 for c in store.chunks(run.run_id) if (c.table, c.index) in done_before
+    ), "chunks done before the crash must not be read again"
     assert store.get_run(run.run_id).status == "succeeded"
     store.close()
     _tidemark_run(config_path, cluster)  # catches up with the changes made after the crash

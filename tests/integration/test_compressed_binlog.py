@@ -37,9 +37,10 @@ def compressing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalMaria
     """A private MariaDB compressing every binlog event it can."""
     if not HAVE_MARIADB:
         pytest.skip("mariadbd is not installed (Debian package mariadb-server)")
-    server = LocalMariaDB.create({**GOOD_BINLOG, "log-bin-compress": "ON",
-                                  "log-bin-compress-min-len": "10"},
-                                 base_dir=tmp_path_factory.mktemp("compressing"))
+    server = LocalMariaDB.create(
+        {**GOOD_BINLOG, "log-bin-compress": "ON", "log-bin-compress-min-len": "10"},
+        base_dir=tmp_path_factory.mktemp("compressing"),
+    )
     server.start()
     yield server
     server.destroy()
@@ -55,13 +56,23 @@ def compressed_events(server: LocalMariaDB) -> dict[str, int]:
     return counts
 
 
-def test_runs_under_concurrent_writes_equal_the_source(compressing: LocalMariaDB, tmp_path: Path,
-                                                       caplog: pytest.LogCaptureFixture) -> None:
+def test_runs_under_concurrent_writes_equal_the_source(
+    compressing: LocalMariaDB, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     db = "zshop"
     tables = load_tables(compressing, db, orders=2000, typed_rows=800, seed=3)
-    config = load_config(write_config(tmp_path / "p.yaml", pipeline_config(
-        tmp_path, compressing, [{"name": t} for t in tables], name="zshop",
-        defaults={"chunk_size": 500, "batch_chunks": 3, "read_margin_seconds": 0.05})))
+    config = load_config(
+        write_config(
+            tmp_path / "p.yaml",
+            pipeline_config(
+                tmp_path,
+                compressing,
+                [{"name": t} for t in tables],
+                name="zshop",
+                defaults={"chunk_size": 500, "batch_chunks": 3, "read_margin_seconds": 0.05},
+            ),
+        )
+    )
 
     def run() -> None:
         assert run_command(config, tables=[], snapshot=False, chunk_size=None, progress=False) == 0
@@ -71,32 +82,48 @@ def test_runs_under_concurrent_writes_equal_the_source(compressing: LocalMariaDB
     assert_lake_equals_source(config, compressing, tables)
     run_under_writers(compressing, db, typed_rows=800 + 10_000, pause=0.001, run=run)  # incremental
     # A statement-format change comes as a compressed QUERY: the table is re-read.
-    compressing.execute("SET SESSION binlog_format = 'STATEMENT'",
-                        "UPDATE all_types SET t_varchar = 'changed by a long enough statement' "
-                        "WHERE id % 5 = 1", database=db)
+    compressing.execute(
+        "SET SESSION binlog_format = 'STATEMENT'",
+        "UPDATE all_types SET t_varchar = 'changed by a long enough statement' WHERE id % 5 = 1",
+        database=db,
+    )
     caplog.set_level(logging.INFO)
     caplog.clear()
     run()
     assert_lake_equals_source(config, compressing, tables)
-    assert any(r.getMessage().startswith(f"table {db}.all_types: a statement-format change "
-                                         "`UPDATE all_types SET t_varchar")
-               and " at binlog." in r.getMessage() for r in caplog.records)
+    assert any(
+        r.getMessage().startswith(
+            f"table {db}.all_types: a statement-format change `UPDATE all_types SET t_varchar"
+        )
+        and " at binlog." in r.getMessage()
+        for r in caplog.records
+    )
     kinds = compressed_events(compressing)
     assert kinds.get("Query_compressed", 0) > 0, kinds
-    for kind in ("Write_rows_compressed_v1", "Update_rows_compressed_v1", "Delete_rows_compressed_v1"):
+    for kind in (
+        "Write_rows_compressed_v1",
+        "Update_rows_compressed_v1",
+        "Delete_rows_compressed_v1",
+    ):
         assert kinds.get(kind, 0) > 100, kinds
 
 
-def test_both_decoders_read_compressed_rows_alike(compressing: LocalMariaDB, tmp_path: Path) -> None:
+def test_both_decoders_read_compressed_rows_alike(
+    compressing: LocalMariaDB, tmp_path: Path
+) -> None:
     """Every type of the mapping through compressed rows events: the fast decoder and
     python-mysql-replication's (fed the inflated events) write the same segments."""
     ddl = TYPES_DDL.replace("cap_types.", "ztypes.")
     fresh_database(compressing, "ztypes", ddl)
     start = position(compressing)
-    run_sql(compressing, "ztypes", *[f"INSERT INTO ztypes.t VALUES {row}" for row in TYPES_ROWS],
-            TYPES_UPDATE.replace("cap_types.", "ztypes."),
-            "UPDATE ztypes.t SET id = id + 100 WHERE id IN (2, 3)",
-            "DELETE FROM ztypes.t WHERE id IN (1, 4)")
+    run_sql(
+        compressing,
+        "ztypes",
+        *[f"INSERT INTO ztypes.t VALUES {row}" for row in TYPES_ROWS],
+        TYPES_UPDATE.replace("cap_types.", "ztypes."),
+        "UPDATE ztypes.t SET id = id + 100 WHERE id IN (2, 3)",
+        "DELETE FROM ztypes.t WHERE id IN (1, 4)",
+    )
     stop = position(compressing)
     library, fast = capture_both(tmp_path, compressing, "ztypes.t", ("id",), start, stop)
     assert_identical(library, fast)

@@ -44,9 +44,11 @@ CREATE TABLE {db}.all_types (
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4
 """
 
-_COLUMNS = ("id, t_tiny, t_tiny_u, t_small, t_small_u, t_medium, t_medium_u, t_int, t_int_u, t_big, t_big_u,"
-            " t_year, t_dec, t_dec_wide, t_float, t_double, t_bool, t_bit1, t_bit, t_char, t_varchar, t_text,"
-            " t_enum, t_set, t_json, t_binary, t_varbinary, t_blob, t_date, t_datetime, t_timestamp, t_time")
+_COLUMNS = (
+    "id, t_tiny, t_tiny_u, t_small, t_small_u, t_medium, t_medium_u, t_int, t_int_u, t_big, t_big_u,"
+    " t_year, t_dec, t_dec_wide, t_float, t_double, t_bool, t_bit1, t_bit, t_char, t_varchar, t_text,"
+    " t_enum, t_set, t_json, t_binary, t_varbinary, t_blob, t_date, t_datetime, t_timestamp, t_time"
+)
 
 
 def type_row(i: int, rng: random.Random) -> tuple[Any, ...]:
@@ -55,15 +57,34 @@ def type_row(i: int, rng: random.Random) -> tuple[Any, ...]:
         return (i,) + (None,) * 31
     edge = i % 3
     return (
-        i, [-128, 127, 0][edge], [0, 255, 1][edge], [-32768, 32767, 5][edge], [0, 65535, 7][edge],
-        [-8388608, 8388607, 9][edge], [0, 16777215, 3][edge], [-2147483648, 2147483647, i][edge],
-        [0, 4294967295, i][edge], [-9223372036854775808, 9223372036854775807, -i][edge],
-        [0, 18446744073709551615, 9223372036854775808 + i][edge], [1901, 2155, 2024][edge],
-        f"{rng.randint(-10**7, 10**7)}.{rng.randint(0, 9999):04d}",
-        f"-{rng.randint(0, 10**29)}.{rng.randint(0, 10**19):020d}", rng.random() * 1000, rng.random() * 1e300,
-        edge % 2, edge % 2, rng.randint(0, 4095), ["ab", "", "a b  "][edge], f"v'\\\"{i} é 🌊",
-        "long " * (i % 50), ["a", "b b", "c"][edge], ["x,z", "", "y"][edge], f'{{"k": {i}, "s": "é"}}',
-        bytes([i % 256, 0, 1]), bytes([0, 255, i % 256]), bytes(range(i % 256)),
+        i,
+        [-128, 127, 0][edge],
+        [0, 255, 1][edge],
+        [-32768, 32767, 5][edge],
+        [0, 65535, 7][edge],
+        [-8388608, 8388607, 9][edge],
+        [0, 16777215, 3][edge],
+        [-2147483648, 2147483647, i][edge],
+        [0, 4294967295, i][edge],
+        [-9223372036854775808, 9223372036854775807, -i][edge],
+        [0, 18446744073709551615, 9223372036854775808 + i][edge],
+        [1901, 2155, 2024][edge],
+        f"{rng.randint(-(10**7), 10**7)}.{rng.randint(0, 9999):04d}",
+        f"-{rng.randint(0, 10**29)}.{rng.randint(0, 10**19):020d}",
+        rng.random() * 1000,
+        rng.random() * 1e300,
+        edge % 2,
+        edge % 2,
+        rng.randint(0, 4095),
+        ["ab", "", "a b  "][edge],
+        f"v'\\\"{i} é 🌊",
+        "long " * (i % 50),
+        ["a", "b b", "c"][edge],
+        ["x,z", "", "y"][edge],
+        f'{{"k": {i}, "s": "é"}}',
+        bytes([i % 256, 0, 1]),
+        bytes([0, 255, i % 256]),
+        bytes(range(i % 256)),
         ["0000-00-00", "1000-01-01", "2024-02-29"][edge],
         ["9999-12-31 23:59:59.999999", "1000-01-01 00:00:00.000001", "2024-06-30 12:00:00.5"][edge],
         ["1970-01-01 00:00:01.000", "2038-01-19 03:14:07.999", "2024-03-10 02:30:00.123"][edge],
@@ -90,21 +111,30 @@ class TypesWriter(threading.Thread):
                     k = rng.randrange(1, self.next)
                     action = rng.random()
                     if action < 0.3:
-                        cur.execute(f"INSERT INTO all_types ({_COLUMNS}) VALUES ({', '.join(['%s'] * 32)})",
-                                    type_row(self.next, rng))
+                        cur.execute(
+                            f"INSERT INTO all_types ({_COLUMNS}) VALUES ({', '.join(['%s'] * 32)})",
+                            type_row(self.next, rng),
+                        )
                         self.next += 1
                     elif action < 0.6:
                         row = type_row(k + 1, rng)
-                        cur.execute("UPDATE all_types SET t_varchar = %s, t_dec = %s, t_time = %s, t_json = %s,"
-                                    " t_big_u = %s, t_bit = %s, t_timestamp = %s WHERE id = %s",
-                                    (row[20], row[12], row[31], row[24], row[10], row[18], row[30], k))
+                        cur.execute(
+                            "UPDATE all_types SET t_varchar = %s, t_dec = %s, t_time = %s, t_json = %s,"
+                            " t_big_u = %s, t_bit = %s, t_timestamp = %s WHERE id = %s",
+                            (row[20], row[12], row[31], row[24], row[10], row[18], row[30], k),
+                        )
                     elif action < 0.75:
                         cur.execute("DELETE FROM all_types WHERE id = %s", (k,))
                     elif action < 0.85:
-                        cur.execute("UPDATE IGNORE all_types SET id = id + 100000 WHERE id = %s", (k,))
+                        cur.execute(
+                            "UPDATE IGNORE all_types SET id = id + 100000 WHERE id = %s", (k,)
+                        )
                     else:
-                        cur.execute("UPDATE all_types SET t_text = NULL, t_blob = NULL, t_date = NULL"
-                                    " WHERE id = %s", (k,))
+                        cur.execute(
+                            "UPDATE all_types SET t_text = NULL, t_blob = NULL, t_date = NULL"
+                            " WHERE id = %s",
+                            (k,),
+                        )
                     self.stop_event.wait(0.002)
             conn.close()
         except BaseException as exc:  # surfaced by the test
@@ -113,13 +143,38 @@ class TypesWriter(threading.Thread):
 
 #: The Iceberg type of every all_types column (CONTRACT.md's type mapping, Iceberg column).
 ALL_TYPES_ICEBERG = {
-    "id": "int", "t_tiny": "int", "t_tiny_u": "int", "t_small": "int", "t_small_u": "int", "t_medium": "int",
-    "t_medium_u": "int", "t_int": "int", "t_int_u": "long", "t_big": "long", "t_big_u": "decimal(20, 0)",
-    "t_year": "int", "t_dec": "decimal(12, 4)", "t_dec_wide": "string", "t_float": "float", "t_double": "double",
-    "t_bool": "boolean", "t_bit1": "boolean", "t_bit": "long", "t_char": "string", "t_varchar": "string",
-    "t_text": "string", "t_enum": "string", "t_set": "string", "t_json": "string", "t_binary": "binary",
-    "t_varbinary": "binary", "t_blob": "binary", "t_date": "date", "t_datetime": "timestamp",
-    "t_timestamp": "timestamptz", "t_time": "long",
+    "id": "int",
+    "t_tiny": "int",
+    "t_tiny_u": "int",
+    "t_small": "int",
+    "t_small_u": "int",
+    "t_medium": "int",
+    "t_medium_u": "int",
+    "t_int": "int",
+    "t_int_u": "long",
+    "t_big": "long",
+    "t_big_u": "decimal(20, 0)",
+    "t_year": "int",
+    "t_dec": "decimal(12, 4)",
+    "t_dec_wide": "string",
+    "t_float": "float",
+    "t_double": "double",
+    "t_bool": "boolean",
+    "t_bit1": "boolean",
+    "t_bit": "long",
+    "t_char": "string",
+    "t_varchar": "string",
+    "t_text": "string",
+    "t_enum": "string",
+    "t_set": "string",
+    "t_json": "string",
+    "t_binary": "binary",
+    "t_varbinary": "binary",
+    "t_blob": "binary",
+    "t_date": "date",
+    "t_datetime": "timestamp",
+    "t_timestamp": "timestamptz",
+    "t_time": "long",
 }
 
 
@@ -136,11 +191,15 @@ def snapshots_per_version(config_path: Path, tables: list[str]) -> None:
         snapshots = list(open_catalog(config).load_table(name).snapshots())
         versions = [s.summary["tidemark.version"] for s in snapshots if s.summary]
         runs = [s.summary["tidemark.run-id"] for s in snapshots if s.summary]
-        assert len(versions) == len(snapshots) and len(set(versions)) == len(versions) == len(set(runs))
+        assert len(versions) == len(snapshots) and len(set(versions)) == len(versions) == len(
+            set(runs)
+        )
         assert versions[-1] == str(read_manifest(table_dir(config, name))["version"])
 
 
-def load_tables(mariadb: LocalMariaDB, db: str, *, orders: int, typed_rows: int, seed: int) -> list[str]:
+def load_tables(
+    mariadb: LocalMariaDB, db: str, *, orders: int, typed_rows: int, seed: int
+) -> list[str]:
     """The shop tables (``orders`` orders) and ``all_types`` (ids 1 to ``typed_rows - 1``,
     random edge values from ``seed``) in ``db``; returns their names."""
     root = connect("127.0.0.1", mariadb.port, "root", "")
@@ -150,15 +209,18 @@ def load_tables(mariadb: LocalMariaDB, db: str, *, orders: int, typed_rows: int,
             cur.execute(ALL_TYPES.format(db=db))
             cur.execute("SET time_zone = '+00:00', sql_mode = ''")
             rng = random.Random(seed)
-            cur.executemany(f"INSERT INTO {db}.all_types ({_COLUMNS}) VALUES ({', '.join(['%s'] * 32)})",
-                            [type_row(i, rng) for i in range(1, typed_rows)])
+            cur.executemany(
+                f"INSERT INTO {db}.all_types ({_COLUMNS}) VALUES ({', '.join(['%s'] * 32)})",
+                [type_row(i, rng) for i in range(1, typed_rows)],
+            )
     finally:
         root.close()
     return [f"{db}.{t}" for t in (*SHOP_TABLES, "all_types")]
 
 
-def run_under_writers(mariadb: LocalMariaDB, db: str, *, typed_rows: int, pause: float,
-                      run: Callable[[], None]) -> None:
+def run_under_writers(
+    mariadb: LocalMariaDB, db: str, *, typed_rows: int, pause: float, run: Callable[[], None]
+) -> None:
     """Call ``run`` while two writers change every table of ``db``; check they did, during it.
 
     ``run`` starts once the shop writer is writing: an incremental run in a process that has run
@@ -184,18 +246,29 @@ def run_under_writers(mariadb: LocalMariaDB, db: str, *, typed_rows: int, pause:
 
 
 def test_small_tables_read_by_the_driver_under_concurrent_writes_equal_source(
-        mariadb: LocalMariaDB, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    mariadb: LocalMariaDB, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """Tables of one chunk and few rows are read by the driver (`pipeline.local_read`), not
     Spark: the same watermarks, so the same promise."""
     db = "cons_small"
     tables = load_tables(mariadb, db, orders=2_000, typed_rows=1500, seed=7)
-    config_path = write_config(tmp_path / "p.yaml", pipeline_config(
-        tmp_path, mariadb, [{"name": t} for t in tables], name="cons_small",
-        defaults={"chunk_size": 50_000, "read_margin_seconds": 0.05}))
+    config_path = write_config(
+        tmp_path / "p.yaml",
+        pipeline_config(
+            tmp_path,
+            mariadb,
+            [{"name": t} for t in tables],
+            name="cons_small",
+            defaults={"chunk_size": 50_000, "read_margin_seconds": 0.05},
+        ),
+    )
     config = load_config(config_path)
+
     def snapshot() -> None:
         with caplog.at_level(logging.INFO, logger="orchestrator.pipeline.local_read"):
-            assert run_command(config, tables=[], snapshot=False, chunk_size=None, progress=False) == 0
+            assert (
+                run_command(config, tables=[], snapshot=False, chunk_size=None, progress=False) == 0
+            )
 
     run_under_writers(mariadb, db, typed_rows=1500, pause=0.001, run=snapshot)
     assert any("small table(s) in the driver" in r.getMessage() for r in caplog.records)
@@ -203,13 +276,23 @@ def test_small_tables_read_by_the_driver_under_concurrent_writes_equal_source(
     _verify_all(config_path, tables)
 
 
-def test_snapshot_under_concurrent_writes_equals_source(mariadb: LocalMariaDB, tmp_path: Path) -> None:
+def test_snapshot_under_concurrent_writes_equals_source(
+    mariadb: LocalMariaDB, tmp_path: Path
+) -> None:
     db = "cons_shop"
     tables = load_tables(mariadb, db, orders=12_000, typed_rows=1500, seed=5)
-    config_path = write_config(tmp_path / "p.yaml", pipeline_config(
-        tmp_path, mariadb, [{"name": t} for t in tables], name="cons",
-        defaults={"chunk_size": 700, "batch_chunks": 3, "read_margin_seconds": 0.05}))
+    config_path = write_config(
+        tmp_path / "p.yaml",
+        pipeline_config(
+            tmp_path,
+            mariadb,
+            [{"name": t} for t in tables],
+            name="cons",
+            defaults={"chunk_size": 700, "batch_chunks": 3, "read_margin_seconds": 0.05},
+        ),
+    )
     config = load_config(config_path)
+
     def snapshot() -> None:
         assert run_command(config, tables=[], snapshot=False, chunk_size=None, progress=False) == 0
 

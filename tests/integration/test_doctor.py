@@ -25,8 +25,14 @@ TIDEMARK = Path(sys.executable).parent / "tidemark"
 GOOD_PASSWORD = "Good-Pa55-for-doctor"
 
 
-def make_config(tmp_path: Path, server: LocalMariaDB, tables: list[dict[str, Any]], user: str = "root",
-                password: str | None = None, **defaults: Any) -> PipelineConfig:
+def make_config(
+    tmp_path: Path,
+    server: LocalMariaDB,
+    tables: list[dict[str, Any]],
+    user: str = "root",
+    password: str | None = None,
+    **defaults: Any,
+) -> PipelineConfig:
     data = pipeline_config(tmp_path, server, tables, name="doctor")
     data["source"] = server.source_config(user, password)
     data["defaults"].update(defaults)
@@ -73,16 +79,31 @@ TABLES = [{"name": f"{DB}.orders"}, {"name": f"{DB}.customers"}]
 # --------------------------------------------------------------------------- good server
 
 
-def test_good_server_and_minimal_grants_pass(good: LocalMariaDB, tmp_path: Path,
-                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_good_server_and_minimal_grants_pass(
+    good: LocalMariaDB, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     config = make_config(tmp_path, good, TABLES, "tm_doc_ok", GOOD_PASSWORD)
     checks = run_checks(config)
     assert failed(checks) == set(), [c.line() for c in checks if not c.ok]
     names = set(by_name(checks))
-    assert {"reachable", "log_bin", "binlog_format", "binlog_row_image", "binlog_row_metadata",
-            "binlog_do_db", "binlog_ignore_db", "binlog retention", "server_id", "privilege REPLICATION SLAVE", "privilege REPLICATION CLIENT",
-            "privilege SELECT", f"table {DB}.orders", f"chunk key {DB}.orders", f"types {DB}.customers",
-            f"column names {DB}.orders"} <= names
+    assert {
+        "reachable",
+        "log_bin",
+        "binlog_format",
+        "binlog_row_image",
+        "binlog_row_metadata",
+        "binlog_do_db",
+        "binlog_ignore_db",
+        "binlog retention",
+        "server_id",
+        "privilege REPLICATION SLAVE",
+        "privilege REPLICATION CLIENT",
+        "privilege SELECT",
+        f"table {DB}.orders",
+        f"chunk key {DB}.orders",
+        f"types {DB}.customers",
+        f"column names {DB}.orders",
+    } <= names
     assert "tm_doc_ok@%" in by_name(checks)["reachable"].detail
 
     assert doctor_command(config) == 0
@@ -92,27 +113,38 @@ def test_good_server_and_minimal_grants_pass(good: LocalMariaDB, tmp_path: Path,
     assert len(out.strip().splitlines()) == len(checks) + 5 + 1
     assert "PASS  output:" in out and "PASS  state store:" in out and "PASS  binlog kept" in out
     assert "PASS  server identity: every position the state store goes on from is" in out
-    assert "PASS  replica binlog:" in out and "PASS  gtid_strict_mode: gtid_strict_mode = OFF; ON is recommended" in out
+    assert (
+        "PASS  replica binlog:" in out
+        and "PASS  gtid_strict_mode: gtid_strict_mode = OFF; ON is recommended" in out
+    )
     assert all(line.startswith("PASS  ") for line in out.splitlines()[:-1])
     assert "all" in out.splitlines()[-1] and err == ""
     preflight(config)  # does not raise
 
 
-def test_select_only_user_fails_naming_the_privileges(good: LocalMariaDB, tmp_path: Path,
-                                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_select_only_user_fails_naming_the_privileges(
+    good: LocalMariaDB, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     config = make_config(tmp_path, good, TABLES, "tm_doc_select", GOOD_PASSWORD)
     checks = by_name(run_checks(config))
-    assert {n for n, c in checks.items() if not c.ok} == {"privilege REPLICATION SLAVE",
-                                                          "privilege REPLICATION CLIENT"}
-    assert checks["privilege REPLICATION SLAVE"].fix == "GRANT REPLICATION SLAVE ON *.* TO 'tm_doc_select'@'%'"
+    assert {n for n, c in checks.items() if not c.ok} == {
+        "privilege REPLICATION SLAVE",
+        "privilege REPLICATION CLIENT",
+    }
+    assert (
+        checks["privilege REPLICATION SLAVE"].fix
+        == "GRANT REPLICATION SLAVE ON *.* TO 'tm_doc_select'@'%'"
+    )
     assert "lacks REPLICATION CLIENT" in checks["privilege REPLICATION CLIENT"].detail
     assert checks["binlog filters"].detail.startswith("not checked: SHOW MASTER STATUS was refused")
 
     assert doctor_command(config) == 3
     out, err = capsys.readouterr()
     assert "FAIL  privilege REPLICATION SLAVE: 'tm_doc_select'@'%' lacks REPLICATION SLAVE" in out
-    assert err.strip() == ("tidemark: error: doctor: 2 of 28 checks failed: "
-                           "privilege REPLICATION SLAVE, privilege REPLICATION CLIENT")
+    assert err.strip() == (
+        "tidemark: error: doctor: 2 of 28 checks failed: "
+        "privilege REPLICATION SLAVE, privilege REPLICATION CLIENT"
+    )
 
 
 def test_table_level_select_grant_names_the_other_table(good: LocalMariaDB, tmp_path: Path) -> None:
@@ -132,13 +164,19 @@ def test_missing_table_and_table_without_key(good: LocalMariaDB, tmp_path: Path)
     config = make_config(tmp_path, good, tables)
     checks = by_name(run_checks(config))
     assert failed(list(checks.values())) == {f"table {DB}.nope", f"chunk key {DB}.nopk"}
-    assert checks[f"table {DB}.nope"].detail.startswith(f"table {DB}.nope does not exist on 127.0.0.1:{good.port}")
+    assert checks[f"table {DB}.nope"].detail.startswith(
+        f"table {DB}.nope does not exist on 127.0.0.1:{good.port}"
+    )
     assert checks[f"table {DB}.nope"].fix.startswith("check tables[1].name")
     nopk = checks[f"chunk key {DB}.nopk"]
-    assert nopk.line().startswith(f"FAIL  chunk key {DB}.nopk: table `{DB}.nopk` has no primary key; "
-                                  "set chunk_key: [code] for it in the config")
+    assert nopk.line().startswith(
+        f"FAIL  chunk key {DB}.nopk: table `{DB}.nopk` has no primary key; "
+        "set chunk_key: [code] for it in the config"
+    )
     assert nopk.line().endswith("; fix: set tables[2].chunk_key")
-    assert "[alt]" not in nopk.detail  # the candidate is suggested; the nullable unique `alt` is not
+    assert (
+        "[alt]" not in nopk.detail
+    )  # the candidate is suggested; the nullable unique `alt` is not
 
     # A run goes on without the tables that fail on their own (they are recorded failed) ...
     failing = preflight(config)
@@ -156,23 +194,37 @@ def test_missing_table_and_table_without_key(good: LocalMariaDB, tmp_path: Path)
     assert preflight(config, [f"{DB}.orders"]) == {}
 
 
-@pytest.mark.parametrize(("chunk_key", "ok", "expected"), [
-    (["code"], True, "(code) from tables[0].chunk_key, a unique NOT NULL key"),
-    (["CODE"], True, "a unique NOT NULL key"),
-    (["alt"], False, "chunk_key [alt] is not the primary key or a unique NOT NULL key"),
-    (["other"], False, "chunk_key [other] is not the primary key or a unique NOT NULL key"),
-    (["code", "other"], False, "chunk_key [code, other] is not the primary key or a unique NOT NULL key, "
-                               "so chunks could share rows; use one of: [code]"),
-    (["missing"], False, "chunk_key column(s) missing do not exist; columns are code, alt, other"),
-])
-def test_configured_chunk_key(good: LocalMariaDB, tmp_path: Path, chunk_key: list[str], ok: bool,
-                              expected: str) -> None:
+@pytest.mark.parametrize(
+    ("chunk_key", "ok", "expected"),
+    [
+        (["code"], True, "(code) from tables[0].chunk_key, a unique NOT NULL key"),
+        (["CODE"], True, "a unique NOT NULL key"),
+        (["alt"], False, "chunk_key [alt] is not the primary key or a unique NOT NULL key"),
+        (["other"], False, "chunk_key [other] is not the primary key or a unique NOT NULL key"),
+        (
+            ["code", "other"],
+            False,
+            "chunk_key [code, other] is not the primary key or a unique NOT NULL key, "
+            "so chunks could share rows; use one of: [code]",
+        ),
+        (
+            ["missing"],
+            False,
+            "chunk_key column(s) missing do not exist; columns are code, alt, other",
+        ),
+    ],
+)
+def test_configured_chunk_key(
+    good: LocalMariaDB, tmp_path: Path, chunk_key: list[str], ok: bool, expected: str
+) -> None:
     config = make_config(tmp_path, good, [{"name": f"{DB}.nopk", "chunk_key": chunk_key}])
     check = by_name(run_checks(config))[f"chunk key {DB}.nopk"]
     assert check.ok is ok and expected in check.detail, check
 
 
-def test_chunk_key_out_of_index_order_fails_as_run_would(good: LocalMariaDB, tmp_path: Path) -> None:
+def test_chunk_key_out_of_index_order_fails_as_run_would(
+    good: LocalMariaDB, tmp_path: Path
+) -> None:
     """A unique key (a, b) configured as [b, a]: plan refuses it, so doctor does too."""
     in_order = make_config(tmp_path, good, [{"name": f"{DB}.pairs", "chunk_key": ["a", "b"]}])
     assert by_name(run_checks(in_order))[f"chunk key {DB}.pairs"].ok
@@ -215,7 +267,10 @@ def test_compressed_binlog_is_reported_not_failed(good: LocalMariaDB, tmp_path: 
     """Compressed events are decoded: doctor reports the setting, either way a pass."""
     config = make_config(tmp_path, good, TABLES)
     checks = by_name(run_checks(config))
-    assert checks["log_bin_compress"].ok and checks["log_bin_compress"].detail == "log_bin_compress = OFF"
+    assert (
+        checks["log_bin_compress"].ok
+        and checks["log_bin_compress"].detail == "log_bin_compress = OFF"
+    )
     assert checks["binlog_transaction_compression"].ok  # MySQL's; not on MariaDB: skipped
     assert "not on this server version" in checks["binlog_transaction_compression"].detail
     try:
@@ -233,7 +288,8 @@ def test_minimal_row_metadata_passes_recommending_full(good: LocalMariaDB, tmp_p
         good.execute("SET GLOBAL binlog_row_metadata = MINIMAL")
         check = by_name(run_checks(config))["binlog_row_metadata"]
         assert check.ok and check.detail.startswith(
-            "binlog_row_metadata = MINIMAL; FULL is recommended: with FULL each TABLE_MAP names")
+            "binlog_row_metadata = MINIMAL; FULL is recommended: with FULL each TABLE_MAP names"
+        )
         assert "SET GLOBAL binlog_row_metadata = 'FULL'" in check.detail
     finally:
         good.execute("SET GLOBAL binlog_row_metadata = FULL")
@@ -250,24 +306,45 @@ def test_replica_id_equal_to_the_servers_own(good: LocalMariaDB, tmp_path: Path)
 
 
 BAD_SERVERS = {
-    "statement": ({**GOOD_BINLOG, "binlog-format": "STATEMENT"}, "binlog_format", "STATEMENT",
-                  "SET GLOBAL binlog_format = 'ROW' and in my.cnf: binlog_format = ROW"),
-    "binlog-off": ({k: v for k, v in GOOD_BINLOG.items() if k != "log-bin"}, "log_bin", "OFF",
-                   "in my.cnf set log_bin = binlog"),
-    "minimal-image": ({**GOOD_BINLOG, "binlog-row-image": "MINIMAL"}, "binlog_row_image", "MINIMAL",
-                      "SET GLOBAL binlog_row_image = 'FULL' and in my.cnf: binlog_row_image = FULL"),
+    "statement": (
+        {**GOOD_BINLOG, "binlog-format": "STATEMENT"},
+        "binlog_format",
+        "STATEMENT",
+        "SET GLOBAL binlog_format = 'ROW' and in my.cnf: binlog_format = ROW",
+    ),
+    "binlog-off": (
+        {k: v for k, v in GOOD_BINLOG.items() if k != "log-bin"},
+        "log_bin",
+        "OFF",
+        "in my.cnf set log_bin = binlog",
+    ),
+    "minimal-image": (
+        {**GOOD_BINLOG, "binlog-row-image": "MINIMAL"},
+        "binlog_row_image",
+        "MINIMAL",
+        "SET GLOBAL binlog_row_image = 'FULL' and in my.cnf: binlog_row_image = FULL",
+    ),
     # A binlog filter leaves out statements issued from a filtered default database
     # (`USE other; TRUNCATE TABLE tm_doctor.t` is not logged under binlog-do-db=tm_doctor).
-    "do-db": ({**GOOD_BINLOG, "binlog-do-db": DB}, "binlog_do_db", DB,
-              "remove every binlog_do_db (binlog-do-db) line from my.cnf and restart the server"),
-    "ignore-db": ({**GOOD_BINLOG, "binlog-ignore-db": "scratch"}, "binlog_ignore_db", "scratch",
-                  "remove every binlog_ignore_db (binlog-ignore-db) line from my.cnf"),
+    "do-db": (
+        {**GOOD_BINLOG, "binlog-do-db": DB},
+        "binlog_do_db",
+        DB,
+        "remove every binlog_do_db (binlog-do-db) line from my.cnf and restart the server",
+    ),
+    "ignore-db": (
+        {**GOOD_BINLOG, "binlog-ignore-db": "scratch"},
+        "binlog_ignore_db",
+        "scratch",
+        "remove every binlog_ignore_db (binlog-ignore-db) line from my.cnf",
+    ),
 }
 
 
 @pytest.fixture(scope="module", params=sorted(BAD_SERVERS))
-def bad(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-        ) -> Iterator[tuple[LocalMariaDB, str, str, str]]:
+def bad(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[LocalMariaDB, str, str, str]]:
     """One server per bad setting, each started once (pytest groups the tests by param)."""
     if not HAVE_MARIADB:
         pytest.skip("mariadbd is not installed")
@@ -279,8 +356,9 @@ def bad(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
     server.destroy()
 
 
-def test_bad_server_fails_naming_the_setting(bad: tuple[LocalMariaDB, str, str, str], tmp_path: Path,
-                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_server_fails_naming_the_setting(
+    bad: tuple[LocalMariaDB, str, str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     server, setting, value, fix = bad
     config = make_config(tmp_path, server, TABLES)
     checks = run_checks(config)
@@ -301,8 +379,14 @@ def run_doctor(config_path: Path, password: str) -> subprocess.CompletedProcess[
     if not TIDEMARK.exists():
         pytest.skip(f"{TIDEMARK} is not installed (pip install -e .)")
     env = {**os.environ, "TM_DOCTOR_PW": password}
-    return subprocess.run([str(TIDEMARK), "doctor", "--config", str(config_path)], capture_output=True,
-                          text=True, env=env, timeout=300, check=False)
+    return subprocess.run(
+        [str(TIDEMARK), "doctor", "--config", str(config_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
 
 
 def doctor_yaml(tmp_path: Path, server: LocalMariaDB) -> Path:
@@ -317,7 +401,8 @@ def test_cli_wrong_password_is_one_clear_line(good: LocalMariaDB, tmp_path: Path
     assert result.returncode == 3, result.stderr
     assert result.stderr.strip() == (
         f"tidemark: error: cannot log in to MySQL at 127.0.0.1:{good.port} as user `tm_doc_ok`: access denied; "
-        "check source.user and the password (source.password_env TM_DOCTOR_PW)")
+        "check source.user and the password (source.password_env TM_DOCTOR_PW)"
+    )
     assert "Traceback" not in result.stdout + result.stderr
     assert secret not in result.stdout + result.stderr
 
@@ -334,13 +419,28 @@ def test_cli_good_user_passes(good: LocalMariaDB, tmp_path: Path) -> None:
 
 GRANTS = [
     # MariaDB 10.11 prints REPLICATION CLIENT as BINLOG MONITOR, with the password hash.
-    ("GRANT SELECT, REPLICATION SLAVE, BINLOG MONITOR ON *.* TO `snap`@`%` IDENTIFIED BY PASSWORD '*D82'",
-     {"REPLICATION CLIENT", "BINLOG MONITOR"}, None, None, True),
-    ("GRANT SELECT, REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO `snap`@`%`",  # MySQL 8
-     {"REPLICATION CLIENT", "BINLOG MONITOR"}, None, None, True),
+    (
+        "GRANT SELECT, REPLICATION SLAVE, BINLOG MONITOR ON *.* TO `snap`@`%` IDENTIFIED BY PASSWORD '*D82'",
+        {"REPLICATION CLIENT", "BINLOG MONITOR"},
+        None,
+        None,
+        True,
+    ),
+    (
+        "GRANT SELECT, REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO `snap`@`%`",  # MySQL 8
+        {"REPLICATION CLIENT", "BINLOG MONITOR"},
+        None,
+        None,
+        True,
+    ),
     ("GRANT USAGE ON *.* TO `snap`@`%`", {"SELECT"}, "shop", "orders", False),
-    ("GRANT ALL PRIVILEGES ON *.* TO `root`@`localhost` WITH GRANT OPTION",
-     {"REPLICATION SLAVE"}, None, None, True),
+    (
+        "GRANT ALL PRIVILEGES ON *.* TO `root`@`localhost` WITH GRANT OPTION",
+        {"REPLICATION SLAVE"},
+        None,
+        None,
+        True,
+    ),
     ("GRANT ALL PRIVILEGES ON `shop`.* TO `snap`@`%`", {"SELECT"}, "shop", "orders", True),
     ("GRANT ALL PRIVILEGES ON `shop`.* TO `snap`@`%`", {"REPLICATION SLAVE"}, None, None, False),
     ("GRANT SELECT ON `shop`.`orders` TO `snap`@`%`", {"SELECT"}, "shop", "orders", True),
@@ -348,25 +448,35 @@ GRANTS = [
     ("GRANT SELECT ON `shop\\_%`.* TO `snap`@`%`", {"SELECT"}, "shop_eu", "orders", True),
     ("GRANT SELECT ON `shop\\_%`.* TO `snap`@`%`", {"SELECT"}, "shopXeu", "orders", False),
     ("GRANT SELECT ON `sh_p`.* TO `snap`@`%`", {"SELECT"}, "shop", "t", True),
-    ("GRANT SELECT (`id`, `total`) ON `shop`.`orders` TO `snap`@`%`", {"SELECT"}, "shop", "orders", False),
+    (
+        "GRANT SELECT (`id`, `total`) ON `shop`.`orders` TO `snap`@`%`",
+        {"SELECT"},
+        "shop",
+        "orders",
+        False,
+    ),
     ("GRANT INSERT, UPDATE ON `we``ird`.`t` TO `snap`@`%`", {"INSERT"}, "we`ird", "t", True),
 ]
 
 
 @pytest.mark.parametrize(("line", "wanted", "database", "table", "allowed"), GRANTS)
-def test_grant_lines(line: str, wanted: set[str], database: str | None, table: str | None,
-                     allowed: bool) -> None:
+def test_grant_lines(
+    line: str, wanted: set[str], database: str | None, table: str | None, allowed: bool
+) -> None:
     grant = parse_grant(line)
     assert grant is not None
     assert allows([grant], wanted, database, table) is allowed
 
 
-@pytest.mark.parametrize("line", [
-    "GRANT `r1` TO `snap`@`%`",
-    "GRANT PROXY ON ''@'%' TO 'root'@'localhost' WITH GRANT OPTION",
-    "GRANT EXECUTE ON PROCEDURE `shop`.`p` TO `snap`@`%`",
-    "SET DEFAULT ROLE `r1` FOR `snap`@`%`",
-])
+@pytest.mark.parametrize(
+    "line",
+    [
+        "GRANT `r1` TO `snap`@`%`",
+        "GRANT PROXY ON ''@'%' TO 'root'@'localhost' WITH GRANT OPTION",
+        "GRANT EXECUTE ON PROCEDURE `shop`.`p` TO `snap`@`%`",
+        "SET DEFAULT ROLE `r1` FOR `snap`@`%`",
+    ],
+)
 def test_grant_lines_that_are_not_table_privileges(line: str) -> None:
     assert parse_grant(line) is None
 

@@ -25,28 +25,37 @@ STARTED = "spark session started"
 def tables(mariadb: LocalMariaDB) -> LocalMariaDB:
     """``early_db.small`` (100 rows), ``early_db.tiny`` (empty), ``early_db.big`` (above the driver's limit)."""
     mariadb.execute("DROP DATABASE IF EXISTS early_db", "CREATE DATABASE early_db")
-    mariadb.execute("CREATE TABLE small (id INT PRIMARY KEY, v VARCHAR(10))",
-                    "INSERT INTO small SELECT seq, CONCAT('v', seq) FROM seq_1_to_100",
-                    "CREATE TABLE tiny (id INT PRIMARY KEY)",
-                    "CREATE TABLE big (id INT PRIMARY KEY, v VARCHAR(10))",
-                    f"INSERT INTO big SELECT seq, 'x' FROM seq_1_to_{LOCAL_ROWS + 5000}",
-                    "ANALYZE TABLE small, tiny, big", database="early_db")
+    mariadb.execute(
+        "CREATE TABLE small (id INT PRIMARY KEY, v VARCHAR(10))",
+        "INSERT INTO small SELECT seq, CONCAT('v', seq) FROM seq_1_to_100",
+        "CREATE TABLE tiny (id INT PRIMARY KEY)",
+        "CREATE TABLE big (id INT PRIMARY KEY, v VARCHAR(10))",
+        f"INSERT INTO big SELECT seq, 'x' FROM seq_1_to_{LOCAL_ROWS + 5000}",
+        "ANALYZE TABLE small, tiny, big",
+        database="early_db",
+    )
     return mariadb
 
 
 def _config(server: LocalMariaDB, tmp_path: Path, entries: list[str], name: str) -> Path:
-    return write_config(tmp_path / f"{name}.yaml",
-                        pipeline_config(tmp_path, server, [{"name": e} for e in entries], name=name))
+    return write_config(
+        tmp_path / f"{name}.yaml",
+        pipeline_config(tmp_path, server, [{"name": e} for e in entries], name=name),
+    )
 
 
-def test_spark_is_needed_only_for_a_table_above_the_drivers_limit(tables: LocalMariaDB, tmp_path: Path) -> None:
+def test_spark_is_needed_only_for_a_table_above_the_drivers_limit(
+    tables: LocalMariaDB, tmp_path: Path
+) -> None:
     small = load_config(_config(tables, tmp_path, ["early_db.small", "early_db.tiny"], "e1"))
     pattern = load_config(_config(tables, tmp_path, ["early_db.*"], "e2"))
     nothing = Outlook(reads=True, published=frozenset(), resuming=False)
     assert not needs_spark(small, False, nothing)
     assert needs_spark(pattern, False, nothing)  # the pattern takes big
     big_published = Outlook(reads=True, published=frozenset({"early_db.big"}), resuming=False)
-    assert not needs_spark(pattern, False, big_published)  # big is incremental: read from the binlog
+    assert not needs_spark(
+        pattern, False, big_published
+    )  # big is incremental: read from the binlog
     assert needs_spark(pattern, True, big_published)  # unless snapshotted again
     assert needs_spark(small, False, Outlook(reads=True, published=frozenset(), resuming=True))
     missing = load_config(_config(tables, tmp_path, ["early_db.small", "early_db.not_there"], "e3"))
@@ -59,13 +68,23 @@ def test_a_run_of_small_tables_starts_no_jvm(tables: LocalMariaDB, tmp_path: Pat
     assert run.returncode == 0, run.stderr[-2000:]
     output = run.stdout + run.stderr
     assert STARTED not in output
-    assert "read 1 small table(s) in the driver: 100 rows" in output  # the empty table has no chunk to read
+    assert (
+        "read 1 small table(s) in the driver: 100 rows" in output
+    )  # the empty table has no chunk to read
     lake = Path(load_config(path).output.path)
-    assert json.loads((lake / "early_db" / "small" / "_tidemark" / "current.json").read_text())["rows"] == 100
-    assert json.loads((lake / "early_db" / "tiny" / "_tidemark" / "current.json").read_text())["rows"] == 0
+    assert (
+        json.loads((lake / "early_db" / "small" / "_tidemark" / "current.json").read_text())["rows"]
+        == 100
+    )
+    assert (
+        json.loads((lake / "early_db" / "tiny" / "_tidemark" / "current.json").read_text())["rows"]
+        == 0
+    )
 
 
-def test_a_table_above_the_drivers_limit_is_read_by_spark(tables: LocalMariaDB, tmp_path: Path) -> None:
+def test_a_table_above_the_drivers_limit_is_read_by_spark(
+    tables: LocalMariaDB, tmp_path: Path
+) -> None:
     path = _config(tables, tmp_path, ["early_db.big", "early_db.small"], "with_big")
     run = tidemark("run", "--config", str(path), "--no-progress")
     assert run.returncode == 0, run.stderr[-2000:]

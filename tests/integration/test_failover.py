@@ -41,17 +41,20 @@ def topology(tmp_path: Path) -> Iterator[tuple[LocalMariaDB, LocalMariaDB]]:
     """A primary and its GTID replica, with tables ``fo.t`` (3,000 rows) and ``fo.other`` (400);
     the replica's binlog is two files ahead of the primary's."""
     primary = LocalMariaDB.create(base_dir=tmp_path, server_id=1)
-    replica = LocalMariaDB.create({**GOOD_BINLOG, "log-slave-updates": None}, base_dir=tmp_path,
-                                  server_id=2)
+    replica = LocalMariaDB.create(
+        {**GOOD_BINLOG, "log-slave-updates": None}, base_dir=tmp_path, server_id=2
+    )
     try:
         primary.start()
         replica.start()
         replica.replicate_from(primary)
         primary.execute("CREATE DATABASE fo")
         for name, rows in (("t", 3000), ("other", 400)):
-            primary.execute(f"CREATE TABLE {name} (id INT PRIMARY KEY, v VARCHAR(40))",
-                            f"INSERT INTO {name} SELECT seq, CONCAT('v', seq) FROM seq_1_to_{rows}",
-                            database="fo")
+            primary.execute(
+                f"CREATE TABLE {name} (id INT PRIMARY KEY, v VARCHAR(40))",
+                f"INSERT INTO {name} SELECT seq, CONCAT('v', seq) FROM seq_1_to_{rows}",
+                database="fo",
+            )
         replica.catch_up(primary)
         # a replica's binlog has its own files and offsets (it rotates on its own)
         replica.execute("FLUSH BINARY LOGS", "FLUSH BINARY LOGS")
@@ -63,18 +66,29 @@ def topology(tmp_path: Path) -> Iterator[tuple[LocalMariaDB, LocalMariaDB]]:
 
 def pointed_at(tmp_path: Path, server: LocalMariaDB) -> PipelineConfig:
     """The pipeline's config, its source ``server`` (state and lake stay where they are)."""
-    return load_config(write_config(tmp_path / "p.yaml", pipeline_config(
-        tmp_path, server, [{"name": name} for name in TABLES], name="failover",
-        defaults={"chunk_size": 1000, "batch_chunks": 2, "read_margin_seconds": 0.0})))
+    return load_config(
+        write_config(
+            tmp_path / "p.yaml",
+            pipeline_config(
+                tmp_path,
+                server,
+                [{"name": name} for name in TABLES],
+                name="failover",
+                defaults={"chunk_size": 1000, "batch_chunks": 2, "read_margin_seconds": 0.0},
+            ),
+        )
+    )
 
 
 def write(primary: LocalMariaDB, round_: int) -> None:
     """Updates, deletes and inserts above the planned keys in both tables."""
     for name in ("t", "other"):
-        primary.execute(f"UPDATE {name} SET v = CONCAT('r{round_}-', id) WHERE id % 7 = {round_}",
-                        f"DELETE FROM {name} WHERE id % 13 = {round_}",
-                        f"INSERT INTO {name} SELECT {round_} * 10000 + seq, 'new' FROM seq_1_to_40",
-                        database="fo")
+        primary.execute(
+            f"UPDATE {name} SET v = CONCAT('r{round_}-', id) WHERE id % 7 = {round_}",
+            f"DELETE FROM {name} WHERE id % 13 = {round_}",
+            f"INSERT INTO {name} SELECT {round_} * 10000 + seq, 'new' FROM seq_1_to_40",
+            database="fo",
+        )
 
 
 def latest_run(config: PipelineConfig) -> tuple[dict[str, str], int]:
@@ -82,7 +96,9 @@ def latest_run(config: PipelineConfig) -> tuple[dict[str, str], int]:
     store = StateStore(config.state.url)
     try:
         run = store.runs(config.pipeline, limit=1)[0]
-        return {r.table: r.mode for r in store.run_tables(run.run_id)}, len(store.chunks(run.run_id))
+        return {r.table: r.mode for r in store.run_tables(run.run_id)}, len(
+            store.chunks(run.run_id)
+        )
     finally:
         store.close()
 
@@ -106,14 +122,21 @@ def release_lock(config: PipelineConfig) -> None:
 def published_servers(config: PipelineConfig) -> set[int | None]:
     store = StateStore(config.state.url)
     try:
-        return {BinlogPosition.from_json(cp.position).server_id for cp in store.table_checkpoints(config.pipeline)}
+        return {
+            BinlogPosition.from_json(cp.position).server_id
+            for cp in store.table_checkpoints(config.pipeline)
+        }
     finally:
         store.close()
 
 
 def test_failover_goes_on_by_gtid_and_a_purged_set_is_read_again(
-        topology: tuple[LocalMariaDB, LocalMariaDB], tmp_path: Path, spark: object,
-        caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]) -> None:
+    topology: tuple[LocalMariaDB, LocalMariaDB],
+    tmp_path: Path,
+    spark: object,
+    caplog: pytest.LogCaptureFixture,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     primary, replica = topology
     on_replica = pointed_at(tmp_path, replica)
     run_plain(on_replica)
@@ -130,7 +153,10 @@ def test_failover_goes_on_by_gtid_and_a_purged_set_is_read_again(
     assert status_command(on_primary) == 0
     said = capsys.readouterr().out
     assert "PASS  server identity: published fo.other, fo.t: binlog position" in said, said
-    assert "recorded on server_id 2, the source is server_id 1: the next run goes on from GTID set" in said
+    assert (
+        "recorded on server_id 2, the source is server_id 1: the next run goes on from GTID set"
+        in said
+    )
     assert f"PASS  server identity: the unfinished run {unfinished}: its start position" in said
     caplog.set_level(logging.INFO)
     caplog.clear()
@@ -160,13 +186,17 @@ def test_failover_goes_on_by_gtid_and_a_purged_set_is_read_again(
 
 
 def test_follower_places_positions_and_boundaries_carry_the_gtid_set(
-        topology: tuple[LocalMariaDB, LocalMariaDB], tmp_path: Path) -> None:
+    topology: tuple[LocalMariaDB, LocalMariaDB], tmp_path: Path
+) -> None:
     primary, replica = topology
     on_primary = pointed_at(tmp_path, primary)
     on_replica = pointed_at(tmp_path, replica)
     with Source.from_pipeline(on_replica) as source:
         recorded = source.current_position()
-    assert recorded.server_id == 2 and recorded.gtid_set == primary.execute("SELECT @@gtid_binlog_pos")[0][0]
+    assert (
+        recorded.server_id == 2
+        and recorded.gtid_set == primary.execute("SELECT @@gtid_binlog_pos")[0][0]
+    )
     write(primary, 1)
     replica.catch_up(primary)
     with Source.from_pipeline(on_primary) as source:
@@ -177,26 +207,42 @@ def test_follower_places_positions_and_boundaries_carry_the_gtid_set(
         assert moved.how == "moved" and moved.position is not None
         assert moved.position.server_id == 1 and moved.position.gtid_set == recorded.gtid_set
         # the primary's binlog there is at the recorded set: the same point of the history
-        assert primary.execute(f"SELECT BINLOG_GTID_POS('{moved.position.file}', {moved.position.pos})")[0][0] \
+        assert (
+            primary.execute(
+                f"SELECT BINLOG_GTID_POS('{moved.position.file}', {moved.position.pos})"
+            )[0][0]
             == recorded.gtid_set
+        )
         without = BinlogPosition(recorded.file, recorded.pos, server_id=2)
-        assert follower.place(without).how == "lost" and "no GTID set" in follower.place(without).failure
+        assert (
+            follower.place(without).how == "lost"
+            and "no GTID set" in follower.place(without).failure
+        )
         ahead = BinlogPosition(recorded.file, recorded.pos, server_id=2, gtid_set="0-1-99999")
-        assert follower.place(ahead).how == "lost" and "not in the master's binlog" in follower.place(ahead).failure
+        assert (
+            follower.place(ahead).how == "lost"
+            and "not in the master's binlog" in follower.place(ahead).failure
+        )
         # same server_id, but its binlog at that offset is not at the recorded set (a reset)
         reset = BinlogPosition(here.file, here.pos, server_id=1, gtid_set="0-1-3")
         assert "was reset" in (follower.foreign(reset) or "")
-    # every boundary a capture reads carries the exact GTID set the server gives for it
+        # every boundary a capture reads carries the exact GTID set the server gives for it
         info = source.table_info("fo.t")
-    with EventReader(on_primary.source, "", recorded, {"fo.t": info}) as reader, \
-            pytest.raises(SourceChanged, match=r"was recorded on server_id 2, but 127\.0\.0\.1:\d+ is server_id 1"):
+    with (
+        EventReader(on_primary.source, "", recorded, {"fo.t": info}) as reader,
+        pytest.raises(
+            SourceChanged, match=r"was recorded on server_id 2, but 127\.0\.0\.1:\d+ is server_id 1"
+        ),
+    ):
         next(iter(reader.events()))
     with EventReader(on_primary.source, "", moved.position, {"fo.t": info}) as reader:
         boundaries = [r.position for r in reader.events() if isinstance(r, Boundary)]
     assert len(boundaries) >= 6
     for b in boundaries:
         assert b.server_id == 1
-        assert b.gtid_set == primary.execute(f"SELECT BINLOG_GTID_POS('{b.file}', {b.pos})")[0][0], b
+        assert (
+            b.gtid_set == primary.execute(f"SELECT BINLOG_GTID_POS('{b.file}', {b.pos})")[0][0]
+        ), b
 
 
 def test_a_replica_that_does_not_log_what_it_replicates_is_not_ready(tmp_path: Path) -> None:
@@ -206,8 +252,11 @@ def test_a_replica_that_does_not_log_what_it_replicates_is_not_ready(tmp_path: P
         primary.start()
         replica.start()
         replica.replicate_from(primary)
-        primary.execute("CREATE DATABASE fo", "CREATE TABLE fo.t (id INT PRIMARY KEY, v VARCHAR(40))",
-                        "CREATE TABLE fo.other (id INT PRIMARY KEY, v VARCHAR(40))")
+        primary.execute(
+            "CREATE DATABASE fo",
+            "CREATE TABLE fo.t (id INT PRIMARY KEY, v VARCHAR(40))",
+            "CREATE TABLE fo.other (id INT PRIMARY KEY, v VARCHAR(40))",
+        )
         replica.catch_up(primary)
         checks = {c.name: c for c in run_checks(pointed_at(tmp_path, replica))}
         assert not checks["replica binlog"].ok
@@ -216,7 +265,10 @@ def test_a_replica_that_does_not_log_what_it_replicates_is_not_ready(tmp_path: P
         with pytest.raises(SourceNotReady, match="replica binlog"):
             preflight(pointed_at(tmp_path, replica))
         checks = {c.name: c for c in run_checks(pointed_at(tmp_path, primary))}
-        assert checks["replica binlog"].ok and "not a running replica" in checks["replica binlog"].detail
+        assert (
+            checks["replica binlog"].ok
+            and "not a running replica" in checks["replica binlog"].detail
+        )
     finally:
         replica.destroy()
         primary.destroy()

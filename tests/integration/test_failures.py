@@ -27,15 +27,25 @@ pytestmark = pytest.mark.integration
 
 #: Runs a command as root without the capability to ignore file modes, so that a directory
 #: of mode 555 is not writable even when the tests run as root.
-NO_OVERRIDE = ["setpriv", "--inh-caps=-dac_override,-dac_read_search",
-               "--bounding-set=-dac_override,-dac_read_search", "--"]
+NO_OVERRIDE = [
+    "setpriv",
+    "--inh-caps=-dac_override,-dac_read_search",
+    "--bounding-set=-dac_override,-dac_read_search",
+    "--",
+]
 
 
 def tidemark(*args: str, unprivileged: bool = False) -> subprocess.CompletedProcess[str]:
     prefix = NO_OVERRIDE if unprivileged and os.geteuid() == 0 else []
     env = {k: v for k, v in os.environ.items() if k != "TIDEMARK_FAILPOINT"}
-    return subprocess.run([*prefix, sys.executable, "-m", "orchestrator", *args], capture_output=True,
-                          text=True, env=env, timeout=600, check=False)
+    return subprocess.run(
+        [*prefix, sys.executable, "-m", "orchestrator", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
+    )
 
 
 def run(config: Path, unprivileged: bool = False) -> subprocess.CompletedProcess[str]:
@@ -66,20 +76,26 @@ def assert_status_shows(config: Path, text: str) -> None:
 @pytest.fixture(scope="module")
 def source(mariadb: LocalMariaDB) -> LocalMariaDB:
     mariadb.execute("CREATE DATABASE fail_db")
-    mariadb.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(40))",
-                    "INSERT INTO t SELECT seq, MD5(seq) FROM seq_1_to_3000", database="fail_db")
+    mariadb.execute(
+        "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(40))",
+        "INSERT INTO t SELECT seq, MD5(seq) FROM seq_1_to_3000",
+        database="fail_db",
+    )
     return mariadb
 
 
-def assert_rerun_equals_source(config: Path, server: LocalMariaDB, table: str = "fail_db.t") -> None:
+def assert_rerun_equals_source(
+    config: Path, server: LocalMariaDB, table: str = "fail_db.t"
+) -> None:
     """After the cause is fixed, a plain rerun succeeds and the lake equals the source."""
     rerun = run(config)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert_lake_equals_source(config, server, [table])
 
 
-def config_for(tmp_path: Path, server: LocalMariaDB, name: str, table: str = "fail_db.t",
-               **output: str) -> Path:
+def config_for(
+    tmp_path: Path, server: LocalMariaDB, name: str, table: str = "fail_db.t", **output: str
+) -> Path:
     data = pipeline_config(tmp_path, server, [{"name": table}], name=name)
     data["output"].update(output)
     return write_config(tmp_path / f"{name}.yaml", data)
@@ -126,8 +142,12 @@ def test_state_store_not_writable(source: LocalMariaDB, tmp_path: Path) -> None:
 @contextlib.contextmanager
 def small_tmpfs(where: Path, size: str) -> Iterator[Path]:
     where.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
-                             capture_output=True, text=True, check=False)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
     try:
@@ -139,10 +159,13 @@ def small_tmpfs(where: Path, size: str) -> Iterator[Path]:
 def test_disk_full(source: LocalMariaDB, tmp_path: Path) -> None:
     if shutil.which("mount") is None:
         pytest.skip("no mount command")
-    source.execute("CREATE TABLE IF NOT EXISTS fail_db.big (id INT PRIMARY KEY, a CHAR(32), b CHAR(32), "
-                   "c CHAR(32))",
-                   "INSERT IGNORE INTO fail_db.big SELECT seq, MD5(seq), MD5(seq + 1e6), MD5(seq + 2e6) "
-                   "FROM seq_1_to_60000", database="fail_db")
+    source.execute(
+        "CREATE TABLE IF NOT EXISTS fail_db.big (id INT PRIMARY KEY, a CHAR(32), b CHAR(32), "
+        "c CHAR(32))",
+        "INSERT IGNORE INTO fail_db.big SELECT seq, MD5(seq), MD5(seq + 1e6), MD5(seq + 2e6) "
+        "FROM seq_1_to_60000",
+        database="fail_db",
+    )
     with small_tmpfs(tmp_path / "small", "1m") as small:
         config = config_for(tmp_path, source, "full", table="fail_db.big", path=str(small / "lake"))
         failed = run(config)
@@ -182,11 +205,23 @@ def own_server(tmp_path: Path) -> Iterator[tuple[LocalMariaDB, Path]]:
     server = LocalMariaDB.create(base_dir=tmp_path)
     server.start()
     server.execute("CREATE DATABASE kill_db")
-    server.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(40))",
-                   "INSERT INTO t SELECT seq, MD5(seq) FROM seq_1_to_5000", database="kill_db")
-    data = pipeline_config(tmp_path, server, [{"name": "kill_db.t"}], name="killed",
-                           defaults={"chunk_size": 1000, "batch_chunks": 1, "read_margin_seconds": 0.0,
-                                     "read_attempts": 2})
+    server.execute(
+        "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(40))",
+        "INSERT INTO t SELECT seq, MD5(seq) FROM seq_1_to_5000",
+        database="kill_db",
+    )
+    data = pipeline_config(
+        tmp_path,
+        server,
+        [{"name": "kill_db.t"}],
+        name="killed",
+        defaults={
+            "chunk_size": 1000,
+            "batch_chunks": 1,
+            "read_margin_seconds": 0.0,
+            "read_attempts": 2,
+        },
+    )
     yield server, write_config(tmp_path / "killed.yaml", data)
     server.destroy()
 
@@ -199,7 +234,9 @@ def wait_until_stopped(proc: subprocess.Popen[str]) -> None:
     """Until the run stopped itself at its failpoint (``name:n:stop``)."""
     deadline = time.monotonic() + 300
     while not stopped(proc.pid):
-        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.stderr else ""
+        assert proc.poll() is None and time.monotonic() < deadline, (
+            proc.stderr.read() if proc.stderr else ""
+        )
         time.sleep(0.2)
 
 
@@ -216,7 +253,9 @@ def finish_killed(config: Path, server: LocalMariaDB, proc: subprocess.Popen[str
     assert_lake_equals_source(config, server, ["kill_db.t"])
 
 
-def test_source_killed_mid_read_and_not_back_is_exit_1(own_server: tuple[LocalMariaDB, Path]) -> None:
+def test_source_killed_mid_read_and_not_back_is_exit_1(
+    own_server: tuple[LocalMariaDB, Path],
+) -> None:
     """A source that dies after preflight is a failed run (exit 1, state kept), not "source not
     ready" (exit 3, which is preflight's). Killed once the first batch recorded its ``L``."""
     server, config = own_server
@@ -227,7 +266,9 @@ def test_source_killed_mid_read_and_not_back_is_exit_1(own_server: tuple[LocalMa
     finish_killed(config, server, proc)
 
 
-def test_source_killed_mid_capture_and_not_back_is_exit_1(own_server: tuple[LocalMariaDB, Path]) -> None:
+def test_source_killed_mid_capture_and_not_back_is_exit_1(
+    own_server: tuple[LocalMariaDB, Path],
+) -> None:
     """Killed when an incremental run is about to open the binlog it has changes in."""
     server, config = own_server
     first = run(config)

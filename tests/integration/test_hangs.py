@@ -37,12 +37,26 @@ def hung_server(tmp_path: Path) -> Iterator[tuple[LocalMariaDB, Path]]:
     server = LocalMariaDB.create(base_dir=tmp_path)
     server.start()
     server.execute("CREATE DATABASE kill_db")
-    server.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(40))",
-                   "INSERT INTO t SELECT seq, MD5(seq) FROM seq_1_to_5000", database="kill_db")
+    server.execute(
+        "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(40))",
+        "INSERT INTO t SELECT seq, MD5(seq) FROM seq_1_to_5000",
+        database="kill_db",
+    )
     source = {**server.source_config(), "read_timeout": READ_TIMEOUT}
-    data = pipeline_config(tmp_path, server, [{"name": "kill_db.t"}], name="killed", source=source,
-                           defaults={"chunk_size": 1000, "batch_chunks": 1, "read_margin_seconds": 0.0,
-                                     "read_attempts": 2, "capture_batch_rows": 10})
+    data = pipeline_config(
+        tmp_path,
+        server,
+        [{"name": "kill_db.t"}],
+        name="killed",
+        source=source,
+        defaults={
+            "chunk_size": 1000,
+            "batch_chunks": 1,
+            "read_margin_seconds": 0.0,
+            "read_attempts": 2,
+            "capture_batch_rows": 10,
+        },
+    )
     try:
         yield server, write_config(tmp_path / "killed.yaml", data)
     finally:
@@ -61,13 +75,23 @@ def resume(server: LocalMariaDB) -> None:
             os.kill(server.process.pid, signal.SIGCONT)
 
 
-def finish_hung(config: Path, server: LocalMariaDB, proc: subprocess.Popen[str], *waited_for: str) -> None:
+def finish_hung(
+    config: Path, server: LocalMariaDB, proc: subprocess.Popen[str], *waited_for: str
+) -> None:
     """The run fails with exit 1 naming the source and what it waited for; after SIGCONT a
     rerun resumes it and the lake equals the source."""
     stdout, stderr = proc.communicate(timeout=600)
     result = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
-    text = assert_one_clear_line(result, 1, "no answer from the source", f"127.0.0.1:{server.port}",
-                                 f"{READ_TIMEOUT} s", "source.read_timeout", "resumes", *waited_for)
+    text = assert_one_clear_line(
+        result,
+        1,
+        "no answer from the source",
+        f"127.0.0.1:{server.port}",
+        f"{READ_TIMEOUT} s",
+        "source.read_timeout",
+        "resumes",
+        *waited_for,
+    )
     resume(server)
     assert_status_shows(config, text)
     rerun = run(config)
@@ -116,7 +140,9 @@ def test_source_hung_mid_capture(hung_server: tuple[LocalMariaDB, Path]) -> None
     finish_hung(config, server, proc, "the binlog after")
 
 
-def test_binlog_connection_dropped_mid_capture_is_retried(hung_server: tuple[LocalMariaDB, Path]) -> None:
+def test_binlog_connection_dropped_mid_capture_is_retried(
+    hung_server: tuple[LocalMariaDB, Path],
+) -> None:
     """The dump connection killed on the server while it streams: the capture reconnects from
     its last checkpoint (dropping what it wrote since) and the run succeeds, the lake equal to
     the source: no change lost or applied twice."""

@@ -49,17 +49,33 @@ from tests.integration.test_reconcile import CASES, Case, Change, D, I, U, write
 
 pytestmark = pytest.mark.integration
 
-SIMPLE = TableInfo("incr", "simple", (
-    ColumnInfo("id", "int", "int(11)", False),
-    ColumnInfo("v", "varchar", "varchar(20)", True),
-    ColumnInfo("t", "time", "time(6)", True, datetime_precision=6),
-), ("id",), (), 0)
+SIMPLE = TableInfo(
+    "incr",
+    "simple",
+    (
+        ColumnInfo("id", "int", "int(11)", False),
+        ColumnInfo("v", "varchar", "varchar(20)", True),
+        ColumnInfo("t", "time", "time(6)", True, datetime_precision=6),
+    ),
+    ("id",),
+    (),
+    0,
+)
 
-TEXT = TableInfo("incr", "text", (
-    ColumnInfo("k", "varchar", "varchar(20)", False, charset="utf8mb4", collation="utf8mb4_general_ci"),
-    ColumnInfo("n", "int", "int(11)", False),
-    ColumnInfo("v", "varchar", "varchar(20)", True),
-), ("k", "n"), (), 0)
+TEXT = TableInfo(
+    "incr",
+    "text",
+    (
+        ColumnInfo(
+            "k", "varchar", "varchar(20)", False, charset="utf8mb4", collation="utf8mb4_general_ci"
+        ),
+        ColumnInfo("n", "int", "int(11)", False),
+        ColumnInfo("v", "varchar", "varchar(20)", True),
+    ),
+    ("k", "n"),
+    (),
+    0,
+)
 
 Row = dict[str, Any]
 
@@ -85,8 +101,9 @@ def file_target(nbytes: int) -> Iterator[None]:
 class Lake:
     """One table's output dir, with what a test needs to publish versions into it."""
 
-    def __init__(self, spark: Any, tmp_path: Path, table: TableInfo, engine: Engine = "auto", **output: Any
-                 ) -> None:
+    def __init__(
+        self, spark: Any, tmp_path: Path, table: TableInfo, engine: Engine = "auto", **output: Any
+    ) -> None:
         self.spark, self.tmp, self.table, self.engine = spark, tmp_path, table, engine
         self.key = table.primary_key
         self.config = spark_test_config(tmp_path, **output)
@@ -99,7 +116,9 @@ class Lake:
         staging.mkdir()
         schema = pa.schema(pa.field(f.name, f.type) for f in staging_schema(self.table.columns))
         for n, rows in enumerate(files):
-            pq.write_table(pa.Table.from_pylist(list(rows), schema=schema), staging / f"part-{n:05d}.parquet")
+            pq.write_table(
+                pa.Table.from_pylist(list(rows), schema=schema), staging / f"part-{n:05d}.parquet"
+            )
         with file_target(1):
             return self._publish(str(staging))
 
@@ -110,8 +129,15 @@ class Lake:
         schema = pa.schema(pa.field(f.name, f.type) for f in staging_schema(self.table.columns))
         pq.write_table(pa.Table.from_pylist(list(rows), schema=schema), base / "part-00000.parquet")
         out = self.tmp / "spark-reconciled"
-        reconcile_table(self.spark, self.table, self.key, [str(base)], str(self.tmp / "none"), str(out),
-                        target_file_bytes=1)
+        reconcile_table(
+            self.spark,
+            self.table,
+            self.key,
+            [str(base)],
+            str(self.tmp / "none"),
+            str(out),
+            target_file_bytes=1,
+        )
         with file_target(1):
             return self._publish(str(out))
 
@@ -122,17 +148,32 @@ class Lake:
         if changes:
             write_changes(changes_dir, self.table, changes)
         out = self.tmp / f"reconciled-{run}"
-        rows = reconcile_incremental(self.spark, self.table, self.key, str(self.dir), str(changes_dir), str(out),
-                                     engine=self.engine)
+        rows = reconcile_incremental(
+            self.spark,
+            self.table,
+            self.key,
+            str(self.dir),
+            str(changes_dir),
+            str(out),
+            engine=self.engine,
+        )
         return self._publish(str(out)), rows
 
     def _publish(self, staging: str) -> Manifest:
         self.runs += 1
-        return publish_table(self.config, self.table, self.key, staging,
-                             BinlogPosition("binlog.000001", 100 * self.runs), f"run-{self.runs}")
+        return publish_table(
+            self.config,
+            self.table,
+            self.key,
+            staging,
+            BinlogPosition("binlog.000001", 100 * self.runs),
+            f"run-{self.runs}",
+        )
 
     def manifest(self, version: int) -> Manifest:
-        data: Manifest = json.loads((self.dir / "_tidemark" / "versions" / f"{version:06d}.json").read_text())
+        data: Manifest = json.loads(
+            (self.dir / "_tidemark" / "versions" / f"{version:06d}.json").read_text()
+        )
         return data
 
     def rows(self, version: int) -> list[Row]:
@@ -152,8 +193,12 @@ def canonical(table: TableInfo, rows: Sequence[Row]) -> list[Row]:
     """Rows in staging values (TIME as micros), ordered by key as the files are (NULL first)."""
     out = []
     for row in rows:
-        out.append({c.name: (_micros(row[c.name]) if c.data_type == "time" else row[c.name])
-                    for c in table.columns})
+        out.append(
+            {
+                c.name: (_micros(row[c.name]) if c.data_type == "time" else row[c.name])
+                for c in table.columns
+            }
+        )
     return sorted(out, key=lambda r: sort_key(table, r))
 
 
@@ -165,7 +210,9 @@ def _micros(value: Any) -> Any:
 
 def sort_key(table: TableInfo, row: Row) -> tuple[Any, ...]:
     """The files' order as a test oracle: Python orders str by code point, as Spark orders UTF-8 bytes."""
-    return tuple((row[k] is not None, row[k] if row[k] is not None else 0) for k in table.primary_key)
+    return tuple(
+        (row[k] is not None, row[k] if row[k] is not None else 0) for k in table.primary_key
+    )
 
 
 def expected_after(table: TableInfo, base: Sequence[Row], changes: Sequence[Change]) -> list[Row]:
@@ -194,7 +241,9 @@ def check_layout(lake: Lake, manifest: Manifest) -> None:
         rows = pq.read_table(path).to_pylist()
         assert entry["rows"] == len(rows) and entry["bytes"] == path.stat().st_size
         keys = [sort_key(lake.table, canonical(lake.table, [r])[0]) for r in rows]
-        assert keys == sorted(keys) and len(set(keys)) == len(keys), f"{entry['file']} is not sorted by key"
+        assert keys == sorted(keys) and len(set(keys)) == len(keys), (
+            f"{entry['file']} is not sorted by key"
+        )
         if rows:
             first, last = (tuple(r[k] for k in lake.key) for r in (rows[0], rows[-1]))
             assert decode_key(entry["min_key"]) == first and decode_key(entry["max_key"]) == last
@@ -226,20 +275,23 @@ def six_files() -> list[list[Row]]:
 
 #: Changes to `six_files` touching files 0, 1, 3 and 4, and below and above every file.
 SIX_FILE_CHANGES = [
-    U(10, s(150, "updated"), (150,)),                # file 1
-    D(20, s(320)),                                   # file 3
-    I(30, s(5, "head")),                             # below every file: a new first file
-    I(40, s(1000, "tail")),                          # above every file: a new last file
-    I(50, s(205, "gap")),                            # between files 1 and 2: joins file 1
-    U(60, s(315, "moved"), (30,)),                   # key change: file 0 -> file 3
-    D(70, s(9999)),                                  # a delete of a key that is not there
+    U(10, s(150, "updated"), (150,)),  # file 1
+    D(20, s(320)),  # file 3
+    I(30, s(5, "head")),  # below every file: a new first file
+    I(40, s(1000, "tail")),  # above every file: a new last file
+    I(50, s(205, "gap")),  # between files 1 and 2: joins file 1
+    U(60, s(315, "moved"), (30,)),  # key change: file 0 -> file 3
+    D(70, s(9999)),  # a delete of a key that is not there
     *[D(100 + i, s(i)) for i in range(410, 501, 10)],  # file 4 loses every row
-    I(200, s(470, "back")), D(210, s(470)),          # ... and a key comes and goes there
+    I(200, s(470, "back")),
+    D(210, s(470)),  # ... and a key comes and goes there
 ]
 
 
 @pytest.mark.usefixtures("no_merging")
-def test_only_files_holding_changed_keys_are_rewritten(spark: Any, tmp_path: Path, engine: Engine) -> None:
+def test_only_files_holding_changed_keys_are_rewritten(
+    spark: Any, tmp_path: Path, engine: Engine
+) -> None:
     lake = Lake(spark, tmp_path, SIMPLE, engine)
     files = six_files()
     base = [r for f in files for r in f]
@@ -280,34 +332,50 @@ def test_both_engines_write_the_same_version(spark: Any, tmp_path: Path) -> None
         contents = [pq.read_table(lake.dir / f).to_pylist() for f in manifest["files"]]
         published[engine] = manifest, contents
     (spark_v2, spark_rows), (local_v2, local_rows) = published["spark"], published["local"]
-    def untagged(files: list[str]) -> list[str]:  # each publish attempt names its new files with its own tag
+
+    def untagged(
+        files: list[str],
+    ) -> list[str]:  # each publish attempt names its new files with its own tag
         return [re.sub(r"-[0-9a-f]{8}-", "-", f) for f in files]
 
     assert untagged(spark_v2["files"]) == untagged(local_v2["files"])
-    assert ([{k: v for k, v in r.items() if k not in ("bytes", "file")} for r in spark_v2["file_ranges"]]
-            == [{k: v for k, v in r.items() if k not in ("bytes", "file")} for r in local_v2["file_ranges"]])
+    assert [
+        {k: v for k, v in r.items() if k not in ("bytes", "file")} for r in spark_v2["file_ranges"]
+    ] == [
+        {k: v for k, v in r.items() if k not in ("bytes", "file")} for r in local_v2["file_ranges"]
+    ]
     assert spark_rows == local_rows, "each file must hold the same rows in the same order"
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_the_rule_holds_in_both_engines(spark: Any, tmp_path: Path, engine: Engine, case: Case) -> None:
+def test_the_rule_holds_in_both_engines(
+    spark: Any, tmp_path: Path, engine: Engine, case: Case
+) -> None:
     """Every case of the reconcile rule (tests/integration/test_reconcile.py) as an incremental run."""
     lake = Lake(spark, tmp_path, SIMPLE, engine)
     lake.publish_files([sorted(case.base, key=lambda r: r["id"])])
     manifest, rows = lake.apply(case.changes)
-    assert lake.rows(2) == canonical(SIMPLE, case.expected) == expected_after(SIMPLE, case.base, case.changes)
+    assert (
+        lake.rows(2)
+        == canonical(SIMPLE, case.expected)
+        == expected_after(SIMPLE, case.base, case.changes)
+    )
     assert rows == manifest["rows"] == len(case.expected)
     check_layout(lake, manifest)
 
 
 @pytest.mark.usefixtures("no_merging")
-def test_text_keys_follow_the_files_order_not_a_collation(spark: Any, tmp_path: Path, engine: Engine) -> None:
+def test_text_keys_follow_the_files_order_not_a_collation(
+    spark: Any, tmp_path: Path, engine: Engine
+) -> None:
     """Upper case sorts before lower case and 'É' after 'z' in the files (UTF-8 bytes), not as
     utf8mb4_general_ci would; keys must land in the files that order says."""
     lake = Lake(spark, tmp_path, TEXT, engine)
-    base = ([{"k": f"K{i:03d}", "n": i % 3, "v": "upper"} for i in range(60)]
-            + [{"k": f"k{i:03d}", "n": i % 3, "v": "lower"} for i in range(60)]
-            + [{"k": f"É{i:03d}", "n": 0, "v": "accent"} for i in range(30)])
+    base = (
+        [{"k": f"K{i:03d}", "n": i % 3, "v": "upper"} for i in range(60)]
+        + [{"k": f"k{i:03d}", "n": i % 3, "v": "lower"} for i in range(60)]
+        + [{"k": f"É{i:03d}", "n": 0, "v": "accent"} for i in range(30)]
+    )
     v1 = lake.publish_spark(base)
     assert len(v1["files"]) >= 4
     check_layout(lake, v1)
@@ -315,13 +383,14 @@ def test_text_keys_follow_the_files_order_not_a_collation(spark: Any, tmp_path: 
     first_max = decode_key(v1["file_ranges"][0]["max_key"])
     assert first_max is not None
     changes = [
-        I(10, {"k": "K059x", "n": 1, "v": "after K059"}),        # binary: before every 'k...'
-        I(20, {"k": "Zzz", "n": 0, "v": "Z"}),                   # binary: before 'k000'; ci: after 'k059'
-        U(30, {"k": "K000", "n": 9, "v": "n changed"}, ("K000", 0)),   # second key component changes
-        I(40, {"k": "ÉÉ", "n": 0, "v": "last"}),                 # above every key
+        I(10, {"k": "K059x", "n": 1, "v": "after K059"}),  # binary: before every 'k...'
+        I(20, {"k": "Zzz", "n": 0, "v": "Z"}),  # binary: before 'k000'; ci: after 'k059'
+        U(30, {"k": "K000", "n": 9, "v": "n changed"}, ("K000", 0)),  # second key component changes
+        I(40, {"k": "ÉÉ", "n": 0, "v": "last"}),  # above every key
         D(50, {"k": "k030", "n": 0}),
-        U(60, {"k": "a", "n": 0, "v": "moved"}, ("É010", 0)),    # from the last file to the middle
-        I(70, {"k": "k030", "n": 0, "v": "case twin"}), D(80, {"k": "k030", "n": 0}),
+        U(60, {"k": "a", "n": 0, "v": "moved"}, ("É010", 0)),  # from the last file to the middle
+        I(70, {"k": "k030", "n": 0, "v": "case twin"}),
+        D(80, {"k": "k030", "n": 0}),
     ]
     v2, rows = lake.apply(changes)
     expected = expected_after(TEXT, base, changes)
@@ -336,58 +405,94 @@ def test_text_keys_follow_the_files_order_not_a_collation(spark: Any, tmp_path: 
 @pytest.mark.usefixtures("no_merging")
 def test_null_key_components_keep_their_place(spark: Any, tmp_path: Path, engine: Engine) -> None:
     """NULL sorts first, and a NULL key part equals NULL, in both engines (Spark's order and <=>)."""
-    table = TableInfo("incr", "nulls", (
-        ColumnInfo("a", "int", "int(11)", False), ColumnInfo("b", "varchar", "varchar(10)", True),
-        ColumnInfo("v", "varchar", "varchar(10)", True)), ("a", "b"), (), 0)
+    table = TableInfo(
+        "incr",
+        "nulls",
+        (
+            ColumnInfo("a", "int", "int(11)", False),
+            ColumnInfo("b", "varchar", "varchar(10)", True),
+            ColumnInfo("v", "varchar", "varchar(10)", True),
+        ),
+        ("a", "b"),
+        (),
+        0,
+    )
     lake = Lake(spark, tmp_path, table, engine)
-    files: list[list[Row]] = [[{"a": 1, "b": None, "v": "x"}, {"a": 1, "b": "m", "v": "x"}],
-                              [{"a": 2, "b": None, "v": "x"}, {"a": 2, "b": "b", "v": "x"}],
-                              [{"a": 3, "b": "a", "v": "x"}]]
+    files: list[list[Row]] = [
+        [{"a": 1, "b": None, "v": "x"}, {"a": 1, "b": "m", "v": "x"}],
+        [{"a": 2, "b": None, "v": "x"}, {"a": 2, "b": "b", "v": "x"}],
+        [{"a": 3, "b": "a", "v": "x"}],
+    ]
     v1 = lake.publish_files(files)
-    changes = [I(10, {"a": 2, "b": "a", "v": "new"}), D(20, {"a": 1, "b": None}),
-               U(30, {"a": 0, "b": None, "v": "head"}, (1, "m"))]
+    changes = [
+        I(10, {"a": 2, "b": "a", "v": "new"}),
+        D(20, {"a": 1, "b": None}),
+        U(30, {"a": 0, "b": None, "v": "head"}, (1, "m")),
+    ]
     v2, _ = lake.apply(changes)
     assert lake.rows(2) == expected_after(table, [r for f in files for r in f], changes)
     check_layout(lake, v2)
     assert v1["files"][2] in v2["files"] and v1["files"][0] not in v2["files"]
 
 
-TYPED = TableInfo("incr", "typed", (
-    ColumnInfo("u", "bigint", "bigint(20) unsigned", False, precision=20, scale=0),
-    ColumnInfo("d", "datetime", "datetime(6)", False, datetime_precision=6),
-    ColumnInfo("ts", "timestamp", "timestamp(6)", False, datetime_precision=6),
-    ColumnInfo("t", "time", "time(6)", False, datetime_precision=6),
-    ColumnInfo("b", "varbinary", "varbinary(8)", False),
-    ColumnInfo("v", "varchar", "varchar(20)", True),
-), ("u", "d", "ts", "t", "b"), (), 0)
+TYPED = TableInfo(
+    "incr",
+    "typed",
+    (
+        ColumnInfo("u", "bigint", "bigint(20) unsigned", False, precision=20, scale=0),
+        ColumnInfo("d", "datetime", "datetime(6)", False, datetime_precision=6),
+        ColumnInfo("ts", "timestamp", "timestamp(6)", False, datetime_precision=6),
+        ColumnInfo("t", "time", "time(6)", False, datetime_precision=6),
+        ColumnInfo("b", "varbinary", "varbinary(8)", False),
+        ColumnInfo("v", "varchar", "varchar(20)", True),
+    ),
+    ("u", "d", "ts", "t", "b"),
+    (),
+    0,
+)
 
 
 def typed(u: int, b: bytes, t: int = -5_000_000, v: str = "base", day: int = 1) -> Row:
-    return {"u": Decimal(u), "d": dt.datetime(2024, 1, day, 12, 0, 0, 7), "ts": dt.datetime(2024, 1, 1, tzinfo=dt.UTC),
-            "t": t, "b": b, "v": v}
+    return {
+        "u": Decimal(u),
+        "d": dt.datetime(2024, 1, day, 12, 0, 0, 7),
+        "ts": dt.datetime(2024, 1, 1, tzinfo=dt.UTC),
+        "t": t,
+        "b": b,
+        "v": v,
+    }
 
 
-TYPED_NOT_NULL = TableInfo("incr", "typed_nn", TYPED.columns, ("u", "t", "b"), (), 0)  # no zero-date parts
+TYPED_NOT_NULL = TableInfo(
+    "incr", "typed_nn", TYPED.columns, ("u", "t", "b"), (), 0
+)  # no zero-date parts
 
 
 @pytest.mark.usefixtures("no_merging")
 @pytest.mark.parametrize("table", [TYPED, TYPED_NOT_NULL], ids=["datetime", "not-null"])
-def test_keys_of_every_kind_of_type_find_their_file(spark: Any, tmp_path: Path, table: TableInfo,
-                                                     engine: Engine) -> None:
+def test_keys_of_every_kind_of_type_find_their_file(
+    spark: Any, tmp_path: Path, table: TableInfo, engine: Engine
+) -> None:
     """BIGINT UNSIGNED (decimal), DATETIME (a nullable key part: zero dates), TIMESTAMP, TIME
     (negative) and VARBINARY key parts, with file boundaries that differ only in the last part."""
     top = 2**64 - 1
     lake = Lake(spark, tmp_path, table, engine)
-    files = [[typed(1, b"a"), typed(5, b"a", t=-9)],
-             [typed(10, b"\x00"), typed(10, b"\x00", t=5)],
-             [typed(10, b"\xff", t=5), typed(top - 1, b"")],
-             [typed(top, b"\x00\x01")]]
+    files = [
+        [typed(1, b"a"), typed(5, b"a", t=-9)],
+        [typed(10, b"\x00"), typed(10, b"\x00", t=5)],
+        [typed(10, b"\xff", t=5), typed(top - 1, b"")],
+        [typed(top, b"\x00\x01")],
+    ]
     v1 = lake.publish_files(files)
     changes = [
-        I(10, typed(10, b"\x7f", t=5)),                          # the gap between files 1 and 2
-        I(20, typed(10, b"\xff\x00", t=5)),                      # inside file 2 (after b"\xff")
-        U(30, typed(5, b"a", t=-10, v="t moved"), tuple(typed(5, b"a", t=-9)[k] for k in table.primary_key)),
-        I(40, typed(top, b"\x01")),                              # above every key
+        I(10, typed(10, b"\x7f", t=5)),  # the gap between files 1 and 2
+        I(20, typed(10, b"\xff\x00", t=5)),  # inside file 2 (after b"\xff")
+        U(
+            30,
+            typed(5, b"a", t=-10, v="t moved"),
+            tuple(typed(5, b"a", t=-9)[k] for k in table.primary_key),
+        ),
+        I(40, typed(top, b"\x01")),  # above every key
     ]
     v2, _ = lake.apply(changes)
     assert lake.rows(2) == expected_after(table, [r for f in files for r in f], changes)
@@ -396,14 +501,24 @@ def test_keys_of_every_kind_of_type_find_their_file(spark: Any, tmp_path: Path, 
     assert len(v2["files"]) == 5  # files 0, 1 and 2 rewritten, 3 shared, a new last file
 
 
-NULLABLE_PAIR = TableInfo("incr", "pair", (
-    ColumnInfo("a", "int", "int(11)", False), ColumnInfo("b", "varchar", "varchar(10)", True),
-    ColumnInfo("v", "varchar", "varchar(20)", True)), ("a", "b"), (), 0)
+NULLABLE_PAIR = TableInfo(
+    "incr",
+    "pair",
+    (
+        ColumnInfo("a", "int", "int(11)", False),
+        ColumnInfo("b", "varchar", "varchar(10)", True),
+        ColumnInfo("v", "varchar", "varchar(20)", True),
+    ),
+    ("a", "b"),
+    (),
+    0,
+)
 
 
 def random_history(table: TableInfo, rng: random.Random) -> tuple[list[list[Row]], list[Change]]:
     """Three sorted base files and 60 random changes (inserts in gaps and beyond, updates,
     deletes, key changes, keys that come and go) for a key ``id`` or ``(a, b)``."""
+
     def row(k: int, tag: str) -> Row:
         if table is SIMPLE:
             return s(k, tag)
@@ -413,7 +528,7 @@ def random_history(table: TableInfo, rng: random.Random) -> tuple[list[list[Row]
         return tuple(r[k] for k in table.primary_key)
 
     keys = sorted(rng.sample(range(0, 600, 2), 90))
-    files = [[row(k, "base") for k in keys[i:i + 30]] for i in (0, 30, 60)]
+    files = [[row(k, "base") for k in keys[i : i + 30]] for i in (0, 30, 60)]
     live = {key(r): r for f in files for r in f}
     changes: list[Change] = []
     for pos in range(1, 61):
@@ -439,8 +554,9 @@ def random_history(table: TableInfo, rng: random.Random) -> tuple[list[list[Row]
 @pytest.mark.usefixtures("no_merging")
 @pytest.mark.parametrize("table", [SIMPLE, NULLABLE_PAIR], ids=["int", "int-and-nullable-text"])
 @pytest.mark.parametrize("seed", range(3))
-def test_the_driver_merges_changes_across_record_batches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                         table: TableInfo, seed: int) -> None:
+def test_the_driver_merges_changes_across_record_batches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, table: TableInfo, seed: int
+) -> None:
     """Base files read 4 rows at a time, so changes fall before, inside, between and after record
     batches: the streamed merge equals the table computed in Python (no Spark is started)."""
     monkeypatch.setattr(layout, "BATCH_ROWS", 4)
@@ -457,19 +573,25 @@ def sparse_files(count: int, rows: int) -> list[list[Row]]:
     """``count`` files of ``rows`` rows, ids 1000 * file + 10 * j (room for inserts between),
     with values that do not compress, so bytes grow with rows."""
     rng = random.Random(3)
-    return [[s(1000 * f + 10 * j, f"{rng.getrandbits(160):040x}") for j in range(rows)] for f in range(count)]
+    return [
+        [s(1000 * f + 10 * j, f"{rng.getrandbits(160):040x}") for j in range(rows)]
+        for f in range(count)
+    ]
 
 
-def test_a_rewritten_file_over_twice_the_target_is_split(spark: Any, tmp_path: Path,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_rewritten_file_over_twice_the_target_is_split(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     lake = Lake(spark, tmp_path, SIMPLE)
     files = sparse_files(4, 100)
     v1 = lake.publish_files(files)
     monkeypatch.setattr(layout, "TARGET_FILE_BYTES", v1["file_ranges"][1]["bytes"])
     monkeypatch.setattr(layout, "SMALL_FILE_BYTES", 0)
     rng = random.Random(4)
-    changes = [I(n, s(1000 + 10 * j + off, f"{rng.getrandbits(160):040x}"))
-               for n, (j, off) in enumerate(itertools.product(range(100), (3, 5, 7)))]  # file 1: 4x rows
+    changes = [
+        I(n, s(1000 + 10 * j + off, f"{rng.getrandbits(160):040x}"))
+        for n, (j, off) in enumerate(itertools.product(range(100), (3, 5, 7)))
+    ]  # file 1: 4x rows
     v2, _ = lake.apply(changes)
     assert lake.rows(2) == expected_after(SIMPLE, [r for f in files for r in f], changes)
     check_layout(lake, v2)
@@ -479,8 +601,9 @@ def test_a_rewritten_file_over_twice_the_target_is_split(spark: Any, tmp_path: P
     assert [f for f in v2["files"] if f in v1["files"]] == [v1["files"][0], *v1["files"][2:]]
 
 
-def test_a_tiny_new_file_merges_with_a_small_neighbour(spark: Any, tmp_path: Path,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_tiny_new_file_merges_with_a_small_neighbour(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     lake = Lake(spark, tmp_path, SIMPLE)
     files = sparse_files(4, 50)
     base = [r for f in files for r in f]
@@ -506,19 +629,26 @@ def test_no_changes_publish_no_version(spark: Any, tmp_path: Path) -> None:
     before = lake.stats(v1)
     same, rows = lake.apply([])
     assert same == v1 and rows == 30 and lake.stats(v1) == before
-    assert sorted(p.name for p in (lake.dir / "_tidemark" / "versions").iterdir()) == ["000001.json"]
+    assert sorted(p.name for p in (lake.dir / "_tidemark" / "versions").iterdir()) == [
+        "000001.json"
+    ]
     changes = [U(1, s(0, "changed"), (0,))]
     v2, _ = lake.apply(changes)
-    assert v2["version"] == 2 and lake.rows(2) == expected_after(SIMPLE, [r for f in sparse_files(3, 10) for r in f],
-                                                                 changes)
+    assert v2["version"] == 2 and lake.rows(2) == expected_after(
+        SIMPLE, [r for f in sparse_files(3, 10) for r in f], changes
+    )
 
 
-def test_a_version_without_file_ranges_is_rewritten_whole_once(spark: Any, tmp_path: Path,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_version_without_file_ranges_is_rewritten_whole_once(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     lake = Lake(spark, tmp_path, SIMPLE)
     files = sparse_files(3, 10)
     v1 = lake.publish_files(files)
-    for path in (lake.dir / "_tidemark" / "current.json", lake.dir / "_tidemark" / "versions" / "000001.json"):
+    for path in (
+        lake.dir / "_tidemark" / "current.json",
+        lake.dir / "_tidemark" / "versions" / "000001.json",
+    ):
         legacy = {k: v for k, v in v1.items() if k != "file_ranges"}
         path.write_text(json.dumps(legacy))
     changes = [U(1, s(1000, "changed"), (1000,))]
@@ -543,15 +673,21 @@ def test_an_emptied_table_and_an_empty_base(spark: Any, tmp_path: Path, engine: 
     assert lake.rows(1) == canonical(SIMPLE, [s(10), s(20)]) and v1["files"][0] not in v3["files"]
 
 
-def test_retention_keeps_every_file_a_retained_version_reads(spark: Any, tmp_path: Path,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_retention_keeps_every_file_a_retained_version_reads(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(layout, "SMALL_FILE_BYTES", 0)
     lake = Lake(spark, tmp_path, SIMPLE, keep_versions=2, keep_hours=0)
     files = sparse_files(4, 10)
     table = [r for f in files for r in f]
     first = lake.publish_files(files)
     history = {1: canonical(SIMPLE, table)}
-    steps = [[U(1, s(0, "a"), (0,))], [U(2, s(3000, "b"), (3000,))], [D(3, s(1010))], [I(4, s(15, "c"))]]
+    steps = [
+        [U(1, s(0, "a"), (0,))],
+        [U(2, s(3000, "b"), (3000,))],
+        [D(3, s(1010))],
+        [I(4, s(15, "c"))],
+    ]
     for n, changes in enumerate(steps, start=2):
         lake.apply(changes)
         table = expected_after(SIMPLE, table, changes)
@@ -559,11 +695,15 @@ def test_retention_keeps_every_file_a_retained_version_reads(spark: Any, tmp_pat
         kept = sorted(int(p.stem) for p in (lake.dir / "_tidemark" / "versions").iterdir())
         assert kept == [n - 1, n]
         for version in kept:
-            assert lake.rows(version) == history[version], f"version {version} must read as published"
+            assert lake.rows(version) == history[version], (
+                f"version {version} must read as published"
+            )
         referenced = {f for v in kept for f in lake.manifest(v)["files"]}
         on_disk = {f"data/{p.name}" for p in (lake.dir / "data").iterdir()}
         assert on_disk == referenced, "retention drops exactly the files no kept version reads"
-    assert lake.manifest(5)["files"][2] == first["files"][2], "a file no run changed outlives its version"
+    assert lake.manifest(5)["files"][2] == first["files"][2], (
+        "a file no run changed outlives its version"
+    )
     assert (lake.dir / first["files"][2]).exists()
 
 
@@ -578,35 +718,58 @@ TAGS = """CREATE TABLE {db}.tags (
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_general_ci"""
 
 
-def _published_state(config: Any, name: str) -> tuple[Manifest, dict[str, tuple[int, int]], list[Row]]:
+def _published_state(
+    config: Any, name: str
+) -> tuple[Manifest, dict[str, tuple[int, int]], list[Row]]:
     tdir = Path(table_dir(config, name))
     manifest: Manifest = json.loads((tdir / "_tidemark" / "current.json").read_text())
     stats = {f: _stat(tdir / f) for f in manifest["files"]}
-    rows = ds.dataset([str(tdir / f) for f in manifest["files"]], format="parquet").to_table().to_pylist()
+    rows = (
+        ds.dataset([str(tdir / f) for f in manifest["files"]], format="parquet")
+        .to_table()
+        .to_pylist()
+    )
     return manifest, stats, sorted(rows, key=repr)
 
 
 @pytest.mark.parametrize("rewrite", ["local", "spark"])
-def test_engine_runs_share_unchanged_files(mariadb: LocalMariaDB, tmp_path: Path, rewrite: str,
-                                           monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-                                           ) -> None:
+def test_engine_runs_share_unchanged_files(
+    mariadb: LocalMariaDB,
+    tmp_path: Path,
+    rewrite: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """`tidemark run` twice, with inserts (inside and beyond the range), updates, deletes and
     key changes between: the second run rewrites the files those keys live in, nothing else."""
     db = f"incr_engine_{rewrite}"
     if rewrite == "spark":
-        monkeypatch.setattr(reconcile, "LOCAL_CHANGES_BYTES", 0)  # every change set is "too big" for the driver
+        monkeypatch.setattr(
+            reconcile, "LOCAL_CHANGES_BYTES", 0
+        )  # every change set is "too big" for the driver
     mariadb.execute(f"CREATE DATABASE {db}")
-    mariadb.execute(ITEMS.format(db=db), TAGS.format(db=db),
-                    f"INSERT INTO {db}.items SELECT seq * 10, CONCAT('item ', seq, ' ', MD5(seq)), seq / 7,"
-                    f" TIMESTAMP('2024-01-01') + INTERVAL seq MINUTE FROM seq_1_to_20000",
-                    f"INSERT INTO {db}.tags SELECT CONCAT(ELT(seq % 3 + 1, 'Tag', 'tag', 'Étag'), LPAD(seq, 5, '0')),"
-                    f" seq FROM seq_1_to_30000", database=db)
+    mariadb.execute(
+        ITEMS.format(db=db),
+        TAGS.format(db=db),
+        f"INSERT INTO {db}.items SELECT seq * 10, CONCAT('item ', seq, ' ', MD5(seq)), seq / 7,"
+        f" TIMESTAMP('2024-01-01') + INTERVAL seq MINUTE FROM seq_1_to_20000",
+        f"INSERT INTO {db}.tags SELECT CONCAT(ELT(seq % 3 + 1, 'Tag', 'tag', 'Étag'), LPAD(seq, 5, '0')),"
+        f" seq FROM seq_1_to_30000",
+        database=db,
+    )
     monkeypatch.setattr(layout, "TARGET_FILE_BYTES", 64 * 1024)  # several files from small tables
     monkeypatch.setattr(layout, "SMALL_FILE_BYTES", 8 * 1024)
     tables = [f"{db}.items", f"{db}.tags"]
-    config_path = write_config(tmp_path / "p.yaml", pipeline_config(
-        tmp_path, mariadb, [{"name": t} for t in tables], name=f"incr_{rewrite}",
-        defaults={"chunk_size": 4000, "batch_chunks": 2, "read_margin_seconds": 0.0}))
+    config_path = write_config(
+        tmp_path / "p.yaml",
+        pipeline_config(
+            tmp_path,
+            mariadb,
+            [{"name": t} for t in tables],
+            name=f"incr_{rewrite}",
+            defaults={"chunk_size": 4000, "batch_chunks": 2, "read_margin_seconds": 0.0},
+        ),
+    )
     config = load_config(config_path)
     assert run_command(config, tables=[], snapshot=False, chunk_size=None, progress=False) == 0
     first = {t: _published_state(config, t) for t in tables}
@@ -616,17 +779,20 @@ def test_engine_runs_share_unchanged_files(mariadb: LocalMariaDB, tmp_path: Path
         "UPDATE items SET price = price + 1, name = 'updated' WHERE id BETWEEN 1000 AND 1500",
         "DELETE FROM items WHERE id BETWEEN 1600 AND 1700",
         "INSERT INTO items VALUES (1003, 'inside', 1, NOW(6)), (999995, 'beyond', 2, NOW(6))",
-        "UPDATE items SET id = 1505 WHERE id = 30",             # moves within the first files
-        "UPDATE items SET id = 500005 WHERE id = 2000",         # moves beyond the range
+        "UPDATE items SET id = 1505 WHERE id = 30",  # moves within the first files
+        "UPDATE items SET id = 500005 WHERE id = 2000",  # moves beyond the range
         "UPDATE tags SET n = -n WHERE tag LIKE 'Tag0001%'",
-        "UPDATE tags SET tag = 'TAG00012' WHERE tag = 'Tag00012'",   # only the case changes
+        "UPDATE tags SET tag = 'TAG00012' WHERE tag = 'Tag00012'",  # only the case changes
         "INSERT INTO tags VALUES ('Zz', 1), ('éé', 2)",
-        database=db)
+        database=db,
+    )
     caplog.set_level(logging.INFO, logger="orchestrator.pipeline.reconcile")
     caplog.clear()
     assert run_command(config, tables=[], snapshot=False, chunk_size=None, progress=False) == 0
     used = "the driver (pyarrow) rewrote" if rewrite == "local" else "Spark rewrote"
-    assert sum(used in r.getMessage() for r in caplog.records) == 2, [r.getMessage() for r in caplog.records]
+    assert sum(used in r.getMessage() for r in caplog.records) == 2, [
+        r.getMessage() for r in caplog.records
+    ]
 
     assert_lake_equals_source(config, mariadb, tables)
     items_v1, items_stats, _ = first[f"{db}.items"]
@@ -635,12 +801,18 @@ def test_engine_runs_share_unchanged_files(mariadb: LocalMariaDB, tmp_path: Path
     shared = [f for f in items_v2["files"] if f in items_v1["files"]]
     assert shared and len(shared) < len(items_v1["files"]), (items_v1["files"], items_v2["files"])
     assert all(stats_now[f] == items_stats[f] for f in shared)
-    rewritten = sum(r["rows"] for r in items_v2["file_ranges"] if r["file"] not in items_v1["files"])
+    rewritten = sum(
+        r["rows"] for r in items_v2["file_ranges"] if r["file"] not in items_v1["files"]
+    )
     assert rewritten < items_v2["rows"] // 2
     for name, (manifest, stats, rows) in first.items():
         tdir = Path(table_dir(config, name))
         old = json.loads((tdir / "_tidemark" / "versions" / "000001.json").read_text())
         assert old == manifest
-        again = ds.dataset([str(tdir / f) for f in old["files"]], format="parquet").to_table().to_pylist()
+        again = (
+            ds.dataset([str(tdir / f) for f in old["files"]], format="parquet")
+            .to_table()
+            .to_pylist()
+        )
         assert sorted(again, key=repr) == rows, f"{name}: version 1 must read as it was published"
         assert {f: _stat(tdir / f) for f in old["files"]} == stats

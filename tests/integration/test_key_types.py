@@ -27,11 +27,15 @@ TABLES = [f"{DB}.single", f"{DB}.pair", f"{DB}.small"]
 
 
 def arrow_types(config: object, table: str) -> dict[str, str]:
-    manifest = json.loads((Path(table_dir(config, table)) / "_tidemark" / "current.json").read_text())
+    manifest = json.loads(
+        (Path(table_dir(config, table)) / "_tidemark" / "current.json").read_text()
+    )
     return {c["name"]: c["arrow_type"] for c in manifest["columns"]}
 
 
-def test_a_tinyint1_key_keeps_its_values(mariadb: LocalMariaDB, tmp_path: Path, spark: object) -> None:
+def test_a_tinyint1_key_keeps_its_values(
+    mariadb: LocalMariaDB, tmp_path: Path, spark: object
+) -> None:
     mariadb.execute(f"DROP DATABASE IF EXISTS {DB}", f"CREATE DATABASE {DB}")
     mariadb.execute(
         "CREATE TABLE single (id TINYINT(1) NOT NULL PRIMARY KEY, flag TINYINT(1) NOT NULL, v INT)",
@@ -40,14 +44,27 @@ def test_a_tinyint1_key_keeps_its_values(mariadb: LocalMariaDB, tmp_path: Path, 
         "INSERT INTO pair SELECT seq % 4, seq, seq * 3 FROM seq_1_to_400",
         "CREATE TABLE small (id INT NOT NULL PRIMARY KEY, code TINYINT(1) NOT NULL, UNIQUE KEY (code))",
         "INSERT INTO small VALUES (1, 0), (2, 1), (3, 2), (4, -3)",
-        database=DB)
-    config = load_config(write_config(tmp_path / "p.yaml", pipeline_config(
-        tmp_path, mariadb, [{"name": t} for t in TABLES], name=DB,
-        defaults={"chunk_size": 50, "batch_chunks": 4, "read_margin_seconds": 0.0})))
+        database=DB,
+    )
+    config = load_config(
+        write_config(
+            tmp_path / "p.yaml",
+            pipeline_config(
+                tmp_path,
+                mariadb,
+                [{"name": t} for t in TABLES],
+                name=DB,
+                defaults={"chunk_size": 50, "batch_chunks": 4, "read_margin_seconds": 0.0},
+            ),
+        )
+    )
     assert run_command(config, tables=[], snapshot=False, chunk_size=None, progress=False) == 0
     assert_lake_equals_source(config, mariadb, TABLES)
     # a key's TINYINT(1) is an integer, any other stays a boolean
-    assert {k: arrow_types(config, f"{DB}.single")[k] for k in ("id", "flag")} == {"id": "int8", "flag": "bool"}
+    assert {k: arrow_types(config, f"{DB}.single")[k] for k in ("id", "flag")} == {
+        "id": "int8",
+        "flag": "bool",
+    }
     assert arrow_types(config, f"{DB}.pair")["kind"] == "int8"
     assert arrow_types(config, f"{DB}.small")["code"] == "int8"
 
@@ -58,7 +75,8 @@ def test_a_tinyint1_key_keeps_its_values(mariadb: LocalMariaDB, tmp_path: Path, 
         "INSERT INTO pair VALUES (5, 1, 1), (-7, 2, 2)",
         "UPDATE pair SET kind = 6 WHERE kind = 3 AND n < 40",
         "UPDATE small SET code = 9 WHERE id = 3",
-        database=DB)
+        database=DB,
+    )
     assert run_command(config, tables=[], snapshot=False, chunk_size=None, progress=False) == 0
     assert_lake_equals_source(config, mariadb, TABLES)
 
@@ -70,11 +88,18 @@ def test_a_table_published_with_a_boolean_key_is_read_again() -> None:
     from orchestrator.pipeline.plan import _same_shape
     from orchestrator.schema.tables import ColumnInfo, TableInfo, mark_keys
 
-    columns = (ColumnInfo("id", "tinyint", "tinyint(1)", False), ColumnInfo("v", "int", "int(11)", True))
+    columns = (
+        ColumnInfo("id", "tinyint", "tinyint(1)", False),
+        ColumnInfo("v", "int", "int(11)", True),
+    )
     info = TableInfo(DB, "t", mark_keys(columns, [("id",)]), ("id",), (), 0)
-    manifest = {"version": 3, "columns": [
-        {"name": "id", "mysql_type": "tinyint(1)", "arrow_type": "bool"},
-        {"name": "v", "mysql_type": "int(11)", "arrow_type": "int32"}]}
+    manifest = {
+        "version": 3,
+        "columns": [
+            {"name": "id", "mysql_type": "tinyint(1)", "arrow_type": "bool"},
+            {"name": "v", "mysql_type": "int(11)", "arrow_type": "int32"},
+        ],
+    }
     assert not _same_shape(f"{DB}.t", manifest, info)  # type: ignore[arg-type]
     manifest["columns"][0]["arrow_type"] = "int8"
     assert _same_shape(f"{DB}.t", manifest, info)  # type: ignore[arg-type]

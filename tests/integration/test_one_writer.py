@@ -35,14 +35,15 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 LEASE = 6  # seconds (state.lock_lease_seconds): renewed every 1.2 s while a run lives
 
 
-
 def wait_stopped(proc: subprocess.Popen[str], timeout: float = 900) -> None:
     """Until ``proc`` stopped itself at its failpoint (a loaded machine takes minutes to get there)."""
     deadline = time.monotonic() + timeout
     while Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "T":
         if proc.poll() is not None or time.monotonic() > deadline:
             out, err = proc.communicate()
-            pytest.fail(f"run did not reach its failpoint (exit {proc.returncode}): {out[-2000:]} {err[-2000:]}")
+            pytest.fail(
+                f"run did not reach its failpoint (exit {proc.returncode}): {out[-2000:]} {err[-2000:]}"
+            )
         time.sleep(0.2)
 
 
@@ -90,12 +91,20 @@ def everything_written(state_db: Path, lake: Path) -> dict[str, Any]:
     under the lake (staging included) with its size and modification time."""
     conn = sqlite3.connect(f"file:{state_db}?mode=ro", uri=True)
     try:
-        names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
+        names = [
+            r[0]
+            for r in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name"
+            )
+        ]
         rows = {n: sorted(map(repr, conn.execute(f'SELECT * FROM "{n}"'))) for n in names}
     finally:
         conn.close()
-    files = {str(p.relative_to(lake)): (p.stat().st_size, p.stat().st_mtime_ns)
-             for p in lake.rglob("*") if p.is_file()}
+    files = {
+        str(p.relative_to(lake)): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in lake.rglob("*")
+        if p.is_file()
+    }
     return {"state": rows, "files": files}
 
 
@@ -108,17 +117,39 @@ def shop(mariadb: LocalMariaDB) -> str:
     return db
 
 
-@pytest.mark.parametrize(("paused_at", "taker_paused_at"), [
-    ("capture.flushed:2:stop", "reconcile.table_done:1:stop"),  # A's last segments not checkpointed
-    ("publish.iceberg_committed:1:stop", "publish.table_done:1:stop"),  # A committed, not switched
-])
-def test_a_run_paused_past_its_lease_is_fenced_out(mariadb: LocalMariaDB, shop: str, tmp_path: Path,
-                                                   paused_at: str, taker_paused_at: str) -> None:
+@pytest.mark.parametrize(
+    ("paused_at", "taker_paused_at"),
+    [
+        (
+            "capture.flushed:2:stop",
+            "reconcile.table_done:1:stop",
+        ),  # A's last segments not checkpointed
+        (
+            "publish.iceberg_committed:1:stop",
+            "publish.table_done:1:stop",
+        ),  # A committed, not switched
+    ],
+)
+def test_a_run_paused_past_its_lease_is_fenced_out(
+    mariadb: LocalMariaDB, shop: str, tmp_path: Path, paused_at: str, taker_paused_at: str
+) -> None:
     tables = [f"{shop}.{t}" for t in SHOP_TABLES]
-    config_path = write_config(tmp_path / "p.yaml", pipeline_config(
-        tmp_path, mariadb, [{"name": t} for t in tables], name="fenced",
-        state={"url": f"sqlite:///{tmp_path / 'state.db'}", "lock_lease_seconds": LEASE},
-        defaults={"chunk_size": 1000, "batch_chunks": 2, "read_margin_seconds": 0.0, "capture_batch_rows": 20}))
+    config_path = write_config(
+        tmp_path / "p.yaml",
+        pipeline_config(
+            tmp_path,
+            mariadb,
+            [{"name": t} for t in tables],
+            name="fenced",
+            state={"url": f"sqlite:///{tmp_path / 'state.db'}", "lock_lease_seconds": LEASE},
+            defaults={
+                "chunk_size": 1000,
+                "batch_chunks": 2,
+                "read_margin_seconds": 0.0,
+                "capture_batch_rows": 20,
+            },
+        ),
+    )
     state_url = load_config(config_path).state.url
     writer = Writer("127.0.0.1", mariadb.port, "root", "", db=shop, pause=0.005).start()
     a = start_run(config_path, failpoint=paused_at)
@@ -135,10 +166,17 @@ def test_a_run_paused_past_its_lease_is_fenced_out(mariadb: LocalMariaDB, shop: 
         assert a.returncode == 1, a_err[-3000:]
         errors = [line for line in a_err.splitlines() if line.startswith("tidemark: error:")]
         assert len(errors) == 1, a_err[-3000:]
-        assert errors[0].startswith("tidemark: error: lost the lock of pipeline fenced: this process held it "
-                                    f"as run cli:{socket.gethostname()}:{a.pid}"), errors[0]
-        assert f"run cli:{socket.gethostname()}:{b.pid} (host " in errors[0] and "continues the run" in errors[0]
-        assert everything_written(tmp_path / "state.db", tmp_path / "lake") == before  # A wrote nothing
+        assert errors[0].startswith(
+            "tidemark: error: lost the lock of pipeline fenced: this process held it "
+            f"as run cli:{socket.gethostname()}:{a.pid}"
+        ), errors[0]
+        assert (
+            f"run cli:{socket.gethostname()}:{b.pid} (host " in errors[0]
+            and "continues the run" in errors[0]
+        )
+        assert (
+            everything_written(tmp_path / "state.db", tmp_path / "lake") == before
+        )  # A wrote nothing
 
         os.kill(b.pid, signal.SIGCONT)
         b_out, b_err = b.communicate(timeout=900)
@@ -152,25 +190,60 @@ def test_a_run_paused_past_its_lease_is_fenced_out(mariadb: LocalMariaDB, shop: 
                 proc.communicate()
         changes = writer.stop()
     assert changes > 0
-    last = subprocess.run([sys.executable, "-m", "orchestrator", "run", "--config", str(config_path),
-                           "--no-progress"], capture_output=True, text=True, timeout=900, check=False)
+    last = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "orchestrator",
+            "run",
+            "--config",
+            str(config_path),
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
     assert last.returncode == 0, last.stderr[-3000:] + lock_holders(tmp_path / "state.db")
     assert_lake_equals_source(config_path, mariadb, tables)
 
 
-def test_a_manifest_behind_its_checkpoint_is_read_again(mariadb: LocalMariaDB, shop: str, tmp_path: Path) -> None:
+def test_a_manifest_behind_its_checkpoint_is_read_again(
+    mariadb: LocalMariaDB, shop: str, tmp_path: Path
+) -> None:
     """What a process that lost the lock could still do in the instant after its last fence
     check: put back the version it was switching to over a newer one. The next run sees
     ``current.json`` behind the state store's checkpoint and reads the table again, instead of
     applying the changes since the checkpoint to an older version."""
     table = f"{shop}.customers"
-    config_path = write_config(tmp_path / "p.yaml", pipeline_config(
-        tmp_path, mariadb, [{"name": table}], name="behind",
-        defaults={"chunk_size": 1000, "batch_chunks": 2, "read_margin_seconds": 0.0}))
+    config_path = write_config(
+        tmp_path / "p.yaml",
+        pipeline_config(
+            tmp_path,
+            mariadb,
+            [{"name": table}],
+            name="behind",
+            defaults={"chunk_size": 1000, "batch_chunks": 2, "read_margin_seconds": 0.0},
+        ),
+    )
 
     def run() -> subprocess.CompletedProcess[str]:
-        done = subprocess.run([sys.executable, "-m", "orchestrator", "run", "--config", str(config_path),
-                               "--no-progress"], capture_output=True, text=True, timeout=900, check=False)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "orchestrator",
+                "run",
+                "--config",
+                str(config_path),
+                "--no-progress",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=900,
+            check=False,
+        )
         assert done.returncode == 0, done.stderr[-3000:]
         return done
 
@@ -183,4 +256,7 @@ def test_a_manifest_behind_its_checkpoint_is_read_again(mariadb: LocalMariaDB, s
     mariadb.execute(f"UPDATE {table} SET name = CONCAT('v3 ', name) WHERE email LIKE 'user2%'")
     again = run()
     assert_lake_equals_source(config_path, mariadb, [table])
-    assert "current.json names version 1, older than version 2 the state store published: re-read" in again.stdout
+    assert (
+        "current.json names version 1, older than version 2 the state store published: re-read"
+        in again.stdout
+    )

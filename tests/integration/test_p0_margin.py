@@ -29,12 +29,22 @@ pytestmark = pytest.mark.integration
 
 
 def test_key_bounds_are_read_only_after_the_margin_past_p0(
-        tmp_path: Path, mariadb: LocalMariaDB, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, mariadb: LocalMariaDB, monkeypatch: pytest.MonkeyPatch
+) -> None:
     fresh_database(mariadb, "p0m", "CREATE TABLE p0m.t (id INT PRIMARY KEY, v INT)")
     mariadb.execute("INSERT INTO t SELECT seq, seq FROM seq_1_to_100", database="p0m")
-    config = load_config(write_config(tmp_path / "p.yaml", pipeline_config(
-        tmp_path, mariadb, [{"name": "p0m.t"}], name="p0m",
-        defaults={"chunk_size": 10, "read_margin_seconds": 0.25})))
+    config = load_config(
+        write_config(
+            tmp_path / "p.yaml",
+            pipeline_config(
+                tmp_path,
+                mariadb,
+                [{"name": "p0m.t"}],
+                name="p0m",
+                defaults={"chunk_size": 10, "read_margin_seconds": 0.25},
+            ),
+        )
+    )
     events: list[Any] = []
     position, query = Source.current_position, Source.query
 
@@ -71,15 +81,25 @@ def test_key_bounds_are_read_only_after_the_margin_past_p0(
 
 
 def test_a_run_of_incremental_tables_waits_no_margin_and_misses_no_change(
-        tmp_path: Path, mariadb: LocalMariaDB, spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, mariadb: LocalMariaDB, spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """An incremental table reads no key bound: its changes come from the binlog from its
     published position, so planning it does not wait (a table to snapshot still does, above).
     A row committed right before ``P0`` is recorded still reaches the published table."""
     fresh_database(mariadb, "p0i", "CREATE TABLE p0i.t (id INT PRIMARY KEY, v INT)")
     mariadb.execute("INSERT INTO t SELECT seq, seq FROM seq_1_to_100", database="p0i")
-    config = load_config(write_config(tmp_path / "p.yaml", pipeline_config(
-        tmp_path, mariadb, [{"name": "p0i.t"}], name="p0i",
-        defaults={"chunk_size": 10, "read_margin_seconds": 0.25})))
+    config = load_config(
+        write_config(
+            tmp_path / "p.yaml",
+            pipeline_config(
+                tmp_path,
+                mariadb,
+                [{"name": "p0i.t"}],
+                name="p0i",
+                defaults={"chunk_size": 10, "read_margin_seconds": 0.25},
+            ),
+        )
+    )
     run_plain(config)
     waits: list[float] = []
     real_sleep, position = time.sleep, Source.current_position
@@ -92,8 +112,11 @@ def test_a_run_of_incremental_tables_waits_no_margin_and_misses_no_change(
 
     def insert_then_position(self: Source) -> Any:  # P0, the first position the run records
         if not inserted:
-            mariadb.execute("INSERT INTO t VALUES (1000, 1000)", "UPDATE t SET v = -v WHERE id <= 5",
-                            database="p0i")
+            mariadb.execute(
+                "INSERT INTO t VALUES (1000, 1000)",
+                "UPDATE t SET v = -v WHERE id <= 5",
+                database="p0i",
+            )
             inserted.append(1000)
         return position(self)
 

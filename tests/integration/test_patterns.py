@@ -40,8 +40,9 @@ def latest_modes(config: PipelineConfig) -> dict[str, str]:
         store.close()
 
 
-def test_a_pattern_follows_the_tables_of_the_source(mariadb: LocalMariaDB, tmp_path: Path,
-                                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_pattern_follows_the_tables_of_the_source(
+    mariadb: LocalMariaDB, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     mariadb.execute(f"CREATE DATABASE {DB}")
     mariadb.execute(
         "CREATE TABLE accounts (id INT PRIMARY KEY, v VARCHAR(20))",
@@ -53,18 +54,26 @@ def test_a_pattern_follows_the_tables_of_the_source(mariadb: LocalMariaDB, tmp_p
         "INSERT INTO orders SELECT seq, seq * 1.5 FROM seq_1_to_100",
         "INSERT INTO tmp_scratch SELECT seq FROM seq_1_to_10",
         "INSERT INTO nokey SELECT seq, seq FROM seq_1_to_10",
-        "INSERT INTO big SELECT seq, seq FROM seq_1_to_200", database=DB)
-    entries = [{"name": f"{DB}.*", "exclude": [f"{DB}.tmp_*"], "where": "id <= 80"},
-               {"name": f"{DB}.big", "chunk_size": 20}]  # its own entry: no filter, small chunks
-    config = load_config(write_config(tmp_path / "p.yaml", pipeline_config(tmp_path, mariadb, entries,
-                                                                              name="patterns")))
+        "INSERT INTO big SELECT seq, seq FROM seq_1_to_200",
+        database=DB,
+    )
+    entries = [
+        {"name": f"{DB}.*", "exclude": [f"{DB}.tmp_*"], "where": "id <= 80"},
+        {"name": f"{DB}.big", "chunk_size": 20},
+    ]  # its own entry: no filter, small chunks
+    config = load_config(
+        write_config(
+            tmp_path / "p.yaml", pipeline_config(tmp_path, mariadb, entries, name="patterns")
+        )
+    )
     accounts, orders, big, fresh = (f"{DB}.{t}" for t in ("accounts", "orders", "big", "fresh"))
 
     # doctor shows what the pattern matched; the table without a key fails alone, naming the exclude
     checks = {c.name: c for c in run_checks(config)}
     assert checks[f"pattern {DB}.*"].detail == (
         f"{DB}.* matches 3 table(s): {accounts}, {DB}.nokey, {orders}; excluded: {DB}.tmp_scratch; "
-        f"configured by their own entry: {big}")
+        f"configured by their own entry: {big}"
+    )
     assert not checks[f"chunk key {DB}.nokey"].ok
     assert f"add {DB}.nokey to tables[0].exclude" in checks[f"chunk key {DB}.nokey"].fix
     assert all(c.ok for name, c in checks.items() if "nokey" not in name)
@@ -72,7 +81,10 @@ def test_a_pattern_follows_the_tables_of_the_source(mariadb: LocalMariaDB, tmp_p
     capsys.readouterr()
     assert plan_command(config, [f"{DB}.*"], as_json=True) == 3
     document = json.loads(capsys.readouterr().out)
-    assert [t["table"] for t in document["tables"]] == [accounts, orders]  # the pattern's own tables
+    assert [t["table"] for t in document["tables"]] == [
+        accounts,
+        orders,
+    ]  # the pattern's own tables
     assert [f["table"] for f in document["failed"]] == [f"{DB}.nokey"]
     assert document["patterns"][0]["excluded"] == [f"{DB}.tmp_scratch"]
 
@@ -86,14 +98,22 @@ def test_a_pattern_follows_the_tables_of_the_source(mariadb: LocalMariaDB, tmp_p
     assert not Path(table_dir(config, f"{DB}.tmp_scratch")).exists()
 
     # run 2: a table created since is snapshotted; the others are caught up from the binlog
-    mariadb.execute("DROP TABLE nokey", "CREATE TABLE fresh (id INT PRIMARY KEY, v VARCHAR(20))",
-                    "INSERT INTO fresh SELECT seq, 'f' FROM seq_1_to_50",
-                    "UPDATE accounts SET v = 'changed' WHERE id BETWEEN 10 AND 20",
-                    "UPDATE accounts SET id = id + 1000 WHERE id = 5",  # leaves the filter
-                    "DELETE FROM big WHERE id > 190", database=DB)
+    mariadb.execute(
+        "DROP TABLE nokey",
+        "CREATE TABLE fresh (id INT PRIMARY KEY, v VARCHAR(20))",
+        "INSERT INTO fresh SELECT seq, 'f' FROM seq_1_to_50",
+        "UPDATE accounts SET v = 'changed' WHERE id BETWEEN 10 AND 20",
+        "UPDATE accounts SET id = id + 1000 WHERE id = 5",  # leaves the filter
+        "DELETE FROM big WHERE id > 190",
+        database=DB,
+    )
     run(config)
-    assert latest_modes(config) == {accounts: "incremental", orders: "incremental", big: "incremental",
-                                    fresh: "snapshot"}
+    assert latest_modes(config) == {
+        accounts: "incremental",
+        orders: "incremental",
+        big: "incremental",
+        fresh: "snapshot",
+    }
     assert_lake_equals_source(config, mariadb, [accounts, orders, big, fresh])
     orders_version = read_manifest(table_dir(config, orders))
 
@@ -109,5 +129,7 @@ def test_a_pattern_follows_the_tables_of_the_source(mariadb: LocalMariaDB, tmp_p
     assert status_command(config) == 0
     status = capsys.readouterr().out
     assert f"pattern {DB}.* matches 2 table(s): {accounts}, {fresh}" in status
-    line = next(x for x in status.split("published:", 1)[1].splitlines() if x.strip().startswith(orders))
+    line = next(
+        x for x in status.split("published:", 1)[1].splitlines() if x.strip().startswith(orders)
+    )
     assert "dropped at the source: kept as last published" in line

@@ -36,15 +36,25 @@ if publish_workers.worker_count(len(TABLES)) == 1:
 def source(mariadb: LocalMariaDB) -> LocalMariaDB:
     mariadb.execute(f"DROP DATABASE IF EXISTS {DB}", f"CREATE DATABASE {DB}")
     for i, table in enumerate(TABLES):
-        mariadb.execute(f"CREATE TABLE {table} (id INT PRIMARY KEY, v VARCHAR(20), n INT)",
-                        f"INSERT INTO {table} SELECT seq, CONCAT('v', seq), seq * {i} FROM seq_1_to_300",
-                        database=DB)
+        mariadb.execute(
+            f"CREATE TABLE {table} (id INT PRIMARY KEY, v VARCHAR(20), n INT)",
+            f"INSERT INTO {table} SELECT seq, CONCAT('v', seq), seq * {i} FROM seq_1_to_300",
+            database=DB,
+        )
     return mariadb
 
 
 def _config(tmp_path: Path, server: LocalMariaDB) -> Path:
-    return write_config(tmp_path / "p.yaml", pipeline_config(
-        tmp_path, server, [{"name": f"{DB}.*"}], name="workers", defaults={"read_margin_seconds": 0.0}))
+    return write_config(
+        tmp_path / "p.yaml",
+        pipeline_config(
+            tmp_path,
+            server,
+            [{"name": f"{DB}.*"}],
+            name="workers",
+            defaults={"read_margin_seconds": 0.0},
+        ),
+    )
 
 
 def _processes_of(config_path: Path) -> list[int]:
@@ -59,9 +69,13 @@ def _processes_of(config_path: Path) -> list[int]:
     return found
 
 
-def test_a_crash_in_a_worker_kills_the_run_and_the_rerun_resumes(source: LocalMariaDB, tmp_path: Path) -> None:
+def test_a_crash_in_a_worker_kills_the_run_and_the_rerun_resumes(
+    source: LocalMariaDB, tmp_path: Path
+) -> None:
     config_path = _config(tmp_path, source)
-    killed = tidemark(config_path, failpoint="publish.iceberg_committed:2")  # a worker's second commit
+    killed = tidemark(
+        config_path, failpoint="publish.iceberg_committed:2"
+    )  # a worker's second commit
     assert killed.returncode == -signal.SIGKILL, (killed.returncode, killed.stderr[-3000:])
     assert f"publishing {len(TABLES)} tables in " in killed.stdout, killed.stdout[-3000:]
     deadline = time.monotonic() + 10
@@ -69,7 +83,10 @@ def test_a_crash_in_a_worker_kills_the_run_and_the_rerun_resumes(source: LocalMa
         time.sleep(0.1)
     assert not left, f"processes of the killed run are still alive: {left}"
 
-    source.execute(f"UPDATE {TABLES[0]} SET v = 'changed' WHERE id % 7 = 0", f"DELETE FROM {TABLES[5]} WHERE id < 20")
+    source.execute(
+        f"UPDATE {TABLES[0]} SET v = 'changed' WHERE id % 7 = 0",
+        f"DELETE FROM {TABLES[5]} WHERE id < 20",
+    )
     resumed = tidemark(config_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resuming unfinished run" in resumed.stdout

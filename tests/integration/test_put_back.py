@@ -22,12 +22,20 @@ DB = "put_back"
 
 
 def test_a_version_put_back_after_planning_fails_the_table_then_it_is_read_again(
-        mariadb: LocalMariaDB, tmp_path: Path) -> None:
+    mariadb: LocalMariaDB, tmp_path: Path
+) -> None:
     mariadb.execute(f"DROP DATABASE IF EXISTS {DB}", f"CREATE DATABASE {DB}")
-    mariadb.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20))",
-                    "INSERT INTO t SELECT seq, 'orig' FROM seq_1_to_100", database=DB)
-    config = write_config(tmp_path / "p.yaml", pipeline_config(
-        tmp_path, mariadb, [{"name": f"{DB}.t"}], name=DB, defaults={"read_margin_seconds": 0.0}))
+    mariadb.execute(
+        "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20))",
+        "INSERT INTO t SELECT seq, 'orig' FROM seq_1_to_100",
+        database=DB,
+    )
+    config = write_config(
+        tmp_path / "p.yaml",
+        pipeline_config(
+            tmp_path, mariadb, [{"name": f"{DB}.t"}], name=DB, defaults={"read_margin_seconds": 0.0}
+        ),
+    )
     assert run(config).returncode == 0
     mariadb.execute("UPDATE t SET v = 'second' WHERE id = 1", database=DB)
     assert run(config).returncode == 0  # version 2

@@ -28,14 +28,29 @@ from tests.integration.test_consistency import snapshots_per_version
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-def tidemark(config: Path, *args: str, failpoint: str | None = None, timeout: float = 300
-             ) -> subprocess.CompletedProcess[str]:
+def tidemark(
+    config: Path, *args: str, failpoint: str | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "TIDEMARK_FAILPOINT"}
     if failpoint:
         env["TIDEMARK_FAILPOINT"] = failpoint
-    return subprocess.run([sys.executable, "-m", "orchestrator", "run", "--config", str(config),
-                           "--no-progress", *args], capture_output=True, text=True, env=env,
-                          timeout=timeout, check=False)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "orchestrator",
+            "run",
+            "--config",
+            str(config),
+            "--no-progress",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def _change_source(server: LocalMariaDB, db: str, salt: int) -> None:
@@ -57,15 +72,36 @@ def shop(mariadb: LocalMariaDB) -> str:
     return db
 
 
-@pytest.mark.parametrize("failpoint", [
-    "read.batch_done:2", "capture.checkpoint:1", "reconcile.table_done:1",
-    "publish.file_moved:2", "publish.iceberg_committed:1", "publish.files_written:1", "publish.table_done:1",
-])
-def test_killed_run_resumes(mariadb: LocalMariaDB, shop: str, tmp_path: Path, failpoint: str) -> None:
-    config_path = write_config(tmp_path / "p.yaml", pipeline_config(
-        tmp_path, mariadb, [{"name": f"{shop}.{t}"} for t in SHOP_TABLES], name="resume",
-        defaults={"chunk_size": 1500, "batch_chunks": 2, "read_margin_seconds": 0.0,
-                  "capture_batch_rows": 50}))
+@pytest.mark.parametrize(
+    "failpoint",
+    [
+        "read.batch_done:2",
+        "capture.checkpoint:1",
+        "reconcile.table_done:1",
+        "publish.file_moved:2",
+        "publish.iceberg_committed:1",
+        "publish.files_written:1",
+        "publish.table_done:1",
+    ],
+)
+def test_killed_run_resumes(
+    mariadb: LocalMariaDB, shop: str, tmp_path: Path, failpoint: str
+) -> None:
+    config_path = write_config(
+        tmp_path / "p.yaml",
+        pipeline_config(
+            tmp_path,
+            mariadb,
+            [{"name": f"{shop}.{t}"} for t in SHOP_TABLES],
+            name="resume",
+            defaults={
+                "chunk_size": 1500,
+                "batch_chunks": 2,
+                "read_margin_seconds": 0.0,
+                "capture_batch_rows": 50,
+            },
+        ),
+    )
     # A published first version, so the run under test mixes in binlog work of every kind.
     first = tidemark(config_path)
     assert first.returncode == 0, first.stderr
@@ -81,8 +117,9 @@ def test_killed_run_resumes(mariadb: LocalMariaDB, shop: str, tmp_path: Path, fa
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"resuming unfinished run {run.run_id}" in resumed.stdout
     chunks = store.chunks(run.run_id)
-    assert all(c.attempts == 1 for c in chunks if (c.table, c.index) in read_before), \
+    assert all(c.attempts == 1 for c in chunks if (c.table, c.index) in read_before), (
         "chunks done before the crash must not be read again"
+    )
     assert store.get_run(run.run_id).status == "succeeded"
     store.close()
     # The resumed run published the orders snapshot at its H; one more run catches up to now.
@@ -101,9 +138,16 @@ def test_source_restart_during_read(tmp_path: Path) -> None:
         conn = connect("127.0.0.1", server.port, "root", "")
         load_shop(conn, 20_000, db=db)
         conn.close()
-        config_path = write_config(tmp_path / "p.yaml", pipeline_config(
-            tmp_path, server, [{"name": f"{db}.{t}"} for t in SHOP_TABLES], name="restart",
-            defaults={"chunk_size": 1000, "batch_chunks": 2, "read_margin_seconds": 0.0}))
+        config_path = write_config(
+            tmp_path / "p.yaml",
+            pipeline_config(
+                tmp_path,
+                server,
+                [{"name": f"{db}.{t}"} for t in SHOP_TABLES],
+                name="restart",
+                defaults={"chunk_size": 1000, "batch_chunks": 2, "read_margin_seconds": 0.0},
+            ),
+        )
         state_url = load_config(config_path).state.url
         restarted = threading.Event()
 

@@ -21,31 +21,52 @@ pytestmark = pytest.mark.integration
 
 
 def configured(tmp_path: Path, server: LocalMariaDB, db: str, names: list[str]) -> PipelineConfig:
-    return load_config(write_config(tmp_path / "p.yaml", pipeline_config(
-        tmp_path, server, [{"name": n} for n in names], name=db, defaults={"read_margin_seconds": 0.0})))
+    return load_config(
+        write_config(
+            tmp_path / "p.yaml",
+            pipeline_config(
+                tmp_path,
+                server,
+                [{"name": n} for n in names],
+                name=db,
+                defaults={"read_margin_seconds": 0.0},
+            ),
+        )
+    )
 
 
 def run(config: PipelineConfig) -> None:
     assert run_command(config, tables=[], snapshot=False, chunk_size=None, progress=False) == 0
 
 
-def test_a_pattern_that_matches_nothing_yet_runs_empty(mariadb: LocalMariaDB, tmp_path: Path) -> None:
+def test_a_pattern_that_matches_nothing_yet_runs_empty(
+    mariadb: LocalMariaDB, tmp_path: Path
+) -> None:
     db = "rt_empty"
     mariadb.execute(f"DROP DATABASE IF EXISTS {db}", f"CREATE DATABASE {db}")
     config = configured(tmp_path, mariadb, db, [f"{db}.*"])
     run(config)
     run(config)  # not a failed run resumed for ever
-    mariadb.execute("CREATE TABLE a (id INT PRIMARY KEY, v INT)", "INSERT INTO a VALUES (1, 1), (2, 2)", database=db)
+    mariadb.execute(
+        "CREATE TABLE a (id INT PRIMARY KEY, v INT)",
+        "INSERT INTO a VALUES (1, 1), (2, 2)",
+        database=db,
+    )
     run(config)
     assert_lake_equals_source(config, mariadb, [f"{db}.a"])
 
 
-def test_a_table_removed_from_the_config_leaves_its_unfinished_run(mariadb: LocalMariaDB, tmp_path: Path) -> None:
+def test_a_table_removed_from_the_config_leaves_its_unfinished_run(
+    mariadb: LocalMariaDB, tmp_path: Path
+) -> None:
     db = "rt_removed"
     mariadb.execute(f"DROP DATABASE IF EXISTS {db}", f"CREATE DATABASE {db}")
     for name in ("t1", "t2"):
-        mariadb.execute(f"CREATE TABLE {name} (id INT PRIMARY KEY, v INT)",
-                        f"INSERT INTO {name} SELECT seq, seq FROM seq_1_to_50", database=db)
+        mariadb.execute(
+            f"CREATE TABLE {name} (id INT PRIMARY KEY, v INT)",
+            f"INSERT INTO {name} SELECT seq, seq FROM seq_1_to_50",
+            database=db,
+        )
     both = configured(tmp_path, mariadb, db, [f"{db}.t1", f"{db}.t2"])
     with hold_lock(both, "h"):  # a run planned and read, then failed (as at publish)
         handle = steps.plan(both, tables=None, snapshot=False, chunk_size=None, holder="h")

@@ -21,21 +21,36 @@ from tests.integration.conftest import run_plain, two_table_pipeline
 
 pytestmark = pytest.mark.integration
 
-TABLE = ("CREATE TABLE {db}.{name} (id INT PRIMARY KEY, e ENUM('a','b','c'), f INT, g INT,"
-         " v VARCHAR(40) CHARACTER SET latin1)")
-FILL = ("INSERT INTO {db}.{name} SELECT seq, ELT(1 + seq % 3, 'a', 'b', 'c'), seq, -seq,"
-        " CONCAT('row ', seq) FROM seq_1_to_{rows}")
+TABLE = (
+    "CREATE TABLE {db}.{name} (id INT PRIMARY KEY, e ENUM('a','b','c'), f INT, g INT,"
+    " v VARCHAR(40) CHARACTER SET latin1)"
+)
+FILL = (
+    "INSERT INTO {db}.{name} SELECT seq, ELT(1 + seq % 3, 'a', 'b', 'c'), seq, -seq,"
+    " CONCAT('row ', seq) FROM seq_1_to_{rows}"
+)
 
 #: case: (the ALTER, changes after it)
 CHANGES: dict[str, tuple[str, list[str]]] = {
-    "enum_append": ("ALTER TABLE t MODIFY e ENUM('a','b','c','d')",
-                    ["UPDATE t SET e = 'd' WHERE id % 10 = 0", "INSERT INTO t VALUES (9001, 'd', 1, 2, 'x')"]),
-    "enum_reorder": ("ALTER TABLE t MODIFY e ENUM('c','b','a')",
-                     ["UPDATE t SET e = 'a' WHERE id % 7 = 0", "INSERT INTO t VALUES (9001, 'c', 1, 2, 'x')"]),
-    "swap": ("ALTER TABLE t RENAME COLUMN f TO g, RENAME COLUMN g TO f",
-             ["UPDATE t SET f = f + 1 WHERE id % 9 = 0", "INSERT INTO t VALUES (9001, 'a', 1, 2, 'x')"]),
-    "charset": ("ALTER TABLE t CONVERT TO CHARACTER SET utf8mb4",
-                ["UPDATE t SET v = 'é 🌊' WHERE id % 11 = 0", "INSERT INTO t VALUES (9001, 'a', 1, 2, '🌊')"]),
+    "enum_append": (
+        "ALTER TABLE t MODIFY e ENUM('a','b','c','d')",
+        ["UPDATE t SET e = 'd' WHERE id % 10 = 0", "INSERT INTO t VALUES (9001, 'd', 1, 2, 'x')"],
+    ),
+    "enum_reorder": (
+        "ALTER TABLE t MODIFY e ENUM('c','b','a')",
+        ["UPDATE t SET e = 'a' WHERE id % 7 = 0", "INSERT INTO t VALUES (9001, 'c', 1, 2, 'x')"],
+    ),
+    "swap": (
+        "ALTER TABLE t RENAME COLUMN f TO g, RENAME COLUMN g TO f",
+        ["UPDATE t SET f = f + 1 WHERE id % 9 = 0", "INSERT INTO t VALUES (9001, 'a', 1, 2, 'x')"],
+    ),
+    "charset": (
+        "ALTER TABLE t CONVERT TO CHARACTER SET utf8mb4",
+        [
+            "UPDATE t SET v = 'é 🌊' WHERE id % 11 = 0",
+            "INSERT INTO t VALUES (9001, 'a', 1, 2, '🌊')",
+        ],
+    ),
 }
 
 
@@ -48,8 +63,9 @@ def _run(config: PipelineConfig) -> None:
 
 
 @pytest.mark.parametrize("case", list(CHANGES))
-def test_between_runs(mariadb: LocalMariaDB, tmp_path: Path, caplog: pytest.LogCaptureFixture,
-                      case: str) -> None:
+def test_between_runs(
+    mariadb: LocalMariaDB, tmp_path: Path, caplog: pytest.LogCaptureFixture, case: str
+) -> None:
     db = f"shape_{case}"
     config = _setup(mariadb, tmp_path, db)
     _run(config)
@@ -65,16 +81,26 @@ def test_between_runs(mariadb: LocalMariaDB, tmp_path: Path, caplog: pytest.LogC
     assert not any(line.startswith(f"table {db}.other: ") for line in lines), lines
     if case == "charset":  # the column types are the same: the capture sees the change, first
         # in the TABLE_MAP of the UPDATE before the ALTER (its rows are of the old charset)
-        assert any(line.startswith(f"table {db}.t: a TABLE_MAP of another shape (column `v` has "
-                                   "collation id 8 in the binlog but utf8mb4_general_ci as "
-                                   "planned) at binlog.") for line in lines), lines
+        assert any(
+            line.startswith(
+                f"table {db}.t: a TABLE_MAP of another shape (column `v` has "
+                "collation id 8 in the binlog but utf8mb4_general_ci as "
+                "planned) at binlog."
+            )
+            for line in lines
+        ), lines
     _run(config)  # and nothing more happens
     assert_lake_equals_source(config, mariadb, [f"{db}.t", f"{db}.other"])
 
 
 @pytest.mark.parametrize("case", list(CHANGES))
-def test_during_a_snapshot(mariadb: LocalMariaDB, tmp_path: Path, caplog: pytest.LogCaptureFixture,
-                           monkeypatch: pytest.MonkeyPatch, case: str) -> None:
+def test_during_a_snapshot(
+    mariadb: LocalMariaDB,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    case: str,
+) -> None:
     """The ALTER between the read step and ``H``: the table is re-read inside the run."""
     from orchestrator.pipeline import capture as capture_module
 
@@ -97,6 +123,13 @@ def test_during_a_snapshot(mariadb: LocalMariaDB, tmp_path: Path, caplog: pytest
     assert_lake_equals_source(config, mariadb, [f"{db}.t", f"{db}.other"])
     lines = [r.getMessage() for r in caplog.records if r.getMessage().endswith(": re-read")]
     # (sqlglot parses no CONVERT TO CHARACTER SET: "an unparsed statement", re-read the same)
-    assert any(line.startswith((f"table {db}.t: DDL `ALTER TABLE t ",
-                                f"table {db}.t: an unparsed statement `ALTER TABLE t "))
-               and " at binlog." in line for line in lines), lines
+    assert any(
+        line.startswith(
+            (
+                f"table {db}.t: DDL `ALTER TABLE t ",
+                f"table {db}.t: an unparsed statement `ALTER TABLE t ",
+            )
+        )
+        and " at binlog." in line
+        for line in lines
+    ), lines

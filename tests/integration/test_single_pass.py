@@ -52,22 +52,37 @@ def _run_steps(config: Any, spark: Any, between: Any) -> dict[str, dict[int, int
     return inodes
 
 
-def test_unchanged_chunk_files_become_the_version_as_read(spark: Any, mariadb: LocalMariaDB, tmp_path: Path
-                                                          ) -> None:
+def test_unchanged_chunk_files_become_the_version_as_read(
+    spark: Any, mariadb: LocalMariaDB, tmp_path: Path
+) -> None:
     db = "single_pass"
     mariadb.execute(f"CREATE DATABASE {db}")
-    mariadb.execute(f"CREATE TABLE {db}.t (id INT NOT NULL PRIMARY KEY, v VARCHAR(30) NOT NULL, d DATE)",
-                    f"INSERT INTO {db}.t SELECT seq, CONCAT('row ', seq), '2024-01-01' + INTERVAL seq DAY"
-                    f" FROM seq_1_to_5000", database=db)
-    config = load_config(write_config(tmp_path / "p.yaml", pipeline_config(
-        tmp_path, mariadb, [{"name": f"{db}.t"}], name="single_pass",
-        defaults={"chunk_size": 500, "batch_chunks": 4, "read_margin_seconds": 0.0})))
+    mariadb.execute(
+        f"CREATE TABLE {db}.t (id INT NOT NULL PRIMARY KEY, v VARCHAR(30) NOT NULL, d DATE)",
+        f"INSERT INTO {db}.t SELECT seq, CONCAT('row ', seq), '2024-01-01' + INTERVAL seq DAY"
+        f" FROM seq_1_to_5000",
+        database=db,
+    )
+    config = load_config(
+        write_config(
+            tmp_path / "p.yaml",
+            pipeline_config(
+                tmp_path,
+                mariadb,
+                [{"name": f"{db}.t"}],
+                name="single_pass",
+                defaults={"chunk_size": 500, "batch_chunks": 4, "read_margin_seconds": 0.0},
+            ),
+        )
+    )
 
     def change() -> None:  # after the reads: chunk 2 (1001..1500), chunk 7 (3501..4000), the tail
-        mariadb.execute(f"UPDATE {db}.t SET v = 'changed' WHERE id IN (1200, 1300)",
-                        f"DELETE FROM {db}.t WHERE id = 3600",
-                        f"UPDATE {db}.t SET id = 9000 WHERE id = 3700",
-                        f"INSERT INTO {db}.t VALUES (7000, 'tail', NULL)")
+        mariadb.execute(
+            f"UPDATE {db}.t SET v = 'changed' WHERE id IN (1200, 1300)",
+            f"DELETE FROM {db}.t WHERE id = 3600",
+            f"UPDATE {db}.t SET id = 9000 WHERE id = 3700",
+            f"INSERT INTO {db}.t VALUES (7000, 'tail', NULL)",
+        )
 
     inodes = _run_steps(config, spark, change)[f"{db}.t"]
     assert len(inodes) == 10
@@ -82,19 +97,34 @@ def test_unchanged_chunk_files_become_the_version_as_read(spark: Any, mariadb: L
     assert manifest["version"] == 1 and manifest["rows"] == 5000
 
 
-def test_overlapping_text_chunks_are_reconciled_whole(spark: Any, mariadb: LocalMariaDB, tmp_path: Path,
-                                                      caplog: pytest.LogCaptureFixture) -> None:
+def test_overlapping_text_chunks_are_reconciled_whole(
+    spark: Any, mariadb: LocalMariaDB, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     db = "single_pass_ci"
     mariadb.execute(f"CREATE DATABASE {db}")
-    mariadb.execute(f"CREATE TABLE {db}.tags (tag VARCHAR(40) NOT NULL PRIMARY KEY, n INT NOT NULL)"
-                    " DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_general_ci",
-                    f"INSERT INTO {db}.tags SELECT CONCAT(ELT(seq % 2 + 1, 'Tag', 'tag'), LPAD(seq, 5, '0')), seq"
-                    f" FROM seq_1_to_3000", database=db)
-    config = load_config(write_config(tmp_path / "p.yaml", pipeline_config(
-        tmp_path, mariadb, [{"name": f"{db}.tags"}], name="single_pass_ci",
-        defaults={"chunk_size": 500, "batch_chunks": 6, "read_margin_seconds": 0.0})))
+    mariadb.execute(
+        f"CREATE TABLE {db}.tags (tag VARCHAR(40) NOT NULL PRIMARY KEY, n INT NOT NULL)"
+        " DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_general_ci",
+        f"INSERT INTO {db}.tags SELECT CONCAT(ELT(seq % 2 + 1, 'Tag', 'tag'), LPAD(seq, 5, '0')), seq"
+        f" FROM seq_1_to_3000",
+        database=db,
+    )
+    config = load_config(
+        write_config(
+            tmp_path / "p.yaml",
+            pipeline_config(
+                tmp_path,
+                mariadb,
+                [{"name": f"{db}.tags"}],
+                name="single_pass_ci",
+                defaults={"chunk_size": 500, "batch_chunks": 6, "read_margin_seconds": 0.0},
+            ),
+        )
+    )
     caplog.set_level(logging.INFO, logger="orchestrator.pipeline.reconcile")
-    _run_steps(config, spark, lambda: mariadb.execute(f"UPDATE {db}.tags SET n = -n WHERE n % 100 = 0"))
+    _run_steps(
+        config, spark, lambda: mariadb.execute(f"UPDATE {db}.tags SET n = -n WHERE n % 100 = 0")
+    )
     assert any("Spark reconciles the whole table" in r.getMessage() for r in caplog.records)
     assert_lake_equals_source(config, mariadb, [f"{db}.tags"])
     assert_readers_equal_source(config, [f"{db}.tags"])

@@ -25,7 +25,9 @@ DB = "tm_source"
 
 
 def config_for(server: LocalMariaDB, user: str = "root", **changes: Any) -> SourceConfig:
-    return replace(SourceConfig(host="127.0.0.1", port=server.port, user=user, server_id=54001), **changes)
+    return replace(
+        SourceConfig(host="127.0.0.1", port=server.port, user=user, server_id=54001), **changes
+    )
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +71,15 @@ def source(shop: LocalMariaDB) -> Iterator[Source]:
 def test_table_info_columns_keys_and_estimate(source: Source) -> None:
     info = source.table_info(f"{DB}.orders")
     assert info.name == f"{DB}.orders" and info.engine == "InnoDB"
-    assert [c.name for c in info.columns] == ["id", "code", "alt", "note", "amount", "flag", "created"]
+    assert [c.name for c in info.columns] == [
+        "id",
+        "code",
+        "alt",
+        "note",
+        "amount",
+        "flag",
+        "created",
+    ]
     id_, code, alt, _note, amount, flag, created = info.columns
     assert (id_.data_type, id_.unsigned, id_.nullable) == ("bigint", True, False)
     assert code.data_type == "varchar" and code.charset is not None and code.collation is not None
@@ -92,7 +102,9 @@ def test_table_info_composite_and_missing_keys(source: Source) -> None:
 
 
 def test_table_info_missing_table_names_it(source: Source, shop: LocalMariaDB) -> None:
-    with pytest.raises(SourceNotReady, match=rf"table {DB}.nope does not exist on 127.0.0.1:{shop.port}"):
+    with pytest.raises(
+        SourceNotReady, match=rf"table {DB}.nope does not exist on 127.0.0.1:{shop.port}"
+    ):
         source.table_info(f"{DB}.nope")
 
 
@@ -103,25 +115,34 @@ def test_version_and_variables(source: Source) -> None:
     assert source.dialect.flavor == "mariadb" and "MariaDB" in source.server_version()
     assert source.dialect.binlog_status_sql == "SHOW MASTER STATUS"
     found = source.variables("log_bin", "binlog_format", "binlog_row_image", "no_such_variable_x")
-    assert found == {"log_bin": "ON", "binlog_format": "ROW", "binlog_row_image": "FULL",
-                     "no_such_variable_x": None}
+    assert found == {
+        "log_bin": "ON",
+        "binlog_format": "ROW",
+        "binlog_row_image": "FULL",
+        "no_such_variable_x": None,
+    }
     assert source.variables() == {}
 
 
 def test_query_params_are_escaped(source: Source) -> None:
-    hostile = "it's a \\ \"test\" \x00 ünï; DROP TABLE x; --"
-    assert source.query("SELECT %s, %s", (hostile, 18446744073709551615)) == [(hostile, 18446744073709551615)]
+    hostile = 'it\'s a \\ "test" \x00 ünï; DROP TABLE x; --'
+    assert source.query("SELECT %s, %s", (hostile, 18446744073709551615)) == [
+        (hostile, 18446744073709551615)
+    ]
 
 
 def test_session_time_zone_and_charset(shop: LocalMariaDB) -> None:
     with Source(config_for(shop, time_zone="+02:00"), "") as src:
         assert src.query("SELECT @@session.time_zone, @@character_set_client, @@autocommit") == [
-            ("+02:00", "utf8mb4", 1)]
+            ("+02:00", "utf8mb4", 1)
+        ]
 
 
 def test_unknown_time_zone_is_one_clear_error(shop: LocalMariaDB) -> None:
-    with (Source(config_for(shop, time_zone="Mars/Olympus"), "") as src,
-          pytest.raises(SourceNotReady, match=r"source\.time_zone 'Mars/Olympus' is unknown")):
+    with (
+        Source(config_for(shop, time_zone="Mars/Olympus"), "") as src,
+        pytest.raises(SourceNotReady, match=r"source\.time_zone 'Mars/Olympus' is unknown"),
+    ):
         src.query("SELECT 1")
 
 
@@ -142,21 +163,32 @@ def test_current_position_moves_with_writes(source: Source, shop: LocalMariaDB) 
 def test_wrong_password_is_one_line_without_the_password(shop: LocalMariaDB) -> None:
     shop.create_user("tm_src_user", "right-password")
     secret = "Wr0ng-Pa55-xyzzy"
-    with (Source(config_for(shop, "tm_src_user", password_env="TM_SRC_PW"), secret) as src,
-          pytest.raises(SourceNotReady) as caught):
+    with (
+        Source(config_for(shop, "tm_src_user", password_env="TM_SRC_PW"), secret) as src,
+        pytest.raises(SourceNotReady) as caught,
+    ):
         src.query("SELECT 1")
     message = str(caught.value)
-    assert message == (f"cannot log in to MySQL at 127.0.0.1:{shop.port} as user `tm_src_user`: access "
-                       "denied; check source.user and the password (source.password_env TM_SRC_PW)")
+    assert message == (
+        f"cannot log in to MySQL at 127.0.0.1:{shop.port} as user `tm_src_user`: access "
+        "denied; check source.user and the password (source.password_env TM_SRC_PW)"
+    )
     assert secret not in message and "\n" not in message
 
 
 def test_unreachable_port_fails_fast_without_retrying() -> None:
     port = free_port()
     retry = transient_retry(attempts=50, max_wait=5.0)
-    with (Source(SourceConfig(host="127.0.0.1", port=port, user="snap", server_id=1), "pw", retry=retry) as src,
-          pytest.raises(SourceNotReady, match=rf"cannot reach MySQL at 127.0.0.1:{port}: .*refused; "
-                                              "check source.host and source.port")):
+    with (
+        Source(
+            SourceConfig(host="127.0.0.1", port=port, user="snap", server_id=1), "pw", retry=retry
+        ) as src,
+        pytest.raises(
+            SourceNotReady,
+            match=rf"cannot reach MySQL at 127.0.0.1:{port}: .*refused; "
+            "check source.host and source.port",
+        ),
+    ):
         src.server_version()
     assert retry.statistics["attempt_number"] == 1
 
@@ -164,21 +196,24 @@ def test_unreachable_port_fails_fast_without_retrying() -> None:
 # --------------------------------------------------------------------------- retries
 
 
-@pytest.mark.parametrize(("exc", "transient"), [
-    (pymysql.err.OperationalError(2013, "Lost connection to MySQL server during query"), True),
-    (pymysql.err.OperationalError(2006, "MySQL server has gone away"), True),
-    (pymysql.err.OperationalError(2003, "Can't connect to MySQL server"), True),
-    (pymysql.err.OperationalError(1205, "Lock wait timeout exceeded"), True),
-    (pymysql.err.OperationalError(1213, "Deadlock found when trying to get lock"), True),
-    (pymysql.err.OperationalError(1040, "Too many connections"), True),
-    (pymysql.err.InterfaceError(0, ""), True),
-    (pymysql.err.OperationalError(1045, "Access denied"), False),
-    (pymysql.err.OperationalError(1049, "Unknown database 'x'"), False),
-    (pymysql.err.ProgrammingError(1146, "Table 'x.y' doesn't exist"), False),
-    (pymysql.err.ProgrammingError(1064, "You have an error in your SQL syntax"), False),
-    (pymysql.err.OperationalError(1142, "SELECT command denied"), False),
-    (ValueError("not a database error"), False),
-])
+@pytest.mark.parametrize(
+    ("exc", "transient"),
+    [
+        (pymysql.err.OperationalError(2013, "Lost connection to MySQL server during query"), True),
+        (pymysql.err.OperationalError(2006, "MySQL server has gone away"), True),
+        (pymysql.err.OperationalError(2003, "Can't connect to MySQL server"), True),
+        (pymysql.err.OperationalError(1205, "Lock wait timeout exceeded"), True),
+        (pymysql.err.OperationalError(1213, "Deadlock found when trying to get lock"), True),
+        (pymysql.err.OperationalError(1040, "Too many connections"), True),
+        (pymysql.err.InterfaceError(0, ""), True),
+        (pymysql.err.OperationalError(1045, "Access denied"), False),
+        (pymysql.err.OperationalError(1049, "Unknown database 'x'"), False),
+        (pymysql.err.ProgrammingError(1146, "Table 'x.y' doesn't exist"), False),
+        (pymysql.err.ProgrammingError(1064, "You have an error in your SQL syntax"), False),
+        (pymysql.err.OperationalError(1142, "SELECT command denied"), False),
+        (ValueError("not a database error"), False),
+    ],
+)
 def test_is_transient(exc: BaseException, transient: bool) -> None:
     assert is_transient(exc) is transient
 
@@ -190,8 +225,11 @@ def crashy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalMariaDB]:
         pytest.skip("mariadbd is not installed")
     server = LocalMariaDB.create(base_dir=tmp_path_factory.mktemp("crashy"))
     server.start()
-    server.execute("CREATE DATABASE d", "CREATE TABLE d.t (id INT PRIMARY KEY)",
-                   "INSERT INTO d.t VALUES (1), (2), (3)")
+    server.execute(
+        "CREATE DATABASE d",
+        "CREATE TABLE d.t (id INT PRIMARY KEY)",
+        "INSERT INTO d.t VALUES (1), (2), (3)",
+    )
     yield server
     server.destroy()
 
@@ -228,8 +266,11 @@ def test_lost_server_gives_up_with_a_clear_error(crashy: LocalMariaDB) -> None:
         src.query("SELECT 1")
         crashy.kill()
         try:
-            with pytest.raises(SourceNotReady, match=rf"lost the connection to MySQL at 127.0.0.1:{crashy.port}"
-                                                     r" and could not get it back after 2 attempt"):
+            with pytest.raises(
+                SourceNotReady,
+                match=rf"lost the connection to MySQL at 127.0.0.1:{crashy.port}"
+                r" and could not get it back after 2 attempt",
+            ):
                 src.query("SELECT 1")
         finally:
             crashy.start()
@@ -244,16 +285,23 @@ def test_lock_wait_is_retried_then_reported(crashy: LocalMariaDB) -> None:
     def release_lock(state: tenacity.RetryCallState) -> None:
         holder.rollback()
 
-    retry = tenacity.Retrying(stop=tenacity.stop_after_attempt(3), reraise=True, before_sleep=release_lock,
-                              retry=tenacity.retry_if_exception(is_transient))
+    retry = tenacity.Retrying(
+        stop=tenacity.stop_after_attempt(3),
+        reraise=True,
+        before_sleep=release_lock,
+        retry=tenacity.retry_if_exception(is_transient),
+    )
     with Source(config_for(crashy), "", retry=retry) as src:
         src.query("SET SESSION innodb_lock_wait_timeout = 1")
         assert src.query("SELECT id FROM d.t WHERE id = 1 FOR UPDATE") == [(1,)]
         assert retry.statistics["attempt_number"] == 2
 
         holder.cursor().execute("SELECT * FROM d.t WHERE id = 2 FOR UPDATE")
-        never = tenacity.Retrying(stop=tenacity.stop_after_attempt(2), reraise=True,
-                                  retry=tenacity.retry_if_exception(is_transient))
+        never = tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(2),
+            reraise=True,
+            retry=tenacity.retry_if_exception(is_transient),
+        )
         stuck = Source(config_for(crashy), "", retry=never)
         stuck.query("SET SESSION innodb_lock_wait_timeout = 1")
         with pytest.raises(RunFailed, match="kept failing after 2 attempt"):

@@ -30,28 +30,49 @@ def connect_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 def _run(config: Path) -> str:
     """`tidemark run` in its own process; its log file's text."""
-    done = subprocess.run([sys.executable, "-m", "orchestrator", "run", "--config", str(config), "--no-progress"],
-                          capture_output=True, text=True, timeout=600, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "run", "--config", str(config), "--no-progress"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     logs = sorted((config.parent / "logs").glob("*.log"), key=lambda p: p.stat().st_mtime)
     return logs[-1].read_text()
 
 
-def test_a_run_through_spark_connect(connect_url: str, mariadb: LocalMariaDB, tmp_path: Path) -> None:
+def test_a_run_through_spark_connect(
+    connect_url: str, mariadb: LocalMariaDB, tmp_path: Path
+) -> None:
     db = "connect_db"
     mariadb.execute(f"CREATE DATABASE {db}")
-    mariadb.execute("CREATE TABLE t (id BIGINT UNSIGNED NOT NULL PRIMARY KEY, v VARCHAR(20) NOT NULL,"
-                    " at DATETIME(6), ts TIMESTAMP(6) NULL, d DECIMAL(12, 2))",
-                    "INSERT INTO t SELECT seq * 10, CONCAT('v', seq), '2024-01-01' + INTERVAL seq MINUTE,"
-                    " '2025-01-01' + INTERVAL seq SECOND, seq / 7 FROM seq_1_to_6000", database=db)
-    raw = pipeline_config(tmp_path, mariadb, [{"name": f"{db}.t"}], name="connect",
-                          defaults={"chunk_size": 1000, "read_margin_seconds": 0.0})
+    mariadb.execute(
+        "CREATE TABLE t (id BIGINT UNSIGNED NOT NULL PRIMARY KEY, v VARCHAR(20) NOT NULL,"
+        " at DATETIME(6), ts TIMESTAMP(6) NULL, d DECIMAL(12, 2))",
+        "INSERT INTO t SELECT seq * 10, CONCAT('v', seq), '2024-01-01' + INTERVAL seq MINUTE,"
+        " '2025-01-01' + INTERVAL seq SECOND, seq / 7 FROM seq_1_to_6000",
+        database=db,
+    )
+    raw = pipeline_config(
+        tmp_path,
+        mariadb,
+        [{"name": f"{db}.t"}],
+        name="connect",
+        defaults={"chunk_size": 1000, "read_margin_seconds": 0.0},
+    )
     raw["spark"] = {"remote": connect_url, "conf": {"spark.sql.shuffle.partitions": "4"}}
     config_path = write_config(tmp_path / "p.yaml", raw)
     first = _run(config_path)
-    assert f"spark session attached to {connect_url}" in first and "spark session started" not in first
+    assert (
+        f"spark session attached to {connect_url}" in first and "spark session started" not in first
+    )
     assert_lake_equals_source(load_config(config_path), mariadb, [f"{db}.t"])
-    mariadb.execute("UPDATE t SET v = 'changed' WHERE id % 70 = 0", "DELETE FROM t WHERE id BETWEEN 100 AND 300",
-                    "INSERT INTO t VALUES (99999990, 'new', NULL, NULL, NULL)", database=db)
+    mariadb.execute(
+        "UPDATE t SET v = 'changed' WHERE id % 70 = 0",
+        "DELETE FROM t WHERE id BETWEEN 100 AND 300",
+        "INSERT INTO t VALUES (99999990, 'new', NULL, NULL, NULL)",
+        database=db,
+    )
     _run(config_path)
     assert_lake_equals_source(load_config(config_path), mariadb, [f"{db}.t"])

@@ -36,9 +36,15 @@ spark.stop()
 def test_jvm_output_is_logged_not_written_to_stderr(tmp_path: Path) -> None:
     if not os.path.exists(DEFAULT_JDBC_JAR):
         pytest.skip(f"{DEFAULT_JDBC_JAR} missing (Debian package libmariadb-java)")
-    result = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path)], cwd=REPO_ROOT,
-                            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
-                            capture_output=True, text=True, timeout=300, check=False)
+    result = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(tmp_path)],
+        cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stderr.strip() == ""
     jvm_lines = [line for line in result.stdout.splitlines() if " tidemark.jvm " in line]

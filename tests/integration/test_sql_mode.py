@@ -23,7 +23,9 @@ from tests.integration.test_value_edges import published
 
 pytestmark = pytest.mark.integration
 
-HOSTILE = "NO_BACKSLASH_ESCAPES,EMPTY_STRING_IS_NULL,ANSI_QUOTES,PIPES_AS_CONCAT,PAD_CHAR_TO_FULL_LENGTH"
+HOSTILE = (
+    "NO_BACKSLASH_ESCAPES,EMPTY_STRING_IS_NULL,ANSI_QUOTES,PIPES_AS_CONCAT,PAD_CHAR_TO_FULL_LENGTH"
+)
 TEXT_KEYS = ["", "a\\b", "it's", "\\", "z"]
 
 
@@ -52,23 +54,54 @@ def fill(server: LocalMariaDB, rows: list[tuple[str, str]], first: int) -> None:
         conn.close()
 
 
-def test_a_hostile_global_sql_mode_reads_exactly(hostile: LocalMariaDB, tmp_path: Path, spark: object) -> None:
+def test_a_hostile_global_sql_mode_reads_exactly(
+    hostile: LocalMariaDB, tmp_path: Path, spark: object
+) -> None:
     hostile.execute("CREATE DATABASE modes")
     for reader in ("spark", "driver"):
-        hostile.execute(f"CREATE TABLE text_{reader} (k VARCHAR(10) PRIMARY KEY, n INT, c CHAR(5) DEFAULT 'x')",
-                        f"CREATE TABLE dates_{reader} (k DATETIME PRIMARY KEY, n INT)", database="modes")
+        hostile.execute(
+            f"CREATE TABLE text_{reader} (k VARCHAR(10) PRIMARY KEY, n INT, c CHAR(5) DEFAULT 'x')",
+            f"CREATE TABLE dates_{reader} (k DATETIME PRIMARY KEY, n INT)",
+            database="modes",
+        )
     # the largest DATETIME key is a date only ALLOW_INVALID_DATES keeps
-    fill(hostile, list(zip(TEXT_KEYS, ["2020-01-01 00:00:00", "2020-02-30 00:00:00", "2020-03-02 00:00:00",
-                                       "2020-03-03 00:00:00", "2020-04-31 10:00:00"], strict=True)), 1)
+    fill(
+        hostile,
+        list(
+            zip(
+                TEXT_KEYS,
+                [
+                    "2020-01-01 00:00:00",
+                    "2020-02-30 00:00:00",
+                    "2020-03-02 00:00:00",
+                    "2020-03-03 00:00:00",
+                    "2020-04-31 10:00:00",
+                ],
+                strict=True,
+            )
+        ),
+        1,
+    )
     tables = [{"name": f"modes.{kind}_spark", "chunk_size": 1} for kind in ("text", "dates")]
     tables += [{"name": f"modes.{kind}_driver"} for kind in ("text", "dates")]
-    config = load_config(write_config(tmp_path / "p.yaml", pipeline_config(
-        tmp_path, hostile, tables, name="modes", defaults={"read_margin_seconds": 0.0})))
+    config = load_config(
+        write_config(
+            tmp_path / "p.yaml",
+            pipeline_config(
+                tmp_path, hostile, tables, name="modes", defaults={"read_margin_seconds": 0.0}
+            ),
+        )
+    )
 
     run_plain(config)
     texts = {key: (n, "x") for n, key in enumerate(TEXT_KEYS, 1)}
-    dates = {dt.datetime(2020, 1, 1): (1,), dt.datetime(2020, 3, 1): (2,), dt.datetime(2020, 3, 2): (3,),
-             dt.datetime(2020, 3, 3): (4,), dt.datetime(2020, 5, 1, 10): (5,)}
+    dates = {
+        dt.datetime(2020, 1, 1): (1,),
+        dt.datetime(2020, 3, 1): (2,),
+        dt.datetime(2020, 3, 2): (3,),
+        dt.datetime(2020, 3, 3): (4,),
+        dt.datetime(2020, 5, 1, 10): (5,),
+    }
     for reader in ("spark", "driver"):
         assert published(config, f"modes.text_{reader}", "n", "c", key="k") == texts, reader
         assert published(config, f"modes.dates_{reader}", "n", key="k") == dates, reader

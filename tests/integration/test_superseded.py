@@ -22,12 +22,27 @@ pytestmark = pytest.mark.integration
 DB = "superseded"
 
 
-def test_a_superseded_run_cannot_go_on(mariadb: LocalMariaDB, tmp_path: Path, spark: object) -> None:
+def test_a_superseded_run_cannot_go_on(
+    mariadb: LocalMariaDB, tmp_path: Path, spark: object
+) -> None:
     mariadb.execute(f"DROP DATABASE IF EXISTS {DB}", f"CREATE DATABASE {DB}")
-    mariadb.execute(f"CREATE TABLE {DB}.t (id INT PRIMARY KEY, name VARCHAR(10))",
-                    f"INSERT INTO {DB}.t SELECT seq, 'old' FROM seq_1_to_300", database=DB)
-    config = load_config(write_config(tmp_path / "p.yaml", pipeline_config(
-        tmp_path, mariadb, [{"name": f"{DB}.t"}], name=DB, defaults={"read_margin_seconds": 0.0})))
+    mariadb.execute(
+        f"CREATE TABLE {DB}.t (id INT PRIMARY KEY, name VARCHAR(10))",
+        f"INSERT INTO {DB}.t SELECT seq, 'old' FROM seq_1_to_300",
+        database=DB,
+    )
+    config = load_config(
+        write_config(
+            tmp_path / "p.yaml",
+            pipeline_config(
+                tmp_path,
+                mariadb,
+                [{"name": f"{DB}.t"}],
+                name=DB,
+                defaults={"read_margin_seconds": 0.0},
+            ),
+        )
+    )
     holder = "airflow:old-dag-run"
     with hold_lock(config, holder):  # run A, as a DAG run's tasks take it up to publish
         old = steps.plan(config, tables=None, snapshot=False, chunk_size=None, holder=holder)
@@ -38,14 +53,22 @@ def test_a_superseded_run_cannot_go_on(mariadb: LocalMariaDB, tmp_path: Path, sp
     steps.fail_run(config, old.run_id, "task publish: disk full", holder=holder)
 
     mariadb.execute(f"UPDATE {DB}.t SET name = 'new'")
-    assert run_command(config, tables=[f"{DB}.t"], snapshot=True, chunk_size=None, progress=False) == 0
+    assert (
+        run_command(config, tables=[f"{DB}.t"], snapshot=True, chunk_size=None, progress=False) == 0
+    )
     newer = read_published(table_dir(config, f"{DB}.t"))
     assert set(newer.column("name").to_pylist()) == {"new"}
 
-    for step in (lambda: steps.read_batch(config, old.run_id, 0, holder=holder),
-                 lambda: steps.capture(config, old.run_id), lambda: steps.reconcile(config, old.run_id),
-                 lambda: steps.publish(config, old.run_id, holder=holder)):
-        with hold_lock(config, holder), pytest.raises(RunFailed, match=f"run {old.run_id} .*was superseded by run"):
+    for step in (
+        lambda: steps.read_batch(config, old.run_id, 0, holder=holder),
+        lambda: steps.capture(config, old.run_id),
+        lambda: steps.reconcile(config, old.run_id),
+        lambda: steps.publish(config, old.run_id, holder=holder),
+    ):
+        with (
+            hold_lock(config, holder),
+            pytest.raises(RunFailed, match=f"run {old.run_id} .*was superseded by run"),
+        ):
             step()
     assert read_published(table_dir(config, f"{DB}.t")).equals(newer)
     store = open_store(config)
@@ -56,16 +79,30 @@ def test_a_superseded_run_cannot_go_on(mariadb: LocalMariaDB, tmp_path: Path, sp
     assert_lake_equals_source(config, mariadb, [f"{DB}.t"])
 
 
-def test_a_snapshot_request_resumes_its_own_failed_run_and_leaves_anothers(mariadb: LocalMariaDB,
-                                                                          tmp_path: Path) -> None:
+def test_a_snapshot_request_resumes_its_own_failed_run_and_leaves_anothers(
+    mariadb: LocalMariaDB, tmp_path: Path
+) -> None:
     """A cleared DAG run of ``snapshot: true`` (the same lock holder) resumes the run it started,
     its reads kept; another DAG run's snapshot trigger leaves that failed run behind."""
     db = "snapshot_own"
     mariadb.execute(f"DROP DATABASE IF EXISTS {db}", f"CREATE DATABASE {db}")
-    mariadb.execute(f"CREATE TABLE {db}.t (id INT PRIMARY KEY, name VARCHAR(10))",
-                    f"INSERT INTO {db}.t SELECT seq, 'a' FROM seq_1_to_300", database=db)
-    config = load_config(write_config(tmp_path / "p.yaml", pipeline_config(
-        tmp_path, mariadb, [{"name": f"{db}.t"}], name=db, defaults={"read_margin_seconds": 0.0})))
+    mariadb.execute(
+        f"CREATE TABLE {db}.t (id INT PRIMARY KEY, name VARCHAR(10))",
+        f"INSERT INTO {db}.t SELECT seq, 'a' FROM seq_1_to_300",
+        database=db,
+    )
+    config = load_config(
+        write_config(
+            tmp_path / "p.yaml",
+            pipeline_config(
+                tmp_path,
+                mariadb,
+                [{"name": f"{db}.t"}],
+                name=db,
+                defaults={"read_margin_seconds": 0.0},
+            ),
+        )
+    )
     holder, other = "airflow:tidemark_x/manual__1", "airflow:tidemark_x/manual__2"
     with hold_lock(config, holder):
         first = steps.plan(config, snapshot=True, holder=holder, fresh=True)

@@ -36,50 +36,78 @@ def _run(config: PipelineConfig) -> None:
 
 
 def _manifest(config: PipelineConfig, table: str) -> dict[str, Any]:
-    return dict(json.loads((Path(table_dir(config, table)) / "_tidemark" / "current.json").read_text()))
+    return dict(
+        json.loads((Path(table_dir(config, table)) / "_tidemark" / "current.json").read_text())
+    )
 
 
 def _stats(config: PipelineConfig, table: str) -> dict[str, tuple[int, int]]:
     tdir = Path(table_dir(config, table))
-    return {f: (os.stat(tdir / f).st_ino, os.stat(tdir / f).st_mtime_ns)
-            for f in _manifest(config, table)["files"]}
+    return {
+        f: (os.stat(tdir / f).st_ino, os.stat(tdir / f).st_mtime_ns)
+        for f in _manifest(config, table)["files"]
+    }
 
 
 CHANGES: dict[str, tuple[list[str], str]] = {
     # case: (statements between the runs, what the log names)
-    "truncate": (["TRUNCATE TABLE t", "INSERT INTO t VALUES (1, 'a', 1), (2, 'b', 2), (5000, 'c', 3)"],
-                 "TRUNCATE `TRUNCATE TABLE t`"),
-    "drop_create": (["INSERT INTO t VALUES (4001, 'late', 0)", "DROP TABLE t",
-                     "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(40), n INT)",
-                     "INSERT INTO t VALUES (7, 'new', 7), (8, 'new', 8)"],
-                    "DDL `DROP TABLE"),
-    "rename_swap": (["CREATE TABLE t2 LIKE t", "INSERT INTO t2 VALUES (1, 'swapped', 1)",
-                     "RENAME TABLE t TO t_old, t2 TO t"], "DDL `RENAME TABLE t TO t_old, t2 TO t`"),
-    "statement_session": (["SET SESSION binlog_format = 'STATEMENT'",
-                           "UPDATE t SET n = n + 1000, v = 'by statement' WHERE id <= 99",
-                           "DELETE FROM t WHERE id BETWEEN 200 AND 210"],
-                          "a statement-format change `UPDATE t SET n = n + 1000"),
+    "truncate": (
+        ["TRUNCATE TABLE t", "INSERT INTO t VALUES (1, 'a', 1), (2, 'b', 2), (5000, 'c', 3)"],
+        "TRUNCATE `TRUNCATE TABLE t`",
+    ),
+    "drop_create": (
+        [
+            "INSERT INTO t VALUES (4001, 'late', 0)",
+            "DROP TABLE t",
+            "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(40), n INT)",
+            "INSERT INTO t VALUES (7, 'new', 7), (8, 'new', 8)",
+        ],
+        "DDL `DROP TABLE",
+    ),
+    "rename_swap": (
+        [
+            "CREATE TABLE t2 LIKE t",
+            "INSERT INTO t2 VALUES (1, 'swapped', 1)",
+            "RENAME TABLE t TO t_old, t2 TO t",
+        ],
+        "DDL `RENAME TABLE t TO t_old, t2 TO t`",
+    ),
+    "statement_session": (
+        [
+            "SET SESSION binlog_format = 'STATEMENT'",
+            "UPDATE t SET n = n + 1000, v = 'by statement' WHERE id <= 99",
+            "DELETE FROM t WHERE id BETWEEN 200 AND 210",
+        ],
+        "a statement-format change `UPDATE t SET n = n + 1000",
+    ),
 }
 
 
 @pytest.mark.parametrize("case", list(CHANGES))
 def test_non_row_changes_are_re_read_for_that_table_alone(
-        mariadb: LocalMariaDB, tmp_path: Path, caplog: pytest.LogCaptureFixture, case: str) -> None:
+    mariadb: LocalMariaDB, tmp_path: Path, caplog: pytest.LogCaptureFixture, case: str
+) -> None:
     db = f"chg_{case}"
     config = _setup(mariadb, tmp_path, db)
     _run(config)
     other_before = _stats(config, f"{db}.other")
     statements, named = CHANGES[case]
     mariadb.execute(*statements, database=db)
-    mariadb.execute(f"INSERT INTO {db}.t VALUES (9001, 'after', 1)")  # rows after the change are kept
+    mariadb.execute(
+        f"INSERT INTO {db}.t VALUES (9001, 'after', 1)"
+    )  # rows after the change are kept
     caplog.set_level(logging.INFO)
     caplog.clear()
     _run(config)
 
     assert_lake_equals_source(config, mariadb, [f"{db}.t", f"{db}.other"])
     lines = [r.getMessage() for r in caplog.records]
-    assert any(line.startswith(f"table {db}.t: {named}") and line.endswith(": re-read")
-               and " at binlog." in line for line in lines), lines
+    assert any(
+        line.startswith(f"table {db}.t: {named}")
+        and line.endswith(": re-read")
+        and " at binlog." in line
+        for line in lines
+    ), lines
     assert _manifest(config, f"{db}.t")["version"] == 2
     # The other table was not read again; without a change of its own it keeps version 1.
     assert _manifest(config, f"{db}.other")["version"] == 1
@@ -91,30 +119,41 @@ def test_non_row_changes_are_re_read_for_that_table_alone(
     assert_lake_equals_source(config, mariadb, [f"{db}.t", f"{db}.other"])
 
 
-def test_added_column_publishes_the_new_schema(mariadb: LocalMariaDB, tmp_path: Path,
-                                               caplog: pytest.LogCaptureFixture) -> None:
+def test_added_column_publishes_the_new_schema(
+    mariadb: LocalMariaDB, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     db = "chg_alter"
     config = _setup(mariadb, tmp_path, db)
     _run(config)
     first = _manifest(config, f"{db}.t")
-    mariadb.execute("UPDATE t SET v = 'before alter' WHERE id < 10",
-                    "ALTER TABLE t ADD COLUMN x INT NOT NULL DEFAULT 7",
-                    "UPDATE t SET x = 8 WHERE id BETWEEN 100 AND 120", database=db)
+    mariadb.execute(
+        "UPDATE t SET v = 'before alter' WHERE id < 10",
+        "ALTER TABLE t ADD COLUMN x INT NOT NULL DEFAULT 7",
+        "UPDATE t SET x = 8 WHERE id BETWEEN 100 AND 120",
+        database=db,
+    )
     caplog.set_level(logging.INFO)
     _run(config)
     assert_lake_equals_source(config, mariadb, [f"{db}.t", f"{db}.other"])
     manifest = _manifest(config, f"{db}.t")
     assert [c["name"] for c in manifest["columns"]] == ["id", "v", "n", "x"]
     assert [c["name"] for c in first["columns"]] == ["id", "v", "n"]
-    old = json.loads((Path(table_dir(config, f"{db}.t")) / "_tidemark" / "versions" / "000001.json").read_text())
+    old = json.loads(
+        (Path(table_dir(config, f"{db}.t")) / "_tidemark" / "versions" / "000001.json").read_text()
+    )
     assert old == first  # readers of version 1 keep its columns
-    assert any("columns changed since version 1" in r.getMessage() and r.getMessage().endswith("re-read")
-               for r in caplog.records)
+    assert any(
+        "columns changed since version 1" in r.getMessage() and r.getMessage().endswith("re-read")
+        for r in caplog.records
+    )
 
 
-def test_ddl_after_the_reads_re_reads_inside_the_run(mariadb: LocalMariaDB, tmp_path: Path,
-                                                     caplog: pytest.LogCaptureFixture,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ddl_after_the_reads_re_reads_inside_the_run(
+    mariadb: LocalMariaDB,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """An ALTER between the read step and H: the run re-reads the table from a new start and
     captures on to a new H, in the same run (a snapshot run, so no plan-time shape check)."""
     from orchestrator.pipeline import capture as capture_module
@@ -126,10 +165,13 @@ def test_ddl_after_the_reads_re_reads_inside_the_run(mariadb: LocalMariaDB, tmp_
 
     def alter_first(*args: Any, **kwargs: Any) -> bool:
         if not calls:  # before the first pass: after every read batch, before H is recorded
-            mariadb.execute("INSERT INTO t VALUES (4001, 'x', 1)",
-                            "ALTER TABLE t ADD COLUMN x INT NOT NULL DEFAULT 7",
-                            "INSERT INTO t VALUES (4002, 'y', 2, 9)", "INSERT INTO other VALUES (3001, 'o', 1)",
-                            database=db)
+            mariadb.execute(
+                "INSERT INTO t VALUES (4001, 'x', 1)",
+                "ALTER TABLE t ADD COLUMN x INT NOT NULL DEFAULT 7",
+                "INSERT INTO t VALUES (4002, 'y', 2, 9)",
+                "INSERT INTO other VALUES (3001, 'o', 1)",
+                database=db,
+            )
         calls.append(1)
         return real(*args, **kwargs)
 
@@ -139,39 +181,65 @@ def test_ddl_after_the_reads_re_reads_inside_the_run(mariadb: LocalMariaDB, tmp_
     assert len(calls) == 2
     assert_lake_equals_source(config, mariadb, [f"{db}.t", f"{db}.other"])
     assert [c["name"] for c in _manifest(config, f"{db}.t")["columns"]] == ["id", "v", "n", "x"]
-    assert any(r.getMessage().startswith(f"table {db}.t: DDL `ALTER TABLE t ADD COLUMN x")
-               for r in caplog.records)
+    assert any(
+        r.getMessage().startswith(f"table {db}.t: DDL `ALTER TABLE t ADD COLUMN x")
+        for r in caplog.records
+    )
 
 
-def test_xa_rows_count_at_commit_and_a_prepared_one_waits(mariadb: LocalMariaDB, tmp_path: Path,
-                                                           caplog: pytest.LogCaptureFixture) -> None:
+def test_xa_rows_count_at_commit_and_a_prepared_one_waits(
+    mariadb: LocalMariaDB, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """Rolled back: never published; committed (two-phase or ONE PHASE): published; prepared but
     not committed at H: not published, and published by the run that sees its commit."""
     db = "chg_xa"
     config = _setup(mariadb, tmp_path, db)
     _run(config)
-    mariadb.execute("XA START 'a'", f"INSERT INTO {db}.t VALUES (5001, 'xa a', 1)",
-                    f"UPDATE {db}.t SET v = 'xa a' WHERE id = 1", "XA END 'a'", "XA PREPARE 'a'",
-                    "XA ROLLBACK 'a'")
-    mariadb.execute("XA START 'b'", f"INSERT INTO {db}.t VALUES (5002, 'xa b', 2)",
-                    f"UPDATE {db}.t SET v = 'xa b' WHERE id = 2", "XA END 'b'", "XA PREPARE 'b'")
+    mariadb.execute(
+        "XA START 'a'",
+        f"INSERT INTO {db}.t VALUES (5001, 'xa a', 1)",
+        f"UPDATE {db}.t SET v = 'xa a' WHERE id = 1",
+        "XA END 'a'",
+        "XA PREPARE 'a'",
+        "XA ROLLBACK 'a'",
+    )
+    mariadb.execute(
+        "XA START 'b'",
+        f"INSERT INTO {db}.t VALUES (5002, 'xa b', 2)",
+        f"UPDATE {db}.t SET v = 'xa b' WHERE id = 2",
+        "XA END 'b'",
+        "XA PREPARE 'b'",
+    )
     mariadb.execute(f"INSERT INTO {db}.other VALUES (3001, 'between', 1)")
     mariadb.execute("XA COMMIT 'b'")
-    mariadb.execute("XA START 'c'", f"INSERT INTO {db}.t VALUES (5003, 'xa c', 3)", "XA END 'c'",
-                    "XA COMMIT 'c' ONE PHASE")
-    mariadb.execute("XA START 'd'", f"INSERT INTO {db}.t VALUES (5004, 'xa d', 4)",
-                    f"UPDATE {db}.t SET v = 'xa d' WHERE id = 3", "XA END 'd'", "XA PREPARE 'd'")
+    mariadb.execute(
+        "XA START 'c'",
+        f"INSERT INTO {db}.t VALUES (5003, 'xa c', 3)",
+        "XA END 'c'",
+        "XA COMMIT 'c' ONE PHASE",
+    )
+    mariadb.execute(
+        "XA START 'd'",
+        f"INSERT INTO {db}.t VALUES (5004, 'xa d', 4)",
+        f"UPDATE {db}.t SET v = 'xa d' WHERE id = 3",
+        "XA END 'd'",
+        "XA PREPARE 'd'",
+    )
     try:
         mariadb.execute(f"INSERT INTO {db}.t VALUES (5005, 'after d', 5)")
         caplog.set_level(logging.INFO)
         _run(config)
         assert_lake_equals_source(config, mariadb, [f"{db}.t", f"{db}.other"])
-        assert any(r.getMessage().startswith(f"table {db}.t: an XA transaction begun at ")
-                   for r in caplog.records)
+        assert any(
+            r.getMessage().startswith(f"table {db}.t: an XA transaction begun at ")
+            for r in caplog.records
+        )
         mariadb.execute(f"UPDATE {db}.t SET n = -1 WHERE id = 4")
     finally:
         mariadb.execute("XA COMMIT 'd'")
     _run(config)
     assert_lake_equals_source(config, mariadb, [f"{db}.t", f"{db}.other"])
-    rows = {r[0]: r[1] for r in mariadb.execute(f"SELECT id, v FROM {db}.t WHERE id IN (1, 2, 3, 5004)")}
+    rows = {
+        r[0]: r[1] for r in mariadb.execute(f"SELECT id, v FROM {db}.t WHERE id IN (1, 2, 3, 5004)")
+    }
     assert rows == {1: "row 1", 2: "xa b", 3: "xa d", 5004: "xa d"}

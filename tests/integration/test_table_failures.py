@@ -30,13 +30,19 @@ TABLE = "CREATE TABLE {name} (id INT PRIMARY KEY, v VARCHAR(40), n INT)"
 FILL = "INSERT INTO {name} SELECT seq, CONCAT('row ', seq), seq % 97 FROM seq_1_to_{rows}"
 
 
-def _setup(mariadb: LocalMariaDB, tmp_path: Path, db: str, tables: list[dict[str, Any]],
-           **source: Any) -> Path:
+def _setup(
+    mariadb: LocalMariaDB, tmp_path: Path, db: str, tables: list[dict[str, Any]], **source: Any
+) -> Path:
     mariadb.execute(f"DROP DATABASE IF EXISTS {db}", f"CREATE DATABASE {db}")
     for name, rows in (("a", 3000), ("b", 2000)):
         mariadb.execute(TABLE.format(name=name), FILL.format(name=name, rows=rows), database=db)
-    data = pipeline_config(tmp_path, mariadb, tables, name=db,
-                           defaults={"chunk_size": 1000, "batch_chunks": 2, "read_margin_seconds": 0.0})
+    data = pipeline_config(
+        tmp_path,
+        mariadb,
+        tables,
+        name=db,
+        defaults={"chunk_size": 1000, "batch_chunks": 2, "read_margin_seconds": 0.0},
+    )
     data["source"].update(source)
     return write_config(tmp_path / "p.yaml", data)
 
@@ -53,24 +59,40 @@ def _errors(err: str) -> list[str]:
 
 
 def _manifest(config: PipelineConfig, table: str) -> dict[str, Any]:
-    return dict(json.loads((Path(table_dir(config, table)) / "_tidemark" / "current.json").read_text()))
+    return dict(
+        json.loads((Path(table_dir(config, table)) / "_tidemark" / "current.json").read_text())
+    )
 
 
 def _change(mariadb: LocalMariaDB, db: str, salt: int) -> None:
     for name in ("a", "b"):
-        mariadb.execute(f"UPDATE {name} SET n = n + {salt} WHERE id % 13 = 0",
-                        f"DELETE FROM {name} WHERE id % 17 = {salt % 17}",
-                        f"INSERT INTO {name} (id, v, n) VALUES ({9000 + salt}, 'late', {salt})", database=db)
+        mariadb.execute(
+            f"UPDATE {name} SET n = n + {salt} WHERE id % 13 = 0",
+            f"DELETE FROM {name} WHERE id % 17 = {salt % 17}",
+            f"INSERT INTO {name} (id, v, n) VALUES ({9000 + salt}, 'late', {salt})",
+            database=db,
+        )
 
 
-def test_a_table_that_lost_its_grant_fails_alone(mariadb: LocalMariaDB, tmp_path: Path, spark: object,
-                                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_table_that_lost_its_grant_fails_alone(
+    mariadb: LocalMariaDB, tmp_path: Path, spark: object, capsys: pytest.CaptureFixture[str]
+) -> None:
     db = "tf_grant"
-    path = _setup(mariadb, tmp_path, db, [{"name": f"{db}.a"}, {"name": f"{db}.b"}],
-                  user="tm_tf", password="tf-pass")
-    mariadb.execute("DROP USER IF EXISTS 'tm_tf'@'%'", "CREATE USER 'tm_tf'@'%' IDENTIFIED BY 'tf-pass'",
-                    "GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO 'tm_tf'@'%'",
-                    f"GRANT SELECT ON {db}.a TO 'tm_tf'@'%'", f"GRANT SELECT ON {db}.b TO 'tm_tf'@'%'")
+    path = _setup(
+        mariadb,
+        tmp_path,
+        db,
+        [{"name": f"{db}.a"}, {"name": f"{db}.b"}],
+        user="tm_tf",
+        password="tf-pass",
+    )
+    mariadb.execute(
+        "DROP USER IF EXISTS 'tm_tf'@'%'",
+        "CREATE USER 'tm_tf'@'%' IDENTIFIED BY 'tf-pass'",
+        "GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO 'tm_tf'@'%'",
+        f"GRANT SELECT ON {db}.a TO 'tm_tf'@'%'",
+        f"GRANT SELECT ON {db}.b TO 'tm_tf'@'%'",
+    )
     config = load_config(path)
     assert _cli(capsys, "run", "--config", str(path), "--no-progress")[0] == 0
     b_before = _manifest(config, f"{db}.b")
@@ -81,15 +103,19 @@ def test_a_table_that_lost_its_grant_fails_alone(mariadb: LocalMariaDB, tmp_path
     assert code == 1, err
     errors = _errors(err)
     assert len(errors) == 1, err
-    assert f"{db}.b failed at plan: " in errors[0] and f"lacks SELECT on {db}.b" in errors[0], errors
+    assert f"{db}.b failed at plan: " in errors[0] and f"lacks SELECT on {db}.b" in errors[0], (
+        errors
+    )
     assert "`tidemark run` retries it" in errors[0] and f"{db}.a" not in errors[0], errors
     assert f"{db}.a" in out  # published, in the summary
     assert_lake_equals_source(config, mariadb, [f"{db}.a"])
     assert _manifest(config, f"{db}.b") == b_before  # untouched; its position not moved
     code, out, _ = _cli(capsys, "status", "--config", str(path))
     assert code == 0 and " partial " in out, out
-    assert any(f"{db}.b" in line and "failed at plan: " in line and "lacks SELECT" in line
-               for line in out.splitlines()), out
+    assert any(
+        f"{db}.b" in line and "failed at plan: " in line and "lacks SELECT" in line
+        for line in out.splitlines()
+    ), out
 
     # Fixed at the source: a plain rerun retries b (from its own published position) and a goes on.
     mariadb.execute(f"GRANT SELECT ON {db}.b TO 'tm_tf'@'%'")
@@ -100,14 +126,16 @@ def test_a_table_that_lost_its_grant_fails_alone(mariadb: LocalMariaDB, tmp_path
     assert _manifest(config, f"{db}.b")["version"] == b_before["version"] + 1
 
 
-def test_a_filter_on_a_missing_column_fails_its_table_alone(mariadb: LocalMariaDB, tmp_path: Path,
-                                                             spark: object,
-                                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_filter_on_a_missing_column_fails_its_table_alone(
+    mariadb: LocalMariaDB, tmp_path: Path, spark: object, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The filter is bound to the table's columns when the run is planned (the binlog must
     evaluate it exactly), so a column it names that the table lacks fails that table at plan,
     before any read; the other table is read and published."""
     db = "tf_read"
-    path = _setup(mariadb, tmp_path, db, [{"name": f"{db}.a"}, {"name": f"{db}.b", "where": "flag = 1"}])
+    path = _setup(
+        mariadb, tmp_path, db, [{"name": f"{db}.a"}, {"name": f"{db}.b", "where": "flag = 1"}]
+    )
     config = load_config(path)
     code, _, err = _cli(capsys, "run", "--config", str(path), "--no-progress")
     assert code == 1, err
@@ -119,7 +147,9 @@ def test_a_filter_on_a_missing_column_fails_its_table_alone(mariadb: LocalMariaD
     with open_store(config) as store:
         run = store.runs(config.pipeline, limit=1)[0]
         assert run.status == "partial" and f"{db}.b" in (run.error or "")
-        failed = {r.table: r.info["failure"] for r in store.run_tables(run.run_id) if r.status == "failed"}
+        failed = {
+            r.table: r.info["failure"] for r in store.run_tables(run.run_id) if r.status == "failed"
+        }
     assert list(failed) == [f"{db}.b"] and failed[f"{db}.b"]["step"] == "plan"
 
     # The column the filter needs is added at the source; the rerun snapshots b, a goes on.
@@ -130,9 +160,9 @@ def test_a_filter_on_a_missing_column_fails_its_table_alone(mariadb: LocalMariaD
     assert_lake_equals_source(config, mariadb, [f"{db}.a", f"{db}.b"])
 
 
-def test_snapshot_of_one_table_while_the_run_is_unfinished(mariadb: LocalMariaDB, tmp_path: Path,
-                                                           spark: object,
-                                                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_snapshot_of_one_table_while_the_run_is_unfinished(
+    mariadb: LocalMariaDB, tmp_path: Path, spark: object, capsys: pytest.CaptureFixture[str]
+) -> None:
     db = "tf_fresh"
     path = _setup(mariadb, tmp_path, db, [{"name": f"{db}.a"}, {"name": f"{db}.b"}])
     config = load_config(path)
@@ -141,8 +171,9 @@ def test_snapshot_of_one_table_while_the_run_is_unfinished(mariadb: LocalMariaDB
     with open_store(config) as store:
         unfinished = store.runs(config.pipeline, limit=1)[0]
     _change(mariadb, db, 4)
-    code, out, err = _cli(capsys, "run", "--config", str(path), "--no-progress", "--table", f"{db}.b",
-                          "--snapshot")
+    code, out, err = _cli(
+        capsys, "run", "--config", str(path), "--no-progress", "--table", f"{db}.b", "--snapshot"
+    )
     assert code == 0, err
     assert f"resumes without {db}.b" in out, out  # a notice: stdout (stderr holds only failures)
     assert_lake_equals_source(config, mariadb, [f"{db}.a", f"{db}.b"])
@@ -153,8 +184,9 @@ def test_snapshot_of_one_table_while_the_run_is_unfinished(mariadb: LocalMariaDB
     assert_lake_equals_source(config, mariadb, [f"{db}.a", f"{db}.b"])
 
 
-def test_reset_of_one_table_while_the_run_is_unfinished(mariadb: LocalMariaDB, tmp_path: Path, spark: object,
-                                                        capsys: pytest.CaptureFixture[str]) -> None:
+def test_reset_of_one_table_while_the_run_is_unfinished(
+    mariadb: LocalMariaDB, tmp_path: Path, spark: object, capsys: pytest.CaptureFixture[str]
+) -> None:
     db = "tf_reset"
     path = _setup(mariadb, tmp_path, db, [{"name": f"{db}.a"}, {"name": f"{db}.b"}])
     config = load_config(path)
@@ -168,7 +200,9 @@ def test_reset_of_one_table_while_the_run_is_unfinished(mariadb: LocalMariaDB, t
     _change(mariadb, db, 7)
     code, _, err = _cli(capsys, "reset", "--config", str(path), "--table", f"{db}.b", "--yes")
     assert code == 0, err
-    code, out, err = _cli(capsys, "run", "--config", str(path), "--no-progress")  # resumes; b afresh
+    code, out, err = _cli(
+        capsys, "run", "--config", str(path), "--no-progress"
+    )  # resumes; b afresh
     assert code == 0, err
     assert "resuming unfinished run" in out, out
     assert_lake_equals_source(config, mariadb, [f"{db}.b"])
@@ -176,19 +210,22 @@ def test_reset_of_one_table_while_the_run_is_unfinished(mariadb: LocalMariaDB, t
     assert_lake_equals_source(config, mariadb, [f"{db}.a", f"{db}.b"])
 
 
-def _reserved_fails_alone(config: PipelineConfig, mariadb: LocalMariaDB, db: str, err: str,
-                          column: str) -> None:
+def _reserved_fails_alone(
+    config: PipelineConfig, mariadb: LocalMariaDB, db: str, err: str, column: str
+) -> None:
     """One error line, for b: the column, the reserved prefix, the fix; a is published."""
     errors = _errors(err)
     assert len(errors) == 1 and f"{db}.b failed at plan: " in errors[0], err
     assert f"column `{column}` is named like Tidemark's own change columns" in errors[0], errors
-    assert f"rename it at the source (ALTER TABLE {db}.b RENAME COLUMN `{column}` TO ...)" in errors[0]
+    assert (
+        f"rename it at the source (ALTER TABLE {db}.b RENAME COLUMN `{column}` TO ...)" in errors[0]
+    )
     assert_lake_equals_source(config, mariadb, [f"{db}.a"])
 
 
-def test_a_column_named_like_tidemarks_own_fails_its_table_alone(mariadb: LocalMariaDB, tmp_path: Path,
-                                                                 spark: object,
-                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_column_named_like_tidemarks_own_fails_its_table_alone(
+    mariadb: LocalMariaDB, tmp_path: Path, spark: object, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A source column named like a change segment's (``_tm_op``) made every run with a change of
     that table fail at reconcile. Preflight now fails that table alone, naming the column; doctor
     too. Renamed at the source, the next run re-reads it."""
@@ -212,9 +249,13 @@ def test_a_column_named_like_tidemarks_own_fails_its_table_alone(mariadb: LocalM
     assert_lake_equals_source(config, mariadb, [f"{db}.a", f"{db}.b"])
 
 
-def test_a_column_named_like_tidemarks_own_added_during_the_run(mariadb: LocalMariaDB, tmp_path: Path,
-                                                                spark: object, monkeypatch: pytest.MonkeyPatch,
-                                                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_column_named_like_tidemarks_own_added_during_the_run(
+    mariadb: LocalMariaDB,
+    tmp_path: Path,
+    spark: object,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     """Added by DDL after preflight, seen by the capture: the re-read's planning fails b alone."""
     from orchestrator.pipeline import capture as capture_module
 
@@ -227,8 +268,11 @@ def test_a_column_named_like_tidemarks_own_added_during_the_run(mariadb: LocalMa
 
     def alter_first(*args: Any, **kwargs: Any) -> bool:
         if not calls:  # after preflight and planning, before the capture's first pass ends
-            mariadb.execute("ALTER TABLE b ADD COLUMN _TM_Pos INT", "UPDATE b SET _TM_Pos = 1 WHERE id < 9",
-                            database=db)
+            mariadb.execute(
+                "ALTER TABLE b ADD COLUMN _TM_Pos INT",
+                "UPDATE b SET _TM_Pos = 1 WHERE id < 9",
+                database=db,
+            )
         calls.append(1)
         return real(*args, **kwargs)
 

@@ -24,25 +24,40 @@ from tests.integration.conftest import run_plain
 pytestmark = pytest.mark.integration
 
 DB = "value_edges"
-ROWS = ("('2020-02-30', '2020-02-30 12:00:00.5', x'61816298')",
-        "('0000-01-01', '0000-01-01 00:00:00', 'plain')",
-        "('2020-04-31', '2020-04-31 23:59:59', NULL)",
-        "('2024-02-29', '1970-01-01 00:00:00', x'8a')")
-EXPECTED = [(dt.date(2020, 3, 1), dt.datetime(2020, 3, 1, 12, 0, 0, 500000), "a?b?"),
-            (None, None, "plain"),
-            (dt.date(2020, 5, 1), dt.datetime(2020, 5, 1, 23, 59, 59), None),
-            (dt.date(2024, 2, 29), dt.datetime(1970, 1, 1), "Š")]
+ROWS = (
+    "('2020-02-30', '2020-02-30 12:00:00.5', x'61816298')",
+    "('0000-01-01', '0000-01-01 00:00:00', 'plain')",
+    "('2020-04-31', '2020-04-31 23:59:59', NULL)",
+    "('2024-02-29', '1970-01-01 00:00:00', x'8a')",
+)
+EXPECTED = [
+    (dt.date(2020, 3, 1), dt.datetime(2020, 3, 1, 12, 0, 0, 500000), "a?b?"),
+    (None, None, "plain"),
+    (dt.date(2020, 5, 1), dt.datetime(2020, 5, 1, 23, 59, 59), None),
+    (dt.date(2024, 2, 29), dt.datetime(1970, 1, 1), "Š"),
+]
 
 
 def both_readers(tmp_path: Path, mariadb: LocalMariaDB, db: str) -> PipelineConfig:
     """A pipeline of ``db.spark`` (several chunks: read by Spark) and ``db.driver`` (one chunk:
     read by the driver), which each test fills with the same rows."""
-    return load_config(write_config(tmp_path / "p.yaml", pipeline_config(
-        tmp_path, mariadb, [{"name": f"{db}.spark", "chunk_size": 2}, {"name": f"{db}.driver"}],
-        name=db, defaults={"read_margin_seconds": 0.0})))
+    return load_config(
+        write_config(
+            tmp_path / "p.yaml",
+            pipeline_config(
+                tmp_path,
+                mariadb,
+                [{"name": f"{db}.spark", "chunk_size": 2}, {"name": f"{db}.driver"}],
+                name=db,
+                defaults={"read_margin_seconds": 0.0},
+            ),
+        )
+    )
 
 
-def published(config: PipelineConfig, table: str, *columns: str, key: str = "id") -> dict[Any, tuple[Any, ...]]:
+def published(
+    config: PipelineConfig, table: str, *columns: str, key: str = "id"
+) -> dict[Any, tuple[Any, ...]]:
     """``{key: (columns...)}`` of the table's current version."""
     rows = read_published(table_dir(config, table)).to_pylist()
     found = {r[key]: tuple(r[c] for c in columns) for r in rows}
@@ -50,18 +65,23 @@ def published(config: PipelineConfig, table: str, *columns: str, key: str = "id"
     return found
 
 
-def test_the_snapshot_and_the_binlog_agree_on_edge_values(mariadb: LocalMariaDB, tmp_path: Path,
-                                                           spark: object) -> None:
+def test_the_snapshot_and_the_binlog_agree_on_edge_values(
+    mariadb: LocalMariaDB, tmp_path: Path, spark: object
+) -> None:
     mariadb.execute(f"DROP DATABASE IF EXISTS {DB}", f"CREATE DATABASE {DB}")
     conn = mariadb.connect(database=DB)
     try:
         with conn.cursor() as cur:
             cur.execute("SET SESSION sql_mode = 'ALLOW_INVALID_DATES'")
             for table in ("spark", "driver"):
-                cur.execute(f"CREATE TABLE {table} (id INT PRIMARY KEY, d DATE, dt DATETIME(6), "
-                            "c VARCHAR(10) CHARACTER SET cp1250)")
-                cur.execute(f"INSERT INTO {table} (d, dt, c, id) VALUES "
-                            + ", ".join(f"{row[:-1]}, {n})" for n, row in enumerate(ROWS, 1)))
+                cur.execute(
+                    f"CREATE TABLE {table} (id INT PRIMARY KEY, d DATE, dt DATETIME(6), "
+                    "c VARCHAR(10) CHARACTER SET cp1250)"
+                )
+                cur.execute(
+                    f"INSERT INTO {table} (d, dt, c, id) VALUES "
+                    + ", ".join(f"{row[:-1]}, {n})" for n, row in enumerate(ROWS, 1))
+                )
         config = both_readers(tmp_path, mariadb, DB)
         run_plain(config)
         snapshot = dict(enumerate(EXPECTED, 1))
@@ -69,35 +89,48 @@ def test_the_snapshot_and_the_binlog_agree_on_edge_values(mariadb: LocalMariaDB,
         assert published(config, f"{DB}.driver", "d", "dt", "c") == snapshot
         with conn.cursor() as cur:  # the same values again, through the binlog
             for table in ("spark", "driver"):
-                cur.execute(f"INSERT INTO {table} (d, dt, c, id) VALUES "
-                            + ", ".join(f"{row[:-1]}, {n + 10})" for n, row in enumerate(ROWS, 1)))
-                cur.execute(f"UPDATE {table} SET d = '2021-02-29', dt = '2021-02-29 01:02:03', c = x'81' WHERE id = 4")
+                cur.execute(
+                    f"INSERT INTO {table} (d, dt, c, id) VALUES "
+                    + ", ".join(f"{row[:-1]}, {n + 10})" for n, row in enumerate(ROWS, 1))
+                )
+                cur.execute(
+                    f"UPDATE {table} SET d = '2021-02-29', dt = '2021-02-29 01:02:03', c = x'81' WHERE id = 4"
+                )
     finally:
         conn.close()
     run_plain(config)
-    expected = {**snapshot, **{n + 10: row for n, row in snapshot.items()},
-                4: (dt.date(2021, 3, 1), dt.datetime(2021, 3, 1, 1, 2, 3), "?")}
+    expected = {
+        **snapshot,
+        **{n + 10: row for n, row in snapshot.items()},
+        4: (dt.date(2021, 3, 1), dt.datetime(2021, 3, 1, 1, 2, 3), "?"),
+    }
     assert published(config, f"{DB}.spark", "d", "dt", "c") == expected
     assert published(config, f"{DB}.driver", "d", "dt", "c") == expected
 
 
-def test_char_values_are_unpadded_under_pad_char_to_full_length(mariadb: LocalMariaDB, tmp_path: Path,
-                                                                spark: object) -> None:
+def test_char_values_are_unpadded_under_pad_char_to_full_length(
+    mariadb: LocalMariaDB, tmp_path: Path, spark: object
+) -> None:
     """A server in PAD_CHAR_TO_FULL_LENGTH mode returns CHAR values padded; the binlog holds them
     without the pad, as every other mode returns them: the lake has them unpadded either way."""
     db = "char_pad"
     mariadb.execute(f"DROP DATABASE IF EXISTS {db}", f"CREATE DATABASE {db}")
     for table in ("spark", "driver"):
-        mariadb.execute(f"CREATE TABLE {table} (id INT PRIMARY KEY, c CHAR(5), u CHAR(4) CHARACTER SET ucs2)",
-                        f"INSERT INTO {table} VALUES (1, 'a', 'é'), (2, '', ''), (3, ' b', NULL), (4, 'abcde', 'wxyz')",
-                        database=db)
+        mariadb.execute(
+            f"CREATE TABLE {table} (id INT PRIMARY KEY, c CHAR(5), u CHAR(4) CHARACTER SET ucs2)",
+            f"INSERT INTO {table} VALUES (1, 'a', 'é'), (2, '', ''), (3, ' b', NULL), (4, 'abcde', 'wxyz')",
+            database=db,
+        )
     (mode,) = mariadb.execute("SELECT @@GLOBAL.sql_mode")[0]
     mariadb.execute("SET GLOBAL sql_mode = CONCAT(@@GLOBAL.sql_mode, ',PAD_CHAR_TO_FULL_LENGTH')")
     try:
         config = both_readers(tmp_path, mariadb, db)
         run_plain(config)
-        mariadb.execute("UPDATE spark SET c = 'x' WHERE id = 4", "UPDATE driver SET c = 'x' WHERE id = 4",
-                        database=db)
+        mariadb.execute(
+            "UPDATE spark SET c = 'x' WHERE id = 4",
+            "UPDATE driver SET c = 'x' WHERE id = 4",
+            database=db,
+        )
         run_plain(config)
     finally:
         mariadb.execute(f"SET GLOBAL sql_mode = '{mode}'")
@@ -112,12 +145,16 @@ def test_a_two_digit_year_is_its_year(mariadb: LocalMariaDB, tmp_path: Path, spa
     db = "year_two"
     mariadb.execute(f"DROP DATABASE IF EXISTS {db}", f"CREATE DATABASE {db}")
     for table in ("spark", "driver"):
-        mariadb.execute(f"CREATE TABLE {table} (id INT PRIMARY KEY, y YEAR(2))",
-                        f"INSERT INTO {table} VALUES (1, 1970), (2, 2069), (3, 2000), (4, 1999), (5, NULL)",
-                        database=db)
+        mariadb.execute(
+            f"CREATE TABLE {table} (id INT PRIMARY KEY, y YEAR(2))",
+            f"INSERT INTO {table} VALUES (1, 1970), (2, 2069), (3, 2000), (4, 1999), (5, NULL)",
+            database=db,
+        )
     config = both_readers(tmp_path, mariadb, db)
     run_plain(config)
-    mariadb.execute("INSERT INTO spark VALUES (6, 1985)", "INSERT INTO driver VALUES (6, 1985)", database=db)
+    mariadb.execute(
+        "INSERT INTO spark VALUES (6, 1985)", "INSERT INTO driver VALUES (6, 1985)", database=db
+    )
     run_plain(config)
     expected = {1: (1970,), 2: (2069,), 3: (2000,), 4: (1999,), 5: (None,), 6: (1985,)}
     for table in ("spark", "driver"):

@@ -26,8 +26,10 @@ def pg_database() -> Iterator[str]:
     try:
         admin = psycopg.connect(PG_ADMIN, autocommit=True)
     except psycopg.OperationalError as exc:
-        pytest.skip(f"PostgreSQL at 127.0.0.1:5432 (user postgres) is unreachable, "
-                    f"so the postgresql params cannot run: {exc}")
+        pytest.skip(
+            f"PostgreSQL at 127.0.0.1:5432 (user postgres) is unreachable, "
+            f"so the postgresql params cannot run: {exc}"
+        )
     name = f"tidemark_state_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
     admin.execute(f'CREATE DATABASE "{name}"')
     try:
@@ -47,11 +49,14 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
     database = request.getfixturevalue("pg_database")
     schema = f"t_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(PG_ADMIN.replace("dbname=postgres", f"dbname={database}"),
-                         autocommit=True) as conn:
+    with psycopg.connect(
+        PG_ADMIN.replace("dbname=postgres", f"dbname={database}"), autocommit=True
+    ) as conn:
         conn.execute(f'CREATE SCHEMA "{schema}"')
-    return (f"postgresql+psycopg://postgres:{PG_SECRET}@127.0.0.1:5432/{database}"
-            f"?options=-csearch_path%3D{schema}")
+    return (
+        f"postgresql+psycopg://postgres:{PG_SECRET}@127.0.0.1:5432/{database}"
+        f"?options=-csearch_path%3D{schema}"
+    )
 
 
 @pytest.fixture

@@ -137,9 +137,17 @@ def test_dags_folder_holds_only_thin_dag_files() -> None:
 
 def test_a_run_path_without_filters_or_queries_does_not_import_sqlglot() -> None:
     """sqlglot (70 ms) is imported only by a table's ``where`` or a QUERY event to classify."""
-    code = ("import sys, orchestrator.config, orchestrator.runtime.run, orchestrator.steps, "
-            "orchestrator.pipeline.capture, orchestrator.binlog.reader; "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'sqlglot'))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    code = (
+        "import sys, orchestrator.config, orchestrator.runtime.run, orchestrator.steps, "
+        "orchestrator.pipeline.capture, orchestrator.binlog.reader; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'sqlglot'))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert done.stdout.strip() == "[]"

@@ -31,8 +31,21 @@ def rows(file: str, end: int) -> RowsEvent:
 
 def test_rows_of_events_at_one_position_are_numbered_on() -> None:
     capture = Numbering()
-    records = [rows("b.1", 100), rows("b.1", 9000), rows("b.1", 9000), rows("b.1", 9000),
-               Boundary(BinlogPosition("b.1", 9000), "commit"), rows("b.1", 9100), rows("b.2", 9000)]
+    records = [
+        rows("b.1", 100),
+        rows("b.1", 9000),
+        rows("b.1", 9000),
+        rows("b.1", 9000),
+        Boundary(BinlogPosition("b.1", 9000), "commit"),
+        rows("b.1", 9100),
+        rows("b.2", 9000),
+    ]
     _run(capture, records)  # type: ignore[arg-type]
-    assert capture.given == [("b.1", 100, 0), ("b.1", 9000, 0), ("b.1", 9000, 2), ("b.1", 9000, 4),
-                             ("b.1", 9100, 0), ("b.2", 9000, 0)]
+    assert capture.given == [
+        ("b.1", 100, 0),
+        ("b.1", 9000, 0),
+        ("b.1", 9000, 2),
+        ("b.1", 9000, 4),
+        ("b.1", 9100, 0),
+        ("b.2", 9000, 0),
+    ]

@@ -33,13 +33,24 @@ print(code, seen["enabled"], seen["frozen"])
 
 
 def config_file(tmp_path: Path) -> Path:
-    return write(tmp_path, {**GOOD, "output": {"path": str(tmp_path / "lake")},
-                            "state": {"url": f"sqlite:///{tmp_path / 'state.db'}"}})
+    return write(
+        tmp_path,
+        {
+            **GOOD,
+            "output": {"path": str(tmp_path / "lake")},
+            "state": {"url": f"sqlite:///{tmp_path / 'state.db'}"},
+        },
+    )
 
 
 def test_a_command_runs_with_the_collector_on_and_the_imports_frozen(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-c", PROBE, str(config_file(tmp_path))],
-                          capture_output=True, text=True, timeout=120, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, str(config_file(tmp_path))],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     code, enabled, frozen = done.stdout.split()
     assert (code, enabled) == ("0", "True"), done.stderr
     # everything the imports made: SQLAlchemy, pyarrow, the config's objects ...
@@ -84,35 +95,63 @@ sys.exit(cli.entry())
 """
 
 
-@pytest.mark.parametrize(("spark", "pandas", "imported"), [
-    ({}, "", "False"), ({"remote": "sc://127.0.0.1:15002"}, "", "False"), ({}, "first", "True")])
-def test_a_run_imports_no_pandas(tmp_path: Path, spark: dict[str, str], pandas: str, imported: str) -> None:
+@pytest.mark.parametrize(
+    ("spark", "pandas", "imported"),
+    [({}, "", "False"), ({"remote": "sc://127.0.0.1:15002"}, "", "False"), ({}, "first", "True")],
+)
+def test_a_run_imports_no_pandas(
+    tmp_path: Path, spark: dict[str, str], pandas: str, imported: str
+) -> None:
     """pyarrow's look for pandas (`runtime.lean`): a run leaves pandas unimported, with a Spark
     driver of its own or a Spark Connect server's, and pyarrow still converts to pandas when
     asked to; a process that imported pandas before keeps it."""
-    config = write(tmp_path, {**GOOD, "output": {"path": str(tmp_path / "lake")},
-                              "state": {"url": f"sqlite:///{tmp_path / 'state.db'}"}, "spark": spark})
-    done = subprocess.run([sys.executable, "-c", RUN_PROBE, str(config), pandas],
-                          capture_output=True, text=True, timeout=120, check=False)
+    config = write(
+        tmp_path,
+        {
+            **GOOD,
+            "output": {"path": str(tmp_path / "lake")},
+            "state": {"url": f"sqlite:///{tmp_path / 'state.db'}"},
+            "spark": spark,
+        },
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", RUN_PROBE, str(config), pandas],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == [imported, "DataFrame"]
 
 
-@pytest.mark.parametrize(("dag_id", "imported"), [("tidemark_shop", "False"), ("someone_elses", "True"), ("", "True")])
-def test_an_airflow_task_process_of_a_tidemark_dag_imports_no_pandas(dag_id: str, imported: str) -> None:
+@pytest.mark.parametrize(
+    ("dag_id", "imported"), [("tidemark_shop", "False"), ("someone_elses", "True"), ("", "True")]
+)
+def test_an_airflow_task_process_of_a_tidemark_dag_imports_no_pandas(
+    dag_id: str, imported: str
+) -> None:
     """The DAG module, in a task process of a Tidemark DAG (Airflow's parsing context names the
     DAG), has pyarrow make its look for pandas first: importing the engine and converting values
     imports no pandas. Another DAG's task process, or a parse of every DAG (the DAG processor, a
     DagBag: no DAG named), leaves pyarrow as it is, for pandas objects of other code."""
-    probe = ("import sys\n"
-             "import orchestrator.runtime.airflow_dags\n"
-             "import orchestrator.steps, pyarrow as pa\n"
-             "pa.array([1, 2])\n"
-             "print('pandas' in sys.modules, 'orchestrator.pipeline.capture' in sys.modules)")
+    probe = (
+        "import sys\n"
+        "import orchestrator.runtime.airflow_dags\n"
+        "import orchestrator.steps, pyarrow as pa\n"
+        "pa.array([1, 2])\n"
+        "print('pandas' in sys.modules, 'orchestrator.pipeline.capture' in sys.modules)"
+    )
     env = {k: v for k, v in os.environ.items() if k != "_AIRFLOW_PARSING_CONTEXT_DAG_ID"}
     if dag_id:
         env["_AIRFLOW_PARSING_CONTEXT_DAG_ID"] = dag_id
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
-                          check=False, env=env)
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=env,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == [imported, "True"]

@@ -17,7 +17,12 @@ TIDEMARK = Path(sys.executable).parent / "tidemark"
 
 GOOD: dict[str, Any] = {
     "pipeline": "shop",
-    "source": {"host": "127.0.0.1", "user": "snap", "password": "hunter2-not-printed", "server_id": 54001},
+    "source": {
+        "host": "127.0.0.1",
+        "user": "snap",
+        "password": "hunter2-not-printed",
+        "server_id": 54001,
+    },
     "output": {"path": "/tmp/lake"},
     "state": {"url": "sqlite:////tmp/state.db"},
     "tables": [{"name": "shop.orders"}, {"name": "shop.customers", "chunk_size": 10}],
@@ -56,12 +61,17 @@ def test_main_rejects_a_bad_config(tmp_path: Path, capsys: pytest.CaptureFixture
     assert "Traceback" not in out + err and "hunter2" not in out + err
 
 
-@pytest.mark.parametrize(("argv", "expected"), [
-    (["validate"], "--config"),
-    (["validate", "--config", "/nonexistent/shop.yaml"], "cannot read config file"),
-    (["frobnicate", "--config", "x.yaml"], "invalid choice"),
-])
-def test_main_bad_arguments_exit_2(argv: list[str], expected: str, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["validate"], "--config"),
+        (["validate", "--config", "/nonexistent/shop.yaml"], "cannot read config file"),
+        (["frobnicate", "--config", "x.yaml"], "invalid choice"),
+    ],
+)
+def test_main_bad_arguments_exit_2(
+    argv: list[str], expected: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(argv) == 2
     out, err = capsys.readouterr()
     assert expected in err and "Traceback" not in out + err
@@ -71,8 +81,9 @@ def run_tidemark(*args: str) -> subprocess.CompletedProcess[str]:
     if not TIDEMARK.exists():
         pytest.skip(f"{TIDEMARK} is not installed (pip install -e .)")
     env = {k: v for k, v in os.environ.items() if not k.startswith("TM_TEST_")}
-    return subprocess.run([str(TIDEMARK), *args], capture_output=True, text=True, timeout=120,
-                          env=env, check=False)
+    return subprocess.run(
+        [str(TIDEMARK), *args], capture_output=True, text=True, timeout=120, env=env, check=False
+    )
 
 
 def test_console_script_good_and_bad(tmp_path: Path) -> None:
@@ -106,8 +117,13 @@ def test_console_script_bad_yaml(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("size", ["0", "-5", "lots", str(10**30)])
-def test_run_refuses_a_bad_chunk_size_before_starting(size: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_run_refuses_a_bad_chunk_size_before_starting(
+    size: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Exit 2 from the argument parser: no config read, no Spark started, no source contacted."""
     assert main(["run", "--config", "/nonexistent/shop.yaml", "--chunk-size", size]) == 2
     err = capsys.readouterr().err
-    assert "--chunk-size: expected a number of rows from 1 to 2147483647" in err and "cannot read config" not in err
+    assert (
+        "--chunk-size: expected a number of rows from 1 to 2147483647" in err
+        and "cannot read config" not in err
+    )

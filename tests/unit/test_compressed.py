@@ -22,13 +22,24 @@ from tests.unit.test_rowdecode import packet
 MARIADB_FDE = bytes.fromhex(
     "00365d046b0f01000000fc000000000100000000040031302e31312e31392d4d6172696144422d302b6465"
     "62313275312d6c6f670000000000000000000000000000000000000000365d046b13380d00080012000404"
-    "0404120000e400041a08000000080808020000000a0a0a0000000000000a0a0a00" + "00" * 118
-    + "041304000d0808080a0a0a01e244ef1a")
+    "0404120000e400041a08000000080808020000000a0a0a0000000000000a0a0a00"
+    + "00" * 118
+    + "041304000d0808080a0a0a01e244ef1a"
+)
 MARIADB_WRITE = bytes.fromhex(
     "00365d046ba6010000003c0000007e030000000012000000000001000203818f789cfbc3c8c0c090924807f0"
-    "870968937c127e00009e7d3441eeabff49")
-ROWS = (b"\xfc" + struct.pack("<I", 1) + bytes([100]) + b"a" * 100
-        + b"\xfc" + struct.pack("<I", 2) + bytes([31]) + b"b" * 31)
+    "870968937c127e00009e7d3441eeabff49"
+)
+ROWS = (
+    b"\xfc"
+    + struct.pack("<I", 1)
+    + bytes([100])
+    + b"a" * 100
+    + b"\xfc"
+    + struct.pack("<I", 2)
+    + bytes([31])
+    + b"b" * 31
+)
 FMT = ev.Format(checksum=4)
 
 
@@ -55,8 +66,12 @@ def rows_head(kind: int, columns: int = 2) -> bytes:
     """A rows event's table id, flags, (v2: extra data length), column count, bitmaps."""
     v2 = kind in (169, 170, 171)
     images = 2 if kind in (167, 170) else 1
-    return (struct.pack("<IHH", 18, 0, 1) + (struct.pack("<H", 2) if v2 else b"")
-            + bytes([columns]) + b"\x03" * images)
+    return (
+        struct.pack("<IHH", 18, 0, 1)
+        + (struct.pack("<H", 2) if v2 else b"")
+        + bytes([columns])
+        + b"\x03" * images
+    )
 
 
 PLAIN = {165: ev.QUERY, 166: 23, 167: 24, 168: 25, 169: 30, 170: 31, 171: 32}
@@ -86,23 +101,27 @@ def test_mariadb_length_width_is_what_the_header_byte_says() -> None:
     assert plain == packet(ev.WRITE_ROWS_V1, head + b"xyz" * 5)
 
 
-@pytest.mark.parametrize(("block", "message"), [
-    (b"", "the compressed part is empty"),
-    (b"\x01\x03" + zlib.compress(b"abc"), "bad compression header byte 0x01"),
-    (b"\x80\x03" + zlib.compress(b"abc"), "bad compression header byte 0x80"),
-    (b"\x91\x03" + zlib.compress(b"abc"), "unknown compression algorithm 1"),
-    (b"\x82\x00", "the event ends inside the uncompressed length"),
-    (b"\x81\x04" + zlib.compress(b"abc"), "3 bytes inflated where 4 were stated"),
-    (b"\x81\x02" + zlib.compress(b"abc"), "3 bytes inflated where 2 were stated"),
-    (b"\x81\x03" + zlib.compress(b"abc")[:-3], "the zlib stream is truncated"),
-    (b"\x81\x03" + zlib.compress(b"abc") + b"!", "bytes after the end of the zlib stream"),
-    (b"\x84\xff\xff\xff\xff" + zlib.compress(b"abc"), "an uncompressed length of 4294967295"),
-])
+@pytest.mark.parametrize(
+    ("block", "message"),
+    [
+        (b"", "the compressed part is empty"),
+        (b"\x01\x03" + zlib.compress(b"abc"), "bad compression header byte 0x01"),
+        (b"\x80\x03" + zlib.compress(b"abc"), "bad compression header byte 0x80"),
+        (b"\x91\x03" + zlib.compress(b"abc"), "unknown compression algorithm 1"),
+        (b"\x82\x00", "the event ends inside the uncompressed length"),
+        (b"\x81\x04" + zlib.compress(b"abc"), "3 bytes inflated where 4 were stated"),
+        (b"\x81\x02" + zlib.compress(b"abc"), "3 bytes inflated where 2 were stated"),
+        (b"\x81\x03" + zlib.compress(b"abc")[:-3], "the zlib stream is truncated"),
+        (b"\x81\x03" + zlib.compress(b"abc") + b"!", "bytes after the end of the zlib stream"),
+        (b"\x84\xff\xff\xff\xff" + zlib.compress(b"abc"), "an uncompressed length of 4294967295"),
+    ],
+)
 def test_mariadb_bad_blocks_name_the_position(block: bytes, message: str) -> None:
     with pytest.raises(CorruptEvent) as failure:
         expand(packet(166, rows_head(166) + block, 4321), FMT, 166, "binlog.000007:4321")
-    assert str(failure.value).startswith("binlog.000007:4321 holds a compressed event (type 166) "
-                                         "that does not decode: ")
+    assert str(failure.value).startswith(
+        "binlog.000007:4321 holds a compressed event (type 166) that does not decode: "
+    )
     assert message in str(failure.value) and "re-snapshot" in str(failure.value)
 
 
@@ -129,9 +148,16 @@ def field(kind: int, value: int) -> bytes:
     return lenenc(kind) + lenenc(len(encoded)) + encoded
 
 
-def payload_event(raw: bytes, *, compression: int = 0, end: int = 9000, extra: bytes = b"",
-                  stated: int | None = None, size: int | None = None, checksum: bool = True
-                  ) -> bytes:
+def payload_event(
+    raw: bytes,
+    *,
+    compression: int = 0,
+    end: int = 9000,
+    extra: bytes = b"",
+    stated: int | None = None,
+    size: int | None = None,
+    checksum: bool = True,
+) -> bytes:
     """A TRANSACTION_PAYLOAD as MySQL writes it: compression type, uncompressed size,
     payload size, end mark (0), then the payload."""
     data = zstandard.ZstdCompressor().compress(raw) if compression == 0 else raw
@@ -154,31 +180,33 @@ TRANSACTION = [
 
 @pytest.mark.parametrize("compression", [0, 255])
 @pytest.mark.parametrize("checksum", [True, False])
-def test_mysql_payload_is_its_events_at_the_payloads_position(compression: int,
-                                                              checksum: bool) -> None:
+def test_mysql_payload_is_its_events_at_the_payloads_position(
+    compression: int, checksum: bool
+) -> None:
     raw = b"".join(inner(kind, body, end=100 + i) for i, (kind, body) in enumerate(TRANSACTION))
     event = payload_event(raw, compression=compression, end=9000, checksum=checksum)
     fmt = ev.Format(checksum=4 * checksum)
     got = expand(event, fmt, ev.TRANSACTION_PAYLOAD, "binlog.000002:9000")
     # Each inner event becomes an ordinary stream packet: the payload's end as its next
     # position (a checkpoint at the XID is the payload's end), the file's checksum.
-    expected = [b"\x00" + struct.pack("<IBIIIH", 5, kind, 1, 19 + len(body) + 4 * checksum, 9000, 0)
-                + body for kind, body in TRANSACTION]
+    expected = [
+        b"\x00" + struct.pack("<IBIIIH", 5, kind, 1, 19 + len(body) + 4 * checksum, 9000, 0) + body
+        for kind, body in TRANSACTION
+    ]
     if checksum:
         expected = [p + zlib.crc32(p[1:]).to_bytes(4, "little") for p in expected]
     assert got == expected
     assert [ev.header(p) for p in got] == [(kind, 9000) for kind, _ in TRANSACTION]
     assert ev.query_event(got[0], fmt) == ("d", "BEGIN")
     assert ev.parse_table_map(got[1], fmt).name == "d.t"
-    assert got[2][ev.rows_layout(got[2], fmt, ev.WRITE_ROWS).start:][: len(ROWS)] == ROWS
+    assert got[2][ev.rows_layout(got[2], fmt, ev.WRITE_ROWS).start :][: len(ROWS)] == ROWS
 
 
 def test_mysql_payload_header_fields_in_any_order_unknown_skipped_sizes_lenencoded() -> None:
     body = b"x" * 300  # sizes above 250: two-byte length-encoded values
     raw = inner(ev.QUERY, struct.pack("<IIBHH", 7, 0, 1, 0, 0) + b"d\x00" + body)
     data = zstandard.ZstdCompressor().compress(raw)
-    header = (field(1, len(data)) + field(9, 123456) + field(3, len(raw)) + field(2, 0)
-              + b"\x00")
+    header = field(1, len(data)) + field(9, 123456) + field(3, len(raw)) + field(2, 0) + b"\x00"
     event = packet(ev.TRANSACTION_PAYLOAD, header + data, 500)
     (got,) = expand(event, FMT, ev.TRANSACTION_PAYLOAD, "f:500")
     assert ev.query_event(got, FMT) == ("d", "x" * 300)
@@ -186,38 +214,48 @@ def test_mysql_payload_header_fields_in_any_order_unknown_skipped_sizes_lenencod
 
 def test_mysql_payload_of_several_zstd_frames() -> None:
     raw = b"".join(inner(kind, body) for kind, body in TRANSACTION)
-    frames = b"".join(zstandard.ZstdCompressor().compress(raw[i : i + 50])
-                      for i in range(0, len(raw), 50))
+    frames = b"".join(
+        zstandard.ZstdCompressor().compress(raw[i : i + 50]) for i in range(0, len(raw), 50)
+    )
     header = field(2, 0) + field(3, len(raw)) + field(1, len(frames)) + b"\x00"
-    got = expand(packet(ev.TRANSACTION_PAYLOAD, header + frames, 77), FMT,
-                 ev.TRANSACTION_PAYLOAD, "f:77")
+    got = expand(
+        packet(ev.TRANSACTION_PAYLOAD, header + frames, 77), FMT, ev.TRANSACTION_PAYLOAD, "f:77"
+    )
     assert [ev.header(p)[0] for p in got] == [kind for kind, _ in TRANSACTION]
 
 
 RAW = b"".join(inner(kind, body) for kind, body in TRANSACTION)
 
 
-@pytest.mark.parametrize(("event", "message"), [
-    (payload_event(RAW, compression=1), "unknown compression type 1"),
-    (payload_event(RAW, stated=len(RAW) - 1), f"more than {len(RAW)} bytes decompressed where "
-                                              f"{len(RAW) - 1} were stated"),
-    (payload_event(RAW, stated=len(RAW) + 1), f"{len(RAW)} bytes decompressed where"),
-    (payload_event(RAW, size=10_000), "a payload of 10000 bytes but"),
-    (packet(ev.TRANSACTION_PAYLOAD, field(2, 0) + field(3, 5)), "no end mark"),
-    (packet(ev.TRANSACTION_PAYLOAD, field(2, 0) + b"\x00" + b"abc"), "lacks the payload size"),
-    (payload_event(RAW[:-3], compression=255), "claims"),
-    (payload_event(RAW + b"\x00" * 7, compression=255), "ends inside an event header"),
-    (payload_event(b"", compression=255), "holds no event"),
-    (payload_event(inner(ev.TRANSACTION_PAYLOAD, b"\x00"), compression=255),
-     "an event of type 40 inside the payload"),
-    (payload_event(inner(166, b"\x00" * 12), compression=255), "an event of type 166 inside"),
-])
+@pytest.mark.parametrize(
+    ("event", "message"),
+    [
+        (payload_event(RAW, compression=1), "unknown compression type 1"),
+        (
+            payload_event(RAW, stated=len(RAW) - 1),
+            f"more than {len(RAW)} bytes decompressed where {len(RAW) - 1} were stated",
+        ),
+        (payload_event(RAW, stated=len(RAW) + 1), f"{len(RAW)} bytes decompressed where"),
+        (payload_event(RAW, size=10_000), "a payload of 10000 bytes but"),
+        (packet(ev.TRANSACTION_PAYLOAD, field(2, 0) + field(3, 5)), "no end mark"),
+        (packet(ev.TRANSACTION_PAYLOAD, field(2, 0) + b"\x00" + b"abc"), "lacks the payload size"),
+        (payload_event(RAW[:-3], compression=255), "claims"),
+        (payload_event(RAW + b"\x00" * 7, compression=255), "ends inside an event header"),
+        (payload_event(b"", compression=255), "holds no event"),
+        (
+            payload_event(inner(ev.TRANSACTION_PAYLOAD, b"\x00"), compression=255),
+            "an event of type 40 inside the payload",
+        ),
+        (payload_event(inner(166, b"\x00" * 12), compression=255), "an event of type 166 inside"),
+    ],
+)
 def test_mysql_bad_payloads_name_the_position(event: bytes, message: str) -> None:
     with pytest.raises(CorruptEvent) as failure:
         expand(event, FMT, ev.TRANSACTION_PAYLOAD, "binlog.000009:9000")
     text = str(failure.value)
-    assert text.startswith("binlog.000009:9000 holds a compressed transaction payload (type 40) "
-                           "that does not decode: ")
+    assert text.startswith(
+        "binlog.000009:9000 holds a compressed transaction payload (type 40) that does not decode: "
+    )
     assert message in text
 
 
@@ -226,12 +264,13 @@ def test_mysql_bad_payloads_name_the_position(event: bytes, message: str) -> Non
 
 def fuzz_cases() -> list[tuple[int, bytes]]:
     """Valid compressed events of every kind, to truncate and corrupt."""
-    cases = [(ev.TRANSACTION_PAYLOAD, payload_event(RAW)),
-             (ev.TRANSACTION_PAYLOAD, payload_event(RAW, compression=255)),
-             (166, MARIADB_WRITE)]
+    cases = [
+        (ev.TRANSACTION_PAYLOAD, payload_event(RAW)),
+        (ev.TRANSACTION_PAYLOAD, payload_event(RAW, compression=255)),
+        (166, MARIADB_WRITE),
+    ]
     for kind in sorted(PLAIN):
-        head = (struct.pack("<IIBHH", 7, 0, 1, 0, 0) + b"d\x00" if kind == 165
-                else rows_head(kind))
+        head = struct.pack("<IIBHH", 7, 0, 1, 0, 0) + b"d\x00" if kind == 165 else rows_head(kind)
         cases.append((kind, packet(kind, head + mariadb_block(ROWS))))
     return cases
 

@@ -25,16 +25,25 @@ DELETE = object()
 
 GOOD: dict[str, Any] = {
     "pipeline": "shop",
-    "source": {"host": "db.internal", "port": 3307, "user": "snap",
-               "password_env": "TM_TEST_PASSWORD", "server_id": 54001},
+    "source": {
+        "host": "db.internal",
+        "port": 3307,
+        "user": "snap",
+        "password_env": "TM_TEST_PASSWORD",
+        "server_id": 54001,
+    },
     "spark": {"master": "local[2]", "conf": {"spark.driver.memory": "1g"}},
     "output": {"path": "/tmp/lake"},
     "state": {"url": "sqlite:////tmp/state.db"},
     "defaults": {"chunk_size": 1000, "batch_chunks": 4},
     "tables": [
         {"name": "shop.orders"},
-        {"name": "shop.order_items", "chunk_key": ["order_id", "line_no"], "chunk_size": 200,
-         "where": "created_at >= '2020-01-01'"},
+        {
+            "name": "shop.order_items",
+            "chunk_key": ["order_id", "line_no"],
+            "chunk_size": 200,
+            "where": "created_at >= '2020-01-01'",
+        },
     ],
 }
 
@@ -78,46 +87,116 @@ BAD = [
     ("unknown nested key", [("source.hots", "x")], "source.hots: unknown key"),
     ("unknown table key", [("tables[1].chunk_keys", ["id"])], "tables[1].chunk_keys: unknown key"),
     ("unknown defaults key", [("defaults.chunksize", 5)], "defaults.chunksize: unknown key"),
-    ("chunk_size 0", [("defaults.chunk_size", 0)], "defaults.chunk_size: must be from 1 to 2147483647 rows"),
-    ("table chunk_size 0", [("tables[1].chunk_size", 0)], "tables[1].chunk_size: must be from 1 to"),
-    ("chunk_size too large", [("defaults.chunk_size", 10**30)], "defaults.chunk_size: must be from 1 to"),
+    (
+        "chunk_size 0",
+        [("defaults.chunk_size", 0)],
+        "defaults.chunk_size: must be from 1 to 2147483647 rows",
+    ),
+    (
+        "table chunk_size 0",
+        [("tables[1].chunk_size", 0)],
+        "tables[1].chunk_size: must be from 1 to",
+    ),
+    (
+        "chunk_size too large",
+        [("defaults.chunk_size", 10**30)],
+        "defaults.chunk_size: must be from 1 to",
+    ),
     ("negative batch_chunks", [("defaults.batch_chunks", -1)], "defaults.batch_chunks"),
-    ("table name without database", [("tables[0].name", "orders")], "tables[0].name: expected `database.table`"),
+    (
+        "table name without database",
+        [("tables[0].name", "orders")],
+        "tables[0].name: expected `database.table`",
+    ),
     ("table name with a space", [("tables[0].name", "shop.my orders")], "tables[0].name"),
-    ("duplicate table", [("tables[1]", {"name": "shop.orders"})], "tables[1].name: table shop.orders is listed twice"),
+    (
+        "duplicate table",
+        [("tables[1]", {"name": "shop.orders"})],
+        "tables[1].name: table shop.orders is listed twice",
+    ),
     ("empty tables", [("tables", [])], "tables: expected a non-empty list"),
-    ("tables not a list", [("tables", {"name": "shop.orders"})], "tables: expected a non-empty list"),
+    (
+        "tables not a list",
+        [("tables", {"name": "shop.orders"})],
+        "tables: expected a non-empty list",
+    ),
     ("table not a mapping", [("tables[0]", "shop.orders")], "tables[0]: expected a mapping"),
-    ("bad chunk_key", [("tables[1].chunk_key", [1, 2])], "tables[1].chunk_key: expected a column name"),
+    (
+        "bad chunk_key",
+        [("tables[1].chunk_key", [1, 2])],
+        "tables[1].chunk_key: expected a column name",
+    ),
     ("pipeline with capitals", [("pipeline", "Shop")], "pipeline: must match [a-z0-9_]+"),
     ("pipeline with a dash", [("pipeline", "shop-eu")], "pipeline: must match"),
     ("pipeline not a string", [("pipeline", 7)], "pipeline: expected a string"),
-    ("port as text", [("source.port", "3306x")], "source.port: expected an integer, found a string"),
+    (
+        "port as text",
+        [("source.port", "3306x")],
+        "source.port: expected an integer, found a string",
+    ),
     ("port out of range", [("source.port", 70000)], "source.port: must be a TCP port"),
     ("port as boolean", [("source.port", True)], "source.port: expected an integer, found boolean"),
     ("server_id 0", [("source.server_id", 0)], "source.server_id: must be a positive integer"),
-    ("chunk_size as text", [("defaults.chunk_size", "big")], "defaults.chunk_size: expected an integer"),
-    ("chunk_size as float", [("defaults.chunk_size", 10.5)], "defaults.chunk_size: expected an integer"),
+    (
+        "chunk_size as text",
+        [("defaults.chunk_size", "big")],
+        "defaults.chunk_size: expected an integer",
+    ),
+    (
+        "chunk_size as float",
+        [("defaults.chunk_size", 10.5)],
+        "defaults.chunk_size: expected an integer",
+    ),
     ("spark.conf a list", [("spark.conf", ["a"])], "spark.conf: expected a mapping"),
-    ("spark master and remote", [("spark.remote", "sc://spark:15002")], "spark: give one of spark.master and spark.remote"),
-    ("spark.remote not sc://", [("spark.master", DELETE), ("spark.remote", "http://spark:15002")],
-     "spark.remote: expected a Spark Connect URL like sc://host:15002"),
+    (
+        "spark master and remote",
+        [("spark.remote", "sc://spark:15002")],
+        "spark: give one of spark.master and spark.remote",
+    ),
+    (
+        "spark.remote not sc://",
+        [("spark.master", DELETE), ("spark.remote", "http://spark:15002")],
+        "spark.remote: expected a Spark Connect URL like sc://host:15002",
+    ),
     ("source a string", [("source", "db.internal")], "source: expected a mapping"),
     ("host an integer", [("source.host", 5)], "source.host: expected a string"),
     ("two password sources", [("source.password", "x")], "source: give only one of password"),
-    ("password an integer", [("source.password_env", DELETE), ("source.password", 1234)],
-     "source.password: expected a string"),
-    ("unset password env", [("source.password_env", "TM_TEST_UNSET_VARIABLE")],
-     "source.password_env: environment variable TM_TEST_UNSET_VARIABLE is not set"),
-    ("negative read margin", [("defaults.read_margin_seconds", -1)], "defaults.read_margin_seconds: must be >= 0"),
-    ("expected_run_hours 0", [("defaults.expected_run_hours", 0)], "defaults.expected_run_hours: must be > 0"),
-    ("bad distribution factor", [("defaults.even_distribution_factor", [5, 1])],
-     "defaults.even_distribution_factor"),
-    ("keep_versions text", [("output.keep_versions", "all")], "output.keep_versions: expected an integer"),
+    (
+        "password an integer",
+        [("source.password_env", DELETE), ("source.password", 1234)],
+        "source.password: expected a string",
+    ),
+    (
+        "unset password env",
+        [("source.password_env", "TM_TEST_UNSET_VARIABLE")],
+        "source.password_env: environment variable TM_TEST_UNSET_VARIABLE is not set",
+    ),
+    (
+        "negative read margin",
+        [("defaults.read_margin_seconds", -1)],
+        "defaults.read_margin_seconds: must be >= 0",
+    ),
+    (
+        "expected_run_hours 0",
+        [("defaults.expected_run_hours", 0)],
+        "defaults.expected_run_hours: must be > 0",
+    ),
+    (
+        "bad distribution factor",
+        [("defaults.even_distribution_factor", [5, 1])],
+        "defaults.even_distribution_factor",
+    ),
+    (
+        "keep_versions text",
+        [("output.keep_versions", "all")],
+        "output.keep_versions: expected an integer",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("changes", "expected"), [(c, e) for _, c, e in BAD], ids=[i for i, _, _ in BAD])
+@pytest.mark.parametrize(
+    ("changes", "expected"), [(c, e) for _, c, e in BAD], ids=[i for i, _, _ in BAD]
+)
 def test_bad_config_names_the_key(changes: list[tuple[str, Any]], expected: str) -> None:
     found = problems(mutated(*changes))
     assert any(expected in p for p in found), found
@@ -133,8 +212,15 @@ def test_not_a_mapping_at_all() -> None:
 
 
 def test_several_errors_are_reported_together() -> None:
-    found = problems(mutated(("pipeline", "Bad Name"), ("source.hots", 1), ("defaults.chunk_size", 0),
-                             ("tables[0].name", "orders"), ("state", DELETE)))
+    found = problems(
+        mutated(
+            ("pipeline", "Bad Name"),
+            ("source.hots", 1),
+            ("defaults.chunk_size", 0),
+            ("tables[0].name", "orders"),
+            ("state", DELETE),
+        )
+    )
     for key in ("pipeline:", "source.hots:", "defaults.chunk_size:", "tables[0].name:", "state:"):
         assert any(f"shop.yaml: {key}" in p for p in found), (key, found)
     assert len(found) >= 5
@@ -154,13 +240,22 @@ def test_good_config_round_trips_with_defaults_and_overrides(tmp_path: Path) -> 
 
     assert config.path == path
     assert config.pipeline == "shop"
-    assert (config.source.host, config.source.port, config.source.user) == ("db.internal", 3307, "snap")
+    assert (config.source.host, config.source.port, config.source.user) == (
+        "db.internal",
+        3307,
+        "snap",
+    )
     assert config.source.time_zone == "+00:00" and config.source.connect_timeout == 10
     assert config.spark.conf == {"spark.driver.memory": "1g"}
     assert config.staging_path == "/tmp/lake/_staging"
     assert config.defaults.fetch_size == 10000  # not in the file: the default
     orders, items = config.tables
-    assert (orders.name, orders.chunk_size, orders.batch_chunks, orders.chunk_key) == ("shop.orders", 1000, 4, None)
+    assert (orders.name, orders.chunk_size, orders.batch_chunks, orders.chunk_key) == (
+        "shop.orders",
+        1000,
+        4,
+        None,
+    )
     assert (items.database, items.table) == ("shop", "order_items")
     assert (items.chunk_size, items.batch_chunks) == (200, 4)
     assert items.chunk_key == ("order_id", "line_no")
@@ -172,7 +267,9 @@ def test_good_config_round_trips_with_defaults_and_overrides(tmp_path: Path) -> 
 
 
 def test_spark_remote_instead_of_a_master() -> None:
-    config = parse_config(mutated(("spark.master", DELETE), ("spark.remote", "sc://spark.internal:15002/;user_id=tm")))
+    config = parse_config(
+        mutated(("spark.master", DELETE), ("spark.remote", "sc://spark.internal:15002/;user_id=tm"))
+    )
     assert config.spark.remote == "sc://spark.internal:15002/;user_id=tm"
 
 
@@ -182,8 +279,9 @@ def test_keys_left_out_take_the_dataclass_defaults() -> None:
     assert config.defaults == Defaults()
     assert config.spark == SparkConfig()
     assert config.output == OutputConfig(path="/tmp/lake")
-    assert config.source == SourceConfig(host="db.internal", user="snap", server_id=54001,
-                                         password_env="TM_TEST_PASSWORD")
+    assert config.source == SourceConfig(
+        host="db.internal", user="snap", server_id=54001, password_env="TM_TEST_PASSWORD"
+    )
 
 
 def test_single_column_chunk_key_may_be_a_string() -> None:
@@ -191,11 +289,14 @@ def test_single_column_chunk_key_may_be_a_string() -> None:
     assert config.tables[0].chunk_key == ("order_id",)
 
 
-@pytest.mark.parametrize("call", [
-    lambda c: c.table("shop.nope"),
-    lambda c: c.select_tables(["shop.orders", "shop.nope"]),
-    lambda c: c.with_chunk_size(0),
-])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda c: c.table("shop.nope"),
+        lambda c: c.select_tables(["shop.orders", "shop.nope"]),
+        lambda c: c.with_chunk_size(0),
+    ],
+)
 def test_runtime_lookups_raise_config_error(call: Any) -> None:
     with pytest.raises(ConfigError):
         call(parse_config(mutated()))
@@ -215,17 +316,26 @@ def test_secret_never_printed() -> None:
     config = parse_config(mutated(("source.password_env", DELETE), ("source.password", secret)))
     assert config.source.password == Secret(secret)
     assert config.resolve_password() == secret
-    for text in (repr(config), str(config), repr(config.source), str(config.source),
-                 repr(config.source.password), f"{config.source.password}"):
+    for text in (
+        repr(config),
+        str(config),
+        repr(config.source),
+        str(config.source),
+        repr(config.source.password),
+        f"{config.source.password}",
+    ):
         assert secret not in text
     assert "***" in repr(config.source)
 
 
-@pytest.mark.parametrize(("key", "value"), [
-    ("state.url", ["postgresql://snap:s3cr3t-Pa55word@db/state"]),
-    ("output.catalog", {"warehouse": {"s3.secret-access-key": "s3cr3t-Pa55word"}}),
-    ("spark.remote", "host:15002/;token=s3cr3t-Pa55word"),
-])
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("state.url", ["postgresql://snap:s3cr3t-Pa55word@db/state"]),
+        ("output.catalog", {"warehouse": {"s3.secret-access-key": "s3cr3t-Pa55word"}}),
+        ("spark.remote", "host:15002/;token=s3cr3t-Pa55word"),
+    ],
+)
 def test_a_misplaced_secret_is_named_not_shown(key: str, value: Any) -> None:
     """A value refused for its type or form is not echoed when it may hold a secret: a list or
     mapping where a string was expected, a Spark Connect URL."""
@@ -247,24 +357,42 @@ def test_an_output_uri_of_an_unknown_scheme_is_refused(key: str) -> None:
 
 def test_jdbc_url_params_may_not_replace_the_session_tidemark_sets() -> None:
     """A user's ``sessionVariables`` replaced the one that sets the time zone and sql_mode."""
-    found = problems(mutated(("source.jdbc_url_params", {"sessionVariables": "wait_timeout=60",
-                                                         "useCompression": "true"})))
-    assert any("source.jdbc_url_params.sessionVariables: is set by Tidemark" in line for line in found), found
+    found = problems(
+        mutated(
+            (
+                "source.jdbc_url_params",
+                {"sessionVariables": "wait_timeout=60", "useCompression": "true"},
+            )
+        )
+    )
+    assert any(
+        "source.jdbc_url_params.sessionVariables: is set by Tidemark" in line for line in found
+    ), found
     assert not any("useCompression" in line for line in found), found
 
 
-@pytest.mark.parametrize(("key", "setting"), [("socketTimeout", "source.read_timeout"),
-                                              ("connectTimeout", "source.connect_timeout")])
-def test_jdbc_url_params_may_not_replace_the_timeouts_tidemark_derives(key: str, setting: str) -> None:
+@pytest.mark.parametrize(
+    ("key", "setting"),
+    [("socketTimeout", "source.read_timeout"), ("connectTimeout", "source.connect_timeout")],
+)
+def test_jdbc_url_params_may_not_replace_the_timeouts_tidemark_derives(
+    key: str, setting: str
+) -> None:
     """A ``socketTimeout`` there replaced the one `source.read_timeout` sets, for the reads only."""
     found = problems(mutated(("source.jdbc_url_params", {key: "0"})))
-    assert any(f"source.jdbc_url_params.{key}: is set from {setting}" in line for line in found), found
+    assert any(f"source.jdbc_url_params.{key}: is set from {setting}" in line for line in found), (
+        found
+    )
 
 
 def test_a_nested_spark_conf_value_is_refused() -> None:
     """It was turned into its Python text (``{'memory': '4g'}``) and handed to Spark."""
-    found = problems(mutated(("spark.conf", {"spark.executor": {"memory": "4g"}, "spark.ui.enabled": False})))
-    assert any("spark.conf.spark.executor: expected a single value" in line for line in found), found
+    found = problems(
+        mutated(("spark.conf", {"spark.executor": {"memory": "4g"}, "spark.ui.enabled": False}))
+    )
+    assert any("spark.conf.spark.executor: expected a single value" in line for line in found), (
+        found
+    )
     assert not any("spark.ui.enabled" in line for line in found), found
 
 
@@ -273,4 +401,7 @@ def test_a_malformed_time_zone_is_refused_by_validate() -> None:
     is, at the first connection (exit 3, naming the fix)."""
     found = problems(mutated(("source.time_zone", "UTC'; DROP")))
     assert any("source.time_zone: expected an offset like +00:00" in line for line in found), found
-    assert parse_config(mutated(("source.time_zone", "Europe/Berlin"))).source.time_zone == "Europe/Berlin"
+    assert (
+        parse_config(mutated(("source.time_zone", "Europe/Berlin"))).source.time_zone
+        == "Europe/Berlin"
+    )

@@ -26,8 +26,12 @@ def test_the_shared_context_is_the_one_pymysql_builds() -> None:
     ours = unconnected().ctx
     theirs = pymysql.connect(host="127.0.0.1", port=1, defer_connect=True).ctx
     assert ours is not theirs
-    assert (ours.verify_mode, ours.check_hostname, ours.verify_flags, ours.options) == \
-        (theirs.verify_mode, theirs.check_hostname, theirs.verify_flags, theirs.options)
+    assert (ours.verify_mode, ours.check_hostname, ours.verify_flags, ours.options) == (
+        theirs.verify_mode,
+        theirs.check_hostname,
+        theirs.verify_flags,
+        theirs.options,
+    )
     assert ours.verify_mode == ssl.CERT_NONE
 
 

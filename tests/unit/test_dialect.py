@@ -19,10 +19,19 @@ SERVERS = [
 ]
 
 
-@pytest.mark.parametrize(("version", "flavor", "numbers", "status_sql", "gtid_query", "super_counts"),
-                         SERVERS, ids=[row[0] for row in SERVERS])
-def test_server(version: str, flavor: str, numbers: tuple[int, ...], status_sql: str, gtid_query: bool,
-                super_counts: bool) -> None:
+@pytest.mark.parametrize(
+    ("version", "flavor", "numbers", "status_sql", "gtid_query", "super_counts"),
+    SERVERS,
+    ids=[row[0] for row in SERVERS],
+)
+def test_server(
+    version: str,
+    flavor: str,
+    numbers: tuple[int, ...],
+    status_sql: str,
+    gtid_query: bool,
+    super_counts: bool,
+) -> None:
     dialect = Dialect.from_version(version)
     assert (dialect.flavor, dialect.version) == (flavor, numbers)
     assert dialect.binlog_status_sql == status_sql

@@ -43,7 +43,13 @@ def watched(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[list[Se
             files[path] = (stat.st_size, stat.st_mtime_ns)
 
     def commit(self: Session) -> None:
-        commits.append((dict(files), dict(names), {str(p) for p in (tmp_path / "lake").rglob("*.metadata.json")}))
+        commits.append(
+            (
+                dict(files),
+                dict(names),
+                {str(p) for p in (tmp_path / "lake").rglob("*.metadata.json")},
+            )
+        )
         real_commit(self)
 
     monkeypatch.setattr(os, "fsync", fsync)
@@ -63,11 +69,29 @@ def _needed(config: PipelineConfig) -> tuple[str, set[str]]:
     return storage.local_path(table.metadata_location), {storage.local_path(f) for f in files}
 
 
-@pytest.mark.parametrize(("versions", "keep", "registers_itself"), [
-    (1, 2, True), (2, 2, True), (2, 1, True), (1, 2, False),
-], ids=["new table", "next version", "version 1 expired", "new table by pyiceberg's create transaction"])
-def test_what_a_commit_names_is_on_disk_before_it(tmp_path: Path, watched: list[Seen], monkeypatch: pytest.MonkeyPatch,
-                                                 versions: int, keep: int, registers_itself: bool) -> None:
+@pytest.mark.parametrize(
+    ("versions", "keep", "registers_itself"),
+    [
+        (1, 2, True),
+        (2, 2, True),
+        (2, 1, True),
+        (1, 2, False),
+    ],
+    ids=[
+        "new table",
+        "next version",
+        "version 1 expired",
+        "new table by pyiceberg's create transaction",
+    ],
+)
+def test_what_a_commit_names_is_on_disk_before_it(
+    tmp_path: Path,
+    watched: list[Seen],
+    monkeypatch: pytest.MonkeyPatch,
+    versions: int,
+    keep: int,
+    registers_itself: bool,
+) -> None:
     monkeypatch.setattr(iceberg_create, "_REGISTERS_ITSELF", registers_itself)
     config = config_for(tmp_path, keep)
     assert iceberg.catalog_properties(config)["py-io-impl"].endswith(DurableFileIO.__name__)
@@ -76,15 +100,25 @@ def test_what_a_commit_names_is_on_disk_before_it(tmp_path: Path, watched: list[
         publish(config, tmp_path, n)
     metadata, needed = _needed(config)
     if keep == 1:
-        assert len(iceberg.open_catalog(config).load_table("db.t").snapshots()) == 1, "version 1 expired"
+        assert len(iceberg.open_catalog(config).load_table("db.t").snapshots()) == 1, (
+            "version 1 expired"
+        )
     # the catalog's commit: the first SQL commit once the metadata file was written
     synced, names, _ = next(seen for seen in watched if metadata in seen[2])
     for path in sorted(needed):  # synced with its final bytes (files are never written again)
         stat = os.stat(path)
-        assert synced.get(path) == (stat.st_size, stat.st_mtime_ns), f"{path} not on disk at the catalog commit"
+        assert synced.get(path) == (stat.st_size, stat.st_mtime_ns), (
+            f"{path} not on disk at the catalog commit"
+        )
     lake = tmp_path / "lake"
-    for path in map(Path, needed):  # each name from the lake's root down, as synced in its directory
-        for entry in [path, *path.parents[:len(path.relative_to(lake).parts)]]:
-            if versions == 1 or entry.parent.name in ("data", "metadata"):  # the next version adds files
-                assert entry.name in names.get(str(entry.parent), ()), \
+    for path in map(
+        Path, needed
+    ):  # each name from the lake's root down, as synced in its directory
+        for entry in [path, *path.parents[: len(path.relative_to(lake).parts)]]:
+            if versions == 1 or entry.parent.name in (
+                "data",
+                "metadata",
+            ):  # the next version adds files
+                assert entry.name in names.get(str(entry.parent), ()), (
                     f"{entry.name} not yet in {entry.parent} when that was last synced before the commit"
+                )

@@ -24,8 +24,10 @@ from orchestrator.runtime.every import ProcessBroken, Stop, parse_every, run_eve
 from orchestrator.state.store import StateStore
 
 
-@pytest.mark.parametrize(("text", "seconds"), [("30", 30.0), ("90s", 90.0), ("5m", 300.0), ("1.5h", 5400.0),
-                                               (" 2M ", 120.0), ("0.25", 0.25)])
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("30", 30.0), ("90s", 90.0), ("5m", 300.0), ("1.5h", 5400.0), (" 2M ", 120.0), ("0.25", 0.25)],
+)
 def test_every_takes_seconds_or_a_unit(text: str, seconds: float) -> None:
     assert parse_every(text) == seconds
 
@@ -48,7 +50,13 @@ def test_runs_start_at_a_fixed_rate_and_failures_do_not_end_the_loop() -> None:
     stop = Stop()
     starts: list[float] = []
     reported: list[BaseException] = []
-    outcomes: list[BaseException | None] = [None, RunFailed("source lost"), SourceNotReady("down"), None, None]
+    outcomes: list[BaseException | None] = [
+        None,
+        RunFailed("source lost"),
+        SourceNotReady("down"),
+        None,
+        None,
+    ]
 
     def run() -> int:
         starts.append(time.monotonic())
@@ -132,11 +140,17 @@ def test_stop_set_from_another_thread_wakes_the_wait() -> None:
     stop.close()
 
 
-def _loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake: Callable[..., int], *argv: str) -> int:
+def _loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake: Callable[..., int], *argv: str
+) -> int:
     """`main` of ``run --every`` with `run_command` replaced by ``fake`` (no source, no Spark)."""
-    config = {"pipeline": "loop", "source": {"host": "127.0.0.1", "user": "snap", "password": "x", "server_id": 54009},
-              "output": {"path": str(tmp_path / "lake")}, "state": {"url": f"sqlite:///{tmp_path / 'state.db'}"},
-              "tables": [{"name": "shop.orders"}]}
+    config = {
+        "pipeline": "loop",
+        "source": {"host": "127.0.0.1", "user": "snap", "password": "x", "server_id": 54009},
+        "output": {"path": str(tmp_path / "lake")},
+        "state": {"url": f"sqlite:///{tmp_path / 'state.db'}"},
+        "tables": [{"name": "shop.orders"}],
+    }
     path = tmp_path / "loop.yaml"
     path.write_text(yaml.safe_dump(config))
     monkeypatch.setattr(early, "start_spark_early", lambda *a, **k: None)
@@ -151,13 +165,17 @@ def _loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake: Callable[..., i
             failures._log_handler = None
 
 
-def test_snapshot_is_asked_for_until_a_run_plans_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_snapshot_is_asked_for_until_a_run_plans_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     asked: list[bool] = []
 
     def fake(config: Any, *, snapshot: bool, planned: Callable[[], None], **kwargs: Any) -> int:
         asked.append(snapshot)
         if len(asked) == 1:
-            raise RunFailed("pipeline lock held by another run")  # before planning: no run of it yet
+            raise RunFailed(
+                "pipeline lock held by another run"
+            )  # before planning: no run of it yet
         if len(asked) == 2:
             planned()
             raise RunFailed("source lost mid-read")  # planned, then failed: the next run resumes it
@@ -169,8 +187,9 @@ def test_snapshot_is_asked_for_until_a_run_plans_it(tmp_path: Path, monkeypatch:
     assert asked == [True, True, False, False]
 
 
-def test_a_run_whose_spark_jvm_died_ends_the_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_run_whose_spark_jvm_died_ends_the_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     calls: list[int] = []
 
     def fake(config: Any, **kwargs: Any) -> int:
@@ -185,8 +204,9 @@ def test_a_run_whose_spark_jvm_died_ends_the_loop(tmp_path: Path, monkeypatch: p
     assert "Spark JVM ended (exit status 137)" in capsys.readouterr().err
 
 
-def test_a_lock_a_failed_run_left_with_the_process_is_released(tmp_path: Path,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_lock_a_failed_run_left_with_the_process_is_released(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     free: list[bool] = []
 
     def fake(config: Any, **kwargs: Any) -> int:

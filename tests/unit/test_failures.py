@@ -21,38 +21,82 @@ def chained(*messages: BaseException) -> BaseException:
 
 
 CASES = [
-    (chained(RuntimeError("An error occurred while calling o150.parquet."),
-             OSError("java.io.IOException: No space left on device")),
-     "no space left on device"),
-    (OSError(28, "No space left on device", "/lake/shop/t/x.parquet"),
-     "no space left on device on /lake/shop/t/x.parquet"),
-    (RuntimeError("java.io.IOException: Mkdirs failed to create file:/data/lake/_staging/r1 "
-                  "(exists=false, cwd=file:/work)"),
-     "permission denied on /data/lake/_staging/r1"),
+    (
+        chained(
+            RuntimeError("An error occurred while calling o150.parquet."),
+            OSError("java.io.IOException: No space left on device"),
+        ),
+        "no space left on device",
+    ),
+    (
+        OSError(28, "No space left on device", "/lake/shop/t/x.parquet"),
+        "no space left on device on /lake/shop/t/x.parquet",
+    ),
+    (
+        RuntimeError(
+            "java.io.IOException: Mkdirs failed to create file:/data/lake/_staging/r1 "
+            "(exists=false, cwd=file:/work)"
+        ),
+        "permission denied on /data/lake/_staging/r1",
+    ),
     (PermissionError(13, "Permission denied", "/data/lake"), "permission denied on /data/lake"),
-    (RuntimeError("org.apache.hadoop.fs.ParentNotDirectoryException: /tmp/blocker (is not a directory)"),
-     "a parent of the path is a regular file, not a directory on /tmp/blocker"),
-    (NotADirectoryError(20, "Not a directory", "/tmp/blocker/lake"),
-     "a parent of the path is a regular file, not a directory on /tmp/blocker/lake"),
-    (RuntimeError("java.sql.SQLNonTransientConnectionException: Could not connect to "
-                  "address=(host=127.0.0.1)(port=3306)(type=master) : Socket fail to connect"),
-     "connection lost to 127.0.0.1:3306"),
-    (RuntimeError("(2003, \"Can't connect to MySQL server on '10.0.0.5' ([Errno 111] Connection refused)\")"),
-     "connection lost"),
-    (chained(RuntimeError("lost the connection to MySQL at 127.0.0.1:53033 and could not get it back"),
-             ConnectionRefusedError(111, "Connection refused")),
-     "connection lost to 127.0.0.1:53033"),
-    (RuntimeError("java.lang.OutOfMemoryError: Java heap space"),
-     "the Spark driver ran out of memory (Java OutOfMemoryError)"),
-    (RuntimeError("Lost executor 1: java.lang.OutOfMemoryError: Java heap space"),
-     "the Spark executor ran out of memory (Java OutOfMemoryError)"),
-    (RuntimeError("(sqlite3.OperationalError) unable to open database file"),
-     "the state store cannot be written (read-only database file or directory)"),
-    (RuntimeError("java.sql.SQLNonTransientConnectionException: Could not connect to "
-                  "address=(host=10.1.1.1)(port=3307)(type=master) : Read timed out"),
-     "no answer from the source 10.1.1.1:3307 within source.read_timeout"),
-    (pymysql.err.OperationalError(2013, "Lost connection to MySQL server during query (timed out)"),
-     "no answer from the source within source.read_timeout"),
+    (
+        RuntimeError(
+            "org.apache.hadoop.fs.ParentNotDirectoryException: /tmp/blocker (is not a directory)"
+        ),
+        "a parent of the path is a regular file, not a directory on /tmp/blocker",
+    ),
+    (
+        NotADirectoryError(20, "Not a directory", "/tmp/blocker/lake"),
+        "a parent of the path is a regular file, not a directory on /tmp/blocker/lake",
+    ),
+    (
+        RuntimeError(
+            "java.sql.SQLNonTransientConnectionException: Could not connect to "
+            "address=(host=127.0.0.1)(port=3306)(type=master) : Socket fail to connect"
+        ),
+        "connection lost to 127.0.0.1:3306",
+    ),
+    (
+        RuntimeError(
+            "(2003, \"Can't connect to MySQL server on '10.0.0.5' ([Errno 111] Connection refused)\")"
+        ),
+        "connection lost",
+    ),
+    (
+        chained(
+            RuntimeError(
+                "lost the connection to MySQL at 127.0.0.1:53033 and could not get it back"
+            ),
+            ConnectionRefusedError(111, "Connection refused"),
+        ),
+        "connection lost to 127.0.0.1:53033",
+    ),
+    (
+        RuntimeError("java.lang.OutOfMemoryError: Java heap space"),
+        "the Spark driver ran out of memory (Java OutOfMemoryError)",
+    ),
+    (
+        RuntimeError("Lost executor 1: java.lang.OutOfMemoryError: Java heap space"),
+        "the Spark executor ran out of memory (Java OutOfMemoryError)",
+    ),
+    (
+        RuntimeError("(sqlite3.OperationalError) unable to open database file"),
+        "the state store cannot be written (read-only database file or directory)",
+    ),
+    (
+        RuntimeError(
+            "java.sql.SQLNonTransientConnectionException: Could not connect to "
+            "address=(host=10.1.1.1)(port=3307)(type=master) : Read timed out"
+        ),
+        "no answer from the source 10.1.1.1:3307 within source.read_timeout",
+    ),
+    (
+        pymysql.err.OperationalError(
+            2013, "Lost connection to MySQL server during query (timed out)"
+        ),
+        "no answer from the source within source.read_timeout",
+    ),
 ]
 
 
@@ -64,7 +108,9 @@ def test_root_cause(exc: BaseException, what: str) -> None:
 
 
 def test_innermost_cause_wins() -> None:
-    exc = chained(RuntimeError("Connection reset while writing"), OSError("No space left on device"))
+    exc = chained(
+        RuntimeError("Connection reset while writing"), OSError("No space left on device")
+    )
     assert describe(exc).startswith("no space left on device")
 
 
@@ -74,29 +120,41 @@ def test_unknown_failure_is_its_first_line() -> None:
 
 
 def test_out_of_memory_names_the_setting() -> None:
-    assert "spark.driver.memory" in describe(RuntimeError("java.lang.OutOfMemoryError: Java heap space"))
+    assert "spark.driver.memory" in describe(
+        RuntimeError("java.lang.OutOfMemoryError: Java heap space")
+    )
 
 
 def test_lost_connection_names_the_source_its_messages_do_not() -> None:
-    exc = RuntimeError("(2003, \"Can't connect to MySQL server on '127.0.0.1' ([Errno 111] Connection refused)\")")
+    exc = RuntimeError(
+        "(2003, \"Can't connect to MySQL server on '127.0.0.1' ([Errno 111] Connection refused)\")"
+    )
     assert root_cause(exc, "127.0.0.1:3306").what == "connection lost to 127.0.0.1:3306"
 
 
 def test_a_hung_source_says_what_was_waited_for_not_connection_lost() -> None:
     """A `SourceTimeout` wins over the "Lost connection" of the PyMySQL error under it."""
-    exc = chained(source_timeout("db:3306", 5, "the binlog after b.000002:4"),
-                  pymysql.err.OperationalError(2013, "Lost connection to MySQL server during query (timed out)"))
+    exc = chained(
+        source_timeout("db:3306", 5, "the binlog after b.000002:4"),
+        pymysql.err.OperationalError(
+            2013, "Lost connection to MySQL server during query (timed out)"
+        ),
+    )
     cause = root_cause(exc, "db:3306")
     assert cause is not None
-    assert cause.what == ("no answer from the source db:3306 for 5 s (source.read_timeout) while "
-                          "waiting for the binlog after b.000002:4")
+    assert cause.what == (
+        "no answer from the source db:3306 for 5 s (source.read_timeout) while "
+        "waiting for the binlog after b.000002:4"
+    )
     assert "raise source.read_timeout" in cause.fix
 
 
 def test_old_run_logs_are_pruned_keeping_the_newest_and_the_young(tmp_path: Path) -> None:
     day = 86400.0
     now = 100 * day
-    ages = {f"p-2026010{i}T000000Z-{i}.log": i * 3 * day for i in range(1, 6)}  # 3, 6, ... 15 days old
+    ages = {
+        f"p-2026010{i}T000000Z-{i}.log": i * 3 * day for i in range(1, 6)
+    }  # 3, 6, ... 15 days old
     for name, age in ages.items():
         (tmp_path / name).write_text("x")
         os.utime(tmp_path / name, (now - age, now - age))
@@ -105,15 +163,23 @@ def test_old_run_logs_are_pruned_keeping_the_newest_and_the_young(tmp_path: Path
     deleted = prune_logs(str(tmp_path), "p", keep=2, days=7, now=now)
     # the newest 2 (3 and 6 days) stay; of the rest only those younger than 7 days would: none
     assert sorted(Path(p).name for p in deleted) == sorted(list(ages)[2:])
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*list(ages)[:2], "other-20260101T000000Z-1.log"])
-    assert prune_logs(str(tmp_path), "p", keep=0, days=4, now=now) == [str(tmp_path / list(ages)[1])]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [*list(ages)[:2], "other-20260101T000000Z-1.log"]
+    )
+    assert prune_logs(str(tmp_path), "p", keep=0, days=4, now=now) == [
+        str(tmp_path / list(ages)[1])
+    ]
 
 
 def test_rotated_run_logs_are_pruned_too(tmp_path: Path) -> None:
     day = 86400.0
     now = 100 * day
-    names = ["p-20260101T000000Z-7.log", "p-20260101T000000Z-7.log.1", "p-20260101T000000Z-7.log.2",
-             "p-20260101T000000Z-7.log.old"]
+    names = [
+        "p-20260101T000000Z-7.log",
+        "p-20260101T000000Z-7.log.1",
+        "p-20260101T000000Z-7.log.2",
+        "p-20260101T000000Z-7.log.old",
+    ]
     for name in names:
         (tmp_path / name).write_text("x")
         os.utime(tmp_path / name, (now - 30 * day, now - 30 * day))

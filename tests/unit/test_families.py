@@ -15,7 +15,9 @@ from orchestrator.schema.tables import ColumnInfo
 from orchestrator.schema.types import UnsupportedType, arrow_type
 
 
-def c(data_type: str, column_type: str, precision: int | None = None, scale: int | None = None) -> ColumnInfo:
+def c(
+    data_type: str, column_type: str, precision: int | None = None, scale: int | None = None
+) -> ColumnInfo:
     return ColumnInfo("c", data_type, column_type, True, precision=precision, scale=scale)
 
 
@@ -63,7 +65,9 @@ TYPES = [
 ]
 
 
-@pytest.mark.parametrize(("column", "family", "arrow", "iceberg"), TYPES, ids=[row[0].column_type for row in TYPES])
+@pytest.mark.parametrize(
+    ("column", "family", "arrow", "iceberg"), TYPES, ids=[row[0].column_type for row in TYPES]
+)
 def test_type_row(column: ColumnInfo, family: str, arrow: pa.DataType, iceberg: str) -> None:
     assert family_of(column.data_type) == family
     assert arrow_type(column) == arrow
@@ -85,7 +89,9 @@ def test_the_binlog_shape_check_knows_every_type() -> None:
 def test_chunk_keys_refuse_exactly_enum_set_bit_json_and_float(data_type: str) -> None:
     """FLOAT (single precision) prints rounded to 6 digits: no bound reads back exactly."""
     refused = unsupported_key_reason(data_type) is not None
-    assert refused is (FAMILIES[data_type] in ("enum", "set", "bit", "json") or data_type == "float")
+    assert refused is (
+        FAMILIES[data_type] in ("enum", "set", "bit", "json") or data_type == "float"
+    )
 
 
 def test_an_unknown_type_has_no_family_and_no_mapping() -> None:
@@ -95,10 +101,18 @@ def test_an_unknown_type_has_no_family_and_no_mapping() -> None:
     assert unsupported_key_reason("geometry") == "geometry is not a supported chunk-key type"
 
 
-@pytest.mark.parametrize(("column_type", "data_type", "width"), [
-    ("int(11)", "int", 11), ("tinyint(1) unsigned", "tinyint", 1), ("bit(8)", "bit", 8),
-    ("year(4)", "year", 4), ("varchar(10)", "varchar", None), ("decimal(10,2)", "decimal", None),
-])
-def test_display_width_of_integer_bit_and_year_only(column_type: str, data_type: str,
-                                                    width: int | None) -> None:
+@pytest.mark.parametrize(
+    ("column_type", "data_type", "width"),
+    [
+        ("int(11)", "int", 11),
+        ("tinyint(1) unsigned", "tinyint", 1),
+        ("bit(8)", "bit", 8),
+        ("year(4)", "year", 4),
+        ("varchar(10)", "varchar", None),
+        ("decimal(10,2)", "decimal", None),
+    ],
+)
+def test_display_width_of_integer_bit_and_year_only(
+    column_type: str, data_type: str, width: int | None
+) -> None:
     assert ColumnInfo("c", data_type, column_type, True).display_width == width

@@ -46,8 +46,9 @@ def test_mysql_sets_encode_as_python_mysql_replication_encodes_them() -> None:
         assert parse_mysql(format_mysql(ours)) == ours == parse_mysql(str(theirs))
         # the library sends its sources in its own order; the server reads a set: compare per source
         assert encode_mysql(ours)[:8] == theirs.encoded()[:8]
-        assert sorted(encode_mysql({sid: spans})[8:] for sid, spans in ours.items()) == \
-            sorted(g.encode() for g in theirs.gtids)
+        assert sorted(encode_mysql({sid: spans})[8:] for sid, spans in ours.items()) == sorted(
+            g.encode() for g in theirs.gtids
+        )
 
 
 @pytest.mark.parametrize("bad", ["0-1", "a-1-2", "0-1-2,0-2-3"])
@@ -85,7 +86,9 @@ def test_the_tracker_follows_mysql_gtid_events() -> None:
     sid = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
     tracker = GtidTracker("mysql", f"{sid}:1-5:9")
     for number in (6, 7, 8, 10):
-        tracker.seen(packet(ev.MYSQL_GTID, 1, b"\x01" + uuid.UUID(sid).bytes + struct.pack("<Q", number)))
+        tracker.seen(
+            packet(ev.MYSQL_GTID, 1, b"\x01" + uuid.UUID(sid).bytes + struct.pack("<Q", number))
+        )
     other = uuid.UUID(int=7)
     tracker.seen(packet(ev.MYSQL_GTID, 1, b"\x01" + other.bytes + struct.pack("<Q", 1)))
     assert tracker.text == f"00000000-0000-0000-0000-000000000007:1,{sid}:1-10"

@@ -25,10 +25,16 @@ from tests.unit.test_manifest import TABLE, write_staging
 
 
 def config_for(tmp_path: Path, keep: int = 2) -> PipelineConfig:
-    return parse_config({
-        "pipeline": "p", "source": {"host": "h", "user": "u", "server_id": 1},
-        "output": {"path": str(tmp_path / "lake"), "keep_versions": keep, "keep_hours": 0},
-        "state": {"url": f"sqlite:///{tmp_path / 'state.db'}"}, "tables": [{"name": "db.t"}]}, check_env=False)
+    return parse_config(
+        {
+            "pipeline": "p",
+            "source": {"host": "h", "user": "u", "server_id": 1},
+            "output": {"path": str(tmp_path / "lake"), "keep_versions": keep, "keep_hours": 0},
+            "state": {"url": f"sqlite:///{tmp_path / 'state.db'}"},
+            "tables": [{"name": "db.t"}],
+        },
+        check_env=False,
+    )
 
 
 def rows_of(n: int) -> list[dict[str, object]]:
@@ -38,7 +44,11 @@ def rows_of(n: int) -> list[dict[str, object]]:
 def publish(config: PipelineConfig, tmp_path: Path, n: int) -> dict[str, object]:
     staging = tmp_path / f"s{n}"
     directory = str(staging) if staging.exists() else write_staging(staging, rows_of(n))
-    return dict(publish_table(config, TABLE, ("id",), directory, BinlogPosition(f"binlog.{n:06d}", 4), f"run-{n}"))
+    return dict(
+        publish_table(
+            config, TABLE, ("id",), directory, BinlogPosition(f"binlog.{n:06d}", 4), f"run-{n}"
+        )
+    )
 
 
 def by_id(rows: list[dict[str, object]]) -> list[dict[str, object]]:
@@ -51,7 +61,11 @@ def test_each_version_is_a_snapshot_and_retention_expires_the_dropped_ones(tmp_p
     for n in range(1, 5):
         manifest = publish(config, tmp_path, n)
         entry = manifest["iceberg"]
-        assert isinstance(entry, dict) and entry["catalog"] == "tidemark" and entry["identifier"] == "db.t"
+        assert (
+            isinstance(entry, dict)
+            and entry["catalog"] == "tidemark"
+            and entry["identifier"] == "db.t"
+        )
         table = iceberg.open_catalog(config).load_table("db.t")
         assert entry["metadata_location"] == table.metadata_location
         assert entry["snapshot_id"] == table.current_snapshot().snapshot_id  # type: ignore[union-attr]
@@ -65,13 +79,21 @@ def test_each_version_is_a_snapshot_and_retention_expires_the_dropped_ones(tmp_p
         assert json.loads((tdir / "_tidemark" / "current.json").read_text())["iceberg"] == entry
     table = iceberg.open_catalog(config).load_table("db.t")
     assert [s.summary["tidemark.version"] for s in table.snapshots() if s.summary] == ["3", "4"]
-    listed = {t.file.file_path for s in table.snapshots() for t in table.scan(snapshot_id=s.snapshot_id).plan_files()}
+    listed = {
+        t.file.file_path
+        for s in table.snapshots()
+        for t in table.scan(snapshot_id=s.snapshot_id).plan_files()
+    }
     on_disk = {f"file://{p}" for p in (tdir / "data").iterdir()}
     assert listed == on_disk, "retention keeps exactly the files a kept snapshot lists"
     first = sorted((tdir / "data").iterdir())[0]
     assert field_ids(str(first)) == {f.name: f.field_id for f in table.schema().fields}
     assert {f.name: str(f.field_type) for f in table.schema().fields} == {
-        "id": "long", "d": "date", "t": "long", "big": "string"}
+        "id": "long",
+        "d": "date",
+        "t": "long",
+        "big": "string",
+    }
 
 
 def test_a_snapshot_lists_only_manifests_with_live_files_or_its_own_deletes(tmp_path: Path) -> None:
@@ -82,25 +104,39 @@ def test_a_snapshot_lists_only_manifests_with_live_files_or_its_own_deletes(tmp_
         current = table.current_snapshot()
         assert current is not None
         manifests = current.manifests(table.io)
-        stale = [m.manifest_path for m in manifests if m.added_snapshot_id != current.snapshot_id
-                 and not (m.has_added_files() or m.has_existing_files())]
+        stale = [
+            m.manifest_path
+            for m in manifests
+            if m.added_snapshot_id != current.snapshot_id
+            and not (m.has_added_files() or m.has_existing_files())
+        ]
         assert stale == [], f"version {n} carries manifests of files earlier snapshots deleted"
         assert len(manifests) <= 2, "the version's added files and the files it deleted"
         assert by_id(pyiceberg_table(config, "db.t").to_pylist()) == by_id(rows_of(n))
 
 
-def test_a_new_table_is_created_with_its_first_snapshot_in_one_catalog_commit(tmp_path: Path) -> None:
+def test_a_new_table_is_created_with_its_first_snapshot_in_one_catalog_commit(
+    tmp_path: Path,
+) -> None:
     """One metadata file and one catalog row, not a table without snapshot committed first."""
     config = config_for(tmp_path)
     manifest = publish(config, tmp_path, 1)
     table = iceberg.open_catalog(config).load_table("db.t")
-    metadata = sorted(p.name for p in (tmp_path / "lake" / "db" / "t" / "metadata").glob("*.metadata.json"))
+    metadata = sorted(
+        p.name for p in (tmp_path / "lake" / "db" / "t" / "metadata").glob("*.metadata.json")
+    )
     assert len(metadata) == 1 and metadata[0].startswith("00000-"), metadata
-    assert table.metadata.metadata_log == [], "no earlier metadata: the table had a snapshot from its first commit"
+    assert table.metadata.metadata_log == [], (
+        "no earlier metadata: the table had a snapshot from its first commit"
+    )
     assert [s.summary["tidemark.version"] for s in table.snapshots() if s.summary] == ["1"]
-    assert manifest["iceberg"] == {"catalog": "tidemark", "identifier": "db.t", "snapshot_id":  # type: ignore[comparison-overlap]
-                                   table.current_snapshot().snapshot_id,  # type: ignore[union-attr]
-                                   "metadata_location": table.metadata_location}
+    assert manifest["iceberg"] == {
+        "catalog": "tidemark",
+        "identifier": "db.t",
+        "snapshot_id":  # type: ignore[comparison-overlap]
+        table.current_snapshot().snapshot_id,  # type: ignore[union-attr]
+        "metadata_location": table.metadata_location,
+    }
     assert table.properties["write.metadata.delete-after-commit.enabled"] == "true"
     assert by_id(pyiceberg_table(config, "db.t").to_pylist()) == by_id(rows_of(1))
     publish(config, tmp_path, 2)
@@ -113,23 +149,34 @@ def _publish_and_crash(tmp_path: Path, n: int) -> None:
 
 
 @pytest.mark.parametrize("n", [1, 2], ids=["new table", "next version"])
-def test_a_crash_between_the_iceberg_commit_and_the_manifest_switch_commits_once(tmp_path: Path, n: int) -> None:
+def test_a_crash_between_the_iceberg_commit_and_the_manifest_switch_commits_once(
+    tmp_path: Path, n: int
+) -> None:
     config = config_for(tmp_path)
     if n == 2:
         publish(config, tmp_path, 1)
     write_staging(tmp_path / f"s{n}", rows_of(n))
-    child = multiprocessing.get_context("fork").Process(target=_publish_and_crash, args=(tmp_path, n))
+    child = multiprocessing.get_context("fork").Process(
+        target=_publish_and_crash, args=(tmp_path, n)
+    )
     child.start()
     child.join(120)
     assert child.exitcode == -9, "the failpoint kills the publish after the Iceberg commit"
     tdir = tmp_path / "lake" / "db" / "t"
     current = tdir / "_tidemark" / "current.json"
-    assert (json.loads(current.read_text())["version"] if current.exists() else None) == (1 if n == 2 else None)
+    assert (json.loads(current.read_text())["version"] if current.exists() else None) == (
+        1 if n == 2 else None
+    )
     manifest = publish(config, tmp_path, n)
     table = iceberg.open_catalog(config).load_table("db.t")
     runs = [s.summary["tidemark.run-id"] for s in table.snapshots() if s.summary]
-    assert runs == [f"run-{v}" for v in range(1, n + 1)], "the rerun found its snapshot and did not commit again"
-    assert manifest["version"] == n and manifest["iceberg"]["snapshot_id"] == table.current_snapshot().snapshot_id  # type: ignore[index,union-attr]
+    assert runs == [f"run-{v}" for v in range(1, n + 1)], (
+        "the rerun found its snapshot and did not commit again"
+    )
+    assert (
+        manifest["version"] == n
+        and manifest["iceberg"]["snapshot_id"] == table.current_snapshot().snapshot_id
+    )  # type: ignore[index,union-attr]
     assert by_id(duckdb_table(str(tdir)).to_pylist()) == by_id(rows_of(n))
 
 
@@ -137,57 +184,114 @@ def test_the_demo_duckdb_line_reads_the_table(tmp_path: Path) -> None:
     config = config_for(tmp_path)
     manifest = publish(config, tmp_path, 3)
     line = duckdb_query(manifest["iceberg"]["metadata_location"])  # type: ignore[index]
-    select = line.split("LOAD iceberg; ", 1)[1].rstrip('"')  # offline: the extension is loaded from its package
+    select = line.split("LOAD iceberg; ", 1)[1].rstrip(
+        '"'
+    )  # offline: the extension is loaded from its package
     con = duckdb_connection()
     assert con.execute(select).fetchall() == [(15,)]
     con.close()
 
 
-@pytest.mark.parametrize(("properties", "problem"), [
-    ({"type": "nessie"}, "output.catalog.type: expected one of"),
-    ({"name": "bad name"}, "output.catalog.name: expected letters"),
-    ({"uri": ["a"]}, "output.catalog.uri: expected"),
-])
+@pytest.mark.parametrize(
+    ("properties", "problem"),
+    [
+        ({"type": "nessie"}, "output.catalog.type: expected one of"),
+        ({"name": "bad name"}, "output.catalog.name: expected letters"),
+        ({"uri": ["a"]}, "output.catalog.uri: expected"),
+    ],
+)
 def test_catalog_config_errors_name_the_key(properties: dict[str, object], problem: str) -> None:
     with pytest.raises(ConfigError, match=problem):
-        parse_config({
-            "pipeline": "p", "source": {"host": "h", "user": "u", "server_id": 1},
-            "output": {"path": "/lake", "catalog": properties},
-            "state": {"url": "sqlite://"}, "tables": [{"name": "db.t"}]}, check_env=False)
+        parse_config(
+            {
+                "pipeline": "p",
+                "source": {"host": "h", "user": "u", "server_id": 1},
+                "output": {"path": "/lake", "catalog": properties},
+                "state": {"url": "sqlite://"},
+                "tables": [{"name": "db.t"}],
+            },
+            check_env=False,
+        )
 
 
 def test_the_default_catalog_is_sql_in_the_state_store(tmp_path: Path) -> None:
     config = config_for(tmp_path)
     durable = {"py-io-impl": "orchestrator.lake.iceberg_io.DurableFileIO"}  # a local lake
-    assert iceberg.catalog_properties(config) == {**durable, "type": "sql", "uri": f"{config.state.url}?timeout=30"}
-    rest = parse_config({
-        "pipeline": "p", "source": {"host": "h", "user": "u", "server_id": 1},
-        "output": {"path": "/lake", "catalog": {"name": "prod", "type": "rest", "uri": "http://c:8181",
-                                                "s3.region": "eu-west-1", "rest.sigv4-enabled": True}},
-        "state": {"url": "sqlite://"}, "tables": [{"name": "db.t"}]}, check_env=False)
+    assert iceberg.catalog_properties(config) == {
+        **durable,
+        "type": "sql",
+        "uri": f"{config.state.url}?timeout=30",
+    }
+    rest = parse_config(
+        {
+            "pipeline": "p",
+            "source": {"host": "h", "user": "u", "server_id": 1},
+            "output": {
+                "path": "/lake",
+                "catalog": {
+                    "name": "prod",
+                    "type": "rest",
+                    "uri": "http://c:8181",
+                    "s3.region": "eu-west-1",
+                    "rest.sigv4-enabled": True,
+                },
+            },
+            "state": {"url": "sqlite://"},
+            "tables": [{"name": "db.t"}],
+        },
+        check_env=False,
+    )
     assert rest.output.catalog.name == "prod"
-    assert iceberg.catalog_properties(rest) == {"type": "rest", "uri": "http://c:8181", "s3.region": "eu-west-1",
-                                                "rest.sigv4-enabled": "true"}  # the server writes its metadata
-    own = parse_config({
-        "pipeline": "p", "source": {"host": "h", "user": "u", "server_id": 1},
-        "output": {"path": "/lake", "catalog": {"py-io-impl": "pyiceberg.io.fsspec.FsspecFileIO"}},
-        "state": {"url": "sqlite://"}, "tables": [{"name": "db.t"}]}, check_env=False)
-    assert iceberg.catalog_properties(own)["py-io-impl"] == "pyiceberg.io.fsspec.FsspecFileIO"  # theirs kept
+    assert iceberg.catalog_properties(rest) == {
+        "type": "rest",
+        "uri": "http://c:8181",
+        "s3.region": "eu-west-1",
+        "rest.sigv4-enabled": "true",
+    }  # the server writes its metadata
+    own = parse_config(
+        {
+            "pipeline": "p",
+            "source": {"host": "h", "user": "u", "server_id": 1},
+            "output": {
+                "path": "/lake",
+                "catalog": {"py-io-impl": "pyiceberg.io.fsspec.FsspecFileIO"},
+            },
+            "state": {"url": "sqlite://"},
+            "tables": [{"name": "db.t"}],
+        },
+        check_env=False,
+    )
+    assert (
+        iceberg.catalog_properties(own)["py-io-impl"] == "pyiceberg.io.fsspec.FsspecFileIO"
+    )  # theirs kept
 
 
 def test_a_new_column_gets_a_new_field_id_and_old_ids_stay(tmp_path: Path) -> None:
     config = config_for(tmp_path)
     publish(config, tmp_path, 1)
-    wider = TableInfo("db", "t", (*TABLE.columns[:2], *TABLE.columns[3:], ColumnInfo("note", "varchar", "varchar(9)", True)),
-                      ("id",), (), 0)
+    wider = TableInfo(
+        "db",
+        "t",
+        (*TABLE.columns[:2], *TABLE.columns[3:], ColumnInfo("note", "varchar", "varchar(9)", True)),
+        ("id",),
+        (),
+        0,
+    )
     staging = tmp_path / "wide"
     staging.mkdir()
     schema = pa.schema(pa.field(f.name, f.type) for f in staging_schema(wider.columns))
     rows = [{"id": i, "d": None, "big": f"{i}.5", "note": f"n{i}"} for i in range(3)]
     pq.write_table(pa.Table.from_pylist(rows, schema=schema), staging / "part-00000.parquet")
-    publish_table(config, wider, ("id",), str(staging), BinlogPosition("binlog.000009", 4), "run-wide")
+    publish_table(
+        config, wider, ("id",), str(staging), BinlogPosition("binlog.000009", 4), "run-wide"
+    )
     table = iceberg.open_catalog(config).load_table("db.t")
-    assert {f.name: f.field_id for f in table.schema().fields} == {"id": 1, "d": 2, "big": 4, "note": 5}
+    assert {f.name: f.field_id for f in table.schema().fields} == {
+        "id": 1,
+        "d": 2,
+        "big": 4,
+        "note": 5,
+    }
     assert len(table.metadata.metadata_log) == 1, "the schema change committed with the snapshot"
     assert by_id(pyiceberg_table(config, "db.t").to_pylist()) == rows
     assert by_id(duckdb_table(str(tmp_path / "lake" / "db" / "t")).to_pylist()) == rows
@@ -198,18 +302,30 @@ def test_a_type_iceberg_cannot_promote_replaces_the_column(tmp_path: Path) -> No
     new ID; the other IDs stay, and the old snapshot still reads with its own schema."""
     config = config_for(tmp_path, keep=5)
     first = publish(config, tmp_path, 1)
-    changed = TableInfo("db", "t", (*TABLE.columns[:2], ColumnInfo("t", "varchar", "varchar(9)", True),
-                                    TABLE.columns[3]), ("id",), (), 0)
+    changed = TableInfo(
+        "db",
+        "t",
+        (*TABLE.columns[:2], ColumnInfo("t", "varchar", "varchar(9)", True), TABLE.columns[3]),
+        ("id",),
+        (),
+        0,
+    )
     staging = tmp_path / "changed"
     staging.mkdir()
     schema = pa.schema(pa.field(f.name, f.type) for f in staging_schema(changed.columns))
     rows = [{"id": i, "d": None, "t": f"t{i}", "big": f"{i}.5"} for i in range(3)]
     pq.write_table(pa.Table.from_pylist(rows, schema=schema), staging / "part-00000.parquet")
     commits = len(iceberg.open_catalog(config).load_table("db.t").metadata.metadata_log)
-    publish_table(config, changed, ("id",), str(staging), BinlogPosition("binlog.000009", 4), "run-changed")
+    publish_table(
+        config, changed, ("id",), str(staging), BinlogPosition("binlog.000009", 4), "run-changed"
+    )
     table = iceberg.open_catalog(config).load_table("db.t")
     assert [(f.name, f.field_id, str(f.field_type)) for f in table.schema().fields] == [
-        ("id", 1, "long"), ("d", 2, "date"), ("t", 5, "string"), ("big", 4, "string")], "in the source's order"
+        ("id", 1, "long"),
+        ("d", 2, "date"),
+        ("t", 5, "string"),
+        ("big", 4, "string"),
+    ], "in the source's order"
     # the column replaced, put back in place and the snapshot: one commit, so no reader saw the new
     # schema over the old files (the replaced column read as NULL), nor can a crash leave it so
     assert len(table.metadata.metadata_log) == commits + 1
@@ -217,13 +333,19 @@ def test_a_type_iceberg_cannot_promote_replaces_the_column(tmp_path: Path) -> No
     assert by_id(pyiceberg_table(config, "db.t").to_pylist()) == rows
     tdir = tmp_path / "lake" / "db" / "t"
     assert by_id(duckdb_table(str(tdir)).to_pylist()) == rows
-    assert all(field_ids(str(tdir / f))["t"] == 5 for f in json.loads((tdir / "_tidemark/current.json").read_text())["files"])
+    assert all(
+        field_ids(str(tdir / f))["t"] == 5
+        for f in json.loads((tdir / "_tidemark/current.json").read_text())["files"]
+    )
     old = table.scan(snapshot_id=first["iceberg"]["snapshot_id"]).to_arrow().to_pylist()  # type: ignore[index]
     assert by_id(old) == by_id(rows_of(1)), "the old snapshot reads with its own schema"
     schemas = len(table.metadata.schemas)
-    publish_table(config, changed, ("id",), str(staging), BinlogPosition("binlog.000010", 4), "run-again")
-    assert len(iceberg.open_catalog(config).load_table("db.t").metadata.schemas) == schemas, \
+    publish_table(
+        config, changed, ("id",), str(staging), BinlogPosition("binlog.000010", 4), "run-again"
+    )
+    assert len(iceberg.open_catalog(config).load_table("db.t").metadata.schemas) == schemas, (
         "a schema already in the source's order is no change"
+    )
 
 
 def test_metadata_files_of_expired_snapshots_are_deleted(tmp_path: Path) -> None:
@@ -243,12 +365,16 @@ def test_metadata_files_of_expired_snapshots_are_deleted(tmp_path: Path) -> None
     assert by_id(duckdb_table(str(tdir)).to_pylist()) == by_id(rows_of(15))
     previous = json.loads((tdir / "_tidemark" / "versions" / "000014.json").read_text())["iceberg"]
     con = duckdb_connection()
-    rows = con.execute("SELECT count(*) FROM iceberg_scan(?)", [previous["metadata_location"]]).fetchall()
+    rows = con.execute(
+        "SELECT count(*) FROM iceberg_scan(?)", [previous["metadata_location"]]
+    ).fetchall()
     con.close()
     assert rows == [(70,)], "the kept previous version still reads through its own metadata file"
 
 
-def test_a_commit_that_lost_the_race_fails_instead_of_landing_on_the_newer_table(tmp_path: Path) -> None:
+def test_a_commit_that_lost_the_race_fails_instead_of_landing_on_the_newer_table(
+    tmp_path: Path,
+) -> None:
     """A writer holding the table as it was (a stale process) commits after another version
     landed: the catalog's compare-and-swap refuses it, and it is not retried on top of the newer
     snapshot (pyiceberg retries a failed commit by default)."""
@@ -263,8 +389,17 @@ def test_a_commit_that_lost_the_race_fails_instead_of_landing_on_the_newer_table
     publish(config, tmp_path, 2)  # the successor's version
     tdir = str(tmp_path / "lake" / "db" / "t")
     with pytest.raises(CommitFailedException):
-        commit_version(iceberg.open_catalog(config), "db.t", tdir, [], version=3, run_id="stale",
-                       position=BinlogPosition("binlog.000003", 4), attempt="a", prepared=stale)
+        commit_version(
+            iceberg.open_catalog(config),
+            "db.t",
+            tdir,
+            [],
+            version=3,
+            run_id="stale",
+            position=BinlogPosition("binlog.000003", 4),
+            attempt="a",
+            prepared=stale,
+        )
     table = iceberg.open_catalog(config).load_table("db.t")
     assert [s.summary["tidemark.version"] for s in table.snapshots() if s.summary] == ["1", "2"]
 
@@ -298,20 +433,33 @@ def test_a_stale_writer_of_a_table_with_commit_retries_fails_its_commit(tmp_path
     publish(config, tmp_path, 2)  # the successor's version
     tdir = str(tmp_path / "lake" / "db" / "t")
     with pytest.raises(CommitFailedException, match="changed since it was loaded"):
-        commit_version(iceberg.open_catalog(config), "db.t", tdir, [], version=3, run_id="stale",
-                       position=BinlogPosition("binlog.000003", 4), attempt="a", prepared=stale)
+        commit_version(
+            iceberg.open_catalog(config),
+            "db.t",
+            tdir,
+            [],
+            version=3,
+            run_id="stale",
+            position=BinlogPosition("binlog.000003", 4),
+            attempt="a",
+            prepared=stale,
+        )
     table = iceberg.open_catalog(config).load_table("db.t")
     assert [s.summary["tidemark.version"] for s in table.snapshots() if s.summary] == ["1", "2"]
 
 
-def test_pydantic_asks_a_default_factory_its_signature_once(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_pydantic_asks_a_default_factory_its_signature_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from pydantic._internal import _fields, _typing_extra
 
     from orchestrator.lake import iceberg_tx
 
     asked: list[object] = []
     signature = _typing_extra.signature_no_eval
-    monkeypatch.setattr(_typing_extra, "signature_no_eval", lambda f: asked.append(f) or signature(f))
+    monkeypatch.setattr(
+        _typing_extra, "signature_no_eval", lambda f: asked.append(f) or signature(f)
+    )
 
     def takes_data(data: dict[str, object]) -> list[object]:
         return []
@@ -337,22 +485,43 @@ def test_a_data_file_is_listed_as_pyiceberg_lists_it(tmp_path: Path) -> None:
     ours = data_file(table.io, table.metadata, listed.file_path)
     theirs = parquet_file_to_data_file(table.io, table.metadata, listed.file_path)
     assert ours == theirs and ours.record_count == 15
-    assert ours.lower_bounds and ours.lower_bounds == listed.lower_bounds  # the statistics are there
+    assert (
+        ours.lower_bounds and ours.lower_bounds == listed.lower_bounds
+    )  # the statistics are there
 
     other = tmp_path / "other.parquet"  # the same columns, no field IDs
-    pq.write_table(pq.read_table(listed.file_path.removeprefix("file://")).replace_schema_metadata(None).cast(
-        pa.schema([f.remove_metadata() for f in pq.read_schema(listed.file_path.removeprefix("file://"))])), other)
+    pq.write_table(
+        pq.read_table(listed.file_path.removeprefix("file://"))
+        .replace_schema_metadata(None)
+        .cast(
+            pa.schema(
+                [
+                    f.remove_metadata()
+                    for f in pq.read_schema(listed.file_path.removeprefix("file://"))
+                ]
+            )
+        ),
+        other,
+    )
     with pytest.raises(RunFailed, match="not the Iceberg table's"):
         data_file(table.io, table.metadata, str(other))
 
 
 def test_data_file_schemas_load_only_the_tables_the_catalog_has(tmp_path: Path) -> None:
     config = config_for(tmp_path)
-    changed = TableInfo("db", "t", (*TABLE.columns[:2], ColumnInfo("t", "varchar", "varchar(9)", True),
-                                    TABLE.columns[3]), ("id",), (), 0)
+    changed = TableInfo(
+        "db",
+        "t",
+        (*TABLE.columns[:2], ColumnInfo("t", "varchar", "varchar(9)", True), TABLE.columns[3]),
+        ("id",),
+        (),
+        0,
+    )
     publish(config, tmp_path, 1)  # db.t exists; its column t will be replaced (a new field ID)
-    absent = [TableInfo("db", "new", TABLE.columns, ("id",), (), 0),
-              TableInfo("other", "new", TABLE.columns, ("id",), (), 0)]  # other: no namespace yet
+    absent = [
+        TableInfo("db", "new", TABLE.columns, ("id",), (), 0),
+        TableInfo("other", "new", TABLE.columns, ("id",), (), 0),
+    ]  # other: no namespace yet
     catalog = iceberg.open_catalog(config)
     loaded: list[object] = []
     load = catalog.load_table

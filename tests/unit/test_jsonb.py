@@ -62,7 +62,10 @@ def decimal(text: str, precision: int, scale: int) -> Doc:
     with localcontext() as context:
         context.prec = 100
         digits = format(abs(value), f".{scale}f").replace(".", "")
-    whole, fraction = digits[: len(digits) - scale] if scale else digits, digits[len(digits) - scale :] if scale else ""
+    whole, fraction = (
+        digits[: len(digits) - scale] if scale else digits,
+        digits[len(digits) - scale :] if scale else "",
+    )
     whole = whole.rjust(precision - scale, "0")
     groups: list[tuple[int, str]] = []
     lead = (precision - scale) % 9
@@ -79,8 +82,9 @@ def decimal(text: str, precision: int, scale: int) -> Doc:
     return opaque(rd.NEWDECIMAL, bytes([precision, scale]) + bytes(raw))
 
 
-def datetime_packed(y: int, mo: int, d: int, h: int = 0, mi: int = 0, s: int = 0, us: int = 0,
-                    neg: bool = False) -> bytes:
+def datetime_packed(
+    y: int, mo: int, d: int, h: int = 0, mi: int = 0, s: int = 0, us: int = 0, neg: bool = False
+) -> bytes:
     whole = ((y * 13 + mo) << 5 | d) << 17 | h << 12 | mi << 6 | s
     value = (whole << 24) + us
     return struct.pack("<q", -value if neg else value)
@@ -106,18 +110,28 @@ def container(items: list[Doc] | dict[str, Doc], large: bool = False) -> Doc:
         out_keys += key_at.to_bytes(width, "little") + len(key).to_bytes(2, "little")
         key_at += len(key)
     for value in values:
-        inline = value.kind in (jsonb.LITERAL, jsonb.INT16, jsonb.UINT16) or \
-            (large and value.kind in (jsonb.INT32, jsonb.UINT32))
+        inline = value.kind in (jsonb.LITERAL, jsonb.INT16, jsonb.UINT16) or (
+            large and value.kind in (jsonb.INT32, jsonb.UINT32)
+        )
         if inline:
             out_values += bytes([value.kind]) + value.body.ljust(width, b"\0")
         else:
             out_values += bytes([value.kind]) + (at + len(data)).to_bytes(width, "little")
             data += value.body
     size = at + len(data)
-    body = count.to_bytes(width, "little") + size.to_bytes(width, "little") + out_keys + \
-        out_values + key_data + data
-    kind = (jsonb.LARGE_OBJECT if large else jsonb.SMALL_OBJECT) if is_object else \
-        (jsonb.LARGE_ARRAY if large else jsonb.SMALL_ARRAY)
+    body = (
+        count.to_bytes(width, "little")
+        + size.to_bytes(width, "little")
+        + out_keys
+        + out_values
+        + key_data
+        + data
+    )
+    kind = (
+        (jsonb.LARGE_OBJECT if large else jsonb.SMALL_OBJECT)
+        if is_object
+        else (jsonb.LARGE_ARRAY if large else jsonb.SMALL_ARRAY)
+    )
     return Doc(kind, body)
 
 
@@ -154,33 +168,76 @@ CASES: list[tuple[str, Doc, str]] = [
     ("long string", string("x" * 300), '"' + "x" * 300 + '"'),
     # opaque: DECIMAL keeps its scale; temporal values quoted with 6 fractional digits
     ("decimal", decimal("1.50", 10, 2), "1.50"),
-    ("decimal negative", decimal("-12345678901234567890.123456789012", 40, 12),
-     "-12345678901234567890.123456789012"),
+    (
+        "decimal negative",
+        decimal("-12345678901234567890.123456789012", 40, 12),
+        "-12345678901234567890.123456789012",
+    ),
     ("decimal zero", decimal("0", 5, 0), "0"),
     ("decimal negative fraction", decimal("-0.05", 4, 2), "-0.05"),
-    ("datetime", opaque(rd.DATETIME, datetime_packed(2015, 1, 15, 23, 24, 25)),
-     '"2015-01-15 23:24:25.000000"'),
-    ("datetime micros", opaque(rd.DATETIME, datetime_packed(1000, 1, 1, 0, 0, 0, 1)),
-     '"1000-01-01 00:00:00.000001"'),
-    ("timestamp", opaque(rd.TIMESTAMP, datetime_packed(2038, 1, 19, 3, 14, 7, 999999)),
-     '"2038-01-19 03:14:07.999999"'),
+    (
+        "datetime",
+        opaque(rd.DATETIME, datetime_packed(2015, 1, 15, 23, 24, 25)),
+        '"2015-01-15 23:24:25.000000"',
+    ),
+    (
+        "datetime micros",
+        opaque(rd.DATETIME, datetime_packed(1000, 1, 1, 0, 0, 0, 1)),
+        '"1000-01-01 00:00:00.000001"',
+    ),
+    (
+        "timestamp",
+        opaque(rd.TIMESTAMP, datetime_packed(2038, 1, 19, 3, 14, 7, 999999)),
+        '"2038-01-19 03:14:07.999999"',
+    ),
     ("date", opaque(rd.DATE, datetime_packed(2024, 2, 29)), '"2024-02-29"'),
     ("time", opaque(rd.TIME, time_packed(11, 30, 24)), '"11:30:24.000000"'),
-    ("time negative", opaque(rd.TIME, time_packed(838, 59, 59, 500000, neg=True)),
-     '"-838:59:59.500000"'),
+    (
+        "time negative",
+        opaque(rd.TIME, time_packed(838, 59, 59, 500000, neg=True)),
+        '"-838:59:59.500000"',
+    ),
     ("opaque blob", opaque(rd.VAR_STRING, b"\xca\xfe"), '"base64:type253:yv4="'),
-    ("small array", container([integer(jsonb.INT16, 1), double(2.5), literal(None), literal(True),
-                               string("a"), integer(jsonb.INT32, 70000)]),
-     '[1, 2.5, null, true, "a", 70000]'),
-    ("small object", container({"a": integer(jsonb.INT16, 1), "bb": decimal("9.99", 3, 2),
-                                "c": opaque(rd.DATE, datetime_packed(2020, 12, 31))}),
-     '{"a": 1, "bb": 9.99, "c": "2020-12-31"}'),
-    ("nested", container({"k": container([container({}), container([]),
-                                          container({"x\"y": double(1e300)})])}),
-     '{"k": [{}, [], {"x\\"y": 1e300}]}'),
-    ("large object", container({"a": integer(jsonb.INT32, -5), "b": integer(jsonb.UINT32, 7),
-                                "s": string("é")}, large=True),
-     '{"a": -5, "b": 7, "s": "é"}'),
+    (
+        "small array",
+        container(
+            [
+                integer(jsonb.INT16, 1),
+                double(2.5),
+                literal(None),
+                literal(True),
+                string("a"),
+                integer(jsonb.INT32, 70000),
+            ]
+        ),
+        '[1, 2.5, null, true, "a", 70000]',
+    ),
+    (
+        "small object",
+        container(
+            {
+                "a": integer(jsonb.INT16, 1),
+                "bb": decimal("9.99", 3, 2),
+                "c": opaque(rd.DATE, datetime_packed(2020, 12, 31)),
+            }
+        ),
+        '{"a": 1, "bb": 9.99, "c": "2020-12-31"}',
+    ),
+    (
+        "nested",
+        container(
+            {"k": container([container({}), container([]), container({'x"y': double(1e300)})])}
+        ),
+        '{"k": [{}, [], {"x\\"y": 1e300}]}',
+    ),
+    (
+        "large object",
+        container(
+            {"a": integer(jsonb.INT32, -5), "b": integer(jsonb.UINT32, 7), "s": string("é")},
+            large=True,
+        ),
+        '{"a": -5, "b": 7, "s": "é"}',
+    ),
     ("large array", container([integer(jsonb.INT64, 1), literal(False)], large=True), "[1, false]"),
 ]
 
@@ -192,15 +249,27 @@ def test_documents_print_as_mysql_prints_them(name: str, doc: Doc, expected: str
 
 def test_a_big_array_and_object() -> None:
     items = [integer(jsonb.INT16, i) for i in range(3000)]
-    assert json_text(encode(container(items, large=True))) == \
-        "[" + ", ".join(str(i) for i in range(3000)) + "]"
+    assert (
+        json_text(encode(container(items, large=True)))
+        == "[" + ", ".join(str(i) for i in range(3000)) + "]"
+    )
     keys = {f"k{i:04d}": string(str(i)) for i in range(500)}
-    assert json_text(encode(container(keys))) == \
-        "{" + ", ".join(f'"k{i:04d}": "{i}"' for i in range(500)) + "}"
+    assert (
+        json_text(encode(container(keys)))
+        == "{" + ", ".join(f'"k{i:04d}": "{i}"' for i in range(500)) + "}"
+    )
 
 
-@pytest.mark.parametrize("raw", [b"", b"\x0e", b"\x04\x07", b"\x0c\xff\xff\xff\xff\xff\x01",
-                                 bytes([jsonb.DOUBLE]) + struct.pack("<d", float("nan"))])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"",
+        b"\x0e",
+        b"\x04\x07",
+        b"\x0c\xff\xff\xff\xff\xff\x01",
+        bytes([jsonb.DOUBLE]) + struct.pack("<d", float("nan")),
+    ],
+)
 def test_bad_documents_are_errors(raw: bytes) -> None:
     with pytest.raises(ValueError):
         json_text(raw)

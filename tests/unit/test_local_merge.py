@@ -16,7 +16,9 @@ from orchestrator.pipeline import reconcile_local
 from orchestrator.pipeline.changes import DELETE, KIND, PUT, event_key
 
 
-def _case(rng: random.Random, type_: pa.DataType, low: int, high: int) -> tuple[pa.RecordBatch, pa.Table]:
+def _case(
+    rng: random.Random, type_: pa.DataType, low: int, high: int
+) -> tuple[pa.RecordBatch, pa.Table]:
     def draw(count: int) -> set[int]:
         return {rng.randrange(low, high) for _ in range(count)}
 
@@ -27,35 +29,66 @@ def _case(rng: random.Random, type_: pa.DataType, low: int, high: int) -> tuple[
     chosen |= {k for k in draw(40) if k not in keys}
     ours = sorted(chosen)
     kinds = [PUT if rng.random() < 0.6 else DELETE for _ in ours]
-    events = pa.table({event_key(0): pa.array(ours, type_), KIND: pa.array(kinds, pa.int8()),
-                       "id": pa.array([k if kind == PUT else None for k, kind in zip(ours, kinds, strict=True)], type_),
-                       "v": pa.array([f"e{k}" if kind == PUT else None for k, kind in zip(ours, kinds, strict=True)])})
+    events = pa.table(
+        {
+            event_key(0): pa.array(ours, type_),
+            KIND: pa.array(kinds, pa.int8()),
+            "id": pa.array(
+                [k if kind == PUT else None for k, kind in zip(ours, kinds, strict=True)], type_
+            ),
+            "v": pa.array(
+                [f"e{k}" if kind == PUT else None for k, kind in zip(ours, kinds, strict=True)]
+            ),
+        }
+    )
     return base, events
 
 
-WIDTHS = [(pa.int8(), -128, 128), (pa.int32(), -10**9, 10**9), (pa.int64(), -2**63, 2**63 - 1),
-          (pa.uint64(), 2**63 - 10**6, 2**64 - 1), (pa.uint16(), 0, 2**16)]
+WIDTHS = [
+    (pa.int8(), -128, 128),
+    (pa.int32(), -(10**9), 10**9),
+    (pa.int64(), -(2**63), 2**63 - 1),
+    (pa.uint64(), 2**63 - 10**6, 2**64 - 1),
+    (pa.uint16(), 0, 2**16),
+]
 
 
 @pytest.mark.parametrize(("type_", "low", "high"), WIDTHS, ids=[str(w[0]) for w in WIDTHS])
 @pytest.mark.parametrize("seed", range(4))
-def test_an_integer_key_merges_as_the_sort_does(type_: pa.DataType, low: int, high: int, seed: int,
-                                                 tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_integer_key_merges_as_the_sort_does(
+    type_: pa.DataType,
+    low: int,
+    high: int,
+    seed: int,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     base, events = _case(random.Random(seed), type_, low, high)
     schema = base.schema
     path = str(tmp_path / "base.parquet")
     pq.write_table(pa.Table.from_batches([base]), path)
-    assert reconcile_local._integer_key([base.column("id")], events) is not None, "the fast path is taken"
+    assert reconcile_local._integer_key([base.column("id")], events) is not None, (
+        "the fast path is taken"
+    )
     fast = reconcile_local._merge_batch(base, events, schema, ["id"])
     fast_rows = reconcile_local.output_rows(path, base.num_rows, events, ["id"])
     monkeypatch.setattr(reconcile_local, "_integer_key", lambda base, events: None)
     slow = reconcile_local._merge_batch(base, events, schema, ["id"])
     assert fast.to_pylist() == slow.to_pylist()
-    assert fast_rows == reconcile_local.output_rows(path, base.num_rows, events, ["id"]) == fast.num_rows
+    assert (
+        fast_rows
+        == reconcile_local.output_rows(path, base.num_rows, events, ["id"])
+        == fast.num_rows
+    )
     ids: list[Any] = fast.column("id").to_pylist()
     assert ids == sorted(ids) and len(set(ids)) == len(ids)
-    puts = {k for k, kind in zip(events.column(event_key(0)).to_pylist(), events.column(KIND).to_pylist(),
-                                 strict=True) if kind == PUT}
+    puts = {
+        k
+        for k, kind in zip(
+            events.column(event_key(0)).to_pylist(), events.column(KIND).to_pylist(), strict=True
+        )
+        if kind == PUT
+    }
     assert {r["id"] for r in fast.to_pylist() if r["v"].startswith("e")} == puts
 
 

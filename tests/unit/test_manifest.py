@@ -42,19 +42,32 @@ TABLE = TableInfo("db", "t", COLUMNS, ("id",), (), 0)
 
 
 def manifest(version: int, files: list[str]) -> Manifest:
-    return Manifest(table="db.t", version=version, files=files,
-                    position={"file": "binlog.000001", "pos": 4, "gtid_set": None}, rows=0,
-                    columns=[], chunk_key=["id"], published_at="2026-01-01T00:00:00Z", run_id=f"r{version}")
+    return Manifest(
+        table="db.t",
+        version=version,
+        files=files,
+        position={"file": "binlog.000001", "pos": 4, "gtid_set": None},
+        rows=0,
+        columns=[],
+        chunk_key=["id"],
+        published_at="2026-01-01T00:00:00Z",
+        run_id=f"r{version}",
+    )
 
 
-@pytest.mark.parametrize(("files", "keep", "dropped", "garbage"), [
-    ({1: ["a"], 2: ["b"], 3: ["c"]}, 2, [1], ["a"]),
-    ({1: ["a", "shared"], 2: ["shared", "b"], 3: ["shared", "c"]}, 1, [1, 2], ["a", "b"]),
-    ({1: ["a"], 2: ["b"]}, 5, [], []),
-    ({1: ["a"]}, 1, [], []),
-    ({4: ["x", "y"], 7: ["y"], 9: ["z"]}, 2, [4], ["x"]),
-])
-def test_files_to_drop(files: dict[int, list[str]], keep: int, dropped: list[int], garbage: list[str]) -> None:
+@pytest.mark.parametrize(
+    ("files", "keep", "dropped", "garbage"),
+    [
+        ({1: ["a"], 2: ["b"], 3: ["c"]}, 2, [1], ["a"]),
+        ({1: ["a", "shared"], 2: ["shared", "b"], 3: ["shared", "c"]}, 1, [1, 2], ["a", "b"]),
+        ({1: ["a"], 2: ["b"]}, 5, [], []),
+        ({1: ["a"]}, 1, [], []),
+        ({4: ["x", "y"], 7: ["y"], 9: ["z"]}, 2, [4], ["x"]),
+    ],
+)
+def test_files_to_drop(
+    files: dict[int, list[str]], keep: int, dropped: list[int], garbage: list[str]
+) -> None:
     manifests = {v: manifest(v, f) for v, f in files.items()}
     assert files_to_drop(manifests, keep) == (dropped, garbage)
 
@@ -62,7 +75,9 @@ def test_files_to_drop(files: dict[int, list[str]], keep: int, dropped: list[int
 def test_data_file_names() -> None:
     assert data_file(1, 0) == "data/v000001-c0000.parquet"
     assert data_file(123456, 42) == "data/v123456-c0042.parquet"
-    assert data_file(2, 3, "a1b2c3d4") == "data/v000002-a1b2c3d4-c0003.parquet"  # one publish attempt's
+    assert (
+        data_file(2, 3, "a1b2c3d4") == "data/v000002-a1b2c3d4-c0003.parquet"
+    )  # one publish attempt's
 
 
 def test_published_schema_and_column_entries() -> None:
@@ -81,58 +96,96 @@ def test_published_schema_and_column_entries() -> None:
 
 def test_to_published_keeps_time_as_micros_and_nulls() -> None:
     staging = pa.schema(pa.field(f.name, f.type) for f in staging_schema(COLUMNS))
-    batch = pa.RecordBatch.from_pylist([
-        {"id": 4294967295, "d": dt.date(1000, 1, 1), "t": -3020399000000, "big": "-1.50"},
-        {"id": 0, "d": None, "t": None, "big": None},
-    ], schema=staging)
+    batch = pa.RecordBatch.from_pylist(
+        [
+            {"id": 4294967295, "d": dt.date(1000, 1, 1), "t": -3020399000000, "big": "-1.50"},
+            {"id": 0, "d": None, "t": None, "big": None},
+        ],
+        schema=staging,
+    )
     out = to_published(batch, published_schema(COLUMNS))
     assert out.schema == published_schema(COLUMNS)
     assert out.column("t").to_pylist() == [-3020399000000, None]
     assert out.column("id").to_pylist() == [4294967295, 0]
     # A file of a version published before TIME was int64 holds duration[us]: same microseconds.
     older = batch.set_column(2, "t", batch.column("t").view(pa.duration("us")))
-    assert to_published(older, published_schema(COLUMNS)).column("t").to_pylist() == [-3020399000000, None]
+    assert to_published(older, published_schema(COLUMNS)).column("t").to_pylist() == [
+        -3020399000000,
+        None,
+    ]
 
 
 def write_staging(directory: Path, rows: list[dict[str, Any]]) -> str:
     directory.mkdir(parents=True)
     staging = pa.schema(pa.field(f.name, f.type) for f in staging_schema(COLUMNS))
-    pq.write_table(pa.Table.from_pylist(rows, schema=staging), directory / "part-00000.parquet",
-                   row_group_size=2)
+    pq.write_table(
+        pa.Table.from_pylist(rows, schema=staging),
+        directory / "part-00000.parquet",
+        row_group_size=2,
+    )
     return str(directory)
 
 
-def test_publish_streams_batches_and_keeps_versions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_publish_streams_batches_and_keeps_versions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Without Spark: staging files written by pyarrow, in small record batches."""
     monkeypatch.setattr(layout, "BATCH_ROWS", 2)
-    config = parse_config({
-        "pipeline": "p", "source": {"host": "h", "user": "u", "server_id": 1},
-        "output": {"path": str(tmp_path / "lake"), "keep_versions": 2, "keep_hours": 0},
-        "state": {"url": "sqlite://"}, "tables": [{"name": "db.t"}]}, check_env=False)
+    config = parse_config(
+        {
+            "pipeline": "p",
+            "source": {"host": "h", "user": "u", "server_id": 1},
+            "output": {"path": str(tmp_path / "lake"), "keep_versions": 2, "keep_hours": 0},
+            "state": {"url": "sqlite://"},
+            "tables": [{"name": "db.t"}],
+        },
+        check_env=False,
+    )
     tdir = tmp_path / "lake" / "db" / "t"
     for n in range(1, 5):
         times = [i * n for i in range(5 * n)]
         rows = [{"id": i, "d": None, "t": t, "big": f"{i}.{n:02d}"} for i, t in enumerate(times)]
-        result = publish_table(config, TABLE, ("id",), write_staging(tmp_path / f"s{n}", rows),
-                               BinlogPosition(f"binlog.{n:06d}", 4), f"run-{n}")
+        result = publish_table(
+            config,
+            TABLE,
+            ("id",),
+            write_staging(tmp_path / f"s{n}", rows),
+            BinlogPosition(f"binlog.{n:06d}", 4),
+            f"run-{n}",
+        )
         assert result["version"] == n and result["rows"] == len(rows)
         table = ds.dataset([str(tdir / f) for f in result["files"]], format="parquet").to_table()
         assert table.column("t").to_pylist() == times
-        assert result["file_ranges"] == [{"file": result["files"][0], "min_key": [0], "max_key": [5 * n - 1],
-                                          "rows": 5 * n, "bytes": (tdir / result["files"][0]).stat().st_size}]
+        assert result["file_ranges"] == [
+            {
+                "file": result["files"][0],
+                "min_key": [0],
+                "max_key": [5 * n - 1],
+                "rows": 5 * n,
+                "bytes": (tdir / result["files"][0]).stat().st_size,
+            }
+        ]
         assert json.loads((tdir / "_tidemark" / "current.json").read_text())["version"] == n
-    assert sorted(p.name for p in (tdir / "_tidemark" / "versions").iterdir()) == ["000003.json", "000004.json"]
+    assert sorted(p.name for p in (tdir / "_tidemark" / "versions").iterdir()) == [
+        "000003.json",
+        "000004.json",
+    ]
     names = sorted(p.name for p in (tdir / "data").iterdir())
-    assert [re.sub(r"-[0-9a-f]{8}-", "-", n) for n in names] == ["v000003-c0000.parquet", "v000004-c0000.parquet"]
+    assert [re.sub(r"-[0-9a-f]{8}-", "-", n) for n in names] == [
+        "v000003-c0000.parquet",
+        "v000004-c0000.parquet",
+    ]
 
 
 def test_retention_never_drops_files_a_kept_version_shares(tmp_path: Path) -> None:
     tdir = tmp_path / "t"
     (tdir / "_tidemark" / "versions").mkdir(parents=True)
     (tdir / "data").mkdir()
-    plan = {1: ["data/v000001-c0000.parquet", "data/v000001-c0001.parquet"],
-            2: ["data/v000001-c0001.parquet", "data/v000002-c0000.parquet"],
-            3: ["data/v000001-c0001.parquet", "data/v000003-c0000.parquet"]}
+    plan = {
+        1: ["data/v000001-c0000.parquet", "data/v000001-c0001.parquet"],
+        2: ["data/v000001-c0001.parquet", "data/v000002-c0000.parquet"],
+        3: ["data/v000001-c0001.parquet", "data/v000003-c0000.parquet"],
+    }
     for version, files in plan.items():
         for f in files:
             (tdir / f).write_bytes(b"x")
@@ -141,7 +194,10 @@ def test_retention_never_drops_files_a_kept_version_shares(tmp_path: Path) -> No
     (tdir / "_tidemark" / "current.json").write_bytes(manifest_json(manifest(3, plan[3])))
 
     assert apply_retention(str(tdir), 1) == [1, 2]
-    assert sorted(p.name for p in (tdir / "data").iterdir()) == ["v000001-c0001.parquet", "v000003-c0000.parquet"]
+    assert sorted(p.name for p in (tdir / "data").iterdir()) == [
+        "v000001-c0001.parquet",
+        "v000003-c0000.parquet",
+    ]
     assert [p.name for p in (tdir / "_tidemark" / "versions").iterdir()] == ["000003.json"]
     assert apply_retention(str(tdir), 1) == []
 
@@ -163,16 +219,27 @@ def test_retention_keeps_every_version_younger_than_keep_hours(tmp_path: Path) -
 
     assert apply_retention(str(tdir), 4, keep_hours=24, now=now) == [1]  # the count keeps 2..5
     assert apply_retention(str(tdir), 1, keep_hours=24, now=now) == [2]  # the age keeps 3 and 4
-    assert sorted(p.name for p in (tdir / "data").iterdir()) == ["v3.parquet", "v4.parquet", "v5.parquet"]
+    assert sorted(p.name for p in (tdir / "data").iterdir()) == [
+        "v3.parquet",
+        "v4.parquet",
+        "v5.parquet",
+    ]
     assert apply_retention(str(tdir), 1, keep_hours=24, now=now + dt.timedelta(hours=23)) == [3, 4]
     assert apply_retention(str(tdir), 1, keep_hours=24, now=now) == []
 
 
 def test_keep_hours_is_read_and_checked(tmp_path: Path) -> None:
     def config(output: dict[str, Any]) -> Any:
-        return parse_config({"pipeline": "p", "source": {"host": "h", "user": "u", "server_id": 1},
-                             "output": {"path": str(tmp_path), **output}, "state": {"url": "sqlite://"},
-                             "tables": [{"name": "db.t"}]}, check_env=False)
+        return parse_config(
+            {
+                "pipeline": "p",
+                "source": {"host": "h", "user": "u", "server_id": 1},
+                "output": {"path": str(tmp_path), **output},
+                "state": {"url": "sqlite://"},
+                "tables": [{"name": "db.t"}],
+            },
+            check_env=False,
+        )
 
     assert config({}).output.keep_hours == 24
     assert config({"keep_hours": 0.5}).output.keep_hours == 0.5
@@ -180,7 +247,9 @@ def test_keep_hours_is_read_and_checked(tmp_path: Path) -> None:
         config({"keep_hours": -1})
 
 
-def test_retention_deletes_what_attempts_left_only_up_to_the_current_version(tmp_path: Path) -> None:
+def test_retention_deletes_what_attempts_left_only_up_to_the_current_version(
+    tmp_path: Path,
+) -> None:
     """Leftovers of publish attempts that never switched: deleted once their version is no newer
     than the current one (nothing can come to list them), kept above it (an attempt may be
     writing that version now)."""
@@ -191,10 +260,16 @@ def test_retention_deletes_what_attempts_left_only_up_to_the_current_version(tmp
     files = {1: ["data/v000001-aaaaaaaa-c0000.parquet"], 2: ["data/v000002-bbbbbbbb-c0000.parquet"]}
     for version, listed in files.items():
         (tdir / listed[0]).write_bytes(b"x")
-        (tdir / "_tidemark" / "versions" / f"{version:06d}.json").write_bytes(manifest_json(manifest(version, listed)))
+        (tdir / "_tidemark" / "versions" / f"{version:06d}.json").write_bytes(
+            manifest_json(manifest(version, listed))
+        )
     (tdir / "_tidemark" / "current.json").write_bytes(manifest_json(manifest(2, files[2])))
-    left = ["data/v000002-0badc0de-c0000.parquet", "data/v000001-c0003.parquet",  # crashed attempts
-            "_tidemark/pending/000002-0badc0de.json", "_tidemark/pending/000002-bbbbbbbb.json"]
+    left = [
+        "data/v000002-0badc0de-c0000.parquet",
+        "data/v000001-c0003.parquet",  # crashed attempts
+        "_tidemark/pending/000002-0badc0de.json",
+        "_tidemark/pending/000002-bbbbbbbb.json",
+    ]
     in_flight = ["data/v000003-cccccccc-c0000.parquet", "_tidemark/pending/000003-cccccccc.json"]
     for relative in left + in_flight:
         (tdir / relative).write_bytes(b"x")
@@ -216,9 +291,17 @@ def test_retention_deletes_what_attempts_left_only_up_to_the_current_version(tmp
 def test_plans_of_many_tables_share_one_file(tmp_path: Path) -> None:
     """`layout.write_plans`: each table's plan is read back by `read_plan` of its reconciled dir,
     which is never created; a name the file lacks is an error, never a whole-table publish."""
-    entry = {"file": "data/v000001-c0000.parquet", "min_key": [1], "max_key": [9], "rows": 9, "bytes": 99}
-    plans = {f"db.t{i}": layout.VersionPlan(i, (), (layout.planned(entry, entry["file"], True),))  # type: ignore[arg-type]
-             for i in range(3)}
+    entry = {
+        "file": "data/v000001-c0000.parquet",
+        "min_key": [1],
+        "max_key": [9],
+        "rows": 9,
+        "bytes": 99,
+    }
+    plans = {
+        f"db.t{i}": layout.VersionPlan(i, (), (layout.planned(entry, entry["file"], True),))  # type: ignore[arg-type]
+        for i in range(3)
+    }
     batch = str(tmp_path / "reconciled" / "_kept-1a2b3c4d")
     layout.write_plans(batch, plans)
     for name, plan in plans.items():
@@ -227,7 +310,9 @@ def test_plans_of_many_tables_share_one_file(tmp_path: Path) -> None:
         assert layout.read_plan(out_dir) == plan
     with pytest.raises(RunFailed, match=r"holds no plan of db\.t9"):
         layout.read_plan(f"{batch}/db.t9")
-    assert layout.read_plan(str(tmp_path / "reconciled" / "db.t0-00000000")) is None  # staging files, no plan
+    assert (
+        layout.read_plan(str(tmp_path / "reconciled" / "db.t0-00000000")) is None
+    )  # staging files, no plan
 
 
 def test_pending_manifests_of_a_group_are_read_back_by_table(tmp_path: Path) -> None:

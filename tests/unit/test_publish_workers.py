@@ -30,19 +30,32 @@ if publish_workers.worker_count(len(TABLES)) == 1:
 
 
 def config_for(tmp_path: Path) -> PipelineConfig:
-    return parse_config({
-        "pipeline": "p", "source": {"host": "h", "user": "u", "server_id": 1},
-        "output": {"path": str(tmp_path / "lake")}, "state": {"url": f"sqlite:///{tmp_path / 'state.db'}"},
-        "tables": [{"name": "db.*"}]}, check_env=False)
+    return parse_config(
+        {
+            "pipeline": "p",
+            "source": {"host": "h", "user": "u", "server_id": 1},
+            "output": {"path": str(tmp_path / "lake")},
+            "state": {"url": f"sqlite:///{tmp_path / 'state.db'}"},
+            "tables": [{"name": "db.*"}],
+        },
+        check_env=False,
+    )
 
 
 def todo(tables: list[str] = TABLES) -> list[tuple[RunTableRecord, BinlogPosition]]:
-    return [(RunTableRecord("run-1", t, "snapshot", "reconciled", None, ["id"], {}, None, None),
-             BinlogPosition("binlog.000001", 4 + i)) for i, t in enumerate(tables)]
+    return [
+        (
+            RunTableRecord("run-1", t, "snapshot", "reconciled", None, ["id"], {}, None, None),
+            BinlogPosition("binlog.000001", 4 + i),
+        )
+        for i, t in enumerate(tables)
+    ]
 
 
-PublishOne = Callable[[PipelineConfig, Callable[[], None], str, RunTableRecord, BinlogPosition, Catalog | None],
-                      tuple[TableCheckpoint, bool]]
+PublishOne = Callable[
+    [PipelineConfig, Callable[[], None], str, RunTableRecord, BinlogPosition, Catalog | None],
+    tuple[TableCheckpoint, bool],
+]
 
 
 @dataclass(frozen=True)
@@ -52,9 +65,14 @@ class grouped:  # used as a function: a group's publish made of ``one``
 
     one: PublishOne
 
-    def __call__(self, config: PipelineConfig, guard: Callable[[], None], run_id: str,
-                 group: Sequence[tuple[RunTableRecord, BinlogPosition]],
-                 catalog: Catalog | None) -> list[tuple[TableCheckpoint, bool] | Exception]:
+    def __call__(
+        self,
+        config: PipelineConfig,
+        guard: Callable[[], None],
+        run_id: str,
+        group: Sequence[tuple[RunTableRecord, BinlogPosition]],
+        catalog: Catalog | None,
+    ) -> list[tuple[TableCheckpoint, bool] | Exception]:
         out: list[tuple[TableCheckpoint, bool] | Exception] = []
         for record, high in group:
             try:
@@ -64,45 +82,71 @@ class grouped:  # used as a function: a group's publish made of ``one``
         return out
 
 
-def one_table(config: PipelineConfig, guard: Callable[[], None], run_id: str, record: RunTableRecord,
-              high: BinlogPosition, catalog: Catalog | None) -> tuple[TableCheckpoint, bool]:
+def one_table(
+    config: PipelineConfig,
+    guard: Callable[[], None],
+    run_id: str,
+    record: RunTableRecord,
+    high: BinlogPosition,
+    catalog: Catalog | None,
+) -> tuple[TableCheckpoint, bool]:
     """Publishes nothing: logs, then fails or dies as the table's name says."""
     guard()
     if record.table == "db.t1" and os.environ.get("TEST_DISK_FULL"):
         raise OSError(28, "No space left on device")
     time.sleep(0.2)  # every worker gets tables
-    logging.getLogger("tidemark.test").info("table %s published by pid %d", record.table, os.getpid())
+    logging.getLogger("tidemark.test").info(
+        "table %s published by pid %d", record.table, os.getpid()
+    )
     if record.table == "db.t2":
         raise RunFailed("table db.t2: its own trouble")
     if record.table == "db.t4" and os.environ.get("TEST_WORKER_DIES"):
         os.kill(os.getpid(), signal.SIGKILL)
-    return TableCheckpoint(config.pipeline, record.table, 1, high.to_json(), 10, "m", run_id,
-                           dt.datetime.now(dt.UTC)), True
+    return TableCheckpoint(
+        config.pipeline, record.table, 1, high.to_json(), 10, "m", run_id, dt.datetime.now(dt.UTC)
+    ), True
 
 
 stand_in = grouped(one_table)
 
 
-def test_outcomes_come_back_with_their_logs(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_outcomes_come_back_with_their_logs(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.INFO)
-    outcomes = {o.table: o for o in publish_workers.publish_each(config_for(tmp_path), "run-1", todo(), stand_in,
-                                                                 lambda: None)}
+    outcomes = {
+        o.table: o
+        for o in publish_workers.publish_each(
+            config_for(tmp_path), "run-1", todo(), stand_in, lambda: None
+        )
+    }
     assert set(outcomes) == set(TABLES)
-    assert outcomes["db.t2"].checkpoint is None and outcomes["db.t2"].reason == "table db.t2: its own trouble"
+    assert (
+        outcomes["db.t2"].checkpoint is None
+        and outcomes["db.t2"].reason == "table db.t2: its own trouble"
+    )
     for record, high in todo():
         if record.table != "db.t2":
             checkpoint = outcomes[record.table].checkpoint
             assert checkpoint is not None and checkpoint.position == high.to_json()
-    pids = {int(r.getMessage().rsplit(" ", 1)[1]) for r in caplog.records if r.name == "tidemark.test"}
+    pids = {
+        int(r.getMessage().rsplit(" ", 1)[1]) for r in caplog.records if r.name == "tidemark.test"
+    }
     assert len(pids) >= 2 and os.getpid() not in pids, "workers, not the run itself, published them"
     logged = {r.getMessage().split()[1] for r in caplog.records if r.name == "tidemark.test"}
     assert logged == set(TABLES), "every worker's log line reached the run's log"
 
 
-def test_a_worker_killed_from_outside_fails_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_worker_killed_from_outside_fails_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("TEST_WORKER_DIES", "1")
     with pytest.raises(RunFailed, match="a publish worker process died"):
-        list(publish_workers.publish_each(config_for(tmp_path), "run-1", todo(), stand_in, lambda: None))
+        list(
+            publish_workers.publish_each(
+                config_for(tmp_path), "run-1", todo(), stand_in, lambda: None
+            )
+        )
 
 
 def test_the_run_losing_its_lock_stops_the_workers(tmp_path: Path) -> None:
@@ -114,29 +158,38 @@ def test_the_run_losing_its_lock_stops_the_workers(tmp_path: Path) -> None:
 
     seen = []
     with pytest.raises(Lost):
-        for outcome in publish_workers.publish_each(config_for(tmp_path), "run-1", todo(), stand_in, guard):
+        for outcome in publish_workers.publish_each(
+            config_for(tmp_path), "run-1", todo(), stand_in, guard
+        ):
             seen.append(outcome)
     assert seen == [], "the run checks its lock before it takes any worker's outcome"
 
 
-def test_an_error_that_fails_the_run_lets_the_tables_in_hand_finish(tmp_path: Path,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_error_that_fails_the_run_lets_the_tables_in_hand_finish(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("TEST_DISK_FULL", "1")
     tables = [f"db.t{i}" for i in range(30)]
     seen = []
     with pytest.raises(OSError) as failed:
-        for outcome in publish_workers.publish_each(config_for(tmp_path), "run-1", todo(tables), stand_in,
-                                                    lambda: None):
+        for outcome in publish_workers.publish_each(
+            config_for(tmp_path), "run-1", todo(tables), stand_in, lambda: None
+        ):
             seen.append(outcome.table)
-    assert failed.value.errno == 28 and failed.value.__cause__ is None, "raised as the worker raised it"
-    assert seen and "db.t1" not in seen, "the tables other workers had in hand were finished and handed over"
+    assert failed.value.errno == 28 and failed.value.__cause__ is None, (
+        "raised as the worker raised it"
+    )
+    assert seen and "db.t1" not in seen, (
+        "the tables other workers had in hand were finished and handed over"
+    )
     assert "db.t0" in seen, "so was the table published in the same group as the failing one"
     assert len(seen) < len(tables) - 10, f"tables not started yet were not started: {seen}"
 
 
 @pytest.mark.parametrize("released", [True, False])
-def test_a_table_whose_sqlite_file_stayed_locked_is_published_again(tmp_path: Path, released: bool,
-                                                                     caplog: pytest.LogCaptureFixture) -> None:
+def test_a_table_whose_sqlite_file_stayed_locked_is_published_again(
+    tmp_path: Path, released: bool, caplog: pytest.LogCaptureFixture
+) -> None:
     """SQLite's busy timeout running out (a catalog commit that lost the file to other writers) is
     tried again; a file that stays locked fails the run (a rerun resumes), not the table."""
     db = tmp_path / "catalog.db"
@@ -145,8 +198,14 @@ def test_a_table_whose_sqlite_file_stayed_locked_is_published_again(tmp_path: Pa
     holder.execute("BEGIN IMMEDIATE")  # another process's write transaction
     tries: list[int] = []
 
-    def one(config: PipelineConfig, guard: Callable[[], None], run_id: str, record: RunTableRecord,
-            high: BinlogPosition, catalog: Catalog | None) -> tuple[TableCheckpoint, bool]:
+    def one(
+        config: PipelineConfig,
+        guard: Callable[[], None],
+        run_id: str,
+        record: RunTableRecord,
+        high: BinlogPosition,
+        catalog: Catalog | None,
+    ) -> tuple[TableCheckpoint, bool]:
         tries.append(1)
         if released and len(tries) == 2:
             holder.execute("ROLLBACK")
@@ -156,17 +215,28 @@ def test_a_table_whose_sqlite_file_stayed_locked_is_published_again(tmp_path: Pa
                 conn.execute("INSERT INTO t VALUES (1)")
         finally:
             conn.close()
-        return TableCheckpoint(config.pipeline, record.table, 1, high.to_json(), 1, "m", run_id,
-                               dt.datetime.now(dt.UTC)), True
+        return TableCheckpoint(
+            config.pipeline,
+            record.table,
+            1,
+            high.to_json(),
+            1,
+            "m",
+            run_id,
+            dt.datetime.now(dt.UTC),
+        ), True
 
-    publish = publish_workers.publish_each(config_for(tmp_path), "run-1", todo(["db.t0"]), grouped(one),
-                                           lambda: None, workers=False)
+    publish = publish_workers.publish_each(
+        config_for(tmp_path), "run-1", todo(["db.t0"]), grouped(one), lambda: None, workers=False
+    )
     try:
         if released:
             [outcome] = list(publish)
             assert outcome.checkpoint is not None and len(tries) == 2
-            assert "table db.t0: the SQLite file of the state store or catalog stayed locked (database is " \
-                   "locked); publishing it again (try 2 of 3)" in caplog.text
+            assert (
+                "table db.t0: the SQLite file of the state store or catalog stayed locked (database is "
+                "locked); publishing it again (try 2 of 3)" in caplog.text
+            )
             assert holder.execute("SELECT COUNT(*) FROM t").fetchone() == (1,)
         else:
             with pytest.raises(sqlite3.OperationalError, match="database is locked") as failed:
@@ -177,8 +247,14 @@ def test_a_table_whose_sqlite_file_stayed_locked_is_published_again(tmp_path: Pa
         holder.close()
 
 
-def write_row(config: PipelineConfig, guard: Callable[[], None], run_id: str, record: RunTableRecord,
-              high: BinlogPosition, catalog: Catalog | None) -> tuple[TableCheckpoint, bool]:
+def write_row(
+    config: PipelineConfig,
+    guard: Callable[[], None],
+    run_id: str,
+    record: RunTableRecord,
+    high: BinlogPosition,
+    catalog: Catalog | None,
+) -> tuple[TableCheckpoint, bool]:
     """Writes a row into the SQLite file ``record.info["db"]`` names, as a table's publish writes
     the catalog's and the state store's file."""
     conn = sqlite3.connect(record.info["db"], timeout=2)
@@ -187,8 +263,9 @@ def write_row(config: PipelineConfig, guard: Callable[[], None], run_id: str, re
             conn.execute("INSERT INTO t VALUES (?)", (record.table,))
     finally:
         conn.close()
-    return TableCheckpoint(config.pipeline, record.table, 1, high.to_json(), 1, "m", run_id,
-                           dt.datetime.now(dt.UTC)), True
+    return TableCheckpoint(
+        config.pipeline, record.table, 1, high.to_json(), 1, "m", run_id, dt.datetime.now(dt.UTC)
+    ), True
 
 
 def test_workers_are_not_forked_inside_the_heartbeats_transaction(tmp_path: Path) -> None:
@@ -221,14 +298,27 @@ def test_workers_are_not_forked_inside_the_heartbeats_transaction(tmp_path: Path
     heartbeat = threading.Thread(target=renewal)
     heartbeat.start()
     assert inside.wait(10)
-    records = [(RunTableRecord("run-1", t, "snapshot", "reconciled", None, ["id"], {"db": str(db)}, None, None),
-                BinlogPosition("binlog.000001", 4 + i)) for i, t in enumerate(TABLES)]
-    outcomes = list(publish_workers.publish_each(config_for(tmp_path), "run-1", records, grouped(write_row),
-                                                 lambda: None))
+    records = [
+        (
+            RunTableRecord(
+                "run-1", t, "snapshot", "reconciled", None, ["id"], {"db": str(db)}, None, None
+            ),
+            BinlogPosition("binlog.000001", 4 + i),
+        )
+        for i, t in enumerate(TABLES)
+    ]
+    outcomes = list(
+        publish_workers.publish_each(
+            config_for(tmp_path), "run-1", records, grouped(write_row), lambda: None
+        )
+    )
     heartbeat.join()
     assert done.is_set()
-    assert [(o.table, o.error, o.reason) for o in sorted(outcomes, key=lambda o: o.table)] == \
-        [(t, None, None) for t in TABLES]
+    assert [(o.table, o.error, o.reason) for o in sorted(outcomes, key=lambda o: o.table)] == [
+        (t, None, None) for t in TABLES
+    ]
     check = sqlite3.connect(db)
-    assert sorted(r[0] for r in check.execute("SELECT name FROM t")) == sorted([*TABLES, "heartbeat"])
+    assert sorted(r[0] for r in check.execute("SELECT name FROM t")) == sorted(
+        [*TABLES, "heartbeat"]
+    )
     check.close()

@@ -19,8 +19,9 @@ START = BinlogPosition("binlog.000001", 4)
 
 
 def frame(*events: bytes, tables: tuple[str, ...] = ("d.t", "d.u")) -> list[object]:
-    reader = EventReader(SourceConfig(host="h", user="u", server_id=9), "",
-                         START, dict.fromkeys(tables))  # type: ignore[arg-type]
+    reader = EventReader(
+        SourceConfig(host="h", user="u", server_id=9), "", START, dict.fromkeys(tables)
+    )  # type: ignore[arg-type]
     reader._folded, reader._collations = {t: t for t in tables}, {}
     return list(reader._frame(iter(events)))  # type: ignore[arg-type]
 
@@ -38,15 +39,23 @@ def test_an_incident_reads_every_table_again() -> None:
 
 @pytest.mark.parametrize("kind", [42, 1, 6, 200])  # a tagged GTID (MySQL 8.3), old LOAD, unknown
 def test_an_unknown_event_stops_the_capture(kind: int) -> None:
-    with pytest.raises(RunFailed, match=rf"binlog.000001:400 holds a binlog event of type {kind}, which"):
-        frame(packet(ev.QUERY, struct.pack("<IIBHH", 7, 0, 1, 0, 0) + b"d\x00BEGIN", 350),
-              packet(kind, b"\x00" * 8, 400))
+    with pytest.raises(
+        RunFailed, match=rf"binlog.000001:400 holds a binlog event of type {kind}, which"
+    ):
+        frame(
+            packet(ev.QUERY, struct.pack("<IIBHH", 7, 0, 1, 0, 0) + b"d\x00BEGIN", 350),
+            packet(kind, b"\x00" * 8, 400),
+        )
 
 
 def test_load_data_as_a_statement_reads_its_table_again() -> None:
     """EXECUTE_LOAD_QUERY: a QUERY's post-header and 13 bytes more, then the statement."""
-    body = (struct.pack("<IIBHH", 7, 0, 1, 0, 0) + struct.pack("<IIIB", 1, 0, 0, 0) + b"d\x00"
-            + b"LOAD DATA LOCAL INFILE '/tmp/x' INTO TABLE `t`")
+    body = (
+        struct.pack("<IIBHH", 7, 0, 1, 0, 0)
+        + struct.pack("<IIIB", 1, 0, 0, 0)
+        + b"d\x00"
+        + b"LOAD DATA LOCAL INFILE '/tmp/x' INTO TABLE `t`"
+    )
     records = frame(packet(ev.EXECUTE_LOAD_QUERY, body, 500))
     assert isinstance(records[0], TableChange) and records[0].tables == {"d.t"}
     assert isinstance(records[-1], Boundary)

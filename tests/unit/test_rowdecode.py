@@ -53,8 +53,10 @@ def test_header_rotate_and_query() -> None:
     # thread id, exec time, schema length 4, error code, status vars (3 bytes), schema\0, query
     body = struct.pack("<IIBHH", 7, 0, 4, 0, 3) + b"\x01\x02\x03" + b"shop\x00" + b" begin "
     assert events.query_event(packet(events.QUERY, body), fmt) == ("shop", "begin")
-    assert events.query_event(packet(events.QUERY, body, checksum=False), Format(checksum=0)) == \
-        ("shop", "begin")
+    assert events.query_event(packet(events.QUERY, body, checksum=False), Format(checksum=0)) == (
+        "shop",
+        "begin",
+    )
 
 
 @pytest.mark.parametrize(("algorithm", "checksum"), [(1, 4), (0, 0)])
@@ -69,8 +71,17 @@ def test_format_description(algorithm: int, checksum: int) -> None:
 
 
 def table_map_packet(types: bytes, meta: bytes, table_id: int = 0x0102030405) -> bytes:
-    body = (table_id.to_bytes(6, "little") + b"\x01\x00" + b"\x02db\x00" + b"\x01t\x00"
-            + bytes([len(types)]) + types + bytes([len(meta)]) + meta + b"\xff")
+    body = (
+        table_id.to_bytes(6, "little")
+        + b"\x01\x00"
+        + b"\x02db\x00"
+        + b"\x01t\x00"
+        + bytes([len(types)])
+        + types
+        + bytes([len(meta)])
+        + meta
+        + b"\xff"
+    )
     return packet(events.TABLE_MAP, body)
 
 
@@ -83,12 +94,19 @@ def test_table_map() -> None:
     assert parsed.meta == (b"", b"\x20\x03", bytes([12, 2]), bytes([rd.ENUM, 1]), b"\x06", b"\x02")
     fields = [rd.field(k, m, False) for k, m in zip(parsed.types, parsed.meta, strict=True)]
     assert [(f.kind, f.code, f.length_size) for f in fields] == [
-        (rd.LONG, "i", 0), (rd.VARCHAR, None, 2), (rd.NEWDECIMAL, "6s", 0), (rd.ENUM, "B", 0),
-        (rd.DATETIME2, "8s", 0), (rd.BLOB, None, 2)]
+        (rd.LONG, "i", 0),
+        (rd.VARCHAR, None, 2),
+        (rd.NEWDECIMAL, "6s", 0),
+        (rd.ENUM, "B", 0),
+        (rd.DATETIME2, "8s", 0),
+        (rd.BLOB, None, 2),
+    ]
 
 
-@pytest.mark.parametrize(("kind", "post", "extra"), [(events.WRITE_ROWS_V1, 8, b""),
-                                                     (events.UPDATE_ROWS, 10, b"\x05\x00\x01\x02\x03")])
+@pytest.mark.parametrize(
+    ("kind", "post", "extra"),
+    [(events.WRITE_ROWS_V1, 8, b""), (events.UPDATE_ROWS, 10, b"\x05\x00\x01\x02\x03")],
+)
 def test_rows_layout(kind: int, post: int, extra: bytes) -> None:
     head = (7).to_bytes(6, "little") + b"\x01\x00" + extra[:2]
     images = 2 if kind == events.UPDATE_ROWS else 1
@@ -117,12 +135,24 @@ def col(name: str, column_type: str, charset: str | None = None, **more: Any) ->
 
 
 def decoder(key: list[int]) -> rd.TableDecoder:
-    info = TableInfo("db", "t", (col("id", "int(11)"), col("v", "varchar(300)", "utf8mb4"),
-                                 col("d", "double"), col("b", "blob"),
-                                 col("u", "bigint(20) unsigned")), ("id",), (), 0)
+    info = TableInfo(
+        "db",
+        "t",
+        (
+            col("id", "int(11)"),
+            col("v", "varchar(300)", "utf8mb4"),
+            col("d", "double"),
+            col("b", "blob"),
+            col("u", "bigint(20) unsigned"),
+        ),
+        ("id",),
+        (),
+        0,
+    )
     types = bytes([rd.LONG, rd.VARCHAR, rd.DOUBLE, rd.BLOB, rd.LONGLONG])
-    table_map = TableMap(1, "db.t", types, (b"", (1200).to_bytes(2, "little"), b"\x08", b"\x03", b""),
-                         b"")
+    table_map = TableMap(
+        1, "db.t", types, (b"", (1200).to_bytes(2, "little"), b"\x08", b"\x03", b""), b""
+    )
     return rd.TableDecoder(info, table_map, key)
 
 
@@ -139,8 +169,12 @@ def image(values: list[Any]) -> bytes:
     return out
 
 
-ROWS: list[list[Any]] = [[1, b"abc", 1.5, b"\x00\x01", 2**64 - 1], [None, None, None, None, None],
-        [-7, b"x" * 300, None, b"", 0], [2**31 - 1, None, -0.0, None, None]]
+ROWS: list[list[Any]] = [
+    [1, b"abc", 1.5, b"\x00\x01", 2**64 - 1],
+    [None, None, None, None, None],
+    [-7, b"x" * 300, None, b"", 0],
+    [2**31 - 1, None, -0.0, None, None],
+]
 
 
 def test_images_of_every_null_pattern() -> None:
@@ -171,26 +205,44 @@ def encode_decimal(value: Decimal, precision: int, scale: int) -> bytes:
     """MySQL's decimal2bin: digit groups big-endian, top bit set, negatives inverted."""
     text = f"{value.copy_abs():.{scale}f}"  # copy_abs: exact (abs() rounds to 28 digits)
     whole, _, fraction = text.partition(".")
-    whole = whole.zfill(precision - scale)[-(precision - scale):] if precision > scale else ""
-    lead, whole = whole[: len(whole) % 9], whole[len(whole) % 9:]
+    whole = whole.zfill(precision - scale)[-(precision - scale) :] if precision > scale else ""
+    lead, whole = whole[: len(whole) % 9], whole[len(whole) % 9 :]
     groups = [lead] if lead else []
     groups += [whole[i : i + 9] for i in range(0, len(whole), 9)]
     groups += [fraction[i : i + 9] for i in range(0, len(fraction), 9)]
-    raw = b"".join(int(g).to_bytes(4 if len(g) == 9 else DIGIT_BYTES[len(g)], "big") for g in groups)
+    raw = b"".join(
+        int(g).to_bytes(4 if len(g) == 9 else DIGIT_BYTES[len(g)], "big") for g in groups
+    )
     raw = bytes([raw[0] | 0x80]) + raw[1:]
     return bytes(b ^ 0xFF for b in raw) if value < 0 else raw
 
 
-SIZES = [(1, 0), (5, 5), (9, 0), (10, 2), (12, 2), (18, 9), (18, 0), (19, 4), (30, 0),
-         (38, 38), (38, 10), (39, 1), (40, 20), (65, 30), (65, 0)]
+SIZES = [
+    (1, 0),
+    (5, 5),
+    (9, 0),
+    (10, 2),
+    (12, 2),
+    (18, 9),
+    (18, 0),
+    (19, 4),
+    (30, 0),
+    (38, 38),
+    (38, 10),
+    (39, 1),
+    (40, 20),
+    (65, 30),
+    (65, 0),
+]
 
 
 @settings(max_examples=40, deadline=None)
 @given(st.data())
 def test_decimals_against_an_encoder(data: st.DataObject) -> None:
     for precision, scale in SIZES:
-        numbers = data.draw(st.lists(st.integers(-(10**precision) + 1, 10**precision - 1),
-                                     min_size=1, max_size=5))
+        numbers = data.draw(
+            st.lists(st.integers(-(10**precision) + 1, 10**precision - 1), min_size=1, max_size=5)
+        )
         numbers += [0, 10**precision - 1, -(10**precision) + 1]
         values = [Decimal(f"{n}E-{scale}") for n in numbers]  # exact: no context rounding
         raw: list[Any] = [encode_decimal(v, precision, scale) for v in values] + [None]
@@ -213,7 +265,9 @@ def fraction_bytes(micros: int, fsp: int) -> bytes:
 
 def encode_datetime2(year: int, month: int, day: int, seconds: int, micros: int, fsp: int) -> bytes:
     hour, rest = divmod(seconds, 3600)
-    packed = 1 << 39 | (year * 13 + month) << 22 | day << 17 | hour << 12 | rest // 60 << 6 | rest % 60
+    packed = (
+        1 << 39 | (year * 13 + month) << 22 | day << 17 | hour << 12 | rest // 60 << 6 | rest % 60
+    )
     return packed.to_bytes(5, "big") + fraction_bytes(micros, fsp)
 
 
@@ -226,7 +280,9 @@ def truncated(micros: int, fsp: int) -> int:
 def test_datetime2_against_an_encoder(day: dt.date, seconds: int, micros: int, fsp: int) -> None:
     micros = truncated(micros, fsp)
     raw = encode_datetime2(day.year, day.month, day.day, seconds, micros, fsp)
-    expected = dt.datetime.combine(day, dt.time()) + dt.timedelta(seconds=seconds, microseconds=micros)
+    expected = dt.datetime.combine(day, dt.time()) + dt.timedelta(
+        seconds=seconds, microseconds=micros
+    )
     column = col("c", f"datetime({fsp})", datetime_precision=fsp)
     assert finish(column, rd.DATETIME2, bytes([fsp]), [raw, None]) == [expected, None]
 
@@ -235,10 +291,20 @@ def test_datetime2_invalid_dates_roll_over_and_zero_parts_are_null() -> None:
     """As the snapshot's TIMESTAMPDIFF: February 30 (ALLOW_INVALID_DATES) is March 2; a zero
     part, year 0 or an impossible time of day is NULL."""
     column = col("c", "datetime(2)", datetime_precision=2)
-    raws = [encode_datetime2(2021, 2, 30, 5, 0, 2), encode_datetime2(2021, 0, 5, 5, 10_000, 2),
-            encode_datetime2(0, 0, 0, 0, 0, 2), encode_datetime2(2021, 2, 28, 3600 * 24, 0, 2),
-            encode_datetime2(0, 1, 1, 0, 0, 2)]
-    assert finish(column, rd.DATETIME2, b"\x02", raws) == [dt.datetime(2021, 3, 2, 0, 0, 5), None, None, None, None]
+    raws = [
+        encode_datetime2(2021, 2, 30, 5, 0, 2),
+        encode_datetime2(2021, 0, 5, 5, 10_000, 2),
+        encode_datetime2(0, 0, 0, 0, 0, 2),
+        encode_datetime2(2021, 2, 28, 3600 * 24, 0, 2),
+        encode_datetime2(0, 1, 1, 0, 0, 2),
+    ]
+    assert finish(column, rd.DATETIME2, b"\x02", raws) == [
+        dt.datetime(2021, 3, 2, 0, 0, 5),
+        None,
+        None,
+        None,
+        None,
+    ]
 
 
 @settings(max_examples=60, deadline=None)
@@ -246,8 +312,9 @@ def test_datetime2_invalid_dates_roll_over_and_zero_parts_are_null() -> None:
 def test_timestamp2_against_an_encoder(seconds: int, micros: int, fsp: int) -> None:
     micros = truncated(micros, fsp)
     raw = seconds.to_bytes(4, "big") + fraction_bytes(micros, fsp)
-    instant = dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(seconds=seconds,
-                                                                     microseconds=micros)
+    instant = dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(
+        seconds=seconds, microseconds=micros
+    )
     column = col("c", f"timestamp({fsp})", datetime_precision=fsp)
     expected = None if seconds == micros == 0 else instant
     assert finish(column, rd.TIMESTAMP2, bytes([fsp]), [raw, None]) == [expected, None]
@@ -262,13 +329,20 @@ def test_time2_micros_equal_the_timedelta_path(fsp: int, noise: bytes) -> None:
 
 def test_dates() -> None:
     column = col("c", "date")
-    raws = [(2024 << 9 | 2 << 5 | 29).to_bytes(3, "little"), bytes(3),
-            (2021 << 9 | 0 << 5 | 5).to_bytes(3, "little"), None]
+    raws = [
+        (2024 << 9 | 2 << 5 | 29).to_bytes(3, "little"),
+        bytes(3),
+        (2021 << 9 | 0 << 5 | 5).to_bytes(3, "little"),
+        None,
+    ]
     assert finish(column, rd.DATE, b"", raws) == [dt.date(2024, 2, 29), None, None, None]
     # an invalid date the server kept (ALLOW_INVALID_DATES) rolls over, as the snapshot's
     # DATEDIFF counts it; year 0 is NULL (no date type outside MySQL holds it)
-    invalid = [(2021 << 9 | 2 << 5 | 30).to_bytes(3, "little"), (2020 << 9 | 4 << 5 | 31).to_bytes(3, "little"),
-               (0 << 9 | 1 << 5 | 1).to_bytes(3, "little")]
+    invalid = [
+        (2021 << 9 | 2 << 5 | 30).to_bytes(3, "little"),
+        (2020 << 9 | 4 << 5 | 31).to_bytes(3, "little"),
+        (0 << 9 | 1 << 5 | 1).to_bytes(3, "little"),
+    ]
     assert finish(column, rd.DATE, b"", invalid) == [dt.date(2021, 3, 2), dt.date(2020, 5, 1), None]
 
 
@@ -277,34 +351,57 @@ def test_dates() -> None:
 
 def test_text_bits_sets_enums_years_binary() -> None:
     latin1 = col("c", "varchar(10)", "latin1")
-    assert finish(latin1, rd.VARCHAR, b"\x0a\x00", [b"plain", b"\xe9\x81\x80", None, b""]) == \
-        ["plain", "é\x81€", None, ""]
+    assert finish(latin1, rd.VARCHAR, b"\x0a\x00", [b"plain", b"\xe9\x81\x80", None, b""]) == [
+        "plain",
+        "é\x81€",
+        None,
+        "",
+    ]
     char = col("c", "char(5)", "utf8mb4")
-    assert finish(char, rd.STRING, bytes([rd.STRING, 20]), [b"a  ", " é ".encode(), None]) == \
-        ["a", " é", None]
+    assert finish(char, rd.STRING, bytes([rd.STRING, 20]), [b"a  ", " é ".encode(), None]) == [
+        "a",
+        " é",
+        None,
+    ]
     with pytest.raises(UnicodeDecodeError):
         finish(col("c", "varchar(5)", "utf8mb4"), rd.VARCHAR, b"\x14\x00", [b"\xff"])
     bits = col("c", "bit(10)", precision=10)
-    assert finish(bits, rd.BIT, bytes([2, 1]), [b"\x02\x01", b"\xff\xff", None]) == [513, 1023, None]
+    assert finish(bits, rd.BIT, bytes([2, 1]), [b"\x02\x01", b"\xff\xff", None]) == [
+        513,
+        1023,
+        None,
+    ]
     b64 = col("c", "bit(64)", precision=64)
-    assert finish(b64, rd.BIT, bytes([0, 8]), [b"\xff" * 8, b"\x7f" + b"\xff" * 7]) == [-1, 2**63 - 1]
+    assert finish(b64, rd.BIT, bytes([0, 8]), [b"\xff" * 8, b"\x7f" + b"\xff" * 7]) == [
+        -1,
+        2**63 - 1,
+    ]
     flag = col("c", "bit(1)", precision=1)
     assert finish(flag, rd.BIT, bytes([1, 0]), [b"\x01", b"\x00"]) == [True, False]
     labels = col("c", "set('b','a','c')")
-    assert finish(labels, rd.STRING, bytes([rd.SET, 1]), [5, 0, 7, None]) == ["b,c", "", "b,a,c", None]
+    assert finish(labels, rd.STRING, bytes([rd.SET, 1]), [5, 0, 7, None]) == [
+        "b,c",
+        "",
+        "b,a,c",
+        None,
+    ]
     enum = col("c", "enum('x','y')")
     assert finish(enum, rd.STRING, bytes([rd.ENUM, 1]), [2, 0, None]) == ["y", "", None]
     year = col("c", "year(4)")
     assert finish(year, rd.YEAR, b"", [0, 1, 255, None]) == [0, 1901, 2155, None]
     binary = col("c", "binary(4)")
-    assert finish(binary, rd.STRING, bytes([rd.STRING, 4]), [b"a", b"", None]) == \
-        [b"a\0\0\0", b"\0" * 4, None]
+    assert finish(binary, rd.STRING, bytes([rd.STRING, 4]), [b"a", b"", None]) == [
+        b"a\0\0\0",
+        b"\0" * 4,
+        None,
+    ]
 
 
 def test_float_and_integers_keep_their_staging_types() -> None:
     as_float = col("c", "float")
     out = columns.finisher(as_float, rd.field(rd.FLOAT, b"\x04", False), never_json)(
-        [struct.unpack("<f", struct.pack("<f", 0.1))[0], None])
+        [struct.unpack("<f", struct.pack("<f", 0.1))[0], None]
+    )
     assert out.type == pa.float32() and out.to_pylist()[1] is None
     medium = col("c", "mediumint(8) unsigned")
     assert finish(medium, rd.INT24, b"", [b"\xff\xff\xff", None]) == [16777215, None]

@@ -31,15 +31,21 @@ def ints(*values: int) -> bytes:
     return b"".join(lenenc(v) for v in values)
 
 
-def column(name: str, data_type: str, column_type: str, charset: str | None = None,
-           collation: str | None = None) -> ColumnInfo:
+def column(
+    name: str,
+    data_type: str,
+    column_type: str,
+    charset: str | None = None,
+    collation: str | None = None,
+) -> ColumnInfo:
     return ColumnInfo(name, data_type, column_type, True, charset=charset, collation=collation)
 
 
 # id INT, u INT UNSIGNED, y YEAR, v VARCHAR(10) utf8mb4, l CHAR(3) latin1, b VARBINARY(4),
 # e ENUM('a','b'), s SET('x','y') latin1
 COLUMNS = (
-    column("id", "int", "int(11)"), column("u", "int", "int(10) unsigned"),
+    column("id", "int", "int(11)"),
+    column("u", "int", "int(10) unsigned"),
     column("y", "year", "year(4)"),
     column("v", "varchar", "varchar(10)", "utf8mb4", "utf8mb4_general_ci"),
     column("l", "char", "char(3)", "latin1", "latin1_swedish_ci"),
@@ -49,7 +55,16 @@ COLUMNS = (
 )
 INFO = TableInfo("d", "t", COLUMNS, ("id",), (), 0)
 TYPES = bytes([rd.LONG, rd.LONG, rd.YEAR, rd.VARCHAR, rd.STRING, rd.VARCHAR, rd.STRING, rd.STRING])
-META = (b"", b"", b"", b"\x28\x00", b"\xfe\x03", b"\x04\x00", bytes([rd.ENUM, 1]), bytes([rd.SET, 1]))
+META = (
+    b"",
+    b"",
+    b"",
+    b"\x28\x00",
+    b"\xfe\x03",
+    b"\x04\x00",
+    bytes([rd.ENUM, 1]),
+    bytes([rd.SET, 1]),
+)
 FULL = {
     "signedness": tlv(1, bytes([0b0110_0000])),  # id signed, u unsigned, y unsigned (YEAR)
     "charsets": tlv(2, ints(45, 1, 8, 2, 63)),  # default 45; character column 1 latin1, 2 binary
@@ -82,45 +97,80 @@ def test_the_full_block_parses() -> None:
 
 def test_the_planned_shape_has_no_difference() -> None:
     assert difference() is None
-    assert metadata_difference(INFO, TableMap(18, "d.t", TYPES, META, b""), COLLATIONS,
-                               mariadb=False) is None  # MINIMAL without fields: types only
+    assert (
+        metadata_difference(INFO, TableMap(18, "d.t", TYPES, META, b""), COLLATIONS, mariadb=False)
+        is None
+    )  # MINIMAL without fields: types only
 
 
-@pytest.mark.parametrize(("replaced", "message"), [
-    ({"names": tlv(4, strings(b"id", b"u", b"y", b"l", b"v", b"b", b"e", b"s"))},
-     "columns (id, u, y, l, v, b, e, s) in the binlog but (id, u, y, v, l, b, e, s)"),
-    ({"names": tlv(4, strings(b"id", b"U", b"y", b"v", b"l", b"b", b"e", b"s"))},
-     "columns (id, U, y"),
-    ({"signedness": tlv(1, bytes([0b0010_0000]))}, "column `u` is signed in the binlog but int(10) unsigned"),
-    ({"signedness": tlv(1, bytes([0b1110_0000]))}, "column `id` is unsigned in the binlog but int(11)"),
-    ({"charsets": tlv(2, ints(45, 2, 63))}, "column `l` has collation id 45 in the binlog but "
-                                           "latin1_swedish_ci"),
-    ({"charsets": tlv(3, ints(46, 8, 63))}, "column `v` has collation id 46"),
-    ({"charsets": tlv(2, ints(45, 1, 8))}, "column `b` has collation id 45 in the binlog but binary"),
-    ({"enum_set_charsets": tlv(10, ints(45))}, "column `s` has collation id 45"),
-    ({"enum": tlv(6, ints(3) + strings(b"a", b"b", b"c"))},
-     "column `e` has the labels of another ENUM in the binlog than enum('a','b')"),
-    ({"enum": tlv(6, ints(2) + strings(b"b", b"a"))}, "another ENUM"),
-    ({"set": tlv(5, ints(2) + strings(b"x", b"z"))}, "another SET in the binlog than set('x','y')"),
-])
+@pytest.mark.parametrize(
+    ("replaced", "message"),
+    [
+        (
+            {"names": tlv(4, strings(b"id", b"u", b"y", b"l", b"v", b"b", b"e", b"s"))},
+            "columns (id, u, y, l, v, b, e, s) in the binlog but (id, u, y, v, l, b, e, s)",
+        ),
+        (
+            {"names": tlv(4, strings(b"id", b"U", b"y", b"v", b"l", b"b", b"e", b"s"))},
+            "columns (id, U, y",
+        ),
+        (
+            {"signedness": tlv(1, bytes([0b0010_0000]))},
+            "column `u` is signed in the binlog but int(10) unsigned",
+        ),
+        (
+            {"signedness": tlv(1, bytes([0b1110_0000]))},
+            "column `id` is unsigned in the binlog but int(11)",
+        ),
+        (
+            {"charsets": tlv(2, ints(45, 2, 63))},
+            "column `l` has collation id 45 in the binlog but latin1_swedish_ci",
+        ),
+        ({"charsets": tlv(3, ints(46, 8, 63))}, "column `v` has collation id 46"),
+        (
+            {"charsets": tlv(2, ints(45, 1, 8))},
+            "column `b` has collation id 45 in the binlog but binary",
+        ),
+        ({"enum_set_charsets": tlv(10, ints(45))}, "column `s` has collation id 45"),
+        (
+            {"enum": tlv(6, ints(3) + strings(b"a", b"b", b"c"))},
+            "column `e` has the labels of another ENUM in the binlog than enum('a','b')",
+        ),
+        ({"enum": tlv(6, ints(2) + strings(b"b", b"a"))}, "another ENUM"),
+        (
+            {"set": tlv(5, ints(2) + strings(b"x", b"z"))},
+            "another SET in the binlog than set('x','y')",
+        ),
+    ],
+)
 def test_each_difference_is_named(replaced: dict[str, bytes], message: str) -> None:
     found = difference(**replaced)
     assert found is not None and message in found, found
 
 
 def test_labels_decode_in_the_columns_charset() -> None:
-    latin = (column("id", "int", "int(11)"),
-             column("e", "enum", "enum('é','x')", "latin1", "latin1_swedish_ci"))
+    latin = (
+        column("id", "int", "int(11)"),
+        column("e", "enum", "enum('é','x')", "latin1", "latin1_swedish_ci"),
+    )
     info = TableInfo("d", "t", latin, ("id",), (), 0)
     block = tlv(6, ints(2) + strings("é".encode("latin1"), b"x")) + tlv(10, ints(8))
     kinds, meta = bytes([rd.LONG, rd.STRING]), (b"", bytes([rd.ENUM, 1]))
-    assert metadata_difference(info, TableMap(1, "d.t", kinds, meta, b"", block), COLLATIONS,
-                               mariadb=True) is None
+    assert (
+        metadata_difference(
+            info, TableMap(1, "d.t", kinds, meta, b"", block), COLLATIONS, mariadb=True
+        )
+        is None
+    )
     unknown = (latin[0], column("e", "enum", "enum('é','x')", "koi8r", "koi8r_general_ci"))
     info = TableInfo("d", "t", unknown, ("id",), (), 0)  # no codec here: the count is compared
     block = tlv(6, ints(2) + strings(b"\xff", b"x"))
-    assert metadata_difference(info, TableMap(1, "d.t", kinds, meta, b"", block), COLLATIONS,
-                               mariadb=True) is None
+    assert (
+        metadata_difference(
+            info, TableMap(1, "d.t", kinds, meta, b"", block), COLLATIONS, mariadb=True
+        )
+        is None
+    )
 
 
 def test_geometry_is_a_character_column_in_mariadb_only() -> None:
@@ -130,8 +180,9 @@ def test_geometry_is_a_character_column_in_mariadb_only() -> None:
     assert md.parse(tlv(2, ints(45)), kinds, mariadb=False).collations == (45,)
 
 
-@pytest.mark.parametrize("block", [tlv(4, strings(b"id"))[:-1] + b"", bytes([2, 5, 45]),
-                                   tlv(2, ints(45, 9, 8))])
+@pytest.mark.parametrize(
+    "block", [tlv(4, strings(b"id"))[:-1] + b"", bytes([2, 5, 45]), tlv(2, ints(45, 9, 8))]
+)
 def test_a_damaged_block_is_an_error_not_a_pass(block: bytes) -> None:
     with pytest.raises(ValueError):
         md.parse(block, [rd.LONG, rd.VARCHAR], mariadb=True)

@@ -30,13 +30,27 @@ CASES: list[tuple[str, str, str, set[str]]] = [
     ("CREATE TABLE copy LIKE orders", "shop", "ddl", {"shop.copy"}),
     ("CREATE TABLE copy AS SELECT * FROM orders", "shop", "ddl", {"shop.copy"}),
     ("RENAME TABLE orders TO old_orders", "shop", "ddl", {"shop.orders", "shop.old_orders"}),
-    ("RENAME TABLE a TO b, b TO c, crm.x TO `shop`.`y`", "shop", "ddl",
-     {"shop.a", "shop.b", "shop.c", "crm.x", "shop.y"}),
+    (
+        "RENAME TABLE a TO b, b TO c, crm.x TO `shop`.`y`",
+        "shop",
+        "ddl",
+        {"shop.a", "shop.b", "shop.c", "crm.x", "shop.y"},
+    ),
     ("RENAME TABLE IF EXISTS a NOWAIT TO b", "shop", "ddl", {"shop.a", "shop.b"}),
     ("ALTER TABLE orders ADD COLUMN x INT NOT NULL DEFAULT 7", "shop", "ddl", {"shop.orders"}),
     ("ALTER TABLE `shop`.`orders` MODIFY status ENUM('a','b','c')", "", "ddl", {"shop.orders"}),
-    ("ALTER TABLE orders RENAME TO archive.orders", "shop", "ddl", {"shop.orders", "archive.orders"}),
-    ("ALTER TABLE orders ADD y INT, RENAME new_orders", "shop", "ddl", {"shop.orders", "shop.new_orders"}),
+    (
+        "ALTER TABLE orders RENAME TO archive.orders",
+        "shop",
+        "ddl",
+        {"shop.orders", "archive.orders"},
+    ),
+    (
+        "ALTER TABLE orders ADD y INT, RENAME new_orders",
+        "shop",
+        "ddl",
+        {"shop.orders", "shop.new_orders"},
+    ),
     ("ALTER TABLE orders RENAME COLUMN a TO b", "shop", "ddl", {"shop.orders"}),
     ("ALTER TABLE orders CONVERT TO CHARACTER SET utf8mb4", "shop", "ddl", {"shop.orders"}),
     ("ALTER TABLE orders ENGINE=InnoDB", "shop", "ddl", {"shop.orders"}),
@@ -62,7 +76,12 @@ CASES: list[tuple[str, str, str, set[str]]] = [
     ("FROBNICATE orders", "shop", "ddl", {"shop.orders"}),
     # statements that hide what they run: the inner one is classified
     ("SET STATEMENT max_statement_time=100 FOR TRUNCATE TABLE t", "shop", "truncate", {"shop.t"}),
-    ("SET STATEMENT sql_mode='', note='FOR x' FOR UPDATE orders SET a = 1", "shop", "dml", {"shop.orders"}),
+    (
+        "SET STATEMENT sql_mode='', note='FOR x' FOR UPDATE orders SET a = 1",
+        "shop",
+        "dml",
+        {"shop.orders"},
+    ),
     ("SET STATEMENT x=1 FOR RENAME TABLE a TO b, b TO a", "shop", "ddl", {"shop.a", "shop.b"}),
     ("ANALYZE UPDATE orders SET a = 1", "shop", "dml", {"shop.orders"}),
     ("ANALYZE FORMAT=JSON DELETE FROM x.orders", "shop", "dml", {"x.orders"}),
@@ -70,8 +89,17 @@ CASES: list[tuple[str, str, str, set[str]]] = [
 ]
 
 
-@pytest.mark.parametrize("sql", ["SELECT `o`.`f`()", "SELECT a INTO @x FROM orders", "DO f(1)", "CALL p()",
-                                 "ROLLBACK TO SAVEPOINT `s`", "ROLLBACK WORK TO s"])
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT `o`.`f`()",
+        "SELECT a INTO @x FROM orders",
+        "DO f(1)",
+        "CALL p()",
+        "ROLLBACK TO SAVEPOINT `s`",
+        "ROLLBACK WORK TO s",
+    ],
+)
 def test_a_statement_whose_effect_the_text_does_not_tell_touches_every_table(sql: str) -> None:
     """A stored function or procedure may write any table; a rollback to a savepoint undoes rows
     events logged before it: every run table is re-read."""
@@ -85,7 +113,9 @@ def test_drop_schema_drops_the_database() -> None:
     assert classify("DROP DATABASE old", "shop").touches("old.t")
 
 
-@pytest.mark.parametrize(("sql", "database", "kind", "tables"), CASES, ids=[c[0][:50] for c in CASES])
+@pytest.mark.parametrize(
+    ("sql", "database", "kind", "tables"), CASES, ids=[c[0][:50] for c in CASES]
+)
 def test_classify(sql: str, database: str, kind: str, tables: set[str]) -> None:
     statement = classify(sql, database)
     assert statement.kind == kind
@@ -99,8 +129,9 @@ def test_drop_database_touches_every_table_of_it() -> None:
     assert statement.touches("crm.people") and not statement.touches("shop.orders")
 
 
-@pytest.mark.parametrize(("lower", "expected"), [(0, {"Shop.Orders"}), (1, {"shop.orders"}),
-                                                 (2, {"shop.orders"})])
+@pytest.mark.parametrize(
+    ("lower", "expected"), [(0, {"Shop.Orders"}), (1, {"shop.orders"}), (2, {"shop.orders"})]
+)
 def test_case_folding_follows_lower_case_table_names(lower: int, expected: set[str]) -> None:
     assert classify("TRUNCATE Orders", "Shop", lower_case_table_names=lower).tables == expected
 
@@ -112,7 +143,9 @@ def test_unparseable_statement_names_every_name_it_mentions() -> None:
 
 
 def test_a_trigger_on_a_table_counts_as_ddl_of_it() -> None:
-    statement = classify("CREATE TRIGGER t BEFORE INSERT ON orders FOR EACH ROW SET NEW.x = 1", "shop")
+    statement = classify(
+        "CREATE TRIGGER t BEFORE INSERT ON orders FOR EACH ROW SET NEW.x = 1", "shop"
+    )
     assert statement.kind == "ddl" and statement.touches("shop.orders")
 
 
@@ -128,7 +161,9 @@ XA_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("sql", "verb", "xid", "one_phase"), XA_CASES, ids=[c[0] for c in XA_CASES])
+@pytest.mark.parametrize(
+    ("sql", "verb", "xid", "one_phase"), XA_CASES, ids=[c[0] for c in XA_CASES]
+)
 def test_xa(sql: str, verb: str, xid: Xid | None, one_phase: bool) -> None:
     statement = classify(sql, "shop")
     assert statement.kind == "xa"
@@ -145,27 +180,45 @@ def test_quoted_and_hex_xids_of_one_transaction_are_equal() -> None:
 
 
 # Found by a review: each left a table the statement changed stale, with exit 0.
-@pytest.mark.parametrize(("sql", "database", "ansi", "escapes", "tables"), [
-    # ANSI_QUOTES: "t" names a table (it read as a string: no name at all)
-    ('RENAME TABLE "t" TO "t_old", "t2" TO "t"', "d", True, True, {"d.t", "d.t_old", "d.t2"}),
-    ('ALTER TABLE "t" TRUNCATE PARTITION p0', "d", True, True, {"d.t"}),
-    ('TRUNCATE TABLE "x"."t"', "d", True, True, {"x.t"}),
-    # NO_BACKSLASH_ESCAPES: 'C:\' is a whole string (the tokenizer failed: no name)
-    ("CREATE OR REPLACE TABLE t (id INT PRIMARY KEY, v VARCHAR(20) DEFAULT 'C:\\')", "d", False, False, {"d.t"}),
-    # names that start with digits came as a number and a name
-    ("RENAME TABLE 2024_orders TO old_orders, new_orders TO 2024_orders", "d", False, True,
-     {"d.2024_orders", "d.old_orders", "d.new_orders"}),
-    ("ALTER TABLE 2025_orders TRUNCATE PARTITION p0", "d", False, True, {"d.2025_orders"}),
-])
-def test_a_session_sql_mode_and_odd_names_are_read_as_the_server_did(sql: str, database: str, ansi: bool,
-                                                                     escapes: bool, tables: set[str]) -> None:
+@pytest.mark.parametrize(
+    ("sql", "database", "ansi", "escapes", "tables"),
+    [
+        # ANSI_QUOTES: "t" names a table (it read as a string: no name at all)
+        ('RENAME TABLE "t" TO "t_old", "t2" TO "t"', "d", True, True, {"d.t", "d.t_old", "d.t2"}),
+        ('ALTER TABLE "t" TRUNCATE PARTITION p0', "d", True, True, {"d.t"}),
+        ('TRUNCATE TABLE "x"."t"', "d", True, True, {"x.t"}),
+        # NO_BACKSLASH_ESCAPES: 'C:\' is a whole string (the tokenizer failed: no name)
+        (
+            "CREATE OR REPLACE TABLE t (id INT PRIMARY KEY, v VARCHAR(20) DEFAULT 'C:\\')",
+            "d",
+            False,
+            False,
+            {"d.t"},
+        ),
+        # names that start with digits came as a number and a name
+        (
+            "RENAME TABLE 2024_orders TO old_orders, new_orders TO 2024_orders",
+            "d",
+            False,
+            True,
+            {"d.2024_orders", "d.old_orders", "d.new_orders"},
+        ),
+        ("ALTER TABLE 2025_orders TRUNCATE PARTITION p0", "d", False, True, {"d.2025_orders"}),
+    ],
+)
+def test_a_session_sql_mode_and_odd_names_are_read_as_the_server_did(
+    sql: str, database: str, ansi: bool, escapes: bool, tables: set[str]
+) -> None:
     statement = classify(sql, database, ansi_quotes=ansi, backslash_escapes=escapes)
     assert tables <= statement.tables or statement.everything, statement
 
 
-@pytest.mark.parametrize("sql", [
-    "TRUNCATE TABLE t /* cleanup, see /*!ticket 12 */",  # the unwrapped marker leaves a comment open
-    "CREATE TABLE t (v VARCHAR(9) DEFAULT 'C:\\')",  # in a session with backslash escapes: unreadable
-])
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "TRUNCATE TABLE t /* cleanup, see /*!ticket 12 */",  # the unwrapped marker leaves a comment open
+        "CREATE TABLE t (v VARCHAR(9) DEFAULT 'C:\\')",  # in a session with backslash escapes: unreadable
+    ],
+)
 def test_a_statement_that_cannot_be_tokenized_touches_every_table(sql: str) -> None:
     assert classify(sql, "d").everything

@@ -12,37 +12,46 @@ from orchestrator.lake import storage
 from orchestrator.lake.manifest import current_uri, find_manifest
 
 
-@pytest.mark.parametrize(("base", "parts", "joined"), [
-    ("/var/lake", ("shop", "orders"), "/var/lake/shop/orders"),
-    ("/var/lake/", ("/shop/", "orders/"), "/var/lake/shop/orders"),
-    ("file:///var/lake", ("shop",), "file:///var/lake/shop"),
-    ("s3a://bucket", ("a", "b.parquet"), "s3a://bucket/a/b.parquet"),
-    ("hdfs://nn:8020/lake", ("t", "", "data"), "hdfs://nn:8020/lake/t/data"),
-    ("/", ("x",), "/x"),
-])
+@pytest.mark.parametrize(
+    ("base", "parts", "joined"),
+    [
+        ("/var/lake", ("shop", "orders"), "/var/lake/shop/orders"),
+        ("/var/lake/", ("/shop/", "orders/"), "/var/lake/shop/orders"),
+        ("file:///var/lake", ("shop",), "file:///var/lake/shop"),
+        ("s3a://bucket", ("a", "b.parquet"), "s3a://bucket/a/b.parquet"),
+        ("hdfs://nn:8020/lake", ("t", "", "data"), "hdfs://nn:8020/lake/t/data"),
+        ("/", ("x",), "/x"),
+    ],
+)
 def test_join(base: str, parts: tuple[str, ...], joined: str) -> None:
     assert storage.join(base, *parts) == joined
 
 
-@pytest.mark.parametrize(("uri", "parent", "name"), [
-    ("/var/lake/shop/orders", "/var/lake/shop", "orders"),
-    ("s3a://bucket/a/b/", "s3a://bucket/a", "b"),
-    ("s3a://bucket/a", "s3a://bucket", "a"),
-    ("hdfs://nn:8020/lake/x.json", "hdfs://nn:8020/lake", "x.json"),
-    ("/top", "/", "top"),
-])
+@pytest.mark.parametrize(
+    ("uri", "parent", "name"),
+    [
+        ("/var/lake/shop/orders", "/var/lake/shop", "orders"),
+        ("s3a://bucket/a/b/", "s3a://bucket/a", "b"),
+        ("s3a://bucket/a", "s3a://bucket", "a"),
+        ("hdfs://nn:8020/lake/x.json", "hdfs://nn:8020/lake", "x.json"),
+        ("/top", "/", "top"),
+    ],
+)
 def test_parent_and_basename(uri: str, parent: str, name: str) -> None:
     assert storage.parent(uri) == parent
     assert storage.basename(uri) == name
 
 
-@pytest.mark.parametrize(("uri", "spark"), [
-    ("/tmp/a b/c", "file:///tmp/a b/c"),
-    ("file:///tmp/x", "file:///tmp/x"),
-    ("s3a://bucket/k", "s3a://bucket/k"),
-    ("s3://bucket/k", "s3a://bucket/k"),
-    ("hdfs://nn/lake", "hdfs://nn/lake"),
-])
+@pytest.mark.parametrize(
+    ("uri", "spark"),
+    [
+        ("/tmp/a b/c", "file:///tmp/a b/c"),
+        ("file:///tmp/x", "file:///tmp/x"),
+        ("s3a://bucket/k", "s3a://bucket/k"),
+        ("s3://bucket/k", "s3a://bucket/k"),
+        ("hdfs://nn/lake", "hdfs://nn/lake"),
+    ],
+)
 def test_spark_uri(uri: str, spark: str) -> None:
     assert storage.spark_uri(uri) == spark
 
@@ -64,14 +73,24 @@ def test_object_store_paths(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     fs, path = storage.filesystem("s3a://bucket/lake/t/")
     assert isinstance(fs, pafs.S3FileSystem) and path == "bucket/lake/t"
-    assert not storage.is_local("s3a://bucket/x") and storage.is_local("file:///x") and storage.is_local("x")
+    assert (
+        not storage.is_local("s3a://bucket/x")
+        and storage.is_local("file:///x")
+        and storage.is_local("x")
+    )
 
 
 @pytest.mark.parametrize("style", ["path", "uri"])
 def test_local_files(tmp_path: Path, style: str) -> None:
-    root = str(tmp_path / "dir with space") if style == "path" else f"file://{tmp_path}/dir with space"
+    root = (
+        str(tmp_path / "dir with space") if style == "path" else f"file://{tmp_path}/dir with space"
+    )
     data = storage.join(root, "data")
-    assert not storage.exists(root) and storage.list_files(data) == [] and storage.list_dirs(root) == []
+    assert (
+        not storage.exists(root)
+        and storage.list_files(data) == []
+        and storage.list_dirs(root) == []
+    )
     storage.makedirs(data)
     for name in ("b.parquet", "a.parquet", "_SUCCESS", ".a.parquet.crc", "notes.txt"):
         Path(storage.local_path(storage.join(data, name))).write_bytes(b"12345")
@@ -80,9 +99,13 @@ def test_local_files(tmp_path: Path, style: str) -> None:
     Path(storage.local_path(storage.join(data, "sub", "y.parquet"))).parent.mkdir()
     Path(storage.local_path(storage.join(data, "sub", "y.parquet"))).write_bytes(b"1")
 
-    assert storage.list_files(data, suffix=".parquet") == [storage.join(data, "a.parquet"),
-                                                          storage.join(data, "b.parquet")]
-    assert storage.list_files(data, suffix=".parquet", recursive=True)[-1] == storage.join(data, "sub", "y.parquet")
+    assert storage.list_files(data, suffix=".parquet") == [
+        storage.join(data, "a.parquet"),
+        storage.join(data, "b.parquet"),
+    ]
+    assert storage.list_files(data, suffix=".parquet", recursive=True)[-1] == storage.join(
+        data, "sub", "y.parquet"
+    )
     assert storage.list_dirs(data) == ["_tmp", "sub"]
     assert storage.is_file(storage.join(data, "a.parquet")) and not storage.is_file(data)
     assert storage.size(storage.join(data, "a.parquet")) == 5
@@ -109,7 +132,9 @@ def test_write_atomic_replaces_whole_files(tmp_path: Path) -> None:
     assert os.listdir(target.parent) == ["current.json"]
 
 
-def test_write_atomic_failure_keeps_the_old_content(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_write_atomic_failure_keeps_the_old_content(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     target = tmp_path / "current.json"
     storage.write_atomic(str(target), b"old")
 

@@ -16,13 +16,30 @@ from orchestrator.state.store import ChunkRecord, PlannedTable
 from orchestrator.table_patterns import dropped, expand, glob_matches
 
 SOURCE = {"host": "h", "user": "u", "server_id": 1}
-SOURCE_TABLES = ["crm.accounts", "crm.big", "crm.tmp_1", "crm.tmp_2", "crm2.x", "shop.orders",
-                 "mysql.user", "sys.sys_config"]
+SOURCE_TABLES = [
+    "crm.accounts",
+    "crm.big",
+    "crm.tmp_1",
+    "crm.tmp_2",
+    "crm2.x",
+    "shop.orders",
+    "mysql.user",
+    "sys.sys_config",
+]
 
 
 def config(tables: list[dict[str, Any]]) -> Any:
-    return parse_config({"pipeline": "p", "source": SOURCE, "output": {"path": "/l"},
-                         "state": {"url": "sqlite://"}, "tables": tables}, origin="p.yaml", check_env=False)
+    return parse_config(
+        {
+            "pipeline": "p",
+            "source": SOURCE,
+            "output": {"path": "/l"},
+            "state": {"url": "sqlite://"},
+            "tables": tables,
+        },
+        origin="p.yaml",
+        check_env=False,
+    )
 
 
 def problems(tables: list[dict[str, Any]]) -> list[str]:
@@ -31,31 +48,61 @@ def problems(tables: list[dict[str, Any]]) -> list[str]:
     return caught.value.problems
 
 
-@pytest.mark.parametrize(("tables", "expected"), [
-    ([{"name": "crm*"}], "p.yaml: tables[0].name: expected `database.table` or a glob over both"),
-    ([{"name": "crm.[a-"}], "p.yaml: tables[0].name: expected `database.table` or a glob over both"),
-    ([{"name": "crm.a;b*"}], "p.yaml: tables[0].name: expected `database.table` or a glob over both"),
-    ([{"name": "crm.orders", "exclude": ["crm.x"]}],
-     "p.yaml: tables[0].exclude: exclude applies to a pattern entry only"),
-    ([{"name": "crm.*", "exclude": {"a": 1}}], "p.yaml: tables[0].exclude: expected a glob or a list of globs"),
-    ([{"name": "crm.*", "exclude": ["crm.ok_*", "tmp"]}], "p.yaml: tables[0].exclude[1]: expected `database.table`"),
-    ([{"name": "crm.*"}, {"name": "crm.*"}], "p.yaml: tables[1].name: table crm.* is listed twice"),
-])
-def test_bad_patterns_are_refused_naming_the_key(tables: list[dict[str, Any]], expected: str) -> None:
+@pytest.mark.parametrize(
+    ("tables", "expected"),
+    [
+        (
+            [{"name": "crm*"}],
+            "p.yaml: tables[0].name: expected `database.table` or a glob over both",
+        ),
+        (
+            [{"name": "crm.[a-"}],
+            "p.yaml: tables[0].name: expected `database.table` or a glob over both",
+        ),
+        (
+            [{"name": "crm.a;b*"}],
+            "p.yaml: tables[0].name: expected `database.table` or a glob over both",
+        ),
+        (
+            [{"name": "crm.orders", "exclude": ["crm.x"]}],
+            "p.yaml: tables[0].exclude: exclude applies to a pattern entry only",
+        ),
+        (
+            [{"name": "crm.*", "exclude": {"a": 1}}],
+            "p.yaml: tables[0].exclude: expected a glob or a list of globs",
+        ),
+        (
+            [{"name": "crm.*", "exclude": ["crm.ok_*", "tmp"]}],
+            "p.yaml: tables[0].exclude[1]: expected `database.table`",
+        ),
+        (
+            [{"name": "crm.*"}, {"name": "crm.*"}],
+            "p.yaml: tables[1].name: table crm.* is listed twice",
+        ),
+    ],
+)
+def test_bad_patterns_are_refused_naming_the_key(
+    tables: list[dict[str, Any]], expected: str
+) -> None:
     found = problems(tables)
     assert any(p.startswith(expected) for p in found), found
 
 
 def test_a_pattern_with_excludes_and_an_override() -> None:
-    c = config([{"name": "crm.*", "exclude": "crm.tmp_*", "where": "id > 0", "chunk_size": 7},
-                {"name": "*.orders"},
-                {"name": "crm.big", "chunk_key": ["id"]}])
+    c = config(
+        [
+            {"name": "crm.*", "exclude": "crm.tmp_*", "where": "id > 0", "chunk_size": 7},
+            {"name": "*.orders"},
+            {"name": "crm.big", "chunk_key": ["id"]},
+        ]
+    )
     assert c.has_patterns
     found = expand(c.tables, SOURCE_TABLES)
     assert found.names == ["crm.accounts", "shop.orders", "crm.big"]
     assert [(m.pattern, m.tables, m.excluded, m.overridden) for m in found.patterns] == [
         ("crm.*", ("crm.accounts",), ("crm.tmp_1", "crm.tmp_2"), ("crm.big",)),
-        ("*.orders", ("shop.orders",), (), ())]
+        ("*.orders", ("shop.orders",), (), ()),
+    ]
     assert [found.entry_index(n) for n in found.names] == [0, 1, 2]
     # one table's settings, without the source: the override wins, else the first pattern
     assert c.table("crm.big").chunk_key == ("id",) and c.table("crm.big").where is None
@@ -75,7 +122,9 @@ def test_globs_match_part_by_part_and_skip_the_servers_own_schemas() -> None:
     assert glob_matches("mysql.*", "mysql.user")  # named on purpose
     assert not glob_matches("crm.*", "crm2.x") and glob_matches("crm?.*", "crm2.x")
     assert glob_matches("crm.[a-c]*", "crm.big") and not glob_matches("crm.[!a-c]*", "crm.big")
-    assert not glob_matches("CRM.*", "crm.accounts") and glob_matches("CRM.*", "crm.accounts", fold=True)
+    assert not glob_matches("CRM.*", "crm.accounts") and glob_matches(
+        "CRM.*", "crm.accounts", fold=True
+    )
     found = expand(config([{"name": "*.*"}]).tables, SOURCE_TABLES)
     assert "mysql.user" not in found.names and "sys.sys_config" not in found.names
 
@@ -90,8 +139,12 @@ def test_dropped_tables_are_published_ones_a_pattern_no_longer_finds() -> None:
 
 
 def _draft(name: str, chunks: int, rows: int) -> Draft:
-    chunk = ChunkRecord("r", name, 0, -1, None, None, "", "pending", None, None, None, None, None, 0)
-    plan = PlannedTable(name, "snapshot", "even", ["id"], {}, [replace(chunk, index=i) for i in range(chunks)])
+    chunk = ChunkRecord(
+        "r", name, 0, -1, None, None, "", "pending", None, None, None, None, None, 0
+    )
+    plan = PlannedTable(
+        name, "snapshot", "even", ["id"], {}, [replace(chunk, index=i) for i in range(chunks)]
+    )
     return Draft(plan, rows, 4)
 
 

@@ -24,16 +24,23 @@ NEW_YORK = dt.timezone(dt.timedelta(hours=-5))
 UTC = dt.UTC
 
 
-def col(column_type: str, *, nullable: bool = True, charset: str | None = None,
-        precision: int | None = None, scale: int | None = None) -> ColumnInfo:
+def col(
+    column_type: str,
+    *,
+    nullable: bool = True,
+    charset: str | None = None,
+    precision: int | None = None,
+    scale: int | None = None,
+) -> ColumnInfo:
     """A ColumnInfo as information_schema describes ``column_type``."""
     data_type = column_type.split("(", 1)[0].split(" ", 1)[0]
     if data_type in ("char", "varchar", "text", "mediumtext", "longtext", "enum", "set"):
         charset = charset or "utf8mb4"
     if data_type == "bit":
         precision = int(column_type[4:-1])
-    return ColumnInfo("c", data_type, column_type, nullable, precision=precision, scale=scale,
-                      charset=charset)
+    return ColumnInfo(
+        "c", data_type, column_type, nullable, precision=precision, scale=scale, charset=charset
+    )
 
 
 def f32(x: float) -> float:
@@ -60,12 +67,24 @@ CASES: list[tuple[ColumnInfo, Any, pa.DataType, Any]] = [
     (col("bigint(20) unsigned"), -1, pa.decimal128(20, 0), Decimal(2**64 - 1)),
     (col("year(4)"), 0, pa.int16(), 0),
     (col("year(4)"), 2155, pa.int16(), 2155),
-    (col("decimal(10,2)", precision=10, scale=2), Decimal("-12.34"), pa.decimal128(10, 2),
-     Decimal("-12.34")),
-    (col("decimal(38,10)", precision=38, scale=10), Decimal("9" * 28 + "." + "9" * 10),
-     pa.decimal128(38, 10), Decimal("9" * 28 + "." + "9" * 10)),
-    (col("decimal(65,30)", precision=65, scale=30), Decimal("-1.5"), pa.string(),
-     "-1." + "5" + "0" * 29),
+    (
+        col("decimal(10,2)", precision=10, scale=2),
+        Decimal("-12.34"),
+        pa.decimal128(10, 2),
+        Decimal("-12.34"),
+    ),
+    (
+        col("decimal(38,10)", precision=38, scale=10),
+        Decimal("9" * 28 + "." + "9" * 10),
+        pa.decimal128(38, 10),
+        Decimal("9" * 28 + "." + "9" * 10),
+    ),
+    (
+        col("decimal(65,30)", precision=65, scale=30),
+        Decimal("-1.5"),
+        pa.string(),
+        "-1." + "5" + "0" * 29,
+    ),
     (col("decimal(40,0)", precision=40, scale=0), Decimal("9" * 40), pa.string(), "9" * 40),
     (col("decimal(40,2)", precision=40, scale=2), Decimal("0.00"), pa.string(), "0.00"),
     (col("float"), f32(0.1), pa.float32(), f32(0.1)),
@@ -104,18 +123,38 @@ CASES: list[tuple[ColumnInfo, Any, pa.DataType, Any]] = [
     (col("blob"), b"", pa.binary(), b""),
     (col("date"), dt.date(1000, 1, 1), pa.date32(), dt.date(1000, 1, 1)),
     (col("date"), "0000-00-00", pa.date32(), None),  # PyMySQL's zero date
-    (col("datetime"), dt.datetime(9999, 12, 31, 23, 59, 59), pa.timestamp("us"),
-     dt.datetime(9999, 12, 31, 23, 59, 59)),
-    (col("datetime(6)"), dt.datetime(2020, 2, 29, 1, 2, 3, 456789), pa.timestamp("us"),
-     dt.datetime(2020, 2, 29, 1, 2, 3, 456789)),
+    (
+        col("datetime"),
+        dt.datetime(9999, 12, 31, 23, 59, 59),
+        pa.timestamp("us"),
+        dt.datetime(9999, 12, 31, 23, 59, 59),
+    ),
+    (
+        col("datetime(6)"),
+        dt.datetime(2020, 2, 29, 1, 2, 3, 456789),
+        pa.timestamp("us"),
+        dt.datetime(2020, 2, 29, 1, 2, 3, 456789),
+    ),
     (col("datetime"), "0000-00-00 00:00:00", pa.timestamp("us"), None),
-    (col("timestamp(3)"), dt.datetime(2020, 1, 1, 7, 0, 0, 500000, tzinfo=NEW_YORK),
-     pa.timestamp("us", tz="UTC"), dt.datetime(2020, 1, 1, 12, 0, 0, 500000, tzinfo=UTC)),
-    (col("timestamp"), dt.datetime(2038, 1, 19, 3, 14, 7), pa.timestamp("us", tz="UTC"),
-     dt.datetime(2038, 1, 19, 3, 14, 7, tzinfo=UTC)),  # SELECT form, session time zone UTC
+    (
+        col("timestamp(3)"),
+        dt.datetime(2020, 1, 1, 7, 0, 0, 500000, tzinfo=NEW_YORK),
+        pa.timestamp("us", tz="UTC"),
+        dt.datetime(2020, 1, 1, 12, 0, 0, 500000, tzinfo=UTC),
+    ),
+    (
+        col("timestamp"),
+        dt.datetime(2038, 1, 19, 3, 14, 7),
+        pa.timestamp("us", tz="UTC"),
+        dt.datetime(2038, 1, 19, 3, 14, 7, tzinfo=UTC),
+    ),  # SELECT form, session time zone UTC
     (col("timestamp"), "0000-00-00 00:00:00", pa.timestamp("us", tz="UTC"), None),
-    (col("time"), dt.timedelta(hours=-838, minutes=-59, seconds=-59), pa.int64(),
-     -3_020_399_000_000),
+    (
+        col("time"),
+        dt.timedelta(hours=-838, minutes=-59, seconds=-59),
+        pa.int64(),
+        -3_020_399_000_000,
+    ),
     (col("time"), dt.timedelta(hours=838, minutes=59, seconds=59), pa.int64(), 3_020_399_000_000),
     (col("time(1)"), dt.timedelta(seconds=-1.5), pa.int64(), -1_500_000),
     (col("time(6)"), dt.timedelta(microseconds=-1), pa.int64(), -1),
@@ -128,8 +167,9 @@ def _ids() -> list[str]:
 
 
 @pytest.mark.parametrize(("column", "value", "arrow", "expected"), CASES, ids=_ids())
-def test_value_converts_to_staging(column: ColumnInfo, value: Any, arrow: pa.DataType,
-                                   expected: Any) -> None:
+def test_value_converts_to_staging(
+    column: ColumnInfo, value: Any, arrow: pa.DataType, expected: Any
+) -> None:
     assert staging_type(column) == arrow
     table = BatchConverter([column]).table([(value,), (None,)])
     assert table.schema.field("c").type == arrow
@@ -166,14 +206,19 @@ def test_time2_bytes(raw: str, fsp: int, expected: dt.timedelta) -> None:
 def test_none_rows_are_nulls() -> None:
     columns = [col("int(11)"), col("varchar(5)"), col("time")]
     table = BatchConverter(columns).table([None, (1, b"x", dt.timedelta(seconds=1))])
-    assert [table.column(i).to_pylist() for i in range(3)] == [[None, 1], [None, "x"],
-                                                               [None, 1_000_000]]
+    assert [table.column(i).to_pylist() for i in range(3)] == [
+        [None, 1],
+        [None, "x"],
+        [None, 1_000_000],
+    ]
 
 
 def test_staging_schema_keeps_time_as_micros_and_zero_dates_nullable() -> None:
-    columns = [ColumnInfo("t", "time", "time(3)", False, datetime_precision=3),
-               ColumnInfo("d", "date", "date", False),
-               ColumnInfo("id", "bigint", "bigint(20)", False)]
+    columns = [
+        ColumnInfo("t", "time", "time(3)", False, datetime_precision=3),
+        ColumnInfo("d", "date", "date", False),
+        ColumnInfo("id", "bigint", "bigint(20)", False),
+    ]
     schema = staging_schema(columns)
     assert [f.type for f in schema] == [pa.int64(), pa.date32(), pa.int64()]
     assert [f.nullable for f in schema] == [False, True, False]
@@ -186,11 +231,14 @@ def test_identity_columns_have_no_converter() -> None:
     assert column_converter(col("int(10) unsigned")) is not None
 
 
-@pytest.mark.parametrize(("column_type", "labels"), [
-    ("set('b','a','c')", ("b", "a", "c")),
-    ("enum('','q')", ("", "q")),
-    ("set('a''b','c\\\\d','é','x)y')", ("a'b", "c\\d", "é", "x)y")),
-])
+@pytest.mark.parametrize(
+    ("column_type", "labels"),
+    [
+        ("set('b','a','c')", ("b", "a", "c")),
+        ("enum('','q')", ("", "q")),
+        ("set('a''b','c\\\\d','é','x)y')", ("a'b", "c\\d", "é", "x)y")),
+    ],
+)
 def test_definition_labels(column_type: str, labels: tuple[str, ...]) -> None:
     assert definition_labels(column_type) == labels
 

@@ -14,10 +14,15 @@ bounds = st.integers(min_value=-(2**63), max_value=2**64 - 1)
 
 
 @settings(deadline=None)
-@given(bounds, st.integers(min_value=0, max_value=10**15), st.integers(min_value=0, max_value=10**5),
-       st.integers(min_value=1, max_value=10**5))
-def test_strides_are_ascending_inside_the_range_and_balanced(low: int, width: int, rows: int,
-                                                             chunk_size: int) -> None:
+@given(
+    bounds,
+    st.integers(min_value=0, max_value=10**15),
+    st.integers(min_value=0, max_value=10**5),
+    st.integers(min_value=1, max_value=10**5),
+)
+def test_strides_are_ascending_inside_the_range_and_balanced(
+    low: int, width: int, rows: int, chunk_size: int
+) -> None:
     high = low + width
     cuts = even_boundaries(low, high, rows, chunk_size)
     edges = [low, *cuts, high + 1]
@@ -28,9 +33,14 @@ def test_strides_are_ascending_inside_the_range_and_balanced(low: int, width: in
 
 
 @settings(deadline=None)
-@given(st.integers(min_value=-1000, max_value=1000), st.integers(min_value=0, max_value=3000),
-       st.integers(min_value=1, max_value=500))
-def test_dense_keys_give_chunks_of_at_most_chunk_size(low: int, extra: int, chunk_size: int) -> None:
+@given(
+    st.integers(min_value=-1000, max_value=1000),
+    st.integers(min_value=0, max_value=3000),
+    st.integers(min_value=1, max_value=500),
+)
+def test_dense_keys_give_chunks_of_at_most_chunk_size(
+    low: int, extra: int, chunk_size: int
+) -> None:
     high = low + extra
     rows = extra + 1
     chunks = list(EvenSplitter(low, high, rows, chunk_size).chunks())
@@ -39,7 +49,11 @@ def test_dense_keys_give_chunks_of_at_most_chunk_size(low: int, extra: int, chun
         first = low if c.range.start is None else int(c.range.start[0])  # type: ignore[arg-type]
         assert c.range.end is not None
         stop = int(c.range.end[0]) + (1 if c.range.end_inclusive else 0)  # type: ignore[arg-type]
-        assert c.range.contains((first,)) and c.range.contains((stop - 1,)) and not c.range.contains((stop,))
+        assert (
+            c.range.contains((first,))
+            and c.range.contains((stop - 1,))
+            and not c.range.contains((stop,))
+        )
         counted.append(stop - first)
     starts = [low if c.range.start is None else c.range.start[0] for c in chunks]
     ends = [c.range.end[0] for c in chunks if c.range.end is not None]

@@ -52,19 +52,22 @@ def test_encode_decode_round_trips_exactly_through_json(key: Key) -> None:
     assert [str(v) for v in back] == [str(v) for v in key]
 
 
-@pytest.mark.parametrize("key", [
-    (18446744073709551615,),
-    (-(2**63),),
-    (2**200,),
-    (Decimal("12345678901234567890.123456789012"),),
-    (Decimal("-0.000000"),),
-    ("it's \\ \"quoted\"\0\n\r\x1a%_😀",),
-    (b"\x00\xff'\\",),
-    (datetime(9999, 12, 31, 23, 59, 59, 999999), date(1000, 1, 1)),
-    (-MAX_TIME, MAX_TIME, timedelta(0), -timedelta(microseconds=1)),
-    (time(0, 0), time(23, 59, 59, 999999)),
-    ("0000-00-00",),  # a zero date, as PyMySQL returns it
-])
+@pytest.mark.parametrize(
+    "key",
+    [
+        (18446744073709551615,),
+        (-(2**63),),
+        (2**200,),
+        (Decimal("12345678901234567890.123456789012"),),
+        (Decimal("-0.000000"),),
+        ('it\'s \\ "quoted"\0\n\r\x1a%_😀',),
+        (b"\x00\xff'\\",),
+        (datetime(9999, 12, 31, 23, 59, 59, 999999), date(1000, 1, 1)),
+        (-MAX_TIME, MAX_TIME, timedelta(0), -timedelta(microseconds=1)),
+        (time(0, 0), time(23, 59, 59, 999999)),
+        ("0000-00-00",),  # a zero date, as PyMySQL returns it
+    ],
+)
 def test_hostile_keys_round_trip(key: Key) -> None:
     assert json_round_trip(key) == key
 
@@ -74,14 +77,17 @@ def test_none_is_an_unbounded_end() -> None:
     assert decode_key(None) is None
 
 
-@pytest.mark.parametrize("data", [
-    {"decimal": "1"},  # not a list
-    [{"nope": "1"}],
-    [{"decimal": "1", "date": "2020-01-01"}],
-    [{"bytes": "not base64!"}],
-    [{"date": 5}],
-    [[1, 2]],
-])
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"decimal": "1"},  # not a list
+        [{"nope": "1"}],
+        [{"decimal": "1", "date": "2020-01-01"}],
+        [{"bytes": "not base64!"}],
+        [{"date": 5}],
+        [[1, 2]],
+    ],
+)
 def test_decode_rejects_what_encode_never_writes(data: object) -> None:
     with pytest.raises(ValueError):
         decode_key(data)
@@ -97,12 +103,15 @@ def test_time_text_round_trips(value: timedelta) -> None:
     assert parse_timedelta(format_timedelta(value)) == value
 
 
-@pytest.mark.parametrize(("value", "text"), [
-    (timedelta(days=34, hours=22, minutes=59, seconds=59), "838:59:59.000000"),
-    (-timedelta(days=34, hours=22, minutes=59, seconds=59), "-838:59:59.000000"),
-    (-timedelta(microseconds=1), "-00:00:00.000001"),
-    (timedelta(hours=25), "25:00:00.000000"),
-])
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (timedelta(days=34, hours=22, minutes=59, seconds=59), "838:59:59.000000"),
+        (-timedelta(days=34, hours=22, minutes=59, seconds=59), "-838:59:59.000000"),
+        (-timedelta(microseconds=1), "-00:00:00.000001"),
+        (timedelta(hours=25), "25:00:00.000000"),
+    ],
+)
 def test_time_text(value: timedelta, text: str) -> None:
     assert format_timedelta(value) == text
 

@@ -102,14 +102,17 @@ def test_sparse_key_walks_the_index(lite: Lite) -> None:
     assert result.stats["queries"] == 14
 
 
-@pytest.mark.parametrize(("rows", "chunk_size", "sizes"), [
-    (9, 4, [4, 5]),            # a tail of 1 < 4/2 joins the chunk before it
-    (10, 4, [4, 4, 2]),        # a tail of 2 >= 4/2 stays on its own
-    (3, 4, [3]),               # smaller than one chunk
-    (8, 4, [4, 4]),            # the last walk finds nothing past the 8th key
-    (9, 1, [1] * 9),           # the tail is the max key alone
-    (2, 1, [1, 1]),
-])
+@pytest.mark.parametrize(
+    ("rows", "chunk_size", "sizes"),
+    [
+        (9, 4, [4, 5]),  # a tail of 1 < 4/2 joins the chunk before it
+        (10, 4, [4, 4, 2]),  # a tail of 2 >= 4/2 stays on its own
+        (3, 4, [3]),  # smaller than one chunk
+        (8, 4, [4, 4]),  # the last walk finds nothing past the 8th key
+        (9, 1, [1] * 9),  # the tail is the max key alone
+        (2, 1, [1, 1]),
+    ],
+)
 def test_tail_handling(lite: Lite, rows: int, chunk_size: int, sizes: list[int]) -> None:
     lite.load([10**9 * i for i in range(rows)])  # sparse, so uneven
     result = plan(lite, chunk_size)
@@ -120,14 +123,21 @@ def test_tail_handling(lite: Lite, rows: int, chunk_size: int, sizes: list[int])
 
 def test_a_clearly_sparse_estimate_skips_the_count(lite: Lite) -> None:
     lite.load([10**9 * i for i in range(100)])
-    result = plan(lite, 10, row_estimate=80)  # the estimate is off, but not by the 10**7 that matters
+    result = plan(
+        lite, 10, row_estimate=80
+    )  # the estimate is off, but not by the 10**7 that matters
     assert result.strategy == "uneven" and "(estimated rows)" in result.stats["reason"]
-    assert not any(sql.startswith("SELECT COUNT(*) FROM `d`.`t`") and "WHERE" not in sql for sql in lite.statements)
+    assert not any(
+        sql.startswith("SELECT COUNT(*) FROM `d`.`t`") and "WHERE" not in sql
+        for sql in lite.statements
+    )
     assert lite.chunk_counts(result) == [10] * 10
     lite.statements.clear()
     dense = plan(lite, 10, row_estimate=80, factor_bounds=(0.05, 1e9))
     assert dense.strategy == "even"
-    assert "SELECT COUNT(*) FROM `d`.`t`" in lite.statements  # within bounds: the small estimate is replaced
+    assert (
+        "SELECT COUNT(*) FROM `d`.`t`" in lite.statements
+    )  # within bounds: the small estimate is replaced
 
 
 def test_composite_integer_key(lite: Lite) -> None:
@@ -141,8 +151,10 @@ def test_composite_integer_key(lite: Lite) -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.sets(st.integers(min_value=-(2**63), max_value=2**63 - 1), max_size=400),
-       st.integers(min_value=1, max_value=120))
+@given(
+    st.sets(st.integers(min_value=-(2**63), max_value=2**63 - 1), max_size=400),
+    st.integers(min_value=1, max_value=120),
+)
 def test_any_key_set_is_partitioned(keys: set[int], chunk_size: int) -> None:
     lite = Lite()
     lite.load(sorted(keys))
@@ -185,13 +197,21 @@ def test_open_splitter_reports_the_decision(lite: Lite) -> None:
 def test_choose_strategy_bounds() -> None:
     assert choose_strategy(1, 100, 100, True, (1.0, 1.0)).strategy == "even"
     assert choose_strategy(1, 100, 99, True, (1.0, 1.0)).strategy == "uneven"
-    assert choose_strategy(1, 100, 1000, False, (0.05, 100.0)).strategy == "even"  # stale high estimate
+    assert (
+        choose_strategy(1, 100, 1000, False, (0.05, 100.0)).strategy == "even"
+    )  # stale high estimate
     assert choose_strategy(1, 100, 10_000, False, (0.05, 100.0)).strategy == "uneven"
 
 
-@pytest.mark.parametrize(("columns", "match"), [
-    (["enum"], "ENUM"), (["bit"], "BIT"), (["int", "int"], "column types"), ([], "column types"),
-])
+@pytest.mark.parametrize(
+    ("columns", "match"),
+    [
+        (["enum"], "ENUM"),
+        (["bit"], "BIT"),
+        (["int", "int"], "column types"),
+        ([], "column types"),
+    ],
+)
 def test_unplannable_keys(lite: Lite, columns: list[str], match: str) -> None:
     lite.load([1])
     with pytest.raises(ChunkingError, match=match):
