@@ -65,7 +65,8 @@ class Query(Protocol):
 
 
 class ColumnLike(Protocol):
-    """What the dialect needs to know of a column (``orchestrator.schema.tables.ColumnInfo`` fits)."""
+    """What the dialect needs to know of a column (``orchestrator.schema.tables.ColumnInfo``
+    fits)."""
 
     @property
     def name(self) -> str: ...
@@ -82,7 +83,8 @@ def unsupported_key_reason(data_type: str, collation: str | None = None) -> str 
     holding a character that sorts below a space (a tab, ``\x1a``) falls in no
     range, or in two, depending on whether the read uses the index.
 
-    >>> unsupported_key_reason("bigint") is None, unsupported_key_reason("varchar", "utf8mb4_nopad_bin")
+    >>> (unsupported_key_reason("bigint") is None,
+    ...  unsupported_key_reason("varchar", "utf8mb4_nopad_bin"))
     (True, None)
     >>> unsupported_key_reason("enum")
     'ENUM sorts by member number but compares as text, so ranges would not partition it'
@@ -314,8 +316,10 @@ def chunk_predicate(
 
     >>> chunk_predicate(["id"], KeyRange.of((1,), (10,)), ["bigint"])
     '`id` >= 1 AND `id` < 10'
-    >>> chunk_predicate(["a", "b"], KeyRange.through((1, "x"), (2, "y")), where="deleted = 0")
-    "((`a` > 1 OR (`a` = 1 AND `b` >= 'x')) AND (`a` < 2 OR (`a` = 2 AND `b` <= 'y'))) AND (deleted = 0)"
+    >>> chunk_predicate(["a", "b"], KeyRange.through((1, "x"), (2, "y")), where="deleted = 0") == (
+    ...     "((`a` > 1 OR (`a` = 1 AND `b` >= 'x')) AND (`a` < 2 OR (`a` = 2 AND `b` <= 'y')))"
+    ...     " AND (deleted = 0)")
+    True
     >>> chunk_predicate(["id"], KeyRange.all())
     '1 = 1'
     """
@@ -345,7 +349,8 @@ def edge_keys_sql(table: str, chunk_key: Sequence[str]) -> str:
 
     >>> edge_keys_sql("s.t", ["id"])  # doctest: +NORMALIZE_WHITESPACE
     'SELECT * FROM (SELECT 0 AS `__tm_edge`, `id` FROM `s`.`t` ORDER BY `id` LIMIT 1) AS tm_lo
-     UNION ALL SELECT * FROM (SELECT 1 AS `__tm_edge`, `id` FROM `s`.`t` ORDER BY `id` DESC LIMIT 1) AS tm_hi'
+     UNION ALL SELECT * FROM (SELECT 1 AS `__tm_edge`, `id` FROM `s`.`t` ORDER BY `id` DESC LIMIT 1)
+     AS tm_hi'
     """
     tag = "__tm_edge"
     while tag in {c.lower() for c in chunk_key}:

@@ -231,7 +231,8 @@ def _decide(
         0 < rows < exact_count_below
         and distribution_factor(lo, hi, rows) > factor_bounds[1] * CLEARLY_SPARSE
     ):
-        # sparse even if the estimate were several times too low: uneven, and no COUNT(*) scan to prove it
+        # sparse even if the estimate were several times too low: uneven, and no COUNT(*) scan to
+        # prove it
         decision = choose_strategy(lo, hi, rows, exact, factor_bounds)
         return Decision(
             "uneven", decision.reason + " (estimated rows)", rows, exact, decision.factor

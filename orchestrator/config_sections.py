@@ -17,7 +17,8 @@ from orchestrator.credentials import Secret
 
 DEFAULT_JDBC_JAR = "/usr/share/java/mariadb-java-client.jar"
 IDENTIFIER = re.compile(r"^[A-Za-z0-9_$]+$")
-#: URI schemes of ``output.path`` and ``output.staging`` (`orchestrator.lake.storage`); none: a local path.
+#: URI schemes of ``output.path`` and ``output.staging`` (`orchestrator.lake.storage`); none: a
+#: local path.
 STORAGE_SCHEMES = ("file", "s3a", "s3", "hdfs")
 
 

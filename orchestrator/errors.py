@@ -71,8 +71,11 @@ class SourceTimeout(RunFailed):
 def source_timeout(address: str, seconds: int, waiting_for: str) -> SourceTimeout:
     """The one error of a hung source: which server, how long, what for; no secrets.
 
-    >>> str(source_timeout("db1:3306", 600, "the binlog from b.000002:4")).split("; ")[0]
-    'no answer from the source db1:3306 for 600 s (source.read_timeout) while waiting for the binlog from b.000002:4'
+    >>> str(source_timeout("db1:3306", 600, "the binlog from b.000002:4")).split("; ")[0] == (
+    ...     "no answer from the source db1:3306 for 600 s (source.read_timeout) while waiting for"
+    ...     " the binlog from b.000002:4"
+    ... )
+    True
     """
     return SourceTimeout(
         f"no answer from the source {address} for {seconds} s (source.read_timeout) while waiting "

@@ -35,7 +35,8 @@ def file_index(name: str) -> int:
 
 @dataclass(frozen=True, slots=True)
 class ServerIdentity:
-    """Which server wrote a binlog: ``@@server_id``, and ``@@server_uuid`` on MySQL (None on MariaDB).
+    """Which server wrote a binlog: ``@@server_id``, and ``@@server_uuid`` on MySQL (None on
+    MariaDB).
 
     >>> str(ServerIdentity(2)), str(ServerIdentity(7, "3e11fa47-71ca-11e1-9e33-c80aa9429562"))
     ('server_id 2', 'server 3e11fa47-71ca-11e1-9e33-c80aa9429562 (server_id 7)')
@@ -50,7 +51,8 @@ class ServerIdentity:
 
         >>> ServerIdentity(2).wrote(BinlogPosition("b.000001", 4, server_id=2))
         True
-        >>> ServerIdentity(2).wrote(BinlogPosition("b.000001", 4, server_id=1)), ServerIdentity(2).wrote(BinlogPosition("b.000001", 4))
+        >>> (ServerIdentity(2).wrote(BinlogPosition("b.000001", 4, server_id=1)),
+        ...  ServerIdentity(2).wrote(BinlogPosition("b.000001", 4)))
         (False, None)
         """
         if position.server_id is None and position.server_uuid is None:
@@ -80,10 +82,15 @@ class BinlogPosition:
     True
     >>> BinlogPosition("binlog.000002", 400, 3) > a
     True
-    >>> BinlogPosition("binlog.000002", 400, server_id=1) < BinlogPosition("binlog.000010", 4, server_id=2)
-    Traceback (most recent call last):
-    ...
-    orchestrator.errors.SourceChanged: positions of two servers cannot be ordered by binlog offset: binlog.000002:400 (server_id 1) and binlog.000010:4 (server_id 2); the source changed during the run: rerun `tidemark run`, which goes on from the published positions by GTID
+    >>> try:
+    ...     BinlogPosition("binlog.000002", 400, server_id=1) < BinlogPosition(
+    ...         "binlog.000010", 4, server_id=2)
+    ... except SourceChanged as e:
+    ...     print(type(e).__module__, type(e).__name__, str(e) == (
+    ...         "positions of two servers cannot be ordered by binlog offset: binlog.000002:400"
+    ...         " (server_id 1) and binlog.000010:4 (server_id 2); the source changed during the"
+    ...         " run: rerun `tidemark run`, which goes on from the published positions by GTID"))
+    orchestrator.errors SourceChanged True
     """
 
     file: str
@@ -148,8 +155,10 @@ class BinlogPosition:
     def from_json(cls, data: dict[str, Any]) -> BinlogPosition:
         """A position from `to_json`'s dict; one stored before a field existed lacks it (None).
 
-        >>> BinlogPosition.from_json({"file": "b.000001", "pos": 4})
-        BinlogPosition(file='b.000001', pos=4, row=0, gtid_set=None, server_id=None, server_uuid=None)
+        >>> p = BinlogPosition.from_json({"file": "b.000001", "pos": 4})
+        >>> p  # doctest: +NORMALIZE_WHITESPACE
+        BinlogPosition(file='b.000001', pos=4, row=0, gtid_set=None, server_id=None,
+                       server_uuid=None)
         """
         server_id = data.get("server_id")
         return cls(

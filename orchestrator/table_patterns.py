@@ -80,7 +80,8 @@ def glob_matches(glob: str, name: str, *, fold: bool = False) -> bool:
     """Whether ``glob`` matches the table ``name``, part by part; ``fold``: ignoring case (a server
     with ``lower_case_table_names`` 1 or 2). A glob in the database part skips `SYSTEM_SCHEMAS`.
 
-    >>> glob_matches("crm.*", "crm.accounts"), glob_matches("*.a?", "x.ab"), glob_matches("*.*", "mysql.user")
+    >>> (glob_matches("crm.*", "crm.accounts"), glob_matches("*.a?", "x.ab"),
+    ...  glob_matches("*.*", "mysql.user"))
     (True, True, False)
     >>> glob_matches("crm.*", "crm2.accounts"), glob_matches("CRM.acc*", "crm.accounts", fold=True)
     (False, True)
@@ -187,7 +188,8 @@ class PatternMatch:
 
 @dataclass(frozen=True, slots=True)
 class TableSet:
-    """The tables a pipeline has at one moment: every explicit entry and what each pattern matched."""
+    """The tables a pipeline has at one moment: every explicit entry and what each pattern
+    matched."""
 
     tables: tuple[TableConfig, ...]  # one per table, in config order (a pattern's by name)
     patterns: tuple[PatternMatch, ...] = ()
@@ -247,7 +249,8 @@ def expand(
     """The table set: every explicit entry (whether the source has it or not: preflight says),
     then each pattern's matches among ``existing`` at the pattern's place, sorted by name.
 
-    >>> entries = [TableConfig("crm.*", 100, 4, exclude=("crm.tmp_*",)), TableConfig("crm.big", 9, 2)]
+    >>> entries = [TableConfig("crm.*", 100, 4, exclude=("crm.tmp_*",)),
+    ...            TableConfig("crm.big", 9, 2)]
     >>> s = expand(entries, ["crm.big", "crm.a", "crm.tmp_1", "shop.x"])
     >>> s.names, s.entry_index("crm.a"), s.entry_index("crm.big")
     (['crm.a', 'crm.big'], 0, 1)
@@ -284,7 +287,8 @@ def expand(
 
 
 def parse_tables(r: Reader, data: Any, defaults: Defaults) -> tuple[TableConfig, ...]:
-    """The ``tables`` list: names or globs (`check_glob`), per-table keys, a pattern's ``exclude``."""
+    """The ``tables`` list: names or globs (`check_glob`), per-table keys, a pattern's
+    ``exclude``."""
     if not isinstance(data, list) or not data:
         r.problem("tables", f"expected a non-empty list of tables, found {kind_name(data)}")
         return ()

@@ -94,7 +94,8 @@ def mariadb_covers(wanted: MariaState, state: MariaState) -> bool:
 def parse_mysql(text: str | None) -> MysqlSet:
     """A MySQL GTID set; intervals merged. Tagged GTIDs (MySQL 8.3+) are refused.
 
-    >>> parse_mysql("3E11FA47-71CA-11E1-9E33-C80AA9429562:1-5:7, 3e11fa47-71ca-11e1-9e33-c80aa9429562:6")
+    >>> parse_mysql("3E11FA47-71CA-11E1-9E33-C80AA9429562:1-5:7,"
+    ...             " 3e11fa47-71ca-11e1-9e33-c80aa9429562:6")
     {'3e11fa47-71ca-11e1-9e33-c80aa9429562': [(1, 8)]}
     """
     found: MysqlSet = {}

@@ -152,7 +152,8 @@ def temporal_text(field_type: int, packed: int) -> str:
     """A packed DATE/TIME/DATETIME/TIMESTAMP (MySQL's ``TIME_to_longlong_*_packed``) as the
     server prints it in JSON.
 
-    >>> temporal_text(rd.DATETIME, ((((2015 * 13 + 1) << 5 | 15) << 17 | 23 << 12 | 24 << 6 | 25) << 24) + 5)
+    >>> temporal_text(rd.DATETIME,
+    ...               ((((2015 * 13 + 1) << 5 | 15) << 17 | 23 << 12 | 24 << 6 | 25) << 24) + 5)
     '2015-01-15 23:24:25.000005'
     >>> temporal_text(rd.TIME, -((838 << 12 | 59 << 6 | 59) << 24))
     '-838:59:59.000000'
@@ -174,8 +175,10 @@ def temporal_text(field_type: int, packed: int) -> str:
 def double_text(value: float) -> str:
     """A JSON double as MySQL prints it.
 
-    >>> [double_text(v) for v in (1.0, 0.1, -2.5, 1e15, 1e14, 1e-5, 1e-15, 1e-16, 1.5e300)]
-    ['1.0', '0.1', '-2.5', '1e15', '100000000000000.0', '0.00001', '0.000000000000001', '1e-16', '1.5e300']
+    >>> [double_text(v) for v in (1.0, 0.1, -2.5, 1e15, 1e14)]
+    ['1.0', '0.1', '-2.5', '1e15', '100000000000000.0']
+    >>> [double_text(v) for v in (1e-5, 1e-15, 1e-16, 1.5e300)]
+    ['0.00001', '0.000000000000001', '1e-16', '1.5e300']
     """
     if value != value or value in (float("inf"), float("-inf")):
         raise ValueError(f"a JSON double {value}")

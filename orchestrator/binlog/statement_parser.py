@@ -19,7 +19,8 @@ from sqlglot.tokens import Token, TokenType
 
 from orchestrator.binlog.statements import Kind, Statement, Xid, fold
 
-#: MySQL's executable comments (``/*!50001 ... */``, MariaDB's ``/*M!100100 ... */``) run their text.
+#: MySQL's executable comments (``/*!50001 ... */``, MariaDB's ``/*M!100100 ... */``) run their
+#: text.
 _EXECUTABLE_COMMENT = re.compile(r"/\*M?!\d*(.*?)\*/", re.DOTALL)
 #: Statements logged as commands that never change a table's rows.
 _HARMLESS = frozenset(
@@ -106,13 +107,15 @@ def classify(
         ansi_quotes: the session had ``ANSI_QUOTES`` (``"t"`` names a table).
         backslash_escapes: the session had no ``NO_BACKSLASH_ESCAPES``.
 
-    >>> classify("TRUNCATE TABLE `orders`", "shop")
-    Statement(kind='truncate', tables=frozenset({'shop.orders'}), databases=frozenset(), parsed=True, xa=None, one_phase=False, everything=False)
+    >>> classify("TRUNCATE TABLE `orders`", "shop")  # doctest: +NORMALIZE_WHITESPACE
+    Statement(kind='truncate', tables=frozenset({'shop.orders'}), databases=frozenset(),
+              parsed=True, xa=None, one_phase=False, everything=False)
     >>> sorted(classify("RENAME TABLE a TO b, x.c TO d", "s").tables)
     ['s.a', 's.b', 's.d', 'x.c']
     >>> classify("SET STATEMENT max_statement_time=100 FOR TRUNCATE TABLE t", "s").tables
     frozenset({'s.t'})
-    >>> classify("SELECT `o`.`f`()", "s").everything, classify("ROLLBACK TO SAVEPOINT p", "s").everything
+    >>> (classify("SELECT `o`.`f`()", "s").everything,
+    ...  classify("ROLLBACK TO SAVEPOINT p", "s").everything)
     (True, True)
     """
     text = _EXECUTABLE_COMMENT.sub(r" \1 ", sql).strip().rstrip(";").strip()

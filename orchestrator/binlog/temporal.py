@@ -204,7 +204,8 @@ def _old_time(raw: bytes) -> int:
     """The pre-5.6 TIME: a signed decimal hhmmss (the library reads it unsigned, which turned
     ``-01:02:03`` into 6037813 s).
 
-    >>> _old_time((-10203).to_bytes(3, "little", signed=True)) // _US, _old_time((8385959).to_bytes(3, "little")) // _US
+    >>> (_old_time((-10203).to_bytes(3, "little", signed=True)) // _US,
+    ...  _old_time((8385959).to_bytes(3, "little")) // _US)
     (-3723, 3020399)
     """
     t = int.from_bytes(raw, "little", signed=True)

@@ -92,7 +92,8 @@ def demo_command(directory: str, *, rows: int = 200_000, keep: bool = False) -> 
     server.start()
     try:
         print(
-            f"demo: private MariaDB on 127.0.0.1:{server.port} (binlog ROW/FULL), loading {rows:,} orders",
+            f"demo: private MariaDB on 127.0.0.1:{server.port} (binlog ROW/FULL), "
+            f"loading {rows:,} orders",
             flush=True,
         )
         server.create_user("tidemark", password)
@@ -110,7 +111,8 @@ def demo_command(directory: str, *, rows: int = 200_000, keep: bool = False) -> 
         run_command(config, tables=[], snapshot=False, chunk_size=None)
         changes = writer.stop()
         print(
-            f"demo: writer stopped after {changes:,} statements; applying the binlog since the snapshot",
+            f"demo: writer stopped after {changes:,} statements; "
+            "applying the binlog since the snapshot",
             flush=True,
         )
         run_command(config, tables=[], snapshot=False, chunk_size=None)
@@ -125,12 +127,14 @@ def demo_command(directory: str, *, rows: int = 200_000, keep: bool = False) -> 
                 ok = ok and result.equal
         root.close()
         print(
-            f"demo: {'OK — the lake equals the source' if ok else 'FAILED'}; output in {base / 'lake'}"
+            f"demo: {'OK — the lake equals the source' if ok else 'FAILED'}; "
+            f"output in {base / 'lake'}"
         )
         orders = read_manifest(table_dir(config, "shop.orders")).get("iceberg")
         if orders is not None:
             print(
-                f"demo: query the Iceberg table with DuckDB: {duckdb_query(orders['metadata_location'])}"
+                "demo: query the Iceberg table with DuckDB: "
+                f"{duckdb_query(orders['metadata_location'])}"
             )
         return 0 if ok else 1
     finally:

@@ -323,7 +323,8 @@ class LocalMariaDB:
         )
 
     def catch_up(self, primary: LocalMariaDB, timeout: float = 60.0) -> str:
-        """Wait until this replica applied everything in ``primary``'s binlog now; its GTID position."""
+        """Wait until this replica applied everything in ``primary``'s binlog now; its GTID
+        position."""
         gtid = str(primary.execute("SELECT @@gtid_binlog_pos")[0][0])
         waited = self.execute(f"SELECT MASTER_GTID_WAIT('{gtid}', {timeout})")[0][0]
         if int(waited) != 0:

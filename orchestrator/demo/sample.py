@@ -83,7 +83,8 @@ def load_shop(conn: pymysql.connections.Connection[Any], rows: int, db: str = "s
             f"""INSERT INTO {db}.orders SELECT seq * 10, seq % {customers} + 1,
                 ELT(seq % 4 + 1, 'new','paid','shipped','cancelled'),
                 (seq % 100000) / 100, IF(seq % 7 = 0, NULL, (seq % 1000) / 8),
-                TIMESTAMP('2024-01-01') + INTERVAL seq SECOND + INTERVAL (seq % 1000000) MICROSECOND,
+                TIMESTAMP('2024-01-01') + INTERVAL seq SECOND + """
+            f"""INTERVAL (seq % 1000000) MICROSECOND,
                 TIMESTAMP('2025-01-01') + INTERVAL seq SECOND, seq % 2,
                 IF(seq % 5 = 0, NULL, ELT(seq % 3 + 1, 'gift', 'fragile,express', '')),
                 IF(seq % 3 = 0, NULL, CONCAT('note ', seq, IF(seq % 11 = 0, ' \\'quoted\\' é', '')))
@@ -98,7 +99,8 @@ def load_shop(conn: pymysql.connections.Connection[Any], rows: int, db: str = "s
                 FROM seq_1_to_{customers}"""
         )
         cur.execute(
-            f"""INSERT INTO {db}.order_items SELECT o.seq * 10, l.seq, UNHEX(LPAD(HEX(o.seq * 7 + l.seq), 8, '0')),
+            f"INSERT INTO {db}.order_items SELECT o.seq * 10, l.seq, "
+            f"""UNHEX(LPAD(HEX(o.seq * 7 + l.seq), 8, '0')),
                 o.seq % 5 + 1, IF(l.seq = 2, NULL, (o.seq % 1000) / 7)
                 FROM seq_1_to_{rows} o JOIN seq_1_to_2 l"""
         )
@@ -164,8 +166,8 @@ class Writer:
         action = rng.random()
         if action < 0.25:
             cur.execute(
-                "INSERT IGNORE INTO orders (id, customer_id, status, amount, weight, created_at, paid,"
-                " tags, note) VALUES (%s, %s, 'new', %s, NULL, NOW(6), 0, 'gift', %s)",
+                "INSERT IGNORE INTO orders (id, customer_id, status, amount, weight, created_at,"
+                " paid, tags, note) VALUES (%s, %s, 'new', %s, NULL, NOW(6), 0, 'gift', %s)",
                 (next_id, rng.randrange(1, 1000), rng.randrange(1, 10**6) / 100, f"w{next_id}"),
             )
             cur.execute(

@@ -47,7 +47,8 @@ class Comparison:
         if self.equal:
             return f"{self.table}: equal ({self.source_rows:,} rows)"
         parts = [
-            f"{self.table}: DIFFERENT (source {self.source_rows:,} rows, published {self.published_rows:,})"
+            f"{self.table}: DIFFERENT (source {self.source_rows:,} rows, "
+            f"published {self.published_rows:,})"
         ]
         if self.missing:
             parts.append(f"  {len(self.missing)} missing, e.g. {self.missing[:limit]}")
@@ -64,7 +65,8 @@ def normalize(column: ColumnInfo, value: Any) -> Any:
     """A value from either side, as the Python value the mapping promises.
 
     >>> from orchestrator.schema.tables import ColumnInfo as C
-    >>> normalize(C("f", "float", "float", True), 0.1) == normalize(C("f", "float", "float", True), 0.10000000149011612)
+    >>> normalize(C("f", "float", "float", True), 0.1) == normalize(
+    ...     C("f", "float", "float", True), 0.10000000149011612)
     True
     >>> normalize(C("b", "bit", "bit(8)", True, precision=8), b"\\x05")
     5

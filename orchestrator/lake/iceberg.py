@@ -9,8 +9,9 @@ of its run and does not commit twice. Field IDs are the Iceberg schema's: `prepa
 prepares the table's schema update (`Evolving`, committed with the version's snapshot) or the
 creation of a new table (`iceberg_create`), and gives the Arrow schema the files are written
 with, ``PARQUET:field_id`` on every field, before any file is written; a column whose type
-Iceberg cannot promote is replaced by a new field of the same name (`_schema_update`). Retention expires the snapshots of dropped versions and deletes the manifest
-files only they used.
+Iceberg cannot promote is replaced by a new field of the same name (`_schema_update`).
+Retention expires the snapshots of dropped versions and deletes the manifest files only they
+used.
 """
 
 from __future__ import annotations
@@ -165,9 +166,9 @@ class Evolving:
                 raise _cannot_evolve(self.name, exc) from exc
             if replaced:
                 log.warning(
-                    "table %s: column(s) %s changed to a type Iceberg cannot promote: replaced by new "
-                    "column(s) of the same name with new field IDs (older snapshots and readers of an "
-                    "older metadata_location keep the old columns)",
+                    "table %s: column(s) %s changed to a type Iceberg cannot promote: replaced by "
+                    "new column(s) of the same name with new field IDs (older snapshots and "
+                    "readers of an older metadata_location keep the old columns)",
                     self.name,
                     ", ".join(replaced),
                 )
@@ -255,7 +256,8 @@ def planned_schema(
     wanted = _wanted(iceberg, schema)
     fields = iceberg.schema().fields
     if wanted is not None:
-        try:  # the same update the version's commit stages (`Evolving`), applied to a copy of the metadata
+        try:  # the same update the version's commit stages (`Evolving`), applied to a copy of
+            # the metadata
             fields = _schema_update(iceberg, table, wanted)._apply().fields
         except Exception as exc:
             log.info(
@@ -364,7 +366,8 @@ def _reorder(tx: Transaction, table: str, names: Sequence[str]) -> None:
     """The Iceberg columns put in the source's order (``names``, the same set), an update of their
     own in ``tx`` after `_schema_update`'s: a column added or replaced there comes last (pyiceberg
     moves only a column the schema had before the update), and the source can move a column
-    (``ADD ... FIRST``, ``MODIFY ... AFTER``). Readers match columns by field ID: files keep theirs."""
+    (``ADD ... FIRST``, ``MODIFY ... AFTER``). Readers match columns by field ID: files keep
+    theirs."""
     with tx.update_schema() as update:
         update.move_first(names[0])
         for before, name in pairwise(names):
@@ -407,7 +410,8 @@ def _promotable(old: IcebergType, new: IcebergType) -> bool:
 
 
 def drop_table(config: PipelineConfig, table: str) -> bool:
-    """Remove ``table`` from the catalog (its files are the caller's); False when it was not there."""
+    """Remove ``table`` from the catalog (its files are the caller's); False when it was not
+    there."""
     try:
         open_catalog(config).drop_table(table)
     except NoSuchTableError:
@@ -480,7 +484,8 @@ def expire_versions(
         for path in sorted(unused):
             iceberg.io.delete(path)
         log.info(
-            "table %s: expired Iceberg snapshot(s) %s, deleted %d manifest file(s) no kept snapshot lists",
+            "table %s: expired Iceberg snapshot(s) %s, deleted %d manifest file(s) "
+            "no kept snapshot lists",
             table,
             ", ".join(map(str, expire)),
             len(unused),

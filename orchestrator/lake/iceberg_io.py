@@ -30,7 +30,8 @@ from orchestrator.lake import storage
 
 #: The ``py-io-impl`` naming this module's FileIO.
 DURABLE_FILE_IO = f"{__name__}.DurableFileIO"
-#: How a metadata file's name ends (``00001-<uuid>.metadata.json``, compressed: ``.gz.metadata.json``).
+#: How a metadata file's name ends (``00001-<uuid>.metadata.json``, compressed:
+#: ``.gz.metadata.json``).
 METADATA_SUFFIX = ".metadata.json"
 
 # pyiceberg logs at INFO each time it loads a FileIO named by py-io-impl: once per table loaded.
@@ -100,7 +101,8 @@ class _Synced:
     ) -> None:
         if exc_type is None:
             self.close()
-        else:  # a failed write is not synced: nothing will commit it, and its error is the one raised
+        else:  # a failed write is not synced: nothing will commit it, and its error is the one
+            # raised
             self._closed = True
             self._stream.close()
 

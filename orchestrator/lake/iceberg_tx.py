@@ -31,7 +31,8 @@ from pyiceberg.table.metadata import TableMetadata
 
 
 class _StagedOnce(Transaction):
-    """`Transaction.table_metadata`, remembered for the table metadata and updates it was built from."""
+    """`Transaction.table_metadata`, remembered for the table metadata and updates it was built
+    from."""
 
     _built: tuple[Any, Any, TableMetadata] | None = None
 

@@ -152,7 +152,8 @@ class VersionPlan:
     def __str__(self) -> str:
         new = [f for f in self.files if not f["shared"]]
         return (
-            f"{len(self.files)} file(s) ({len(new)} new holding {sum(f['rows'] for f in new)} rows, "
+            f"{len(self.files)} file(s) ({len(new)} new holding "
+            f"{sum(f['rows'] for f in new)} rows, "
             f"{len(self.files) - len(new)} shared), {self.rows} rows"
         )
 
@@ -264,7 +265,8 @@ def version_parts(
     slots have no base file.
 
     >>> r = {"file": "f", "min_key": [1], "max_key": [2], "rows": 5, "bytes": 50}
-    >>> [(p.uri, p.slot, p.new) for p in version_parts([("a", r), ("b", r)], {-1: (1, 9), 1: (6, 60)})]
+    >>> [(p.uri, p.slot, p.new)
+    ...  for p in version_parts([("a", r), ("b", r)], {-1: (1, 9), 1: (6, 60)})]
     [('', -1, True), ('a', None, False), ('b', 1, True)]
     >>> [p.uri for p in version_parts([("a", r), ("b", r)], {0: (0, 0)})]
     ['b']
@@ -290,8 +292,8 @@ def group_parts(parts: Sequence[Part], small: int) -> list[list[int]]:
     two shared files are never merged with each other, so a version without new
     small files rewrites nothing.
 
-    >>> P = lambda b, new: Part("x", 1, b, None if new else {"file": "f", "min_key": None,
-    ...                                                      "max_key": None, "rows": 1, "bytes": b})
+    >>> P = lambda b, new: Part("x", 1, b, None if new else {
+    ...     "file": "f", "min_key": None, "max_key": None, "rows": 1, "bytes": b})
     >>> group_parts([P(5, False), P(5, False), P(5, True), P(50, False)], small=20)
     [[0], [1, 2], [3]]
     >>> group_parts([P(5, True), P(5, True), P(15, True), P(5, False)], small=20)
@@ -313,7 +315,7 @@ def group_parts(parts: Sequence[Part], small: int) -> list[list[int]]:
     return groups
 
 
-# --------------------------------------------------------------------------- the reconcile -> publish hand-over
+# --------------------------------------------------------------- the reconcile -> publish hand-over
 
 
 def write_plan(out_dir: str, plan: VersionPlan) -> None:

@@ -58,7 +58,8 @@ class PositionEntry(TypedDict):
 
 
 class IcebergEntry(TypedDict):
-    """Where the version is an Iceberg snapshot (CONTRACT.md "Every table is an Apache Iceberg table")."""
+    """Where the version is an Iceberg snapshot (CONTRACT.md "Every table is an Apache Iceberg
+    table")."""
 
     catalog: str
     identifier: str
@@ -171,7 +172,8 @@ def pending_json(manifests: dict[str, Manifest]) -> bytes:
 
 
 def load_pending(uri: str, table: str) -> Manifest | None:
-    """``table``'s manifest in a file of `pending_json`; None when the file or the table is not there."""
+    """``table``'s manifest in a file of `pending_json`; None when the file or the table is not
+    there."""
     if not storage.exists(uri):
         return None
     try:
@@ -210,7 +212,8 @@ def files_to_drop(
     version is dropped when it is not among the newest ``keep`` and was published before
     ``keep_after`` (a query started on it may still be reading its files).
 
-    >>> m = lambda v, files, at="2026-11-20T10:00:00Z": {"version": v, "files": files, "published_at": at}
+    >>> m = lambda v, files, at="2026-11-20T10:00:00Z": {"version": v, "files": files,
+    ...                                                  "published_at": at}
     >>> files_to_drop({1: m(1, ["a", "b"]), 2: m(2, ["b", "c"]), 3: m(3, ["c", "d"])}, 2)
     ([1], ['a'])
     >>> files_to_drop({1: m(1, ["a"]), 2: m(2, ["b"], "2026-11-22T09:00:00Z"), 3: m(3, ["c"])}, 1,
@@ -260,7 +263,8 @@ def apply_retention(
         garbage += _leftovers(tdir, current["version"], listed | set(garbage))
     guard()
     # Only data files may be listed by a kept Iceberg snapshot: garbage that is only pending
-    # manifests (of a release before, which left one at every version) needs no look at the snapshots.
+    # manifests (of a release before, which left one at every version) needs no look at the
+    # snapshots.
     data_garbage = any(f.startswith(f"{DATA_DIR}/") for f in garbage)
     needed = expire(dropped) if dropped or data_garbage else set()
     garbage = [f for f in garbage if f not in needed]

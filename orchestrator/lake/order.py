@@ -27,8 +27,9 @@ KeyTuple = tuple[Any, ...]
 def sort_keys(columns: Sequence[str], *tiebreak: str) -> list[tuple[str, str, str]]:
     """pyarrow sort keys for the files' order, then ``tiebreak`` columns.
 
-    >>> sort_keys(["a", "b"], "_src")
-    [('a', 'ascending', 'at_start'), ('b', 'ascending', 'at_start'), ('_src', 'ascending', 'at_start')]
+    >>> sort_keys(["a", "b"], "_src")  # doctest: +NORMALIZE_WHITESPACE
+    [('a', 'ascending', 'at_start'), ('b', 'ascending', 'at_start'),
+     ('_src', 'ascending', 'at_start')]
     """
     return [(c, "ascending", "at_start") for c in (*columns, *tiebreak)]
 
@@ -97,7 +98,8 @@ def same_as_next(columns: Sequence[pa.Array | pa.ChunkedArray]) -> pa.Array:
     """Per row of keys sorted in the files' order, whether the next row has the same key (NULL
     equal to NULL); False for the last row.
 
-    >>> same_as_next([pa.array([1, 1, 2, None, None]), pa.array(["a", "a", "a", "b", "b"])]).to_pylist()
+    >>> same_as_next([pa.array([1, 1, 2, None, None]),
+    ...               pa.array(["a", "a", "a", "b", "b"])]).to_pylist()
     [True, False, False, True, False]
     """
     n = len(columns[0]) if columns else 0

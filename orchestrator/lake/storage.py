@@ -47,7 +47,8 @@ import pyarrow.parquet as pq
 
 from orchestrator.config_sections import STORAGE_SCHEMES
 
-#: Schemes this module knows (`validate` refuses others); anything else is refused with a message naming it.
+#: Schemes this module knows (`validate` refuses others); anything else is refused with a message
+#: naming it.
 SCHEMES = STORAGE_SCHEMES
 
 

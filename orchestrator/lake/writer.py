@@ -48,14 +48,16 @@ def data_file(version: int, index: int, attempt: str = "") -> str:
     return f"{DATA_DIR}/v{version:06d}-{tag}c{index:04d}.parquet"
 
 
-#: A data file's name: its version first (`data_file`; files of releases before attempts have no tag).
+#: A data file's name: its version first (`data_file`; files of releases before attempts have no
+#: tag).
 DATA_FILE = re.compile(r"^v(\d{6,})-(?:[0-9a-f]+-)?c\d{4,}\.parquet$")
 
 
 def file_version(name: str) -> int | None:
     """The version a data file was written for, from its name; None for another file.
 
-    >>> file_version("v000002-a1b2c3d4-c0000.parquet"), file_version("v000003-c0001.parquet"), file_version("x")
+    >>> (file_version("v000002-a1b2c3d4-c0000.parquet"), file_version("v000003-c0001.parquet"),
+    ...  file_version("x"))
     (2, 3, None)
     """
     match = DATA_FILE.match(name)
@@ -179,7 +181,8 @@ def write_empty(uri: str, schema: pa.Schema) -> int:
 
 
 def write_table(uri: str, table: pa.Table) -> int:
-    """``table`` as one Parquet data file at ``uri`` (its schema, field IDs included); returns its size."""
+    """``table`` as one Parquet data file at ``uri`` (its schema, field IDs included); returns its
+    size."""
     fs, path = storage.filesystem(uri)
     fs.create_dir(storage.parent(path), recursive=True)
     with fs.open_output_stream(path) as out:
@@ -190,7 +193,8 @@ def write_table(uri: str, table: pa.Table) -> int:
 def read_published(
     uri: str, schema: pa.Schema, *, use_threads: bool = False
 ) -> Iterator[pa.RecordBatch]:
-    """The rows of a data or staging file as record batches in ``schema``'s types (`to_published`)."""
+    """The rows of a data or staging file as record batches in ``schema``'s types
+    (`to_published`)."""
     fs, path = storage.filesystem(uri)
     with fs.open_input_file(path) as handle:
         reader = pq.ParquetFile(handle)

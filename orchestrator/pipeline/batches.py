@@ -1,4 +1,5 @@
-"""Read batches: the chunks one read call (one Airflow mapped task) reads between its ``L`` and ``Hb``.
+"""Read batches: the chunks one read call (one Airflow mapped task) reads between its ``L`` and
+``Hb``.
 
 A table of several chunks gets batches of its own, ``batch_chunks`` chunks each, in key order.
 A small table (one chunk) shares a batch with other small tables: up to `PACK_TABLES` tables
@@ -54,8 +55,10 @@ def assign_batches(drafts: list[Draft], next_batch: int, defaults: Defaults) -> 
 
     >>> d = Defaults(chunk_size=100, batch_chunks=2)
     >>> def draft(name, chunks, rows):
-    ...     c = ChunkRecord("r", name, 0, -1, None, None, "", "pending", None, None, None, None, None, 0)
-    ...     plan = PlannedTable(name, "snapshot", "even", ["id"], {}, [replace(c, index=i) for i in range(chunks)])
+    ...     c = ChunkRecord("r", name, 0, -1, None, None, "", "pending",
+    ...                     None, None, None, None, None, 0)
+    ...     plan = PlannedTable(name, "snapshot", "even", ["id"], {},
+    ...                         [replace(c, index=i) for i in range(chunks)])
     ...     return Draft(plan, rows, 2)
     >>> out = assign_batches([draft("d.big", 3, 250), draft("d.a", 1, 90), draft("d.b", 1, 90),
     ...                       draft("d.c", 1, 90)], 5, d)
@@ -125,7 +128,8 @@ def batch_label(table: str, chunks: list[ChunkRecord], *, ends_table: bool) -> s
     """A batch's key range as ``[start .. end)``; ``]`` when it holds the table's last chunk,
     which includes its end key (the table's max key).
 
-    >>> c = ChunkRecord("r", "db.t", 0, 0, None, [5], "", "pending", None, None, None, None, None, 0)
+    >>> c = ChunkRecord("r", "db.t", 0, 0, None, [5], "", "pending",
+    ...                 None, None, None, None, None, 0)
     >>> batch_label("db.t", [c, replace(c, index=1, start=[5], end=[9])], ends_table=True)
     'db.t chunks 0-1 [-inf .. [9]]'
     >>> batch_label("db.t", [c], ends_table=False)

@@ -285,7 +285,10 @@ class _Capture:
                 self.fail(name, exc, f"rows events before {self.stop}")
                 continue
             self.segments += 1
-            path = f"{self.root}/{self.run_id}/changes/{name}/{segment_name(self.segments, self.writer)}"
+            path = (
+                f"{self.root}/{self.run_id}/changes/{name}/"
+                f"{segment_name(self.segments, self.writer)}"
+            )
             write_segment(self.fs, path, changes)
             self.rows[name] = self.rows.get(name, 0) + len(buffer)
             buffer.clear()
@@ -484,7 +487,8 @@ def capture(
             if not pending_rereads(store, run_id):
                 break
         # Failed tables stay failed; each table keeps its own H (a table planned into the run later
-        # moves the run's H on). One transaction for every table: a crash leaves all of them to capture.
+        # moves the run's H on). One transaction for every table: a crash leaves all of them to
+        # capture.
         store.advance_tables(run_id, "planned", "captured", {"captured_to": stop.to_json()})
         return result
     finally:

@@ -57,7 +57,9 @@ def reserved_columns(table: TableInfo) -> str | None:
     >>> from orchestrator.schema.tables import ColumnInfo
     >>> cols = tuple(ColumnInfo(n, "int", "int", True) for n in ("id", "_TM_op", "tm_x"))
     >>> print(reserved_columns(TableInfo("shop", "t", cols, ("id",), (), 0)))
-    table shop.t: column `_TM_op` is named like Tidemark's own change columns (names starting with `_tm_`, in any case, are reserved: its changes could not be applied); rename it at the source (ALTER TABLE shop.t RENAME COLUMN `_TM_op` TO ...) or leave the table out of the pipeline
+    table shop.t: column `_TM_op` is named like Tidemark's own change columns (names starting \
+with `_tm_`, in any case, are reserved: its changes could not be applied); rename it at the \
+source (ALTER TABLE shop.t RENAME COLUMN `_TM_op` TO ...) or leave the table out of the pipeline
     """
     names = [c.name for c in table.columns if c.name.lower().startswith(RESERVED_PREFIX)]
     if not names:

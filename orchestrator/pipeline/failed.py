@@ -36,8 +36,8 @@ log = logging.getLogger("orchestrator.pipeline")
 
 #: The fix a failed table's line gives, by the step it failed at.
 FIXES = {
-    "plan": "fix the cause at the source or in the config (the table's name, grants, chunk_key), then "
-    "`tidemark run` retries it",
+    "plan": "fix the cause at the source or in the config (the table's name, grants, "
+    "chunk_key), then `tidemark run` retries it",
     "read": "fix the cause (grants, the table's where), then `tidemark run` retries it",
     "capture": "the next `tidemark run` retries it; if it fails again the same way, {hint}",
     "reconcile": "the next `tidemark run` retries it; if it fails again the same way, {hint}",
@@ -89,9 +89,10 @@ def is_failed(store: StateStore, run_id: str, table: str) -> bool:
 class TablesFailed(RunFailed):
     """The run published what it could; these tables failed (exit 1, the next run retries them).
 
-    >>> print(TablesFailed("r1", {"shop.orders": {"step": "capture", "reason": "bad JSON"}}, "p.yaml", ["x"]))
-    run r1 published the other tables, but 1 table(s) failed: shop.orders failed at capture: bad JSON; \
-the next `tidemark run` retries it; if it fails again the same way, re-snapshot it: \
+    >>> print(TablesFailed("r1", {"shop.orders": {"step": "capture", "reason": "bad JSON"}},
+    ...                    "p.yaml", ["x"]))
+    run r1 published the other tables, but 1 table(s) failed: shop.orders failed at capture: \
+bad JSON; the next `tidemark run` retries it; if it fails again the same way, re-snapshot it: \
 tidemark run --config p.yaml --table shop.orders --snapshot
     """
 

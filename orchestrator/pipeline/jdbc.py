@@ -107,7 +107,8 @@ PERMANENT_MARKERS = ("Access denied", "SQLInvalidAuthorizationSpecException", "U
 
 @dataclass(frozen=True, slots=True)
 class ColumnRead:
-    """How one column travels: SQL on the server, JDBC type, Spark expression to its staging type."""
+    """How one column travels: SQL on the server, JDBC type, Spark expression to its staging
+    type."""
 
     sql: str
     jdbc_type: T.DataType

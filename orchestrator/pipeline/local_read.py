@@ -1,4 +1,5 @@
-"""Small tables read by the driver: the Spark read's SQL through PyMySQL, its files written by pyarrow.
+"""Small tables read by the driver: the Spark read's SQL through PyMySQL, its files written by
+pyarrow.
 
 A table of a hundred rows read by Spark is nearly all fixed cost: a Spark task (a JDBC
 connection and statement, a Parquet writer, a task commit: about 50 ms), and a run of small
@@ -72,7 +73,8 @@ Outcome = list[FileRange] | Exception
 def reads_locally(planned_rows: int | None, chunks: int) -> bool:
     """Whether a table of ``chunks`` chunks planned at ``planned_rows`` rows is read by the driver.
 
-    >>> reads_locally(100, 1), reads_locally(100, 2), reads_locally(None, 1), reads_locally(LOCAL_ROWS + 1, 1)
+    >>> (reads_locally(100, 1), reads_locally(100, 2), reads_locally(None, 1),
+    ...  reads_locally(LOCAL_ROWS + 1, 1))
     (True, False, False, False)
     """
     return chunks == 1 and planned_rows is not None and planned_rows <= LOCAL_ROWS
@@ -92,8 +94,8 @@ def read_tables(
     config: PipelineConfig, tables: Sequence[LocalTable], guard: Callable[[], None]
 ) -> dict[str, Outcome]:
     """Every chunk of ``tables``, `LOCAL_CONNECTIONS` tables at a time; per table the file each
-    chunk's read wrote (`FileRange`), or the exception its read raised (the caller tells a table's own
-    failure from the run's, as for a Spark job)."""
+    chunk's read wrote (`FileRange`), or the exception its read raised (the caller tells a table's
+    own failure from the run's, as for a Spark job)."""
     if not tables:
         return {}
     workers = min(LOCAL_CONNECTIONS, len(tables))

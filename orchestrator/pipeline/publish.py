@@ -57,7 +57,10 @@ class Published:
         at = BinlogPosition.from_json(self.position)
         snapshot = f", Iceberg snapshot {self.iceberg['snapshot_id']}" if self.iceberg else ""
         if not self.changed:
-            return f"{self.table}: no change, version {self.version} kept ({self.rows} rows), checked up to {at}{snapshot}"
+            return (
+                f"{self.table}: no change, version {self.version} kept ({self.rows} rows), "
+                f"checked up to {at}{snapshot}"
+            )
         return f"{self.table}: version {self.version}, {self.rows} rows at {at}{snapshot}"
 
 
@@ -200,7 +203,8 @@ def _checkpoint(
         )
         snapshot = manifest["iceberg"]["snapshot_id"] if "iceberg" in manifest else None
         log.info(
-            "table %s: published version %d, %d rows in %d file(s) (%d new) at %s, Iceberg snapshot %s",
+            "table %s: published version %d, %d rows in %d file(s) (%d new) at %s, "
+            "Iceberg snapshot %s",
             record.table,
             manifest["version"],
             manifest["rows"],

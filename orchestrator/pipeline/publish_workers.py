@@ -53,8 +53,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 #: Workers per core: a worker waits for a part of each table (fsyncs, the catalog's write lock),
-#: which another uses (measured on 2 cores, 2,000 new tables: 4 workers publish in 14-16 s, 2 in 18-19 s,
-#: 6 or 8 in 17 s).
+#: which another uses (measured on 2 cores, 2,000 new tables: 4 workers publish in 14-16 s, 2 in
+#: 18-19 s, 6 or 8 in 17 s).
 PER_CORE = 2
 #: Workers at most, whatever the cores: past a few, the catalog's commits (one database) queue.
 MAX_WORKERS = 8
@@ -94,7 +94,8 @@ class Outcome:
     checkpoint: TableCheckpoint | None = None
     changed: bool = False
     reason: str | None = None  # the table failed on its own (`table_failure`): the run goes on
-    #: What fails the run (not the table's own failure): raised once the tables in hand are handed over.
+    #: What fails the run (not the table's own failure): raised once the tables in hand are handed
+    #: over.
     error: Exception | None = None
     logs: tuple[logging.LogRecord, ...] = ()
 
@@ -405,7 +406,8 @@ def _portable(exc: Exception) -> Exception:
 
 
 def _die_with(run_pid: int) -> None:
-    """Be killed when the run dies (Linux ``prctl(PR_SET_PDEATHSIG)``): a worker never outlives it."""
+    """Be killed when the run dies (Linux ``prctl(PR_SET_PDEATHSIG)``): a worker never outlives
+    it."""
     try:
         import ctypes
 

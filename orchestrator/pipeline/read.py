@@ -6,9 +6,10 @@ small tables packed together by the plan (`orchestrator.pipeline.batches`). A ta
 most `local_read.LOCAL_ROWS` rows in one chunk is read by the driver
 (`orchestrator.pipeline.local_read`: the same SQL, the same files, no Spark task), while Spark
 reads the others, each table's chunks in a job of their own (`orchestrator.pipeline.jdbc`),
-`TABLE_JOBS` jobs at a time from the driver. A batch the driver reads whole starts no Spark session. The batch's
-chunks are recorded in one transaction. A batch whose connection was lost is read again whole,
-with a fresh ``L``; a table whose read fails on its own (`orchestrator.pipeline.failed`) fails alone.
+`TABLE_JOBS` jobs at a time from the driver. A batch the driver reads whole starts no Spark session.
+The batch's chunks are recorded in one transaction. A batch whose connection was lost is read again
+whole, with a fresh ``L``; a table whose read fails on its own (`orchestrator.pipeline.failed`)
+fails alone.
 """
 
 from __future__ import annotations
@@ -195,11 +196,12 @@ def _read_tables(
     tag: str,
     guard: Callable[[], None],
 ) -> tuple[list[ChunkRead], dict[str, str]]:
-    """The batch's chunks into chunk dirs and files named with the attempt's ``tag``: the small tables in the
-    driver (`orchestrator.pipeline.local_read`) while Spark reads the others, a job per table,
-    `TABLE_JOBS` jobs at a time; ``guard`` is the fence check before files are written. Returns the chunks read and the tables
-    that failed on their own (with the reason). Any other error is raised once every read started
-    has ended (a lost connection: the caller reads the batch again)."""
+    """The batch's chunks into chunk dirs and files named with the attempt's ``tag``: the small
+    tables in the driver (`orchestrator.pipeline.local_read`) while Spark reads the others, a job
+    per table, `TABLE_JOBS` jobs at a time; ``guard`` is the fence check before files are written.
+    Returns the chunks read and the tables that failed on their own (with the reason). Any other
+    error is raised once every read started has ended (a lost connection: the caller reads the batch
+    again)."""
     catalog = iceberg.open_catalog(config)  # once for the batch's tables
     schemas = iceberg.data_file_schemas(
         config, [pending.infos[t][0] for t in pending.by_table], catalog

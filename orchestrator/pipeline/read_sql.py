@@ -4,8 +4,9 @@ Each column is converted on the server into a value whose meaning no client libr
 change (`column_sql`): temporal values become integers (epoch microseconds, epoch days, signed
 TIME microseconds), FLOAT is widened to DOUBLE, CHAR/ENUM/SET are cast to plain text, booleans
 compared with 0. The `Wire` kind names what comes back; each engine turns it into the column's
-published type (`orchestrator.pipeline.jdbc.column_read` in Spark, `orchestrator.pipeline.local_read`
-in the driver), so both write the same values. This module imports no engine.
+published type (`orchestrator.pipeline.jdbc.column_read` in Spark,
+`orchestrator.pipeline.local_read` in the driver), so both write the same values. This module
+imports no engine.
 
 The table is wrapped in a derived table that also exposes every raw column under its own name
 (`table_select`), so a chunk predicate (and the table's ``where`` filter) uses the raw key columns
@@ -116,7 +117,8 @@ def column_sql(column: ColumnInfo) -> ColumnSql:
 def column_aliases(columns: Sequence[ColumnInfo]) -> list[str]:
     """The names of the converted columns: a prefix no column's name starts with, and a number.
 
-    >>> column_aliases([ColumnInfo("__tm_x", "int", "int", True), ColumnInfo("b", "int", "int", True)])
+    >>> column_aliases([ColumnInfo("__tm_x", "int", "int", True),
+    ...                 ColumnInfo("b", "int", "int", True)])
     ['___tm_0', '___tm_1']
     """
     taken = {c.name.lower() for c in columns}
@@ -127,7 +129,8 @@ def column_aliases(columns: Sequence[ColumnInfo]) -> list[str]:
 
 
 def source_query(table: TableInfo, aliases: Sequence[str], sqls: Sequence[str]) -> str:
-    """The derived table a chunk read selects from: raw columns plus one converted column per column.
+    """The derived table a chunk read selects from: raw columns plus one converted column per
+    column.
 
     The raw columns are named one by one, never ``t.*``: a MariaDB ``INVISIBLE`` column is
     left out of ``*`` but is part of the table (and may be named by a chunk predicate or the

@@ -1,4 +1,5 @@
-"""Reconcile: base files + the binlog changes of a run -> the data files of the table at ``H`` (DESIGN.md step 5).
+"""Reconcile: base files + the binlog changes of a run -> the data files of the table at ``H``
+(DESIGN.md step 5).
 
 The rule ("Why it is correct"): for each key, the last change by position
 ``(_tm_file, _tm_pos, _tm_row)`` wins; a delete removes the key, an insert or update puts
@@ -290,11 +291,12 @@ def rewrite(
         layout.write_plan(target.out_dir, plan)
     used = {"none": "no change:", "local": "the driver (pyarrow)", "spark": "Spark"}[rewriter]
     kept = {r["file"] for _, r in base} & {f["file"] for f in files}
-    # One line per table at the step's end says it is reconciled; this one only when a file is rewritten.
+    # One line per table at the step's end says it is reconciled; this one only when a file is
+    # rewritten.
     log.log(
         logging.INFO if rewritten else logging.DEBUG,
-        "table %s: changes fall in %d slot(s) %s; %s rewrote %d of %d file(s) (%d of %d base rows); "
-        "version: %s",
+        "table %s: changes fall in %d slot(s) %s; %s rewrote %d of %d file(s) (%d of %d base "
+        "rows); version: %s",
         target.table.name,
         len(rewritten),
         sorted(rewritten)[:20],

@@ -75,7 +75,8 @@ def _batch_dir(config: PipelineConfig, run_id: str, prefix: str) -> str:
 def is_kept(reconciled_dir: str) -> bool:
     """Whether ``reconciled_dir`` names a table's plan in a batch of tables without a change.
 
-    >>> is_kept("/s/run/reconciled/_kept-1a2b3c4d/shop.orders"), is_kept("/s/run/reconciled/shop.orders-1a2b3c4d")
+    >>> (is_kept("/s/run/reconciled/_kept-1a2b3c4d/shop.orders"),
+    ...  is_kept("/s/run/reconciled/shop.orders-1a2b3c4d"))
     (True, False)
     """
     return storage.basename(storage.parent(reconciled_dir)).startswith(_KEPT)

@@ -1,4 +1,5 @@
-"""The rewrite engine in the driver: pyarrow, file by file, with `orchestrator.pipeline.reconcile`'s rule.
+"""The rewrite engine in the driver: pyarrow, file by file, with
+`orchestrator.pipeline.reconcile`'s rule.
 
 The changes of a table become its *last events* (`last_events`: per key, the last change by
 position; a put carries the after-image, a delete none; a key-changing update or a ``D`` made by
@@ -257,7 +258,8 @@ def _merge_batch(
 
 
 def _taken(batch: pa.RecordBatch, events: pa.Table, is_put: Any, key: Sequence[str]) -> pa.Array:
-    """`_merge_batch`'s rows to take (base rows, then puts), by sorting base and event keys together."""
+    """`_merge_batch`'s rows to take (base rows, then puts), by sorting base and event keys
+    together."""
     n = batch.num_rows
     put_rank = pc.subtract(pc.cumulative_sum(is_put.cast(pa.int64())), 1)
     rows = pa.chunked_array(

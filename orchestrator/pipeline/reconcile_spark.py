@@ -1,4 +1,5 @@
-"""The Spark engine of reconcile: the same rule as `orchestrator.pipeline.reconcile_local`, as Spark jobs.
+"""The Spark engine of reconcile: the same rule as `orchestrator.pipeline.reconcile_local`, as
+Spark jobs.
 
 The changes become *events* (key, position, put or delete, row), a window keeps the
 last event per key, base rows whose key has an event are dropped (a null-safe anti
@@ -267,7 +268,8 @@ def _slot_base(
 
 
 def _before(a: Sequence[Column], b: Sequence[Column], or_equal: Column) -> Column:
-    """Key ``a`` sorts before key ``b`` (or equals it where ``or_equal``), NULL first: the files' order."""
+    """Key ``a`` sorts before key ``b`` (or equals it where ``or_equal``), NULL first: the files'
+    order."""
     result = or_equal
     for x, y in reversed(list(zip(a, b, strict=True))):
         less = (x.isNull() & y.isNotNull()) | F.coalesce(x < y, F.lit(False))

@@ -1,4 +1,5 @@
-"""The reconcile step: every captured table of a run reconciled, the results recorded (DESIGN.md step 5).
+"""The reconcile step: every captured table of a run reconciled, the results recorded (DESIGN.md
+step 5).
 
 `reconcile` is the step (the CLI and the DAG call it through `orchestrator.steps`). It lists the
 run's durable change segments and read chunks once, then per table: a published table without a
@@ -113,7 +114,8 @@ def _reconcile_one(
 def reconcile(
     config: PipelineConfig, run_id: str, *, spark: SparkSession | None = None
 ) -> ReconcileResult:
-    """Per table: base files (snapshot chunks, or the published version) + changes -> the table at H.
+    """Per table: base files (snapshot chunks, or the published version) + changes -> the table at
+    H.
 
     The run's durable segments and chunks are listed once, and the reconciled tables are
     recorded `RECORD_TABLES` at a time in one transaction: a run of thousands of small tables

@@ -121,7 +121,8 @@ def give_up_rereads(store: StateStore, run_id: str, pending: dict[str, dict[str,
 def check_binlog_kept(
     store: StateStore, run: RunRecord, records: list[RunTableRecord], oldest: str | None
 ) -> None:
-    """Raise BinlogPurged if binlog the capture needs is gone, after resetting what must be read again.
+    """Raise BinlogPurged if binlog the capture needs is gone, after resetting what must be read
+    again.
 
     The run's snapshot tables need the binlog from the run's start (or the capture's
     checkpoint); an incremental table needs it from its published position. The tables
@@ -149,5 +150,6 @@ def check_binlog_kept(
     raise BinlogPurged(
         f"binlog {needed.file} (needed from {needed}) was purged; the server keeps binlogs from "
         f"{oldest}. These tables must be read again: {described}. Their plan was reset: rerun "
-        "`tidemark run` to read them again, and keep binlogs longer (`tidemark doctor` checks retention)"
+        "`tidemark run` to read them again, and keep binlogs longer (`tidemark doctor` checks "
+        "retention)"
     )

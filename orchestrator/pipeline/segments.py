@@ -104,7 +104,8 @@ def void_mark(store: StateStore, run_id: str) -> int:
 
 
 def durable_segments(store: StateStore, staging: str, run_id: str) -> dict[str, list[str]]:
-    """Per table, the URIs of its durable segments of the run in number order, voided ones left out."""
+    """Per table, the URIs of its durable segments of the run in number order, voided ones left
+    out."""
     saved = store.capture_checkpoint(run_id)
     if saved is None:
         return {}

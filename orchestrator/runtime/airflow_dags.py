@@ -64,8 +64,8 @@ NO_RETRY_ON = ExceptionRetryPolicy(
         RetryRule(
             exception=[ConfigError, SourceNotReady, RunLocked, LockLost, TablesFailed],
             action=RetryAction.FAIL,
-            reason="not transient: fix the config or the source, then clear the task (or trigger the DAG: "
-            "a new run retries the tables that failed)",
+            reason="not transient: fix the config or the source, then clear the task (or trigger "
+            "the DAG: a new run retries the tables that failed)",
         )
     ]
 )
@@ -189,7 +189,8 @@ def build_dag(config: PipelineConfig) -> DAG:
     limit = support.execution_timeouts(config)
     with DAG(
         dag_id=support.dag_id(config),
-        description=f"Tidemark snapshots of {len(config.tables)} table entr(ies) from {config.path}",
+        description=f"Tidemark snapshots of {len(config.tables)} table entr(ies) "
+        f"from {config.path}",
         doc_md=support.doc_md(config),
         schedule=config.schedule,
         start_date=START_DATE,

@@ -232,7 +232,8 @@ def table_choices(config: PipelineConfig, known: list[str] | None = None) -> lis
 def params_schema(
     config: PipelineConfig, choices: list[str] | None = None
 ) -> dict[str, dict[str, Any]]:
-    """The trigger params as ``{name: {"default": ..., **json_schema}}`` (keyword args of ``Param``).
+    """The trigger params as ``{name: {"default": ..., **json_schema}}`` (keyword args of
+    ``Param``).
 
     ``tables`` also lists the choices (`table_choices`) as ``examples``: that is what turns an
     array param into a multi-select in the Airflow 3 trigger form, while
@@ -266,7 +267,8 @@ def params_schema(
             "minimum": 1,
             "maximum": CHUNK_SIZE_MAX,
             "title": "Chunk size",
-            "description": "Target rows per chunk for this run's snapshots. Empty: the config's sizes.",
+            "description": "Target rows per chunk for this run's snapshots. "
+            "Empty: the config's sizes.",
         },
     }
 
@@ -353,8 +355,8 @@ def execution_timeouts(config: PipelineConfig) -> dict[str, timedelta]:
     ...     "password": "x", "read_timeout": 60}, "output": {"path": "/tmp/l"},
     ...     "state": {"url": "sqlite:///:memory:"}, "tables": [{"name": "d.t"}]})
     >>> {k: int(v.total_seconds()) for k, v in execution_timeouts(cfg).items()}
-    {'preflight': 360, 'plan': 360, 'read': 5820, 'capture': 2880, 'reconcile': 2880, 'publish': 2880, \
-'outcome': 360}
+    {'preflight': 360, 'plan': 360, 'read': 5820, 'capture': 2880, 'reconcile': 2880, \
+'publish': 2880, 'outcome': 360}
     """
     seconds = config.source.read_timeout
     rounds = max(
@@ -495,10 +497,12 @@ def doc_md(config: PipelineConfig) -> str:
         "",
         f"Source `{config.source.host}:{config.source.port}` as `{config.source.user}`; "
         f"schedule: {config.schedule or 'none (manual)'}; source connections capped by the pool "
-        f"`{pool_name(config)}` ({config.airflow.pool_slots} slots: `tidemark airflow-pool` sets it).",
+        f"`{pool_name(config)}` ({config.airflow.pool_slots} slots: "
+        "`tidemark airflow-pool` sets it).",
         "",
         "Trigger with **Tables** to run only those tables (a published table gets a binlog "
-        "catch-up unless **Re-snapshot** is on), **Chunk size** to override chunk sizes for the run. "
+        "catch-up unless **Re-snapshot** is on), **Chunk size** to override chunk sizes for the "
+        "run. "
         "A table with no change since its version keeps it (no new version or Iceberg snapshot; "
         "its asset event says `published: false` with the position checked up to). "
         "Any other key in the run's conf fails the run at `preflight`. "

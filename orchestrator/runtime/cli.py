@@ -158,7 +158,8 @@ def _run(args: argparse.Namespace, config: PipelineConfig) -> int:
     from orchestrator.runtime.every import ProcessBroken, run_every, stop_on_sigterm
     from orchestrator.state.schema import release_engines
 
-    # --snapshot asks for one fresh snapshot: the run that plans it takes it, the next ones go on from it
+    # --snapshot asks for one fresh snapshot: the run that plans it takes it, the next ones go on
+    # from it
     pending = {"snapshot": args.snapshot, "spark": spark}
 
     def planned() -> None:

@@ -111,7 +111,8 @@ def run_every(
         except Exception as exc:
             code = report(exc)
             log.warning(
-                "run %d of this process failed (exit %d: %s); the next one starts in %s and resumes it",
+                "run %d of this process failed (exit %d: %s); the next one starts in %s "
+                "and resumes it",
                 runs,
                 code,
                 first_line(exc),

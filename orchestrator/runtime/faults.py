@@ -6,11 +6,11 @@ power cut or an OOM kill would cause. ``name:n:stop`` sends SIGSTOP instead: the
 process waits there until a test has broken something (killed the source) and
 sends SIGCONT. Unset (always, in production) it costs one dictionary lookup.
 
-Points: ``read.batch_started`` (``L`` recorded, before the reads), ``read.batch_done``, ``capture.checkpoint``, ``capture.flushed`` (segments
-written, not yet checkpointed), ``reconcile.table_done``, ``publish.file_moved`` (after each
-data file moved into a table's ``data/``), ``publish.iceberg_committed``,
-``publish.files_written``, ``publish.table_done``, ``capture.reading`` (before the binlog
-is opened).
+Points: ``read.batch_started`` (``L`` recorded, before the reads), ``read.batch_done``,
+``capture.checkpoint``, ``capture.flushed`` (segments written, not yet checkpointed),
+``reconcile.table_done``, ``publish.file_moved`` (after each data file moved into a table's
+``data/``), ``publish.iceberg_committed``, ``publish.files_written``, ``publish.table_done``,
+``capture.reading`` (before the binlog is opened).
 
 In a worker process of the run (publish's, `orchestrator.pipeline.publish_workers`), set up
 by `forked`, a failpoint acts on the run: a crash kills the run's process first (its other
@@ -51,8 +51,8 @@ def point(name: str) -> None:
 
 
 def forked(run_pid: int) -> None:
-    """In a process forked from the run ``run_pid``: failpoints act on the run as well, and
-    `QUIET` is a lock of this process's own (another thread of the run may have held it at the fork)."""
+    """In a process forked from the run ``run_pid``: failpoints act on the run as well, and `QUIET`
+    is a lock of this process's own (another thread of the run may have held it at the fork)."""
     global QUIET, _run_pid
     QUIET = threading.Lock()
     _run_pid = run_pid

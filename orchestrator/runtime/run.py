@@ -173,13 +173,15 @@ def _runs(
             planned()
         if handle.resumed:
             print(
-                f"resuming unfinished run {handle.run_id} ({len(handle.batches)} batch(es) to read)",
+                f"resuming unfinished run {handle.run_id} "
+                f"({len(handle.batches)} batch(es) to read)",
                 file=sys.stdout,
                 flush=True,
             )
         if handle.dropped:
             print(
-                f"dropped at the source, kept in the lake as last published: {', '.join(handle.dropped)}",
+                "dropped at the source, kept in the lake as last published: "
+                f"{', '.join(handle.dropped)}",
                 file=sys.stdout,
                 flush=True,
             )
@@ -249,7 +251,8 @@ def execute(
                         bar.update(done=result.chunks, rows=result.rows)
                     if not done:  # a stalled source, a long Spark job: say what is waited for
                         log.info(
-                            "still reading: %d/%d chunks done after %s, %d batch(es) in flight or queued",
+                            "still reading: %d/%d chunks done after %s, "
+                            "%d batch(es) in flight or queued",
                             bar.done,
                             bar.total,
                             _clock(time.monotonic() - bar.started),
@@ -281,15 +284,15 @@ def _announce_fresh(config: PipelineConfig, tables: list[str]) -> None:
         return
     if set(run.options.get("tables", [])) <= set(tables):
         print(
-            f"run {run.run_id} ({run.status}) is not resumed: --snapshot starts a new run that reads "
-            f"{', '.join(tables)} afresh",
+            f"run {run.run_id} ({run.status}) is not resumed: --snapshot starts a new run that "
+            f"reads {', '.join(tables)} afresh",
             file=sys.stdout,
             flush=True,
         )
     else:
         print(
-            f"run {run.run_id} ({run.status}) resumes without {', '.join(tables)}: --snapshot reads "
-            "them afresh in a new run of their own",
+            f"run {run.run_id} ({run.status}) resumes without {', '.join(tables)}: "
+            "--snapshot reads them afresh in a new run of their own",
             file=sys.stdout,
             flush=True,
         )

@@ -22,7 +22,8 @@ log = logging.getLogger(__name__)
 def bytes_behind(position: BinlogPosition, binlogs: list[tuple[str, int]]) -> int:
     """How many binlog bytes the server has written after ``position``.
 
-    >>> bytes_behind(BinlogPosition("b.000002", 100), [("b.000001", 500), ("b.000002", 400), ("b.000003", 50)])
+    >>> bytes_behind(BinlogPosition("b.000002", 100),
+    ...              [("b.000001", 500), ("b.000002", 400), ("b.000003", 50)])
     350
     """
     behind = 0
@@ -48,8 +49,11 @@ def lag_text(
     'needs a re-read: binlog b.000001 was purged (the next run snapshots it again)'
     >>> lag_text(BinlogPosition("b.000001", 100), None)
     'lag unknown (source not reachable)'
-    >>> lag_text(BinlogPosition("b.000001", 100, server_id=2, gtid_set="0-2-5"), [], ServerIdentity(1))
-    'recorded on server_id 2, the source is server_id 1: the next run goes on from GTID set 0-2-5 (`tidemark doctor` checks it)'
+    >>> p = BinlogPosition("b.000001", 100, server_id=2, gtid_set="0-2-5")
+    >>> lag_text(p, [], ServerIdentity(1)) == (
+    ...     "recorded on server_id 2, the source is server_id 1: the next run goes on from GTID set"
+    ...     " 0-2-5 (`tidemark doctor` checks it)")
+    True
     """
     if binlogs is None:
         return "lag unknown (source not reachable)"
@@ -82,7 +86,8 @@ def status_command(config: PipelineConfig) -> int:
         if found is not None:
             for match in found.patterns:
                 print(
-                    f"  pattern {PatternMatch.from_json(match)} (when run {found.run_id} was planned)",
+                    f"  pattern {PatternMatch.from_json(match)} "
+                    f"(when run {found.run_id} was planned)",
                     file=out,
                 )
         if not runs:
@@ -90,7 +95,8 @@ def status_command(config: PipelineConfig) -> int:
         for i, run in enumerate(runs):  # newest first; the latest run's tables under it
             finished = run.finished_at.isoformat(timespec="seconds") if run.finished_at else "-"
             print(
-                f"  run {run.run_id}  {run.status:<9} started {run.created_at.isoformat(timespec='seconds')}"
+                f"  run {run.run_id}  {run.status:<9} "
+                f"started {run.created_at.isoformat(timespec='seconds')}"
                 f"  finished {finished}" + (f"  error: {run.error}" if run.error else ""),
                 file=out,
             )
@@ -107,9 +113,13 @@ def status_command(config: PipelineConfig) -> int:
                         else "binlog only"
                     )
                     if t.table in failed:  # the next run retries it
-                        detail = f"failed at {failed[t.table].get('step')}: {failed[t.table].get('reason')}"
+                        detail = (
+                            f"failed at {failed[t.table].get('step')}: "
+                            f"{failed[t.table].get('reason')}"
+                        )
                     print(
-                        f"    {t.table:<32} {t.mode:<11} {t.status:<10} {detail}{rereads.get(t.table, '')}",
+                        f"    {t.table:<32} {t.mode:<11} {t.status:<10} "
+                        f"{detail}{rereads.get(t.table, '')}",
                         file=out,
                     )
         lock = store.lock_info(config.pipeline)
@@ -156,7 +166,8 @@ def _unfinished_rereads(
         server,
     )
     return {
-        n.table: f"  needs a re-read: binlog {n.position.file} was purged (the next run reads it again)"
+        n.table: f"  needs a re-read: binlog {n.position.file} was purged "
+        "(the next run reads it again)"
         for n in gone
     }
 
@@ -251,7 +262,8 @@ def reset_command(
         if purge_output:
             for name, d in dirs.items():
                 print(
-                    f"  output {d}{'' if storage.exists(d) else ' (absent)'} and Iceberg table {name}"
+                    f"  output {d}{'' if storage.exists(d) else ' (absent)'} "
+                    f"and Iceberg table {name}"
                 )
         if not yes:
             print("nothing changed; add --yes to do it")

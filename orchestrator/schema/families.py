@@ -29,7 +29,8 @@ Family = Literal[
     "temporal",
 ]
 
-#: Integer types and their storage bits (signed -2**(bits-1) .. 2**(bits-1)-1, unsigned 0 .. 2**bits-1).
+#: Integer types and their storage bits (signed -2**(bits-1) .. 2**(bits-1)-1, unsigned
+#: 0 .. 2**bits-1).
 INTEGER_BITS: dict[str, int] = {
     "tinyint": 8,
     "smallint": 16,

@@ -27,7 +27,8 @@ def repeats_local_times(zone: str) -> bool:
     range), so that some local times name two instants. A name Python does not know, and
     ``SYSTEM`` (the server's own zone), count as doing so.
 
-    >>> repeats_local_times("+02:00"), repeats_local_times("UTC"), repeats_local_times("Europe/Berlin")
+    >>> (repeats_local_times("+02:00"), repeats_local_times("UTC"),
+    ...  repeats_local_times("Europe/Berlin"))
     (False, False, True)
     """
     if _OFFSET.fullmatch(zone):
@@ -74,9 +75,10 @@ def _configured_key(table_config: TableConfig, info: TableInfo) -> tuple[str, ..
             )
     usable = ", ".join(_names(c) for c in candidates) or "none"
     raise ConfigError(
-        f"table `{info.name}`: chunk_key {_names(key)} is not the primary key or a unique NOT NULL key, "
-        f"so chunks could share rows; use one of: {usable} "
-        f"(or add one: ALTER TABLE {info.name} ADD UNIQUE KEY ({', '.join(key)}) with the columns NOT NULL)"
+        f"table `{info.name}`: chunk_key {_names(key)} is not the primary key or a unique "
+        f"NOT NULL key, so chunks could share rows; use one of: {usable} "
+        f"(or add one: ALTER TABLE {info.name} ADD UNIQUE KEY ({', '.join(key)}) "
+        "with the columns NOT NULL)"
     )
 
 
@@ -109,8 +111,9 @@ def choose_chunk_key(
         )
     else:
         raise SourceNotReady(
-            f"table `{info.name}` has no primary key and no unique NOT NULL key, so it cannot be split "
-            f"into chunks without duplicates; add one (ALTER TABLE {info.name} ADD PRIMARY KEY (...)) "
+            f"table `{info.name}` has no primary key and no unique NOT NULL key, so it cannot be "
+            "split into chunks without duplicates; add one "
+            f"(ALTER TABLE {info.name} ADD PRIMARY KEY (...)) "
             "or remove the table from the config"
         )
     for name in key:

@@ -85,7 +85,8 @@ def mark_keys(
     """``columns`` with those of any of ``keys`` (the primary key, the unique NOT NULL keys)
     marked `ColumnInfo.in_key`.
 
-    >>> cols = (ColumnInfo("id", "tinyint", "tinyint(1)", False), ColumnInfo("v", "int", "int(11)", True))
+    >>> cols = (ColumnInfo("id", "tinyint", "tinyint(1)", False),
+    ...         ColumnInfo("v", "int", "int(11)", True))
     >>> [c.in_key for c in mark_keys(cols, [("ID",)])]
     [True, False]
     """

@@ -188,7 +188,8 @@ class Source:
             if is_connection_lost(exc):
                 raise SourceNotReady(
                     f"lost the connection to MySQL at {self.address} and could not get it back "
-                    f"after {attempts} attempt(s) ({exc}); check that the server is up and reachable"
+                    f"after {attempts} attempt(s) ({exc}); check that the server is up and "
+                    "reachable"
                 ) from exc
             if error_code(exc) in (1040, 1205, 1213):
                 raise RunFailed(

@@ -66,7 +66,8 @@ class Dialect:
     def binlog_status_sql(self) -> str:
         """The statement whose row holds the current binlog ``File`` and ``Position``.
 
-        >>> Dialect("mysql", (8, 4, 0)).binlog_status_sql, Dialect("mariadb", (11, 4)).binlog_status_sql
+        >>> (Dialect("mysql", (8, 4, 0)).binlog_status_sql,
+        ...  Dialect("mariadb", (11, 4)).binlog_status_sql)
         ('SHOW BINARY LOG STATUS', 'SHOW MASTER STATUS')
         """
         if self.flavor == "mysql" and self.version >= (8, 4):
@@ -87,7 +88,10 @@ class Dialect:
         >>> Dialect("mysql").identity_sql, Dialect("mariadb").identity_sql
         ('SELECT @@global.server_id, @@global.server_uuid', 'SELECT @@global.server_id, NULL')
         """
-        return f"SELECT @@global.server_id, {'NULL' if self.flavor == 'mariadb' else '@@global.server_uuid'}"
+        return (
+            "SELECT @@global.server_id, "
+            f"{'NULL' if self.flavor == 'mariadb' else '@@global.server_uuid'}"
+        )
 
     @property
     def position_identity_sql(self) -> str:

@@ -279,9 +279,10 @@ def _binlog_filters(source: Source) -> list[Check]:
             Check(
                 name,
                 False,
-                f"{name} = {value}; Tidemark needs every statement in the binlog: the server leaves out "
-                "a statement issued from a filtered default database (USE other; TRUNCATE TABLE db.t), "
-                "whatever table it changes, and the lake would keep the old rows",
+                f"{name} = {value}; Tidemark needs every statement in the binlog: the server "
+                "leaves out a statement issued from a filtered default database (USE other; "
+                "TRUNCATE TABLE db.t), whatever table it changes, and the lake would keep the old "
+                "rows",
                 f"remove every {name} ({name.replace('_', '-')}) line from my.cnf and restart the "
                 f"server ({shows} then shows {name} empty)",
             )
@@ -436,7 +437,8 @@ def chunk_key_check(
 
     Args:
         table: the table's config.
-        index: the place in the config's ``tables`` list of the entry configuring it, to name the setting.
+        index: the place in the config's ``tables`` list of the entry configuring it, to name the
+            setting.
         info: the table as the source describes it.
         pattern: the entry is a pattern: the fix is an entry of the table's own, or an exclude.
         time_zone: ``source.time_zone``.
@@ -447,7 +449,8 @@ def chunk_key_check(
         key = choose_chunk_key(table, info, time_zone)
     except ConfigError as exc:
         fix = (
-            f"give {table.name} an entry of its own with a chunk_key, or add it to tables[{index}].exclude"
+            f"give {table.name} an entry of its own with a chunk_key, or add it to "
+            f"tables[{index}].exclude"
             if pattern
             else f"{'change' if table.chunk_key else 'set'} {setting}"
         )

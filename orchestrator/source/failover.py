@@ -107,7 +107,10 @@ class Follower:
                 set was recorded.
         """
         if self.identity.wrote(position) is False:
-            return f"it was recorded on {position.server}, the source {self.source.address} is {self.identity}"
+            return (
+                f"it was recorded on {position.server}, "
+                f"the source {self.source.address} is {self.identity}"
+            )
         if not history or position.gtid_set is None or position.file not in self._files:
             return None
         dialect = self.source.dialect
@@ -187,7 +190,8 @@ class Follower:
         return BinlogPosition(file, pos).on(self.identity, str(here) or None)
 
     def _first_place(self, gtid_set: str) -> tuple[str, int] | None:
-        """``(file, pos)`` where a GTID dump from ``gtid_set`` starts sending, or None at the end."""
+        """``(file, pos)`` where a GTID dump from ``gtid_set`` starts sending, or None at the
+        end."""
         source = self.config.source
         stream = DumpStream(
             connect,
@@ -224,7 +228,10 @@ def moved_run(follower: Follower, store: StateStore, run: RunRecord) -> str | No
     if run.start_position is not None:
         reason = follower.foreign(BinlogPosition.from_json(run.start_position))
         if reason is not None:
-            return f"its start position {BinlogPosition.from_json(run.start_position)} is not the source's: {reason}"
+            return (
+                f"its start position {BinlogPosition.from_json(run.start_position)} "
+                f"is not the source's: {reason}"
+            )
     for data in recorded:
         if data is not None and (
             reason := follower.foreign(BinlogPosition.from_json(data), history=False)

@@ -39,7 +39,8 @@ def folds_names(source: Source) -> bool:
 
 def base_tables(source: Source, entries: Sequence[TableConfig]) -> list[str]:
     """``database.table`` of every base table the pattern entries could match (one query: the
-    databases they name, or every database but the server's own when a glob is in the database part)."""
+    databases they name, or every database but the server's own when a glob is in the database
+    part)."""
     rows = _base_tables(source, {t.name.partition(".")[0] for t in entries if t.pattern}, "")
     return [f"{_text(schema)}.{_text(name)}" for schema, name in rows]
 
@@ -79,8 +80,9 @@ def table_set(config: PipelineConfig, source: Source) -> TableSet:
 
 _BULK_TABLES = "SELECT TABLE_SCHEMA, TABLE_NAME, TABLE_ROWS, ENGINE FROM information_schema.TABLES"
 _BULK_COLUMNS = (
-    "SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE, NUMERIC_PRECISION,"
-    " NUMERIC_SCALE, DATETIME_PRECISION, CHARACTER_SET_NAME, COLLATION_NAME FROM information_schema.COLUMNS"
+    "SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE,"
+    " NUMERIC_PRECISION, NUMERIC_SCALE, DATETIME_PRECISION, CHARACTER_SET_NAME, COLLATION_NAME"
+    " FROM information_schema.COLUMNS"
 )
 _BULK_INDEXES = (
     "SELECT TABLE_SCHEMA, TABLE_NAME, INDEX_NAME, NON_UNIQUE, COLUMN_NAME, SUB_PART"

@@ -87,9 +87,11 @@ def is_timeout(exc: BaseException) -> bool:
 
     Not retried: another try would wait as long again; the run fails and a rerun resumes.
 
-    >>> is_timeout(pymysql.err.OperationalError(2013, "Lost connection to MySQL server during query (timed out)"))
+    >>> is_timeout(pymysql.err.OperationalError(
+    ...     2013, "Lost connection to MySQL server during query (timed out)"))
     True
-    >>> is_timeout(pymysql.err.OperationalError(2013, "Lost connection to MySQL server during query"))
+    >>> is_timeout(pymysql.err.OperationalError(
+    ...     2013, "Lost connection to MySQL server during query"))
     False
     """
     return error_code(exc) in (2006, 2013) and "timed out" in str(exc)

@@ -283,7 +283,8 @@ class PipelineLockMixin:
         guard: Guard | None = getattr(self, "guard", None)
         where = [LOCKS.c.pipeline == pipeline, LOCKS.c.holder == holder]
         if guard is not None and guard.fence.pipeline == pipeline:
-            guard.released()  # before the DELETE: a heartbeat that then finds it gone is not alarmed
+            # before the DELETE: a heartbeat that then finds it gone is not alarmed
+            guard.released()
             where.append(LOCKS.c.token == guard.fence.token)
         with self._tx(fenced=False) as conn:
             conn.execute(delete(LOCKS).where(*where))

@@ -227,7 +227,8 @@ class ManyTablesMixin:
         self, run_id: str, *, status: TableStatus | None = None, info_key: str | None = None
     ) -> list[RunTableRecord]:
         """The run's tables with ``status`` and (when given) ``info_key`` in their info, by name:
-        the few a question is about, without decoding every table's info (a run may have thousands)."""
+        the few a question is about, without decoding every table's info (a run may have
+        thousands)."""
         query = (
             select(RUN_TABLES)
             .where(RUN_TABLES.c.run_id == run_id)
@@ -297,7 +298,8 @@ class ManyTablesMixin:
     def save_table_set(
         self, pipeline: str, run_id: str, patterns: list[dict[str, Any]], dropped: list[str]
     ) -> None:
-        """Record (replacing the last) what the pipeline's patterns matched when ``run_id`` was planned."""
+        """Record (replacing the last) what the pipeline's patterns matched when ``run_id`` was
+        planned."""
         values = {"run_id": run_id, "patterns": patterns, "dropped": dropped, "updated_at": _now()}
         with self._tx() as conn:
             _insert_ignore(conn, PIPELINES, {"name": pipeline, "created_at": _now()})

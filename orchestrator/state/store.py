@@ -208,7 +208,8 @@ class StateStore(PipelineLockMixin, RunTablesMixin, ChunksMixin, ManyTablesMixin
                 yield conn
 
     def check_fence(self) -> None:
-        """Before a file of the run is written or deleted: raise `LockLost` if the lock may be lost."""
+        """Before a file of the run is written or deleted: raise `LockLost` if the lock may be
+        lost."""
         if self.guard is not None:
             self.guard.check()
 
@@ -352,7 +353,8 @@ class StateStore(PipelineLockMixin, RunTablesMixin, ChunksMixin, ManyTablesMixin
         version: int | None = None,
         info: dict[str, Any] | None = None,
     ) -> None:
-        """Set the status; ``rows``/``version`` when given; ``info`` keys merge into the stored info."""
+        """Set the status; ``rows``/``version`` when given; ``info`` keys merge into the stored
+        info."""
         key = and_(RUN_TABLES.c.run_id == run_id, RUN_TABLES.c.table_name == table)
         with self._tx() as conn:
             stored = conn.scalar(select(RUN_TABLES.c.info).where(key))
