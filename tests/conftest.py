@@ -103,7 +103,8 @@ def pipeline_config(
     name: str = "test",
     **overrides: Any,
 ) -> dict[str, Any]:
-    """A complete pipeline config dict pointing at ``server``, with state and output under tmp_path."""
+    """A complete pipeline config dict pointing at ``server``, with state and output under
+    tmp_path."""
     config: dict[str, Any] = {
         "pipeline": name,
         "source": server.source_config(),

@@ -1,4 +1,5 @@
-"""The settings of a throwaway Airflow used by the tests (in process for tests/dags, as processes for e2e).
+"""The settings of a throwaway Airflow used by the tests (in process for tests/dags, as processes
+for e2e).
 
 Light on purpose: ``tests/conftest.py`` imports it before collection starts.
 """
@@ -17,7 +18,8 @@ SESSION_HOME = pytest.StashKey[Path]()
 
 
 def airflow_env(home: Path) -> dict[str, str]:
-    """Environment for an Airflow living in ``home``: SQLite metadata DB, this repo's dags/, no examples."""
+    """Environment for an Airflow living in ``home``: SQLite metadata DB, this repo's dags/, no
+    examples."""
     return {
         "AIRFLOW_HOME": str(home),
         "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),

@@ -58,7 +58,8 @@ def create_tables(server: LocalMariaDB, db: str, rows: int = 300) -> None:
 def write_pipeline(
     folder: Path, work: Path, server: LocalMariaDB, db: str, conn_id: str, **overrides: Any
 ) -> Path:
-    """``<folder>/<db>.yaml``: pipeline ``db`` over ``<db>.t1`` and ``<db>.t2``, state and lake in ``work``."""
+    """``<folder>/<db>.yaml``: pipeline ``db`` over ``<db>.t1`` and ``<db>.t2``, state and lake in
+    ``work``."""
     config = pipeline_config(
         work, server, [{"name": f"{db}.t1"}, {"name": f"{db}.t2"}], name=db, **overrides
     )

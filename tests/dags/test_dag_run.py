@@ -1,4 +1,5 @@
-"""``dag.test()`` against a real private MariaDB and local Spark, credentials from an Airflow connection.
+"""``dag.test()`` against a real private MariaDB and local Spark, credentials from an Airflow
+connection.
 
 First an ad hoc run (``tables`` param) snapshots only the table it names; then a
 run without params snapshots the other table and applies the binlog to the

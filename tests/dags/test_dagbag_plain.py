@@ -1,4 +1,5 @@
-"""The dags folder as a user's own CI loads it: a plain ``DagBag``, the dags folder not on ``sys.path``.
+"""The dags folder as a user's own CI loads it: a plain ``DagBag``, the dags folder not on
+``sys.path``.
 
 Airflow's dag-processor puts the dags folder on ``sys.path`` (``BundleDagBag``,
 test_parsing.py); the usual CI check does not::
@@ -47,7 +48,8 @@ def on_path(folder: Path) -> bool:
 
 
 def plain_dagbag(module: str) -> Any:
-    """``DagBag(dag_folder=dags)`` as imported from ``module``, with ``include_examples=False`` if taken."""
+    """``DagBag(dag_folder=dags)`` as imported from ``module``, with ``include_examples=False`` if
+    taken."""
     dagbag_class = importlib.import_module(module).DagBag
     kwargs: dict[str, Any] = {"dag_folder": DAGS}
     if "include_examples" in inspect.signature(dagbag_class).parameters:
@@ -87,7 +89,8 @@ CI_SCRIPT = textwrap.dedent("""
 
 @pytest.mark.slow
 def test_a_fresh_interpreter_outside_the_repo_loads_the_dags(tmp_path: Path) -> None:
-    """``python -I`` from another folder: neither the repo nor dags/ is on sys.path, only the installed package."""
+    """``python -I`` from another folder: neither the repo nor dags/ is on sys.path, only the
+    installed package."""
     env = {**os.environ, "TIDEMARK_CONFIG_DIR": str(CONFIGS)}
     result = subprocess.run(
         [sys.executable, "-I", "-c", CI_SCRIPT, str(DAGS)],

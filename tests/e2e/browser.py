@@ -75,7 +75,8 @@ class Page:
         self.click_element(f"document.querySelector({json.dumps(selector)})", selector)
 
     def click_element(self, element: str, what: str) -> None:
-        """A real mouse click (press and release) at the middle of the element ``element`` evaluates to.
+        """A real mouse click (press and release) at the middle of the element ``element``
+        evaluates to.
 
         Real input events rather than ``element.click()``: menus such as the
         trigger form's multi-select open on ``mousedown``, which a scripted click never sends.
@@ -101,7 +102,8 @@ class Page:
         self.call("Input.insertText", text=text)
 
     def press(self, key: str, code: str, key_code: int) -> None:
-        """One key stroke (down and up) to the focused element, e.g. ``press("Enter", "Enter", 13)``."""
+        """One key stroke (down and up) to the focused element, e.g.
+        ``press("Enter", "Enter", 13)``."""
         for event in ("keyDown", "keyUp"):
             self.call(
                 "Input.dispatchKeyEvent",

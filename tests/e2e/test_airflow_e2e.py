@@ -1,4 +1,5 @@
-"""End to end in real Airflow: its own api-server, scheduler and dag-processor, the REST API, the UI.
+"""End to end in real Airflow: its own api-server, scheduler and dag-processor, the REST API, the
+UI.
 
 One Airflow for the module (see `tests.e2e.stack`), one private MariaDB with two
 tiny tables, a configs folder with the pipeline and one broken config. The

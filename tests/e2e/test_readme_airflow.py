@@ -58,7 +58,8 @@ SECTION = "## Running with Airflow"
 
 
 def readme_blocks() -> dict[str, str]:
-    """The section's ``bash`` blocks by their first line's label: ``{"shell 1": ..., "shell 2": ...}``."""
+    """The section's ``bash`` blocks by their first line's label:
+    ``{"shell 1": ..., "shell 2": ...}``."""
     text = (REPO / "README.md").read_text()
     start = text.index(SECTION)
     section = text[start : text.find("\n## ", start + len(SECTION))]
@@ -73,7 +74,8 @@ def readme_blocks() -> dict[str, str]:
 
 @pytest.fixture
 def checkout(tmp_path: Path, mariadb: LocalMariaDB) -> Path:
-    """A fresh checkout's layout: this repo's dags/ and .venv, configs/shop.yaml for the private source."""
+    """A fresh checkout's layout: this repo's dags/ and .venv, configs/shop.yaml for the private
+    source."""
     mariadb.create_user(SOURCE_USER, SOURCE_PASSWORD)
     mariadb.execute(
         "DROP DATABASE IF EXISTS shop",
@@ -193,7 +195,8 @@ def task_states(client: httpx.Client, run_id: str) -> dict[str, Any]:
 
 
 def sign_in(page: Page, base: str, next_path: str, password: str) -> None:
-    """Open ``next_path``, which sends to the login form, and sign in as ``admin`` as a user would."""
+    """Open ``next_path``, which sends to the login form, and sign in as ``admin`` as a user
+    would."""
     page.goto(f"{base}{next_path}")
     wait_for_js(page, "the login form", "!!document.querySelector('input[name=password]')")
     page.type_into("input[name=username]", "admin")

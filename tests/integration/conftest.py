@@ -65,7 +65,8 @@ def two_table_pipeline(
     mariadb: LocalMariaDB, tmp_path: Path, db: str, create: str, fill: str, rows: tuple[int, int]
 ) -> PipelineConfig:
     """Database ``db`` (made anew) with tables ``t`` and ``other`` (``create``/``fill`` are
-    formatted with ``db``, ``name`` and ``rows``) and a pipeline of both, small chunks, no margin."""
+    formatted with ``db``, ``name`` and ``rows``) and a pipeline of both, small chunks, no
+    margin."""
     mariadb.execute(f"DROP DATABASE IF EXISTS {db}", f"CREATE DATABASE {db}")
     for name, count in zip(("t", "other"), rows, strict=True):
         mariadb.execute(

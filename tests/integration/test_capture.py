@@ -290,7 +290,8 @@ from orchestrator.state.store import StateStore
 spec = json.load(open(sys.argv[1]))
 config = load_config(spec["config"])
 with Source.from_pipeline(config) as source:
-    tables = {name: CaptureTable(source.table_info(name), ("id",), BinlogPosition.from_json(spec["start"]))
+    tables = {name: CaptureTable(source.table_info(name), ("id",), \
+BinlogPosition.from_json(spec["start"]))
               for name in spec["tables"]}
 capture_changes(config, StateStore(config.state.url), spec["run_id"], tables,
                 BinlogPosition.from_json(spec["stop"]), batch_rows=spec["batch_rows"])

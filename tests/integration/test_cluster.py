@@ -1,4 +1,5 @@
-"""The consistency scenario on a real Spark standalone cluster: a master and two workers on localhost.
+"""The consistency scenario on a real Spark standalone cluster: a master and two workers on
+localhost.
 
 `tidemark run` runs as its own process (as a user runs it) with ``spark.master``
 pointing at the cluster, so reads, reconcile and publish run in executors on

@@ -62,7 +62,8 @@ def test_invisible_column_reaches_the_lake(
 
 @pytest.fixture(scope="module")
 def folding(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalMariaDB]:
-    """A private MariaDB with ``lower_case_table_names=1``: names are stored and logged lower case."""
+    """A private MariaDB with ``lower_case_table_names=1``: names are stored and logged lower
+    case."""
     if not HAVE_MARIADB:
         pytest.skip("mariadbd is not installed (Debian package mariadb-server)")
     server = LocalMariaDB.create(
@@ -76,9 +77,9 @@ def folding(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalMariaDB]:
 def test_mixed_case_config_name_on_a_folding_server(
     folding: LocalMariaDB, tmp_path: Path, spark: object
 ) -> None:
-    """The config spells the table ``Lct_Shop.Orders``; the server stores and logs ``lct_shop.orders``.
-    Snapshot, then row changes and statements spelling the name a third way: every run matches
-    the binlog's names to the configured table, and the lake equals the source."""
+    """The config spells the table ``Lct_Shop.Orders``; the server stores and logs
+    ``lct_shop.orders``. Snapshot, then row changes and statements spelling the name a third way:
+    every run matches the binlog's names to the configured table, and the lake equals the source."""
     assert folding.execute("SELECT @@lower_case_table_names") == [(1,)]
     folding.execute("DROP DATABASE IF EXISTS Lct_Shop", "CREATE DATABASE Lct_Shop")
     folding.execute(

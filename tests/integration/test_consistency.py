@@ -38,16 +38,18 @@ CREATE TABLE {db}.all_types (
   t_big BIGINT, t_big_u BIGINT UNSIGNED, t_year YEAR,
   t_dec DECIMAL(12, 4), t_dec_wide DECIMAL(50, 20), t_float FLOAT, t_double DOUBLE,
   t_bool TINYINT(1), t_bit1 BIT(1), t_bit BIT(12),
-  t_char CHAR(5), t_varchar VARCHAR(50), t_text TEXT, t_enum ENUM('a', 'b b', 'c'), t_set SET('x', 'y', 'z'),
+  t_char CHAR(5), t_varchar VARCHAR(50), t_text TEXT, t_enum ENUM('a', 'b b', 'c'), \
+t_set SET('x', 'y', 'z'),
   t_json JSON, t_binary BINARY(4), t_varbinary VARBINARY(20), t_blob BLOB,
   t_date DATE, t_datetime DATETIME(6), t_timestamp TIMESTAMP(3) NULL, t_time TIME(6)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4
 """
 
 _COLUMNS = (
-    "id, t_tiny, t_tiny_u, t_small, t_small_u, t_medium, t_medium_u, t_int, t_int_u, t_big, t_big_u,"
-    " t_year, t_dec, t_dec_wide, t_float, t_double, t_bool, t_bit1, t_bit, t_char, t_varchar, t_text,"
-    " t_enum, t_set, t_json, t_binary, t_varbinary, t_blob, t_date, t_datetime, t_timestamp, t_time"
+    "id, t_tiny, t_tiny_u, t_small, t_small_u, t_medium, t_medium_u, t_int, t_int_u, t_big,"
+    " t_big_u, t_year, t_dec, t_dec_wide, t_float, t_double, t_bool, t_bit1, t_bit, t_char,"
+    " t_varchar, t_text, t_enum, t_set, t_json, t_binary, t_varbinary, t_blob, t_date, t_datetime,"
+    " t_timestamp, t_time"
 )
 
 
@@ -119,8 +121,9 @@ class TypesWriter(threading.Thread):
                     elif action < 0.6:
                         row = type_row(k + 1, rng)
                         cur.execute(
-                            "UPDATE all_types SET t_varchar = %s, t_dec = %s, t_time = %s, t_json = %s,"
-                            " t_big_u = %s, t_bit = %s, t_timestamp = %s WHERE id = %s",
+                            "UPDATE all_types SET t_varchar = %s, t_dec = %s, t_time = %s,"
+                            " t_json = %s, t_big_u = %s, t_bit = %s, t_timestamp = %s"
+                            " WHERE id = %s",
                             (row[20], row[12], row[31], row[24], row[10], row[18], row[30], k),
                         )
                     elif action < 0.75:

@@ -1,4 +1,5 @@
-"""`tidemark doctor` against private MariaDB servers with good and bad settings, users and tables."""
+"""`tidemark doctor` against private MariaDB servers with good and bad settings, users and
+tables."""
 
 from __future__ import annotations
 
@@ -50,12 +51,15 @@ def failed(checks: list[Check]) -> set[str]:
 def create_shop(server: LocalMariaDB) -> None:
     server.execute(
         f"CREATE DATABASE IF NOT EXISTS {DB}",
-        f"CREATE TABLE IF NOT EXISTS {DB}.orders (id BIGINT PRIMARY KEY, total DECIMAL(10, 2), note TEXT)",
+        f"CREATE TABLE IF NOT EXISTS {DB}.orders (id BIGINT PRIMARY KEY, total DECIMAL(10, 2),"
+        " note TEXT)",
         f"CREATE TABLE IF NOT EXISTS {DB}.customers (id INT PRIMARY KEY, name VARCHAR(50))",
-        f"CREATE TABLE IF NOT EXISTS {DB}.nopk (code VARCHAR(10) NOT NULL, alt INT NULL, other INT NOT NULL,"
-        " UNIQUE KEY u_code (code), UNIQUE KEY u_alt (alt), KEY k_other (other))",
+        f"CREATE TABLE IF NOT EXISTS {DB}.nopk (code VARCHAR(10) NOT NULL, alt INT NULL,"
+        " other INT NOT NULL, UNIQUE KEY u_code (code), UNIQUE KEY u_alt (alt),"
+        " KEY k_other (other))",
         f"CREATE TABLE IF NOT EXISTS {DB}.places (id INT PRIMARY KEY, spot POINT)",
-        f"CREATE TABLE IF NOT EXISTS {DB}.pairs (a INT NOT NULL, b INT NOT NULL, UNIQUE KEY u_ab (a, b))",
+        f"CREATE TABLE IF NOT EXISTS {DB}.pairs (a INT NOT NULL, b INT NOT NULL,"
+        " UNIQUE KEY u_ab (a, b))",
     )
 
 
@@ -400,7 +404,8 @@ def test_cli_wrong_password_is_one_clear_line(good: LocalMariaDB, tmp_path: Path
     result = run_doctor(doctor_yaml(tmp_path, good), secret)
     assert result.returncode == 3, result.stderr
     assert result.stderr.strip() == (
-        f"tidemark: error: cannot log in to MySQL at 127.0.0.1:{good.port} as user `tm_doc_ok`: access denied; "
+        f"tidemark: error: cannot log in to MySQL at 127.0.0.1:{good.port} as user `tm_doc_ok`: "
+        "access denied; "
         "check source.user and the password (source.password_env TM_DOCTOR_PW)"
     )
     assert "Traceback" not in result.stdout + result.stderr
@@ -420,7 +425,8 @@ def test_cli_good_user_passes(good: LocalMariaDB, tmp_path: Path) -> None:
 GRANTS = [
     # MariaDB 10.11 prints REPLICATION CLIENT as BINLOG MONITOR, with the password hash.
     (
-        "GRANT SELECT, REPLICATION SLAVE, BINLOG MONITOR ON *.* TO `snap`@`%` IDENTIFIED BY PASSWORD '*D82'",
+        "GRANT SELECT, REPLICATION SLAVE, BINLOG MONITOR ON *.* TO `snap`@`%`"
+        " IDENTIFIED BY PASSWORD '*D82'",
         {"REPLICATION CLIENT", "BINLOG MONITOR"},
         None,
         None,

@@ -23,7 +23,8 @@ STARTED = "spark session started"
 
 @pytest.fixture(scope="module")
 def tables(mariadb: LocalMariaDB) -> LocalMariaDB:
-    """``early_db.small`` (100 rows), ``early_db.tiny`` (empty), ``early_db.big`` (above the driver's limit)."""
+    """``early_db.small`` (100 rows), ``early_db.tiny`` (empty), ``early_db.big`` (above the
+    driver's limit)."""
     mariadb.execute("DROP DATABASE IF EXISTS early_db", "CREATE DATABASE early_db")
     mariadb.execute(
         "CREATE TABLE small (id INT PRIMARY KEY, v VARCHAR(10))",

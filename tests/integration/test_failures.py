@@ -1,7 +1,7 @@
-"""Failures a user can act on (issue 15), broken on purpose as an operator would: each `tidemark run`
-exits with the contract's code, says the cause in one error line without a Java or Python stack
-on stderr, records the same text as the run's error in `status`, and a rerun after the fix makes
-the lake equal the source."""
+"""Failures a user can act on (issue 15), broken on purpose as an operator would: each
+`tidemark run` exits with the contract's code, says the cause in one error line without a Java or
+Python stack on stderr, records the same text as the run's error in `status`, and a rerun after the
+fix makes the lake equal the source."""
 
 from __future__ import annotations
 

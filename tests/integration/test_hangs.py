@@ -110,7 +110,8 @@ def test_source_hung_mid_read(hung_server: tuple[LocalMariaDB, Path]) -> None:
 
 
 def published_then_changed(config: Path, server: LocalMariaDB, updates: int) -> None:
-    """A first run publishes kill_db.t; then ``updates`` updates of every row for the next to capture."""
+    """A first run publishes kill_db.t; then ``updates`` updates of every row for the next to
+    capture."""
     first = run(config)
     assert first.returncode == 0, first.stderr[-3000:]
     for n in range(updates):

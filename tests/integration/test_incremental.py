@@ -89,7 +89,8 @@ def s(i: int, v: str = "base", t: int | None = None) -> Row:
 
 @contextlib.contextmanager
 def file_target(nbytes: int) -> Iterator[None]:
-    """Publish with another target file size (1: a file per staging file, as the test wrote them)."""
+    """Publish with another target file size (1: a file per staging file, as the test wrote
+    them)."""
     saved = layout.TARGET_FILE_BYTES
     layout.TARGET_FILE_BYTES = nbytes
     try:
@@ -209,7 +210,8 @@ def _micros(value: Any) -> Any:
 
 
 def sort_key(table: TableInfo, row: Row) -> tuple[Any, ...]:
-    """The files' order as a test oracle: Python orders str by code point, as Spark orders UTF-8 bytes."""
+    """The files' order as a test oracle: Python orders str by code point, as Spark orders UTF-8
+    bytes."""
     return tuple(
         (row[k] is not None, row[k] if row[k] is not None else 0) for k in table.primary_key
     )
@@ -351,7 +353,8 @@ def test_both_engines_write_the_same_version(spark: Any, tmp_path: Path) -> None
 def test_the_rule_holds_in_both_engines(
     spark: Any, tmp_path: Path, engine: Engine, case: Case
 ) -> None:
-    """Every case of the reconcile rule (tests/integration/test_reconcile.py) as an incremental run."""
+    """Every case of the reconcile rule (tests/integration/test_reconcile.py) as an incremental
+    run."""
     lake = Lake(spark, tmp_path, SIMPLE, engine)
     lake.publish_files([sorted(case.base, key=lambda r: r["id"])])
     manifest, rows = lake.apply(case.changes)
@@ -404,7 +407,8 @@ def test_text_keys_follow_the_files_order_not_a_collation(
 
 @pytest.mark.usefixtures("no_merging")
 def test_null_key_components_keep_their_place(spark: Any, tmp_path: Path, engine: Engine) -> None:
-    """NULL sorts first, and a NULL key part equals NULL, in both engines (Spark's order and <=>)."""
+    """NULL sorts first, and a NULL key part equals NULL, in both engines (Spark's order and
+    <=>)."""
     table = TableInfo(
         "incr",
         "nulls",
@@ -753,7 +757,8 @@ def test_engine_runs_share_unchanged_files(
         TAGS.format(db=db),
         f"INSERT INTO {db}.items SELECT seq * 10, CONCAT('item ', seq, ' ', MD5(seq)), seq / 7,"
         f" TIMESTAMP('2024-01-01') + INTERVAL seq MINUTE FROM seq_1_to_20000",
-        f"INSERT INTO {db}.tags SELECT CONCAT(ELT(seq % 3 + 1, 'Tag', 'tag', 'Étag'), LPAD(seq, 5, '0')),"
+        f"INSERT INTO {db}.tags SELECT CONCAT(ELT(seq % 3 + 1, 'Tag', 'tag', 'Étag'),"
+        " LPAD(seq, 5, '0')),"
         f" seq FROM seq_1_to_30000",
         database=db,
     )

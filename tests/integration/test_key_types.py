@@ -40,9 +40,11 @@ def test_a_tinyint1_key_keeps_its_values(
     mariadb.execute(
         "CREATE TABLE single (id TINYINT(1) NOT NULL PRIMARY KEY, flag TINYINT(1) NOT NULL, v INT)",
         "INSERT INTO single SELECT CAST(seq AS SIGNED) - 100, seq % 2, seq FROM seq_0_to_220",
-        "CREATE TABLE pair (kind TINYINT(1) NOT NULL, n INT NOT NULL, v INT, PRIMARY KEY (kind, n))",
+        "CREATE TABLE pair (kind TINYINT(1) NOT NULL, n INT NOT NULL, v INT,"
+        " PRIMARY KEY (kind, n))",
         "INSERT INTO pair SELECT seq % 4, seq, seq * 3 FROM seq_1_to_400",
-        "CREATE TABLE small (id INT NOT NULL PRIMARY KEY, code TINYINT(1) NOT NULL, UNIQUE KEY (code))",
+        "CREATE TABLE small (id INT NOT NULL PRIMARY KEY, code TINYINT(1) NOT NULL,"
+        " UNIQUE KEY (code))",
         "INSERT INTO small VALUES (1, 0), (2, 1), (3, 2), (4, -3)",
         database=DB,
     )

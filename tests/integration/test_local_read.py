@@ -96,7 +96,8 @@ def test_the_driver_writes_what_a_spark_job_writes(
 
 
 def test_rows_are_in_the_files_order_not_the_servers(mariadb: LocalMariaDB, tmp_path: Path) -> None:
-    """A text key is sorted by its UTF-8 bytes (Spark's order, the layout's), not by the collation."""
+    """A text key is sorted by its UTF-8 bytes (Spark's order, the layout's), not by the
+    collation."""
     mariadb.execute(
         "DROP DATABASE IF EXISTS loc_order",
         "CREATE DATABASE loc_order",

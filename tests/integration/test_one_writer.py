@@ -36,13 +36,15 @@ LEASE = 6  # seconds (state.lock_lease_seconds): renewed every 1.2 s while a run
 
 
 def wait_stopped(proc: subprocess.Popen[str], timeout: float = 900) -> None:
-    """Until ``proc`` stopped itself at its failpoint (a loaded machine takes minutes to get there)."""
+    """Until ``proc`` stopped itself at its failpoint (a loaded machine takes minutes to get
+    there)."""
     deadline = time.monotonic() + timeout
     while Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "T":
         if proc.poll() is not None or time.monotonic() > deadline:
             out, err = proc.communicate()
             pytest.fail(
-                f"run did not reach its failpoint (exit {proc.returncode}): {out[-2000:]} {err[-2000:]}"
+                f"run did not reach its failpoint (exit {proc.returncode}): "
+                f"{out[-2000:]} {err[-2000:]}"
             )
         time.sleep(0.2)
 

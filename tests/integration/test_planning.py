@@ -133,7 +133,8 @@ def verify_partition(source: Source, result: TablePlan, chunk_size: int) -> list
     assert_balanced(result, counts, chunk_size)
     if currently_in_test_context():  # --hypothesis-show-statistics shows what the examples covered
         event(
-            f"{result.strategy}, {'1' if len(counts) == 1 else '2-9' if len(counts) < 10 else '10+'} chunks"
+            f"{result.strategy}, "
+            f"{'1' if len(counts) == 1 else '2-9' if len(counts) < 10 else '10+'} chunks"
         )
     return counts
 
@@ -247,7 +248,8 @@ def sized(elements: st.SearchStrategy[Any], data: st.DataObject, most: int) -> l
 
 
 def chunk_size_for(data: st.DataObject, rows: int) -> int:
-    """A target giving between about 2 and 60 chunks for ``rows`` rows (1 and up for tiny tables)."""
+    """A target giving between about 2 and 60 chunks for ``rows`` rows (1 and up for tiny
+    tables)."""
     return data.draw(st.integers(max(1, rows // 60), max(1, rows // 2)), label="chunk_size")
 
 
@@ -356,7 +358,8 @@ COLLATIONS = [
 def test_text_keys_in_their_collation(
     conn: Any, source: Source, data: st.DataObject, collation: str, column: str
 ) -> None:
-    # the collation decides which keys are duplicates ('a' = 'A ' in general_ci): INSERT IGNORE keeps one
+    # the collation decides which keys are duplicates ('a' = 'A ' in general_ci): INSERT IGNORE
+    # keeps one
     keys = sized(st.text(ALPHABET, max_size=8), data, 500)
     ddl = f"k {column} CHARACTER SET utf8mb4 COLLATE {collation} NOT NULL PRIMARY KEY"
     table = build(conn, "texts", ddl, [(k,) for k in keys], ignore=True)
@@ -527,7 +530,8 @@ CLI_TABLES: dict[str, tuple[str, list[tuple[Any, ...]]]] = {
         [(k,) for k in [*range(1, 301), *(10**12 + 13 * i for i in range(400)), 2**64 - 1]],
     ),
     "items": (
-        "order_id INT NOT NULL, sku VARCHAR(20) COLLATE utf8mb4_general_ci NOT NULL, PRIMARY KEY (order_id, sku)",
+        "order_id INT NOT NULL, sku VARCHAR(20) COLLATE utf8mb4_general_ci NOT NULL,"
+        " PRIMARY KEY (order_id, sku)",
         [(i % 3, f"s{i}'\\%\"{chr(0x1F600 + i % 3)}") for i in range(900)],
     ),
     "codes": (

@@ -167,7 +167,8 @@ def test_manifest_and_files_follow_the_contract(spark: Any, tmp_path: Path) -> N
     assert read_published(str(tdir)).num_rows == 20
     assert sorted(os.listdir(tdir / "_tidemark")) == ["current.json", "versions"]
     assert sorted(os.listdir(tdir)) == ["_tidemark", "data", "metadata"]
-    # The manifest before the Iceberg commit is in the run's staging (deleted with it at the run's end).
+    # The manifest before the Iceberg commit is in the run's staging (deleted with it at the run's
+    # end).
     (pending,) = (Path(config.staging_path) / "run-1" / "pending").iterdir()
     assert json.loads(pending.read_text()) == {
         "shop.orders": {k: v for k, v in on_disk.items() if k != "iceberg"}
@@ -233,7 +234,8 @@ def test_rerun_after_a_crash_before_the_switch_cleans_partial_files(
     assert manifest["version"] == 2 and untagged(f[len("data/") :] for f in manifest["files"]) == [
         "v000002-c0000.parquet"
     ]
-    # Once version 2 is current nothing can list the crashed attempts' files: retention deletes them.
+    # Once version 2 is current nothing can list the crashed attempts' files: retention deletes
+    # them.
     assert untagged(os.listdir(tdir / "data")) == ["v000001-c0000.parquet", "v000002-c0000.parquet"]
     assert (
         "0badc0de" not in manifest["files"][0] and os.listdir(tdir / "_tidemark" / "pending") == []

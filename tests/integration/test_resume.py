@@ -59,7 +59,8 @@ def _change_source(server: LocalMariaDB, db: str, salt: int) -> None:
         f"DELETE FROM {db}.orders WHERE id % 101 = {salt % 101}",
         f"REPLACE INTO {db}.orders (id, customer_id, status, amount, created_at) "
         f"VALUES ({10_000_000 + salt}, 1, 'new', 1, NOW(6))",
-        f"UPDATE {db}.customers SET email = CONCAT('x{salt}.', email) WHERE email LIKE 'user{salt}@%'",
+        f"UPDATE {db}.customers SET email = CONCAT('x{salt}.', email) "
+        f"WHERE email LIKE 'user{salt}@%'",
     )
 
 

@@ -105,7 +105,8 @@ def test_overlapping_text_chunks_are_reconciled_whole(
     mariadb.execute(
         f"CREATE TABLE {db}.tags (tag VARCHAR(40) NOT NULL PRIMARY KEY, n INT NOT NULL)"
         " DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_general_ci",
-        f"INSERT INTO {db}.tags SELECT CONCAT(ELT(seq % 2 + 1, 'Tag', 'tag'), LPAD(seq, 5, '0')), seq"
+        f"INSERT INTO {db}.tags SELECT CONCAT(ELT(seq % 2 + 1, 'Tag', 'tag'),"
+        " LPAD(seq, 5, '0')), seq"
         f" FROM seq_1_to_3000",
         database=db,
     )

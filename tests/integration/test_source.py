@@ -1,4 +1,5 @@
-"""`orchestrator.source.connection.Source` against private MariaDB servers: shapes, positions, errors, retries."""
+"""`orchestrator.source.connection.Source` against private MariaDB servers: shapes, positions,
+errors, retries."""
 
 from __future__ import annotations
 
@@ -53,7 +54,8 @@ def shop(mariadb: LocalMariaDB) -> LocalMariaDB:
         f"CREATE TABLE {DB}.items (order_id INT NOT NULL, line_no SMALLINT NOT NULL, sku CHAR(8),"
         " PRIMARY KEY (order_id, line_no))",
         f"CREATE TABLE {DB}.loose (a INT, b INT)",
-        f"INSERT INTO {DB}.orders VALUES (1, 'a', NULL, 'n1', 1.50, 1, NOW(3)), (2, 'b', 7, 'n2', NULL, 0, NOW(3))",
+        f"INSERT INTO {DB}.orders VALUES (1, 'a', NULL, 'n1', 1.50, 1, NOW(3)),"
+        " (2, 'b', 7, 'n2', NULL, 0, NOW(3))",
         f"ANALYZE TABLE {DB}.orders",
     )
     return mariadb

@@ -24,7 +24,8 @@ pytestmark = [pytest.mark.integration]
 SCRIPT = """
 import logging, sys
 from pathlib import Path
-logging.basicConfig(stream=sys.stdout, level=logging.INFO, format="%(levelname)s %(name)s %(message)s")
+logging.basicConfig(stream=sys.stdout, level=logging.INFO, \
+format="%(levelname)s %(name)s %(message)s")
 from tests.integration.conftest import spark_test_config
 from orchestrator.runtime.spark import get_session
 spark = get_session(spark_test_config(Path(sys.argv[1])))

@@ -94,7 +94,8 @@ def test_the_snapshot_and_the_binlog_agree_on_edge_values(
                     + ", ".join(f"{row[:-1]}, {n + 10})" for n, row in enumerate(ROWS, 1))
                 )
                 cur.execute(
-                    f"UPDATE {table} SET d = '2021-02-29', dt = '2021-02-29 01:02:03', c = x'81' WHERE id = 4"
+                    f"UPDATE {table} SET d = '2021-02-29', dt = '2021-02-29 01:02:03', c = x'81'"
+                    " WHERE id = 4"
                 )
     finally:
         conn.close()
@@ -118,7 +119,8 @@ def test_char_values_are_unpadded_under_pad_char_to_full_length(
     for table in ("spark", "driver"):
         mariadb.execute(
             f"CREATE TABLE {table} (id INT PRIMARY KEY, c CHAR(5), u CHAR(4) CHARACTER SET ucs2)",
-            f"INSERT INTO {table} VALUES (1, 'a', 'é'), (2, '', ''), (3, ' b', NULL), (4, 'abcde', 'wxyz')",
+            f"INSERT INTO {table} VALUES (1, 'a', 'é'), (2, '', ''), (3, ' b', NULL),"
+            " (4, 'abcde', 'wxyz')",
             database=db,
         )
     (mode,) = mariadb.execute("SELECT @@GLOBAL.sql_mode")[0]

@@ -1,4 +1,5 @@
-"""`tidemark validate`: exit 0 on a good config, 2 naming the key on a bad one, never a traceback."""
+"""`tidemark validate`: exit 0 on a good config, 2 naming the key on a bad one, never a
+traceback."""
 
 from __future__ import annotations
 

@@ -6,7 +6,8 @@ import pytest
 
 from orchestrator.source.dialect import Dialect
 
-# VERSION() (or handshake) string -> flavor, version, binlog status statement, GTID query?, SUPER counts?
+# VERSION() (or handshake) string -> flavor, version, binlog status statement, GTID query?, SUPER
+# counts?
 SERVERS = [
     ("10.11.6-MariaDB-0+deb12u1-log", "mariadb", (10, 11, 6), "SHOW MASTER STATUS", True, False),
     ("5.5.5-10.6.18-MariaDB", "mariadb", (10, 6, 18), "SHOW MASTER STATUS", True, False),

@@ -120,5 +120,6 @@ def test_what_a_commit_names_is_on_disk_before_it(
                 "metadata",
             ):  # the next version adds files
                 assert entry.name in names.get(str(entry.parent), ()), (
-                    f"{entry.name} not yet in {entry.parent} when that was last synced before the commit"
+                    f"{entry.name} not yet in {entry.parent} when that was last synced "
+                    "before the commit"
                 )

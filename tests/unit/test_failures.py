@@ -59,7 +59,8 @@ CASES = [
     ),
     (
         RuntimeError(
-            "(2003, \"Can't connect to MySQL server on '10.0.0.5' ([Errno 111] Connection refused)\")"
+            "(2003, \"Can't connect to MySQL server "
+            "on '10.0.0.5' ([Errno 111] Connection refused)\")"
         ),
         "connection lost",
     ),

@@ -107,7 +107,8 @@ def created_by_pyiceberg(
 
 
 def create(catalog: Catalog, new: iceberg_create.NewTable, files: list[str]) -> tuple[str, int]:
-    """`iceberg_create.create_all` of one table: its metadata location and snapshot ID, or its error raised."""
+    """`iceberg_create.create_all` of one table: its metadata location and snapshot ID, or its
+    error raised."""
     [done] = iceberg_create.create_all(catalog, [(new, files, SUMMARY)])
     if isinstance(done, Exception):
         raise done

@@ -234,8 +234,8 @@ def test_a_table_whose_sqlite_file_stayed_locked_is_published_again(
             [outcome] = list(publish)
             assert outcome.checkpoint is not None and len(tries) == 2
             assert (
-                "table db.t0: the SQLite file of the state store or catalog stayed locked (database is "
-                "locked); publishing it again (try 2 of 3)" in caplog.text
+                "table db.t0: the SQLite file of the state store or catalog stayed locked "
+                "(database is locked); publishing it again (try 2 of 3)" in caplog.text
             )
             assert holder.execute("SELECT COUNT(*) FROM t").fetchone() == (1,)
         else:

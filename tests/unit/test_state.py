@@ -679,7 +679,8 @@ def test_a_store_of_schema_2_gets_the_table_sets_table(store: StateStore, url: s
 
 
 def test_a_store_of_schema_3_gets_the_chunks_file_ranges(store: StateStore, url: str) -> None:
-    """Schema 4: a chunk's files as the driver's read wrote them; a store's existing chunks have none."""
+    """Schema 4: a chunk's files as the driver's read wrote them; a store's existing chunks have
+    none."""
     run = store.create_run("shop", {"tables": ["shop.a"]})
     store.add_run_tables(
         run.run_id,

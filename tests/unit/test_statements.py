@@ -216,8 +216,10 @@ def test_a_session_sql_mode_and_odd_names_are_read_as_the_server_did(
 @pytest.mark.parametrize(
     "sql",
     [
-        "TRUNCATE TABLE t /* cleanup, see /*!ticket 12 */",  # the unwrapped marker leaves a comment open
-        "CREATE TABLE t (v VARCHAR(9) DEFAULT 'C:\\')",  # in a session with backslash escapes: unreadable
+        # the unwrapped marker leaves a comment open
+        "TRUNCATE TABLE t /* cleanup, see /*!ticket 12 */",
+        # in a session with backslash escapes: unreadable
+        "CREATE TABLE t (v VARCHAR(9) DEFAULT 'C:\\')",
     ],
 )
 def test_a_statement_that_cannot_be_tokenized_touches_every_table(sql: str) -> None:

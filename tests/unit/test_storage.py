@@ -149,7 +149,8 @@ def test_write_atomic_failure_keeps_the_old_content(
 
 
 class _CrashAfter:
-    """A real local filesystem whose ``move`` dies (like the process would) after ``moves`` moves."""
+    """A real local filesystem whose ``move`` dies (like the process would) after ``moves``
+    moves."""
 
     def __init__(self, moves: int) -> None:
         self.fs = pafs.LocalFileSystem()

@@ -279,8 +279,10 @@ def test_char_with_no_pad_collations_is_refused(
 
 def test_planning_queries() -> None:
     assert edge_keys_sql("d.t", ["a", "b"]) == (
-        "SELECT * FROM (SELECT 0 AS `__tm_edge`, `a`, `b` FROM `d`.`t` ORDER BY `a`, `b` LIMIT 1) AS tm_lo UNION ALL "
-        "SELECT * FROM (SELECT 1 AS `__tm_edge`, `a`, `b` FROM `d`.`t` ORDER BY `a` DESC, `b` DESC LIMIT 1) AS tm_hi"
+        "SELECT * FROM (SELECT 0 AS `__tm_edge`, `a`, `b` FROM `d`.`t` ORDER BY `a`, `b` LIMIT 1) "
+        "AS tm_lo UNION ALL "
+        "SELECT * FROM (SELECT 1 AS `__tm_edge`, `a`, `b` FROM `d`.`t` "
+        "ORDER BY `a` DESC, `b` DESC LIMIT 1) AS tm_hi"
     )
     assert "`___tm_edge`" in edge_keys_sql("d.t", ["__TM_edge"])  # never a key column's name
     assert boundary_sql("d.t", ["a"], None, ("z",), 50) == (

@@ -98,7 +98,8 @@ def test_sparse_key_walks_the_index(lite: Lite) -> None:
     assert "outside" in result.stats["reason"]
     assert lite.chunk_counts(result) == [50] * 11
     assert result.stats["rows"] == 550 and result.stats["rows_exact"]
-    # bounds (1) + count (1) + one walk per chunk boundary (10) + the final empty walk (1) + tail count (1)
+    # bounds (1) + count (1) + one walk per chunk boundary (10) + the final empty walk (1) + tail
+    # count (1)
     assert result.stats["queries"] == 14
 
 
