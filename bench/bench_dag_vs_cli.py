@@ -114,7 +114,8 @@ def dag_run(stack: AirflowStack) -> tuple[float, dict[str, float]]:
 def report(what: str, cli: float, dag: float, tasks: dict[str, float]) -> None:
     detail = ", ".join(f"{k} {v:.1f}s" for k, v in tasks.items())
     print(
-        f"{what}: tidemark run {cli:.1f}s, DAG run {dag:.1f}s: {dag / cli:.2f}x  (task time: {detail})"
+        f"{what}: tidemark run {cli:.1f}s, DAG run {dag:.1f}s: {dag / cli:.2f}x  "
+        f"(task time: {detail})"
     )
 
 

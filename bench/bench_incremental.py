@@ -169,8 +169,9 @@ def apply_changes(
                 batch,
             )
         done["insert above"] += cur.execute(
-            f"INSERT INTO orders (id, customer_id, status, amount, created_at, note) SELECT {top} + seq * 10,"
-            f" seq % 1000 + 1, 'new', seq / 100, NOW(6), 'new order' FROM seq_1_to_{counts['insert above']}"
+            "INSERT INTO orders (id, customer_id, status, amount, created_at, note)"
+            f" SELECT {top} + seq * 10, seq % 1000 + 1, 'new', seq / 100, NOW(6), 'new order'"
+            f" FROM seq_1_to_{counts['insert above']}"
         )
     return done
 
@@ -184,22 +185,26 @@ def manifests(lake: Path) -> tuple[dict[str, Any], dict[str, Any]]:
 def report(
     first: dict[str, Any], second: dict[str, Any], snapshot: float, incremental: float, engine: str
 ) -> None:
-    """Print both runs side by side: seconds and ratio, rows and files rewritten out of the table's."""
+    """Print both runs side by side: seconds and ratio, rows and files rewritten out of the
+    table's."""
     new = [r for r in second["file_ranges"] if r["file"] not in first["files"]]
     replaced = [f for f in first["files"] if f not in second["files"]]
     rewritten = sum(r["rows"] for r in new)
     size = sum(r["bytes"] for r in first["file_ranges"]) / 2**20
     print(
-        f"initial snapshot  {first['rows']:>12,} rows  {snapshot:8.2f}s  {len(first['files'])} files,"
+        f"initial snapshot  {first['rows']:>12,} rows  {snapshot:8.2f}s  "
+        f"{len(first['files'])} files,"
         f" {size:,.1f} MiB"
     )
     print(
-        f"incremental run   {second['rows']:>12,} rows  {incremental:8.2f}s  rewrote {len(replaced)} of"
-        f" {len(first['files'])} files into {len(new)} new, shared {len(second['files']) - len(new)};"
+        f"incremental run   {second['rows']:>12,} rows  {incremental:8.2f}s  "
+        f"rewrote {len(replaced)} of {len(first['files'])} files into {len(new)} new, "
+        f"shared {len(second['files']) - len(new)};"
         f" engine: {engine}"
     )
     print(
-        f"rows rewritten    {rewritten:>12,} of {second['rows']:,} ({rewritten / max(second['rows'], 1):.1%}),"
+        f"rows rewritten    {rewritten:>12,} of {second['rows']:,} "
+        f"({rewritten / max(second['rows'], 1):.1%}),"
         f" {sum(r['bytes'] for r in new) / 2**20:,.1f} MiB"
     )
     print(f"ratio incremental/snapshot  {incremental / snapshot:.3f}")
@@ -255,7 +260,8 @@ def main() -> int:
         from orchestrator.lake import layout
 
         target = int(args.target_mb * 2**20) if args.target_mb else layout.TARGET_FILE_BYTES
-        engine = "in-process"  # which engine rewrote the files (the log says, when each run is a process)
+        # which engine rewrote the files (the log says, when each run is a process)
+        engine = "in-process"
         if args.warm:
             from orchestrator.config import load_config
             from orchestrator.runtime.spark import get_session
@@ -281,7 +287,8 @@ def main() -> int:
             )
             jvm = jvm_start(config_path)
         print(
-            f"changes applied: {sum(done.values()):,} rows ({', '.join(f'{k} {v:,}' for k, v in done.items())}),"
+            f"changes applied: {sum(done.values()):,} rows "
+            f"({', '.join(f'{k} {v:,}' for k, v in done.items())}),"
             f" pattern {args.pattern}"
         )
         report(*manifests(work / "lake"), snapshot, incremental, engine)

@@ -1,4 +1,5 @@
-"""A small table read by the driver vs by Spark, side by side: where `local_read.LOCAL_ROWS` comes from.
+"""A small table read by the driver vs by Spark, side by side: where `local_read.LOCAL_ROWS` comes
+from.
 
 One private MariaDB holds ``shop.orders`` (10 columns of every kind the type mapping converts:
 ENUM, DECIMAL, FLOAT, DATETIME(6), TIMESTAMP(6), TINYINT(1), SET, VARCHAR). For each size in

@@ -51,7 +51,8 @@ def main() -> int:
             started = time.perf_counter()
             load_shop(conn, rows, db=f"mem_{label}")
             print(
-                f"loaded {rows:,} rows into mem_{label}.orders in {time.perf_counter() - started:.0f}s",
+                f"loaded {rows:,} rows into mem_{label}.orders "
+                f"in {time.perf_counter() - started:.0f}s",
                 flush=True,
             )
         conn.close()
@@ -77,7 +78,8 @@ def main() -> int:
         for label, rows in sizes.items():
             seconds = statistics.median(p.seconds for p in peaks[label])
             print(
-                f"  {rows:>12,} rows  {mib(label, 'peak_rss'):7,.0f} MiB   (JVM {mib(label, 'peak_jvm'):,.0f},"
+                f"  {rows:>12,} rows  {mib(label, 'peak_rss'):7,.0f} MiB   "
+                f"(JVM {mib(label, 'peak_jvm'):,.0f},"
                 f" Python {mib(label, 'peak_python'):,.0f})   run {seconds:.0f}s"
             )
         ratio = mib("large", "peak_rss") / mib("small", "peak_rss")

@@ -123,9 +123,11 @@ def main() -> int:
             "AIRFLOW__CORE__UNIT_TEST_MODE": "True",
         }
         code = (
-            "import time; t = time.perf_counter(); from airflow.dag_processing.dagbag import BundleDagBag; "
+            "import time; t = time.perf_counter(); "
+            "from airflow.dag_processing.dagbag import BundleDagBag; "
             "b = BundleDagBag(dag_folder='dags', bundle_path='dags', bundle_name='dags-folder'); "
-            "d = b.dags['tidemark_many']; n = len(d.params.get_param('tables').schema['items']['enum']); "
+            "d = b.dags['tidemark_many']; "
+            "n = len(d.params.get_param('tables').schema['items']['enum']); "
             "print(f'{time.perf_counter() - t:.2f} {n} {b.import_errors}')"
         )
         out = subprocess.run(
@@ -134,7 +136,8 @@ def main() -> int:
         last = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else "? ? ?"
         seconds, choices, errors = [*last.split(" ", 2), "?", "?", "?"][:3]
         print(
-            f"  {'Airflow DagBag parse of dags/ (in a process)':<44} {seconds:>7}s  form choices: {choices}, "
+            f"  {'Airflow DagBag parse of dags/ (in a process)':<44} {seconds:>7}s  "
+            f"form choices: {choices}, "
             f"import errors: {errors}"
         )
         print(f"(machine: {os.cpu_count()} cores, shared, load average {os.getloadavg()[0]:.1f})")

@@ -125,11 +125,13 @@ def main() -> int:
         rows = int(counted[0][0])
         s = plan.stats
         print(
-            f"table {TABLE}: {rows:,} rows, estimate {info.row_estimate:,}, strategy {plan.strategy} "
+            f"table {TABLE}: {rows:,} rows, estimate {info.row_estimate:,}, "
+            f"strategy {plan.strategy} "
             f"({s['reason']}), chunk size {args.chunk_size:,}"
         )
         print(
-            f"plan (index walks)    {plan_s:7.2f}s  {len(plan.chunks):6,} chunks  {s['queries']:6,} queries  "
+            f"plan (index walks)    {plan_s:7.2f}s  {len(plan.chunks):6,} chunks  "
+            f"{s['queries']:6,} queries  "
             f"{plan_reads:12,} index reads ({plan_reads / rows:.2f} per row)"
         )
         print(
@@ -137,7 +139,8 @@ def main() -> int:
             f"{scan_reads:12,} index reads ({scan_reads / rows:.2f} per row)"
         )
         print(
-            f"ratio plan/scan       {plan_s / scan_s:7.2f}x  (machine: {os.cpu_count()} cores, shared; "
+            f"ratio plan/scan       {plan_s / scan_s:7.2f}x  "
+            f"(machine: {os.cpu_count()} cores, shared; "
             f"best of {args.repeat})"
         )
         print(

@@ -1,4 +1,4 @@
-"""Publishing many small tables, without a server or Spark, side by side with another checkout.
+r"""Publishing many small tables, without a server or Spark, side by side with another checkout.
 
 Publish is the step of a first run of many small tables whose cost grows with the tables and
 not the rows (issue 16): an Iceberg table created and committed, manifests written and switched,
@@ -12,7 +12,8 @@ for all the tables, the SQLite catalog of the state store), on ``--tables`` tabl
 Each checkout runs in a fresh process per repetition, the two alternating, so both meet the
 same load; it prints medians of wall and CPU milliseconds per table and the ratios.
 
-    .venv/bin/python bench/bench_publish.py --tables 200 --repeat 5 --compare-with /tmp/tidemark-main
+    .venv/bin/python bench/bench_publish.py --tables 200 --repeat 5 \
+        --compare-with /tmp/tidemark-main
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ PASSES = ("first", "second")
 
 
 def child(tables: int, rows: int, work: Path) -> dict[str, list[float]]:
-    """Publish every table twice with the checkout first on ``sys.path``; wall and CPU seconds per pass."""
+    """Publish every table twice with the checkout first on ``sys.path``; wall and CPU seconds per
+    pass."""
     from orchestrator.config import parse_config
     from orchestrator.lake import iceberg
 
@@ -139,7 +141,8 @@ def main() -> int:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     print(
-        f"\nmedians of {args.repeat}, ms per table (wall / CPU), {args.tables} tables of {args.rows} rows:"
+        f"\nmedians of {args.repeat}, ms per table (wall / CPU), "
+        f"{args.tables} tables of {args.rows} rows:"
     )
     for name in PASSES:
         line = {

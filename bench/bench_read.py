@@ -40,7 +40,8 @@ from orchestrator.source.connection import Source  # noqa: E402
 
 
 class Cpu:
-    """CPU seconds of this process tree (the driver JVM) and of the MariaDB server, since the last call."""
+    """CPU seconds of this process tree (the driver JVM) and of the MariaDB server, since the last
+    call."""
 
     def __init__(self, server_pid: int) -> None:
         self.procs = [psutil.Process(), psutil.Process(server_pid)]
@@ -132,7 +133,8 @@ def main() -> int:
             ours.append(tidemark(spark, config, info, work / "ours", chunks, args.batch_chunks))
             our_cpu.append(cpu.lap())
             print(
-                f"repetition {n + 1}: plain {plains[-1]:.2f}s ({plain_cpu[-1]:.1f} CPU s), tidemark {ours[-1]:.2f}s "
+                f"repetition {n + 1}: plain {plains[-1]:.2f}s ({plain_cpu[-1]:.1f} CPU s), "
+                f"tidemark {ours[-1]:.2f}s "
                 f"({our_cpu[-1]:.1f} CPU s) (load {os.getloadavg()[0]:.1f})",
                 flush=True,
             )
@@ -144,8 +146,10 @@ def main() -> int:
         p, t = statistics.median(plains), statistics.median(ours)
         pc, tc = statistics.median(plain_cpu), statistics.median(our_cpu)
         print(
-            f"\n{args.rows:,} rows, warm JVM, master {args.master}: plain dump ({args.dump_partitions} partitions)"
-            f" {p:.2f}s, tidemark reads ({len(chunks)} chunks) {t:.2f}s: ratio {p / t:.2f}x; CPU seconds "
+            f"\n{args.rows:,} rows, warm JVM, master {args.master}: "
+            f"plain dump ({args.dump_partitions} partitions)"
+            f" {p:.2f}s, tidemark reads ({len(chunks)} chunks) {t:.2f}s: ratio {p / t:.2f}x; "
+            "CPU seconds "
             f"(driver JVM + MariaDB) {pc:.1f} vs {tc:.1f}: ratio {pc / tc:.2f}x"
         )
         conn.close()

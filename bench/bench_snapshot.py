@@ -1,4 +1,4 @@
-"""Snapshot throughput: `tidemark run` end to end vs a raw `mariadb --quick` scan, side by side.
+r"""Snapshot throughput: `tidemark run` end to end vs a raw `mariadb --quick` scan, side by side.
 
 Both read the same 10-column table (``shop.orders``) in the same private
 MariaDB on this machine; the ratio (Tidemark rows/s ÷ client rows/s) is the
@@ -10,7 +10,8 @@ Tidemark (say ``git archive HEAD | tar -x -C DIR``) in the same repetitions,
 on the same data: a baseline measured side by side.
 
     .venv/bin/python bench/bench_snapshot.py --rows 1000000 --repeat 3
-    .venv/bin/python bench/bench_snapshot.py --rows 1000000 --repeat 3 --compare-with /tmp/tidemark-head
+    .venv/bin/python bench/bench_snapshot.py --rows 1000000 --repeat 3 \
+        --compare-with /tmp/tidemark-head
 """
 
 from __future__ import annotations
@@ -57,7 +58,8 @@ _STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
 
 @dataclass
 class Timing:
-    """One `tidemark run`: wall seconds, seconds per step (the rest is process exit), CPU, memory."""
+    """One `tidemark run`: wall seconds, seconds per step (the rest is process exit), CPU,
+    memory."""
 
     seconds: float
     steps: dict[str, float] = field(default_factory=dict)
@@ -306,7 +308,8 @@ def report(rows: int, scans: list[float], runs: dict[str, list[Timing]]) -> None
         rate = rows / seconds
         print(
             f"  {'tidemark run ' + label:<34} {seconds:7.2f}s {rate:12,.0f} rows/s"
-            f"   ratio {rate / scan_rate:5.2f}x   (each: {', '.join(f'{t.seconds:.1f}' for t in timings)})"
+            f"   ratio {rate / scan_rate:5.2f}x   "
+            f"(each: {', '.join(f'{t.seconds:.1f}' for t in timings)})"
         )
         cpu = median([t.cpu for t in timings])
         peak = median([t.peak_rss for t in timings]) / 2**20
@@ -319,7 +322,8 @@ def report(rows: int, scans: list[float], runs: dict[str, list[Timing]]) -> None
             what = "read step" if "spark start" in steps else "read step (with spark start)"
             read = median([t.steps["read"] for t in timings])
             print(
-                f"  {'':<34} {what} {rows / read:12,.0f} rows/s   ratio {rows / read / scan_rate:5.2f}x"
+                f"  {'':<34} {what} {rows / read:12,.0f} rows/s   "
+                f"ratio {rows / read / scan_rate:5.2f}x"
             )
 
 
@@ -374,7 +378,8 @@ def main() -> int:
                 timing = timed_run(code, fresh_config(work / "run", config))
                 runs[label].append(timing)
                 print(
-                    f"repetition {repetition + 1}: scan {scans[-1]:.2f}s, run {label} {timing.seconds:.2f}s",
+                    f"repetition {repetition + 1}: scan {scans[-1]:.2f}s, "
+                    f"run {label} {timing.seconds:.2f}s",
                     flush=True,
                 )
         report(args.rows, scans, runs)

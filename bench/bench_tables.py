@@ -147,7 +147,8 @@ def main() -> int:
             f"ratio {many / one:.2f}x the one table"
         )
         print(
-            f"  {args.tables} tables, a run with no change        {median(figures['unchanged']):7.1f}s"
+            f"  {args.tables} tables, a run with no change        "
+            f"{median(figures['unchanged']):7.1f}s"
         )
         print(
             f"  {args.tables} tables, tidemark status             {median(figures['status']):7.1f}s"

@@ -1,4 +1,5 @@
-"""Tidemark vs the plain Spark JDBC dump, side by side on one table: snapshot, spread and recent changes.
+"""Tidemark vs the plain Spark JDBC dump, side by side on one table: snapshot, spread and recent
+changes.
 
 The job a Spark user writes without Tidemark is one partitioned read and one write::
 
@@ -367,7 +368,8 @@ def main() -> int:
             return 0 if equal else 1
         n, decode, run, ld = binlog
         print(
-            f"  {n:,} updated rows: mariadb-binlog -vv {decode:.2f}s, tidemark run {run.seconds:.2f}s: "
+            f"  {n:,} updated rows: mariadb-binlog -vv {decode:.2f}s, "
+            f"tidemark run {run.seconds:.2f}s: "
             f"ratio {decode / run.seconds:.2f}x  (load {ld})"
         )
         return 0 if equal else 1
@@ -399,16 +401,19 @@ def report(
         print(f"  plain Spark JDBC dump, {n:>3} parts     {med(times):8.2f}s")
     peak = med(t.peak_rss for t, _ in snaps) / 2**20
     print(
-        f"  tidemark run (snapshot)              {snap:8.2f}s   ratio vs the dump {dump / snap:5.2f}x"
+        f"  tidemark run (snapshot)              {snap:8.2f}s   "
+        f"ratio vs the dump {dump / snap:5.2f}x"
         f"   (peak RSS {peak:,.0f} MiB)"
     )
     for pattern, n, timing, warm, ld in increments:
         print(
-            f"  tidemark run after {n:,} {pattern} changes {timing.seconds:8.2f}s   ratio to the snapshot "
+            f"  tidemark run after {n:,} {pattern} changes {timing.seconds:8.2f}s   "
+            "ratio to the snapshot "
             f"{timing.seconds / snap:5.3f}   (load {ld})"
         )
         print(
-            f"    the same in a process that ran before (run --every) {warm:8.2f}s   ratio to the snapshot "
+            f"    the same in a process that ran before (run --every) {warm:8.2f}s   "
+            "ratio to the snapshot "
             f"{warm / snap:5.3f}"
         )
 

@@ -90,7 +90,8 @@ def main() -> int:
         "--only",
         action="append",
         default=[],
-        help="run only this benchmark (vs_dump, vs_dump_4m, read, snapshot, binlog, incremental, memory)",
+        help="run only this benchmark "
+        "(vs_dump, vs_dump_4m, read, snapshot, binlog, incremental, memory)",
     )
     args = parser.parse_args()
     summary: list[str] = []

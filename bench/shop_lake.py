@@ -36,7 +36,8 @@ def scratch_server(
 
 
 def load_sample_shop(server: LocalMariaDB, rows: int) -> Any:
-    """Load ``rows`` orders (`orchestrator.demo.sample.load_shop`), print how long it took; returns the connection."""
+    """Load ``rows`` orders (`orchestrator.demo.sample.load_shop`), print how long it took; returns
+    the connection."""
     conn = connect("127.0.0.1", server.port, "root", "", None)
     start = time.perf_counter()
     load_shop(conn, rows)
@@ -47,7 +48,8 @@ def load_sample_shop(server: LocalMariaDB, rows: int) -> Any:
 def write_pipeline(
     work: Path, server: LocalMariaDB, *, name: str, master: str, defaults: dict[str, Any]
 ) -> Path:
-    """``work/bench.yaml``: shop.orders of ``server`` into ``work/lake``, state in ``work/state.db``."""
+    """``work/bench.yaml``: shop.orders of ``server`` into ``work/lake``, state in
+    ``work/state.db``."""
     config = {
         "pipeline": name,
         "source": server.source_config(),
