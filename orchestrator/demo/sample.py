@@ -83,8 +83,8 @@ def load_shop(conn: pymysql.connections.Connection[Any], rows: int, db: str = "s
             f"""INSERT INTO {db}.orders SELECT seq * 10, seq % {customers} + 1,
                 ELT(seq % 4 + 1, 'new','paid','shipped','cancelled'),
                 (seq % 100000) / 100, IF(seq % 7 = 0, NULL, (seq % 1000) / 8),
-                TIMESTAMP('2024-01-01') + INTERVAL seq SECOND + """
-            f"""INTERVAL (seq % 1000000) MICROSECOND,
+                TIMESTAMP('2024-01-01') + INTERVAL seq SECOND + \
+INTERVAL (seq % 1000000) MICROSECOND,
                 TIMESTAMP('2025-01-01') + INTERVAL seq SECOND, seq % 2,
                 IF(seq % 5 = 0, NULL, ELT(seq % 3 + 1, 'gift', 'fragile,express', '')),
                 IF(seq % 3 = 0, NULL, CONCAT('note ', seq, IF(seq % 11 = 0, ' \\'quoted\\' é', '')))
