@@ -24,9 +24,9 @@ sys.path.insert(0, str(ROOT))
 
 from bench.shop_lake import scratch_server  # noqa: E402
 from chunking.splitter import open_splitter  # noqa: E402
+from orchestrator.app.demo.localdb import LocalMariaDB  # noqa: E402
 from orchestrator.config import Defaults, SourceConfig, TableConfig  # noqa: E402
-from orchestrator.demo.localdb import LocalMariaDB  # noqa: E402
-from orchestrator.pipeline.table_plan import plan_table  # noqa: E402
+from orchestrator.pipeline.plan.chunks import plan_table  # noqa: E402
 from orchestrator.source.connection import Source  # noqa: E402
 
 TABLE = "bench.events"

@@ -51,7 +51,7 @@ sys.path.insert(0, str(ROOT))
 from bench.bench_incremental import apply_changes  # noqa: E402
 from bench.bench_snapshot import Timing, TreeSampler, fresh_config, run_env, timed_scan  # noqa: E402
 from bench.shop_lake import load_sample_shop, scratch_server  # noqa: E402
-from orchestrator.demo.localdb import LocalMariaDB  # noqa: E402
+from orchestrator.app.demo.localdb import LocalMariaDB  # noqa: E402
 
 TABLE = "shop.orders"
 JAR = "/usr/share/java/mariadb-java-client.jar"
@@ -157,7 +157,7 @@ def tidemark(config_path: Path, name: str) -> Timing:
 #: timing each run: what `tidemark run --every` does between its runs, on demand.
 _WARM = """
 import contextlib, gc, sys, time
-from orchestrator.runtime.cli import main
+from orchestrator.app.cli import main
 args = ["run", "--config", sys.argv[1], "--no-progress"]
 with contextlib.redirect_stdout(sys.stderr):
     for _ in range(2):
@@ -261,8 +261,8 @@ def key_bounds(conn: Any) -> tuple[int, int]:
 
 
 def verify(config_path: Path, conn: Any, work: Path) -> bool:
+    from orchestrator.app.demo.verify import verify_table
     from orchestrator.config import load_config
-    from orchestrator.demo.verify import verify_table
     from orchestrator.source.connection import Source
 
     with Source.from_pipeline(load_config(config_path)) as source:
