@@ -4,7 +4,7 @@ Builds a table of ``--rows`` rows (10M by default) with sparse BIGINT keys
 (about one key value in a thousand used, so the even strategy is out) in a
 private MariaDB, then, side by side on one warm connection: plans it and
 counts it. Prints rows, chunks, seconds, queries issued and index entries read
-for both; the ratio plan/scan is the figure the README reports. Planning
+for both; the ratio plan/scan is the figure docs/performance.md reports. Planning
 should read each index entry about once, like the scan, not once per chunk.
 
     .venv/bin/python bench/bench_planning.py --rows 10000000 --chunk-size 50000

@@ -8,7 +8,7 @@ The job a Spark user writes without Tidemark is one partitioned read and one wri
 It is inconsistent under writes (each partition sees another moment) and has no binlog.
 This script runs it and `tidemark run` on the same private MariaDB and table, one after the
 other, each in its own process with its own JVM (as a user runs either), on the same Spark
-master and driver memory, and prints the ratios the README's "Performance" table reports:
+master and driver memory, and prints the ratios docs/performance.md reports:
 
 1. ``mariadb --quick`` scan (the source's own rate, for scale);
 2. the plain dump (``--dump-partitions``, default 8: a partition per quarter core is

@@ -3,7 +3,7 @@
 pyarrow looks for pandas the first time it converts Python objects (`pa.array`, `pa.scalar`:
 is this a Series?) and imports it when it is installed (Airflow and pyspark bring it). Nothing
 in a run hands pyarrow pandas objects, and importing pandas took 0.2-0.3 s of every run (a
-run of 1M-row ``shop.orders`` with no change: 1.12 → 0.94 s, README "What limits each").
+run of 1M-row ``shop.orders`` with no change: 1.12 → 0.94 s, docs/performance.md, "What limits each").
 `arrow_without_pandas` makes that first look find no pandas, so pyarrow skips the check from
 then on. Anything in the run that does need pandas still gets it: pyarrow imports it again
 where pandas is required (``to_pandas``, ``from_pandas``), and an ``import pandas`` works as

@@ -67,7 +67,7 @@ log = logging.getLogger(__name__)
 LOCAL_CHANGES_BYTES = 512 * 1024**2
 #: On a cluster master, a rewrite reading more than this many bytes of base files runs on
 #: Spark's executors; below it (and always on a local master, whose executors share the
-#: driver's cores) the driver is faster: no JVM, no shuffle (README "Performance").
+#: driver's cores) the driver is faster: no JVM, no shuffle (docs/performance.md).
 CLUSTER_REWRITE_BYTES = 16 * 1024**3
 
 Engine = Literal["auto", "spark", "local"]
