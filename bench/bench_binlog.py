@@ -44,10 +44,10 @@ from pymysqlreplication.row_event import (  # noqa: E402
 )
 
 from bench.shop_lake import scratch_server  # noqa: E402
+from orchestrator.app.demo.localdb import LocalMariaDB  # noqa: E402
+from orchestrator.app.demo.sample import connect, load_shop  # noqa: E402
 from orchestrator.config import parse_config  # noqa: E402
-from orchestrator.demo.localdb import LocalMariaDB  # noqa: E402
-from orchestrator.demo.sample import connect, load_shop  # noqa: E402
-from orchestrator.pipeline.capture import CaptureTable, capture_changes  # noqa: E402
+from orchestrator.pipeline.capture.step import CaptureTable, capture_changes  # noqa: E402
 from orchestrator.positions import BinlogPosition  # noqa: E402
 from orchestrator.source.connection import Source  # noqa: E402
 from orchestrator.state.store import StateStore  # noqa: E402

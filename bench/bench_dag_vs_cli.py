@@ -1,4 +1,4 @@
-"""A DAG run vs `tidemark run` on the same table, side by side (README "What a DAG run costs").
+"""A DAG run vs `tidemark run` on the same table, side by side (docs/airflow.md "What a DAG run costs").
 
 Loads ``--rows`` orders of the sample shop into a private MariaDB and snapshots
 ``shop.orders`` twice, into two lakes: once with `tidemark run` (one process, one Spark
@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.shop_lake import load_sample_shop, scratch_server  # noqa: E402
-from orchestrator.demo.localdb import LocalMariaDB  # noqa: E402
+from orchestrator.app.demo.localdb import LocalMariaDB  # noqa: E402
 from tests.e2e.stack import AirflowStack, wait_for  # noqa: E402
 from tests.spark_connect import connect_server  # noqa: E402
 

@@ -1,6 +1,6 @@
 """Incremental run vs initial snapshot: `tidemark run` end to end, side by side on one table.
 
-Loads the sample shop (`orchestrator.demo.sample.load_shop`) into a private MariaDB,
+Loads the sample shop (`orchestrator.app.demo.sample.load_shop`) into a private MariaDB,
 snapshots ``shop.orders`` (``--rows`` N, default 1,000,000: a few minutes on 2 cores)
 with `tidemark run`, applies 10,000 row changes, and runs again: the second run
 captures the binlog and rewrites only the files holding changed keys. Each run is
@@ -44,9 +44,9 @@ _JVM_ONLY = """
 import sys, time
 sys.path.insert(0, {root!r})
 from orchestrator.config import load_config
-from orchestrator.runtime.spark import get_session
+from orchestrator.pipeline.context import spark_session
 start = time.perf_counter()
-get_session(load_config({config!r})).range(1).count()
+spark_session(load_config({config!r})).range(1).count()
 print(time.perf_counter() - start)
 """
 
@@ -55,11 +55,11 @@ _CLI = """
 import sys
 sys.path.insert(0, {root!r})
 from orchestrator.lake import layout
-from orchestrator.pipeline import reconcile
+from orchestrator.pipeline.reconcile import rewrite as reconcile
 layout.TARGET_FILE_BYTES = {target}
 if {spark}:
     reconcile.LOCAL_CHANGES_BYTES = 0  # every rewrite on Spark
-from orchestrator.runtime.cli import main
+from orchestrator.app.cli import main
 sys.exit(main(["run", "--config", {config!r}, "--no-progress"]))
 """
 
@@ -97,9 +97,9 @@ def rewrite_engine(log: str) -> str:
 
 def warm_run(config: Path, target: int) -> float:
     """Seconds of one `run_command` in this process, whose SparkSession is already running."""
+    from orchestrator.app.run import run_command
     from orchestrator.config import load_config
     from orchestrator.lake import layout
-    from orchestrator.runtime.run import run_command
 
     layout.TARGET_FILE_BYTES = target
     start = time.perf_counter()
@@ -264,10 +264,10 @@ def main() -> int:
         engine = "in-process"
         if args.warm:
             from orchestrator.config import load_config
-            from orchestrator.runtime.spark import get_session
+            from orchestrator.pipeline.context import spark_session
 
             t0 = time.perf_counter()
-            get_session(load_config(config_path)).range(1).count()
+            spark_session(load_config(config_path)).range(1).count()
             jvm = time.perf_counter() - t0
             snapshot = warm_run(config_path, target)
         else:
@@ -298,8 +298,8 @@ def main() -> int:
             f" machine: {os.cpu_count()} cores, master {args.master}, chunk {args.chunk_size:,})"
         )
         if args.verify:
+            from orchestrator.app.demo.verify import verify_table
             from orchestrator.config import load_config
-            from orchestrator.demo.verify import verify_table
             from orchestrator.source.connection import Source
 
             pipeline = load_config(config_path)

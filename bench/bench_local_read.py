@@ -1,11 +1,10 @@
-"""A small table read by the driver vs by Spark, side by side: where `local_read.LOCAL_ROWS` comes
-from.
+"""A small table read by the driver vs by Spark, side by side: where `orchestrator.pipeline.read.local.LOCAL_ROWS` comes from.
 
 One private MariaDB holds ``shop.orders`` (10 columns of every kind the type mapping converts:
 ENUM, DECIMAL, FLOAT, DATETIME(6), TIMESTAMP(6), TINYINT(1), SET, VARCHAR). For each size in
 ``--sizes`` the first that many rows are read as one chunk, alternately:
 
-- by the driver: `local_read.read_table` (PyMySQL through the read SQL, pyarrow, one Parquet file);
+- by the driver: `orchestrator.pipeline.read.local.read_table` (PyMySQL through the read SQL, pyarrow, one Parquet file);
 - by Spark: `jdbc.read_chunks` of the same chunk, one job, on a warm JVM (the session started
   and used once before timing: what a table costs once some other table of the run needed Spark).
 
@@ -30,9 +29,9 @@ sys.path.insert(0, str(ROOT))
 from bench.shop_lake import load_sample_shop, scratch_server, write_pipeline  # noqa: E402
 from orchestrator.config import load_config  # noqa: E402
 from orchestrator.lake import iceberg  # noqa: E402
-from orchestrator.pipeline.jdbc import read_chunks  # noqa: E402
-from orchestrator.pipeline.local_read import LocalTable, read_table  # noqa: E402
-from orchestrator.runtime.spark import get_session  # noqa: E402
+from orchestrator.pipeline.context import spark_session  # noqa: E402
+from orchestrator.pipeline.read.jdbc import read_chunks  # noqa: E402
+from orchestrator.pipeline.read.local import LocalTable, read_table  # noqa: E402
 from orchestrator.source.connection import Source  # noqa: E402
 
 
@@ -55,7 +54,7 @@ def main() -> int:
         with Source.from_pipeline(config) as source:
             info = source.table_info("shop.orders")
         schema = iceberg.data_file_schema(config, info)
-        spark = get_session(config)
+        spark = spark_session(config)
         results: dict[int, tuple[float, float]] = {}
         with Source.from_pipeline(config) as source:
             for size in sizes:

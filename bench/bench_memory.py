@@ -23,7 +23,7 @@ from pathlib import Path
 from bench_snapshot import ROOT, Timing, fresh_config, pipeline, timed_run
 
 from bench.shop_lake import scratch_server
-from orchestrator.demo.sample import connect, load_shop
+from orchestrator.app.demo.sample import connect, load_shop
 
 MB = 1024 * 1024
 

@@ -58,10 +58,10 @@ def main() -> int:
     parser.add_argument("--tables", type=int, default=2000)
     parser.add_argument("--rows", type=int, default=100)
     args = parser.parse_args()
-    from orchestrator import steps
+    from orchestrator.app import steps
     from orchestrator.config import load_config
-    from orchestrator.pipeline.batches import pending_batches
     from orchestrator.pipeline.context import open_store
+    from orchestrator.pipeline.plan.batches import pending_batches
 
     with scratch_server("tidemark-bench-metadata-") as (work, server):
         conn = server.connect()

@@ -4,7 +4,7 @@ Builds a table of ``--rows`` rows (10M by default) with sparse BIGINT keys
 (about one key value in a thousand used, so the even strategy is out) in a
 private MariaDB, then, side by side on one warm connection: plans it and
 counts it. Prints rows, chunks, seconds, queries issued and index entries read
-for both; the ratio plan/scan is the figure the README reports. Planning
+for both; the ratio plan/scan is the figure docs/performance.md reports. Planning
 should read each index entry about once, like the scan, not once per chunk.
 
     .venv/bin/python bench/bench_planning.py --rows 10000000 --chunk-size 50000
@@ -24,9 +24,9 @@ sys.path.insert(0, str(ROOT))
 
 from bench.shop_lake import scratch_server  # noqa: E402
 from chunking.splitter import open_splitter  # noqa: E402
+from orchestrator.app.demo.localdb import LocalMariaDB  # noqa: E402
 from orchestrator.config import Defaults, SourceConfig, TableConfig  # noqa: E402
-from orchestrator.demo.localdb import LocalMariaDB  # noqa: E402
-from orchestrator.pipeline.table_plan import plan_table  # noqa: E402
+from orchestrator.pipeline.plan.chunks import plan_table  # noqa: E402
 from orchestrator.source.connection import Source  # noqa: E402
 
 TABLE = "bench.events"

@@ -40,9 +40,9 @@ def child(tables: int, rows: int, work: Path) -> dict[str, list[float]]:
     from orchestrator.lake import iceberg
 
     try:
-        from orchestrator.pipeline.versions import publish_table
+        from orchestrator.pipeline.publish.versions import publish_table
     except ImportError:  # a checkout from before pipeline/versions.py
-        from orchestrator.pipeline.publish import publish_table  # type: ignore[attr-defined,no-redef]
+        from orchestrator.pipeline.publish.step import publish_table  # type: ignore[attr-defined,no-redef]
     from orchestrator.positions import BinlogPosition
     from orchestrator.schema.tables import TableInfo
     from tests.unit.test_manifest import COLUMNS, write_staging

@@ -4,12 +4,12 @@ Both read ``shop.orders`` of a private MariaDB into Parquet on the same warm JVM
 start, no planning, no binlog, no publish), alternately, ``--repeat`` times; the medians and
 their ratio are printed. It isolates what the read does that the plain dump does not (the
 server-side conversions, sorting each chunk, field IDs, required columns, one job per batch),
-so each tuning of `orchestrator.pipeline.jdbc` can be measured on its own, side by side.
+so each tuning of `orchestrator.pipeline.read.jdbc` can be measured on its own, side by side.
 
 - plain: ``spark.read.jdbc(url, table, column="id", lowerBound, upperBound, numPartitions=N)``
   then ``write.parquet`` (``--dump-partitions``, default 8; fetch size 10,000);
 - tidemark: `jdbc.read_chunks` over chunks of ``--chunk-size`` ids, ``--batch-chunks`` per
-  job, `orchestrator.runtime.run.READ_CONCURRENCY` jobs at once, as `tidemark run` reads.
+  job, `orchestrator.app.run.READ_CONCURRENCY` jobs at once, as `tidemark run` reads.
 
     .venv/bin/python bench/bench_read.py --rows 1000000 --repeat 3
 """
@@ -32,10 +32,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.shop_lake import load_sample_shop, scratch_server, write_pipeline  # noqa: E402
+from orchestrator.app.run import READ_CONCURRENCY  # noqa: E402
 from orchestrator.config import load_config  # noqa: E402
-from orchestrator.pipeline.jdbc import jdbc_properties, read_chunks  # noqa: E402
-from orchestrator.runtime.run import READ_CONCURRENCY  # noqa: E402
-from orchestrator.runtime.spark import get_session  # noqa: E402
+from orchestrator.pipeline.context import spark_session  # noqa: E402
+from orchestrator.pipeline.read.jdbc import jdbc_properties, read_chunks  # noqa: E402
 from orchestrator.source.connection import Source  # noqa: E402
 
 
@@ -121,7 +121,7 @@ def main() -> int:
             (n, f"`id` >= {low} AND `id` < {low + step}")
             for n, low in enumerate(range(0, top + 1, step))
         ]
-        spark = get_session(config)
+        spark = spark_session(config)
         spark.range(1).count()
         tidemark(spark, config, info, work / "warm", chunks[:2], args.batch_chunks)  # JIT, catalog
         plains, ours, plain_cpu, our_cpu = [], [], [], []

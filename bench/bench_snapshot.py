@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.shop_lake import load_sample_shop, scratch_server  # noqa: E402
-from orchestrator.demo.localdb import LocalMariaDB  # noqa: E402
+from orchestrator.app.demo.localdb import LocalMariaDB  # noqa: E402
 
 TABLE = "shop.orders"
 

@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.bench_snapshot import fresh_config, median, run_env, timed_run  # noqa: E402
 from bench.shop_lake import scratch_server  # noqa: E402
-from orchestrator.demo.localdb import LocalMariaDB  # noqa: E402
+from orchestrator.app.demo.localdb import LocalMariaDB  # noqa: E402
 
 COLUMNS = (
     "id BIGINT PRIMARY KEY, customer INT NOT NULL, amount DECIMAL(10,2), status VARCHAR(16), "

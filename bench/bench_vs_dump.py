@@ -9,7 +9,7 @@ The job a Spark user writes without Tidemark is one partitioned read and one wri
 It is inconsistent under writes (each partition sees another moment) and has no binlog.
 This script runs it and `tidemark run` on the same private MariaDB and table, one after the
 other, each in its own process with its own JVM (as a user runs either), on the same Spark
-master and driver memory, and prints the ratios the README's "Performance" table reports:
+master and driver memory, and prints the ratios docs/performance.md reports:
 
 1. ``mariadb --quick`` scan (the source's own rate, for scale);
 2. the plain dump (``--dump-partitions``, default 8: a partition per quarter core is
@@ -52,7 +52,7 @@ sys.path.insert(0, str(ROOT))
 from bench.bench_incremental import apply_changes  # noqa: E402
 from bench.bench_snapshot import Timing, TreeSampler, fresh_config, run_env, timed_scan  # noqa: E402
 from bench.shop_lake import load_sample_shop, scratch_server  # noqa: E402
-from orchestrator.demo.localdb import LocalMariaDB  # noqa: E402
+from orchestrator.app.demo.localdb import LocalMariaDB  # noqa: E402
 
 TABLE = "shop.orders"
 JAR = "/usr/share/java/mariadb-java-client.jar"
@@ -158,7 +158,7 @@ def tidemark(config_path: Path, name: str) -> Timing:
 #: timing each run: what `tidemark run --every` does between its runs, on demand.
 _WARM = """
 import contextlib, gc, sys, time
-from orchestrator.runtime.cli import main
+from orchestrator.app.cli import main
 args = ["run", "--config", sys.argv[1], "--no-progress"]
 with contextlib.redirect_stdout(sys.stderr):
     for _ in range(2):
@@ -262,8 +262,8 @@ def key_bounds(conn: Any) -> tuple[int, int]:
 
 
 def verify(config_path: Path, conn: Any, work: Path) -> bool:
+    from orchestrator.app.demo.verify import verify_table
     from orchestrator.config import load_config
-    from orchestrator.demo.verify import verify_table
     from orchestrator.source.connection import Source
 
     with Source.from_pipeline(load_config(config_path)) as source:

@@ -14,7 +14,7 @@ share the two cores), each script of ``bench/`` with the sizes given here:
 
 Each script's own output is printed as it comes; the summary at the end repeats
 every line that carries a ratio or a peak. ``--quick`` uses small sizes (a smoke
-run of the scripts, not figures for the README).
+run of the scripts, not figures for docs/performance.md).
 
     .venv/bin/python bench/run_all.py
     .venv/bin/python bench/run_all.py --quick

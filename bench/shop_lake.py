@@ -13,8 +13,8 @@ from typing import Any
 
 import yaml
 
-from orchestrator.demo.localdb import LocalMariaDB
-from orchestrator.demo.sample import connect, load_shop
+from orchestrator.app.demo.localdb import LocalMariaDB
+from orchestrator.app.demo.sample import connect, load_shop
 
 
 @contextmanager
@@ -36,8 +36,7 @@ def scratch_server(
 
 
 def load_sample_shop(server: LocalMariaDB, rows: int) -> Any:
-    """Load ``rows`` orders (`orchestrator.demo.sample.load_shop`), print how long it took; returns
-    the connection."""
+    """Load ``rows`` orders (`orchestrator.app.demo.sample.load_shop`), print how long it took; returns the connection."""
     conn = connect("127.0.0.1", server.port, "root", "", None)
     start = time.perf_counter()
     load_shop(conn, rows)

@@ -5,6 +5,8 @@ encoding (`encode_key`, `decode_key`), predicate rendering (`chunk_predicate`,
 `sql_literal`), and planning (`plan_key_space`, or `open_splitter` for a lazy
 splitter). Database access is a `Query` callable, so the library runs against
 any connection that can execute SQL text.
+
+May import: orchestrator, errors, positions, services, schema.
 """
 
 from __future__ import annotations

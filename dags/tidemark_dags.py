@@ -6,14 +6,16 @@ A broken config never breaks this file: it is left out here and reported, naming
 its file and key, as the import error of ``tidemark_config_errors.py`` (Airflow
 attributes import errors to a whole file and hides every DAG of a file that has
 one, so the good DAGs and the errors live in different files; see docs/airflow.md).
+
+May import: errors, app.
 """
 
 from __future__ import annotations
 
 from airflow.sdk import get_parsing_context
 
-from orchestrator.runtime.airflow_dags import collect
-from orchestrator.runtime.airflow_support import config_dir
+from orchestrator.app.airflow_dags import collect
+from orchestrator.app.airflow_support import config_dir
 
 # When Airflow runs a task it parses this file for one DAG only: build just that one.
 globals().update(collect(config_dir(__file__), only=get_parsing_context().dag_id).dags)

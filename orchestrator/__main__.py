@@ -1,3 +1,8 @@
-from orchestrator.runtime.cli import entry
+"""`python -m orchestrator`: the `tidemark` command line.
+
+May import: app.
+"""
+
+from orchestrator.app.cli import entry
 
 raise SystemExit(entry())

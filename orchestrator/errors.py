@@ -2,13 +2,15 @@
 
 Messages name the culprit (file, key, table, column, setting) and say the fix.
 They never contain a secret: build them from names, never from URLs or DSNs.
+
+May import: nothing of Tidemark's.
 """
 
 from __future__ import annotations
 
 
 class TidemarkError(Exception):
-    """Base class. ``exit_code`` is what the CLI exits with (CONTRACT.md)."""
+    """Base class. ``exit_code`` is what the CLI exits with (docs/cli.md)."""
 
     exit_code = 1
 
@@ -63,7 +65,7 @@ class BinlogConnectionLost(RunFailed):
 class SourceTimeout(RunFailed):
     """The source accepted a connection but did not answer within ``source.read_timeout``.
 
-    The message is ``<what was waited for>; <what to do>``: `orchestrator.runtime.failures`
+    The message is ``<what was waited for>; <what to do>``: `orchestrator.services.failures`
     shows it as the run's one line, in preference to the "connection lost" in its causes.
     """
 
@@ -115,7 +117,7 @@ def first_line(exc: BaseException, limit: int = 500) -> str:
 class SourceChanged(RunFailed):
     """Positions of one server were about to be used against another (a failover, a new
     replica, ``RESET MASTER``): never by file offset. The unfinished run is left behind and
-    the next one goes on from the published positions by GTID (`orchestrator.source.failover`)."""
+    the next one goes on from the published positions by GTID (`orchestrator.binlog.failover`)."""
 
 
 class GtidNotInBinlog(RunFailed):

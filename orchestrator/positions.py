@@ -4,8 +4,10 @@ A file offset means something only in the binlog of the server that wrote it: a 
 ``binlog.000003:1234`` and its primary's are unrelated places. So a position carries the
 identity of its server (``server_id``; MySQL's ``server_uuid`` too) and the GTID set at that
 point, which *is* portable across a replication topology. Ordering two positions of different
-servers by offset is refused (`SourceChanged`); `orchestrator.source.failover` carries a
+servers by offset is refused (`SourceChanged`); `orchestrator.binlog.failover` carries a
 position to another server by its GTID set.
+
+May import: errors.
 """
 
 from __future__ import annotations

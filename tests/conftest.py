@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 import yaml
 
+from orchestrator.app.demo.localdb import LocalMariaDB
+from orchestrator.app.demo.sample import connect
+from orchestrator.app.demo.verify import verify_table
 from orchestrator.config import PipelineConfig, load_config
-from orchestrator.demo.localdb import LocalMariaDB
-from orchestrator.demo.sample import connect
-from orchestrator.demo.verify import verify_table
 from orchestrator.pipeline.context import table_dir
 from orchestrator.source.connection import Source
 from tests.dags.airflow_home import SESSION_HOME, airflow_env
@@ -35,7 +35,7 @@ def pytest_configure(config: pytest.Config) -> None:
     """Give Airflow a throwaway home before collection can import it.
 
     ``--doctest-modules`` (setup.cfg) imports every module of ``orchestrator``,
-    ``orchestrator.runtime.airflow_dags`` (hence Airflow) included, and Airflow
+    ``orchestrator.app.airflow_dags`` (hence Airflow) included, and Airflow
     reads its configuration once, at first import: without this it would use
     (and create) ``~/airflow`` or the developer's own ``$AIRFLOW_HOME``, and the
     tests/dags fixture could no longer choose its home.
@@ -143,7 +143,7 @@ def assert_lake_equals_source(
 
 def start_run(config: Path, failpoint: str = "") -> subprocess.Popen[str]:
     """``tidemark run`` of ``config`` as a child process, stopped at ``failpoint`` if given
-    (``TIDEMARK_FAILPOINT``, see orchestrator/runtime/faults.py)."""
+    (``TIDEMARK_FAILPOINT``, see orchestrator/services/faults.py)."""
     env = {k: v for k, v in os.environ.items() if k != "TIDEMARK_FAILPOINT"}
     if failpoint:
         env["TIDEMARK_FAILPOINT"] = failpoint

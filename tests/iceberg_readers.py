@@ -15,9 +15,9 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from orchestrator.app.demo.sample import connect
+from orchestrator.app.demo.verify import compare, published_rows, source_rows
 from orchestrator.config import PipelineConfig
-from orchestrator.demo.sample import connect
-from orchestrator.demo.verify import compare, published_rows, source_rows
 from orchestrator.lake.iceberg import open_catalog
 from orchestrator.lake.manifest import read_manifest
 from orchestrator.pipeline.context import table_dir

@@ -19,8 +19,13 @@ The modules, from the wire up:
 * `reader` - the framing: positions, transaction boundaries, rotation, stop,
   TABLE_MAPs checked against the planned shape, rows events of chosen tables, the changes
   that need a re-read (`TableChange`) and the steps of XA transactions (`XaEvent`);
-* `batch` - the capture's decoding strategy per table (`FastDecoding`).
+* `batch` - the capture's decoding strategy per table (`FastDecoding`);
+* `failover`, `topology` - positions another server recorded: following them by GTID, and
+  doctor's lines on the server's identity.
 
 `orchestrator.binlog.reference` keeps python-mysql-replication's decoding on the same
 framing, as the reference the fast decoder is tested against.
+
+May import: orchestrator, errors, positions, services, schema, chunking, config, state,
+lake, source.
 """

@@ -1,7 +1,7 @@
 """GTID sets as text and as binlog events: MariaDB's GTID position and MySQL's GTID set.
 
 A position's ``gtid_set`` says which transactions lie before it, in a form every server of a
-replication topology understands (`orchestrator.source.failover` carries a position to
+replication topology understands (`orchestrator.binlog.failover` carries a position to
 another server with it):
 
 - MariaDB: the GTID *position*, the last GTID per replication domain, ``domain-server-seq``

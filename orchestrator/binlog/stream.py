@@ -10,7 +10,7 @@ A stream can also start from a GTID set instead of ``file:pos`` (``gtid=``), as 
 replica does: MariaDB's ``COM_BINLOG_DUMP`` after ``@slave_connect_state`` (strict mode),
 MySQL's ``COM_BINLOG_DUMP_GTID``. The server then finds where that set ends in its own
 binlog, or refuses (`GtidNotInBinlog`: the set is not in its binlog). That is how
-`orchestrator.source.failover` finds a position on another server.
+`orchestrator.binlog.failover` finds a position on another server.
 
 A hung source must not hang the run: the connection's read timeout
 (``source.read_timeout``) bounds the wait for each packet, and the server is

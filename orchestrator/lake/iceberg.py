@@ -1,6 +1,6 @@
 """Every published table is an Apache Iceberg table: one snapshot per published version.
 
-CONTRACT.md "Every table is an Apache Iceberg table". The data files `VersionWriter`
+docs/output.md, "Iceberg". The data files `VersionWriter`
 writes are registered as they are (never rewritten): the first version appends
 them, a later one replaces exactly the files it rewrote, in one atomic snapshot
 whose summary carries ``tidemark.run-id``, ``tidemark.version`` and

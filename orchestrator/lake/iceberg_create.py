@@ -328,8 +328,8 @@ def data_file(io: FileIO, metadata: TableMetadata, path: str) -> DataFile:
     pyiceberg's `parquet_file_to_data_file` does the same after checking the file's schema
     against the table's with a visitor that renders a `rich` table of every field, a fifth of the
     CPU of publishing a small table. Publish wrote or checked every new file with the table's
-    field IDs, types and nullability (`versions._place`); here only the columns' field IDs are
-    compared, which costs nothing: a file of another table's shape is refused, never listed.
+    field IDs, types and nullability (`orchestrator.pipeline.publish.staging.place`); here only the columns' field IDs are compared,
+    which costs nothing: a file of another table's shape is refused, never listed.
     """
     input_file = io.new_input(path)
     with input_file.open() as stream:

@@ -1,6 +1,6 @@
 """How a version's data files cover the key space, so an incremental run rewrites only what changed.
 
-The layout (CONTRACT.md "Output layout"; README "Output"):
+The layout (docs/output.md):
 
 - every data file holds the rows of one key range, sorted by key, and the files of
   a version, in manifest order, hold disjoint ranges in ascending key order;

@@ -1,10 +1,10 @@
 """A table's manifests: ``current.json``, the kept versions, and retention.
 
-CONTRACT.md's "Output layout": ``<table dir>/_tidemark/current.json`` names the
+docs/output.md, "Output layout": ``<table dir>/_tidemark/current.json`` names the
 current version's files; ``_tidemark/versions/NNNNNN.json`` every kept version;
 ``_tidemark/pending/NNNNNN-<attempt>.json`` the manifest a publish attempt of a release
 before this one wrote before its Iceberg commit (the crash recovery of
-`orchestrator.pipeline.versions`; now in the run's staging). Retention drops a
+`orchestrator.pipeline.publish.versions`; now in the run's staging). Retention drops a
 version once it is neither among the newest ``output.keep_versions`` nor younger than
 ``output.keep_hours`` (a long query may still read it), and deletes a data file only when no
 kept version lists it. It also deletes what attempts that never switched the manifest left:
@@ -47,7 +47,7 @@ class ColumnEntry(TypedDict):
 
 
 class PositionEntry(TypedDict):
-    """CONTRACT.md "Positions": where the version is, and on which server. Manifests written
+    """docs/output.md, "Positions": where the version is, and on which server. Manifests written
     before positions carried their server lack ``server_id`` and ``server_uuid``."""
 
     file: str
@@ -58,8 +58,7 @@ class PositionEntry(TypedDict):
 
 
 class IcebergEntry(TypedDict):
-    """Where the version is an Iceberg snapshot (CONTRACT.md "Every table is an Apache Iceberg
-    table")."""
+    """Where the version is an Iceberg snapshot (docs/output.md, "Iceberg")."""
 
     catalog: str
     identifier: str
@@ -68,7 +67,7 @@ class IcebergEntry(TypedDict):
 
 
 class Manifest(TypedDict):
-    """CONTRACT.md's ``current.json``, field for field, plus ``file_ranges`` (README "Output"):
+    """docs/output.md's ``current.json``, field for field, plus ``file_ranges`` (docs/output.md):
     per file of ``files``, in the same order, its first and last key, rows and bytes.
     Manifests written before ``file_ranges`` (or ``iceberg``) existed lack it."""
 
@@ -102,7 +101,7 @@ def pending_uri(tdir: str, version: int, attempt: str) -> str:
 
 
 def published_field(column: ColumnInfo) -> pa.Field:
-    """A published column: CONTRACT type, MySQL type in metadata; zero dates make it nullable."""
+    """A published column: docs/types.md type, MySQL type in metadata; zero dates make it nullable."""
     return pa.field(
         column.name,
         arrow_type(column),

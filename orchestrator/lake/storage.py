@@ -45,7 +45,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from orchestrator.config_sections import STORAGE_SCHEMES
+from orchestrator.config.sections import STORAGE_SCHEMES
 
 #: Schemes this module knows (`validate` refuses others); anything else is refused with a message
 #: naming it.
@@ -193,7 +193,7 @@ def tree_bytes(uris: Sequence[str]) -> int:
 
 
 def table_dir(root: str, table: str) -> str:
-    """A table's directory under the output root (CONTRACT.md "Output layout").
+    """A table's directory under the output root (docs/output.md, "Output layout").
 
     >>> table_dir("s3a://lake", "shop.orders")
     's3a://lake/shop/orders'

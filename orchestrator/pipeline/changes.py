@@ -4,7 +4,7 @@ A change segment's row is a binlog position (``_tm_file, _tm_pos, _tm_row``), th
 operation (``_tm_op``: ``I``/``U``/``D``), the row image in staging types, and
 ``_tm_old_<c>`` per chunk-key column (the before-image key of updates and deletes).
 A ``D`` whose old key differs from its image's key also deletes the old key (an update
-that left the table's ``where`` filter: `orchestrator.pipeline.filtering`).
+that left the table's ``where`` filter: `orchestrator.pipeline.capture.filtering`).
 Reconcile turns changes into events: a key, a position and a kind (put or delete).
 Every column Tidemark adds starts with `RESERVED_PREFIX`: a table with a column named so
 cannot be planned (`reserved_columns`; doctor fails it too), as its changes would hold two

@@ -6,13 +6,14 @@ can run in its own process (an Airflow task) as well as in one (`tidemark run`).
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.config import PipelineConfig
-from orchestrator.errors import RunFailed
+from orchestrator.errors import ConfigError, RunFailed
 from orchestrator.lake import storage
 from orchestrator.positions import BinlogPosition
 from orchestrator.schema.tables import TableInfo, table_info_from_json
@@ -20,6 +21,7 @@ from orchestrator.state import lease
 from orchestrator.state.store import RunRecord, RunTableRecord, StateStore
 
 if TYPE_CHECKING:
+    from orchestrator.services.spark import SessionSettings
     from orchestrator.source.connection import Source
 
 #: Held while a session starts: two read threads that both need Spark start one JVM, not two.
@@ -61,12 +63,36 @@ def open_source(config: PipelineConfig) -> Source:
     return Source.from_pipeline(config, known_good=True)
 
 
+def session_settings(config: PipelineConfig) -> SessionSettings:
+    """What the pipeline's Spark session is started with: ``spark.*`` and the JDBC driver jar.
+
+    Raises:
+        ConfigError: when the JDBC driver jar does not exist (a Spark Connect server brings its
+            own: the client ships none).
+    """
+    jar = config.source.jdbc_driver_jar
+    if not config.spark.remote and not os.path.exists(jar):
+        raise ConfigError(
+            f"source.jdbc_driver_jar: {jar} does not exist; install Debian's "
+            "libmariadb-java or point it at a MySQL/MariaDB Connector/J jar"
+        )
+    from orchestrator.services.spark import SessionSettings  # pyspark only when a step needs it
+
+    return SessionSettings(
+        app_name=f"tidemark-{config.pipeline}",
+        master=config.spark.master,
+        remote=config.spark.remote,
+        conf=config.spark.conf,
+        jars=(jar,),
+    )
+
+
 def spark_session(config: PipelineConfig) -> Any:
     """The pipeline's SparkSession (started on first use: a JVM costs seconds)."""
-    from orchestrator.runtime.spark import get_session  # pyspark only when a step needs it
+    from orchestrator.services.spark import get_session  # pyspark only when a step needs it
 
     with _STARTING:
-        return get_session(config)
+        return get_session(session_settings(config))
 
 
 def _binds_pid(holder: str) -> bool:

@@ -29,7 +29,7 @@ from orchestrator.errors import (
     TransientReadError,
     resnapshot_hint,
 )
-from orchestrator.runtime.failures import describe, root_cause
+from orchestrator.services.failures import describe, root_cause
 from orchestrator.state.store import StateStore
 
 log = logging.getLogger("orchestrator.pipeline")

@@ -2,7 +2,7 @@
 
 UTF-8 ``_bin`` collations order by code point (PAD SPACE unless ``nopad``): compared here.
 Every other collation's case, accent and pad rules are the server's own, so those
-comparisons go to a `CollationOracle` (`orchestrator.pipeline.filtering.ServerCollation`).
+comparisons go to a `CollationOracle` (`orchestrator.pipeline.capture.filtering.ServerCollation`).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The MySQL -> Arrow type mapping of CONTRACT.md, in one place.
+"""The MySQL -> Arrow type mapping of docs/types.md, in one place.
 
 Both the snapshot path (Spark JDBC) and the binlog path convert values so that
 the published Parquet carries exactly `arrow_type(column)` for every column.
@@ -24,7 +24,7 @@ class UnsupportedType(ValueError):
 
 
 def is_boolean(column: ColumnInfo) -> bool:
-    """BIT(1) and TINYINT(1) map to boolean (CONTRACT.md), except a TINYINT(1) of a key: its
+    """BIT(1) and TINYINT(1) map to boolean (docs/types.md), except a TINYINT(1) of a key: its
     values (-128..127) tell rows apart, and as booleans keys 1 and 2 would be one row."""
     return (column.data_type == "bit" and (column.precision or column.display_width) == 1) or (
         column.data_type == "tinyint" and column.display_width == 1 and not column.in_key

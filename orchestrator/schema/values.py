@@ -3,7 +3,7 @@
 The binlog adapter (`orchestrator.binlog.reference`) hands over rows as tuples of plain
 Python values; this module turns a batch of them into Arrow arrays whose types
 and values equal what the snapshot path (Spark JDBC through Connector/J, with
-session time zone UTC) produces for the same rows (CONTRACT.md, type mapping).
+session time zone UTC) produces for the same rows (docs/types.md).
 
 Converters also accept what PyMySQL returns from a ``SELECT`` of the same row
 (``bytes`` for BIT, ``'0000-00-00'`` strings for zero dates, SET as ``'a,b'``),

@@ -3,9 +3,9 @@
 A published table goes on from its version's position; an unfinished run's tables go on from
 the capture's checkpoint (or from where their reads began). When the file holding that position
 was purged, the next run cannot apply the changes since: it reads those tables from the source
-again (`orchestrator.pipeline.reread`). `doctor` says so before a run fails on it, naming the
+again (`orchestrator.pipeline.capture.reread`). `doctor` says so before a run fails on it, naming the
 table, the position and the command that gets it back. A position another server recorded
-says nothing about this server's files: `orchestrator.source.topology` checks those.
+says nothing about this server's files: `orchestrator.binlog.topology` checks those.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 A pipeline of thousands of tables must not ask ``information_schema`` three questions per
 table: `table_set` lists the base tables once (one query) and expands the config's patterns
-over them (`orchestrator.table_patterns.expand`); `tables_info` reads the shape of many tables
+over them (`orchestrator.config.patterns.expand`); `tables_info` reads the shape of many tables
 with three queries in all, the same `TableInfo` that `Source.table_info` gives one table.
 """
 
@@ -14,10 +14,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from orchestrator.config import PipelineConfig, TableConfig
+from orchestrator.config.patterns import SYSTEM_SCHEMAS, TableSet, expand, explicit_set, is_glob
 from orchestrator.errors import SourceNotReady
 from orchestrator.schema.tables import TableInfo
 from orchestrator.source.connection import Source, shaped
-from orchestrator.table_patterns import SYSTEM_SCHEMAS, TableSet, expand, explicit_set, is_glob
 
 log = logging.getLogger("tidemark.planning")
 
@@ -71,7 +71,9 @@ def table_set(config: PipelineConfig, source: Source) -> TableSet:
     if not config.has_patterns:
         return explicit_set(config.tables)
     found = expand(config.tables, base_tables(source, config.tables), fold=folds_names(source))
-    for match in found.patterns:  # the plan step says it once a run (`pipeline.plan.find_tables`)
+    for match in (
+        found.patterns
+    ):  # the plan step says it once a run (`orchestrator.pipeline.plan.step.find_tables`)
         log.debug("pattern %s", match)
     return found
 

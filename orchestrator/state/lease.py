@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from orchestrator.errors import LockLost
-from orchestrator.runtime import faults
+from orchestrator.services import faults
 from orchestrator.state.lock import Fence, confirm_fence
 from orchestrator.state.store import StateStore
 

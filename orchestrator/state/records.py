@@ -212,8 +212,7 @@ def _lock_record(r: Row[Any]) -> LockRecord:
 
 @dataclass(frozen=True, slots=True)
 class TableSetRecord:
-    """What a pipeline's table patterns matched when a run was last planned
-    (`orchestrator.table_patterns`)."""
+    """What a pipeline's table patterns matched when a run was last planned (`orchestrator.config.patterns`)."""
 
     pipeline: str
     run_id: str

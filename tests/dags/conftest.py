@@ -1,7 +1,7 @@
 """A private Airflow for the DAG tests: temp AIRFLOW_HOME, SQLite metadata DB, this repo's dags/.
 
 Airflow reads its configuration once, when it is first imported, and
-``--doctest-modules`` imports ``orchestrator.runtime.airflow_dags`` (hence
+``--doctest-modules`` imports ``orchestrator.app.airflow_dags`` (hence
 Airflow) while collecting. So ``tests/conftest.py`` sets the environment in
 ``pytest_configure``, before collection; this fixture only migrates the
 metadata DB of that home, once, and every test imports Airflow inside its body.

@@ -15,7 +15,7 @@ from typing import Any
 
 import pyarrow.dataset as ds
 
-from orchestrator.demo.localdb import LocalMariaDB
+from orchestrator.app.demo.localdb import LocalMariaDB
 from tests.conftest import pipeline_config, write_config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -23,19 +23,19 @@ SOURCE_USER = "tm_airflow"
 #: Distinctive, so a leak into a log, an XCom or a rendered field is easy to find.
 SOURCE_PASSWORD = "pw-Xq7-never-logged"
 ENGINE_MODULES = (
-    "orchestrator.pipeline.read",
-    "orchestrator.pipeline.capture",
-    "orchestrator.pipeline.reconcile",
-    "orchestrator.pipeline.publish",
+    "orchestrator.pipeline.read.step",
+    "orchestrator.pipeline.capture.step",
+    "orchestrator.pipeline.reconcile.rewrite",
+    "orchestrator.pipeline.publish.step",
 )
 
 
 def engine_missing() -> str | None:
     """Why a real run cannot work yet (the engine not landed), or None when it can."""
-    from orchestrator import steps
+    from orchestrator.app import steps
 
     if "NotImplementedError" in inspect.getsource(steps):
-        return "orchestrator.steps still raises NotImplementedError (engine not landed yet)"
+        return "orchestrator.app.steps still raises NotImplementedError (engine not landed yet)"
     missing = [m for m in ENGINE_MODULES if importlib.util.find_spec(m) is None]
     if missing:
         return f"engine modules not landed yet: {', '.join(missing)}"
@@ -89,7 +89,7 @@ def connection_json(server: LocalMariaDB) -> str:
 
 
 def manifest(lake: Path, table: str) -> dict[str, Any] | None:
-    """The table's current manifest (CONTRACT.md output layout), or None before a publish."""
+    """The table's current manifest (docs/output.md), or None before a publish."""
     path = lake / table.replace(".", "/") / "_tidemark" / "current.json"
     if not path.exists():
         return None
@@ -98,7 +98,7 @@ def manifest(lake: Path, table: str) -> dict[str, Any] | None:
 
 
 def published_rows(lake: Path, table: str) -> set[tuple[Any, ...]]:
-    """The rows of the table's current version, read with pyarrow as CONTRACT.md says."""
+    """The rows of the table's current version, read with pyarrow as docs/output.md says."""
     current = manifest(lake, table)
     assert current is not None, f"{table} was never published"
     base = lake / table.replace(".", "/")

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from orchestrator.demo.localdb import LocalMariaDB
+from orchestrator.app.demo.localdb import LocalMariaDB
 from orchestrator.errors import RunLocked
 from orchestrator.state.store import StateStore
 from tests.dags.sources import (
@@ -158,7 +158,7 @@ def test_a_read_starting_after_a_sibling_failed_leaves_the_lock_free(
         pytest.skip(reason)
     create_tables(mariadb, LOCKED, rows=400)  # 4 chunks of 100: two read batches of 2
     configs = pipeline(monkeypatch, tmp_path, mariadb, LOCKED, [f"{LOCKED}.t1"])
-    from orchestrator import steps
+    from orchestrator.app import steps
 
     real, calls = steps.read_batch, []
 
@@ -197,7 +197,7 @@ def test_a_plan_failing_after_it_took_the_lock_releases_it(
 ) -> None:
     create_tables(mariadb, LOCKED)
     configs = pipeline(monkeypatch, tmp_path, mariadb, LOCKED, [f"{LOCKED}.*"])
-    from orchestrator.pipeline import plan as planning
+    from orchestrator.pipeline.plan import step as planning
 
     def source_restarting(*args: Any, **kwargs: Any) -> Any:  # between preflight and plan: not here
         raise ConnectionRefusedError("simulated: connection refused (the source is restarting)")

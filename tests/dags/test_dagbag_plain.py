@@ -9,7 +9,7 @@ test_parsing.py); the usual CI check does not::
     assert not bag.import_errors
 
 The DAG files import only the installed ``orchestrator`` package (the factory is
-``orchestrator.runtime.airflow_dags``), so they load either way. Airflow 3.3
+``orchestrator.app.airflow_dags``), so they load either way. Airflow 3.3
 moved ``DagBag`` to ``airflow.dag_processing.dagbag`` (``airflow.models.dagbag``
 still re-exports it, with a FutureWarning) and dropped ``include_examples``: it
 is passed where the installed Airflow still takes it.

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
+from orchestrator.config.patterns import PatternMatch
 from orchestrator.state.store import StateStore
-from orchestrator.table_patterns import PatternMatch
 from tests.dags.test_parsing import config, parse, write
 
 pytestmark = pytest.mark.usefixtures("airflow_home")

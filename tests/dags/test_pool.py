@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from orchestrator.runtime.cli import main
+from orchestrator.app.cli import main
 from tests.dags.airflow_home import VENV_BIN
 
 

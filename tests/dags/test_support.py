@@ -1,5 +1,4 @@
-"""`orchestrator.runtime.airflow_support`: the Airflow-free half of the DAG layer (no Airflow
-import here)."""
+"""`orchestrator.app.airflow_support`: the Airflow-free half of the DAG layer (no Airflow import here)."""
 
 from __future__ import annotations
 
@@ -8,10 +7,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.config import PipelineConfig, parse_config
-from orchestrator.errors import ConfigError
-from orchestrator.pipeline.publish import Published
-from orchestrator.runtime.airflow_support import (
+from orchestrator.app.airflow_support import (
     asset_extra,
     asset_uri,
     config_dir,
@@ -21,6 +17,9 @@ from orchestrator.runtime.airflow_support import (
     run_request,
     scan_configs,
 )
+from orchestrator.config import PipelineConfig, parse_config
+from orchestrator.errors import ConfigError
+from orchestrator.pipeline.publish.step import Published
 
 
 def make(**overrides: Any) -> PipelineConfig:

@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 
-from orchestrator.demo.localdb import free_port
+from orchestrator.app.demo.localdb import free_port
 from tests.e2e.stack import wait_for
 
 CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "chromium", "chromium-browser")

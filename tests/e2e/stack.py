@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 import httpx
 
-from orchestrator.demo.localdb import free_port
+from orchestrator.app.demo.localdb import free_port
 from tests.dags.airflow_home import VENV_BIN, airflow_env
 
 T = TypeVar("T")

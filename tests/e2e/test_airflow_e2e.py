@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.demo.localdb import LocalMariaDB
+from orchestrator.app.demo.localdb import LocalMariaDB
 from tests.dags.sources import (
     SOURCE_PASSWORD,
     SOURCE_USER,

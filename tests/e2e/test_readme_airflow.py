@@ -36,7 +36,7 @@ import httpx
 import pytest
 import yaml
 
-from orchestrator.demo.localdb import LocalMariaDB, free_port
+from orchestrator.app.demo.localdb import LocalMariaDB, free_port
 from tests.dags.airflow_home import REPO, VENV_BIN
 from tests.dags.sources import (
     SOURCE_PASSWORD,

@@ -2,7 +2,7 @@
 
 The machine is small and shared, so every Spark test uses this one session
 (``local[2]``, no UI, few shuffle partitions, 1 GB driver) made by the same
-factory the engine uses, `orchestrator.runtime.spark.get_session`.
+factory the engine uses, `orchestrator.pipeline.context.spark_session`.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
+from orchestrator.app.demo.localdb import LocalMariaDB
+from orchestrator.app.run import run_command
 from orchestrator.config import DEFAULT_JDBC_JAR, PipelineConfig, load_config, parse_config
-from orchestrator.demo.localdb import LocalMariaDB
-from orchestrator.runtime.run import run_command
 from tests.conftest import pipeline_config, write_config
 
 SPARK_CONF = {
@@ -53,10 +53,10 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """The session's SparkSession (skips when Java or the JDBC driver jar is missing)."""
     if not os.path.exists(DEFAULT_JDBC_JAR):
         pytest.skip(f"{DEFAULT_JDBC_JAR} missing (Debian package libmariadb-java)")
-    from orchestrator.runtime.spark import get_session
+    from orchestrator.pipeline.context import spark_session
 
     config = spark_test_config(tmp_path_factory.mktemp("spark"))
-    session = get_session(config)
+    session = spark_session(config)
     yield session
     session.stop()
 

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
+from orchestrator.app.demo.localdb import LocalMariaDB
 from orchestrator.binlog.reference import BinlogReader, Boundary, Record, RowChange, TableChange
 from orchestrator.config import SourceConfig, parse_config
-from orchestrator.demo.localdb import LocalMariaDB
 from orchestrator.errors import BinlogPurged, RunFailed
-from orchestrator.pipeline.capture import CaptureTable, capture_changes
+from orchestrator.pipeline.capture.step import CaptureTable, capture_changes
 from orchestrator.positions import BinlogPosition
 from orchestrator.schema.tables import TableInfo
 from orchestrator.schema.values import BatchConverter

@@ -12,10 +12,10 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from orchestrator.app.demo.localdb import LocalMariaDB
 from orchestrator.config import parse_config
-from orchestrator.demo.localdb import LocalMariaDB
 from orchestrator.errors import RunFailed
-from orchestrator.pipeline.capture import CaptureTable, capture_changes
+from orchestrator.pipeline.capture.step import CaptureTable, capture_changes
 from orchestrator.pipeline.segments import read_changes
 from orchestrator.positions import BinlogPosition
 from orchestrator.state.store import StateStore

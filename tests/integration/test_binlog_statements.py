@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.demo.localdb import LocalMariaDB
+from orchestrator.app.demo.localdb import LocalMariaDB
 from tests.conftest import assert_lake_equals_source
 from tests.integration.conftest import run_plain, two_table_pipeline
 

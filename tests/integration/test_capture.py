@@ -15,9 +15,9 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
+from orchestrator.app.demo.localdb import LocalMariaDB
 from orchestrator.config import PipelineConfig, parse_config
-from orchestrator.demo.localdb import LocalMariaDB
-from orchestrator.pipeline.capture import CaptureTable, capture_changes
+from orchestrator.pipeline.capture.step import CaptureTable, capture_changes
 from orchestrator.pipeline.segments import read_changes, segment_paths
 from orchestrator.positions import BinlogPosition
 from orchestrator.state.store import StateStore
@@ -281,7 +281,7 @@ def test_resume_after_interruptions_has_every_change_once(
 
 WORKER = """
 import json, sys
-from orchestrator.pipeline.capture import CaptureTable, capture_changes
+from orchestrator.pipeline.capture.step import CaptureTable, capture_changes
 from orchestrator.config import load_config
 from orchestrator.positions import BinlogPosition
 from orchestrator.source.connection import Source

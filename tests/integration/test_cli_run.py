@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.app.demo.localdb import LocalMariaDB
 from orchestrator.config import load_config
-from orchestrator.demo.localdb import LocalMariaDB
 from orchestrator.errors import RunLocked
 from orchestrator.lake.iceberg import open_catalog
 from orchestrator.state.store import StateStore

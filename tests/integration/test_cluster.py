@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.app.demo.localdb import LocalMariaDB
+from orchestrator.app.demo.sample import SHOP_TABLES, connect, load_shop
 from orchestrator.config import load_config
-from orchestrator.demo.localdb import LocalMariaDB
-from orchestrator.demo.sample import SHOP_TABLES, connect, load_shop
 from orchestrator.state.store import StateStore
 from tests.conftest import pipeline_config, write_config
 from tests.integration.test_consistency import _verify_all, load_tables, run_under_writers

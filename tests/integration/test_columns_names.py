@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.app.demo.localdb import GOOD_BINLOG, LocalMariaDB
+from orchestrator.app.run import run_command
 from orchestrator.config import load_config
-from orchestrator.demo.localdb import GOOD_BINLOG, LocalMariaDB
 from orchestrator.pipeline.context import table_dir
-from orchestrator.runtime.run import run_command
 from tests.conftest import HAVE_MARIADB, assert_lake_equals_source, pipeline_config, write_config
 
 pytestmark = pytest.mark.integration

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.app.demo.localdb import GOOD_BINLOG, LocalMariaDB
+from orchestrator.app.run import run_command
 from orchestrator.config import load_config
-from orchestrator.demo.localdb import GOOD_BINLOG, LocalMariaDB
-from orchestrator.runtime.run import run_command
 from tests.conftest import HAVE_MARIADB, assert_lake_equals_source, pipeline_config, write_config
 from tests.integration.test_binlog import (
     TYPES_DDL,

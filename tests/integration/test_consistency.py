@@ -3,7 +3,7 @@
 Real private MariaDB, real local Spark, the real `tidemark run` code path; a
 writer thread inserts, updates, deletes and changes primary keys throughout
 the snapshot. Values are compared by the independent oracle in
-`orchestrator.demo.verify`, including rows whose values came through the binlog.
+`orchestrator.app.demo.verify`, including rows whose values came through the binlog.
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ from typing import Any
 
 import pytest
 
+from orchestrator.app.demo.localdb import LocalMariaDB
+from orchestrator.app.demo.sample import SHOP_TABLES, Writer, connect, load_shop
+from orchestrator.app.run import run_command
 from orchestrator.config import load_config
-from orchestrator.demo.localdb import LocalMariaDB
-from orchestrator.demo.sample import SHOP_TABLES, Writer, connect, load_shop
 from orchestrator.lake.iceberg import open_catalog
 from orchestrator.lake.manifest import read_manifest
 from orchestrator.pipeline.context import table_dir
-from orchestrator.runtime.run import run_command
 from tests.conftest import pipeline_config, write_config
 from tests.iceberg_readers import assert_readers_equal_source
 
@@ -144,7 +144,7 @@ class TypesWriter(threading.Thread):
             self.error = exc
 
 
-#: The Iceberg type of every all_types column (CONTRACT.md's type mapping, Iceberg column).
+#: The Iceberg type of every all_types column (docs/types.md, Iceberg column).
 ALL_TYPES_ICEBERG = {
     "id": "int",
     "t_tiny": "int",
@@ -268,7 +268,7 @@ def test_small_tables_read_by_the_driver_under_concurrent_writes_equal_source(
     config = load_config(config_path)
 
     def snapshot() -> None:
-        with caplog.at_level(logging.INFO, logger="orchestrator.pipeline.local_read"):
+        with caplog.at_level(logging.INFO, logger="orchestrator.pipeline.read.local"):
             assert (
                 run_command(config, tables=[], snapshot=False, chunk_size=None, progress=False) == 0
             )

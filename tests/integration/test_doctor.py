@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
+from orchestrator.app.demo.localdb import GOOD_BINLOG, LocalMariaDB
+from orchestrator.app.doctor import Check, doctor_command, preflight, run_checks
 from orchestrator.config import PipelineConfig, parse_config
-from orchestrator.demo.localdb import GOOD_BINLOG, LocalMariaDB
 from orchestrator.errors import SourceNotReady
-from orchestrator.source.doctor import Check, doctor_command, preflight, run_checks
 from orchestrator.source.grants import allows, parse_grant
 from tests.conftest import HAVE_MARIADB, pipeline_config, write_config
 

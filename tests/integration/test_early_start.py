@@ -1,5 +1,5 @@
-"""The JVM starts early only when Spark will read (`orchestrator.runtime.early`): a run whose tables
-the driver reads (`orchestrator.pipeline.local_read`) starts none, and a table too big for the
+"""The JVM starts early only when Spark will read (`orchestrator.app.early`): a run whose tables
+the driver reads (`orchestrator.pipeline.read.local`) starts none, and a table too big for the
 driver starts it as before."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.app.demo.localdb import LocalMariaDB
+from orchestrator.app.early import Outlook, needs_spark
 from orchestrator.config import load_config
-from orchestrator.demo.localdb import LocalMariaDB
-from orchestrator.pipeline.local_read import LOCAL_ROWS
-from orchestrator.runtime.early import Outlook, needs_spark
+from orchestrator.pipeline.read.local import LOCAL_ROWS
 from tests.conftest import pipeline_config, write_config
 from tests.integration.test_cli_run import tidemark
 

@@ -1,5 +1,4 @@
-"""Positions belong to a server; a pipeline follows a failover by GTID
-(orchestrator.source.failover).
+"""Positions belong to a server; a pipeline follows a failover by GTID (orchestrator.binlog.failover).
 
 Two private MariaDB servers in GTID replication: a primary (server_id 1) and a replica
 (server_id 2, ``log_slave_updates``). A pipeline snapshots from the replica; the replica
@@ -17,16 +16,16 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.app.demo.localdb import GOOD_BINLOG, LocalMariaDB
+from orchestrator.app.doctor import doctor_command, preflight, run_checks
+from orchestrator.app.status import status_command
+from orchestrator.binlog.failover import Follower
 from orchestrator.binlog.reader import Boundary, EventReader
 from orchestrator.config import PipelineConfig, load_config
-from orchestrator.demo.localdb import GOOD_BINLOG, LocalMariaDB
 from orchestrator.errors import SourceChanged, SourceNotReady
-from orchestrator.pipeline.plan import plan
+from orchestrator.pipeline.plan.step import plan
 from orchestrator.positions import BinlogPosition
-from orchestrator.runtime.status import status_command
 from orchestrator.source.connection import Source
-from orchestrator.source.doctor import doctor_command, preflight, run_checks
-from orchestrator.source.failover import Follower
 from orchestrator.state.store import RunRecord, StateStore
 from tests.conftest import assert_lake_equals_source, pipeline_config, write_config
 from tests.integration.conftest import run_plain

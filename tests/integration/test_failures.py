@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.app.demo.localdb import LocalMariaDB
 from orchestrator.config import load_config
-from orchestrator.demo.localdb import LocalMariaDB
 from orchestrator.errors import resnapshot_hint
 from orchestrator.state.store import StateStore
 from tests.conftest import assert_lake_equals_source, pipeline_config, start_run, write_config

@@ -1,5 +1,4 @@
-"""``where`` filters on the binlog path (orchestrator.schema.filters,
-orchestrator.pipeline.filtering).
+"""``where`` filters on the binlog path (orchestrator.schema.filters, orchestrator.pipeline.capture.filtering).
 
 The property test is MariaDB itself against the evaluator: random rows of several
 column types (NULLs, a ``_ci`` column, a ``_bin`` one, a latin1 one) are written, the
@@ -20,13 +19,13 @@ from typing import Any
 
 import pytest
 
+from orchestrator.app.demo.localdb import LocalMariaDB
+from orchestrator.app.run import run_command
 from orchestrator.config import load_config
-from orchestrator.demo.localdb import LocalMariaDB
-from orchestrator.pipeline import reconcile
-from orchestrator.pipeline.capture import CaptureTable, capture_changes
-from orchestrator.pipeline.filtering import ServerCollation
+from orchestrator.pipeline.capture.filtering import ServerCollation
+from orchestrator.pipeline.capture.step import CaptureTable, capture_changes
+from orchestrator.pipeline.reconcile import rewrite as reconcile
 from orchestrator.pipeline.segments import read_changes
-from orchestrator.runtime.run import run_command
 from orchestrator.schema.filters import compile_filter
 from orchestrator.state.store import StateStore
 from tests.conftest import assert_lake_equals_source, pipeline_config, write_config

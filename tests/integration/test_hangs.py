@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.demo.localdb import LocalMariaDB
+from orchestrator.app.demo.localdb import LocalMariaDB
 from tests.conftest import assert_lake_equals_source, pipeline_config, write_config
 from tests.integration.test_failures import (
     assert_one_clear_line,

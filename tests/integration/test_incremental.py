@@ -30,17 +30,17 @@ import pyarrow.parquet as pq
 import pytest
 
 from chunking import decode_key
+from orchestrator.app.demo.localdb import LocalMariaDB
+from orchestrator.app.run import run_command
 from orchestrator.config import load_config
-from orchestrator.demo.localdb import LocalMariaDB
 from orchestrator.lake import layout
 from orchestrator.lake.manifest import Manifest
-from orchestrator.pipeline import reconcile
 from orchestrator.pipeline.context import table_dir
-from orchestrator.pipeline.reconcile import Engine, reconcile_incremental
-from orchestrator.pipeline.reconcile_spark import reconcile_table
-from orchestrator.pipeline.versions import publish_table
+from orchestrator.pipeline.publish.versions import publish_table
+from orchestrator.pipeline.reconcile import rewrite as reconcile
+from orchestrator.pipeline.reconcile.rewrite import Engine, reconcile_incremental
+from orchestrator.pipeline.reconcile.spark import reconcile_table
 from orchestrator.positions import BinlogPosition
-from orchestrator.runtime.run import run_command
 from orchestrator.schema.tables import ColumnInfo, TableInfo
 from orchestrator.schema.values import staging_schema
 from tests.conftest import assert_lake_equals_source, pipeline_config, write_config
@@ -791,7 +791,7 @@ def test_engine_runs_share_unchanged_files(
         "INSERT INTO tags VALUES ('Zz', 1), ('éé', 2)",
         database=db,
     )
-    caplog.set_level(logging.INFO, logger="orchestrator.pipeline.reconcile")
+    caplog.set_level(logging.INFO, logger="orchestrator.pipeline.reconcile.rewrite")
     caplog.clear()
     assert run_command(config, tables=[], snapshot=False, chunk_size=None, progress=False) == 0
     used = "the driver (pyarrow) rewrote" if rewrite == "local" else "Spark rewrote"

@@ -1,5 +1,5 @@
 """Key columns whose published type could merge rows: a TINYINT(1) is published as a boolean
-(CONTRACT.md), but a TINYINT(1) of the primary key or of a unique NOT NULL key holds -128..127,
+(docs/types.md), but a TINYINT(1) of the primary key or of a unique NOT NULL key holds -128..127,
 and as booleans keys 1 and 2 would be one row. Such a column is published as TINYINT (int8).
 
 Plain runs against a private MariaDB: a snapshot read by Spark (several chunks) and by the
@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.app.demo.localdb import LocalMariaDB
+from orchestrator.app.run import run_command
 from orchestrator.config import load_config
-from orchestrator.demo.localdb import LocalMariaDB
 from orchestrator.pipeline.context import table_dir
-from orchestrator.runtime.run import run_command
 from tests.conftest import assert_lake_equals_source, pipeline_config, write_config
 
 pytestmark = pytest.mark.integration
@@ -87,7 +87,7 @@ def test_a_table_published_with_a_boolean_key_is_read_again() -> None:
     """A table an earlier release published with its TINYINT(1) key as a boolean (its keys
     merged) does not take changes onto those files: the published types differ from what the
     run would write, so it is read again."""
-    from orchestrator.pipeline.plan import _same_shape
+    from orchestrator.pipeline.plan.tables import _same_shape
     from orchestrator.schema.tables import ColumnInfo, TableInfo, mark_keys
 
     columns = (

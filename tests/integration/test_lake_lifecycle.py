@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.app.demo.localdb import LocalMariaDB
+from orchestrator.app.run import run_command
+from orchestrator.app.status import status_command
 from orchestrator.config import PipelineConfig, load_config
-from orchestrator.demo.localdb import LocalMariaDB
 from orchestrator.lake.iceberg import open_catalog
 from orchestrator.lake.manifest import read_manifest
 from orchestrator.pipeline.context import open_store, table_dir
 from orchestrator.positions import BinlogPosition
-from orchestrator.runtime.run import run_command
-from orchestrator.runtime.status import status_command
 from tests.conftest import pipeline_config, write_config
 from tests.iceberg_readers import assert_readers_equal_source
 

@@ -1,4 +1,4 @@
-"""Small tables read by the driver (`orchestrator.pipeline.local_read`) write the files a Spark job
+"""Small tables read by the driver (`orchestrator.pipeline.read.local`) write the files a Spark job
 writes: every type of the type mapping, value for value, the same schema and field IDs."""
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from orchestrator.demo.localdb import LocalMariaDB
+from orchestrator.app.demo.localdb import LocalMariaDB
 from orchestrator.errors import RunFailed
 from orchestrator.lake import iceberg
-from orchestrator.pipeline.jdbc import read_chunks
-from orchestrator.pipeline.local_read import BATCH_ROWS, LocalTable, read_table, read_tables
-from orchestrator.pipeline.read import _ChunkPaths
-from orchestrator.pipeline.reconcile import chunk_base
+from orchestrator.pipeline.read.jdbc import read_chunks
+from orchestrator.pipeline.read.local import BATCH_ROWS, LocalTable, read_table, read_tables
+from orchestrator.pipeline.read.step import _ChunkPaths
+from orchestrator.pipeline.reconcile.rewrite import chunk_base
 from orchestrator.schema.tables import TableInfo
 from orchestrator.source.connection import Source
 from orchestrator.state.records import ChunkRecord

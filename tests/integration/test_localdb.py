@@ -1,4 +1,4 @@
-"""`orchestrator.demo.localdb`: the stop command `tidemark demo --keep` prints works."""
+"""`orchestrator.app.demo.localdb`: the stop command `tidemark demo --keep` prints works."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.demo.localdb import LocalMariaDB
+from orchestrator.app.demo.localdb import LocalMariaDB
 from tests.conftest import HAVE_MARIADB
 
 pytestmark = [pytest.mark.integration]

@@ -1,7 +1,7 @@
 """Runs in which most tables received no change (issue 16): their reconcile plans are written many
 to a file, not a directory and a file per table, and a run killed after reconcile recorded them
 resumes from that file: the tables keep their version, their checkpoints move on, the lake equals
-the source. A real `tidemark run` process, killed with SIGKILL (`orchestrator.runtime.faults`)."""
+the source. A real `tidemark run` process, killed with SIGKILL (`orchestrator.services.faults`)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.app.demo.localdb import LocalMariaDB
 from orchestrator.config import load_config
-from orchestrator.demo.localdb import LocalMariaDB
 from orchestrator.lake import layout, storage
 from orchestrator.lake.manifest import read_manifest
 from orchestrator.pipeline.context import reconciled_dir, table_dir

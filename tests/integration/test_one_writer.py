@@ -24,9 +24,9 @@ from typing import Any
 
 import pytest
 
+from orchestrator.app.demo.localdb import LocalMariaDB
+from orchestrator.app.demo.sample import SHOP_TABLES, Writer, connect, load_shop
 from orchestrator.config import load_config
-from orchestrator.demo.localdb import LocalMariaDB
-from orchestrator.demo.sample import SHOP_TABLES, Writer, connect, load_shop
 from orchestrator.state.store import StateStore
 from tests.conftest import assert_lake_equals_source, pipeline_config, start_run, write_config
 

@@ -17,9 +17,10 @@ from typing import Any
 
 import pytest
 
+from orchestrator.app.demo.localdb import LocalMariaDB
 from orchestrator.config import load_config
-from orchestrator.demo.localdb import LocalMariaDB
-from orchestrator.pipeline import plan as plan_module
+from orchestrator.pipeline.plan import step as plan_module
+from orchestrator.pipeline.plan import tables as table_planning
 from orchestrator.source.connection import Source
 from tests.conftest import assert_lake_equals_source, pipeline_config, write_config
 from tests.integration.conftest import run_plain
@@ -64,7 +65,7 @@ def test_key_bounds_are_read_only_after_the_margin_past_p0(
 
     def record_sleep(seconds: float) -> None:
         """The plan step's waits are recorded; anyone else's (another thread's) really sleep."""
-        if sys._getframe(1).f_globals.get("__name__") == plan_module.__name__:
+        if sys._getframe(1).f_globals.get("__name__") == table_planning.__name__:
             events.append(("wait", seconds, time.monotonic()))
         else:
             real_sleep(seconds)
@@ -106,7 +107,7 @@ def test_a_run_of_incremental_tables_waits_no_margin_and_misses_no_change(
     inserted: list[int] = []
 
     def record_sleep(seconds: float) -> None:
-        if sys._getframe(1).f_globals.get("__name__") == plan_module.__name__:
+        if sys._getframe(1).f_globals.get("__name__") == table_planning.__name__:
             waits.append(seconds)
         real_sleep(seconds)
 

@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.app.demo.localdb import LocalMariaDB
+from orchestrator.app.doctor import run_checks
+from orchestrator.app.plan import plan_command
+from orchestrator.app.run import run_command
+from orchestrator.app.status import status_command
 from orchestrator.config import PipelineConfig, load_config
-from orchestrator.demo.localdb import LocalMariaDB
 from orchestrator.lake.manifest import read_manifest
 from orchestrator.pipeline.context import open_store, table_dir
 from orchestrator.pipeline.failed import TablesFailed
-from orchestrator.pipeline.table_plan import plan_command
-from orchestrator.runtime.run import run_command
-from orchestrator.runtime.status import status_command
-from orchestrator.source.doctor import run_checks
 from tests.conftest import assert_lake_equals_source, pipeline_config, write_config
 
 pytestmark = pytest.mark.integration

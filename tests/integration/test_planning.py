@@ -29,10 +29,10 @@ from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
 
 from chunking import TablePlan, chunk_predicate, decode_key, sql_literal
+from orchestrator.app.demo.localdb import LocalMariaDB
 from orchestrator.config import Defaults, SourceConfig, TableConfig
-from orchestrator.demo.localdb import LocalMariaDB
 from orchestrator.errors import SourceNotReady
-from orchestrator.pipeline.table_plan import check_escaping, plan_table
+from orchestrator.pipeline.plan.chunks import check_escaping, plan_table
 from orchestrator.source.connection import Source
 from tests.conftest import pipeline_config, write_config
 

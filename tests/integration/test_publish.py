@@ -18,8 +18,8 @@ import pytest
 from orchestrator.errors import RunFailed
 from orchestrator.lake.iceberg import open_catalog
 from orchestrator.lake.manifest import read_manifest, read_published
-from orchestrator.pipeline.reconcile_spark import reconcile_table
-from orchestrator.pipeline.versions import publish_table
+from orchestrator.pipeline.publish.versions import publish_table
+from orchestrator.pipeline.reconcile.spark import reconcile_table
 from orchestrator.positions import BinlogPosition
 from orchestrator.schema.tables import ColumnInfo, TableInfo
 from orchestrator.schema.types import arrow_type
@@ -58,7 +58,7 @@ KEYS = {
     "run_id",
     "iceberg",
 }
-ADDED_KEYS = {"file_ranges"}  # README "Output": additions to CONTRACT.md's fields
+ADDED_KEYS = {"file_ranges"}  # docs/output.md: fields beyond the documented manifest
 H = BinlogPosition("binlog.000007", 1234, gtid_set="0-1-42", server_id=1)
 
 

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.app.demo.localdb import LocalMariaDB
 from orchestrator.config import load_config
-from orchestrator.demo.localdb import LocalMariaDB
-from orchestrator.pipeline import publish_workers
 from orchestrator.pipeline.context import table_dir
+from orchestrator.pipeline.publish import workers as publish_workers
 from orchestrator.state.store import StateStore
 from tests.conftest import assert_lake_equals_source, pipeline_config, write_config
 from tests.integration.test_consistency import snapshots_per_version
@@ -98,7 +98,9 @@ def test_a_crash_in_a_worker_kills_the_run_and_the_rerun_resumes(
     assert published == set(TABLES)
     # Every table went through the rerun's workers (published, or found committed or published by
     # the killed run), and what they logged is in the run's log.
-    logged = {t for t in TABLES if f"orchestrator.pipeline.publish: table {t}: " in resumed.stdout}
+    logged = {
+        t for t in TABLES if f"orchestrator.pipeline.publish.step: table {t}: " in resumed.stdout
+    }
     assert logged == set(TABLES), resumed.stdout[-3000:]
     assert tidemark(config_path).returncode == 0  # catches up to the changes
     assert_lake_equals_source(config_path, source, TABLES)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.demo.localdb import LocalMariaDB
+from orchestrator.app.demo.localdb import LocalMariaDB
 from tests.conftest import assert_lake_equals_source, pipeline_config, start_run, write_config
 from tests.integration.test_failures import run
 

@@ -17,10 +17,10 @@ import pytest
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from orchestrator.app.demo.localdb import LocalMariaDB
 from orchestrator.config import PipelineConfig
-from orchestrator.demo.localdb import LocalMariaDB
 from orchestrator.errors import RunFailed, TransientReadError
-from orchestrator.pipeline.jdbc import jdbc_properties, jdbc_url, read_chunks, required
+from orchestrator.pipeline.read.jdbc import jdbc_properties, jdbc_url, read_chunks, required
 from orchestrator.schema.tables import ColumnInfo, TableInfo
 from orchestrator.schema.types import is_boolean
 from orchestrator.schema.values import staging_schema
@@ -236,7 +236,7 @@ def create_types_table(mariadb: LocalMariaDB) -> TableInfo:
 
 
 def expected_value(column: ColumnInfo, value: Any) -> Any:
-    """What a PyMySQL SELECT value becomes in staging (CONTRACT.md mapping), test-side."""
+    """What a PyMySQL SELECT value becomes in staging (docs/types.md mapping), test-side."""
     if value is None:
         return None
     t = column.data_type
@@ -395,7 +395,7 @@ def test_rows_returned_out_of_key_order_are_sorted(
         returned = [r[0] for r in source.query(f"SELECT id, v FROM {DB}.{table} WHERE 1 = 1")]
     assert (returned != sorted(returned)) == (kind != "plain")  # what the test is about
     out = tmp_path / "snapshot"
-    with caplog.at_level(logging.INFO, logger="orchestrator.pipeline.jdbc"):
+    with caplog.at_level(logging.INFO, logger="orchestrator.pipeline.read.jdbc"):
         # a whole table in one chunk (a scan: partitioned, it returns one partition after another)
         # and a key range (read along the key, in order, partitioned or not)
         result = read_chunks(

@@ -1,5 +1,4 @@
-"""Reconcile on a real local Spark: the last change per key wins (DESIGN.md, "Why it is
-correct")."""
+"""Reconcile on a real local Spark: the last change per key wins (docs/design.md, "Why it is correct")."""
 
 from __future__ import annotations
 
@@ -13,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from orchestrator.pipeline.reconcile_spark import reconcile_table
+from orchestrator.pipeline.reconcile.spark import reconcile_table
 from orchestrator.schema.tables import ColumnInfo, TableInfo
 from orchestrator.schema.values import staging_schema
 

@@ -1,6 +1,6 @@
 """Kill a real `tidemark run` process at each phase; the next run resumes and the result is right.
 
-The crash is a SIGKILL at an exact step boundary (`orchestrator.runtime.faults`), the
+The crash is a SIGKILL at an exact step boundary (`orchestrator.services.faults`), the
 closest thing to a power cut. After each crash the source is changed a bit,
 then a plain `tidemark run` must resume the same run (done chunks not re-read)
 and publish tables equal to the source.
@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.app.demo.localdb import LocalMariaDB
+from orchestrator.app.demo.sample import SHOP_TABLES, connect, load_shop
 from orchestrator.config import load_config
-from orchestrator.demo.localdb import LocalMariaDB
-from orchestrator.demo.sample import SHOP_TABLES, connect, load_shop
 from orchestrator.state.store import StateStore
 from tests.conftest import assert_lake_equals_source, pipeline_config, write_config
 from tests.integration.test_consistency import snapshots_per_version

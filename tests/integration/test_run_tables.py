@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import steps
+from orchestrator.app import steps
+from orchestrator.app.demo.localdb import LocalMariaDB
+from orchestrator.app.run import run_command
+from orchestrator.app.status import reset_command
 from orchestrator.config import PipelineConfig, load_config
-from orchestrator.demo.localdb import LocalMariaDB
 from orchestrator.pipeline.context import hold_lock, open_store
-from orchestrator.runtime.run import run_command
-from orchestrator.runtime.status import reset_command
 from tests.conftest import assert_lake_equals_source, pipeline_config, write_config
 
 pytestmark = pytest.mark.integration

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
+from orchestrator.app.demo.localdb import LocalMariaDB
 from orchestrator.config import PipelineConfig
-from orchestrator.demo.localdb import LocalMariaDB
 from tests.conftest import assert_lake_equals_source
 from tests.integration.conftest import run_plain, two_table_pipeline
 
@@ -102,7 +102,7 @@ def test_during_a_snapshot(
     case: str,
 ) -> None:
     """The ALTER between the read step and ``H``: the table is re-read inside the run."""
-    from orchestrator.pipeline import capture as capture_module
+    from orchestrator.pipeline.capture import step as capture_module
 
     db = f"shape_mid_{case}"
     config = _setup(mariadb, tmp_path, db)

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from orchestrator import steps
+from orchestrator.app import steps
+from orchestrator.app.demo.localdb import LocalMariaDB
 from orchestrator.config import load_config
-from orchestrator.demo.localdb import LocalMariaDB
 from orchestrator.lake import storage
 from orchestrator.pipeline.context import table_dir
 from orchestrator.state.store import StateStore
@@ -122,7 +122,7 @@ def test_overlapping_text_chunks_are_reconciled_whole(
             ),
         )
     )
-    caplog.set_level(logging.INFO, logger="orchestrator.pipeline.reconcile")
+    caplog.set_level(logging.INFO, logger="orchestrator.pipeline.reconcile.rewrite")
     _run_steps(
         config, spark, lambda: mariadb.execute(f"UPDATE {db}.tags SET n = -n WHERE n % 100 = 0")
     )

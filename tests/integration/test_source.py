@@ -12,8 +12,8 @@ import pymysql
 import pytest
 import tenacity
 
+from orchestrator.app.demo.localdb import LocalMariaDB, free_port
 from orchestrator.config import SourceConfig
-from orchestrator.demo.localdb import LocalMariaDB, free_port
 from orchestrator.errors import RunFailed, SourceNotReady
 from orchestrator.positions import BinlogPosition
 from orchestrator.source.connection import Source

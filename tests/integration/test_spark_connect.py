@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.app.demo.localdb import LocalMariaDB
 from orchestrator.config import load_config
-from orchestrator.demo.localdb import LocalMariaDB
 from tests.conftest import assert_lake_equals_source, pipeline_config, write_config
 from tests.spark_connect import connect_server
 

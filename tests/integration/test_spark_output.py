@@ -1,4 +1,4 @@
-"""`orchestrator.runtime.spark`: the driver JVM's output goes to the log, not to stderr.
+"""`orchestrator.services.spark`: the driver JVM's output goes to the log, not to stderr.
 
 Airflow records a task's stderr as ERROR lines, so a JVM writing its banner and
 log4j warnings there made every successful read task look failed. A fresh
@@ -27,8 +27,8 @@ from pathlib import Path
 logging.basicConfig(stream=sys.stdout, level=logging.INFO, \
 format="%(levelname)s %(name)s %(message)s")
 from tests.integration.conftest import spark_test_config
-from orchestrator.runtime.spark import get_session
-spark = get_session(spark_test_config(Path(sys.argv[1])))
+from orchestrator.pipeline.context import spark_session
+spark = spark_session(spark_test_config(Path(sys.argv[1])))
 assert spark.range(10).count() == 10
 spark.stop()
 """

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.app.demo.localdb import GOOD_BINLOG, LocalMariaDB
 from orchestrator.config import load_config
-from orchestrator.demo.localdb import GOOD_BINLOG, LocalMariaDB
 from tests.conftest import HAVE_MARIADB, pipeline_config, write_config
 from tests.integration.conftest import run_plain
 from tests.integration.test_value_edges import published

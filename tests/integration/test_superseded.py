@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import steps
+from orchestrator.app import steps
+from orchestrator.app.demo.localdb import LocalMariaDB
+from orchestrator.app.run import run_command
 from orchestrator.config import load_config
-from orchestrator.demo.localdb import LocalMariaDB
 from orchestrator.errors import RunFailed
 from orchestrator.lake.manifest import read_published
 from orchestrator.pipeline.context import hold_lock, open_store, table_dir
-from orchestrator.runtime.run import run_command
 from tests.conftest import assert_lake_equals_source, pipeline_config, write_config
 
 pytestmark = pytest.mark.integration

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
+from orchestrator.app.demo.localdb import LocalMariaDB
 from orchestrator.config import PipelineConfig
-from orchestrator.demo.localdb import LocalMariaDB
 from orchestrator.pipeline.context import table_dir
 from tests.conftest import assert_lake_equals_source
 from tests.integration.conftest import run_plain, two_table_pipeline
@@ -156,7 +156,7 @@ def test_ddl_after_the_reads_re_reads_inside_the_run(
 ) -> None:
     """An ALTER between the read step and H: the run re-reads the table from a new start and
     captures on to a new H, in the same run (a snapshot run, so no plan-time shape check)."""
-    from orchestrator.pipeline import capture as capture_module
+    from orchestrator.pipeline.capture import step as capture_module
 
     db = "chg_midrun"
     config = _setup(mariadb, tmp_path, db)

@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
+from orchestrator.app.cli import main
+from orchestrator.app.demo.localdb import LocalMariaDB
 from orchestrator.config import PipelineConfig, load_config
-from orchestrator.demo.localdb import LocalMariaDB
 from orchestrator.pipeline.context import open_store, table_dir
-from orchestrator.runtime.cli import main
 from tests.conftest import assert_lake_equals_source, pipeline_config, write_config
 from tests.integration.test_resume import tidemark
 
@@ -257,7 +257,7 @@ def test_a_column_named_like_tidemarks_own_added_during_the_run(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Added by DDL after preflight, seen by the capture: the re-read's planning fails b alone."""
-    from orchestrator.pipeline import capture as capture_module
+    from orchestrator.pipeline.capture import step as capture_module
 
     db = "tf_tmcol_run"
     path = _setup(mariadb, tmp_path, db, [{"name": f"{db}.a"}, {"name": f"{db}.b"}])

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
+from orchestrator.app.demo.localdb import LocalMariaDB
 from orchestrator.config import PipelineConfig, load_config
-from orchestrator.demo.localdb import LocalMariaDB
 from orchestrator.lake.manifest import read_published
 from orchestrator.pipeline.context import table_dir
 from tests.conftest import pipeline_config, write_config

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from orchestrator.binlog.reader import Boundary, RowsEvent
-from orchestrator.pipeline.capture import _run
+from orchestrator.pipeline.capture.step import _run
 from orchestrator.positions import BinlogPosition
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from orchestrator.config import TableConfig
 from orchestrator.errors import SourceNotReady
-from orchestrator.schema.keys import choose_chunk_key
+from orchestrator.pipeline.plan.keys import choose_chunk_key
 from orchestrator.schema.tables import ColumnInfo, TableInfo
 
 

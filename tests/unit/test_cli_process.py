@@ -12,20 +12,20 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.runtime import status
-from orchestrator.runtime.cli import main
+from orchestrator.app import status
+from orchestrator.app.cli import main
 from tests.unit.test_cli_validate import GOOD, write
 
 # Runs `entry` for `tidemark status` with the command replaced by one that reports the collector.
 PROBE = """
 import gc, sys
-import orchestrator.runtime.status as status
+import orchestrator.app.status as status
 seen = {}
 def command(config):
     seen.update(enabled=gc.isenabled(), frozen=gc.get_freeze_count())
     return 0
 status.status_command = command
-from orchestrator.runtime import cli
+from orchestrator.app import cli
 sys.argv = ["tidemark", "status", "--config", sys.argv[1]]
 code = cli.entry()
 print(code, seen["enabled"], seen["frozen"])
@@ -78,18 +78,18 @@ RUN_PROBE = """
 import sys, types
 if sys.argv[2] == "first":
     import pandas
-early = types.ModuleType("orchestrator.runtime.early")
+early = types.ModuleType("orchestrator.app.early")
 early.start_spark_early = lambda *args: None
 def run_command(config, **kwargs):
-    import orchestrator.steps  # the engine, as the real command imports it
+    import orchestrator.app.steps  # the engine, as the real command imports it
     import pyarrow as pa
     pa.array([1, 2]); pa.scalar(None, pa.int64()); pa.table({"a": ["x"]})
     print("pandas" in sys.modules, type(pa.table({"a": [1]}).to_pandas()).__name__)
     return 0
-run = types.ModuleType("orchestrator.runtime.run")
+run = types.ModuleType("orchestrator.app.run")
 run.run_command = run_command
-sys.modules.update({"orchestrator.runtime.early": early, "orchestrator.runtime.run": run})
-from orchestrator.runtime import cli
+sys.modules.update({"orchestrator.app.early": early, "orchestrator.app.run": run})
+from orchestrator.app import cli
 sys.argv = ["tidemark", "run", "--config", sys.argv[1]]
 sys.exit(cli.entry())
 """
@@ -102,7 +102,7 @@ sys.exit(cli.entry())
 def test_a_run_imports_no_pandas(
     tmp_path: Path, spark: dict[str, str], pandas: str, imported: str
 ) -> None:
-    """pyarrow's look for pandas (`runtime.lean`): a run leaves pandas unimported, with a Spark
+    """pyarrow's look for pandas (`orchestrator.services.lean`): a run leaves pandas unimported, with a Spark
     driver of its own or a Spark Connect server's, and pyarrow still converts to pandas when
     asked to; a process that imported pandas before keeps it."""
     config = write(
@@ -137,10 +137,10 @@ def test_an_airflow_task_process_of_a_tidemark_dag_imports_no_pandas(
     DagBag: no DAG named), leaves pyarrow as it is, for pandas objects of other code."""
     probe = (
         "import sys\n"
-        "import orchestrator.runtime.airflow_dags\n"
-        "import orchestrator.steps, pyarrow as pa\n"
+        "import orchestrator.app.airflow_dags\n"
+        "import orchestrator.app.steps, pyarrow as pa\n"
         "pa.array([1, 2])\n"
-        "print('pandas' in sys.modules, 'orchestrator.pipeline.capture' in sys.modules)"
+        "print('pandas' in sys.modules, 'orchestrator.pipeline.capture.step' in sys.modules)"
     )
     env = {k: v for k, v in os.environ.items() if k != "_AIRFLOW_PARSING_CONTEXT_DAG_ID"}
     if dag_id:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from orchestrator.runtime.cli import main
+from orchestrator.app.cli import main
 
 TIDEMARK = Path(sys.executable).parent / "tidemark"
 

@@ -1,14 +1,14 @@
-"""orchestrator.source.doctor without a server: the chunk-key check is the planner's own choice."""
+"""orchestrator.app.doctor without a server: the chunk-key check is the planner's own choice."""
 
 from __future__ import annotations
 
 import pytest
 
+from orchestrator.app.doctor import chunk_key_check
 from orchestrator.config import TableConfig
 from orchestrator.errors import ConfigError, SourceNotReady
-from orchestrator.schema.keys import choose_chunk_key
+from orchestrator.pipeline.plan.keys import choose_chunk_key
 from orchestrator.schema.tables import ColumnInfo, TableInfo
-from orchestrator.source.doctor import chunk_key_check
 
 COLUMNS = (
     ColumnInfo("a", "int", "int(11)", False),

@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 import yaml
 
+from orchestrator.app import cli as cli_module
+from orchestrator.app import early, logs, run
+from orchestrator.app.cli import build_parser, main
+from orchestrator.app.every import ProcessBroken, Stop, parse_every, run_every, stop_on_sigterm
 from orchestrator.errors import ConfigError, RunFailed, SourceNotReady
-from orchestrator.runtime import cli as cli_module
-from orchestrator.runtime import early, failures, run
-from orchestrator.runtime.cli import build_parser, main
-from orchestrator.runtime.every import ProcessBroken, Stop, parse_every, run_every, stop_on_sigterm
 from orchestrator.state.store import StateStore
 
 
@@ -158,11 +158,11 @@ def _loop(
     try:
         return main(["run", "--config", str(path), "--every", "0.05", *argv])
     finally:  # the run log main opened: closed, as the process's end would
-        handler = failures._log_handler
+        handler = logs._log_handler
         if handler is not None:
             logging.getLogger().removeHandler(handler)
             handler.close()
-            failures._log_handler = None
+            logs._log_handler = None
 
 
 def test_snapshot_is_asked_for_until_a_run_plans_it(

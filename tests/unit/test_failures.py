@@ -1,4 +1,4 @@
-"""`orchestrator.runtime.failures`: a failure's chain reduced to the cause a user can act on."""
+"""`orchestrator.services.failures`: a failure's chain reduced to the cause a user can act on."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ from pathlib import Path
 import pymysql
 import pytest
 
+from orchestrator.app.logs import prune_logs
 from orchestrator.errors import source_timeout
-from orchestrator.runtime.failures import describe, prune_logs, root_cause
+from orchestrator.services.failures import describe, root_cause
 
 
 def chained(*messages: BaseException) -> BaseException:

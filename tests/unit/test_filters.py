@@ -1,4 +1,4 @@
-"""orchestrator.schema.filters and orchestrator.pipeline.filtering without a server.
+"""orchestrator.schema.filters and orchestrator.pipeline.capture.filtering without a server.
 
 MariaDB's own verdicts are tested in tests/integration/test_filters.py; here: what is
 refused (and how it is said), NULL logic on hand-picked rows, and how a segment's
@@ -17,7 +17,7 @@ import pytest
 
 from orchestrator.config import parse_config
 from orchestrator.errors import ConfigError
-from orchestrator.pipeline.filtering import ChangeFilters, compile_table_filter
+from orchestrator.pipeline.capture.filtering import ChangeFilters, compile_table_filter
 from orchestrator.schema.filters import FilterError, check_filter, compile_filter
 from orchestrator.schema.tables import ColumnInfo, TableInfo
 

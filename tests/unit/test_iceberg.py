@@ -12,11 +12,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from orchestrator.app.demo.command import duckdb_query
 from orchestrator.config import PipelineConfig, parse_config
-from orchestrator.demo.command import duckdb_query
 from orchestrator.errors import ConfigError
 from orchestrator.lake import iceberg
-from orchestrator.pipeline.versions import publish_table
+from orchestrator.pipeline.publish.versions import publish_table
 from orchestrator.positions import BinlogPosition
 from orchestrator.schema.tables import ColumnInfo, TableInfo
 from orchestrator.schema.values import staging_schema

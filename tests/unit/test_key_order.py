@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from orchestrator.pipeline.jdbc import all_ascending
+from orchestrator.pipeline.read.jdbc import all_ascending
 
 INT64 = pa.int64()
 

@@ -1,7 +1,6 @@
 """The driver's merge of one base batch with its events: a key of one integer column takes a
-binary search per event (`reconcile_local._integer_key`), any other key the sort of base and
-event keys together; both must give the same rows and counts (random batches, every integer
-width)."""
+binary search per event (`orchestrator.pipeline.reconcile.local._integer_key`), any other key the sort of base and
+event keys together; both must give the same rows and counts (random batches, every integer width)."""
 
 from __future__ import annotations
 
@@ -13,8 +12,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from orchestrator.pipeline import reconcile_local
 from orchestrator.pipeline.changes import DELETE, KIND, PUT, event_key
+from orchestrator.pipeline.reconcile import local as reconcile_local
 
 
 def _case(

@@ -27,7 +27,7 @@ from orchestrator.lake.manifest import (
     published_schema,
 )
 from orchestrator.lake.writer import data_file, to_published
-from orchestrator.pipeline.versions import publish_table
+from orchestrator.pipeline.publish.versions import publish_table
 from orchestrator.positions import BinlogPosition
 from orchestrator.schema.tables import ColumnInfo, TableInfo
 from orchestrator.schema.values import staging_schema

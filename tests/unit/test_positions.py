@@ -1,4 +1,4 @@
-"""Positions carry their server and GTID set (CONTRACT.md "Positions"); those stored before they
+"""Positions carry their server and GTID set (docs/output.md, "Positions"); those stored before they
 did still load; positions of two servers never order by offset."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Publish's worker processes (`orchestrator.pipeline.publish_workers`), with a stand-in for a
+"""Publish's worker processes (`orchestrator.pipeline.publish.workers`), with a stand-in for a
 table's publish: what the run gets back from its workers, and what stops them."""
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from pyiceberg.catalog import Catalog
 
 from orchestrator.config import PipelineConfig, parse_config
 from orchestrator.errors import RunFailed
-from orchestrator.pipeline import publish_workers
 from orchestrator.pipeline.failed import table_failure
+from orchestrator.pipeline.publish import workers as publish_workers
 from orchestrator.positions import BinlogPosition
 from orchestrator.state.store import RunTableRecord, TableCheckpoint
 
@@ -275,7 +275,7 @@ def test_workers_are_not_forked_inside_the_heartbeats_transaction(tmp_path: Path
     the workers are forked once the renewal is over."""
     import threading
 
-    from orchestrator.runtime import faults
+    from orchestrator.services import faults
 
     db = tmp_path / "shared.db"
     setup = sqlite3.connect(db, isolation_level=None)

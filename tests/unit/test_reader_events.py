@@ -10,7 +10,7 @@ import pytest
 
 from orchestrator.binlog import events as ev
 from orchestrator.binlog.reader import Boundary, EventReader, TableChange
-from orchestrator.config_sections import SourceConfig
+from orchestrator.config.sections import SourceConfig
 from orchestrator.errors import RunFailed
 from orchestrator.positions import BinlogPosition
 from tests.unit.test_rowdecode import packet

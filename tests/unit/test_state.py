@@ -24,7 +24,7 @@ import pytest
 from sqlalchemy import Connection, create_engine, inspect, select, text, update
 from sqlalchemy.engine import make_url
 
-from orchestrator.demo.localdb import free_port
+from orchestrator.app.demo.localdb import free_port
 from orchestrator.errors import RunLocked, StateError
 from orchestrator.state import schema as state_schema
 from orchestrator.state import store as state

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from orchestrator.config import Defaults, parse_config
+from orchestrator.config.patterns import dropped, expand, glob_matches
 from orchestrator.errors import ConfigError
-from orchestrator.pipeline.batches import PACK_TABLES, Draft, assign_batches
+from orchestrator.pipeline.plan.batches import PACK_TABLES, Draft, assign_batches
 from orchestrator.state.store import ChunkRecord, PlannedTable
-from orchestrator.table_patterns import dropped, expand, glob_matches
 
 SOURCE = {"host": "h", "user": "u", "server_id": 1}
 SOURCE_TABLES = [

@@ -1,4 +1,4 @@
-"""Binlog-path values -> staging Arrow: one row per MySQL type of CONTRACT.md's mapping."""
+"""Binlog-path values -> staging Arrow: one row per MySQL type of docs/types.md."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""orchestrator.pipeline.table_plan without a server: key choice, refusals, the outputs."""
+"""orchestrator.pipeline.plan.chunks without a server: key choice, refusals, the outputs."""
 
 from __future__ import annotations
 
@@ -7,17 +7,12 @@ import json
 import pytest
 
 from chunking import Chunk, KeyRange, TablePlan
+from orchestrator.app.plan import plan_document, render_plans
 from orchestrator.config import TableConfig
 from orchestrator.errors import ConfigError, SourceNotReady
-from orchestrator.pipeline.local_read import LOCAL_ROWS
-from orchestrator.pipeline.table_plan import (
-    check_escaping,
-    choose_chunk_key,
-    describe_decision,
-    plan_document,
-    read_by,
-    render_plans,
-)
+from orchestrator.pipeline.plan.chunks import check_escaping, describe_decision, read_by
+from orchestrator.pipeline.plan.keys import choose_chunk_key
+from orchestrator.pipeline.read.local import LOCAL_ROWS
 from orchestrator.schema.tables import ColumnInfo, TableInfo
 
 

@@ -1,0 +1,176 @@
+"""Check that a published table equals its source table, row for row and value for value.
+
+An oracle independent of both the Spark and the binlog paths: it reads the
+source with a plain PyMySQL SELECT and the published version with pyarrow, and
+normalises both sides to the same Python values by the docs/types.md mapping.
+Used by the demo, the consistency tests and the benchmarks.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import struct
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+
+from chunking.mysql import quote_identifier, quote_table
+from orchestrator.lake import storage
+from orchestrator.lake.manifest import read_manifest
+from orchestrator.schema.families import BINARY_TYPES, DECIMAL_TYPES, ZERO_DATE_TYPES
+from orchestrator.schema.tables import ColumnInfo, TableInfo
+from orchestrator.schema.types import arrow_type, is_boolean
+
+_EPOCH = dt.datetime(1970, 1, 1)
+
+
+@dataclass
+class Comparison:
+    table: str
+    source_rows: int
+    published_rows: int
+    missing: list[Any] = field(default_factory=list)  # keys in the source, not published
+    extra: list[Any] = field(default_factory=list)  # keys published, not in the source
+    different: list[tuple[Any, str, Any, Any]] = field(
+        default_factory=list
+    )  # key, column, source, published
+
+    @property
+    def equal(self) -> bool:
+        return not (self.missing or self.extra or self.different)
+
+    def summary(self, limit: int = 5) -> str:
+        if self.equal:
+            return f"{self.table}: equal ({self.source_rows:,} rows)"
+        parts = [
+            f"{self.table}: DIFFERENT (source {self.source_rows:,} rows, "
+            f"published {self.published_rows:,})"
+        ]
+        if self.missing:
+            parts.append(f"  {len(self.missing)} missing, e.g. {self.missing[:limit]}")
+        if self.extra:
+            parts.append(f"  {len(self.extra)} extra, e.g. {self.extra[:limit]}")
+        for key, column, a, b in self.different[:limit]:
+            parts.append(f"  key {key} column {column}: source {a!r} != published {b!r}")
+        if len(self.different) > limit:
+            parts.append(f"  ... {len(self.different)} differing values in all")
+        return "\n".join(parts)
+
+
+def normalize(column: ColumnInfo, value: Any) -> Any:
+    """A value from either side, as the Python value the mapping promises.
+
+    >>> from orchestrator.schema.tables import ColumnInfo as C
+    >>> normalize(C("f", "float", "float", True), 0.1) == normalize(
+    ...     C("f", "float", "float", True), 0.10000000149011612)
+    True
+    >>> normalize(C("b", "bit", "bit(8)", True, precision=8), b"\\x05")
+    5
+    """
+    if value is None:
+        return None
+    t = column.data_type
+    if is_boolean(column):
+        if isinstance(value, bytes):
+            value = int.from_bytes(value, "big")
+        return bool(value)
+    if t == "bit":
+        return int.from_bytes(value, "big") if isinstance(value, bytes) else int(value)
+    if t == "float":
+        return struct.unpack("f", struct.pack("f", float(value)))[0]
+    if t in DECIMAL_TYPES:
+        return str(Decimal(value)) if arrow_type(column) == pa.string() else Decimal(value)
+    if t == "bigint" and column.unsigned:
+        return int(value)
+    if t in ZERO_DATE_TYPES and isinstance(value, str):
+        return None  # zero dates come back as text from PyMySQL; the mapping makes them null
+    if t == "timestamp" and isinstance(value, dt.datetime):
+        return (
+            value.replace(tzinfo=None)
+            if value.tzinfo is None
+            else value.astimezone(dt.UTC).replace(tzinfo=None)
+        )
+    if t == "time" and isinstance(value, int):
+        return dt.timedelta(microseconds=value)
+    if t == "set" and isinstance(value, set):
+        return ",".join(sorted(value))
+    if isinstance(value, bytes) and t not in BINARY_TYPES:
+        return value.decode(column.charset or "utf8", errors="replace")
+    return value
+
+
+def _key_of(row: dict[str, Any], key: tuple[str, ...]) -> Any:
+    return tuple(row[k] for k in key)
+
+
+def compare(
+    info: TableInfo,
+    key: tuple[str, ...],
+    source_rows: Iterable[tuple[Any, ...]],
+    published_rows: Iterable[dict[str, Any]],
+    limit: int = 100,
+) -> Comparison:
+    """Compare rows (source as tuples in column order, published as dicts)."""
+    cols = info.columns
+    source: dict[Any, tuple[Any, ...]] = {}
+    for raw in source_rows:
+        row = {c.name: normalize(c, v) for c, v in zip(cols, raw, strict=True)}
+        source[_key_of(row, key)] = tuple(row[c.name] for c in cols)
+    published: dict[Any, tuple[Any, ...]] = {}
+    duplicates: list[Any] = []
+    for raw_row in published_rows:
+        row = {c.name: normalize(c, raw_row[c.name]) for c in cols}
+        k = _key_of(row, key)
+        if k in published:
+            duplicates.append(k)
+        published[k] = tuple(row[c.name] for c in cols)
+    result = Comparison(info.name, len(source), len(published) + len(duplicates))
+    result.missing = sorted((k for k in source if k not in published), key=repr)[:limit]
+    result.extra = (sorted((k for k in published if k not in source), key=repr) + duplicates)[
+        :limit
+    ]
+    for k, values in source.items():
+        other = published.get(k)
+        if other is None or other == values:
+            continue
+        for c, a, b in zip(cols, values, other, strict=True):
+            if a != b and len(result.different) < limit:
+                result.different.append((k, c.name, a, b))
+    return result
+
+
+def published_rows(table_dir: str) -> list[dict[str, Any]]:
+    """Every row of the current published version of a table, as dicts."""
+    manifest = read_manifest(table_dir)
+    files = [storage.local_path(storage.join(table_dir, f)) for f in manifest["files"]]
+    return ds.dataset(files, format="parquet").to_table().to_pylist() if files else []
+
+
+def source_rows(conn: Any, info: TableInfo, where: str | None = None) -> list[tuple[Any, ...]]:
+    """Every row of the source table (those matching ``where``, the table's filter), read
+    through ``conn`` (a PyMySQL connection), in column order."""
+    # FLOAT over the text protocol has 6 significant digits; the lake holds the exact float32.
+    columns = ", ".join(
+        f"CAST({quote_identifier(c.name)} AS DOUBLE)"
+        if c.data_type == "float"
+        else quote_identifier(c.name)
+        for c in info.columns
+    )
+    with conn.cursor() as cur:
+        cur.execute("SET time_zone = '+00:00'")
+        cur.execute(
+            f"SELECT {columns} FROM {quote_table(info.name)}" + (f" WHERE {where}" if where else "")
+        )
+        return list(cur.fetchall())
+
+
+def verify_table(
+    conn: Any, info: TableInfo, key: tuple[str, ...], table_dir: str, where: str | None = None
+) -> Comparison:
+    """Compare the source table (read through ``conn``, a PyMySQL connection; only the rows
+    matching ``where``, the table's filter) with its published version."""
+    return compare(info, key, source_rows(conn, info, where), published_rows(table_dir))

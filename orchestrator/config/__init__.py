@@ -1,0 +1,49 @@
+"""The pipeline config: YAML in, validated frozen dataclasses out (docs/config.md).
+
+`pipeline` reads a file and holds `PipelineConfig`; `sections` the dataclass of each section and
+the reader that collects every problem with its file and key path; `patterns` the table entries
+and their globs; `credentials` where the source password comes from. The names most code needs
+are re-exported here.
+
+May import: orchestrator, errors, positions, services, schema, chunking.
+"""
+
+from __future__ import annotations
+
+from orchestrator.config.credentials import Secret
+from orchestrator.config.pipeline import (
+    DAG_ID_PREFIX,
+    TIME_ZONE,
+    PipelineConfig,
+    load_config,
+    parse_config,
+)
+from orchestrator.config.sections import (
+    DEFAULT_JDBC_JAR,
+    AirflowConfig,
+    CatalogConfig,
+    Defaults,
+    OutputConfig,
+    SourceConfig,
+    SparkConfig,
+    StateConfig,
+    TableConfig,
+)
+
+__all__ = [
+    "DAG_ID_PREFIX",
+    "DEFAULT_JDBC_JAR",
+    "TIME_ZONE",
+    "AirflowConfig",
+    "CatalogConfig",
+    "Defaults",
+    "OutputConfig",
+    "PipelineConfig",
+    "Secret",
+    "SourceConfig",
+    "SparkConfig",
+    "StateConfig",
+    "TableConfig",
+    "load_config",
+    "parse_config",
+]

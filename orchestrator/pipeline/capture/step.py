@@ -1,0 +1,495 @@
+"""Capture: the run's binlog row changes, up to the high position ``H``, into staging Parquet.
+
+One pass over the binlog from the lowest start position (or the run's capture
+checkpoint) to ``stop``, keeping the changes of the run's tables, each only
+when it is after that table's own start. Changes are buffered per table and
+written as numbered segments, named with a tag unique to this capture attempt::
+
+    <staging>/<run_id>/changes/<db>.<table>/seg-000001-<writer>.parquet
+
+with columns ``_tm_file, _tm_pos, _tm_row`` (the change's binlog position),
+``_tm_op`` (``I``/``U``/``D``), every table column in its staging type (the
+after image; for a delete the before image), then ``_tm_old_<c>`` for each
+chunk-key column (the before-image key of updates and deletes).
+
+Segment numbers run across the whole run. After the buffers are written at a
+transaction boundary, the checkpoint records that boundary, the highest
+segment number and which attempt wrote which numbers: the durable segments hold
+every kept change up to the boundary and nothing after it. A resumed capture
+reads on from the boundary under a new tag and numbers on from the checkpoint's
+count; segments an earlier attempt wrote after its last checkpoint carry that
+attempt's tag and are never read (`orchestrator.pipeline.segments`), so every
+change lands in exactly one durable segment. Every checkpoint is a fenced write
+and segments are written only after the fence is checked: a capture whose pipeline
+lock was taken over stops (`LockLost`) before it writes anything more.
+
+Rows events arrive undecoded (`orchestrator.binlog.reference.BinlogReader.events`); only
+the run's tables' are kept, and rows at or before a table's start are dropped a
+whole event at a time where they can be. Each table's events are decoded by
+`orchestrator.binlog.batch.FastDecoding` into tuples of raw values, which
+become Arrow column by column when a segment is written; ``decoder="library"``
+decodes with python-mysql-replication instead (the reference, for tests and
+benchmarks), into the same segments; it gives NULL for a date the server kept under
+``ALLOW_INVALID_DATES``, which the fast decoder rolls over as the snapshot does.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+import pyarrow.fs as pafs
+
+from orchestrator.binlog.batch import Decoding, FastDecoding
+from orchestrator.binlog.jsonb import json_text
+from orchestrator.binlog.reference import (
+    BinlogReader,
+    Boundary,
+    LibraryDecoding,
+    LibraryRows,
+    RowsEvent,
+    TableChange,
+    XaEvent,
+)
+from orchestrator.config import PipelineConfig
+from orchestrator.lake import storage
+from orchestrator.pipeline.capture.buffer import CaptureTable, TableBuffer, key_indexes
+from orchestrator.pipeline.capture.filtering import ChangeFilters
+from orchestrator.pipeline.capture.reread import (
+    MAX_REREAD_ROUNDS,
+    check_binlog_kept,
+    give_up_rereads,
+    pending_rereads,
+    prepare_rereads,
+)
+from orchestrator.pipeline.capture.xa import XaTransactions
+from orchestrator.pipeline.context import current_run, open_source, open_store, position, table_info
+from orchestrator.pipeline.failed import fail_table, table_failure
+from orchestrator.pipeline.segments import resume_point, segment_name, write_segment
+from orchestrator.positions import BinlogPosition, file_index
+from orchestrator.services import faults
+from orchestrator.source.retry import binlog_retry
+from orchestrator.state.store import StateStore
+
+log = logging.getLogger(__name__)
+
+#: Checkpoint at a boundary at least this often, even with little to write.
+CHECKPOINT_SECONDS = 30.0
+#: Log a progress line at most this often.
+LOG_SECONDS = 10.0
+
+_file_index = functools.lru_cache(maxsize=256)(file_index)
+#: The start of a table whose rows are no longer kept (it waits for a re-read, or failed).
+_NEVER = (1 << 62, 0, 0)
+
+#: How rows events are decoded: Tidemark's own decoder, or python-mysql-replication's.
+Decoder = Literal["fast", "library"]
+
+
+@dataclass(frozen=True, slots=True)
+class CaptureResult:
+    """What a capture left in staging.
+
+    Attributes:
+        rows: changes per table in the run's durable segments (all of them, resumes included).
+        segments: the highest durable segment number.
+        end: the position everything up to which is captured (the stop position).
+        resumed: whether this call continued from a checkpoint.
+        seconds: how long this call took.
+    """
+
+    rows: dict[str, int]
+    segments: int
+    end: BinlogPosition
+    resumed: bool = False
+    seconds: float = 0.0
+
+    def __str__(self) -> str:
+        per_table = ", ".join(f"{t} {n}" for t, n in sorted(self.rows.items())) or "no tables"
+        how = "resumed, " if self.resumed else ""
+        return (
+            f"{sum(self.rows.values())} changes up to {self.end} ({per_table}; {how}"
+            f"{self.segments} segments, {self.seconds:.1f}s)"
+        )
+
+
+# --------------------------------------------------------------------------- the capture
+
+
+@dataclass
+class _Capture:
+    """One capture pass: buffers, segment numbering, checkpoints and progress."""
+
+    store: StateStore
+    run_id: str
+    fs: pafs.FileSystem
+    root: str
+    tables: Mapping[str, CaptureTable]
+    stop: BinlogPosition
+    batch_rows: int
+    progress: Callable[[int], None] | None
+    segments: int
+    rows: dict[str, int]
+    owners: list[list[object]] = field(
+        default_factory=list
+    )  # [writer, first segment], checkpointed
+    writer: str = field(
+        default_factory=storage.attempt_tag
+    )  # this attempt's tag in its segment names
+    buffers: dict[str, TableBuffer] = field(default_factory=dict)
+    buffered: int = 0
+    unsaved: bool = False  # segments written since the last checkpoint
+    reported: int = 0
+    started: float = field(default_factory=time.monotonic)
+    last_checkpoint: float = field(default_factory=time.monotonic)
+    last_log: float = field(default_factory=time.monotonic)
+    captured: int = 0  # changes kept by this call
+    starts: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+    xa: XaTransactions = field(default_factory=XaTransactions)
+
+    decoder: Decoder = "fast"
+    filters: ChangeFilters = field(default_factory=ChangeFilters)
+
+    def __post_init__(self) -> None:
+        library = LibraryRows({name: t.info for name, t in self.tables.items()})
+        for name, table in self.tables.items():
+            key = key_indexes(table)
+            decoding: Decoding = (
+                FastDecoding(table.info, key, json_text)
+                if self.decoder == "fast"
+                else LibraryDecoding(table.info, key, library)
+            )
+            self.buffers[name] = TableBuffer(table, decoding)
+        self.starts = {name: t.start.key for name, t in self.tables.items()}
+
+    def add(self, event: RowsEvent, base: int = 0) -> int:
+        """Buffer the event's rows, numbered from ``base`` at its position; returns how many
+        numbers they took (the next event at the same position numbers on from there)."""
+        if self.xa.group is not None and self.xa.take(event):
+            return 0
+        file = _file_index(event.file)
+        start_file, start_pos, start_row = self.starts[event.table]
+        if (file, event.end) < (start_file, start_pos):
+            return 0  # its table's snapshot (or published version) already has these rows
+        first = start_row + 1 if (file, event.end) == (start_file, start_pos) else 0
+        try:
+            added = self.buffers[event.table].add(event, file, first, base)
+        except (
+            Exception
+        ) as exc:  # a value that cannot be decoded: recorded before any checkpoint past it
+            self.fail(event.table, exc, f"rows event ending at {event.file}:{event.end}")
+            return 0
+        self.buffered += added
+        self.captured += added
+        if self.buffered >= 2 * self.batch_rows:  # a huge transaction: write, checkpoint later
+            self.flush()
+        return first + added
+
+    def fail(self, table: str, exc: Exception, where: str) -> None:
+        """``exc`` is the table's own failure (else it is raised): record it, drop the table's
+        buffered rows and keep none of its rows after."""
+        if (reason := table_failure(exc)) is None:
+            raise exc
+        fail_table(self.store, self.run_id, table, "capture", f"{reason} ({where})")
+        self.buffers[table].clear()
+        self.starts[table] = _NEVER
+
+    def xa_step(self, record: XaEvent) -> None:
+        """An XA step: a committed transaction's rows are added at the commit's position."""
+        committed = self.xa.step(record)
+        if committed is None:
+            self.change(
+                TableChange(
+                    frozenset(self.tables),
+                    "XA COMMIT of a transaction prepared before this capture began",
+                    record.file,
+                    record.end,
+                )
+            )
+            return
+        base = 0
+        for event in committed:
+            base += self.add(event, base)
+
+    def change(self, change: TableChange) -> None:
+        """A change the binlog has no row images of: record the re-read, keep no more rows.
+
+        Recorded before any checkpoint past it, so a resumed capture still re-reads.
+        """
+        at = (_file_index(change.file), change.end)
+        for table in sorted(change.tables):
+            start = self.starts.get(table)
+            if start is None or at <= start[:2]:
+                continue  # not captured here, or its snapshot (or version) already has it
+            log.warning("table %s: %s at %s: re-read", table, change.what, change.position)
+            self.store.set_table_status(
+                self.run_id,
+                table,
+                "planned",
+                info={
+                    "reread_pending": {"what": change.what, "position": change.position.to_json()}
+                },
+            )
+            self.starts[table] = _NEVER
+
+    def boundary(self, position: BinlogPosition, *, final: bool = False) -> None:
+        now = time.monotonic()
+        if (
+            final
+            or self.unsaved
+            or self.buffered >= self.batch_rows
+            or now - self.last_checkpoint >= CHECKPOINT_SECONDS
+        ):
+            self.flush()
+            if final:
+                self.hold_prepared(position)
+            self.checkpoint(position)
+        if final or now - self.last_log >= LOG_SECONDS:
+            self.log_progress(position)
+
+    def hold_prepared(self, stop: BinlogPosition) -> None:
+        """Tables with rows of XA transactions prepared but not committed at ``stop``: their
+        next capture starts where those transactions began (see `orchestrator.pipeline.capture.xa`)."""
+        hold = self.xa.hold()
+        if hold is None:
+            return
+        for table in sorted(self.xa.tables() & self.tables.keys()):
+            log.warning(
+                "table %s: an XA transaction begun at %s is not committed at %s; its rows "
+                "wait for the run that sees its commit",
+                table,
+                hold,
+                stop,
+            )
+            self.store.set_table_status(
+                self.run_id, table, "planned", info={"next_from": hold.to_json()}
+            )
+
+    def flush(self) -> None:
+        if not any(len(buffer) for buffer in self.buffers.values()):
+            self.buffered = 0
+            return
+        self.store.check_fence()  # a capture that lost the pipeline lock writes nothing more
+        if not self.owners or self.owners[-1][0] != self.writer:
+            self.owners.append([self.writer, self.segments + 1])
+        for name, buffer in self.buffers.items():
+            if not len(buffer):
+                continue
+            try:  # values are converted here: one that cannot be fails its table alone, as in `add`
+                changes = self.filters.apply(name, buffer.to_arrow())
+            except Exception as exc:
+                self.fail(name, exc, f"rows events before {self.stop}")
+                continue
+            self.segments += 1
+            path = (
+                f"{self.root}/{self.run_id}/changes/{name}/"
+                f"{segment_name(self.segments, self.writer)}"
+            )
+            write_segment(self.fs, path, changes)
+            self.rows[name] = self.rows.get(name, 0) + len(buffer)
+            buffer.clear()
+            self.unsaved = True
+        self.buffered = 0
+        faults.point("capture.flushed")
+
+    def checkpoint(self, position: BinlogPosition) -> None:
+        hold = self.xa.hold()
+        if hold is not None and hold < position:  # a prepared XA transaction's rows are held
+            position = hold
+        total = sum(self.rows.values())
+        self.store.save_capture_checkpoint(
+            self.run_id,
+            position.to_json(),
+            self.segments,
+            total,
+            [o for o in self.owners if int(str(o[1])) <= self.segments],
+        )
+        self.unsaved = False
+        self.last_checkpoint = time.monotonic()
+        faults.point("capture.checkpoint")
+        if self.progress is not None and total > self.reported:
+            delta, self.reported = total - self.reported, total
+            self.progress(delta)
+
+    def log_progress(self, position: BinlogPosition) -> None:
+        self.last_log = now = time.monotonic()
+        rate = self.captured / max(now - self.started, 1e-6)
+        log.info(
+            "capture %s: %d changes (%.0f/s), %d segments, at %s of stop %s",
+            self.run_id,
+            sum(self.rows.values()) + self.buffered,
+            rate,
+            self.segments,
+            position,
+            self.stop,
+        )
+
+
+def capture_changes(
+    config: PipelineConfig,
+    store: StateStore,
+    run_id: str,
+    tables: Mapping[str, CaptureTable],
+    stop: BinlogPosition,
+    *,
+    batch_rows: int = 50_000,
+    progress: Callable[[int], None] | None = None,
+    decoder: Decoder = "fast",
+) -> CaptureResult:
+    """Capture the tables' binlog changes up to ``stop`` into the run's staging (resumable).
+
+    Args:
+        config: the pipeline (source connection, staging location).
+        store: the state store holding the run's capture checkpoint.
+        run_id: the run.
+        tables: ``{"db.table": CaptureTable}``.
+        stop: the high position ``H``, a transaction boundary.
+        batch_rows: buffered changes (all tables) that trigger writing segments at the
+            next boundary; a transaction bigger than twice this is written in parts.
+        progress: called after each checkpoint with the changes written since its last call.
+        decoder: ``fast`` (`orchestrator.binlog`) or ``library`` (python-mysql-replication,
+            the reference; for tests and benchmarks). Both write the same segments.
+
+    Raises:
+        BinlogPurged: the binlog to start from is no longer on the server.
+        RunFailed: the binlog connection was lost.
+    """
+    started = time.monotonic()
+    fs, root = storage.filesystem(config.staging_path)
+    checkpoint, segments, rows, owners = resume_point(store, run_id, fs, root)
+    begin = checkpoint or min((t.start for t in tables.values()), default=stop)
+    capture = _Capture(
+        store=store,
+        run_id=run_id,
+        fs=fs,
+        root=root,
+        tables=tables,
+        stop=stop,
+        batch_rows=max(1, batch_rows),
+        progress=progress,
+        segments=segments,
+        rows=rows,
+        owners=[list(o) for o in owners],
+        reported=sum(rows.values()),
+        decoder=decoder,
+        filters=ChangeFilters(tables, lambda: open_source(config)),
+    )
+    if checkpoint is not None:
+        log.info(
+            "capture %s: resuming from checkpoint %s (%d segments, %d changes)",
+            run_id,
+            checkpoint,
+            segments,
+            sum(rows.values()),
+        )
+    if begin < stop:
+        faults.point("capture.reading")
+        reader = BinlogReader(
+            config.source,
+            config.resolve_password(),
+            begin,
+            {name: t.info for name, t in tables.items()},
+            stop=stop,
+        )
+        with reader, capture.filters:
+            _run(capture, reader.events())
+    elif checkpoint is None or checkpoint < stop:
+        capture.boundary(stop, final=True)
+    return CaptureResult(
+        rows={name: capture.rows.get(name, 0) for name in tables},
+        segments=capture.segments,
+        end=stop,
+        resumed=checkpoint is not None,
+        seconds=time.monotonic() - started,
+    )
+
+
+def _run(
+    capture: _Capture, records: Iterable[RowsEvent | Boundary | TableChange | XaEvent]
+) -> None:
+    """The hot loop: route rows events to the buffers, checkpoint at boundaries."""
+    add, boundary = capture.add, capture.boundary
+    # Rows events that share a position (a MySQL compressed transaction's, all at the payload's
+    # end) number their rows on, in binlog order: the last change of a key stays the last.
+    at: tuple[str, int] | None = None
+    base = 0
+    for record in records:
+        if isinstance(record, RowsEvent):
+            if (record.file, record.end) != at:
+                at, base = (record.file, record.end), 0
+            base += add(record, base)
+        elif isinstance(record, TableChange):
+            capture.change(record)
+        elif isinstance(record, XaEvent):
+            capture.xa_step(record)
+        elif record.kind == "stop":
+            boundary(record.position, final=True)
+        else:
+            boundary(record.position)
+
+
+# --------------------------------------------------------------------------- the step
+
+
+def capture(
+    config: PipelineConfig, run_id: str, *, progress: Callable[[int], None] | None = None
+) -> CaptureResult | None:
+    """Record ``H`` (once, after every read ended) and capture the binlog up to it.
+
+    A table with a change the binlog cannot apply exactly is re-read inside the run
+    (`orchestrator.pipeline.capture.reread`) and the capture goes on to a new ``H``, at most
+    `MAX_REREAD_ROUNDS` times. Returns None when every table of the run is already
+    captured (a rerun).
+    """
+    store = open_store(config)
+    try:
+        current_run(store, config, run_id)
+        result = None
+        for round_ in range(MAX_REREAD_ROUNDS + 1):
+            records = [r for r in store.run_tables(run_id) if r.status == "planned"]
+            if not records:
+                return result
+            pending = pending_rereads(store, run_id)
+            if pending and round_ == MAX_REREAD_ROUNDS:
+                give_up_rereads(store, run_id, pending)
+                break
+            with open_source(config) as source:
+                check_binlog_kept(store, store.get_run(run_id), records, source.oldest_binlog())
+            prepare_rereads(config, store, run_id)
+            if pending:  # tables planned again (or failed): their records changed
+                records = [r for r in store.run_tables(run_id) if r.status == "planned"]
+            stop = position(store.get_run(run_id).high_position)
+            tables = {
+                r.table: CaptureTable(
+                    info=table_info(r),
+                    key=tuple(r.chunk_key),
+                    start=position(r.info["from_position"]),
+                    where=config.table_where(r.table),
+                )
+                for r in records
+            }
+            for attempt in binlog_retry():  # each try resumes from the last checkpoint
+                with attempt:
+                    result = capture_changes(
+                        config,
+                        store,
+                        run_id,
+                        tables,
+                        stop,
+                        batch_rows=config.defaults.capture_batch_rows,
+                        progress=progress,
+                    )
+            log.info("capture: %s", result)
+            if not pending_rereads(store, run_id):
+                break
+        # Failed tables stay failed; each table keeps its own H (a table planned into the run later
+        # moves the run's H on). One transaction for every table: a crash leaves all of them to
+        # capture.
+        store.advance_tables(run_id, "planned", "captured", {"captured_to": stop.to_json()})
+        return result
+    finally:
+        store.close()

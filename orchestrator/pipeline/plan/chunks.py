@@ -1,0 +1,129 @@
+"""One table's chunk plan.
+
+`plan_table` plans one table (the chunk math lives in `chunking`; the key choice
+in `orchestrator.pipeline.plan.keys`) and logs the decision with its numbers; `read_by` says
+who reads it. ``tidemark plan`` prints these plans (`orchestrator.app.plan`). Planning reads
+only key bounds and index walks, never row data, and never prints connection settings.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Literal
+
+from chunking import ChunkingError, TablePlan, plan_key_space
+from chunking.keys import decode_key, short
+from chunking.mysql import SESSION_SQL_MODE, SQL_MODE_QUERY, Query, backslash_escapes_off
+from orchestrator.config import Defaults, TableConfig
+from orchestrator.errors import SourceNotReady
+from orchestrator.pipeline.changes import reserved_columns
+from orchestrator.pipeline.plan.keys import choose_chunk_key
+from orchestrator.pipeline.read.local import reads_locally
+from orchestrator.schema.tables import ColumnInfo, TableInfo
+
+log = logging.getLogger("tidemark.planning")
+
+
+def check_escaping(query: Query) -> None:
+    """Refuse a session whose ``sql_mode`` would read the plan's escaped literals literally.
+
+    Tidemark's sessions set `SESSION_SQL_MODE`; this catches one where that did not hold (a
+    proxy that drops session settings)."""
+    rows = query(SQL_MODE_QUERY)
+    mode = str(rows[0][0]) if rows else ""
+    if backslash_escapes_off(mode):
+        raise SourceNotReady(
+            f"the session's sql_mode {mode!r} includes NO_BACKSLASH_ESCAPES although Tidemark "
+            f"set it to {SESSION_SQL_MODE!r}, so chunk predicates' string literals would read "
+            "differently; connect to the server directly, not through a proxy that drops "
+            "session settings"
+        )
+
+
+def key_columns(info: TableInfo, key: Sequence[str]) -> list[ColumnInfo]:
+    return [info.column(name) for name in key]
+
+
+def plan_table(
+    query: Query,
+    table_config: TableConfig,
+    table_info: TableInfo,
+    defaults: Defaults,
+    *,
+    check_mode: bool = True,
+    time_zone: str = "+00:00",
+) -> TablePlan:
+    """Plan one table's chunks and log the decision with its numbers.
+
+    Args:
+        query: runs SQL text on the source (``Source.query`` fits).
+        table_config: the table's config (chunk size, chunk key).
+        table_info: the table's schema and row estimate.
+        defaults: the pipeline defaults (the even strategy's distribution factor bounds).
+        check_mode: check the source's ``sql_mode`` (`check_escaping`) first; off when the
+            caller checked it once for many tables.
+        time_zone: ``source.time_zone`` (see `choose_chunk_key`).
+
+    Raises:
+        ConfigError, SourceNotReady: see `choose_chunk_key` and `check_escaping`; SourceNotReady
+            too for a column named like Tidemark's own (`changes.reserved_columns`).
+    """
+    if (reserved := reserved_columns(table_info)) is not None:  # a column added since preflight
+        raise SourceNotReady(reserved)
+    key = choose_chunk_key(table_config, table_info, time_zone)
+    if check_mode:
+        check_escaping(query)
+    try:
+        plan = plan_key_space(
+            query,
+            table_info.name,
+            key,
+            key_columns(table_info, key),
+            table_config.chunk_size,
+            row_estimate=table_info.row_estimate,
+            factor_bounds=defaults.even_distribution_factor,
+        )
+    except ChunkingError as exc:
+        raise SourceNotReady(str(exc)) from exc
+    log.info("%s", describe_decision(plan))
+    return plan
+
+
+def describe_decision(plan: TablePlan) -> str:
+    """The plan's log line: strategy and the numbers it was chosen on.
+
+    >>> from chunking import TablePlan
+    >>> print(describe_decision(TablePlan("shop.orders", "even", ("id",), (), {
+    ...     "min": [1], "max": [9000000], "rows": 2800000, "rows_exact": False, "factor": 3.2,
+    ...     "chunks": 56, "queries": 2, "reason": "distribution factor 3.2 is within [0.05, 100.0]"})))
+    table shop.orders: strategy even, min 1, max 9000000, approx rows 2800000, distribution factor 3.2, \
+56 chunks, 2 queries (distribution factor 3.2 is within [0.05, 100.0])
+    """
+    s = plan.stats
+    rows = f"{'rows' if s.get('rows_exact') else 'approx rows'} {s.get('rows')}"
+    factor = f"{s['factor']:.4g}" if s.get("factor") is not None else "n/a"
+    return (
+        f"table {plan.table}: strategy {plan.strategy}, min {short(decode_key(s.get('min')))}, "
+        f"max {short(decode_key(s.get('max')))}, {rows}, distribution factor {factor}, "
+        f"{s.get('chunks', len(plan.chunks))} chunks, {s.get('queries')} queries ({s.get('reason')})"
+    )
+
+
+#: Who reads a planned table's chunks: the driver (`orchestrator.pipeline.read.local`), Spark, or
+#: nobody (an empty table: no chunk).
+ReadBy = Literal["driver", "spark", "none"]
+
+
+def read_by(plan: TablePlan) -> ReadBy:
+    """Who reads ``plan``'s chunks (as `orchestrator.pipeline.read.step` decides).
+
+    >>> from chunking import Chunk, KeyRange, TablePlan
+    >>> read_by(TablePlan("s.t", "even", ("id",), (Chunk(0, KeyRange.all(), 5),), {"rows": 5}))
+    'driver'
+    >>> read_by(TablePlan("s.e", "empty", ("id",), (), {"rows": 0}))
+    'none'
+    """
+    if not plan.chunks:
+        return "none"
+    return "driver" if reads_locally(plan.stats.get("rows"), len(plan.chunks)) else "spark"

@@ -1,0 +1,356 @@
+"""Each table of a run planned: incremental from its published position when that can go on
+(the binlog since is still on the server or found by GTID, the table has the shape it was
+published with, ``current.json`` is not behind the checkpoint), else a snapshot of chunks
+(`orchestrator.pipeline.plan.chunks`) after ``P0``'s margin. A table re-read inside a run
+(`replan_snapshot`) is planned again from a start position of its own, ``P0_T``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from chunking import chunk_predicate, encode_key
+from orchestrator.binlog.failover import Follower
+from orchestrator.config import PipelineConfig, TableConfig
+from orchestrator.lake.manifest import Manifest, find_manifest
+from orchestrator.pipeline.capture.filtering import compile_table_filter
+from orchestrator.pipeline.context import open_source, table_dir
+from orchestrator.pipeline.failed import fail_table, table_failure
+from orchestrator.pipeline.plan.batches import Draft, assign_batches
+from orchestrator.pipeline.plan.chunks import check_escaping, plan_table
+from orchestrator.pipeline.segments import void_mark
+from orchestrator.positions import BinlogPosition, file_index
+from orchestrator.schema.tables import TableInfo, table_info_to_json
+from orchestrator.schema.types import arrow_type
+from orchestrator.source.connection import Source
+from orchestrator.source.listing import tables_info
+from orchestrator.state.store import (
+    ChunkRecord,
+    PlannedTable,
+    RunRecord,
+    StateStore,
+    TableCheckpoint,
+)
+
+log = logging.getLogger("tidemark.planning")
+
+#: Tables planned before they are recorded, in one transaction with their chunks.
+FLUSH_TABLES = 500
+
+
+def plan_tables(
+    config: PipelineConfig, store: StateStore, run: RunRecord, failing: dict[str, str]
+) -> None:
+    """Plan every table of the run not planned yet (all of them on a fresh run), recording them
+    `FLUSH_TABLES` at a time, each time in one transaction with their chunks in batches. A run
+    of no table (a pattern that matches none yet) plans nothing."""
+    options = run.options
+    effective = config.with_chunk_size(options.get("chunk_size"))
+    planned = {table for table, _, _ in store.run_table_states(run.run_id)}
+    names = [name for name in options.get("tables", []) if name not in planned]
+    if not names:
+        return
+    todo = list(effective.select_tables(names))
+    with open_source(config) as source:
+        # A table planned into a run whose capture has begun (it was reset meanwhile) starts at
+        # its own position: the capture goes on from its checkpoint, after the run's P0.
+        late = store.capture_checkpoint(run.run_id) is not None or run.high_position is not None
+        if run.start_position is None:
+            start = source.current_position()
+            store.set_run_positions(run.run_id, start=start.to_json())
+            log.info("run %s: start position P0 = %s", run.run_id, start)
+            run = store.get_run(run.run_id)
+        margin = _Margin(
+            config.defaults.read_margin_seconds
+        )  # before any key bound: see the docstring
+        oldest = source.oldest_binlog()
+        check_escaping(source.query)
+        follower = Follower(config, source)
+        checkpoints = {cp.table: cp for cp in store.table_checkpoints(config.pipeline)}
+        for first in range(0, len(todo), FLUSH_TABLES):
+            part = todo[first : first + FLUSH_TABLES]
+            infos = (
+                {} if late else tables_info(source, [t.name for t in part if t.name not in failing])
+            )
+            drafts: list[PlannedTable | Draft] = []
+            for table in part:
+                if table.name in failing:
+                    fail_table(store, run.run_id, table.name, "plan", failing[table.name])
+                    continue
+                try:
+                    drafts.append(
+                        _plan_one(
+                            config,
+                            store,
+                            run,
+                            table,
+                            source,
+                            oldest,
+                            follower,
+                            infos.get(table.name),
+                            checkpoints.get(table.name),
+                            late=late,
+                            margin=margin,
+                        )
+                    )
+                except Exception as exc:  # one table's trouble is its own (`pipeline.failed`)
+                    reason = table_failure(exc)
+                    if reason is None:
+                        raise
+                    fail_table(store, run.run_id, table.name, "plan", reason)
+            _record(config, store, run.run_id, drafts)
+
+
+def _record(
+    config: PipelineConfig, store: StateStore, run_id: str, drafts: list[PlannedTable | Draft]
+) -> None:
+    """Record planned tables in one transaction, the snapshots' chunks in batches."""
+    snapshots = [d for d in drafts if isinstance(d, Draft)]
+    next_batch = max(store.batches(run_id), default=-1) + 1
+    batched = iter(assign_batches(snapshots, next_batch, config.defaults))
+    plans = [next(batched) if isinstance(d, Draft) else d for d in drafts]
+    store.add_run_tables(run_id, plans)
+    for p in plans:
+        if p.mode == "snapshot":
+            batches = len({c.batch for c in p.chunks})
+            log.info(
+                "table %s: snapshot, %d chunks in %d batch(es)", p.table, len(p.chunks), batches
+            )
+
+
+def _plan_one(
+    config: PipelineConfig,
+    store: StateStore,
+    run: RunRecord,
+    table: TableConfig,
+    source: Source,
+    oldest: str | None,
+    follower: Follower,
+    info: TableInfo | None,
+    checkpoint: TableCheckpoint | None,
+    *,
+    late: bool,
+    margin: _Margin,
+) -> PlannedTable | Draft:
+    """Plan one table of the run: incremental from its published position, or a snapshot."""
+    start = source.current_position().to_json() if late else None  # before the table is looked at
+    if late:  # its own P0_T wants the same margin before any key bound is read
+        time.sleep(config.defaults.read_margin_seconds)
+    info = info or source.table_info(table.name)  # not found in bulk: it says why
+    if table.where:  # the binlog must evaluate it exactly (refused before any read)
+        compile_table_filter(table.where, info, None)
+    if checkpoint is not None and not late and not run.options.get("snapshot"):
+        manifest = find_manifest(table_dir(config, table.name))
+        since = (
+            _published_start(follower, table.name, checkpoint, oldest)
+            if _not_behind(table.name, manifest, checkpoint.version)
+            else None
+        )
+        if since is not None and _same_shape(table.name, manifest, info):
+            assert manifest is not None, "_not_behind: there is one"
+            return _incremental(table, manifest, info, since.to_json())
+    # Changes the run captured for it before it was reset would override the new read: they are
+    # voided in the same transaction that plans it (`pipeline.segments`).
+    void = void_mark(store, run.run_id) if late else 0
+    if not late:  # P0's margin, before the first key bound of the run is read
+        margin.wait()
+    return _snapshot_draft(config, run, table, info, source, start=start, void=void)
+
+
+@dataclass(slots=True)
+class _Margin:
+    """``read_margin_seconds`` after ``P0``, waited once, before the first key bound of the run is
+    read (see the module docstring): what planning does meanwhile (the tables' shapes, the
+    published checkpoints) counts towards it, since the margin runs from ``P0`` (made after it).
+    A run whose tables are all incremental reads no key bound and does not wait: their changes
+    come from the binlog, whatever readers could see at ``P0``."""
+
+    seconds: float
+    waited: bool = False
+    started: float = field(default_factory=time.monotonic)
+
+    def wait(self) -> None:
+        if not self.waited:
+            time.sleep(max(0.0, self.started + self.seconds - time.monotonic()))
+            self.waited = True
+
+
+def _not_behind(table: str, manifest: Manifest | None, version: int) -> bool:
+    """Whether ``current.json`` names at least the version the table's checkpoint records. It
+    always does, unless a process that lost the pipeline lock replaced it in the instant after
+    its last fence check (docs/design.md "One writer"): the changes since the checkpoint's
+    position would then be applied to an older version, and only a re-read is exact."""
+    if manifest is not None and manifest["version"] >= version:
+        return True
+    log.warning(
+        "table %s: current.json names version %s, older than version %d the state store "
+        "published: re-read",
+        table,
+        manifest["version"] if manifest else "none",
+        version,
+    )
+    return False
+
+
+def _published_start(
+    follower: Follower, table: str, checkpoint: TableCheckpoint, oldest: str | None
+) -> BinlogPosition | None:
+    """Where on the source the table's published version goes on from; None when it must be
+    read again (the position is another server's and its GTID set cannot be found here, or
+    the binlog since was purged)."""
+    placed = follower.place(BinlogPosition.from_json(checkpoint.position))
+    if placed.position is None:
+        log.warning("table %s: re-read (version %d): %s", table, checkpoint.version, placed)
+        return None
+    if oldest is not None and file_index(placed.position.file) < file_index(oldest):
+        log.warning(
+            "table %s: the binlog since its version %d (%s) was purged (oldest kept: "
+            "%s); it is snapshotted again",
+            table,
+            checkpoint.version,
+            placed.position.file,
+            oldest,
+        )
+        return None
+    return placed.position
+
+
+def _same_shape(table: str, manifest: Manifest | None, info: TableInfo) -> bool:
+    """Whether the table has the columns of its published version, with the types they were
+    published as; if not, it is re-read (its changes since then cannot be applied to rows of
+    another shape, nor to files of another type: a TINYINT(1) that joined a key)."""
+    assert manifest is not None, "a published table has a manifest"
+    published = [(c["name"], c["mysql_type"], c.get("arrow_type")) for c in manifest["columns"]]
+    current = [(c.name, c.column_type, str(arrow_type(c))) for c in info.columns]
+    if published != current:
+        log.warning(
+            "table %s: columns changed since version %d (%s -> %s): re-read",
+            table,
+            manifest["version"],
+            published,
+            current,
+        )
+    return published == current
+
+
+def _incremental(
+    table: TableConfig, manifest: Manifest, info: TableInfo, since: dict[str, Any]
+) -> PlannedTable:
+    log.info(
+        "table %s: incremental from %s (published version %s)",
+        table.name,
+        BinlogPosition.from_json(since),
+        manifest["version"],
+    )
+    return PlannedTable(
+        table.name,
+        "incremental",
+        None,
+        list(manifest["chunk_key"]),
+        {
+            "table_info": table_info_to_json(info),
+            "from_position": since,
+            "base_version": manifest["version"],
+        },
+        [],
+    )
+
+
+def replan_snapshot(
+    config: PipelineConfig,
+    store: StateStore,
+    run_id: str,
+    table: str,
+    source: Source,
+    reason: dict[str, Any],
+) -> None:
+    """Plan a table of the run again as a snapshot starting now (a re-read inside the run).
+
+    Its new start position ``P0_T`` is recorded before any key bound is read, as ``P0`` is. Its
+    change segments captured so far are voided in the transaction that replaces its plan.
+    """
+    run = store.get_run(run_id)
+    start = source.current_position()
+    time.sleep(config.defaults.read_margin_seconds)  # P0_T's margin, as P0's
+    table_config = config.with_chunk_size(run.options.get("chunk_size")).table(table)
+    draft = _snapshot_draft(
+        config,
+        run,
+        table_config,
+        source.table_info(table),
+        source,
+        start=start.to_json(),
+        reread={**reason, "from": start.to_json()},
+        void=void_mark(store, run_id),
+    )
+    next_batch = max(store.batches(run_id), default=-1) + 1
+    p = assign_batches([draft], next_batch, config.defaults)[0]
+    store.add_run_table(
+        run_id,
+        p.table,
+        "snapshot",
+        strategy=p.strategy,
+        chunk_key=p.chunk_key,
+        info=p.info,
+        chunks=p.chunks,
+        replan=True,
+    )
+    log.info("table %s: re-read from %s", table, start)
+
+
+def _snapshot_draft(
+    config: PipelineConfig,
+    run: RunRecord,
+    table: TableConfig,
+    info: TableInfo,
+    source: Source,
+    *,
+    start: dict[str, Any] | None = None,
+    reread: dict[str, Any] | None = None,
+    void: int = 0,
+) -> Draft:
+    table_plan = plan_table(
+        source.query,
+        table,
+        info,
+        config.defaults,
+        check_mode=False,
+        time_zone=config.source.time_zone,
+    )
+    chunks = [
+        ChunkRecord(
+            run_id=run.run_id,
+            table=table.name,
+            index=chunk.index,
+            batch=-1,
+            start=encode_key(chunk.range.start),
+            end=encode_key(chunk.range.end),
+            where=chunk_predicate(table_plan.chunk_key, chunk.range, info.columns, table.where),
+            status="pending",
+            low=None,
+            high=None,
+            rows=None,
+            bytes=None,
+            path=None,
+            attempts=0,
+        )
+        for chunk in table_plan.chunks
+    ]
+    plan = PlannedTable(
+        table.name,
+        "snapshot",
+        table_plan.strategy,
+        list(table_plan.chunk_key),
+        {
+            "table_info": table_info_to_json(info),
+            "from_position": start or run.start_position,
+            "stats": table_plan.stats,
+            **({"reread": reread} if reread else {}),
+            **({"segments_after": void} if void else {}),
+        },
+        chunks,
+    )
+    return Draft(plan, int(table_plan.stats.get("rows") or 0), table.batch_chunks)

@@ -1,0 +1,267 @@
+"""Publish, the run's last step: each reconciled table becomes its next version
+(`orchestrator.pipeline.publish.versions`, where the order of writes and what a crash leaves are
+told), the tables' checkpoints are recorded, the run is finished and the lock released."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pyiceberg.catalog import Catalog
+
+from orchestrator.config import PipelineConfig
+from orchestrator.errors import RunFailed, StateError
+from orchestrator.lake import storage
+from orchestrator.lake.manifest import IcebergEntry, Manifest, current_uri, find_manifest
+from orchestrator.pipeline.context import (
+    current_run,
+    open_store,
+    position,
+    reconciled_dir,
+    run_dir,
+    table_dir,
+    table_info,
+)
+from orchestrator.pipeline.failed import TablesFailed, fail_table, failures
+from orchestrator.pipeline.publish import workers as publish_workers
+from orchestrator.pipeline.publish.switch import published_at
+from orchestrator.pipeline.publish.versions import Publishing, publish_tables
+from orchestrator.pipeline.reconcile.kept import is_kept
+from orchestrator.positions import BinlogPosition
+from orchestrator.services import faults
+from orchestrator.state.many import RECORD_TABLES
+from orchestrator.state.store import RunTableRecord, StateStore, TableCheckpoint
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Published:
+    """A table's current version after the run."""
+
+    table: str
+    uri: str  # the table's output directory (the Airflow Asset URI)
+    version: int
+    rows: int
+    position: dict[str, Any]
+    iceberg: IcebergEntry | None = (
+        None  # the version's Iceberg snapshot (None: published before Iceberg)
+    )
+    #: False when the run found no change: ``version`` is an earlier run's, ``position`` the
+    #: position the table was checked up to (the version is the table there too).
+    changed: bool = True
+
+    def __str__(self) -> str:
+        at = BinlogPosition.from_json(self.position)
+        snapshot = f", Iceberg snapshot {self.iceberg['snapshot_id']}" if self.iceberg else ""
+        if not self.changed:
+            return (
+                f"{self.table}: no change, version {self.version} kept ({self.rows} rows), "
+                f"checked up to {at}{snapshot}"
+            )
+        return f"{self.table}: version {self.version}, {self.rows} rows at {at}{snapshot}"
+
+
+def publish(config: PipelineConfig, run_id: str, *, holder: str) -> list[Published]:
+    """Write versions, switch manifests, checkpoint tables, finish the run, release the lock.
+
+    Many tables are published by worker processes, two per core (`orchestrator.pipeline.publish.workers`), each
+    opening the Iceberg catalog once; the tables' checkpoints are recorded `RECORD_TABLES` at a
+    time in one transaction (a table switched but not recorded yet is found published by the
+    rerun, which records it).
+
+    Raises:
+        TablesFailed: some tables failed on their own (`orchestrator.pipeline.failed`); the
+            others are published and the run is finished ``partial``.
+    """
+    store = open_store(config)
+    try:
+        run = current_run(store, config, run_id)
+        records = store.run_tables(run_id)
+        for record in records:
+            if record.status not in ("failed", "reconciled", "published"):
+                raise RunFailed(
+                    f"table {record.table} is {record.status}, not reconciled; rerun to resume"
+                )
+        todo = [
+            (r, position(r.info.get("captured_to") or run.high_position))
+            for r in records
+            if r.status == "reconciled"
+        ]
+        # Tables without a change only have their checkpoints moved: published here, no worker.
+        kept: list[tuple[RunTableRecord, BinlogPosition]] = []
+        changed: list[tuple[RunTableRecord, BinlogPosition]] = []
+        for table in todo:
+            (kept if is_kept(reconciled_dir(config, table[0])) else changed).append(table)
+        done: list[tuple[TableCheckpoint, bool]] = []
+        try:
+            for group, workers in ((kept, False), (changed, True)):
+                for outcome in publish_workers.publish_each(
+                    config, run_id, group, _publish_group, store.check_fence, workers=workers
+                ):
+                    if outcome.checkpoint is None:
+                        fail_table(
+                            store, run_id, outcome.table, "publish", outcome.reason or "unknown"
+                        )
+                        continue
+                    done.append((outcome.checkpoint, outcome.changed))
+                    if len(done) >= RECORD_TABLES:
+                        done = _record(store, run_id, done)
+        except Exception as exc:
+            if not isinstance(exc, StateError):  # the tables switched so far are recorded
+                _record(store, run_id, done)
+            raise
+        _record(store, run_id, done)
+        published = _all_published(config, store, run_id)
+        failed = failures(store, run_id)
+        if failed:
+            error = TablesFailed(run_id, failed, config.path, published)
+            store.finish_run(run_id, "partial", error=str(error))
+        else:
+            store.finish_run(run_id, "succeeded")
+        storage.delete_tree(run_dir(config, run_id))
+        store.release_lock(config.pipeline, holder)
+        if failed:
+            raise error
+        return published
+    finally:
+        store.close()
+
+
+def _publish_group(
+    config: PipelineConfig,
+    guard: Callable[[], None],
+    run_id: str,
+    group: Sequence[tuple[RunTableRecord, BinlogPosition]],
+    catalog: Catalog | None,
+) -> list[tuple[TableCheckpoint, bool] | Exception]:
+    """Publish reconciled tables, each at its position (`versions.publish_tables`); for each, its
+    checkpoint (recorded by the caller) and whether this run published a new version, or the
+    exception its publish raised."""
+    out: list[tuple[TableCheckpoint, bool] | Exception | None] = [None] * len(group)
+    todo: list[tuple[int, Publishing]] = []
+    for i, (record, high) in enumerate(group):
+        try:  # a record the step cannot read fails that table alone (`table_failure` tells)
+            todo.append(
+                (
+                    i,
+                    Publishing(
+                        table_info(record),
+                        tuple(record.chunk_key),
+                        reconciled_dir(config, record),
+                        high,
+                    ),
+                )
+            )
+        except Exception as exc:
+            out[i] = exc
+    done = publish_tables(config, [p for _, p in todo], run_id, guard, catalog) if todo else []
+    for (i, _), manifest in zip(todo, done, strict=True):
+        record, high = group[i]
+        try:
+            if isinstance(manifest, Exception):
+                raise manifest
+            faults.point("publish.files_written")
+            out[i] = _checkpoint(config, run_id, record, high, manifest)
+        except Exception as exc:
+            out[i] = exc
+    return [
+        o if o is not None else RunFailed("internal: a table of the group was not published")
+        for o in out
+    ]
+
+
+def _checkpoint(
+    config: PipelineConfig,
+    run_id: str,
+    record: RunTableRecord,
+    high: BinlogPosition,
+    manifest: Manifest,
+) -> tuple[TableCheckpoint, bool]:
+    """A published table's checkpoint, and whether this run published a new version.
+
+    A table without changes keeps its version (and the run and time that published it); its
+    checkpoint moves on all the same: lag and the next run start from ``high``."""
+    changed = manifest["run_id"] == run_id
+    checkpoint = TableCheckpoint(
+        pipeline=config.pipeline,
+        table=record.table,
+        version=manifest["version"],
+        position=record.info.get("next_from") or high.to_json(),  # held for XA: pipeline.xa
+        rows=manifest["rows"],
+        manifest=current_uri(table_dir(config, record.table)),
+        run_id=manifest["run_id"],
+        published_at=dt.datetime.now(dt.UTC) if changed else published_at(manifest),
+    )
+    if changed:
+        new = sum(
+            1
+            for f in manifest["files"]
+            if storage.basename(f).startswith(f"v{manifest['version']:06d}-")
+        )
+        snapshot = manifest["iceberg"]["snapshot_id"] if "iceberg" in manifest else None
+        log.info(
+            "table %s: published version %d, %d rows in %d file(s) (%d new) at %s, "
+            "Iceberg snapshot %s",
+            record.table,
+            manifest["version"],
+            manifest["rows"],
+            len(manifest["files"]),
+            new,
+            high,
+            snapshot,
+        )
+    else:
+        log.info(
+            "table %s: no change: kept version %d, %d rows at %s",
+            record.table,
+            manifest["version"],
+            manifest["rows"],
+            high,
+        )
+    return checkpoint, changed
+
+
+def _record(
+    store: StateStore, run_id: str, done: list[tuple[TableCheckpoint, bool]]
+) -> list[tuple[TableCheckpoint, bool]]:
+    """Record published tables' checkpoints and status in one transaction; returns an empty list."""
+    store.publish_tables(run_id, [c for c, _ in done])
+    for _ in done:
+        faults.point("publish.table_done")
+    return []
+
+
+def _all_published(config: PipelineConfig, store: StateStore, run_id: str) -> list[Published]:
+    """What each published table of the run's checkpoint says (``changed``: by this run)."""
+    checkpoints = {cp.table: cp for cp in store.table_checkpoints(config.pipeline)}
+    out = []
+    for record in store.run_tables(run_id):
+        if record.status != "published":
+            continue
+        checkpoint = checkpoints.get(record.table)
+        if checkpoint is None:
+            raise RunFailed(
+                f"internal: table {record.table} is published but has no checkpoint; "
+                "rerun to resume"
+            )
+        out.append(_published(config, checkpoint, run_id))
+    return out
+
+
+def _published(config: PipelineConfig, checkpoint: TableCheckpoint, run_id: str) -> Published:
+    """What ``checkpoint`` says was published (``changed``: by this run)."""
+    tdir = table_dir(config, checkpoint.table)
+    found = find_manifest(tdir)
+    return Published(
+        table=checkpoint.table,
+        uri=tdir,
+        version=checkpoint.version,
+        rows=checkpoint.rows,
+        position=checkpoint.position,
+        iceberg=found.get("iceberg") if found else None,
+        changed=found is not None and found["run_id"] == run_id,
+    )

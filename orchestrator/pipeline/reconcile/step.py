@@ -1,0 +1,214 @@
+"""The reconcile step: every captured table of a run reconciled, the results recorded (docs/design.md, step 5).
+
+`reconcile` is the step (the CLI and the DAG call it through `orchestrator.app.steps`). It lists the
+run's durable change segments and read chunks once, then per table: a published table without a
+change keeps its version (`orchestrator.pipeline.reconcile.kept`), any other is reconciled by
+`orchestrator.pipeline.reconcile.rewrite`'s rule (the snapshot's chunk files, or the published version's
+files, plus the run's changes). One table's own trouble fails that table alone.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
+
+from orchestrator.config import PipelineConfig
+from orchestrator.errors import StateError
+from orchestrator.lake import iceberg, storage
+from orchestrator.lake.layout import FileRange
+from orchestrator.pipeline.changes import key_names
+from orchestrator.pipeline.context import (
+    current_run,
+    open_store,
+    run_dir,
+    spark_session,
+    table_dir,
+    table_info,
+)
+from orchestrator.pipeline.failed import fail_table, table_failure
+from orchestrator.pipeline.reconcile.kept import SNAPSHOTS, KeptPlans, unchanged_plan
+from orchestrator.pipeline.reconcile.rewrite import (
+    Target,
+    reconcile_incremental,
+    reconcile_snapshot,
+)
+from orchestrator.pipeline.segments import durable_segments
+from orchestrator.services import faults
+from orchestrator.state.many import RECORD_TABLES
+from orchestrator.state.store import RunTableRecord, StateStore
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+    from pyspark.sql import SparkSession
+
+#: The reconcile module's logger, as before the step moved here (its lines keep their name).
+log = logging.getLogger("orchestrator.pipeline.reconcile.rewrite")
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcileResult:
+    """Rows per table at ``H``, for the tables this call reconciled."""
+
+    rows: dict[str, int]
+
+    def __str__(self) -> str:
+        if not self.rows:
+            return "nothing to reconcile"
+        return "reconciled " + ", ".join(f"{t} ({n} rows)" for t, n in sorted(self.rows.items()))
+
+
+def _reconcile_one(
+    config: PipelineConfig,
+    store: StateStore,
+    record: RunTableRecord,
+    reconciled: str,
+    spark: SparkSession | None,
+    changes: list[str],
+    chunk_dirs: list[str],
+    catalog: Callable[[], Catalog],
+    plans: KeptPlans | None = None,
+    recorded: Mapping[str, Sequence[FileRange]] | None = None,
+) -> tuple[int, SparkSession | None]:
+    """Reconcile one captured table into ``reconciled``; returns its rows and the session
+    (started if it needed one). ``changes``: its durable segments; ``chunk_dirs``: its read
+    chunks' directories (a snapshot); ``catalog``: the Iceberg catalog, opened once; ``plans``:
+    the batch that takes a snapshot's plan when no file is written (``reconciled`` names it);
+    ``recorded``: chunk directories whose files the read recorded (`ChunkRecord.ranges`)."""
+    info = table_info(record)
+    store.check_fence()  # a process that lost the pipeline lock writes nothing more
+    started: list[SparkSession] = []
+
+    def session() -> SparkSession:
+        if spark is not None:
+            return spark
+        if not started:
+            started.append(spark_session(config))
+        return started[0]
+
+    key = key_names(info, record.chunk_key)
+    cluster = config.spark.remote is None and not config.spark.master.startswith("local")
+    target = Target(
+        info,
+        key,
+        functools.cache(lambda: iceberg.data_file_schema(config, info, catalog())),
+        reconciled,
+        cluster=cluster,
+    )
+    if record.mode == "snapshot":
+        rows = reconcile_snapshot(session, target, chunk_dirs, changes, plans, recorded=recorded)
+    else:
+        rows = reconcile_incremental(
+            session,
+            info,
+            key,
+            table_dir(config, record.table),
+            changes,
+            reconciled,
+            schema=target.schema_of,
+            cluster=cluster,
+            planned=record.info.get("base_version"),
+        )
+    return rows, spark or (started[0] if started else None)
+
+
+def reconcile(
+    config: PipelineConfig, run_id: str, *, spark: SparkSession | None = None
+) -> ReconcileResult:
+    """Per table: base files (snapshot chunks, or the published version) + changes -> the table at
+    H.
+
+    The run's durable segments and chunks are listed once, and the reconciled tables are
+    recorded `RECORD_TABLES` at a time in one transaction: a run of thousands of small tables
+    pays no state round trip per table (one not recorded yet is reconciled again by the rerun).
+    """
+    store = open_store(config)
+    try:
+        current_run(store, config, run_id)
+        todo = [r for r in store.run_tables(run_id) if r.status == "captured"]
+        segments = durable_segments(store, config.staging_path, run_id) if todo else {}
+        chunk_dirs: dict[str, list[str]] = {}
+        recorded: dict[
+            str, list[FileRange]
+        ] = {}  # chunk dir -> its files, as the read recorded them
+        if any(r.mode == "snapshot" for r in todo):
+            for chunk in store.chunks(run_id):
+                if chunk.path:
+                    chunk_dirs.setdefault(chunk.table, []).append(chunk.path)
+                    if chunk.ranges is not None:
+                        recorded[chunk.path] = cast(list[FileRange], chunk.ranges)
+        catalog = functools.cache(lambda: iceberg.open_catalog(config))
+        out: dict[str, int] = {}
+        done: list[tuple[str, int, dict[str, Any]]] = []
+        kept = KeptPlans(config, run_id)  # tables without a change: plans written a batch at a time
+        snapshots = KeptPlans(config, run_id, SNAPSHOTS)  # snapshots without a change: the same
+        for record in todo:
+            # Unique to this attempt: another process's reconcile (one that lost the lock) never
+            # writes where publish reads, and publish reads what the state names.
+            out_dir = run_dir(
+                config, run_id, "reconciled", f"{record.table}-{storage.attempt_tag()}"
+            )
+            try:
+                plan = (
+                    unchanged_plan(config, record)
+                    if record.mode == "incremental" and not segments.get(record.table)
+                    else None
+                )
+                if plan is not None:
+                    out_dir, rows = kept.add(record.table, plan), plan.rows
+                else:
+                    batched = (
+                        snapshots
+                        if record.mode == "snapshot" and not segments.get(record.table)
+                        else None
+                    )
+                    if batched is not None:
+                        out_dir = batched.dir_of(record.table)
+                    rows, spark = _reconcile_one(
+                        config,
+                        store,
+                        record,
+                        out_dir,
+                        spark,
+                        segments.get(record.table, []),
+                        chunk_dirs.get(record.table, []),
+                        catalog,
+                        batched,
+                        recorded,
+                    )
+            except Exception as exc:  # one table's own trouble fails that table alone
+                if (reason := table_failure(exc)) is None:
+                    if not isinstance(exc, StateError):  # the tables reconciled so far are recorded
+                        _record(store, run_id, done, kept, snapshots)
+                    raise
+                fail_table(store, run_id, record.table, "reconcile", reason)
+                continue
+            done.append((record.table, rows, {"reconciled_dir": out_dir}))
+            out[record.table] = rows
+            log.info(
+                "table %s: reconciled, %d rows at H%s",
+                record.table,
+                rows,
+                f" (no change: version {plan.base_version} kept)" if plan is not None else "",
+            )
+            if len(done) >= RECORD_TABLES:
+                done = _record(store, run_id, done, kept, snapshots)
+        _record(store, run_id, done, kept, snapshots)
+        return ReconcileResult(out)
+    finally:
+        store.close()
+
+
+def _record(
+    store: StateStore, run_id: str, done: list[tuple[str, int, dict[str, Any]]], *batches: KeptPlans
+) -> list[tuple[str, int, dict[str, Any]]]:
+    """Record reconciled tables in one transaction, after the batched plans of those without a
+    change are written; returns an empty list."""
+    for batch in batches:
+        batch.write(store)
+    store.reconciled_tables(run_id, done)
+    for _ in done:
+        faults.point("reconcile.table_done")
+    return []

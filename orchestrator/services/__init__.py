@@ -1,0 +1,6 @@
+"""Services every layer above may use, knowing nothing of Tidemark's domain: failpoints
+(`faults`), reducing a failure to the one line a user can act on (`failures`), the Spark session
+(`spark`), and keeping pandas out of a run's imports (`lean`).
+
+May import: orchestrator, errors.
+"""

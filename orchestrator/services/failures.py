@@ -1,0 +1,239 @@
+"""What a failed run tells its user: one line with the root cause and the fix.
+
+A Spark job that fails writing Parquet raises ``An error occurred while calling o150.parquet``;
+the cause ("No space left on device") is several Java causes deep, and the JVM prints every
+task's stack trace on its stderr. `describe` walks the Python and Java cause chains and
+reduces them to the innermost cause a user can act on (`CAUSES`, a table: the first row
+matching the innermost message wins); the full story goes to the run's log file
+(`orchestrator.app.logs`), so the terminal shows only the one line.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from orchestrator.errors import SourceTimeout
+
+log = logging.getLogger(__name__)
+
+_PATH = re.compile(r"(?:file:)?(/[^\s'\"(),:]+)")
+_HOST_PORT = re.compile(
+    r"host=(?P<h1>[^)\s]+)\)\(port=(?P<p1>\d+)|"
+    r"\b(?:to|at) (?:address |host )?'?(?P<h2>[\w.-]+)'?:(?P<p2>\d{2,5})\b"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Cause:
+    """A failure reduced to what happened and what to do about it."""
+
+    what: str
+    fix: str
+
+    def __str__(self) -> str:
+        return f"{self.what}; {self.fix}"
+
+
+def _path_in(message: str) -> str:
+    match = _PATH.search(message)
+    return f" on {match.group(1)}" if match else ""
+
+
+def _no_space(message: str) -> Cause:
+    return Cause(
+        f"no space left on device{_path_in(message)}",
+        "free space there (or point output.path / output.staging at a larger volume), then rerun",
+    )
+
+
+def _denied(message: str) -> Cause:
+    return Cause(
+        f"permission denied{_path_in(message)}",
+        "make it writable for this user (or change output.path / state.url), then rerun",
+    )
+
+
+def _not_dir(message: str) -> Cause:
+    return Cause(
+        f"a parent of the path is a regular file, not a directory{_path_in(message)}",
+        "move that file away (or change output.path), then rerun",
+    )
+
+
+def _connection(message: str) -> Cause:
+    match = _HOST_PORT.search(message)
+    where = f" to {match['h1'] or match['h2']}:{match['p1'] or match['p2']}" if match else ""
+    return Cause(
+        f"connection lost{where}", "check that the source is up (`tidemark doctor`), then rerun"
+    )
+
+
+def _timeout(message: str) -> Cause:
+    match = _HOST_PORT.search(message)
+    where = f" {match['h1'] or match['h2']}:{match['p1'] or match['p2']}" if match else ""
+    return Cause(
+        f"no answer from the source{where} within source.read_timeout",
+        "check that the server is not hung or overloaded (or raise source.read_timeout), "
+        "then rerun: the run resumes",
+    )
+
+
+def _out_of_memory(message: str) -> Cause:
+    side = "executor" if "executor" in message.lower() else "driver"
+    return Cause(
+        f"the Spark {side} ran out of memory (Java OutOfMemoryError)",
+        f"raise spark.conf spark.{side}.memory (or lower chunk_size), then rerun",
+    )
+
+
+def _readonly_state(message: str) -> Cause:
+    return Cause(
+        "the state store cannot be written (read-only database file or directory)",
+        "make state.url's file and its directory writable, then rerun",
+    )
+
+
+#: SQLite's busy timeout ran out (SQLITE_BUSY, as sqlite3 words it): another process kept the file.
+SQLITE_BUSY = re.compile(r"database is locked")
+
+
+def _locked_state(message: str) -> Cause:
+    return Cause(
+        "the state store's SQLite file (or the Iceberg catalog's) stayed locked by another "
+        "process past the busy timeout",
+        "find the process holding it (`fuser` on state.url's file, or on output.catalog's uri "
+        "when it names a file of its own: a stopped or hung run, a tool with a transaction "
+        "open) and end it, then try again (a run resumes where it stopped)",
+    )
+
+
+#: (pattern on one message of the chain, what it means): the first row that matches wins.
+CAUSES: tuple[tuple[re.Pattern[str], Callable[[str], Cause]], ...] = (
+    (re.compile(r"No space left on device|ENOSPC|Errno 28\b|Disk quota exceeded", re.I), _no_space),
+    (
+        re.compile(
+            r"ParentNotDirectoryException|Not a directory|ENOTDIR|Errno 20\b|is not a directory",
+            re.I,
+        ),
+        _not_dir,
+    ),
+    (
+        re.compile(r"readonly database|read-only database|unable to open database file", re.I),
+        _readonly_state,
+    ),
+    (SQLITE_BUSY, _locked_state),
+    (
+        re.compile(
+            r"Permission denied|AccessDeniedException|EACCES|Errno 13\b|Mkdirs failed to create",
+            re.I,
+        ),
+        _denied,
+    ),
+    (re.compile(r"OutOfMemoryError|Java heap space|GC overhead limit", re.I), _out_of_memory),
+    (
+        re.compile(
+            r"\(timed out\)|Read timed out|SocketTimeoutException|max_statement_time|"
+            r"Query execution was interrupted",
+            re.I,
+        ),
+        _timeout,
+    ),
+    (
+        re.compile(
+            r"Communications link failure|Connection refused|Socket fail to connect|Connection reset|"
+            r"Lost connection|Server has gone away|Can't connect to|Could not connect|"
+            r"unexpected end of stream|Connection timed out",
+            re.I,
+        ),
+        _connection,
+    ),
+)
+
+
+def error_chain(exc: BaseException) -> list[str]:
+    """The messages of an exception and, for a Spark/Py4J error, of its Java causes.
+
+    PySpark's own message of a JDBC failure can hide the cause ("Couldn't connect
+    to the database" for a missing table), so the Java ``getCause()`` chain is read.
+    """
+    messages = [str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__]
+    throwable = getattr(exc, "_origin", None) or getattr(exc, "java_exception", None)
+    while throwable is not None and len(messages) < 20:
+        try:
+            messages.append(str(throwable.toString()))
+            throwable = throwable.getCause()
+        except Exception:  # the JVM is gone or the object is not a Throwable
+            break
+    return messages
+
+
+def messages(exc: BaseException) -> list[str]:
+    """Every message of ``exc``'s cause chain, outermost first: Python causes and Java causes."""
+    out: list[str] = []
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen and len(out) < 50:
+        seen.add(id(current))
+        out.append(f"{type(current).__name__}: {current}")
+        out.extend(error_chain(current)[1:])
+        current = current.__cause__ or current.__context__
+    return out
+
+
+def root_cause(exc: BaseException, source: str | None = None) -> Cause | None:
+    """The innermost cause of ``exc`` a user can act on, or None when none is known.
+
+    ``source`` (``host:port``) names the server of a lost connection whose messages do not.
+
+    >>> err = OSError(28, "No space left on device")
+    >>> str(root_cause(RuntimeError("An error occurred while calling o150.parquet")))
+    'None'
+    >>> try:
+    ...     raise RuntimeError("An error occurred while calling o150.parquet") from err
+    ... except RuntimeError as e:
+    ...     print(root_cause(e).what)
+    no space left on device
+    """
+    hung = _source_timeout(exc)
+    if hung is not None:  # it says what was waited for, which the causes below it do not
+        what, _, fix = str(hung).partition("; ")
+        return Cause(what, fix)
+    chain = messages(exc)[::-1]  # innermost first
+    for i, message in enumerate(chain):
+        for pattern, cause in CAUSES:
+            if pattern.search(message):  # the details (a path, host:port) from the nearest message
+                found = cause("\n".join(chain[i:]))
+                if found.what == "connection lost" and source:
+                    return Cause(f"connection lost to {source}", found.fix)
+                if found.what.endswith("from the source within source.read_timeout") and source:
+                    return Cause(found.what.replace("source ", f"source {source} ", 1), found.fix)
+                return found
+    return None
+
+
+def _source_timeout(exc: BaseException) -> SourceTimeout | None:
+    """The `SourceTimeout` in ``exc``'s cause chain, if any."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, SourceTimeout):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def describe(exc: BaseException) -> str:
+    """One line for ``exc``: its root cause and the fix, else its first line.
+
+    >>> describe(ValueError("bad value\\n  at line 3"))
+    'bad value'
+    """
+    cause = root_cause(exc)
+    if cause is not None:
+        return str(cause)
+    lines = str(exc).strip().splitlines()
+    return (lines[0] if lines else type(exc).__name__)[:500]
