@@ -4,8 +4,12 @@ It runs ``mariadbd`` from the machine's ``mariadb-server`` package in its own
 data directory on a free port, with the binlog settings the caller asks for,
 and never touches a server the machine already runs.
 
->>> server = LocalMariaDB.create()          # doctest: +SKIP
->>> server.start(); server.url()            # doctest: +SKIP
+Used as (tests/conftest.py's ``mariadb`` fixture does this)::
+
+    server = LocalMariaDB.create()
+    server.start()
+    ...
+    server.destroy()
 """
 
 from __future__ import annotations
