@@ -1,6 +1,6 @@
 """A Spark Connect server on this machine: pyspark's own ``SparkConnectServer`` (what
-``sbin/start-connect-server.sh`` starts), run with ``spark-submit`` in the foreground on a free
-port of 127.0.0.1 with the JDBC jar, as docs/spark.md "Spark Connect" says. For the Spark Connect test
+``sbin/start-connect-server.sh`` starts), run with ``spark-submit`` in the foreground on a free port
+of 127.0.0.1 with the JDBC jar, as docs/spark.md "Spark Connect" says. For the Spark Connect test
 and ``bench/bench_dag_vs_cli.py --connect``."""
 
 from __future__ import annotations

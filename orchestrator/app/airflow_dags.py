@@ -41,8 +41,9 @@ from orchestrator.config import DAG_ID_PREFIX, PipelineConfig
 from orchestrator.services.lean import arrow_without_pandas
 
 # A task process of a Tidemark DAG parses the DAG file for its DAG only and runs nothing else:
-# pyarrow there looks for no pandas (`orchestrator.services.lean`). Elsewhere (the DAG processor, a DagBag,
-# another DAG's task importing this module) pyarrow is left as it is, for others' pandas objects.
+# pyarrow there looks for no pandas (`orchestrator.services.lean`). Elsewhere (the DAG processor, a
+# DagBag, another DAG's task importing this module) pyarrow is left as it is, for others' pandas
+# objects.
 if (get_parsing_context().dag_id or "").startswith(DAG_ID_PREFIX):
     arrow_without_pandas()
 

@@ -55,8 +55,8 @@ def render_plans(plans: Sequence[TablePlan]) -> str:
     """The human table: strategy, who reads it, chunk count, rows, key and key range per table.
 
     >>> from chunking import TablePlan
-    >>> print(render_plans([TablePlan("s.t", "uneven", ("a", "b"), (), {"rows": 5, "rows_exact": True,
-    ...       "min": [1, "x"], "max": [9, "y"]})]))
+    >>> stats = {"rows": 5, "rows_exact": True, "min": [1, "x"], "max": [9, "y"]}
+    >>> print(render_plans([TablePlan("s.t", "uneven", ("a", "b"), (), stats)]))
     table  strategy  read by  chunks  rows  chunk key  key range
     s.t    uneven    none          0     5  a, b       (1, 'x') .. (9, 'y')
     """

@@ -106,9 +106,9 @@ _EPOCH_DAYNR = _daynr(1970, 1, 1)
 
 
 def _civil_days(year: int, month: int, day: int) -> int | None:
-    """Days since 1970 as the snapshot's ``DATEDIFF`` counts them: an invalid date the server
-    kept (``ALLOW_INVALID_DATES``: February 30) rolls over into the next month, and a date with
-    a zero part, or in year 0 (before what a date type holds), is NULL (`orchestrator.pipeline.read.sql`).
+    """Days since 1970 as the snapshot's ``DATEDIFF`` counts them: an invalid date the server kept
+    (``ALLOW_INVALID_DATES``: February 30) rolls over into the next month, and a date with a zero
+    part, or in year 0 (before what a date type holds), is NULL (`orchestrator.pipeline.read.sql`).
 
     >>> _civil_days(2024, 2, 29), _civil_days(2020, 2, 30) == _civil_days(2020, 3, 1)
     (19782, True)

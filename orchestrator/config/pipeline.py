@@ -58,7 +58,8 @@ __all__ = [
 ]
 
 PIPELINE_NAME = re.compile(r"^[a-z0-9_]+$")
-#: The Airflow DAG of pipeline ``p`` is ``tidemark_<p>`` (`orchestrator.app.airflow_support.dag_id`).
+#: The Airflow DAG of pipeline ``p`` is ``tidemark_<p>``
+#: (`orchestrator.app.airflow_support.dag_id`).
 DAG_ID_PREFIX = "tidemark_"
 #: Connector/J settings `orchestrator.pipeline.read.jdbc.jdbc_url` sets, lower-cased.
 _SET_BY_TIDEMARK = frozenset({"sessionvariables", "tinyint1isbit", "yearisdatetype"})

@@ -325,12 +325,12 @@ def data_file(io: FileIO, metadata: TableMetadata, path: str) -> DataFile:
     """A Parquet file of the table as its snapshot lists it: size, rows and column statistics
     from the file's footer.
 
-    pyiceberg's `parquet_file_to_data_file` does the same after checking the file's schema
-    against the table's with a visitor that renders a `rich` table of every field, a fifth of the
-    CPU of publishing a small table. Publish wrote or checked every new file with the table's
-    field IDs, types and nullability (`orchestrator.pipeline.publish.staging.place`); here only the columns' field IDs are compared,
-    which costs nothing: a file of another table's shape is refused, never listed.
-    """
+    pyiceberg's `parquet_file_to_data_file` does the same after checking the file's schema against
+    the table's with a visitor that renders a `rich` table of every field, a fifth of the CPU of
+    publishing a small table. Publish wrote or checked every new file with the table's field IDs,
+    types and nullability (`orchestrator.pipeline.publish.staging.place`); here only the columns'
+    field IDs are compared, which costs nothing: a file of another table's shape is refused, never
+    listed."""
     input_file = io.new_input(path)
     with input_file.open() as stream:
         footer = pq.read_metadata(stream)

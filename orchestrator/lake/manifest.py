@@ -101,7 +101,8 @@ def pending_uri(tdir: str, version: int, attempt: str) -> str:
 
 
 def published_field(column: ColumnInfo) -> pa.Field:
-    """A published column: docs/types.md type, MySQL type in metadata; zero dates make it nullable."""
+    """A published column: its docs/types.md type, the MySQL type in its metadata; zero dates make
+    it nullable."""
     return pa.field(
         column.name,
         arrow_type(column),

@@ -143,8 +143,9 @@ CAUSES: tuple[tuple[re.Pattern[str], Callable[[str], Cause]], ...] = (
     ),
     (
         re.compile(
-            r"Communications link failure|Connection refused|Socket fail to connect|Connection reset|"
-            r"Lost connection|Server has gone away|Can't connect to|Could not connect|"
+            r"Communications link failure|Connection refused|Socket fail to connect|"
+            r"Connection reset|Lost connection|Server has gone away|Can't connect to|"
+            r"Could not connect|"
             r"unexpected end of stream|Connection timed out",
             re.I,
         ),

@@ -1,13 +1,12 @@
 """pyarrow without pandas in a run's process.
 
 pyarrow looks for pandas the first time it converts Python objects (`pa.array`, `pa.scalar`:
-is this a Series?) and imports it when it is installed (Airflow and pyspark bring it). Nothing
-in a run hands pyarrow pandas objects, and importing pandas took 0.2-0.3 s of every run (a
-run of 1M-row ``shop.orders`` with no change: 1.12 → 0.94 s, docs/performance.md, "What limits each").
-`arrow_without_pandas` makes that first look find no pandas, so pyarrow skips the check from
-then on. Anything in the run that does need pandas still gets it: pyarrow imports it again
-where pandas is required (``to_pandas``, ``from_pandas``), and an ``import pandas`` works as
-before.
+is this a Series?) and imports it when it is installed (Airflow and pyspark bring it). Nothing in a
+run hands pyarrow pandas objects, and importing pandas took 0.2-0.3 s of every run (a run of 1M-row
+``shop.orders`` with no change: 1.12 → 0.94 s, docs/performance.md, "What limits each").
+`arrow_without_pandas` makes that first look find no pandas, so pyarrow skips the check from then
+on. Anything in the run that does need pandas still gets it: pyarrow imports it again where pandas
+is required (``to_pandas``, ``from_pandas``), and an ``import pandas`` works as before.
 
 Called by `tidemark run` and, in a task process of a Tidemark DAG, by the DAG module
 (`orchestrator.app.airflow_dags`), before they import the engine: processes that run

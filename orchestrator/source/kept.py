@@ -1,12 +1,11 @@
 """`doctor`'s check that the binlog the state store still needs is on the server.
 
-A published table goes on from its version's position; an unfinished run's tables go on from
-the capture's checkpoint (or from where their reads began). When the file holding that position
-was purged, the next run cannot apply the changes since: it reads those tables from the source
-again (`orchestrator.pipeline.capture.reread`). `doctor` says so before a run fails on it, naming the
-table, the position and the command that gets it back. A position another server recorded
-says nothing about this server's files: `orchestrator.binlog.topology` checks those.
-"""
+A published table goes on from its version's position; an unfinished run's tables go on from the
+capture's checkpoint (or from where their reads began). When the file holding that position was
+purged, the next run cannot apply the changes since: it reads those tables from the source again
+(`orchestrator.pipeline.capture.reread`). `doctor` says so before a run fails on it, naming the
+table, the position and the command that gets it back. A position another server recorded says
+nothing about this server's files: `orchestrator.binlog.topology` checks those."""
 
 from __future__ import annotations
 

@@ -212,7 +212,8 @@ def _lock_record(r: Row[Any]) -> LockRecord:
 
 @dataclass(frozen=True, slots=True)
 class TableSetRecord:
-    """What a pipeline's table patterns matched when a run was last planned (`orchestrator.config.patterns`)."""
+    """What a pipeline's table patterns matched when a run was last planned
+    (`orchestrator.config.patterns`)."""
 
     pipeline: str
     run_id: str

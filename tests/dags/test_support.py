@@ -1,4 +1,5 @@
-"""`orchestrator.app.airflow_support`: the Airflow-free half of the DAG layer (no Airflow import here)."""
+"""`orchestrator.app.airflow_support`: the Airflow-free half of the DAG layer (no Airflow import
+here)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Positions belong to a server; a pipeline follows a failover by GTID (orchestrator.binlog.failover).
+"""Positions belong to a server; a pipeline follows a failover by GTID
+(orchestrator.binlog.failover).
 
 Two private MariaDB servers in GTID replication: a primary (server_id 1) and a replica
 (server_id 2, ``log_slave_updates``). A pipeline snapshots from the replica; the replica

@@ -1,4 +1,5 @@
-"""``where`` filters on the binlog path (orchestrator.schema.filters, orchestrator.pipeline.capture.filtering).
+"""``where`` filters on the binlog path (orchestrator.schema.filters,
+orchestrator.pipeline.capture.filtering).
 
 The property test is MariaDB itself against the evaluator: random rows of several
 column types (NULLs, a ``_ci`` column, a ``_bin`` one, a latin1 one) are written, the

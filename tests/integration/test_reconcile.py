@@ -1,4 +1,5 @@
-"""Reconcile on a real local Spark: the last change per key wins (docs/design.md, "Why it is correct")."""
+"""Reconcile on a real local Spark: the last change per key wins (docs/design.md, "Why it is
+correct")."""
 
 from __future__ import annotations
 

@@ -102,9 +102,9 @@ sys.exit(cli.entry())
 def test_a_run_imports_no_pandas(
     tmp_path: Path, spark: dict[str, str], pandas: str, imported: str
 ) -> None:
-    """pyarrow's look for pandas (`orchestrator.services.lean`): a run leaves pandas unimported, with a Spark
-    driver of its own or a Spark Connect server's, and pyarrow still converts to pandas when
-    asked to; a process that imported pandas before keeps it."""
+    """pyarrow's look for pandas (`orchestrator.services.lean`): a run leaves pandas unimported,
+    with a Spark driver of its own or a Spark Connect server's, and pyarrow still converts to pandas
+    when asked to; a process that imported pandas before keeps it."""
     config = write(
         tmp_path,
         {

@@ -1,6 +1,7 @@
-"""The driver's merge of one base batch with its events: a key of one integer column takes a
-binary search per event (`orchestrator.pipeline.reconcile.local._integer_key`), any other key the sort of base and
-event keys together; both must give the same rows and counts (random batches, every integer width)."""
+"""The driver's merge of one base batch with its events: a key of one integer column takes a binary
+search per event (`orchestrator.pipeline.reconcile.local._integer_key`), any other key the sort of
+base and event keys together; both must give the same rows and counts (random batches, every integer
+width)."""
 
 from __future__ import annotations
 

@@ -79,7 +79,8 @@ def compile_table_filter(where: str, info: TableInfo, oracle: ServerCollation | 
 
 
 class FilteredTable(Protocol):
-    """What a filter needs of a captured table (`orchestrator.pipeline.capture.step.CaptureTable`)."""
+    """What a filter needs of a captured table
+    (`orchestrator.pipeline.capture.buffer.CaptureTable`)."""
 
     @property
     def info(self) -> TableInfo: ...

@@ -252,8 +252,8 @@ class _Capture:
             self.log_progress(position)
 
     def hold_prepared(self, stop: BinlogPosition) -> None:
-        """Tables with rows of XA transactions prepared but not committed at ``stop``: their
-        next capture starts where those transactions began (see `orchestrator.pipeline.capture.xa`)."""
+        """Tables with rows of XA transactions prepared but not committed at ``stop``: their next
+        capture starts where those transactions began (see `orchestrator.pipeline.capture.xa`)."""
         hold = self.xa.hold()
         if hold is None:
             return

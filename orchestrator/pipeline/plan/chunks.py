@@ -94,11 +94,11 @@ def describe_decision(plan: TablePlan) -> str:
     """The plan's log line: strategy and the numbers it was chosen on.
 
     >>> from chunking import TablePlan
-    >>> print(describe_decision(TablePlan("shop.orders", "even", ("id",), (), {
-    ...     "min": [1], "max": [9000000], "rows": 2800000, "rows_exact": False, "factor": 3.2,
-    ...     "chunks": 56, "queries": 2, "reason": "distribution factor 3.2 is within [0.05, 100.0]"})))
-    table shop.orders: strategy even, min 1, max 9000000, approx rows 2800000, distribution factor 3.2, \
-56 chunks, 2 queries (distribution factor 3.2 is within [0.05, 100.0])
+    >>> stats = {"min": [1], "max": [9000000], "rows": 2800000, "rows_exact": False,
+    ...          "factor": 3.2, "chunks": 56, "queries": 2, "reason": "factor within bounds"}
+    >>> print(describe_decision(TablePlan("shop.orders", "even", ("id",), (), stats)))
+    table shop.orders: strategy even, min 1, max 9000000, approx rows 2800000, distribution \
+factor 3.2, 56 chunks, 2 queries (factor within bounds)
     """
     s = plan.stats
     rows = f"{'rows' if s.get('rows_exact') else 'approx rows'} {s.get('rows')}"
@@ -106,7 +106,8 @@ def describe_decision(plan: TablePlan) -> str:
     return (
         f"table {plan.table}: strategy {plan.strategy}, min {short(decode_key(s.get('min')))}, "
         f"max {short(decode_key(s.get('max')))}, {rows}, distribution factor {factor}, "
-        f"{s.get('chunks', len(plan.chunks))} chunks, {s.get('queries')} queries ({s.get('reason')})"
+        f"{s.get('chunks', len(plan.chunks))} chunks, {s.get('queries')} queries "
+        f"({s.get('reason')})"
     )
 
 

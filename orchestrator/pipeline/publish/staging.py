@@ -56,12 +56,14 @@ def write_pending(
 
 
 def moved_tag(reconciled_dir: str) -> str:
-    """The tag in the names of the data files moved out of ``reconciled_dir``: the same for
-    every publish attempt of that directory (a move a crash cut is finished, not repeated),
-    another for each reconcile attempt (whose directory is unique to it: `orchestrator.pipeline.reconcile.step`).
+    """The tag in the names of the data files moved out of ``reconciled_dir``: the same for every
+    publish attempt of that directory (a move a crash cut is finished, not repeated), another for
+    each reconcile attempt (whose directory is unique to it:
+    `orchestrator.pipeline.reconcile.step`).
 
-    >>> moved_tag("/s/run/reconciled/shop.orders-1a2b3c4d") == moved_tag("/s/run/reconciled/shop.orders-1a2b3c4d")
-    True
+    >>> directory = "/s/run/reconciled/shop.orders-1a2b3c4d"
+    >>> moved_tag(directory) == moved_tag(directory), moved_tag(directory) == moved_tag("/s/other")
+    (True, False)
     """
     return hashlib.sha256(reconciled_dir.encode()).hexdigest()[:8]
 
@@ -89,7 +91,8 @@ def place(
                 storage.adopt(entry["file"], target)
             else:
                 log.warning(
-                    "%s: written with other field IDs or types than the Iceberg table's; rewriting it",
+                    "%s: written with other field IDs or types than the Iceberg table's; "
+                    "rewriting it",
                     entry["file"],
                 )
                 write_files(

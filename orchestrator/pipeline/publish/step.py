@@ -68,10 +68,10 @@ class Published:
 def publish(config: PipelineConfig, run_id: str, *, holder: str) -> list[Published]:
     """Write versions, switch manifests, checkpoint tables, finish the run, release the lock.
 
-    Many tables are published by worker processes, two per core (`orchestrator.pipeline.publish.workers`), each
-    opening the Iceberg catalog once; the tables' checkpoints are recorded `RECORD_TABLES` at a
-    time in one transaction (a table switched but not recorded yet is found published by the
-    rerun, which records it).
+    Many tables are published by worker processes, two per core
+    (`orchestrator.pipeline.publish.workers`), each opening the Iceberg catalog once; the tables'
+    checkpoints are recorded `RECORD_TABLES` at a time in one transaction (a table switched but not
+    recorded yet is found published by the rerun, which records it).
 
     Raises:
         TablesFailed: some tables failed on their own (`orchestrator.pipeline.failed`); the

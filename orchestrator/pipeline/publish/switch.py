@@ -63,7 +63,8 @@ def retain(
     manifest: Manifest,
     guard: Callable[[], None],
 ) -> None:
-    """Retention; expiring snapshots writes new Iceberg metadata, which ``current.json`` then names."""
+    """Retention; expiring snapshots writes new Iceberg metadata, which ``current.json`` then
+    names."""
 
     def expire(dropped: list[int]) -> set[str]:
         needed, location = iceberg.expire_versions(catalog, manifest["table"], tdir, dropped)
@@ -82,7 +83,7 @@ def retain(
 def published_at(manifest: Manifest) -> dt.datetime:
     """When ``manifest``'s version was published (``published_at`` is UTC, ``...Z``).
 
-    >>> published_at({"published_at": "2026-11-22T10:00:00Z"}).isoformat()  # type: ignore[typeddict-item]
+    >>> published_at({"published_at": "2026-11-22T10:00:00Z"}).isoformat()  # type: ignore
     '2026-11-22T10:00:00+00:00'
     """
     return dt.datetime.strptime(manifest["published_at"], "%Y-%m-%dT%H:%M:%SZ").replace(

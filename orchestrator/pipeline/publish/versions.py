@@ -5,7 +5,8 @@ Layout and manifest are docs/output.md, "Output layout"; every version is also a
 Iceberg snapshot (`orchestrator.lake.iceberg`). Each publish attempt has a tag of its
 own (`storage.attempt_tag`) that names every file it writes. Order of writes:
 
-1. the Iceberg table's schema evolution or creation is prepared (nothing committed), which fixes the field IDs;
+1. the Iceberg table's schema evolution or creation is prepared (nothing committed), which fixes
+   the field IDs;
 2. the version's new data files ``data/v000002-<tag>-c0000.parquet`` ...: the files reconcile
    finished in staging (`orchestrator.lake.layout.VersionPlan`), each one key range in key
    order, moved into ``data/`` (a rename; a file whose field IDs are not the table's is
@@ -18,7 +19,8 @@ own (`storage.attempt_tag`) that names every file it writes. Order of writes:
    their attempt is one), fsynced once for them all;
 4. the Iceberg snapshot: the files of the version, the run id and the attempt in its
    summary, any schema change of 1 with it; the catalog commits it only on the parent snapshot
-   the attempt loaded (a new table: created in this same commit, only if no table of its name exists);
+   the attempt loaded (a new table: created in this same commit, only if no table of its name
+   exists);
 5. ``_tidemark/versions/000002.json`` and ``_tidemark/current.json``, replaced
    atomically (`storage.write_atomic`): the moment Tidemark's readers switch;
 6. retention: versions beyond ``output.keep_versions`` and older than

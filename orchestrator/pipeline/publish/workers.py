@@ -248,9 +248,9 @@ def _ended(
 
 
 def _as_raised_here(exc: Exception) -> Exception:
-    """A worker's exception as the run raises it: without the worker's traceback as its cause
-    (its text would be read for the failure's cause and path: `orchestrator.services.failures.root_cause`);
-    the traceback is logged at debug level."""
+    """A worker's exception as the run raises it: without the worker's traceback as its cause (its
+    text would be read for the failure's cause and path:
+    `orchestrator.services.failures.root_cause`); the traceback is logged at debug level."""
     log.debug("a publish worker failed:%s", exc.__cause__ or "")
     exc.__cause__ = None
     return exc

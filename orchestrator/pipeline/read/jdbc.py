@@ -120,7 +120,8 @@ def _same(c: Column) -> Column:
 
 
 def column_read(column: ColumnInfo) -> ColumnRead:
-    """The read plan of one column: its `orchestrator.pipeline.read.sql.column_sql`, and how Spark takes what it returns.
+    """The read plan of one column: its `orchestrator.pipeline.read.sql.column_sql`, and how Spark
+    takes what it returns.
 
     >>> from orchestrator.schema.tables import ColumnInfo as C
     >>> column_read(C("t", "time", "time(6)", True, datetime_precision=6)).jdbc_type

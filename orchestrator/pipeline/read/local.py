@@ -6,11 +6,12 @@ connection and statement, a Parquet writer, a task commit: about 50 ms), and a r
 tables only pays the JVM's start too (seconds). The driver reads a table planned at most
 `LOCAL_ROWS` rows itself, exactly as Spark would have:
 
-- the same statement: the derived table and per-column expressions of `orchestrator.pipeline.read.sql`, the chunk's
-  predicate, so the server hands over the same values (integers for temporal values, DOUBLE for
-  FLOAT, text for CHAR/ENUM/SET and wide DECIMAL: nothing a client library formats or rounds);
-- each `orchestrator.pipeline.read.sql.Wire` kind becomes the column's published type as Spark's cast does
-  (`wire_array`: epoch days to date32, epoch microseconds to timestamps, 0/1 to boolean);
+- the same statement: the derived table and per-column expressions of
+  `orchestrator.pipeline.read.sql`, the chunk's predicate, so the server hands over the same
+  values (integers for temporal values, DOUBLE for FLOAT, text for CHAR/ENUM/SET and wide
+  DECIMAL: nothing a client library formats or rounds);
+- each `orchestrator.pipeline.read.sql.Wire` kind becomes the column's published type as Spark's
+  cast does (`wire_array`: epoch days to date32, epoch microseconds to timestamps, 0/1 to boolean);
 - a NULL in a NOT NULL column fails the table, naming the column, as the Spark job does;
 - the rows sorted in the files' order (`orchestrator.lake.order`: Spark's order of the
   published values), written with the data file schema (field IDs, required columns) as one
@@ -19,12 +20,11 @@ tables only pays the JVM's start too (seconds). The driver reads a table planned
   directories a small table fewer to create, and to delete at the end of the run).
 
 So reconcile and publish cannot tell a driver-written chunk file from a Spark-written one
-(tests/integration/test_local_read.py compares them value for value, every type of the mapping).
-One thing more comes of a driver's read: each file's `layout.FileRange` (first and last key,
-rows, bytes), known as it is written, which the read step records with the chunk so that
-reconcile need not open the file again to learn it (a tenth of a small table's run).
-The read happens between the batch's ``L`` and ``Hb`` like any other (`orchestrator.pipeline.read.step`).
-"""
+(tests/integration/test_local_read.py compares them value for value, every type of the mapping). One
+thing more comes of a driver's read: each file's `layout.FileRange` (first and last key, rows,
+bytes), known as it is written, which the read step records with the chunk so that reconcile need
+not open the file again to learn it (a tenth of a small table's run). The read happens between the
+batch's ``L`` and ``Hb`` like any other (`orchestrator.pipeline.read.step`)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,11 @@
 """The SQL a chunk read runs, whichever engine runs it: Spark over JDBC or the driver over PyMySQL.
 
-Each column is converted on the server into a value whose meaning no client library can
-change (`column_sql`): temporal values become integers (epoch microseconds, epoch days, signed
-TIME microseconds), FLOAT is widened to DOUBLE, CHAR/ENUM/SET are cast to plain text, booleans
-compared with 0. The `Wire` kind names what comes back; each engine turns it into the column's
-published type (`orchestrator.pipeline.read.jdbc.column_read` in Spark, `orchestrator.pipeline.read.local`
-in the driver), so both write the same values. This module imports no engine.
+Each column is converted on the server into a value whose meaning no client library can change
+(`column_sql`): temporal values become integers (epoch microseconds, epoch days, signed TIME
+microseconds), FLOAT is widened to DOUBLE, CHAR/ENUM/SET are cast to plain text, booleans compared
+with 0. The `Wire` kind names what comes back; each engine turns it into the column's published type
+(`orchestrator.pipeline.read.jdbc.column_read` in Spark, `orchestrator.pipeline.read.local` in the
+driver), so both write the same values. This module imports no engine.
 
 The table is wrapped in a derived table that also exposes every raw column under its own name
 (`table_select`), so a chunk predicate (and the table's ``where`` filter) uses the raw key columns

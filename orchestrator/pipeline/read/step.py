@@ -1,15 +1,15 @@
 """The read step: one batch of chunks between its low and high binlog position.
 
-``L`` is recorded before the reads start and the read margin waited out; the batch's chunks
-are read; ``Hb`` is recorded after every read ended. A batch holds chunks of one table, or many
-small tables packed together by the plan (`orchestrator.pipeline.plan.batches`). A table planned at
-most `orchestrator.pipeline.read.local.LOCAL_ROWS` rows in one chunk is read by the driver
-(`orchestrator.pipeline.read.local`: the same SQL, the same files, no Spark task), while Spark
-reads the others, each table's chunks in a job of their own (`orchestrator.pipeline.read.jdbc`),
-`TABLE_JOBS` jobs at a time from the driver. A batch the driver reads whole starts no Spark session. The batch's
-chunks are recorded in one transaction. A batch whose connection was lost is read again whole,
-with a fresh ``L``; a table whose read fails on its own (`orchestrator.pipeline.failed`) fails alone.
-"""
+``L`` is recorded before the reads start and the read margin waited out; the batch's chunks are
+read; ``Hb`` is recorded after every read ended. A batch holds chunks of one table, or many small
+tables packed together by the plan (`orchestrator.pipeline.plan.batches`). A table planned at most
+`orchestrator.pipeline.read.local.LOCAL_ROWS` rows in one chunk is read by the driver
+(`orchestrator.pipeline.read.local`: the same SQL, the same files, no Spark task), while Spark reads
+the others, each table's chunks in a job of their own (`orchestrator.pipeline.read.jdbc`),
+`TABLE_JOBS` jobs at a time from the driver. A batch the driver reads whole starts no Spark session.
+The batch's chunks are recorded in one transaction. A batch whose connection was lost is read again
+whole, with a fresh ``L``; a table whose read fails on its own (`orchestrator.pipeline.failed`)
+fails alone."""
 
 from __future__ import annotations
 
@@ -123,7 +123,8 @@ def read_batch(
 
 @dataclass(frozen=True, slots=True)
 class _Pending:
-    """A batch's chunks to read, by table; which tables the driver reads (`orchestrator.pipeline.read.local`)."""
+    """A batch's chunks to read, by table; which tables the driver reads
+    (`orchestrator.pipeline.read.local`)."""
 
     by_table: Mapping[str, list[ChunkRecord]]
     infos: Mapping[str, TableShape]
@@ -195,11 +196,12 @@ def _read_tables(
     tag: str,
     guard: Callable[[], None],
 ) -> tuple[list[ChunkRead], dict[str, str]]:
-    """The batch's chunks into chunk dirs and files named with the attempt's ``tag``: the small tables in the
-    driver (`orchestrator.pipeline.read.local`) while Spark reads the others, a job per table,
-    `TABLE_JOBS` jobs at a time; ``guard`` is the fence check before files are written. Returns the chunks read and the tables
-    that failed on their own (with the reason). Any other error is raised once every read started
-    has ended (a lost connection: the caller reads the batch again)."""
+    """The batch's chunks into chunk dirs and files named with the attempt's ``tag``: the small
+    tables in the driver (`orchestrator.pipeline.read.local`) while Spark reads the others, a job
+    per table, `TABLE_JOBS` jobs at a time; ``guard`` is the fence check before files are written.
+    Returns the chunks read and the tables that failed on their own (with the reason). Any other
+    error is raised once every read started has ended (a lost connection: the caller reads the batch
+    again)."""
     catalog = iceberg.open_catalog(config)  # once for the batch's tables
     schemas = iceberg.data_file_schemas(
         config, [pending.infos[t][0] for t in pending.by_table], catalog

@@ -1,15 +1,16 @@
 """Reconcile of incremental tables that received no change: their plans, many to a file.
 
-An incremental table without a durable change segment in the run has no slot to rewrite: its
-version plan (`orchestrator.lake.layout.VersionPlan`) lists every file of the current version,
-shared, exactly what `orchestrator.pipeline.reconcile.rewrite.rewrite` plans for it, and publish then
-keeps the version (`orchestrator.pipeline.publish.versions`, ``_unchanged``). Such plans are written `RECORD_TABLES` at a time to one
-file (`layout.write_plans`) in a directory unique to the batch, before the tables are recorded
-reconciled; each table's reconciled dir is ``<that directory>/<table>``, never created, which
-`layout.read_plan` resolves to its plan in the file. So a run of thousands of tables without a
-change writes and fsyncs one file per batch, not a directory and a file per table, and the run's
-staging holds a few files to delete at its end. A crash before the batch is recorded leaves a
-file nothing names (the rerun reconciles those tables again under a new tag).
+An incremental table without a durable change segment in the run has no slot to rewrite: its version
+plan (`orchestrator.lake.layout.VersionPlan`) lists every file of the current version, shared,
+exactly what `orchestrator.pipeline.reconcile.rewrite.rewrite` plans for it, and publish then keeps
+the version (`orchestrator.pipeline.publish.versions`, ``_unchanged``). Such plans are written
+`RECORD_TABLES` at a time to one file (`layout.write_plans`) in a directory unique to the batch,
+before the tables are recorded reconciled; each table's reconciled dir is ``<that
+directory>/<table>``, never created, which `layout.read_plan` resolves to its plan in the file. So a
+run of thousands of tables without a change writes and fsyncs one file per batch, not a directory
+and a file per table, and the run's staging holds a few files to delete at its end. A crash before
+the batch is recorded leaves a file nothing names (the rerun reconciles those tables again under a
+new tag).
 
 Snapshot tables whose chunks received no change are batched the same way (`SNAPSHOTS`): their
 plan lists the chunk files, each to be moved in as a file of the first version, and nothing is

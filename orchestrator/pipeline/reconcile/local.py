@@ -1,4 +1,5 @@
-"""The rewrite engine in the driver: pyarrow, file by file, with `orchestrator.pipeline.reconcile.rewrite`'s rule.
+"""The rewrite engine in the driver: pyarrow, file by file, with
+`orchestrator.pipeline.reconcile.rewrite`'s rule.
 
 The changes of a table become its *last events* (`last_events`: per key, the last change by
 position; a put carries the after-image, a delete none; a key-changing update or a ``D`` made by

@@ -1,4 +1,5 @@
-"""Reconcile: base files + the binlog changes of a run -> the data files of the table at ``H`` (docs/design.md, step 5).
+"""Reconcile: base files + the binlog changes of a run -> the data files of the table at ``H``
+(docs/design.md, step 5).
 
 The rule ("Why it is correct"): for each key, the last change by position
 ``(_tm_file, _tm_pos, _tm_row)`` wins; a delete removes the key, an insert or update puts

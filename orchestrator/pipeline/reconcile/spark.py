@@ -1,4 +1,5 @@
-"""The Spark engine of reconcile: the same rule as `orchestrator.pipeline.reconcile.local`, as Spark jobs.
+"""The Spark engine of reconcile: the same rule as `orchestrator.pipeline.reconcile.local`, as Spark
+jobs.
 
 The changes become *events* (key, position, put or delete, row), a window keeps the
 last event per key, base rows whose key has an event are dropped (a null-safe anti

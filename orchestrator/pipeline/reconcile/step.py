@@ -1,11 +1,11 @@
-"""The reconcile step: every captured table of a run reconciled, the results recorded (docs/design.md, step 5).
+"""The reconcile step: every captured table of a run reconciled, the results recorded
+(docs/design.md, step 5).
 
 `reconcile` is the step (the CLI and the DAG call it through `orchestrator.app.steps`). It lists the
 run's durable change segments and read chunks once, then per table: a published table without a
 change keeps its version (`orchestrator.pipeline.reconcile.kept`), any other is reconciled by
-`orchestrator.pipeline.reconcile.rewrite`'s rule (the snapshot's chunk files, or the published version's
-files, plus the run's changes). One table's own trouble fails that table alone.
-"""
+`orchestrator.pipeline.reconcile.rewrite`'s rule (the snapshot's chunk files, or the published
+version's files, plus the run's changes). One table's own trouble fails that table alone."""
 
 from __future__ import annotations
 
