@@ -1,4 +1,5 @@
-"""A DAG run vs `tidemark run` on the same table, side by side (docs/airflow.md "What a DAG run costs").
+"""A DAG run vs `tidemark run` on the same table, side by side (docs/airflow.md, "What a DAG run
+costs").
 
 Loads ``--rows`` orders of the sample shop into a private MariaDB and snapshots
 ``shop.orders`` twice, into two lakes: once with `tidemark run` (one process, one Spark

@@ -1,10 +1,12 @@
-"""A small table read by the driver vs by Spark, side by side: where `orchestrator.pipeline.read.local.LOCAL_ROWS` comes from.
+"""A small table read by the driver vs by Spark, side by side: where
+`orchestrator.pipeline.read.local.LOCAL_ROWS` comes from.
 
 One private MariaDB holds ``shop.orders`` (10 columns of every kind the type mapping converts:
 ENUM, DECIMAL, FLOAT, DATETIME(6), TIMESTAMP(6), TINYINT(1), SET, VARCHAR). For each size in
 ``--sizes`` the first that many rows are read as one chunk, alternately:
 
-- by the driver: `orchestrator.pipeline.read.local.read_table` (PyMySQL through the read SQL, pyarrow, one Parquet file);
+- by the driver: `orchestrator.pipeline.read.local.read_table` (PyMySQL through the read SQL,
+  pyarrow, one Parquet file);
 - by Spark: `jdbc.read_chunks` of the same chunk, one job, on a warm JVM (the session started
   and used once before timing: what a table costs once some other table of the run needed Spark).
 

@@ -36,7 +36,8 @@ def scratch_server(
 
 
 def load_sample_shop(server: LocalMariaDB, rows: int) -> Any:
-    """Load ``rows`` orders (`orchestrator.app.demo.sample.load_shop`), print how long it took; returns the connection."""
+    """Load ``rows`` orders (`orchestrator.app.demo.sample.load_shop`), print how long it took;
+    returns the connection."""
     conn = connect("127.0.0.1", server.port, "root", "", None)
     start = time.perf_counter()
     load_shop(conn, rows)
