@@ -115,7 +115,18 @@ public final class Runner {
     }
   }
 
-  public static void main(String[] args) throws Exception {
+  public static void main(String[] args) {
+    int code;
+    try {
+      code = run(args);
+    } catch (Throwable error) { // the engine's threads must not keep a failed run's JVM alive
+      error.printStackTrace();
+      code = 1;
+    }
+    System.exit(code);
+  }
+
+  private static int run(String[] args) throws Exception {
     long started = System.nanoTime();
     Map<String, String> named = arguments(args);
     Properties props = new Properties();
@@ -156,7 +167,11 @@ public final class Runner {
     }
     boolean finished = done.await(timeout, TimeUnit.SECONDS);
     long reached = System.nanoTime();
-    engine.close();
+    try {
+      engine.close();
+    } catch (IllegalStateException stopped) { // the engine stopped by itself (a failure)
+      failure.compareAndSet(null, stopped.getMessage());
+    }
     executor.shutdown();
     executor.awaitTermination(120, TimeUnit.SECONDS);
     out.close();
@@ -169,7 +184,7 @@ public final class Runner {
       System.err.println(
           "debezium run failed: " + failure.get() + " (" + sink.seen() + " of " + wanted
               + " events of " + named.get("topic") + ")");
-      System.exit(1);
+      return 1;
     }
     long first = sink.firstNanos();
     System.out.printf(
@@ -179,5 +194,6 @@ public final class Runner {
         (first - started) / 1e9,
         (reached - started) / 1e9,
         (closed - started) / 1e9);
+    return 0;
   }
 }

@@ -362,16 +362,16 @@ def process() -> NoReturn:
     At a normal exit Python clears every module and frees every object the imports made
     (pyiceberg's models, SQLAlchemy, pyarrow) one by one, and returns their memory: work whose
     only effect is on a process that is ending: 0.1-0.2 s of CPU after a small incremental run
-    (docs/performance.md, "Incremental"). So, once `entry`
-    returned, what a normal exit does that has effects outside the process is done here: other
-    non-daemon threads are waited for, the atexit handlers run (the publish workers joined,
+    (docs/performance.md, "Incremental"). So, once `entry` returned, what a normal exit does
+    that has effects outside the process is done here: thread pools are stopped and other
+    non-daemon threads waited for, the atexit handlers run (the publish workers joined,
     temporary files removed), logging is shut down (the run's log file flushed and closed),
     standard output and error are flushed; then ``os._exit`` ends the process with the
     command's exit code."""
     code = entry()
-    for thread in threading.enumerate():
-        if thread is not threading.current_thread() and not thread.daemon:
-            thread.join()
+    # What the interpreter's exit runs first: thread pools told to stop, then every non-daemon
+    # thread joined (an idle pool's workers would otherwise be waited for forever).
+    threading._shutdown()  # type: ignore[attr-defined]
     atexit._run_exitfuncs()
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):

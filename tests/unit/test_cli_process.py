@@ -150,7 +150,7 @@ def test_an_airflow_task_process_of_a_tidemark_dag_imports_no_pandas(
         [sys.executable, "-c", probe],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=60,
         check=False,
         env=env,
     )
@@ -159,12 +159,14 @@ def test_an_airflow_task_process_of_a_tidemark_dag_imports_no_pandas(
 
 
 # Ends through `cli.process` after a `tidemark status` replaced by a command that prints more than
-# a pipe holds, starts a thread that is still working when it returns, registers an atexit
+# a pipe holds, starts a thread that is still working when it returns and a thread pool it leaves
+# idle, registers an atexit
 # handler, and exits 3; another handler was registered before the command.
 EXIT_PROBE = """
-import atexit, sys, threading, time
+import atexit, concurrent.futures, sys, threading, time
 from pathlib import Path
 out = Path(sys.argv[2])
+pools = []
 atexit.register(lambda: (out / "before").write_text("ran"))
 import orchestrator.app.status as status
 def late():
@@ -173,6 +175,8 @@ def late():
 def command(config):
     atexit.register(lambda: (out / "during").write_text("ran"))
     threading.Thread(target=late).start()
+    pools.append(concurrent.futures.ThreadPoolExecutor(2))  # left idle, never shut down
+    pools[-1].submit(lambda: None).result()
     print("x" * 200_000)
     sys.stdout.write("end")
     return 3
@@ -186,14 +190,15 @@ print("not reached")
 
 def test_the_process_ends_with_what_a_normal_exit_does_outside_it(tmp_path: Path) -> None:
     """The command's exit code, its whole output through a pipe, its thread's work and every
-    atexit handler: `cli.process` skips only the interpreter's teardown. Standard output is
+    atexit handler, and no wait for an idle thread pool: `cli.process` skips only the
+    interpreter's teardown. Standard output is
     buffered, as it is for a pipe unless ``PYTHONUNBUFFERED`` is set."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
     done = subprocess.run(
         [sys.executable, "-c", EXIT_PROBE, str(config_file(tmp_path)), str(tmp_path)],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=60,
         check=False,
         env=env,
     )
