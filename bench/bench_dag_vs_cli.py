@@ -1,4 +1,4 @@
-"""A DAG run vs `tidemark run` on the same table, side by side (docs/airflow.md "What a DAG run
+"""A DAG run vs `tidemark run` on the same table, side by side (docs/airflow.md, "What a DAG run
 costs").
 
 Loads ``--rows`` orders of the sample shop into a private MariaDB and snapshots

@@ -3,6 +3,6 @@
 May import: app.
 """
 
-from orchestrator.app.cli import entry
+from orchestrator.app.cli import process
 
-raise SystemExit(entry())
+process()

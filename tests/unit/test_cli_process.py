@@ -1,6 +1,7 @@
 """The ``tidemark`` process (`cli.entry`): the cyclic garbage collector is paused while a command
 imports its modules, and on, with those modules' objects frozen out of its passes, while the
-command runs. `cli.main`, which tests call, leaves the collector alone."""
+command runs. `cli.main`, which tests call, leaves the collector alone. The process ends through
+`cli.process`: what a normal exit does outside the process is done, the teardown is skipped."""
 
 from __future__ import annotations
 
@@ -103,8 +104,8 @@ def test_a_run_imports_no_pandas(
     tmp_path: Path, spark: dict[str, str], pandas: str, imported: str
 ) -> None:
     """pyarrow's look for pandas (`orchestrator.services.lean`): a run leaves pandas unimported,
-    with a Spark driver of its own or a Spark Connect server's, and pyarrow still converts to pandas
-    when asked to; a process that imported pandas before keeps it."""
+    with a Spark driver of its own or a Spark Connect server's, and pyarrow still converts to
+    pandas when asked to; a process that imported pandas before keeps it."""
     config = write(
         tmp_path,
         {
@@ -149,9 +150,83 @@ def test_an_airflow_task_process_of_a_tidemark_dag_imports_no_pandas(
         [sys.executable, "-c", probe],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=60,
         check=False,
         env=env,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == [imported, "True"]
+
+
+# Ends through `cli.process` after a `tidemark status` replaced by a command that prints more than
+# a pipe holds, starts a thread that is still working when it returns and a thread pool it leaves
+# idle, registers an atexit
+# handler, and exits 3; another handler was registered before the command.
+EXIT_PROBE = """
+import atexit, concurrent.futures, sys, threading, time
+from pathlib import Path
+out = Path(sys.argv[2])
+pools = []
+atexit.register(lambda: (out / "before").write_text("ran"))
+import orchestrator.app.status as status
+def late():
+    time.sleep(0.5)
+    (out / "thread").write_text("ran")
+def command(config):
+    atexit.register(lambda: (out / "during").write_text("ran"))
+    threading.Thread(target=late).start()
+    pools.append(concurrent.futures.ThreadPoolExecutor(2))  # left idle, never shut down
+    pools[-1].submit(lambda: None).result()
+    print("x" * 200_000)
+    sys.stdout.write("end")
+    return 3
+status.status_command = command
+from orchestrator.app import cli
+sys.argv = ["tidemark", "status", "--config", sys.argv[1]]
+cli.process()
+print("not reached")
+"""
+
+
+def test_the_process_ends_with_what_a_normal_exit_does_outside_it(tmp_path: Path) -> None:
+    """The command's exit code, its whole output through a pipe, its thread's work and every
+    atexit handler, and no wait for an idle thread pool: `cli.process` skips only the
+    interpreter's teardown. Standard output is
+    buffered, as it is for a pipe unless ``PYTHONUNBUFFERED`` is set."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    done = subprocess.run(
+        [sys.executable, "-c", EXIT_PROBE, str(config_file(tmp_path)), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=env,
+    )
+    assert done.returncode == 3, done.stderr[-3000:]
+    assert done.stdout == "x" * 200_000 + "\nend"
+    assert {p.name for p in tmp_path.iterdir() if p.read_text() == "ran"} == {
+        "before",
+        "during",
+        "thread",
+    }
+
+
+def test_python_m_orchestrator_exits_with_the_command_s_code(tmp_path: Path) -> None:
+    """``python -m orchestrator`` goes through `cli.process`: a good config validates (exit 0, its
+    line on stdout), a missing file is exit 2 with one line on stderr."""
+    good = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "validate", "--config", str(config_file(tmp_path))],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert good.returncode == 0 and ": ok — pipeline " in good.stdout, good.stderr
+    bad = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "validate", "--config", str(tmp_path / "none.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert bad.returncode == 2 and bad.stderr.startswith("tidemark: error: "), bad.stderr
