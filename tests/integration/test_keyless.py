@@ -10,6 +10,7 @@ quiet window (the reader made to believe the server has no snapshot position) an
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import random
@@ -28,6 +29,7 @@ from orchestrator.app.run import run_command
 from orchestrator.config import PipelineConfig, load_config
 from orchestrator.lake import layout
 from orchestrator.pipeline.context import table_dir
+from orchestrator.pipeline.failed import TablesFailed
 from orchestrator.pipeline.read import keyless as keyless_read
 from orchestrator.source.connection import Source
 from tests.conftest import pipeline_config, start_run, write_config
@@ -199,9 +201,10 @@ def test_doctor_and_plan_name_the_multiset_path(
 class _Writer(threading.Thread):
     """Inserts, deletes (LIMIT 1 of identical rows) and updates on ``db.log`` until stopped."""
 
-    def __init__(self, mariadb: LocalMariaDB, db: str, seed: int) -> None:
+    def __init__(self, mariadb: LocalMariaDB, db: str, seed: int, burst: bool = False) -> None:
         super().__init__(daemon=True)
         self.mariadb, self.db, self.random = mariadb, db, random.Random(seed)
+        self.burst = burst  # write for 0.1 s, then pause for 0.4 s
         self.stop_event = threading.Event()
         self.changes = 0
         self.error: BaseException | None = None
@@ -225,6 +228,8 @@ class _Writer(threading.Thread):
                         cur.execute("COMMIT")
                     self.changes += 1
                     time.sleep(0.002)
+                    if self.burst and self.changes % 40 == 0:
+                        time.sleep(0.4)
             conn.close()
         except BaseException as exc:
             self.error = exc
@@ -240,10 +245,10 @@ def writers() -> Iterator[list[_Writer]]:
 
 
 def _start_writers(
-    mariadb: LocalMariaDB, db: str, started: list[_Writer], count: int = 2
+    mariadb: LocalMariaDB, db: str, started: list[_Writer], count: int = 2, burst: bool = False
 ) -> list[_Writer]:
     for seed in range(count):
-        writer = _Writer(mariadb, db, seed)
+        writer = _Writer(mariadb, db, seed, burst)
         writer.start()
         started.append(writer)
     deadline = time.monotonic() + 30
@@ -279,3 +284,162 @@ def test_snapshot_under_concurrent_writes_then_catch_up(
     _stop(writers)
     assert _run(config) == 0
     _assert_same(config, name)
+
+
+def test_truncate_is_a_re_read(
+    mariadb: LocalMariaDB, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    db = "keyless_truncate"
+    config = _pipeline(mariadb, tmp_path, db)
+    name = f"{db}.log"
+    assert _run(config) == 0
+    mariadb.execute(
+        "DELETE FROM log WHERE a = 1 LIMIT 2",
+        "TRUNCATE TABLE log",
+        "INSERT INTO log VALUES (1, 'a', NULL, NULL, NULL), (1, 'a', NULL, NULL, NULL)",
+        "INSERT INTO log VALUES (2, 'b', 1.5, -0.0, '2020-01-01')",
+        "DELETE FROM log WHERE a = 1 LIMIT 1",
+        database=db,
+    )
+    caplog.set_level(logging.INFO)
+    assert _run(config) == 0
+    assert f"table {name}: TRUNCATE" in caplog.text and "re-read" in caplog.text
+    _assert_same(config, name)
+
+
+def test_xa_prepared_across_runs_counts_each_change_once(
+    mariadb: LocalMariaDB, tmp_path: Path
+) -> None:
+    """An XA transaction prepared at one run's end holds the table's next start back to where it
+    began: the next run reads changes it already applied again, and must not count them twice."""
+    db = "keyless_xa"
+    config = _pipeline(mariadb, tmp_path, db)
+    name = f"{db}.log"
+    assert _run(config) == 0
+    mariadb.execute(
+        "XA START 'k'",
+        f"INSERT INTO {db}.log VALUES (900, 'xa', NULL, NULL, NULL)",
+        "XA END 'k'",
+        "XA PREPARE 'k'",
+    )
+    try:
+        mariadb.execute(
+            "INSERT INTO log VALUES (901, 'after', NULL, NULL, NULL)",
+            "DELETE FROM log WHERE a = 7 LIMIT 1",
+            database=db,
+        )
+        assert _run(config) == 0  # published without the prepared row, its start held back
+        _assert_same(config, name)
+    finally:
+        mariadb.execute("XA COMMIT 'k'")
+    mariadb.execute("INSERT INTO log VALUES (902, 'later', NULL, NULL, NULL)", database=db)
+    assert _run(config) == 0  # reads 901 and the delete again: each counts once
+    _assert_same(config, name)
+    assert _source(config, name)[(900, "xa", None, None, None)] == 1
+
+
+@pytest.mark.parametrize(
+    "failpoint", ["read.batch_done:1", "capture.flushed:1", "publish.file_moved:1"]
+)
+def test_killed_run_resumes_exactly(mariadb: LocalMariaDB, tmp_path: Path, failpoint: str) -> None:
+    """``kill -9`` of a run (a snapshot, then a catch-up) at a step boundary; the rerun resumes
+    and the lake equals the source, no change counted twice or lost."""
+    db = "keyless_kill_" + failpoint.split(".")[1].split(":")[0]
+    config = _pipeline(mariadb, tmp_path, db)
+    name = f"{db}.log"
+    path = Path(config.path)
+    mariadb.execute("INSERT INTO log SELECT * FROM log WHERE a < 50", database=db)
+    for round_ in range(2):  # a snapshot, then a catch-up
+        if round_:
+            mariadb.execute(
+                "DELETE FROM log WHERE a = 20 LIMIT 3",
+                "UPDATE log SET b = 'kill' WHERE a = 21 LIMIT 2",
+                "INSERT INTO log SELECT * FROM log WHERE a = 22",
+                database=db,
+            )
+        run = start_run(path, failpoint)
+        run.wait(120)
+        # a snapshot writes no change segment (nothing changed meanwhile), a catch-up reads no chunk
+        if round_ in {"read": (0,), "capture": (1,), "publish": (0, 1)}[failpoint.split(".")[0]]:
+            assert run.returncode == -9, run.stderr.read() if run.stderr else ""
+        mariadb.execute(
+            "INSERT INTO log VALUES (800, 'meanwhile', NULL, NULL, NULL)",
+            "DELETE FROM log WHERE a = 30 LIMIT 1",
+            database=db,
+        )
+        assert _run(config) == 0  # resumes the killed run (its H may be before the meanwhile)
+        assert _run(config) == 0
+        _assert_same(config, name)
+
+
+def test_quiet_window_where_the_server_gives_no_snapshot_position(
+    mariadb: LocalMariaDB,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    writers: list[_Writer],
+) -> None:
+    """The reader believes the server is MySQL: it reads in a window of the binlog with no change
+    of the table, tried again while writers change it in bursts; the result is exact."""
+    monkeypatch.setattr(
+        keyless_read,
+        "how_to_snapshot",
+        lambda source, lock_allowed: "lock" if lock_allowed else "quiet",
+    )
+    db = "keyless_quiet"
+    config = _pipeline(mariadb, tmp_path, db)
+    name = f"{db}.log"
+    _start_writers(mariadb, db, writers, count=1, burst=True)
+    caplog.set_level(logging.INFO)
+    assert _run(config) == 0
+    assert "read in a consistent snapshot in a quiet binlog window" in caplog.text
+    assert _run(config) == 0
+    _stop(writers)
+    assert _run(config) == 0
+    _assert_same(config, name)
+
+
+def test_no_quiet_window_fails_the_table_and_a_lock_reads_it(
+    mariadb: LocalMariaDB,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    writers: list[_Writer],
+) -> None:
+    """Without a quiet window within ``source.read_timeout`` the table fails on its own, naming
+    the fix; with ``keyless_lock: true`` a brief lock places the read, under the same writes."""
+    monkeypatch.setattr(
+        keyless_read,
+        "how_to_snapshot",
+        lambda source, lock_allowed: "lock" if lock_allowed else "quiet",
+    )
+    db = "keyless_busy"
+    config = _pipeline(mariadb, tmp_path, db)
+    config = dataclasses.replace(config, source=dataclasses.replace(config.source, read_timeout=2))
+    name = f"{db}.log"
+    _start_writers(mariadb, db, writers, count=2)
+    with pytest.raises(TablesFailed) as failed:
+        _run(config)
+    assert failed.value.exit_code == 1
+    failure = _failure(config, name)
+    assert "no read of it could be placed at one position" in failure, failure
+    assert "keyless_lock: true" in failure, failure
+
+    locked = dataclasses.replace(
+        config, tables=(dataclasses.replace(config.tables[0], keyless_lock=True),)
+    )
+    assert _run(locked) == 0
+    _stop(writers)
+    assert _run(locked) == 0
+    _assert_same(locked, name)
+
+
+def _failure(config: PipelineConfig, name: str) -> str:
+    from orchestrator.pipeline.context import open_store
+
+    store = open_store(config)
+    try:
+        run = store.runs(config.pipeline, limit=1)[0]
+        record = {r.table: r for r in store.run_tables(run.run_id)}[name]
+        return str(record.info["failure"]["reason"])
+    finally:
+        store.close()
