@@ -161,11 +161,13 @@ def signed_rows(
     if pc.any(unknown).as_py():
         raise RunFailed(f"internal: a change of operation {op.filter(unknown)[0]} in a segment")
     updates = changes.filter(pc.equal(op, "U"))
+    images = changes.select(columns)
+    loose = pa.schema([f.with_nullable(True) for f in images.schema])  # old images are nullable
     removed = [
-        changes.filter(pc.equal(op, "D")).select(columns),
-        updates.select([OLD_PREFIX + c for c in columns]).rename_columns(columns),
+        images.filter(pc.equal(op, "D")).cast(loose),
+        updates.select([OLD_PREFIX + c for c in columns]).rename_columns(columns).cast(loose),
     ]
-    added = changes.filter(pc.is_in(op, pa.array(["I", "U"]))).select(columns)
+    added = images.filter(pc.is_in(op, pa.array(["I", "U"]))).cast(loose)
     minus, plus = sum(t.num_rows for t in removed), added.num_rows
     both = pa.concat_tables([*removed, added])
     rows = pa.Table.from_batches(
