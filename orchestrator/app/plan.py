@@ -101,9 +101,10 @@ def plan_command(config: PipelineConfig, tables: list[str], as_json: bool) -> in
     matches) and print the plans, with what each pattern matched.
 
     The key problems of explicitly configured tables are reported together before any planning
-    query runs. A table a pattern matched that cannot be planned (no usable key, a type that
-    cannot be chunked) fails alone: the others are planned and printed, it is listed with its
-    reason, and the exit code is 3.
+    query runs. A table a pattern matched that cannot be planned (a unique key to choose, a type
+    that cannot be chunked) fails alone: the others are planned and printed, it is listed with
+    its reason, and the exit code is 3. A table without a key is planned (strategy ``keyless``),
+    and a line after the plans says why.
     """
     with Source.from_pipeline(config) as source:
         found = table_set(config, source)
