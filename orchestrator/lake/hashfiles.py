@@ -7,9 +7,10 @@ range sorted by hash, the files' ranges are disjoint and ascending, and the mani
 two files (`cut_points`), so identical rows are in one file, and a row is looked for in the one
 file whose range holds its hash.
 
-`HashBuckets` takes a table's rows as a read streams them and spills them by the top bits of
-their hash into local temporary files; `HashBuckets.write` then sorts one bucket at a time and
-writes the data files: memory holds one bucket, about ``rows_per_file`` rows, never the table.
+`HashBuckets` takes a table's rows as a read streams them and spills them, sorted by hash, into
+local temporary files (lz4-compressed Arrow: about half the bytes of the rows, in the system's
+temporary directory); `HashBuckets.write` then gathers one hash range at a time and writes the data
+files: memory holds one range, about ``rows_per_file`` rows, never the table.
 """
 
 from __future__ import annotations
@@ -202,7 +203,11 @@ def bucket_count(estimated_rows: int | None, rows_per_file: int) -> int:
 
 
 def _write_spill(path: str, table: pa.Table) -> None:
-    with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+    options = pa.ipc.IpcWriteOptions(compression="lz4")  # fast; the spill is read back once
+    with (
+        pa.OSFile(path, "wb") as sink,
+        pa.ipc.new_file(sink, table.schema, options=options) as writer,
+    ):
         writer.write_table(table)
 
 

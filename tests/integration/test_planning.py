@@ -595,6 +595,7 @@ def test_plan_json_returns_every_row_exactly_once(
         "strategy": "empty",
         "read_by": "none",
         "chunk_key": ["id"],
+        "reason": "no rows",
         "chunks": [],
     }
     assert {plans[f"{cli_db}.events"]["read_by"], plans[f"{cli_db}.orders"]["read_by"]} <= {
