@@ -500,3 +500,19 @@ def test_every_type_removed_and_updated_by_the_binlog(
         conn.close()
     assert _run(config) == 0
     _assert_same(config, name)
+
+
+def test_an_empty_table_then_rows(mariadb: LocalMariaDB, tmp_path: Path) -> None:
+    db = "keyless_empty"
+    config = _pipeline(mariadb, tmp_path, db, rows_sql="DO 0")
+    name = f"{db}.log"
+    assert _run(config) == 0
+    assert _manifest(config, name)["rows"] == 0
+    mariadb.execute(
+        "INSERT INTO log VALUES (1, 'a', NULL, NULL, NULL), (1, 'a', NULL, NULL, NULL)",
+        "DELETE FROM log LIMIT 1",
+        database=db,
+    )
+    assert _run(config) == 0
+    _assert_same(config, name)
+    assert _manifest(config, name)["rows"] == 1
