@@ -34,7 +34,7 @@ import pyarrow.compute as pc
 
 from orchestrator.errors import RunFailed, resnapshot_hint
 from orchestrator.lake import layout, storage
-from orchestrator.lake.hashfiles import sort_by_hash, write_sorted
+from orchestrator.lake.hashfiles import write_sorted
 from orchestrator.lake.layout import FileRange, Part, PlannedFile, VersionPlan
 from orchestrator.lake.manifest import read_manifest
 from orchestrator.lake.rowhash import row_hashes, row_identity
@@ -207,10 +207,14 @@ def net_rows(rows: pa.Table, signs: np.ndarray) -> list[Net]:
     ordered = hashes[order]
     starts = np.flatnonzero(np.concatenate([[True], ordered[1:] != ordered[:-1]]))
     ends = np.append(starts[1:], len(order))
-    out: list[Net] = []
     lone = ends - starts == 1
-    for i in starts[lone]:
-        out.append(Net(int(ordered[i]), int(order[i]), int(signs[order[i]])))
+    single = order[starts[lone]]
+    out = [
+        Net(h, i, n)
+        for h, i, n in zip(
+            ordered[starts[lone]].tolist(), single.tolist(), signs[single].tolist(), strict=True
+        )
+    ]
     shared = [(int(s), int(e)) for s, e in zip(starts[~lone], ends[~lone], strict=True)]
     if shared:
         indexes = np.concatenate([order[s:e] for s, e in shared])
@@ -238,6 +242,24 @@ def _last(entry: FileRange) -> int:
     return int(entry["max_key"][0])
 
 
+def slots_of(hashes: np.ndarray, firsts: np.ndarray, last: int) -> np.ndarray:
+    """The slot owning each hash (`orchestrator.lake.layout.territories`): ``-1`` below the first
+    file, ``i`` from file ``i``'s first hash up to the next file's, ``n`` above the last file's
+    last hash ``last``; 0 for all when there is no file.
+
+    >>> u = lambda *v: np.array(v, np.uint64)
+    >>> slots_of(u(1, 5, 7, 9, 12, 13), u(5, 9), 12).tolist()
+    [-1, 0, 0, 1, 1, 2]
+    >>> slots_of(u(3), u(), 0).tolist()
+    [0]
+    """
+    if not len(firsts):
+        return np.zeros(len(hashes), np.int64)
+    slots = np.searchsorted(firsts, hashes, side="right").astype(np.int64) - 1
+    slots[(slots == len(firsts) - 1) & (hashes > np.uint64(last))] = len(firsts)
+    return slots
+
+
 class _Slots:
     """The run's net changes by slot of the base files, and each rewritten slot's rows."""
 
@@ -248,20 +270,9 @@ class _Slots:
         firsts = np.array([_first(r) for _, r in base], dtype=np.uint64)
         last = _last(base[-1][1]) if base else 0
         self.by_slot: dict[int, list[Net]] = {}
-        for net in nets:
-            slot = self.slot_of(net.hash, firsts, last)
+        slots = slots_of(np.array([n.hash for n in nets], np.uint64), firsts, last)
+        for net, slot in zip(nets, slots.tolist(), strict=True):
             self.by_slot.setdefault(slot, []).append(net)
-
-    def slot_of(self, value: int, firsts: np.ndarray, last: int) -> int:
-        """The slot owning hash ``value`` (`orchestrator.lake.layout.territories`)."""
-        if not len(firsts):
-            return 0
-        i = int(np.searchsorted(firsts, np.uint64(value), side="right")) - 1
-        if i < 0:
-            return layout.HEAD_SLOT
-        if i == len(firsts) - 1 and value > last:
-            return len(firsts)
-        return i
 
     @property
     def touched(self) -> list[int]:
@@ -296,32 +307,47 @@ class _Slots:
     def _changed(
         self, base: pa.Table, hashes: np.ndarray, nets: Sequence[Net]
     ) -> tuple[pa.Table, np.ndarray]:
+        """The slot's base rows (sorted by ``hashes``) less the removals, plus the additions,
+        in hash order (a merge: one copy of the rows)."""
         keep = np.ones(base.num_rows, dtype=bool)
         removals = [n for n in nets if n.count < 0]
         if removals:
-            candidates = np.flatnonzero(np.isin(hashes, [n.hash for n in removals]))
-            found = base.take(pa.array(candidates)).to_pylist()
-            by_identity: dict[tuple[Any, ...], list[int]] = {}
-            for i, row in zip(candidates, found, strict=True):
-                by_identity.setdefault(row_identity(list(row.values())), []).append(int(i))
-            for net in removals:
-                row = self.rows.slice(net.index, 1).to_pylist()[0]
-                held = by_identity.get(row_identity(list(row.values())), [])
-                if len(held) < -net.count:
-                    raise RunFailed(
-                        f"table {self.target.table.name}: the binlog removes {-net.count} row(s) "
-                        f"{_short(row)} but the lake holds {len(held)} (it has no key: rows "
-                        "count); " + resnapshot_hint(self.target.table.name)
-                    )
-                keep[held[: -net.count]] = False
-        adds = [n for n in nets if n.count > 0]
-        picks = np.repeat([n.index for n in adds], [n.count for n in adds]).astype(np.int64)
-        added = self.rows.take(pa.array(picks, pa.int64()))
-        rows = pa.concat_tables([base.filter(pa.array(keep)), added])
-        added_hashes = np.repeat(
-            np.array([n.hash for n in adds], np.uint64), [n.count for n in adds]
-        )
-        return sort_by_hash(rows, np.concatenate([hashes[keep], added_hashes]))
+            keep[self._removed(base, hashes, removals)] = False
+        adds = [n for n in nets if n.count > 0]  # in hash order, as `net_rows` gives them
+        counts = [n.count for n in adds]
+        picks = np.repeat(np.array([n.index for n in adds], np.int64), counts)
+        added_hashes = np.repeat(np.array([n.hash for n in adds], np.uint64), counts)
+        kept = np.flatnonzero(keep)
+        at = np.searchsorted(hashes[kept], added_hashes, side="right")
+        order = np.insert(kept, at, base.num_rows + np.arange(len(picks), dtype=np.int64))
+        rows = pa.concat_tables([base, self.rows.take(pa.array(picks, pa.int64()))])
+        merged_hashes = np.insert(hashes[kept], at, added_hashes)
+        return rows.take(pa.array(order, pa.int64())), merged_hashes
+
+    def _removed(self, base: pa.Table, hashes: np.ndarray, removals: Sequence[Net]) -> list[int]:
+        """The base rows that go: for each removal, as many rows identical to its row.
+
+        Raises:
+            RunFailed: the base holds fewer rows identical to one than the changes remove.
+        """
+        wanted = np.array([n.hash for n in removals], np.uint64)
+        candidates = np.flatnonzero(np.isin(hashes, wanted))
+        found = base.take(pa.array(candidates, pa.int64())).to_pylist()
+        held: dict[tuple[Any, ...], list[int]] = {}
+        for i, row in zip(candidates, found, strict=True):
+            held.setdefault(row_identity(list(row.values())), []).append(int(i))
+        images = self.rows.take(pa.array([n.index for n in removals], pa.int64())).to_pylist()
+        out: list[int] = []
+        for net, row in zip(removals, images, strict=True):
+            same = held.get(row_identity(list(row.values())), [])
+            if len(same) < -net.count:
+                raise RunFailed(
+                    f"table {self.target.table.name}: the binlog removes {-net.count} row(s) "
+                    f"{_short(row)} but the lake holds {len(same)} (it has no key: rows "
+                    "count); " + resnapshot_hint(self.target.table.name)
+                )
+            out += same[: -net.count]
+        return out
 
 
 def _short(row: Mapping[str, Any]) -> str:
