@@ -92,6 +92,19 @@ def sort_by_hash(rows: pa.Table, hashes: np.ndarray) -> tuple[pa.Table, np.ndarr
     return rows.take(pa.array(order)), hashes[order]
 
 
+@dataclass(frozen=True, slots=True)
+class _Spill:
+    """A spill file: one record batch per hash range of its set, rows sorted by hash, and the
+    rows of each batch."""
+
+    path: str
+    counts: tuple[int, ...]
+
+    def rows(self, part: int) -> pa.Table:
+        with pa.memory_map(self.path) as source:
+            return pa.Table.from_batches([pa.ipc.open_file(source).get_batch(part)])
+
+
 @dataclass
 class HashBuckets:
     """A table's rows spilled by hash into local files, then written as its data files.
@@ -110,7 +123,8 @@ class HashBuckets:
     )
     _held: list[tuple[pa.Table, np.ndarray]] = field(default_factory=list)
     _held_rows: int = 0
-    _spills: int = 0
+    _spills: list[_Spill] = field(default_factory=list)
+    _files: int = 0
     rows: int = 0
 
     def __enter__(self) -> HashBuckets:
@@ -130,62 +144,88 @@ class HashBuckets:
             self._spill()
 
     def _spill(self) -> None:
-        """Write the rows held to a spill file per bucket (sorted by hash, so a bucket's rows are
-        one slice of each)."""
+        """Write the rows held to a spill file, a record batch per bucket."""
         if not self._held:
             return
         rows = pa.concat_tables([r for r, _ in self._held])
         hashes = np.concatenate([h for _, h in self._held])
         self._held, self._held_rows = [], 0
-        rows, hashes = sort_by_hash(rows, hashes)
-        self._spills += 1
-        _write_spill(
-            os.path.join(self._dir.name, f"s{self._spills:06d}.arrow"),
-            rows.append_column(_HASH, pa.array(hashes)),
-        )
+        self._spills.append(self._spill_file(*sort_by_hash(rows, hashes), 0, 1 << 64, self.buckets))
+
+    def _spill_file(
+        self, rows: pa.Table, hashes: np.ndarray, low: int, width: int, parts: int
+    ) -> _Spill:
+        """``rows`` (sorted by their ``hashes``, all in ``[low, low + width)``) as a spill file of
+        ``parts`` record batches, one per equal part of that range."""
+        edges = np.array([low + k * width // parts for k in range(1, parts)], np.uint64)
+        bounds = [0, *np.searchsorted(hashes, edges, side="left").tolist(), len(hashes)]
+        self._files += 1
+        path = os.path.join(self._dir.name, f"s{self._files:06d}.arrow")
+        table = rows.append_column(_HASH, pa.array(hashes, pa.uint64()))
+        options = pa.ipc.IpcWriteOptions(compression="lz4")  # fast; each batch is read once
+        with (
+            pa.OSFile(path, "wb") as sink,
+            pa.ipc.new_file(sink, table.schema, options=options) as writer,
+        ):
+            for start, end in itertools.pairwise(bounds):
+                writer.write_batch(
+                    table.slice(start, end - start).combine_chunks().to_batches()[0]
+                    if end > start
+                    else _empty_batch(table.schema)
+                )
+        return _Spill(path, tuple(b - a for a, b in itertools.pairwise(bounds)))
 
     def write(self, name: Callable[[int], str], guard: Callable[[], None]) -> list[FileRange]:
         """The data files, in hash order, each named ``name(n)`` (a URI); ``guard`` is checked
         before the first is written."""
         self._spill()
         guard()
-        spills = [os.path.join(self._dir.name, f) for f in sorted(os.listdir(self._dir.name))]
         out: list[FileRange] = []
-        width = 1 << (64 - (self.buckets.bit_length() - 1))  # hashes per bucket
-        for bucket in range(self.buckets):
-            self._write_range(spills, bucket * width, (bucket + 1) * width - 1, name, out)
+        self._write_parts(self._spills, 0, 1 << 64, self.buckets, name, out)
         return out
 
-    def _write_range(
+    def _write_parts(
         self,
-        spills: list[str],
+        spills: list[_Spill],
         low: int,
-        high: int,
+        width: int,
+        parts: int,
         name: Callable[[int], str],
         out: list[FileRange],
     ) -> None:
-        """Append to ``out`` the files of the rows whose hash is in ``[low, high]``: sorted in
-        memory, or, when they are too many (`BUCKET_SLACK`), range by range in `SPLIT` parts."""
-        count = sum(_count_between(s, low, high) for s in spills)
-        if count == 0:
-            return
-        if count > BUCKET_SLACK * self.rows_per_file and high - low >= SPLIT:
-            step = (high - low + 1) // SPLIT
-            for part in range(SPLIT):
-                start = low + part * step
-                self._write_range(
-                    spills, start, high if part == SPLIT - 1 else start + step - 1, name, out
-                )
-            return
-        table = pa.concat_tables([_read_between(s, low, high) for s in spills])
-        rows, hashes = sort_by_hash(
-            table.drop_columns([_HASH]), table.column(_HASH).to_numpy().astype(np.uint64)
-        )
-        first = len(out)
-        out += write_sorted(lambda i: name(first + i), rows, hashes, self.rows_per_file)
+        """Append to ``out`` the files of each part of ``[low, low + width)`` the ``spills``
+        hold: sorted in memory, or, a part too big for that (`BUCKET_SLACK`), spilled again in
+        `SPLIT` parts of its own."""
+        for part in range(parts):
+            count = sum(s.counts[part] for s in spills)
+            if count == 0:
+                continue
+            start, end = low + part * width // parts, low + (part + 1) * width // parts
+            if count > BUCKET_SLACK * self.rows_per_file and end - start >= SPLIT:
+                again = []
+                for spill in spills:
+                    if spill.counts[part]:
+                        table = spill.rows(part)
+                        hashes = table.column(_HASH).to_numpy().astype(np.uint64)
+                        rows = table.drop_columns([_HASH])
+                        again.append(self._spill_file(rows, hashes, start, end - start, SPLIT))
+                self._write_parts(again, start, end - start, SPLIT, name, out)
+                continue
+            table = pa.concat_tables([s.rows(part) for s in spills if s.counts[part]])
+            rows, hashes = sort_by_hash(
+                table.drop_columns([_HASH]), table.column(_HASH).to_numpy().astype(np.uint64)
+            )
+            first = len(out)
+            out += write_sorted(
+                lambda i, first=first: name(first + i), rows, hashes, self.rows_per_file
+            )
 
 
 _HASH = "_tm_hash"
+
+
+def _empty_batch(schema: pa.Schema) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays([pa.array([], f.type) for f in schema], schema=schema)
 
 
 def bucket_count(estimated_rows: int | None, rows_per_file: int) -> int:
@@ -200,34 +240,3 @@ def bucket_count(estimated_rows: int | None, rows_per_file: int) -> int:
     while count < wanted and count < MAX_BUCKETS:
         count *= 2
     return count
-
-
-def _write_spill(path: str, table: pa.Table) -> None:
-    options = pa.ipc.IpcWriteOptions(compression="lz4")  # fast; the spill is read back once
-    with (
-        pa.OSFile(path, "wb") as sink,
-        pa.ipc.new_file(sink, table.schema, options=options) as writer,
-    ):
-        writer.write_table(table)
-
-
-def _spill_hashes(path: str) -> np.ndarray:
-    with pa.memory_map(path) as source:
-        return pa.ipc.open_file(source).read_all().column(_HASH).to_numpy().astype(np.uint64)
-
-
-def _count_between(path: str, low: int, high: int) -> int:
-    hashes = _spill_hashes(path)
-    return int(
-        np.searchsorted(hashes, np.uint64(high), side="right")
-        - np.searchsorted(hashes, np.uint64(low), side="left")
-    )
-
-
-def _read_between(path: str, low: int, high: int) -> pa.Table:
-    with pa.memory_map(path) as source:
-        table = pa.ipc.open_file(source).read_all()
-    hashes = table.column(_HASH).to_numpy().astype(np.uint64)
-    start = int(np.searchsorted(hashes, np.uint64(low), side="left"))
-    end = int(np.searchsorted(hashes, np.uint64(high), side="right"))
-    return table.slice(start, end - start)
