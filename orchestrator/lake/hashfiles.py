@@ -8,9 +8,10 @@ two files (`cut_points`), so identical rows are in one file, and a row is looked
 file whose range holds its hash.
 
 `HashBuckets` takes a table's rows as a read streams them and spills them, sorted by hash, into
-local temporary files (lz4-compressed Arrow: about half the bytes of the rows, in the system's
-temporary directory); `HashBuckets.write` then gathers one hash range at a time and writes the data
-files: memory holds one range, about ``rows_per_file`` rows, never the table.
+local temporary files (lz4-compressed Arrow, a record batch per hash range, in the system's
+temporary directory: the table's rows pass through it once); `HashBuckets.write` then gathers
+one hash range at a time and writes the data files: memory holds one range, about
+``rows_per_file`` rows, never the table.
 """
 
 from __future__ import annotations
