@@ -216,13 +216,15 @@ class HashBuckets:
             rows, hashes = sort_by_hash(
                 table.drop_columns([_HASH]), table.column(_HASH).to_numpy().astype(np.uint64)
             )
-            first = len(out)
-            out += write_sorted(
-                lambda i, first=first: name(first + i), rows, hashes, self.rows_per_file
-            )
+            out += write_sorted(_after(name, len(out)), rows, hashes, self.rows_per_file)
 
 
 _HASH = "_tm_hash"
+
+
+def _after(name: Callable[[int], str], written: int) -> Callable[[int], str]:
+    """``name`` numbering on after the ``written`` files before."""
+    return lambda i: name(written + i)
 
 
 def _empty_batch(schema: pa.Schema) -> pa.RecordBatch:
