@@ -349,6 +349,7 @@ def test_xa_prepared_across_runs_counts_each_change_once(
     assert _source(config, name)[(900, "xa", None, None, None)] == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "failpoint", ["read.batch_done:1", "capture.flushed:1", "publish.file_moved:1"]
 )
