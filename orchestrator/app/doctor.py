@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -31,6 +31,7 @@ from orchestrator.app.preflight import lake_checks
 from orchestrator.binlog.topology import identity_checks, replica_check
 from orchestrator.config import PipelineConfig, TableConfig
 from orchestrator.errors import ConfigError, SourceNotReady
+from orchestrator.pipeline import keyless
 from orchestrator.pipeline.changes import RESERVED_PREFIX, reserved_columns
 from orchestrator.pipeline.plan.keys import choose_chunk_key
 from orchestrator.schema.tables import TableInfo
@@ -41,6 +42,7 @@ from orchestrator.source.grants import privilege_checks
 from orchestrator.source.kept import binlog_kept_checks
 from orchestrator.source.listing import table_set, tables_info
 from orchestrator.source.retry import transient_retry
+from orchestrator.source.snapshot import SnapshotMethod, how_to_snapshot
 
 # --------------------------------------------------------------------------- entry points
 
@@ -415,7 +417,14 @@ def _one_table_checks(
             True,
             f"{len(info.columns)} columns, about {info.row_estimate} rows, engine {info.engine}",
         ),
-        chunk_key_check(table, index, info, pattern=pattern, time_zone=source.config.time_zone),
+        chunk_key_check(
+            table,
+            index,
+            info,
+            pattern=pattern,
+            time_zone=source.config.time_zone,
+            snapshot=lambda: how_to_snapshot(source, lock_allowed=table.keyless_lock),
+        ),
         _types(info, index, pattern),
         _column_names(info, index, pattern),
     ]
@@ -432,8 +441,11 @@ def chunk_key_check(
     *,
     pattern: bool = False,
     time_zone: str = "+00:00",
+    snapshot: Callable[[], SnapshotMethod] | None = None,
 ) -> Check:
-    """The table's chunk key, chosen by the planner's own rule (`choose_chunk_key`).
+    """The table's chunk key, chosen by the planner's own rule (`choose_chunk_key`); for a table
+    without a key, that it is published as the multiset of its rows, and how the source lets
+    it be read at one position.
 
     Args:
         table: the table's config.
@@ -442,6 +454,8 @@ def chunk_key_check(
         info: the table as the source describes it.
         pattern: the entry is a pattern: the fix is an entry of the table's own, or an exclude.
         time_zone: ``source.time_zone``.
+        snapshot: how the source reads a table without a key (`how_to_snapshot`), asked only
+            for such a table.
     """
     name = f"chunk key {table.name}"
     setting = f"tables[{index}].chunk_key"
@@ -457,9 +471,27 @@ def chunk_key_check(
         return Check(name, False, str(exc), fix)
     except SourceNotReady as exc:
         return Check(name, False, str(exc), _exclude_fix(table, index) if pattern else "")
+    if not key:
+        how = KEYLESS_READS[snapshot() if snapshot is not None else "snapshot"]
+        return Check(name, True, f"{keyless.reason(info)}; {how}")
     if table.chunk_key is None:
         return Check(name, True, f"primary key {_cols(key)}")
     return Check(name, True, f"{_cols(key)} from {setting}, a unique NOT NULL key")
+
+
+#: How a table without a key is read at one position, by `SnapshotMethod`.
+KEYLESS_READS: dict[SnapshotMethod, str] = {
+    "snapshot": "the source gives a consistent snapshot's binlog position: read in one, no lock",
+    "quiet": (
+        "the source gives no snapshot position (MySQL): read in a consistent snapshot once the "
+        "binlog shows no change of it in a short window, tried until source.read_timeout "
+        "(keyless_lock: true allows a brief read lock instead; it needs the LOCK TABLES grant)"
+    ),
+    "lock": (
+        "the source gives no snapshot position (MySQL): read in a consistent snapshot begun "
+        "under a brief LOCK TABLES ... READ (keyless_lock; it needs the LOCK TABLES grant)"
+    ),
+}
 
 
 def _exclude_fix(table: TableConfig, index: int) -> str:

@@ -5,23 +5,30 @@ other work to do first (imports, preflight, planning), none of which needs Spark
 starts in a daemon thread (a run that fails before it reads does not wait for it) and the read
 step takes it from the future. A run that reads no chunks (an incremental run) starts none, and
 neither does a run whose tables the source estimates small enough for the driver to read
-(`orchestrator.pipeline.read.local`): its future holds None, and a read that needs Spark after
+(`orchestrator.pipeline.read.local`), or that have no key (the driver reads those whole:
+`orchestrator.pipeline.read.keyless`): its future holds None, and a read that needs Spark after
 all (an estimate was stale) starts the session then.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.config import PipelineConfig
 from orchestrator.config.patterns import resolve
+from orchestrator.errors import TidemarkError
 from orchestrator.pipeline.context import open_source, open_store, spark_session
+from orchestrator.pipeline.plan.keys import choose_chunk_key
 from orchestrator.pipeline.read.local import LOCAL_ROWS
-from orchestrator.source.listing import table_rows
+from orchestrator.source.listing import table_rows, tables_info
+
+if TYPE_CHECKING:
+    from orchestrator.source.connection import Source
 
 log = logging.getLogger(__name__)
 
@@ -59,17 +66,30 @@ def needs_spark(config: PipelineConfig, snapshot: bool, outlook: Outlook) -> boo
         return True
     with open_source(config) as source:
         estimates = table_rows(source, config.tables)
-    read = [
-        name
-        for name in estimates
-        if resolve(config.tables, name) is not None and (snapshot or name not in outlook.published)
-    ]
-    big = [name for name in read if estimates[name] > LOCAL_ROWS]
+        read = [
+            name
+            for name in estimates
+            if resolve(config.tables, name) is not None
+            and (snapshot or name not in outlook.published)
+        ]
+        big = [name for name in read if estimates[name] > LOCAL_ROWS]
+        big = [name for name in big if name not in _keyless(config, source, big)]
     log.debug(
         "%d table(s) to snapshot, %d estimated above %d rows", len(read), len(big), LOCAL_ROWS
     )
     named = {t.name for t in config.tables if not t.pattern}
     return bool(big) or not named <= estimates.keys()  # a table the listing missed: assume big
+
+
+def _keyless(config: PipelineConfig, source: Source, names: list[str]) -> set[str]:
+    """The tables of ``names`` without a key: the driver reads them (`pipeline.keyless`)."""
+    out = set()
+    for name, info in tables_info(source, names).items():
+        table = resolve(config.tables, name)
+        with contextlib.suppress(TidemarkError):  # planning says what is wrong with its key
+            if table is not None and not choose_chunk_key(table, info, config.source.time_zone):
+                out.add(name)
+    return out
 
 
 def start_spark_early(

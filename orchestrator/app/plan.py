@@ -12,6 +12,7 @@ from chunking import TablePlan, chunk_predicate, encode_key
 from chunking.keys import decode_key, short
 from orchestrator.config import PipelineConfig, TableConfig
 from orchestrator.errors import ConfigError, SourceNotReady, TidemarkError
+from orchestrator.pipeline import keyless
 from orchestrator.pipeline.plan.chunks import check_escaping, key_columns, plan_table, read_by
 from orchestrator.pipeline.plan.keys import choose_chunk_key
 from orchestrator.schema.tables import TableInfo
@@ -45,6 +46,7 @@ def plan_document(items: Sequence[tuple[TableConfig, TableInfo, TablePlan]]) -> 
                 "strategy": plan.strategy,
                 "read_by": read_by(plan),
                 "chunk_key": list(plan.chunk_key),
+                "reason": plan.stats.get("reason"),
                 "chunks": chunks,
             }
         )
@@ -65,7 +67,9 @@ def render_plans(plans: Sequence[TablePlan]) -> str:
     for plan in plans:
         s = plan.stats
         rows = f"{'' if s.get('rows_exact') else '~'}{s.get('rows', 0)}"
-        if s.get("min") is None:
+        if plan.strategy == keyless.STRATEGY:
+            key_range = "(no key: rows as a multiset)"
+        elif s.get("min") is None:
             key_range = "(empty)"
         else:
             key_range = f"{short(decode_key(s['min']), 40)} .. {short(decode_key(s['max']), 40)}"
@@ -97,9 +101,10 @@ def plan_command(config: PipelineConfig, tables: list[str], as_json: bool) -> in
     matches) and print the plans, with what each pattern matched.
 
     The key problems of explicitly configured tables are reported together before any planning
-    query runs. A table a pattern matched that cannot be planned (no usable key, a type that
-    cannot be chunked) fails alone: the others are planned and printed, it is listed with its
-    reason, and the exit code is 3.
+    query runs. A table a pattern matched that cannot be planned (a unique key to choose, a type
+    that cannot be chunked) fails alone: the others are planned and printed, it is listed with
+    its reason, and the exit code is 3. A table without a key is planned (strategy ``keyless``),
+    and a line after the plans says why.
     """
     with Source.from_pipeline(config) as source:
         found = table_set(config, source)
@@ -144,6 +149,9 @@ def plan_command(config: PipelineConfig, tables: list[str], as_json: bool) -> in
         for match in found.patterns:
             print(f"pattern {match}")
         print(render_plans([plan for _, _, plan in items]))
+        for _, _, plan in items:
+            if plan.strategy == keyless.STRATEGY:
+                print(plan.stats["reason"])
         for name, why in failed.items():
             print(f"not planned: {name}: {why}")
     return SourceNotReady.exit_code if failed else 0

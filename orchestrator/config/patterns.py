@@ -340,6 +340,7 @@ def parse_tables(r: Reader, data: Any, defaults: Defaults) -> tuple[TableConfig,
                 chunk_key=tuple(chunk_key) if chunk_key else None,
                 where=r.value(m, "where", f"{key}.where", str, None, _check_filter),
                 exclude=exclude,
+                keyless_lock=r.value(m, "keyless_lock", f"{key}.keyless_lock", bool, False),
             )
         )
     return tuple(tables)

@@ -123,6 +123,10 @@ class TableConfig:
     chunk_key: tuple[str, ...] | None = None
     where: str | None = None
     exclude: tuple[str, ...] = ()  # globs a pattern entry leaves out
+    #: A table without a key on a server that gives no snapshot position (MySQL) may be held
+    #: under ``LOCK TABLES ... READ`` while its read's snapshot starts
+    #: (`orchestrator.source.snapshot`).
+    keyless_lock: bool = False
 
     @property
     def pattern(self) -> bool:

@@ -1,8 +1,10 @@
 """A table that fails on its own never blocks the others.
 
-A deterministic failure of one table - it is gone or unreadable at the source, it has no
-usable key, its chunk read fails with an SQL error that is not a lost connection, its
-re-reads never settle, a value of it cannot be converted - is recorded on that table of the
+A deterministic failure of one table - it is gone or unreadable at the source, it has a unique
+key to choose as ``chunk_key``, no quiet binlog window came for the read of a table without a
+key, its chunk read fails with an SQL error that is not a lost connection, its re-reads never
+settle, a value of it cannot be converted, a change removes a row its lake does not hold - is
+recorded on that table of the
 run (``failed``, with the step and the reason) and the run goes on with the others: they are
 captured, reconciled and published as always. The run then ends ``partial``: exit 1, one line
 naming each failed table, its reason and the fix. ``partial`` runs are not resumed: the next

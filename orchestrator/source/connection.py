@@ -108,6 +108,12 @@ class Source:
         """``host:port``, for messages."""
         return f"{self.config.host}:{self.config.port}"
 
+    @property
+    def connections(self) -> int:
+        """Connections opened so far: a statement that reconnected changes it (what a
+        transaction began on the connection before is gone)."""
+        return self._connections
+
     def close(self) -> None:
         """Close the connection (a later call opens a new one)."""
         conn, self._conn = self._conn, None

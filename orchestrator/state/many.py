@@ -160,6 +160,7 @@ class ManyTablesMixin:
             }
             for r in reads
         ]
+        starts = {r.table: r.start for r in reads if r.start is not None}
         with self._tx() as conn:
             done = conn.execute(statement, params)
             if done.rowcount not in (-1, len(reads)):
@@ -167,6 +168,8 @@ class ManyTablesMixin:
                     f"run {run_id}: {len(reads) - done.rowcount} of the chunks read are not "
                     "in its plan"
                 )
+            if starts:  # a read at one exact position: the table's capture starts there
+                _set_starts(conn, run_id, starts)
 
     def publish_tables(
         self, run_id: str, checkpoints: Sequence[TableCheckpoint], status: TableStatus = "published"
@@ -312,6 +315,18 @@ class ManyTablesMixin:
         with self._tx(write=False) as conn:
             row = conn.execute(select(TABLE_SETS).where(TABLE_SETS.c.pipeline == pipeline)).first()
         return None if row is None else _table_set_record(row)
+
+
+def _set_starts(conn: Connection, run_id: str, starts: dict[str, dict[str, Any]]) -> None:
+    """Each table's ``from_position`` in the run set to its ``starts`` entry."""
+    key = (RUN_TABLES.c.run_id == run_id, RUN_TABLES.c.table_name.in_(list(starts)))
+    stored = conn.execute(select(RUN_TABLES.c.table_name, RUN_TABLES.c.info).where(*key)).all()
+    conn.execute(
+        update(RUN_TABLES)
+        .where(RUN_TABLES.c.run_id == run_id, RUN_TABLES.c.table_name == bindparam("b_table"))
+        .values(info=bindparam("b_info")),
+        [{"b_table": t, "b_info": {**(i or {}), "from_position": starts[t]}} for t, i in stored],
+    )
 
 
 def _aware(c: TableCheckpoint) -> None:

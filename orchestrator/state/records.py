@@ -244,6 +244,9 @@ class ChunkRead:
     bytes: int
     path: str
     ranges: list[dict[str, Any]] | None = None  # `ChunkRecord.ranges`
+    #: The position the read is the table at, exactly (a table without a key): it becomes the
+    #: table's ``from_position``, where its capture starts.
+    start: dict[str, Any] | None = None
 
 
 def _table_set_record(r: Row[Any]) -> TableSetRecord:

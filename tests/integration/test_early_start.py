@@ -1,6 +1,6 @@
 """The JVM starts early only when Spark will read (`orchestrator.app.early`): a run whose tables
-the driver reads (`orchestrator.pipeline.read.local`) starts none, and a table too big for the
-driver starts it as before."""
+the driver reads (`orchestrator.pipeline.read.local`, and tables without a key of any size)
+starts none, and a table too big for the driver starts it as before."""
 
 from __future__ import annotations
 
@@ -61,6 +61,22 @@ def test_spark_is_needed_only_for_a_table_above_the_drivers_limit(
     assert needs_spark(small, False, Outlook(reads=True, published=frozenset(), resuming=True))
     missing = load_config(_config(tables, tmp_path, ["early_db.small", "early_db.not_there"], "e3"))
     assert needs_spark(missing, False, nothing)  # unknown to the listing: assume it is big
+
+
+def test_a_big_table_without_a_key_needs_no_spark(mariadb: LocalMariaDB, tmp_path: Path) -> None:
+    """The driver reads a table without a key whole (`orchestrator.pipeline.read.keyless`),
+    whatever its size."""
+    mariadb.execute("DROP DATABASE IF EXISTS early_heap", "CREATE DATABASE early_heap")
+    mariadb.execute(
+        "CREATE TABLE heap (a INT, v VARCHAR(10))",
+        f"INSERT INTO heap SELECT seq % 7, 'x' FROM seq_1_to_{LOCAL_ROWS + 5000}",
+        "ANALYZE TABLE heap",
+        database="early_heap",
+    )
+    config = load_config(_config(mariadb, tmp_path, ["early_heap.heap"], "e4"))
+    assert not needs_spark(
+        config, False, Outlook(reads=True, published=frozenset(), resuming=False)
+    )
 
 
 def test_a_run_of_small_tables_starts_no_jvm(tables: LocalMariaDB, tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
 """Table patterns across plain `tidemark run`s (issue 16): a pattern with an exclude and an entry
-overriding it; a matched table without a key failing alone; a table created between runs
+overriding it; a matched table without any key published as the multiset of its rows, one whose
+unique key must be chosen (no primary key) failing alone; a table created between runs
 snapshotted while the others stay incremental; a dropped table reported and kept as last
 published. Real MariaDB, local Spark; every published table compared with its source row for row."""
 
@@ -48,12 +49,14 @@ def test_a_pattern_follows_the_tables_of_the_source(
         "CREATE TABLE accounts (id INT PRIMARY KEY, v VARCHAR(20))",
         "CREATE TABLE orders (id INT PRIMARY KEY, amount DECIMAL(10, 2))",
         "CREATE TABLE tmp_scratch (id INT PRIMARY KEY)",
-        "CREATE TABLE nokey (id INT, b INT)",
+        "CREATE TABLE nopk (id INT NOT NULL, b INT, UNIQUE KEY (id))",
+        "CREATE TABLE heap (id INT, b INT)",
         "CREATE TABLE big (id INT PRIMARY KEY, n INT)",
         "INSERT INTO accounts SELECT seq, CONCAT('a', seq) FROM seq_1_to_100",
         "INSERT INTO orders SELECT seq, seq * 1.5 FROM seq_1_to_100",
         "INSERT INTO tmp_scratch SELECT seq FROM seq_1_to_10",
-        "INSERT INTO nokey SELECT seq, seq FROM seq_1_to_10",
+        "INSERT INTO nopk SELECT seq, seq FROM seq_1_to_10",
+        "INSERT INTO heap SELECT seq % 90, 1 FROM seq_1_to_200",
         "INSERT INTO big SELECT seq, seq FROM seq_1_to_200",
         database=DB,
     )
@@ -66,45 +69,52 @@ def test_a_pattern_follows_the_tables_of_the_source(
             tmp_path / "p.yaml", pipeline_config(tmp_path, mariadb, entries, name="patterns")
         )
     )
-    accounts, orders, big, fresh = (f"{DB}.{t}" for t in ("accounts", "orders", "big", "fresh"))
+    accounts, orders, big, fresh, heap = (
+        f"{DB}.{t}" for t in ("accounts", "orders", "big", "fresh", "heap")
+    )
 
-    # doctor shows what the pattern matched; the table without a key fails alone, naming the exclude
+    # doctor shows what the pattern matched; the table whose unique key must be chosen fails
+    # alone, naming the exclude; the table without any key is published as a multiset
     checks = {c.name: c for c in run_checks(config)}
     assert checks[f"pattern {DB}.*"].detail == (
-        f"{DB}.* matches 3 table(s): {accounts}, {DB}.nokey, {orders}; excluded: {DB}.tmp_scratch; "
+        f"{DB}.* matches 4 table(s): {accounts}, {heap}, {DB}.nopk, {orders}; "
+        f"excluded: {DB}.tmp_scratch; "
         f"configured by their own entry: {big}"
     )
-    assert not checks[f"chunk key {DB}.nokey"].ok
-    assert f"add {DB}.nokey to tables[0].exclude" in checks[f"chunk key {DB}.nokey"].fix
-    assert all(c.ok for name, c in checks.items() if "nokey" not in name)
+    assert not checks[f"chunk key {DB}.nopk"].ok
+    assert "or add it to tables[0].exclude" in checks[f"chunk key {DB}.nopk"].fix
+    assert all(c.ok for name, c in checks.items() if "nopk" not in name)
     # plan: the others are planned, the table without a key is listed, exit 3
     capsys.readouterr()
     assert plan_command(config, [f"{DB}.*"], as_json=True) == 3
     document = json.loads(capsys.readouterr().out)
     assert [t["table"] for t in document["tables"]] == [
         accounts,
+        heap,
         orders,
     ]  # the pattern's own tables
-    assert [f["table"] for f in document["failed"]] == [f"{DB}.nokey"]
+    assert [f["table"] for f in document["failed"]] == [f"{DB}.nopk"]
     assert document["patterns"][0]["excluded"] == [f"{DB}.tmp_scratch"]
 
     # run 1: the others are published; the pattern's filter applies to its tables, not to big
     with pytest.raises(TablesFailed) as partial:
         run(config)
-    assert list(partial.value.failed) == [f"{DB}.nokey"]
-    assert_lake_equals_source(config, mariadb, [accounts, orders, big])
+    assert list(partial.value.failed) == [f"{DB}.nopk"]
+    assert_lake_equals_source(config, mariadb, [accounts, orders, big, heap])
     assert read_manifest(table_dir(config, accounts))["rows"] == 80
     assert read_manifest(table_dir(config, big))["rows"] == 200
     assert not Path(table_dir(config, f"{DB}.tmp_scratch")).exists()
 
     # run 2: a table created since is snapshotted; the others are caught up from the binlog
     mariadb.execute(
-        "DROP TABLE nokey",
+        "DROP TABLE nopk",
         "CREATE TABLE fresh (id INT PRIMARY KEY, v VARCHAR(20))",
         "INSERT INTO fresh SELECT seq, 'f' FROM seq_1_to_50",
         "UPDATE accounts SET v = 'changed' WHERE id BETWEEN 10 AND 20",
         "UPDATE accounts SET id = id + 1000 WHERE id = 5",  # leaves the filter
         "DELETE FROM big WHERE id > 190",
+        "DELETE FROM heap WHERE id = 3 LIMIT 1",
+        "UPDATE heap SET id = 85 WHERE id = 4 LIMIT 1",  # leaves the filter
         database=DB,
     )
     run(config)
@@ -113,8 +123,9 @@ def test_a_pattern_follows_the_tables_of_the_source(
         orders: "incremental",
         big: "incremental",
         fresh: "snapshot",
+        heap: "incremental",
     }
-    assert_lake_equals_source(config, mariadb, [accounts, orders, big, fresh])
+    assert_lake_equals_source(config, mariadb, [accounts, orders, big, fresh, heap])
     orders_version = read_manifest(table_dir(config, orders))
 
     # run 3: a dropped table is reported and kept in the lake as last published
@@ -128,7 +139,7 @@ def test_a_pattern_follows_the_tables_of_the_source(
     assert_lake_equals_source(config, mariadb, [accounts, big, fresh])
     assert status_command(config) == 0
     status = capsys.readouterr().out
-    assert f"pattern {DB}.* matches 2 table(s): {accounts}, {fresh}" in status
+    assert f"pattern {DB}.* matches 3 table(s): {accounts}, {fresh}, {heap}" in status
     line = next(
         x for x in status.split("published:", 1)[1].splitlines() if x.strip().startswith(orders)
     )

@@ -595,6 +595,7 @@ def test_plan_json_returns_every_row_exactly_once(
         "strategy": "empty",
         "read_by": "none",
         "chunk_key": ["id"],
+        "reason": "no rows",
         "chunks": [],
     }
     assert {plans[f"{cli_db}.events"]["read_by"], plans[f"{cli_db}.orders"]["read_by"]} <= {
@@ -644,16 +645,20 @@ def test_plan_human_output(tmp_path: Path, server: LocalMariaDB, cli_db: str) ->
     assert f"table {cli_db}.events: strategy uneven" in done.stderr  # the decision log line
 
 
-@pytest.mark.parametrize(
-    ("table", "code", "message"),
-    [
-        ("codes", 2, "has no primary key; set chunk_key: [code]"),
-        ("heap", 3, "no primary key and no unique NOT NULL key"),
-    ],
-)
-def test_tables_without_a_usable_key_are_refused(
-    tmp_path: Path, server: LocalMariaDB, cli_db: str, table: str, code: int, message: str
+def test_a_unique_key_to_choose_is_refused_until_configured(
+    tmp_path: Path, server: LocalMariaDB, cli_db: str
 ) -> None:
-    done = tidemark(tmp_path, server, [{"name": f"{cli_db}.{table}"}], "--json")
-    assert done.returncode == code
-    assert message in done.stderr and done.stdout == ""
+    done = tidemark(tmp_path, server, [{"name": f"{cli_db}.codes"}], "--json")
+    assert done.returncode == 2
+    assert "has no primary key; set chunk_key: [code]" in done.stderr and done.stdout == ""
+
+
+def test_a_table_without_any_key_is_planned_as_a_multiset(
+    tmp_path: Path, server: LocalMariaDB, cli_db: str
+) -> None:
+    done = tidemark(tmp_path, server, [{"name": f"{cli_db}.heap"}], "--json")
+    assert done.returncode == 0, done.stderr
+    (table,) = json.loads(done.stdout)["tables"]
+    assert (table["strategy"], table["read_by"], table["chunk_key"]) == ("keyless", "driver", [])
+    assert [c["where"] for c in table["chunks"]] == ["1 = 1"]
+    assert "published as the multiset of its rows" in table["reason"]

@@ -191,6 +191,11 @@ BAD = [
         [("output.keep_versions", "all")],
         "output.keep_versions: expected an integer",
     ),
+    (
+        "keyless_lock text",
+        [("tables[0].keyless_lock", "yes")],
+        "tables[0].keyless_lock: expected a boolean, found a string 'yes'",
+    ),
 ]
 
 
@@ -282,6 +287,11 @@ def test_keys_left_out_take_the_dataclass_defaults() -> None:
     assert config.source == SourceConfig(
         host="db.internal", user="snap", server_id=54001, password_env="TM_TEST_PASSWORD"
     )
+
+
+def test_keyless_lock_is_off_unless_asked() -> None:
+    assert not parse_config(mutated()).tables[0].keyless_lock
+    assert parse_config(mutated(("tables[0].keyless_lock", True))).tables[0].keyless_lock
 
 
 def test_single_column_chunk_key_may_be_a_string() -> None:

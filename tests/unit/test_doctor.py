@@ -9,6 +9,7 @@ from orchestrator.config import TableConfig
 from orchestrator.errors import ConfigError, SourceNotReady
 from orchestrator.pipeline.plan.keys import choose_chunk_key
 from orchestrator.schema.tables import ColumnInfo, TableInfo
+from orchestrator.source.snapshot import SnapshotMethod
 
 COLUMNS = (
     ColumnInfo("a", "int", "int(11)", False),
@@ -56,7 +57,7 @@ CASES = [
     (("zz",), PAIRS, False, "chunk_key column(s) zz do not exist", "change tables[3].chunk_key"),
     (None, table(("a",), (("a",),)), True, "primary key (a)", ""),
     (None, table(("e",), (("e",), ("a", "b"))), False, "ENUM sorts by member number", ""),
-    (None, table(), False, "no primary key and no unique NOT NULL key", ""),
+    (None, table(), True, "no unique NOT NULL key: published as the multiset of its rows", ""),
 ]
 
 
@@ -79,3 +80,16 @@ def test_doctor_passes_exactly_what_the_planner_accepts(
     except (ConfigError, SourceNotReady):
         planner_accepts = False
     assert chunk_key_check(config(chunk_key), 0, info).ok is planner_accepts
+
+
+@pytest.mark.parametrize(
+    ("method", "says"),
+    [
+        ("snapshot", "consistent snapshot's binlog position"),
+        ("quiet", "no change of it in a short window"),
+        ("lock", "brief LOCK TABLES ... READ"),
+    ],
+)
+def test_a_table_without_a_key_says_how_it_is_read(method: SnapshotMethod, says: str) -> None:
+    check = chunk_key_check(config(), 3, table(), snapshot=lambda: method)
+    assert check.ok and says in check.detail, check.detail

@@ -143,8 +143,10 @@ def test_verdicts_on_one_row(where: str, verdict: bool | None) -> None:
 
 
 class _Table:
-    def __init__(self, info: TableInfo, key: tuple[str, ...], where: str | None) -> None:
-        self.info, self.key, self.where = info, key, where
+    def __init__(
+        self, info: TableInfo, key: tuple[str, ...], where: str | None, multiset: bool = False
+    ) -> None:
+        self.info, self.key, self.where, self.multiset = info, key, where, multiset
 
 
 def test_changes_leaving_the_filter_become_deletes_of_both_keys() -> None:
@@ -173,6 +175,39 @@ def test_changes_leaving_the_filter_become_deletes_of_both_keys() -> None:
     assert out.column("_tm_old_id").to_pylist() == [None, 2, 3, 4, 6, 7]
     assert out.column("v").to_pylist() == segment.column("v").to_pylist()
     assert filters.apply("db.other", segment) is segment
+
+
+def test_a_table_without_a_key_counts_only_the_images_that_match() -> None:
+    """Its rows count (`orchestrator.pipeline.keyless`): a change keeps the images that match, and
+    an update leaving the filter becomes a delete of its before image."""
+    info = TableInfo(
+        "db",
+        "h",
+        (ColumnInfo("a", "int", "int(11)", True), ColumnInfo("v", "int", "int(11)", True)),
+        (),
+        (),
+        0,
+    )
+    filters = ChangeFilters({"db.h": _Table(info, ("a", "v"), "v < 10", multiset=True)})
+    segment = pa.table(
+        {
+            "_tm_file": [1] * 8,
+            "_tm_pos": [10, 20, 30, 40, 50, 60, 70, 80],
+            "_tm_row": [0] * 8,
+            "_tm_op": ["I", "I", "D", "D", "U", "U", "U", "U"],
+            "a": [1, 2, 3, 4, 5, 6, 7, 8],
+            "v": [1, 50, 2, 60, 3, 70, 4, 80],
+            "_tm_old_a": [None, None, 3, 4, 5, 6, 7, 8],
+            "_tm_old_v": [None, None, 2, 60, 1, 9, 90, 95],
+        }
+    )
+    out = filters.apply("db.h", segment)
+    # kept: the matching insert and delete; updates in both, out of it (a delete of the before
+    # image), into it (an insert of the after image); dropped: whatever never matched
+    assert out.column("_tm_pos").to_pylist() == [10, 30, 50, 60, 70]
+    assert out.column("_tm_op").to_pylist() == ["I", "D", "U", "D", "I"]
+    assert out.column("v").to_pylist() == [1, 2, 3, 9, 4]
+    assert out.column("a").to_pylist() == [1, 3, 5, 6, 7]
 
 
 def test_config_with_an_unsupported_filter_names_the_key(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import struct
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -143,6 +144,25 @@ def compare(
     return result
 
 
+def compare_multisets(
+    info: TableInfo,
+    source_rows: Iterable[tuple[Any, ...]],
+    published_rows: Iterable[dict[str, Any]],
+    limit: int = 100,
+) -> Comparison:
+    """Compare a table without a key: the multisets of its rows (each distinct row as many times
+    on both sides); ``missing`` and ``extra`` list rows (with how many more one side has)."""
+    cols = info.columns
+    source = Counter(
+        tuple(normalize(c, v) for c, v in zip(cols, raw, strict=True)) for raw in source_rows
+    )
+    published = Counter(tuple(normalize(c, row[c.name]) for c in cols) for row in published_rows)
+    result = Comparison(info.name, source.total(), published.total())
+    result.missing = sorted((source - published).items(), key=repr)[:limit]
+    result.extra = sorted((published - source).items(), key=repr)[:limit]
+    return result
+
+
 def published_rows(table_dir: str) -> list[dict[str, Any]]:
     """Every row of the current published version of a table, as dicts."""
     manifest = read_manifest(table_dir)
@@ -172,5 +192,8 @@ def verify_table(
     conn: Any, info: TableInfo, key: tuple[str, ...], table_dir: str, where: str | None = None
 ) -> Comparison:
     """Compare the source table (read through ``conn``, a PyMySQL connection; only the rows
-    matching ``where``, the table's filter) with its published version."""
+    matching ``where``, the table's filter) with its published version; a table without a key
+    (``key`` empty) as the multisets of their rows."""
+    if not key:
+        return compare_multisets(info, source_rows(conn, info, where), published_rows(table_dir))
     return compare(info, key, source_rows(conn, info, where), published_rows(table_dir))

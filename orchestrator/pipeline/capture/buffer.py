@@ -31,12 +31,15 @@ class CaptureTable:
         start: changes at or before this position are not kept (its snapshot or
             published version already holds them).
         where: its filter: changes leaving it delete (`orchestrator.pipeline.capture.filtering`).
+        multiset: a table without a key (`orchestrator.pipeline.keyless`): ``key`` is every
+            column, and its filter judges before and after images alike.
     """
 
     info: TableInfo
     key: tuple[str, ...]
     start: BinlogPosition
     where: str | None = None
+    multiset: bool = False
 
 
 def key_indexes(table: CaptureTable) -> list[int]:

@@ -88,6 +88,8 @@ class FilteredTable(Protocol):
     def key(self) -> tuple[str, ...]: ...
     @property
     def where(self) -> str | None: ...
+    @property
+    def multiset(self) -> bool: ...
 
 
 class Server(Protocol):
@@ -116,6 +118,7 @@ class ChangeFilters:
         self._server: Server | None = None
         oracle = ServerCollation(self._run)
         self.filters: dict[str, tuple[Verdict, list[str], list[str]]] = {}
+        self.multisets = {name for name, table in (tables or {}).items() if table.multiset}
         for name, table in (tables or {}).items():
             info, key, where = table.info, table.key, table.where
             if where:
@@ -147,6 +150,8 @@ class ChangeFilters:
         entry = self.filters.get(name)
         if entry is None or changes.num_rows == 0:
             return changes
+        if name in self.multisets:
+            return _counted(entry, changes)
         verdict, columns, keys = entry
         ops = changes.column(OP).to_pylist()
         rows = changes.select(columns).to_pylist()
@@ -168,3 +173,35 @@ class ChangeFilters:
                 index, out.schema.field(old), pc.if_else(inserted, out.column(k), out.column(old))
             )
         return out
+
+
+def _counted(entry: tuple[Verdict, list[str], list[str]], changes: pa.Table) -> pa.Table:
+    """The changes of a table without a key (its rows count: `orchestrator.pipeline.keyless`),
+    each keeping only the images that match: an insert or a delete of a row that does not match
+    is dropped; an update whose before image alone matches becomes a delete of that image, one
+    whose after image alone matches an insert of it, one matching neither is dropped. A row that
+    does not match is never in the lake, so none is removed for it."""
+    verdict, columns, every = entry
+    ops = changes.column(OP).to_pylist()
+    images = changes.select(columns).to_pylist()
+    befores = changes.select([OLD_PREFIX + c for c in columns]).rename_columns(columns).to_pylist()
+    kept: list[str | None] = []
+    for op, image, before in zip(ops, images, befores, strict=True):
+        matches = verdict(image) is True
+        if op != "U":
+            kept.append(op if matches else None)
+        elif verdict(before) is True:
+            kept.append("U" if matches else "D")
+        else:
+            kept.append("I" if matches else None)
+    new_ops = pa.array(kept, pa.string())
+    left = pc.and_(pc.equal(changes.column(OP), "U"), pc.equal(new_ops, "D"))
+    out = changes.set_column(
+        changes.schema.get_field_index(OP), changes.schema.field(OP), pc.fill_null(new_ops, "")
+    )
+    for c in every:  # an update turned into a delete removes its before image
+        index = out.schema.get_field_index(c)
+        out = out.set_column(
+            index, out.schema.field(c), pc.if_else(left, out.column(OLD_PREFIX + c), out.column(c))
+        )
+    return out.filter(pc.is_valid(new_ops))

@@ -27,7 +27,7 @@ from typing import Any
 
 from orchestrator.config import PipelineConfig
 from orchestrator.errors import BinlogPurged, RunFailed
-from orchestrator.pipeline.context import open_source, position, spark_session
+from orchestrator.pipeline.context import open_source, position
 from orchestrator.pipeline.failed import fail_table, table_failure
 from orchestrator.pipeline.plan.tables import replan_snapshot
 from orchestrator.pipeline.read.step import read_batch
@@ -67,9 +67,8 @@ def prepare_rereads(config: PipelineConfig, store: StateStore, run_id: str) -> b
                     raise
                 fail_table(store, run_id, table, "plan", f"{why} (re-read after {reason['what']})")
         unread = _unread(store, run_id)
-        spark = spark_session(config) if unread else None
-        for batch in sorted({c.batch for c in unread}):
-            read_batch(config, run_id, batch, spark=spark)
+        for batch in sorted({c.batch for c in unread}):  # Spark is started if a batch needs it
+            read_batch(config, run_id, batch)
         run = store.get_run(run_id)
         highs = [position(c.high) for c in store.chunks(run_id, status="done") if c.high]
         if run.high_position is not None and all(h <= position(run.high_position) for h in highs):

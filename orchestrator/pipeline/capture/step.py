@@ -69,6 +69,7 @@ from orchestrator.pipeline.capture.reread import (
 from orchestrator.pipeline.capture.xa import XaTransactions
 from orchestrator.pipeline.context import current_run, open_source, open_store, position, table_info
 from orchestrator.pipeline.failed import fail_table, table_failure
+from orchestrator.pipeline.keyless import capture_key, is_keyless
 from orchestrator.pipeline.segments import resume_point, segment_name, write_segment
 from orchestrator.positions import BinlogPosition, file_index
 from orchestrator.services import faults
@@ -466,9 +467,10 @@ def capture(
             tables = {
                 r.table: CaptureTable(
                     info=table_info(r),
-                    key=tuple(r.chunk_key),
+                    key=capture_key(table_info(r), r.chunk_key),
                     start=position(r.info["from_position"]),
                     where=config.table_where(r.table),
+                    multiset=is_keyless(r),
                 )
                 for r in records
             }

@@ -12,11 +12,12 @@ import logging
 from collections.abc import Sequence
 from typing import Literal
 
-from chunking import ChunkingError, TablePlan, plan_key_space
+from chunking import Chunk, ChunkingError, KeyRange, TablePlan, plan_key_space
 from chunking.keys import decode_key, short
 from chunking.mysql import SESSION_SQL_MODE, SQL_MODE_QUERY, Query, backslash_escapes_off
 from orchestrator.config import Defaults, TableConfig
 from orchestrator.errors import SourceNotReady
+from orchestrator.pipeline import keyless
 from orchestrator.pipeline.changes import reserved_columns
 from orchestrator.pipeline.plan.keys import choose_chunk_key
 from orchestrator.pipeline.read.local import reads_locally
@@ -74,6 +75,10 @@ def plan_table(
     key = choose_chunk_key(table_config, table_info, time_zone)
     if check_mode:
         check_escaping(query)
+    if not key:
+        plan = keyless_plan(table_info, table_config.chunk_size)
+        log.info("%s", keyless.reason(table_info))
+        return plan
     try:
         plan = plan_key_space(
             query,
@@ -88,6 +93,31 @@ def plan_table(
         raise SourceNotReady(str(exc)) from exc
     log.info("%s", describe_decision(plan))
     return plan
+
+
+def keyless_plan(table_info: TableInfo, chunk_size: int) -> TablePlan:
+    """The plan of a table without a key: one chunk, the whole table, read by the driver at one
+    position (`orchestrator.pipeline.read.keyless`); no query.
+
+    >>> p = keyless_plan(TableInfo("s", "log", (), (), (), 42), 1000)
+    >>> p.strategy, p.chunk_key, len(p.chunks), p.stats["rows"], read_by(p)
+    ('keyless', (), 1, 42, 'driver')
+    """
+    rows = table_info.row_estimate
+    return TablePlan(
+        table_info.name,
+        keyless.STRATEGY,
+        (),
+        (Chunk(0, KeyRange.all(), rows),),
+        {
+            "rows": rows,
+            "rows_exact": False,
+            "chunk_size": chunk_size,
+            "chunks": 1,
+            "queries": 0,
+            "reason": keyless.reason(table_info),
+        },
+    )
 
 
 def describe_decision(plan: TablePlan) -> str:
@@ -125,6 +155,8 @@ def read_by(plan: TablePlan) -> ReadBy:
     >>> read_by(TablePlan("s.e", "empty", ("id",), (), {"rows": 0}))
     'none'
     """
+    if plan.strategy == keyless.STRATEGY:
+        return "driver"
     if not plan.chunks:
         return "none"
     return "driver" if reads_locally(plan.stats.get("rows"), len(plan.chunks)) else "spark"

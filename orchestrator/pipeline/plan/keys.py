@@ -1,7 +1,9 @@
 """Which columns a table is chunked on: the one rule `plan` and `doctor` share.
 
 A configured ``chunk_key`` must be the primary key or a unique NOT NULL key,
-with its columns in index order; without one, the primary key is used.
+with its columns in index order; without one, the primary key is used. A table with
+neither a primary key nor a unique NOT NULL key has no chunk key (``()``): it is published as
+the multiset of its rows (`orchestrator.pipeline.keyless`).
 """
 
 from __future__ import annotations
@@ -85,7 +87,9 @@ def _configured_key(table_config: TableConfig, info: TableInfo) -> tuple[str, ..
 def choose_chunk_key(
     table_config: TableConfig, table_info: TableInfo, time_zone: str = "+00:00"
 ) -> tuple[str, ...]:
-    """The columns a table is chunked on: the configured ``chunk_key``, else the primary key.
+    """The columns a table is chunked on: the configured ``chunk_key``, else the primary key;
+    ``()`` for a table without a primary key or a unique NOT NULL key (it is read whole and
+    published as the multiset of its rows: `orchestrator.pipeline.keyless`).
 
     A configured key must be the primary key or a unique NOT NULL key, columns in
     index order (so each index walk reads the index in order). A TIMESTAMP column is refused
@@ -96,7 +100,7 @@ def choose_chunk_key(
     Raises:
         ConfigError: the configured key is not usable, or the table has no primary
             key but a unique NOT NULL key to configure.
-        SourceNotReady: the table has no usable key at all, or its key's type cannot be chunked.
+        SourceNotReady: the table's key's type cannot be chunked.
     """
     info = table_info
     if table_config.chunk_key:
@@ -110,12 +114,7 @@ def choose_chunk_key(
             "(a unique NOT NULL key, so every row falls in exactly one chunk)"
         )
     else:
-        raise SourceNotReady(
-            f"table `{info.name}` has no primary key and no unique NOT NULL key, so it cannot be "
-            "split into chunks without duplicates; add one "
-            f"(ALTER TABLE {info.name} ADD PRIMARY KEY (...)) "
-            "or remove the table from the config"
-        )
+        return ()
     for name in key:
         column = info.column(name)
         reason = unsupported_key_reason(column.data_type, column.collation)

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from chunking import chunk_predicate, encode_key
+from chunking import TablePlan, chunk_predicate, encode_key
 from orchestrator.binlog.failover import Follower
 from orchestrator.config import PipelineConfig, TableConfig
 from orchestrator.lake.manifest import Manifest, find_manifest
@@ -145,7 +145,9 @@ def _plan_one(
     if checkpoint is not None and not late and not run.options.get("snapshot"):
         manifest = find_manifest(table_dir(config, table.name))
         since = (
-            _published_start(follower, table.name, checkpoint, oldest)
+            _published_start(
+                follower, table.name, checkpoint, oldest, exact=_keyless_version(manifest)
+            )
             if _not_behind(table.name, manifest, checkpoint.version)
             else None
         )
@@ -195,15 +197,36 @@ def _not_behind(table: str, manifest: Manifest | None, version: int) -> bool:
     return False
 
 
+def _keyless_version(manifest: Manifest | None) -> bool:
+    """Whether the published version is of a table without a key (its changes count)."""
+    return manifest is not None and not manifest["chunk_key"]
+
+
 def _published_start(
-    follower: Follower, table: str, checkpoint: TableCheckpoint, oldest: str | None
+    follower: Follower,
+    table: str,
+    checkpoint: TableCheckpoint,
+    oldest: str | None,
+    *,
+    exact: bool = False,
 ) -> BinlogPosition | None:
     """Where on the source the table's published version goes on from; None when it must be
     read again (the position is another server's and its GTID set cannot be found here, or
-    the binlog since was purged)."""
+    the binlog since was purged). ``exact``: the table's changes must each be applied exactly
+    once (a table without a key), so a position carried over from another server by its GTID
+    set, after which some changes may come again, is read again too."""
     placed = follower.place(BinlogPosition.from_json(checkpoint.position))
     if placed.position is None:
         log.warning("table %s: re-read (version %d): %s", table, checkpoint.version, placed)
+        return None
+    if exact and placed.how == "moved":
+        log.warning(
+            "table %s: re-read (version %d): it has no key, and changes after %s may come again "
+            "on this server, which would count them twice",
+            table,
+            checkpoint.version,
+            placed,
+        )
         return None
     if oldest is not None and file_index(placed.position.file) < file_index(oldest):
         log.warning(
@@ -350,7 +373,21 @@ def _snapshot_draft(
             "stats": table_plan.stats,
             **({"reread": reread} if reread else {}),
             **({"segments_after": void} if void else {}),
+            **(
+                {"keyless": _keyless_settings(table, table_plan)}
+                if not table_plan.chunk_key
+                else {}
+            ),
         },
         chunks,
     )
     return Draft(plan, int(table_plan.stats.get("rows") or 0), table.batch_chunks)
+
+
+def _keyless_settings(table: TableConfig, plan: TablePlan) -> dict[str, Any]:
+    """What the read of a table without a key needs (`orchestrator.pipeline.read.keyless`)."""
+    return {
+        "rows": plan.stats.get("rows"),
+        "rows_per_file": table.chunk_size,
+        "lock": table.keyless_lock,
+    }

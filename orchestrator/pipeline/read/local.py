@@ -135,30 +135,12 @@ def read_table(source: Source, table: LocalTable, guard: Callable[[], None]) -> 
         RunFailed: the read failed for this table (an SQL error, a NULL in a NOT NULL column).
     """
     info = table.info
-    exprs = [column_sql(c) for c in info.columns]
-    aliases = column_aliases(info.columns)
-    select = ", ".join(quote_identifier(a) for a in aliases)
-    derived = source_query(info, aliases, [e.sql for e in exprs])
     key = [info.column(k).name for k in table.key]
-    wires = [e.wire for e in exprs]
     out: list[FileRange] = []
     for index, where, target in table.chunks:
         label = f"{info.name} chunk {index}"
-        parts = [
-            _convert(rows, info.columns, wires, table.schema, label)
-            for rows in _batches(source, f"SELECT {select} FROM {derived} WHERE {where}", label)
-        ]
-        data = (
-            pa.concat_tables(parts) if parts else chunk_table([], info.columns, wires, table.schema)
-        )
-        missing = [
-            f.name
-            for f, column in zip(table.schema, data.columns, strict=True)
-            if not f.nullable and column.null_count
-        ]
-        if missing:
-            raise RunFailed(f"table {info.name}: NULL read from NOT NULL column {missing[0]}")
-        data = _as_schema(data, table.schema)
+        parts = list(read_rows(source, info, table.schema, where, label))
+        data = pa.concat_tables(parts) if parts else table.schema.empty_table()
         data = (
             data.take(pc.sort_indices(data, sort_keys=sort_keys(key)))
             if data.num_rows > 1
@@ -173,6 +155,33 @@ def read_table(source: Source, table: LocalTable, guard: Callable[[], None]) -> 
             FileRange(file=target, min_key=first, max_key=last, rows=data.num_rows, bytes=nbytes)
         )
     return out
+
+
+def read_rows(
+    source: Source, info: TableInfo, schema: pa.Schema, where: str, label: str
+) -> Iterator[pa.Table]:
+    """The rows of ``SELECT ... WHERE <where>`` on ``source``'s connection, `BATCH_ROWS` at a
+    time, as tables of ``schema`` (the data file schema: field IDs, required columns).
+
+    Raises:
+        TransientReadError: the connection was lost.
+        RunFailed: an SQL error, a value that cannot be converted, a NULL in a NOT NULL column.
+    """
+    exprs = [column_sql(c) for c in info.columns]
+    aliases = column_aliases(info.columns)
+    select = ", ".join(quote_identifier(a) for a in aliases)
+    derived = source_query(info, aliases, [e.sql for e in exprs])
+    wires = [e.wire for e in exprs]
+    for rows in _batches(source, f"SELECT {select} FROM {derived} WHERE {where}", label):
+        data = _convert(rows, info.columns, wires, schema, label)
+        missing = [
+            f.name
+            for f, column in zip(schema, data.columns, strict=True)
+            if not f.nullable and column.null_count
+        ]
+        if missing:
+            raise RunFailed(f"table {info.name}: NULL read from NOT NULL column {missing[0]}")
+        yield _as_schema(data, schema)
 
 
 def _batches(source: Source, sql: str, label: str) -> Iterator[list[tuple[Any, ...]]]:

@@ -16,8 +16,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeAlias
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import pyarrow as pa
 
@@ -33,7 +33,9 @@ from orchestrator.pipeline.context import (
     take_lock,
 )
 from orchestrator.pipeline.failed import fail_table, table_failure
+from orchestrator.pipeline.keyless import is_keyless
 from orchestrator.pipeline.plan.batches import TABLE_JOBS
+from orchestrator.pipeline.read.keyless import KeylessTable, read_keyless
 from orchestrator.pipeline.read.local import LocalTable, read_tables, reads_locally
 from orchestrator.positions import BinlogPosition
 from orchestrator.schema.tables import TableInfo
@@ -109,13 +111,15 @@ def read_batch(
         if not by_table:
             return ReadResult(batch, pending[0].table, 0, 0, 0)
         infos = {t: (table_info(records[t]), tuple(records[t].chunk_key)) for t in by_table}
+        keyless = {t: records[t].info["keyless"] for t in by_table if is_keyless(records[t])}
         local = {
             t
             for t in by_table
-            if reads_locally(records[t].info.get("stats", {}).get("rows"), len(by_table[t]))
+            if t not in keyless
+            and reads_locally(records[t].info.get("stats", {}).get("rows"), len(by_table[t]))
         }
         return _read_pending(
-            config, store, run_id, batch, _Pending(by_table, infos, local), spark, holder
+            config, store, run_id, batch, _Pending(by_table, infos, local, keyless), spark, holder
         )
     finally:
         store.close()
@@ -129,6 +133,13 @@ class _Pending:
     by_table: Mapping[str, list[ChunkRecord]]
     infos: Mapping[str, TableShape]
     local: set[str]
+    #: tables without a key (`orchestrator.pipeline.read.keyless`), with their plan's settings
+    keyless: Mapping[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def in_driver(self) -> set[str]:
+        """The tables the driver reads (no Spark job)."""
+        return self.local | self.keyless.keys()
 
     def __str__(self) -> str:
         return (
@@ -147,7 +158,7 @@ def _read_pending(
 ) -> ReadResult:
     """`read_batch` of the batch's pending chunks, grouped by table."""
     what = str(pending)
-    session = None if pending.local >= pending.by_table.keys() else _session(config, spark)
+    session = None if pending.in_driver >= pending.by_table.keys() else _session(config, spark)
     with open_source(config) as source:
         for attempt in read_retry(config.defaults.read_attempts, f"batch {batch} ({what})"):
             with attempt:
@@ -207,15 +218,17 @@ def _read_tables(
         config, [pending.infos[t][0] for t in pending.by_table], catalog
     )
     paths = _ChunkPaths(config, run_id, tag)
-    spark_tables = {t: c for t, c in pending.by_table.items() if t not in pending.local}
+    spark_tables = {t: c for t, c in pending.by_table.items() if t not in pending.in_driver}
     outcomes: dict[str, list[ChunkRead] | Exception] = {}
     with ThreadPoolExecutor(1, thread_name_prefix="tidemark-driver-read") as pool:
         local = pool.submit(_read_locally, config, pending, schemas, paths, guard)
+        keyless = pool.submit(_read_keyless, config, pending, schemas, paths, guard)
         if spark_tables:
             assert spark is not None, "a batch with tables for Spark has a session"
             reader = _BatchRead(spark, config, spark_tables, pending.infos, paths, guard, schemas)
             outcomes.update(reader.all())
         outcomes.update(local.result())
+        outcomes.update(keyless.result())
     return _sorted_outcomes(outcomes)
 
 
@@ -253,6 +266,48 @@ def _read_locally(
         ]
         for t, outcome in done.items()
     }
+
+
+def _read_keyless(
+    config: PipelineConfig,
+    pending: _Pending,
+    schemas: Mapping[str, pa.Schema],
+    paths: _ChunkPaths,
+    guard: Callable[[], None],
+) -> dict[str, list[ChunkRead] | Exception]:
+    """The batch's tables without a key, one after the other, each whole at one position
+    (`orchestrator.pipeline.read.keyless`); the chunk records the position ``S`` too."""
+    out: dict[str, list[ChunkRead] | Exception] = {}
+    for name in sorted(pending.keyless):
+        (chunk,) = pending.by_table[name]
+        settings = pending.keyless[name]
+        table = KeylessTable(
+            info=pending.infos[name][0],
+            schema=schemas[name],
+            chunk=chunk.index,
+            where=chunk.where,
+            directory=paths.of(name, chunk),
+            estimated_rows=settings.get("rows"),
+            rows_per_file=int(settings["rows_per_file"]),
+            lock_allowed=bool(settings.get("lock")),
+        )
+        try:
+            read = read_keyless(config, table, guard)
+        except Exception as exc:
+            out[name] = exc
+            continue
+        out[name] = [
+            ChunkRead(
+                name,
+                chunk.index,
+                read.rows,
+                read.bytes,
+                table.directory,
+                ranges=[dict(f) for f in read.files],
+                start=read.start.to_json(),
+            )
+        ]
+    return out
 
 
 def _sorted_outcomes(

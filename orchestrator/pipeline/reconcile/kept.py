@@ -38,9 +38,8 @@ def unchanged_plan(config: PipelineConfig, record: RunTableRecord) -> VersionPla
     """The plan of an incremental table without changes: its current version's non-empty files,
     shared, in key order; None when the version has no file ranges to trust (the general path
     rewrites such a table whole, once)."""
-    key_names(
-        table_info(record), record.chunk_key
-    )  # a key the table lacks fails as in the general path
+    if record.chunk_key:  # a key the table lacks fails as in the general path
+        key_names(table_info(record), record.chunk_key)
     manifest = read_manifest(table_dir(config, record.table))
     planned_base(record.table, manifest, record.info.get("base_version"))
     ranges = layout.usable_ranges(manifest["files"], manifest.get("file_ranges"))

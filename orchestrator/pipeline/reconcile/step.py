@@ -23,12 +23,15 @@ from orchestrator.pipeline.changes import key_names
 from orchestrator.pipeline.context import (
     current_run,
     open_store,
+    position,
     run_dir,
     spark_session,
     table_dir,
     table_info,
 )
 from orchestrator.pipeline.failed import fail_table, table_failure
+from orchestrator.pipeline.keyless import is_keyless
+from orchestrator.pipeline.reconcile import multiset
 from orchestrator.pipeline.reconcile.kept import SNAPSHOTS, KeptPlans, unchanged_plan
 from orchestrator.pipeline.reconcile.rewrite import (
     Target,
@@ -88,6 +91,10 @@ def _reconcile_one(
             started.append(spark_session(config))
         return started[0]
 
+    if is_keyless(record):  # rows counted, not keyed: `orchestrator.pipeline.reconcile.multiset`
+        return _reconcile_keyless(
+            config, record, reconciled, changes, chunk_dirs, catalog, plans, recorded
+        ), spark
     key = key_names(info, record.chunk_key)
     cluster = config.spark.remote is None and not config.spark.master.startswith("local")
     target = Target(
@@ -112,6 +119,37 @@ def _reconcile_one(
             planned=record.info.get("base_version"),
         )
     return rows, spark or (started[0] if started else None)
+
+
+def _reconcile_keyless(
+    config: PipelineConfig,
+    record: RunTableRecord,
+    reconciled: str,
+    changes: list[str],
+    chunk_dirs: list[str],
+    catalog: Callable[[], Catalog],
+    plans: KeptPlans | None,
+    recorded: Mapping[str, Sequence[FileRange]] | None,
+) -> int:
+    """`_reconcile_one` of a table without a key: its rows count (`multiset`)."""
+    info = table_info(record)
+    target = Target(
+        info,
+        (),
+        functools.cache(lambda: iceberg.data_file_schema(config, info, catalog())),
+        reconciled,
+    )
+    if record.mode == "incremental":
+        return multiset.reconcile_incremental(
+            target, table_dir(config, record.table), changes, record.info.get("base_version")
+        )
+    recorded = recorded or {}
+    unrecorded = [d for d in chunk_dirs if d not in recorded]
+    if unrecorded:
+        raise StateError(f"internal: table {record.table}: its read recorded no files")
+    ranges = [r for d in chunk_dirs for r in recorded[d]]
+    start = position(record.info["from_position"])
+    return multiset.reconcile_snapshot(target, ranges, changes, start, plans)
 
 
 def reconcile(

@@ -49,6 +49,12 @@ def test_configured_key_without_a_primary_key() -> None:
     assert choose_chunk_key(config(("c",)), table((), (("c",),))) == ("c",)
 
 
+def test_no_key_at_all_is_no_chunk_key() -> None:
+    """A table without a primary or unique NOT NULL key is published as the multiset of its rows
+    (`orchestrator.pipeline.keyless`), not refused."""
+    assert choose_chunk_key(config(), table()) == ()
+
+
 @pytest.mark.parametrize(
     ("chunk_key", "info", "error", "says"),
     [
@@ -57,12 +63,6 @@ def test_configured_key_without_a_primary_key() -> None:
             table((), (("a", "b"),)),
             ConfigError,
             ("has no primary key", "set chunk_key: [a, b]"),
-        ),
-        (
-            None,
-            table(),
-            SourceNotReady,
-            ("no primary key and no unique NOT NULL key", "ADD PRIMARY KEY"),
         ),
         (
             ("c",),
@@ -146,6 +146,7 @@ def test_plan_document_shape() -> None:
                 "strategy": "uneven",
                 "read_by": "spark",
                 "chunk_key": ["id"],
+                "reason": "bigint key",
                 "chunks": [
                     {
                         "index": 0,
