@@ -12,6 +12,7 @@ downloaded while a run or a test runs. A cluster gets the same coordinates as
 - `ICEBERG_SPARK`: Iceberg's Spark runtime for pyspark's Spark and Scala versions, for reading
   the published tables as Iceberg tables in Spark.
 - `MYSQL_CONNECTOR_J`: MySQL's JDBC driver, beside MariaDB's (Debian's libmariadb-java).
+- `POSTGRESQL_JDBC`: PostgreSQL's, for Iceberg's ``JdbcCatalog`` over a state store there.
 
 >>> HADOOP_AWS.coordinate
 'org.apache.hadoop:hadoop-aws:3.5.0'
@@ -67,9 +68,11 @@ S3A: tuple[Artifact, ...] = (HADOOP_AWS, AWS_SDK_BUNDLE, ANALYTICS_ACCELERATOR)
 #: Iceberg's Spark runtime for Spark 4.x, Scala 2.13 (the newest Spark line Iceberg builds for).
 ICEBERG_SPARK = Artifact("org.apache.iceberg", "iceberg-spark-runtime-4.1_2.13", "1.12.0")
 MYSQL_CONNECTOR_J = Artifact("com.mysql", "mysql-connector-j", "9.5.0")
+#: PostgreSQL's JDBC driver: Iceberg's ``JdbcCatalog`` over a state store on PostgreSQL.
+POSTGRESQL_JDBC = Artifact("org.postgresql", "postgresql", "42.7.14")
 
 #: Everything `.ci/setup` fetches (`python -m orchestrator.services.jars` lists them).
-ALL: tuple[Artifact, ...] = (*S3A, ICEBERG_SPARK, MYSQL_CONNECTOR_J)
+ALL: tuple[Artifact, ...] = (*S3A, ICEBERG_SPARK, MYSQL_CONNECTOR_J, POSTGRESQL_JDBC)
 
 
 def repository() -> Path:
