@@ -218,3 +218,20 @@ def s3_output(server: MotoS3, bucket: str, **extra: Any) -> dict[str, Any]:
         },
         **extra,
     }
+
+
+@pytest.fixture
+def pg_state(postgres: LocalPostgres) -> Iterator[tuple[str, str]]:
+    """A fresh PostgreSQL database for one test's state store and catalog: (SQLAlchemy URL,
+    JDBC URL of the same database)."""
+    import psycopg
+
+    name = f"s3_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(postgres.admin_dsn, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    yield (
+        f"postgresql+psycopg://postgres@127.0.0.1:{postgres.port}/{name}",
+        f"jdbc:postgresql://127.0.0.1:{postgres.port}/{name}",
+    )
+    with psycopg.connect(postgres.admin_dsn, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -13,8 +13,6 @@ from __future__ import annotations
 import json
 import signal
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,27 +31,10 @@ from tests.conftest import pipeline_config, s3_output, write_config
 from tests.iceberg_readers import assert_readers_equal_source, duckdb_table
 from tests.integration.test_consistency import load_tables, run_under_writers
 from tests.integration.test_resume import _change_source, tidemark
-from tests.services import LocalPostgres, MotoS3
+from tests.services import MotoS3
 from tests.spark_iceberg import read_with_spark
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-
-@pytest.fixture
-def pg_state(postgres: LocalPostgres) -> Iterator[tuple[str, str]]:
-    """A fresh PostgreSQL database for one test's state store and catalog: (SQLAlchemy URL,
-    JDBC URL of the same database)."""
-    import psycopg
-
-    name = f"s3_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(postgres.admin_dsn, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    yield (
-        f"postgresql+psycopg://postgres@127.0.0.1:{postgres.port}/{name}",
-        f"jdbc:postgresql://127.0.0.1:{postgres.port}/{name}",
-    )
-    with psycopg.connect(postgres.admin_dsn, autocommit=True) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def s3_pipeline(
