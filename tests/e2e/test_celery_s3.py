@@ -23,7 +23,13 @@ from orchestrator.app.demo.localdb import LocalMariaDB
 from orchestrator.config import load_config
 from orchestrator.services import jars
 from tests.conftest import s3_output
-from tests.dags.sources import SOURCE_PASSWORD, SOURCE_USER, create_tables, write_pipeline
+from tests.dags.sources import (
+    SOURCE_PASSWORD,
+    SOURCE_USER,
+    connection_json,
+    create_tables,
+    write_pipeline,
+)
 from tests.e2e.stack import AirflowStack, wait_for
 from tests.iceberg_readers import assert_readers_equal_source
 from tests.services import S3_SECRET_KEY, LocalPostgres, LocalRedis, MotoS3
@@ -120,7 +126,9 @@ def _run(airflow: AirflowStack) -> dict[tuple[str, int], str]:
 
 
 def test_a_dag_run_across_two_celery_workers_publishes_tables_equal_to_the_source(
-    deployment: tuple[AirflowStack, Path, str], mariadb: LocalMariaDB
+    deployment: tuple[AirflowStack, Path, str],
+    mariadb: LocalMariaDB,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     airflow, config_path, _ = deployment
 
@@ -160,6 +168,8 @@ def test_a_dag_run_across_two_celery_workers_publishes_tables_equal_to_the_sourc
     )
     _run(airflow)
 
+    # the test reads the source as the workers do, through the connection
+    monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", connection_json(mariadb))
     config = load_config(config_path)
     assert_readers_equal_source(config, [f"{DB}.t1", f"{DB}.t2"])
     work = config_path.parent.parent
