@@ -54,8 +54,9 @@ def object_store(uri: str) -> str:
         else "keys from the AWS default chain"
     )
     addressing = "path-style" if s3.path_style else "virtual-hosted"
-    endpoint = s3.endpoint or f"AWS ({s3.region})"
-    return f"endpoint {endpoint}, region {s3.region}, {addressing} addressing, {keys}"
+    region = objectstore.region(s3)
+    endpoint = objectstore.endpoint(s3) or f"AWS ({region})"
+    return f"endpoint {endpoint}, region {region}, {addressing} addressing, {keys}"
 
 
 def writable(name: str, key: str, uri: str) -> Check:

@@ -13,10 +13,13 @@ instance role); with it, the variables it and ``secret_key_env`` name are read w
 made (`credentials`). `validate` refuses a literal key in ``output.s3``, in ``spark.conf``
 (``fs.s3a.secret.key``...) and in ``output.catalog`` (``s3.secret-access-key``...).
 
+An endpoint or region ``output.s3`` leaves out comes from the AWS SDKs' variables
+(`endpoint`, `region`), read when a client is made, like the keys.
+
 Storage functions take only a URI: a loaded config names its buckets (`register`), and
 `settings_for` finds a bucket's settings (the defaults for a bucket no config named).
 
->>> s3 = S3Config(endpoint="http://127.0.0.1:9000", path_style=True)
+>>> s3 = S3Config(endpoint="http://127.0.0.1:9000", region="us-east-1", path_style=True)
 >>> pyarrow_options(s3, None)
 {'region': 'us-east-1', 'endpoint_override': '127.0.0.1:9000', 'scheme': 'http'}
 >>> iceberg_properties(s3, None)["s3.force-virtual-addressing"]
@@ -154,12 +157,7 @@ def read_s3(r: Reader, data: Any, uris: list[str], check_env: bool) -> S3Config:
     return S3Config(
         endpoint=endpoint.rstrip("/") if endpoint else None,
         region=r.value(
-            m,
-            "region",
-            "output.s3.region",
-            str,
-            field_default(S3Config, "region"),
-            lambda v: None if v.strip() else "must not be empty",
+            m, "region", "output.s3.region", str, None, lambda v: None if v.strip() else "empty"
         ),
         path_style=r.value(
             m, "path_style", "output.s3.path_style", bool, field_default(S3Config, "path_style")
@@ -194,6 +192,27 @@ def credentials(s3: S3Config) -> Credentials | None:
     )
 
 
+def endpoint(s3: S3Config) -> str | None:
+    """The endpoint: ``output.s3.endpoint``, else ``$AWS_ENDPOINT_URL_S3`` or
+    ``$AWS_ENDPOINT_URL`` (as the AWS SDKs read them), else None (AWS's own)."""
+    found = (
+        s3.endpoint or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    )
+    return found.rstrip("/") if found else None
+
+
+def region(s3: S3Config) -> str:
+    """The region: ``output.s3.region``, else ``$AWS_REGION`` or ``$AWS_DEFAULT_REGION``, else
+    ``us-east-1``; always given to every client, which would otherwise look the bucket's region
+    up at AWS."""
+    return (
+        s3.region
+        or os.environ.get("AWS_REGION")
+        or os.environ.get("AWS_DEFAULT_REGION")
+        or ("us-east-1")
+    )
+
+
 def _endpoint_parts(endpoint: str) -> tuple[str, str]:
     """(scheme, host[:port]) of an endpoint URL."""
     parts = urlsplit(endpoint)
@@ -203,9 +222,10 @@ def _endpoint_parts(endpoint: str) -> tuple[str, str]:
 def pyarrow_options(s3: S3Config, creds: Credentials | None) -> dict[str, Any]:
     """Keyword arguments of ``pyarrow.fs.S3FileSystem`` (the region always given: pyarrow would
     otherwise look it up at AWS)."""
-    options: dict[str, Any] = {"region": s3.region}
-    if s3.endpoint:
-        scheme, host = _endpoint_parts(s3.endpoint)
+    options: dict[str, Any] = {"region": region(s3)}
+    url = endpoint(s3)
+    if url:
+        scheme, host = _endpoint_parts(url)
         options.update(endpoint_override=host, scheme=scheme)
         if not s3.path_style:  # pyarrow addresses an overridden endpoint path-style by default
             options["force_virtual_addressing"] = True
@@ -219,11 +239,12 @@ def pyarrow_options(s3: S3Config, creds: Credentials | None) -> dict[str, Any]:
 def iceberg_properties(s3: S3Config, creds: Credentials | None) -> dict[str, str]:
     """pyiceberg FileIO properties (``s3.*``) of the same store."""
     props = {
-        "s3.region": s3.region,
+        "s3.region": region(s3),
         "s3.force-virtual-addressing": "false" if s3.path_style else "true",
     }
-    if s3.endpoint:
-        props["s3.endpoint"] = s3.endpoint
+    url = endpoint(s3)
+    if url:
+        props["s3.endpoint"] = url
     if creds is not None:
         props["s3.access-key-id"] = creds.access_key
         props["s3.secret-access-key"] = creds.secret_key.reveal()
@@ -239,12 +260,13 @@ def spark_conf(s3: S3Config, creds: Credentials | None) -> dict[str, str]:
     conf = {
         f"{h}s3.impl": S3A_FILESYSTEM,
         f"{h}s3a.impl": S3A_FILESYSTEM,
-        f"{h}s3a.endpoint.region": s3.region,
+        f"{h}s3a.endpoint.region": region(s3),
         f"{h}s3a.path.style.access": "true" if s3.path_style else "false",
     }
-    if s3.endpoint:
-        scheme, _ = _endpoint_parts(s3.endpoint)
-        conf[f"{h}s3a.endpoint"] = s3.endpoint
+    url = endpoint(s3)
+    if url:
+        scheme, _ = _endpoint_parts(url)
+        conf[f"{h}s3a.endpoint"] = url
         conf[f"{h}s3a.connection.ssl.enabled"] = "true" if scheme == "https" else "false"
     if creds is None:
         conf[f"{h}s3a.aws.credentials.provider"] = DEFAULT_CHAIN

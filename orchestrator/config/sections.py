@@ -82,8 +82,8 @@ class S3Config:
     (`orchestrator.config.objectstore`). Credentials come from the AWS default chain, or from the
     environment variables named here; never from the YAML."""
 
-    endpoint: str | None = None  # default: AWS's endpoint for the region
-    region: str = "us-east-1"
+    endpoint: str | None = None  # default: $AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL, else AWS's
+    region: str | None = None  # default: $AWS_REGION, $AWS_DEFAULT_REGION, else us-east-1
     path_style: bool = False  # path-style addressing (MinIO, Ceph, most on-premises stores)
     access_key_env: str | None = None
     secret_key_env: str | None = None

@@ -166,3 +166,29 @@ def test_a_session_for_s3_puts_the_pinned_s3a_jars_on_both_class_paths(
     monkeypatch.setenv(jars.REPO_ENV, str(tmp_path / "empty-repo"))
     with pytest.raises(ConfigError, match=r"org\.apache\.hadoop:hadoop-aws:3\.5\.0 is not in"):
         session_settings(config)
+
+
+def test_an_endpoint_and_region_left_out_come_from_the_aws_variables(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As the AWS SDKs read them: the issue's user exported ``AWS_ENDPOINT_URL``, which pyarrow
+    ignored, and every table failed at publish."""
+    data = with_output()
+    data["output"]["s3"] = {"path_style": True}
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9000")
+    monkeypatch.setenv("AWS_REGION", "ap-south-1")
+    config = load_config(write_config(tmp_path / "p.yaml", data))
+    assert pyarrow_options(config.output.s3, None) == {
+        "region": "ap-south-1",
+        "endpoint_override": "127.0.0.1:9000",
+        "scheme": "http",
+    }
+    props = iceberg_properties(config.output.s3, None)
+    assert (props["s3.endpoint"], props["s3.region"]) == ("http://127.0.0.1:9000", "ap-south-1")
+    conf = spark_conf(config.output.s3, None)
+    assert conf["spark.hadoop.fs.s3a.endpoint"] == "http://127.0.0.1:9000"
+    assert conf["spark.hadoop.fs.s3a.endpoint.region"] == "ap-south-1"
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "https://s3.internal:443")
+    monkeypatch.delenv("AWS_REGION")
+    assert pyarrow_options(config.output.s3, None)["endpoint_override"] == "s3.internal:443"
+    assert pyarrow_options(config.output.s3, None)["region"] == "us-east-1"
