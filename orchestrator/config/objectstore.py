@@ -17,7 +17,8 @@ An endpoint or region ``output.s3`` leaves out comes from the AWS SDKs' variable
 (`endpoint`, `region`), read when a client is made, like the keys.
 
 Storage functions take only a URI: a loaded config names its buckets (`register`), and
-`settings_for` finds a bucket's settings (the defaults for a bucket no config named).
+`settings_for` finds a bucket's settings (the defaults for a bucket no config named; a bucket two
+loaded configs name takes the last one's).
 
 >>> s3 = S3Config(endpoint="http://127.0.0.1:9000", region="us-east-1", path_style=True)
 >>> pyarrow_options(s3, None)
