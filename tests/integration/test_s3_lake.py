@@ -155,6 +155,7 @@ def assert_readable_and_exact(config_path: Path, tables: list[str]) -> None:
 FAILPOINTS = (
     "read.batch_started:2",
     "read.batch_done:1",
+    "capture.checkpoint:1",
     "reconcile.table_done:1",
     "publish.file_moved:1",
     "publish.iceberg_committed:1",
