@@ -77,7 +77,7 @@ def writable(name: str, key: str, uri: str) -> Check:
                 "check output.s3 (endpoint, region, path_style), the bucket and the keys' "
                 f"permissions, or point {key} elsewhere"
             )
-        return Check(name, False, f"{uri} cannot be written{at}: {_why(exc)}", fix)
+        return Check(name, False, f"{uri} cannot be written ({_why(exc)}){at}", fix)
     if store:
         return Check(name, True, f"{uri} is writable: a probe object written and removed{at}")
     return Check(name, True, f"{uri} is writable")
