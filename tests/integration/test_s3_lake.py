@@ -153,7 +153,6 @@ def assert_readable_and_exact(config_path: Path, tables: list[str]) -> None:
 #: Killed one after another: each run resumes the unfinished run and is killed at the next.
 #: In the order a run passes them (orchestrator/services/faults.py).
 FAILPOINTS = (
-    "read.batch_started:2",
     "read.batch_done:1",
     "capture.checkpoint:1",
     "reconcile.table_done:1",
