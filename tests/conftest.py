@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from orchestrator.config import PipelineConfig, load_config
 from orchestrator.pipeline.context import table_dir
 from orchestrator.source.connection import Source
 from tests.dags.airflow_home import SESSION_HOME, airflow_env
+from tests.services import S3_ACCESS_KEY, S3_SECRET_KEY, LocalPostgres, LocalRedis, MotoS3
 
 HAVE_MARIADB = shutil.which("mariadbd") is not None or Path("/usr/sbin/mariadbd").exists()
 
@@ -154,3 +156,82 @@ def start_run(config: Path, failpoint: str = "") -> subprocess.Popen[str]:
         text=True,
         env=env,
     )
+
+
+# --------------------------------------------------------------------------- other services
+# Started by the fixtures as MariaDB is (tests/services.py): none is expected on the machine.
+
+#: The variables `output.s3` of the S3 tests names (`s3_output`); the s3_server fixture sets them.
+S3_KEY_ENV, S3_SECRET_ENV = "TIDEMARK_TEST_S3_ACCESS_KEY", "TIDEMARK_TEST_S3_SECRET_KEY"
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[LocalPostgres]:
+    """A private PostgreSQL cluster for the session (user postgres, trust authentication)."""
+    server = LocalPostgres.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[LocalRedis]:
+    """A private Redis server for the session (Celery's broker)."""
+    server = LocalRedis.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[MotoS3]:
+    """An S3 endpoint (moto's server) for the session; its keys exported as `S3_KEY_ENV` and
+    `S3_SECRET_ENV` for the configs `s3_output` writes."""
+    server = MotoS3.start()
+    saved = {k: os.environ.get(k) for k in (S3_KEY_ENV, S3_SECRET_ENV)}
+    os.environ[S3_KEY_ENV], os.environ[S3_SECRET_ENV] = S3_ACCESS_KEY, S3_SECRET_KEY
+    yield server
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    server.stop()
+
+
+@pytest.fixture
+def s3_bucket(s3_server: MotoS3, request: pytest.FixtureRequest) -> str:
+    """A fresh bucket of `s3_server` for one test, named after it."""
+    slug = "".join(c if c.isalnum() else "-" for c in request.node.name.lower())[:40].strip("-")
+    return s3_server.create_bucket(f"t-{slug}-{uuid.uuid4().hex[:8]}")
+
+
+def s3_output(server: MotoS3, bucket: str, **extra: Any) -> dict[str, Any]:
+    """An ``output`` section with staging and lake in ``bucket`` of ``server``."""
+    return {
+        "path": f"s3://{bucket}/lake",
+        "staging": f"s3a://{bucket}/staging",
+        "s3": {
+            "endpoint": server.endpoint,
+            "region": "us-east-1",
+            "path_style": True,
+            "access_key_env": S3_KEY_ENV,
+            "secret_key_env": S3_SECRET_ENV,
+        },
+        **extra,
+    }
+
+
+@pytest.fixture
+def pg_state(postgres: LocalPostgres) -> Iterator[tuple[str, str]]:
+    """A fresh PostgreSQL database for one test's state store and catalog: (SQLAlchemy URL,
+    JDBC URL of the same database)."""
+    import psycopg
+
+    name = f"s3_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(postgres.admin_dsn, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    yield (
+        f"postgresql+psycopg://postgres@127.0.0.1:{postgres.port}/{name}",
+        f"jdbc:postgresql://127.0.0.1:{postgres.port}/{name}",
+    )
+    with psycopg.connect(postgres.admin_dsn, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -1,7 +1,8 @@
 """`doctor`'s checks of where a run writes: the output and staging locations, their free space,
 and the state store. Each is one `Check`, like the source's.
 
-A location passes when it can be created and a probe file written to it and removed again;
+A location passes when it can be created and a probe file written to it and removed again (on
+an object store, a probe object; the check names the endpoint and region it used);
 free space (local paths only: an object store has none to run out of) passes when it holds
 the tables still to snapshot, estimated from information_schema's ``data_length`` times
 `SPACE_MARGIN` (staging and output each hold a compressed copy, usually smaller than InnoDB's).
@@ -13,7 +14,7 @@ import os
 import shutil
 from collections.abc import Sequence
 
-from orchestrator.config import PipelineConfig
+from orchestrator.config import PipelineConfig, objectstore
 from orchestrator.lake import storage
 from orchestrator.lake.manifest import current_uri
 from orchestrator.source.check import Check
@@ -32,21 +33,53 @@ def _why(exc: BaseException) -> str:
     return lines[0] if lines else type(exc).__name__
 
 
+def object_store(uri: str) -> str:
+    """Which object store ``uri`` is on, as `doctor` names it (never a secret): endpoint,
+    region, addressing and where the keys come from; "" for other stores.
+
+    >>> object_store("/var/lake")
+    ''
+    >>> print(object_store("s3://nobody-named-this/lake").replace(", ", ",\\n"))
+    endpoint AWS (us-east-1),
+    region us-east-1,
+    virtual-hosted addressing,
+    keys from the AWS default chain
+    """
+    if not objectstore.is_s3(uri):
+        return ""
+    s3 = objectstore.settings_for(uri)
+    keys = (
+        f"keys from ${s3.access_key_env} / ${s3.secret_key_env}"
+        if s3.access_key_env
+        else "keys from the AWS default chain"
+    )
+    addressing = "path-style" if s3.path_style else "virtual-hosted"
+    region = objectstore.region(s3)
+    endpoint = objectstore.endpoint(s3) or f"AWS ({region})"
+    return f"endpoint {endpoint}, region {region}, {addressing} addressing, {keys}"
+
+
 def writable(name: str, key: str, uri: str) -> Check:
-    """Whether ``uri`` can be created and written: a probe file, removed again."""
+    """Whether ``uri`` can be created and written: a probe file (an object on an object
+    store), removed again; for an object store the check names the endpoint and region used."""
     probe = storage.join(uri, f".tidemark-probe-{os.getpid()}")
+    store = object_store(uri)
+    at = f" ({store})" if store else ""
     try:
         storage.makedirs_durable(uri)  # a local directory's name on disk (the lake's root)
         storage.makedirs(uri)
         storage.write_atomic(probe, b"probe\n")
         storage.delete_file(probe)
     except Exception as exc:  # any storage error is what the check reports
-        return Check(
-            name,
-            False,
-            f"{uri} cannot be written ({_why(exc)})",
-            f"make it writable for this user, or point {key} elsewhere",
-        )
+        fix = f"make it writable for this user, or point {key} elsewhere"
+        if store:
+            fix = (
+                "check output.s3 (endpoint, region, path_style), the bucket and the keys' "
+                f"permissions, or point {key} elsewhere"
+            )
+        return Check(name, False, f"{uri} cannot be written ({_why(exc)}){at}", fix)
+    if store:
+        return Check(name, True, f"{uri} is writable: a probe object written and removed{at}")
     return Check(name, True, f"{uri} is writable")
 
 

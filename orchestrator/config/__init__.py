@@ -2,8 +2,9 @@
 
 `pipeline` reads a file and holds `PipelineConfig`; `sections` the dataclass of each section and
 the reader that collects every problem with its file and key path; `patterns` the table entries
-and their globs; `credentials` where the source password comes from. The names most code needs
-are re-exported here.
+and their globs; `credentials` where the source password comes from; `objectstore` the
+S3-compatible store of ``s3://`` paths (``output.s3``) as each client takes it. The names most
+code needs are re-exported here.
 
 May import: orchestrator, errors, positions, services, schema, chunking.
 """
@@ -24,6 +25,7 @@ from orchestrator.config.sections import (
     CatalogConfig,
     Defaults,
     OutputConfig,
+    S3Config,
     SourceConfig,
     SparkConfig,
     StateConfig,
@@ -39,6 +41,7 @@ __all__ = [
     "Defaults",
     "OutputConfig",
     "PipelineConfig",
+    "S3Config",
     "Secret",
     "SourceConfig",
     "SparkConfig",

@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from orchestrator.config import objectstore
 from orchestrator.config.credentials import Secret, resolve_password
 from orchestrator.config.patterns import is_glob, listed, parse_tables, resolve
 from orchestrator.config.sections import (
@@ -262,7 +263,7 @@ def parse_config(
     schedule = r.value(top, "schedule", "schedule", str)
     source = _source(r, top.get("source"), check_env) if "source" in top else None
     spark = _spark(r, top.get("spark", {}))
-    output = _output(r, top.get("output")) if "output" in top else None
+    output = _output(r, top.get("output"), check_env) if "output" in top else None
     state = _state(r, top.get("state")) if "state" in top else None
     defaults = _defaults(r, top.get("defaults", {}))
     tables = parse_tables(r, top.get("tables"), defaults) if "tables" in top else ()
@@ -273,6 +274,7 @@ def parse_config(
     r.problems += more(origin, output, state) if more else []
     if r.problems or source is None or output is None or state is None:
         raise ConfigError(r.problems or [f"{origin}: incomplete config"])
+    objectstore.register(output)
     return PipelineConfig(
         pipeline=pipeline,
         source=source,
@@ -362,6 +364,7 @@ SPARK_REMOTE = re.compile(r"sc://[^/:;\s]+(:\d+)?(/(;[^;\s=]+=[^;\s]*)*)?")
 def _spark(r: Reader, data: Any) -> SparkConfig:
     m = r.mapping(data, "spark", section_keys(SparkConfig), set())
     conf = r.setting(m, "spark.conf", SparkConfig, dict)
+    objectstore.literal_secret_problems(r, "spark.conf", conf)
     for key, value in conf.items():
         if isinstance(value, dict | list):
             r.problem(
@@ -394,11 +397,13 @@ def _spark(r: Reader, data: Any) -> SparkConfig:
     )
 
 
-def _output(r: Reader, data: Any) -> OutputConfig:
+def _output(r: Reader, data: Any, check_env: bool) -> OutputConfig:
     m = r.mapping(data, "output", section_keys(OutputConfig), {"path"})
+    path = r.value(m, "path", "output.path", str, "", storage_uri)
+    staging = r.setting(m, "output.staging", OutputConfig, str, storage_uri)
     return OutputConfig(
-        path=r.value(m, "path", "output.path", str, "", storage_uri),
-        staging=r.setting(m, "output.staging", OutputConfig, str, storage_uri),
+        path=path,
+        staging=staging,
         keep_versions=r.setting(m, "output.keep_versions", OutputConfig, int, positive),
         keep_hours=r.setting(
             m,
@@ -408,6 +413,7 @@ def _output(r: Reader, data: Any) -> OutputConfig:
             lambda v: None if v >= 0 else f"must be >= 0, found {v}",
         ),
         catalog=_catalog(r, m.get("catalog", {})),
+        s3=objectstore.read_s3(r, m.get("s3"), [path, staging], check_env),
     )
 
 
@@ -417,6 +423,7 @@ CATALOG_TYPES = ("sql", "rest", "glue", "hive", "dynamodb", "bigquery", "in-memo
 
 def _catalog(r: Reader, data: Any) -> CatalogConfig:
     """``name`` and any pyiceberg catalog property, scalars only, ``type`` one pyiceberg knows."""
+    objectstore.literal_secret_problems(r, "output.catalog", data)
     m = r.mapping(data, "output.catalog", set(data) if isinstance(data, dict) else set(), set())
     name = r.value(
         m,

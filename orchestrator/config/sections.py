@@ -77,12 +77,27 @@ class CatalogConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class S3Config:
+    """``output.s3``: the S3-compatible object store of ``s3://``/``s3a://`` staging and output
+    (`orchestrator.config.objectstore`). Credentials come from the AWS default chain, or from the
+    environment variables named here; never from the YAML."""
+
+    endpoint: str | None = None  # default: $AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL, else AWS's
+    region: str | None = None  # default: $AWS_REGION, $AWS_DEFAULT_REGION, else us-east-1
+    path_style: bool = False  # path-style addressing (MinIO, Ceph, most on-premises stores)
+    access_key_env: str | None = None
+    secret_key_env: str | None = None
+    session_token_env: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class OutputConfig:
     path: str
     staging: str | None = None  # default: <path>/_staging
     keep_versions: int = 5
     keep_hours: float = 24.0  # versions younger than this are kept too (queries still read them)
     catalog: CatalogConfig = field(default_factory=CatalogConfig)
+    s3: S3Config = field(default_factory=S3Config)
 
 
 @dataclass(frozen=True, slots=True)

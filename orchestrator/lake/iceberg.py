@@ -34,7 +34,7 @@ from pyiceberg.table import Table, TableProperties, Transaction
 from pyiceberg.table.update.schema import UpdateSchema
 from pyiceberg.types import BinaryType, IcebergType, StringType
 
-from orchestrator.config import PipelineConfig
+from orchestrator.config import PipelineConfig, objectstore
 from orchestrator.errors import RunFailed, resnapshot_hint
 from orchestrator.lake import storage
 from orchestrator.lake.iceberg_create import FIELD_ID, NewTable
@@ -74,10 +74,11 @@ def catalog_properties(config: PipelineConfig) -> dict[str, str]:
     checkpoints all write there). A local lake's Iceberg files are written by
     `iceberg_io.DurableFileIO` (on disk before a commit names them) unless the properties name
     a ``py-io-impl`` or the catalog is REST (its server writes the metadata files, and may name
-    the FileIO the client uses).
+    the FileIO the client uses). A lake on an object store gets ``output.s3``'s endpoint, region,
+    addressing and credentials as FileIO properties (`objectstore.iceberg_properties`).
 
     >>> from types import SimpleNamespace as NS
-    >>> def cfg(path="s3://lake", **props):
+    >>> def cfg(path="hdfs://nn/lake", **props):
     ...     return NS(output=NS(path=path, catalog=NS(properties=props)), state=NS(url="sqlite:///s.db"))
     >>> catalog_properties(cfg())
     {'type': 'sql', 'uri': 'sqlite:///s.db?timeout=30'}
@@ -87,6 +88,13 @@ def catalog_properties(config: PipelineConfig) -> dict[str, str]:
     {'uri': 'http://rest:8181'}
     >>> catalog_properties(cfg("/lake"))["py-io-impl"]
     'orchestrator.lake.iceberg_io.DurableFileIO'
+    >>> from orchestrator.config import S3Config
+    >>> def s3cfg(**s3):
+    ...     return NS(output=NS(path="s3://lake", catalog=NS(properties={}), s3=S3Config(**s3)),
+    ...               state=NS(url="sqlite:///s.db"))
+    >>> props = catalog_properties(s3cfg(endpoint="http://127.0.0.1:9000", path_style=True))
+    >>> props["s3.endpoint"], props["s3.region"], props["s3.force-virtual-addressing"]
+    ('http://127.0.0.1:9000', 'us-east-1', 'false')
     """
     properties = dict(config.output.catalog.properties)
     rest = properties.get("type") == "rest" or str(properties.get("uri", "")).startswith(
@@ -94,6 +102,10 @@ def catalog_properties(config: PipelineConfig) -> dict[str, str]:
     )
     if storage.is_local(config.output.path) and not rest:
         properties.setdefault(PY_IO_IMPL, DURABLE_FILE_IO)
+    if objectstore.is_s3(config.output.path):
+        s3 = config.output.s3
+        for key, value in objectstore.iceberg_properties(s3, objectstore.credentials(s3)).items():
+            properties.setdefault(key, value)
     if properties.get("type", "sql" if "uri" not in properties else None) == "sql":
         properties.setdefault("type", "sql")
         properties.setdefault("uri", config.state.url)

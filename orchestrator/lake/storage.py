@@ -1,4 +1,5 @@
-"""Where staging and output live: local paths and ``file://``, ``s3a://``, ``hdfs://`` URIs.
+"""Where staging and output live: local paths and ``file://``, ``s3://``, ``s3a://``, ``hdfs://``
+URIs.
 
 One URI names a place for both sides of the engine: Python-side IO goes through
 `pyarrow.fs` (`filesystem`), Spark gets the same place as a Hadoop URI
@@ -45,6 +46,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from orchestrator.config import objectstore
 from orchestrator.config.sections import STORAGE_SCHEMES
 
 #: Schemes this module knows (`validate` refuses others); anything else is refused with a message
@@ -140,11 +142,23 @@ def spark_uri(uri: str) -> str:
     return f"s3a://{rest}" if scheme == "s3" else uri
 
 
-@functools.lru_cache(maxsize=16)
 def _remote_filesystem(scheme: str, authority: str) -> pafs.FileSystem:
     if scheme in ("s3", "s3a"):
-        # Built directly: from_uri would look the bucket's region up over the network.
-        return pafs.S3FileSystem()
+        s3 = objectstore.settings_for(f"s3://{authority}/")
+        return _s3_filesystem(s3, objectstore.credentials(s3))
+    return _hdfs_filesystem(authority)
+
+
+@functools.lru_cache(maxsize=16)
+def _s3_filesystem(
+    s3: objectstore.S3Config, creds: objectstore.Credentials | None
+) -> pafs.FileSystem:
+    # Built directly, region given: from_uri would look the bucket's region up over the network.
+    return pafs.S3FileSystem(**objectstore.pyarrow_options(s3, creds))
+
+
+@functools.lru_cache(maxsize=16)
+def _hdfs_filesystem(authority: str) -> pafs.FileSystem:
     fs, _ = pafs.FileSystem.from_uri(f"hdfs://{authority}/")
     return fs
 
@@ -152,9 +166,9 @@ def _remote_filesystem(scheme: str, authority: str) -> pafs.FileSystem:
 def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
     """The `pyarrow.fs` filesystem and the path inside it for ``uri``.
 
-    S3 takes its credentials, region and endpoint from the environment as
-    pyarrow does (``AWS_ACCESS_KEY_ID``, ``AWS_REGION``, ``AWS_ENDPOINT_URL``,
-    ...); HDFS needs libhdfs.
+    S3 takes its endpoint, region and addressing from the ``output.s3`` of the config that named
+    the bucket, and its credentials from the variables that names or the AWS default chain
+    (`orchestrator.config.objectstore`); HDFS needs libhdfs.
     """
     scheme, rest = _split(uri)
     if scheme in ("", "file"):

@@ -12,11 +12,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.config import PipelineConfig
+from orchestrator.config import PipelineConfig, objectstore
 from orchestrator.errors import ConfigError, RunFailed
 from orchestrator.lake import storage
 from orchestrator.positions import BinlogPosition
 from orchestrator.schema.tables import TableInfo, table_info_from_json
+from orchestrator.services import jars
 from orchestrator.state import lease
 from orchestrator.state.store import RunRecord, RunTableRecord, StateStore
 
@@ -64,11 +65,15 @@ def open_source(config: PipelineConfig) -> Source:
 
 
 def session_settings(config: PipelineConfig) -> SessionSettings:
-    """What the pipeline's Spark session is started with: ``spark.*`` and the JDBC driver jar.
+    """What the pipeline's Spark session is started with: ``spark.*`` and the JDBC driver jar;
+    with staging or output on an object store, ``output.s3`` as ``fs.s3a.*`` settings and
+    Hadoop's S3 connector from the local Maven repository (`orchestrator.services.jars`), unless
+    ``spark.conf`` brings it (``spark.jars.packages`` naming ``hadoop-aws``). The pipeline's own
+    ``spark.conf`` wins over the derived settings.
 
     Raises:
         ConfigError: when the JDBC driver jar does not exist (a Spark Connect server brings its
-            own: the client ships none).
+            own: the client ships none), or the S3 connector's jars are not fetched.
     """
     jar = config.source.jdbc_driver_jar
     if not config.spark.remote and not os.path.exists(jar):
@@ -78,12 +83,21 @@ def session_settings(config: PipelineConfig) -> SessionSettings:
         )
     from orchestrator.services.spark import SessionSettings  # pyspark only when a step needs it
 
+    conf: dict[str, str] = dict(config.spark.conf)
+    class_path: tuple[str, ...] = ()
+    if any(objectstore.is_s3(u) for u in (config.output.path, config.staging_path)):
+        s3 = config.output.s3
+        conf = {**objectstore.spark_conf(s3, objectstore.credentials(s3)), **conf}
+        brought = jars.HADOOP_AWS.name in conf.get("spark.jars.packages", "")
+        if not config.spark.remote and not brought:
+            class_path = jars.jar_paths(jars.S3A)
     return SessionSettings(
         app_name=f"tidemark-{config.pipeline}",
         master=config.spark.master,
         remote=config.spark.remote,
-        conf=config.spark.conf,
+        conf=conf,
         jars=(jar,),
+        class_path=class_path,
     )
 
 

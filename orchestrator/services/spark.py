@@ -9,7 +9,8 @@ fixes what the output contract depends on, whatever else the pipeline's
 - Parquet timestamps written as INT64 ``TIMESTAMP_MICROS`` (never INT96), and no
   Julian/Gregorian rebasing (``CORRECTED``): MySQL, Arrow and Spark 3+ all use the
   proleptic Gregorian calendar, so ``1000-01-01`` stays ``1000-01-01``;
-- the JDBC driver jar on ``spark.jars`` and the driver class path;
+- the JDBC driver jar on ``spark.jars`` and the driver class path; for an object store, Hadoop's
+  S3 connector on the driver's and executors' class paths (`SessionSettings.class_path`);
 - failed tasks are retried in local mode too (`local_with_retries`);
 - the driver JVM's stdout and stderr (its start-up banner, log4j's console output)
   go to the ``tidemark.jvm`` logger, at INFO (WARNING for log4j ERROR/FATAL lines),
@@ -73,8 +74,12 @@ class SessionSettings:
         app_name: the Spark application's name.
         master: a Spark master URL (``local[*]``, ``spark://...``, ``yarn``...).
         remote: a Spark Connect server (``sc://host:15002``) instead of ``master``, or None.
-        conf: the pipeline's ``spark.conf``.
-        jars: jar files the driver and the executors need (the JDBC driver).
+        conf: the pipeline's ``spark.conf``, and the object store's ``fs.s3a.*``.
+        jars: jar files the driver and the executors need (the JDBC driver), shipped to the
+            executors by Spark (``spark.jars``).
+        class_path: jar files put on the driver's and the executors' class paths where they are
+            (Hadoop's S3 connector and the AWS SDK, 690 MB: every machine has them at the same
+            path, `orchestrator.services.jars`; shipping them would copy them per executor).
     """
 
     app_name: str
@@ -82,6 +87,7 @@ class SessionSettings:
     remote: str | None = None
     conf: Mapping[str, str] = field(default_factory=dict)
     jars: tuple[str, ...] = ()
+    class_path: tuple[str, ...] = ()
 
 
 def session_conf(settings: SessionSettings) -> dict[str, str]:
@@ -97,6 +103,9 @@ def session_conf(settings: SessionSettings) -> dict[str, str]:
         conf["spark.driver.extraClassPath"] = _append(
             conf.get("spark.driver.extraClassPath"), jar, ":"
         )
+    for jar in settings.class_path:
+        for key in ("spark.driver.extraClassPath", "spark.executor.extraClassPath"):
+            conf[key] = _append(conf.get(key), jar, ":")
     for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
         conf[key] = _append(conf.get(key), UTC_JAVA_OPTION, " ")
     conf.update(REQUIRED_SQL_CONF)

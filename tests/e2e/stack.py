@@ -5,6 +5,10 @@ They run in a temp AIRFLOW_HOME with a SQLite metadata DB and the LocalExecutor
 pair), on a free port, with the SimpleAuthManager making every user an admin so
 the test can get a JWT from ``/auth/token`` without a password. Every wait has a
 deadline; every process is stopped by its own process group at the end.
+
+With ``executor`` Celery's (a PostgreSQL metadata DB and a Redis broker given in
+``extra_env``) the tasks run in Celery workers `start_celery_worker` starts, each with its own
+working directory, ``TMPDIR`` and ``HOME``, as on machines of their own.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ class AirflowStack:
 
     home: Path
     extra_env: Mapping[str, str]
+    executor: str = "LocalExecutor"
     port: int = field(default_factory=free_port)
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     token: str = ""
@@ -66,7 +71,7 @@ class AirflowStack:
         env.update(airflow_env(self.home))
         env.update(
             {
-                "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+                "AIRFLOW__CORE__EXECUTOR": self.executor,
                 "AIRFLOW__CORE__PARALLELISM": "2",
                 "AIRFLOW__CORE__AUTH_MANAGER": "airflow.api_fastapi.auth.managers.simple."
                 "simple_auth_manager.SimpleAuthManager",
@@ -113,6 +118,36 @@ class AirflowStack:
         self.token = wait_for("a JWT from /auth/token", self._get_token, timeout=60)
         return self
 
+    def start_celery_worker(self, name: str, root: Path, env: Mapping[str, str] = {}) -> Path:
+        """``airflow celery worker`` (one task at a time, serving no logs: several share the
+        machine) in ``root/cwd`` with ``root/tmp`` as ``TMPDIR`` and ``root/home`` as ``HOME``;
+        returns its log file."""
+        for part in ("cwd", "tmp", "home"):
+            (root / part).mkdir(parents=True, exist_ok=True)
+        worker_env = self.env()
+        worker_env.update(
+            {"TMPDIR": str(root / "tmp"), "HOME": str(root / "home"), "PWD": str(root / "cwd")}
+        )
+        worker_env.update(env)
+        log_path = root / "worker.log"
+        command = [str(VENV_BIN / "airflow"), "celery", "worker", "--concurrency", "1"]
+        command += ["--celery-hostname", f"{name}@tidemark", "--skip-serve-logs"]
+        with log_path.open("wb") as log:
+            self.processes[name] = subprocess.Popen(
+                command,
+                env=worker_env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=root / "cwd",
+                start_new_session=True,
+            )
+        wait_for(
+            f"Celery worker {name}",
+            lambda: True if "ready." in log_path.read_text(errors="replace") else None,
+            timeout=180,
+        )
+        return log_path
+
     def _healthy(self) -> bool | None:
         self.check_alive()
         response = httpx.get(f"{self.base_url}/api/v2/monitor/health", timeout=10)
@@ -131,6 +166,8 @@ class AirflowStack:
 
     def log_tail(self, name: str, chars: int = 4000) -> str:
         path = self.home / f"{name}.log"
+        if not path.exists():  # a Celery worker logs in its own directory
+            path = self.home.parent / name / "worker.log"
         return path.read_text(errors="replace")[-chars:] if path.exists() else "(no log)"
 
     def stop(self) -> None:

@@ -5,8 +5,9 @@ localhost.
 pointing at the cluster, so reads, reconcile and publish run in executors on
 the workers, not in the driver: the JDBC driver jar reaches them through
 ``spark.jars``, staging and output are a local directory every worker reaches
-(one machine). Writers change the tables during the first run; a second run
-applies what came after; then every table equals its source.
+(one machine), or an S3 endpoint (moto's server) the executors write to through s3a. Writers
+change the tables during the first run; a second run applies what came after; then every table
+equals its source.
 """
 
 from __future__ import annotations
@@ -24,9 +25,12 @@ from orchestrator.app.demo.localdb import LocalMariaDB
 from orchestrator.app.demo.sample import SHOP_TABLES, connect, load_shop
 from orchestrator.config import load_config
 from orchestrator.state.store import StateStore
-from tests.conftest import pipeline_config, write_config
+from tests.conftest import pipeline_config, s3_output, write_config
+from tests.iceberg_readers import assert_readers_equal_source
 from tests.integration.test_consistency import _verify_all, load_tables, run_under_writers
+from tests.services import MotoS3
 from tests.spark_cluster import StandaloneCluster, cluster_env
+from tests.spark_iceberg import read_with_spark
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -163,3 +167,46 @@ def test_killed_run_on_cluster_resumes(
     store.close()
     _tidemark_run(config_path, cluster)  # catches up with the changes made after the crash
     _verify_all(config_path, tables)
+
+
+def test_cluster_with_staging_and_lake_on_s3_equals_source(
+    mariadb: LocalMariaDB,
+    cluster: StandaloneCluster,
+    s3_server: MotoS3,
+    s3_bucket: str,
+    pg_state: tuple[str, str],
+    tmp_path: Path,
+) -> None:
+    """Executors on both workers write the chunk files through s3a into S3 staging (no
+    directory the workers share); the driver publishes to the lake on S3; lake == source through
+    pyiceberg, DuckDB and Iceberg's Java library in Spark."""
+    db = "clu_s3"
+    tables = load_tables(mariadb, db, orders=2000, typed_rows=300, seed=9)
+    config_path = write_config(
+        tmp_path / "p.yaml",
+        pipeline_config(
+            tmp_path,
+            mariadb,
+            [{"name": t} for t in tables],
+            name="on_cluster_s3",
+            spark={"master": cluster.master_url, "conf": dict(CLUSTER_CONF)},
+            output=s3_output(s3_server, s3_bucket),
+            state={"url": pg_state[0]},
+            defaults={"chunk_size": 1000, "batch_chunks": 2, "read_margin_seconds": 0.05},
+        ),
+    )
+    before = {w: len(d) for w, d in cluster.executor_dirs().items()}
+    run_under_writers(
+        mariadb, db, typed_rows=300, pause=0.002, run=lambda: _tidemark_run(config_path, cluster)
+    )
+    _tidemark_run(config_path, cluster)
+    with StateStore(pg_state[0]) as store:
+        first = store.runs("on_cluster_s3", limit=2)[-1]
+        paths = {c.path for c in store.chunks(first.run_id) if c.path}
+    assert paths and all(p.startswith(f"s3a://{s3_bucket}/staging/") for p in paths), paths
+    ran = {w: len(d) - before.get(w, 0) for w, d in cluster.executor_dirs().items()}
+    assert len(ran) == 2 and all(ran.values()), f"every worker must have run executors: {ran}"
+    assert not (tmp_path / "lake").exists()
+    config = load_config(config_path)
+    spark = read_with_spark(config_path, tmp_path / "spark", pg_state[1], tables)
+    assert_readers_equal_source(config, tables, spark)

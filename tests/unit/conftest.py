@@ -1,6 +1,7 @@
 """Fixtures of the state store tests (test_state.py, test_lease.py): a fresh store on a real
-SQLite file and on a real PostgreSQL (127.0.0.1:5432, user postgres). The PostgreSQL URL carries
-a password (trust auth ignores it) so the tests can check it never shows."""
+SQLite file and on a real PostgreSQL (the session's private cluster, the `postgres` fixture of
+tests/conftest.py). The PostgreSQL URL carries a password (trust auth ignores it) so the tests can
+check it never shows."""
 
 from __future__ import annotations
 
@@ -14,22 +15,17 @@ import pytest
 from sqlalchemy import create_engine
 
 from orchestrator.state.store import StateStore
+from tests.services import LocalPostgres
 
-PG_ADMIN = "host=127.0.0.1 port=5432 user=postgres dbname=postgres connect_timeout=5"
 PG_SECRET = "pg-secret-must-not-show"
 
 
 @pytest.fixture(scope="session")
-def pg_database() -> Iterator[str]:
-    """A database of our own on the local PostgreSQL, dropped at the end of the session."""
-    psycopg = pytest.importorskip("psycopg")
-    try:
-        admin = psycopg.connect(PG_ADMIN, autocommit=True)
-    except psycopg.OperationalError as exc:
-        pytest.skip(
-            f"PostgreSQL at 127.0.0.1:5432 (user postgres) is unreachable, "
-            f"so the postgresql params cannot run: {exc}"
-        )
+def pg_database(postgres: LocalPostgres) -> Iterator[str]:
+    """A database of our own on the session's PostgreSQL, dropped at the end of the session."""
+    import psycopg
+
+    admin = psycopg.connect(postgres.admin_dsn, autocommit=True)
     name = f"tidemark_state_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
     admin.execute(f'CREATE DATABASE "{name}"')
     try:
@@ -48,13 +44,13 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     import psycopg
 
     database = request.getfixturevalue("pg_database")
+    port = request.getfixturevalue("postgres").port
     schema = f"t_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(
-        PG_ADMIN.replace("dbname=postgres", f"dbname={database}"), autocommit=True
-    ) as conn:
+    admin = f"host=127.0.0.1 port={port} user=postgres dbname={database} connect_timeout=5"
+    with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f'CREATE SCHEMA "{schema}"')
     return (
-        f"postgresql+psycopg://postgres:{PG_SECRET}@127.0.0.1:5432/{database}"
+        f"postgresql+psycopg://postgres:{PG_SECRET}@127.0.0.1:{port}/{database}"
         f"?options=-csearch_path%3D{schema}"
     )
 

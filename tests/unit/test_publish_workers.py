@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyiceberg.catalog import Catalog
@@ -322,3 +323,22 @@ def test_workers_are_not_forked_inside_the_heartbeats_transaction(tmp_path: Path
         [*TABLES, "heartbeat"]
     )
     check.close()
+
+
+def _report_may_fork(out: Any) -> None:
+    out.put(publish_workers.may_fork_workers())
+
+
+def test_a_daemonic_process_publishes_without_workers() -> None:
+    """A Celery worker's task runs in a daemonic process, where `multiprocessing` refuses to
+    start children ("daemonic processes are not allowed to have children"): publish then keeps
+    the tables in the process instead of failing."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    out = context.Queue()
+    child = context.Process(target=_report_may_fork, args=(out,), daemon=True)
+    child.start()
+    child.join(30)
+    assert out.get(timeout=5) is False
+    assert publish_workers.may_fork_workers() is True

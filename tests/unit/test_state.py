@@ -1,8 +1,8 @@
 """The state store, run against a real SQLite file and a real PostgreSQL.
 
 Every test runs twice: on a fresh SQLite file, and on a fresh schema of a
-database created for this session on the machine's PostgreSQL (127.0.0.1:5432,
-user postgres). The PostgreSQL URL carries a password (trust auth ignores it)
+database created for this session on a private PostgreSQL cluster the fixtures start
+(tests/services.py, user postgres). The PostgreSQL URL carries a password (trust auth ignores it)
 so the tests can check it never shows. The lock tests race real processes
 (``tests/unit/state_lock_worker.py``). The fixtures are in tests/unit/conftest.py.
 """

@@ -17,11 +17,9 @@ from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.dataset as ds
 
 from chunking.mysql import quote_identifier, quote_table
-from orchestrator.lake import storage
-from orchestrator.lake.manifest import read_manifest
+from orchestrator.lake.manifest import read_manifest, read_published
 from orchestrator.schema.families import BINARY_TYPES, DECIMAL_TYPES, ZERO_DATE_TYPES
 from orchestrator.schema.tables import ColumnInfo, TableInfo
 from orchestrator.schema.types import arrow_type, is_boolean
@@ -165,9 +163,7 @@ def compare_multisets(
 
 def published_rows(table_dir: str) -> list[dict[str, Any]]:
     """Every row of the current published version of a table, as dicts."""
-    manifest = read_manifest(table_dir)
-    files = [storage.local_path(storage.join(table_dir, f)) for f in manifest["files"]]
-    return ds.dataset(files, format="parquet").to_table().to_pylist() if files else []
+    return read_published(table_dir).to_pylist() if read_manifest(table_dir)["files"] else []
 
 
 def source_rows(conn: Any, info: TableInfo, where: str | None = None) -> list[tuple[Any, ...]]:

@@ -19,6 +19,10 @@ catalog transaction, `versions.publish_tables`). What stays the run's:
 - life: a worker dies with the run (``PR_SET_PDEATHSIG``), and a failpoint in a worker
   acts on the run (`orchestrator.services.faults.forked`).
 
+A daemonic process may start no child (`multiprocessing` refuses: a Celery worker's tasks run
+in such processes, docs/airflow.md): there the tables are published in the process itself
+(`may_fork_workers`).
+
 Workers are forked, not spawned: a spawned interpreter would import pyiceberg and pyarrow
 again (over a second), more than a run of a few hundred small tables spends publishing.
 """
@@ -29,6 +33,7 @@ import logging
 import os
 import queue
 import signal
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
@@ -145,6 +150,13 @@ def publish_each(
     table's own failure is raised once the tables in hand are handed over (`LockLost` from
     ``guard``, or a worker gone: at once, every worker killed)."""
     count = worker_count(len(todo)) if workers else 1
+    if count > 1 and not may_fork_workers():
+        log.info(
+            "publishing %d tables in this process: it is a daemonic process (a Celery worker's "
+            "task), which may start no worker processes",
+            len(todo),
+        )
+        count = 1
     if count == 1:
         yield from _in_process(config, run_id, todo, many, guard)
         return
@@ -349,6 +361,19 @@ class _Kept(logging.Handler):
             record.exc_text = logging.Formatter().formatException(record.exc_info)
             record.exc_info = None
         self.records.append(record)
+
+
+def may_fork_workers() -> bool:
+    """Whether this process may start worker processes: not when it is a daemonic
+    `multiprocessing` process (a Celery worker's task), which `multiprocessing` forbids to have
+    children. Asked without importing `multiprocessing` (a process that never imported it is
+    no daemon of it).
+
+    >>> may_fork_workers()
+    True
+    """
+    mp = sys.modules.get("multiprocessing")
+    return mp is None or not mp.current_process().daemon
 
 
 def _start_worker(config: PipelineConfig, run_pid: int) -> None:

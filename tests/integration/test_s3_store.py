@@ -1,0 +1,76 @@
+"""Storage and `doctor` against a real S3 endpoint (moto's server): the endpoint, region and
+keys of ``output.s3`` are the ones pyarrow uses, with no ``AWS_*`` variable set; `doctor` writes
+and removes a probe object and names the endpoint and region it used."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from orchestrator.app.demo.localdb import LocalMariaDB
+from orchestrator.app.preflight import writable
+from orchestrator.config import load_config
+from orchestrator.lake import storage
+from tests.conftest import pipeline_config, s3_output, write_config
+from tests.services import MotoS3
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(autouse=True)
+def _no_aws_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing but the config says where the store is."""
+    for key in [k for k in os.environ if k.startswith("AWS_")]:
+        monkeypatch.delenv(key)
+
+
+def test_storage_goes_to_the_configured_endpoint(
+    mariadb: LocalMariaDB, s3_server: MotoS3, s3_bucket: str, tmp_path: Path
+) -> None:
+    load_config(
+        write_config(
+            tmp_path / "p.yaml",
+            pipeline_config(
+                tmp_path, mariadb, [{"name": "a.b"}], output=s3_output(s3_server, s3_bucket)
+            ),
+        )
+    )
+    root = f"s3://{s3_bucket}/lake"
+    storage.write_atomic(storage.join(root, "t", "_tidemark", "current.json"), b"{}\n")
+    assert s3_server.keys(s3_bucket) == ["lake/t/_tidemark/current.json"]
+    assert storage.read_bytes(f"s3a://{s3_bucket}/lake/t/_tidemark/current.json") == b"{}\n"
+    assert storage.list_files(storage.join(root, "t"), recursive=True) == []  # _ names hidden
+    storage.delete_tree(storage.join(root, "t"))
+    assert [k for k in s3_server.keys(s3_bucket) if not k.endswith("/")] == []  # dir markers
+
+
+def test_doctor_writes_and_removes_a_probe_object_naming_endpoint_and_region(
+    mariadb: LocalMariaDB, s3_server: MotoS3, s3_bucket: str, tmp_path: Path
+) -> None:
+    config_path = write_config(
+        tmp_path / "p.yaml",
+        pipeline_config(
+            tmp_path, mariadb, [{"name": "mysql.db"}], output=s3_output(s3_server, s3_bucket)
+        ),
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "doctor", "--config", str(config_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    where = f"endpoint {s3_server.endpoint}, region us-east-1, path-style addressing"
+    lines = [
+        line for line in done.stdout.splitlines() if "probe object written and removed" in line
+    ]
+    assert len(lines) == 2 and all(where in line for line in lines), done.stdout
+    assert not [k for k in s3_server.keys(s3_bucket) if "probe" in k], "the probes are removed"
+    # A bucket that does not exist: the check fails naming the endpoint and what to check.
+    missing = writable("output", "output.path", "s3://no-such-bucket-here/lake")
+    assert not missing.ok
+    assert "endpoint AWS (us-east-1)" in missing.detail and "check output.s3" in missing.fix
