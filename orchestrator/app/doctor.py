@@ -33,6 +33,7 @@ from orchestrator.config import PipelineConfig, TableConfig
 from orchestrator.errors import ConfigError, SourceNotReady
 from orchestrator.pipeline.changes import RESERVED_PREFIX, reserved_columns
 from orchestrator.pipeline.plan.keys import choose_chunk_key
+from orchestrator.schema.families import SPATIAL_TYPES
 from orchestrator.schema.tables import TableInfo
 from orchestrator.schema.types import UnsupportedType, arrow_type
 from orchestrator.source.check import Check
@@ -485,7 +486,17 @@ def _types(info: TableInfo, index: int, pattern: bool) -> Check:
             f"{info.name}: " + "; ".join(problems),
             f"{fix}, or change the column to a mappable type",
         )
-    return Check(f"types {info.name}", True, f"all {len(info.columns)} column types map to Arrow")
+    spatial = [
+        f"`{c.name}` ({'no SRID declared' if c.srid is None else f'SRID {c.srid}'})"
+        for c in info.columns
+        if c.data_type in SPATIAL_TYPES
+    ]
+    return Check(
+        f"types {info.name}",
+        True,
+        f"all {len(info.columns)} column types map to Arrow"
+        + (f"; published as OGC WKB: {', '.join(spatial)}" if spatial else ""),
+    )
 
 
 def _column_names(info: TableInfo, index: int, pattern: bool) -> Check:

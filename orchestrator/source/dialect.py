@@ -102,6 +102,28 @@ class Dialect:
         )
 
     @property
+    def srid_sql(self) -> str | None:
+        """The query of the SRIDs a table's spatial columns declare (``%s`` for the database and
+        the table; rows of column name and SRID): MariaDB's ``GEOMETRY_COLUMNS`` (0 for a column
+        declaring none), MySQL 8's ``COLUMNS.SRS_ID`` (NULL for one declaring none); None on MySQL
+        before 8, where no column declares one.
+
+        >>> Dialect("mysql", (5, 7, 44)).srid_sql is None
+        True
+        """
+        if self.flavor == "mariadb":
+            return (
+                "SELECT G_GEOMETRY_COLUMN, SRID FROM information_schema.GEOMETRY_COLUMNS"
+                " WHERE G_TABLE_SCHEMA = %s AND G_TABLE_NAME = %s"
+            )
+        if self.version >= (8,):
+            return (
+                "SELECT COLUMN_NAME, SRS_ID FROM information_schema.COLUMNS"
+                " WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s AND SRS_ID IS NOT NULL"
+            )
+        return None
+
+    @property
     def binlog_monitor_privileges(self) -> frozenset[str]:
         """The privileges (any one) that let a user read binlog positions (``SHOW BINARY LOGS``
         and `binlog_status_sql`), as ``SHOW GRANTS`` prints them.
