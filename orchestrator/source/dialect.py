@@ -123,6 +123,25 @@ class Dialect:
             )
         return None
 
+    def logs_cascades(self, native_foreign_keys: str | None) -> bool:
+        """Whether the server writes row events for the child rows its foreign-key actions change:
+        MySQL 9.6 and later run foreign keys in the SQL layer, which logs them, unless started with
+        ``innodb_native_foreign_keys=ON`` (``native_foreign_keys``: that variable's value, None
+        where the server lacks it); InnoDB's own cascades (MariaDB, MySQL before 9.6) log nothing.
+
+        >>> Dialect.from_version("9.6.0").logs_cascades("OFF")
+        True
+        >>> Dialect.from_version("9.6.0").logs_cascades("ON")
+        False
+        >>> Dialect.from_version("9.5.0").logs_cascades(None)
+        False
+        >>> Dialect.from_version("11.8.2-MariaDB-log").logs_cascades(None)
+        False
+        """
+        if self.flavor != "mysql" or self.version < (9, 6):
+            return False
+        return (native_foreign_keys or "OFF").upper() not in ("ON", "1")
+
     @property
     def binlog_monitor_privileges(self) -> frozenset[str]:
         """The privileges (any one) that let a user read binlog positions (``SHOW BINARY LOGS``

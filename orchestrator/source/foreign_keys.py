@@ -1,0 +1,80 @@
+"""The source's cascading foreign keys and how the server treats their cascades.
+
+One query of ``information_schema.REFERENTIAL_CONSTRAINTS`` (the rules) joined with
+``KEY_COLUMN_USAGE`` (the column pairs, in the key's order) lists every foreign key whose
+``ON DELETE`` or ``ON UPDATE`` changes child rows; `orchestrator.schema.cascades` turns them
+into a run's cascade graph. `cascade_mode` says whether the server logs the rows its cascades
+change (MySQL 9.6+ in the SQL layer) or Tidemark must derive them (InnoDB's own cascades).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from orchestrator.config.patterns import SYSTEM_SCHEMAS
+from orchestrator.schema.cascades import ForeignKey, Mode
+from orchestrator.source.connection import Source
+
+_KEYS_SQL = (
+    "SELECT rc.CONSTRAINT_SCHEMA, rc.TABLE_NAME, rc.CONSTRAINT_NAME, rc.DELETE_RULE,"
+    " rc.UPDATE_RULE, k.COLUMN_NAME, k.REFERENCED_TABLE_SCHEMA, k.REFERENCED_TABLE_NAME,"
+    " k.REFERENCED_COLUMN_NAME"
+    " FROM information_schema.REFERENTIAL_CONSTRAINTS rc"
+    " JOIN information_schema.KEY_COLUMN_USAGE k"
+    " ON k.CONSTRAINT_SCHEMA = rc.CONSTRAINT_SCHEMA AND k.CONSTRAINT_NAME = rc.CONSTRAINT_NAME"
+    " AND k.TABLE_NAME = rc.TABLE_NAME AND k.REFERENCED_TABLE_NAME IS NOT NULL"
+    " WHERE (rc.DELETE_RULE IN ('CASCADE', 'SET NULL', 'SET DEFAULT')"
+    " OR rc.UPDATE_RULE IN ('CASCADE', 'SET NULL', 'SET DEFAULT'))"
+    " AND rc.CONSTRAINT_SCHEMA NOT IN ({system})"
+    " ORDER BY rc.CONSTRAINT_SCHEMA, rc.TABLE_NAME, rc.CONSTRAINT_NAME, k.ORDINAL_POSITION"
+)
+
+
+def cascading_keys(source: Source) -> list[ForeignKey]:
+    """Every foreign key of the server (its own schemas left out) whose rules change child rows."""
+    marks = ", ".join(["%s"] * len(SYSTEM_SCHEMAS))
+    rows = source.query(_KEYS_SQL.format(system=marks), sorted(SYSTEM_SCHEMAS))
+    return keys_of(rows)
+
+
+def keys_of(rows: Sequence[Sequence[Any]]) -> list[ForeignKey]:
+    """`ForeignKey` values from the rows of `cascading_keys`' query (one row per column pair).
+
+    >>> rows = [("s", "c", "fk", "CASCADE", "RESTRICT", "a", "s", "p", "x"),
+    ...         ("s", "c", "fk", "CASCADE", "RESTRICT", "b", "s", "p", "y")]
+    >>> print(keys_of(rows)[0])
+    s.c (a, b) -> s.p (x, y) ON DELETE CASCADE ON UPDATE RESTRICT
+    """
+    grouped: dict[tuple[str, str, str], list[Sequence[Any]]] = {}
+    for row in rows:
+        grouped.setdefault((_text(row[0]), _text(row[1]), _text(row[2])), []).append(row)
+    keys = []
+    for (schema, table, name), pairs in grouped.items():
+        first = pairs[0]
+        keys.append(
+            ForeignKey(
+                name=name,
+                child=f"{schema}.{table}",
+                columns=tuple(_text(p[5]) for p in pairs),
+                parent=f"{_text(first[6])}.{_text(first[7])}",
+                referenced=tuple(_text(p[8]) for p in pairs),
+                on_delete=_text(first[3]).upper(),  # type: ignore[arg-type]
+                on_update=_text(first[4]).upper(),  # type: ignore[arg-type]
+            )
+        )
+    return keys
+
+
+def cascade_mode(source: Source) -> Mode:
+    """``logged`` when the server writes row events for the child rows its cascades change
+    (`orchestrator.source.dialect.Dialect.logs_cascades`), else ``derive``."""
+    dialect = source.dialect
+    if dialect.flavor != "mysql":
+        return "derive"
+    native = source.variables("innodb_native_foreign_keys")["innodb_native_foreign_keys"]
+    return "logged" if dialect.logs_cascades(native) else "derive"
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
