@@ -85,3 +85,143 @@ def test_delete_update_and_set_null_cascades_three_levels(
     run_plain(config)
     equal(config, db, tables)
     assert "re-read" not in caplog.text  # derived, not read again
+
+
+def test_a_self_referencing_tree_loses_whole_subtrees(
+    mariadb: LocalMariaDB, tmp_path: Path
+) -> None:
+    """Deleting a node deletes its subtree, level after level, inside one table."""
+    db = "casc_tree"
+    tree = [
+        "CREATE TABLE t (id INT PRIMARY KEY, parent INT, label VARCHAR(20),"
+        " CONSTRAINT t_up FOREIGN KEY (parent) REFERENCES t (id) ON DELETE CASCADE)",
+        "INSERT INTO t VALUES (1, NULL, 'root')",
+        "INSERT INTO t SELECT seq, seq DIV 2, CONCAT('n', seq) FROM seq_2_to_2000",  # 11 levels
+    ]
+    config = pipeline(mariadb, tmp_path, db, tree, ["t"])
+    run_plain(config)
+    mariadb.execute(
+        "UPDATE t SET label = 'moved', parent = 6 WHERE id = 70",  # a subtree moved under 3
+        "DELETE FROM t WHERE id IN (3, 41, 400)",
+        database=db,
+    )
+    run_plain(config)
+    equal(config, db, ["t"])
+
+
+COMPOSITE = [
+    "CREATE TABLE cp (a INT, b VARCHAR(8) COLLATE utf8mb4_bin, name VARCHAR(10),"
+    " PRIMARY KEY (a, b))",
+    "CREATE TABLE cc (a INT, b VARCHAR(8) COLLATE utf8mb4_bin, n INT, v INT,"
+    " PRIMARY KEY (a, b, n), CONSTRAINT cc_cp FOREIGN KEY (a, b) REFERENCES cp (a, b)"
+    " ON DELETE CASCADE ON UPDATE CASCADE)",
+    "CREATE TABLE gc (id INT PRIMARY KEY, a INT, b VARCHAR(8) COLLATE utf8mb4_bin, n INT,"
+    " CONSTRAINT gc_cc FOREIGN KEY (a, b, n) REFERENCES cc (a, b, n)"
+    " ON DELETE SET NULL ON UPDATE CASCADE)",
+    "INSERT INTO cp SELECT seq, CONCAT('k', seq % 3), 'x' FROM seq_1_to_30",
+    "INSERT INTO cc SELECT a, b, seq, seq FROM cp JOIN seq_1_to_5",
+    "INSERT INTO gc SELECT ROW_NUMBER() OVER (), a, b, n FROM cc",
+]
+
+
+def test_a_composite_key_whose_cascade_changes_the_childs_own_key(
+    mariadb: LocalMariaDB, tmp_path: Path
+) -> None:
+    """An ON UPDATE CASCADE into a child whose primary key holds the foreign key: the child's
+    key changes (its old key deleted), and its own child follows it."""
+    db = "casc_composite"
+    tables = ["cp", "cc", "gc"]
+    config = pipeline(mariadb, tmp_path, db, COMPOSITE, tables)
+    run_plain(config)
+    mariadb.execute(
+        "UPDATE cp SET b = CONCAT(b, 'x') WHERE a <= 5",
+        "UPDATE cp SET a = a + 100 WHERE a BETWEEN 6 AND 8",
+        "DELETE FROM cp WHERE a IN (9, 10)",
+        database=db,
+    )
+    run_plain(config)
+    equal(config, db, tables)
+
+
+def test_a_parent_outside_the_pipeline(mariadb: LocalMariaDB, tmp_path: Path) -> None:
+    """The parent is not a table of the run: its rows events are captured, never published."""
+    db = "casc_outside"
+    config = pipeline(mariadb, tmp_path, db, FAMILY, ["c", "g"])
+    run_plain(config)
+    mariadb.execute(
+        "DELETE FROM p WHERE id IN (3, 4, 5)",
+        "UPDATE p SET id = 500 WHERE id = 6",
+        database=db,
+    )
+    run_plain(config)
+    equal(config, db, ["c", "g"])
+    assert not (tmp_path / "lake" / db / "p").exists()
+
+
+def test_a_session_without_foreign_key_checks_cascades_nothing(
+    mariadb: LocalMariaDB, tmp_path: Path
+) -> None:
+    """``foreign_key_checks=0``: the engine runs no action and the children keep pointing at
+    deleted parents, in the source and so in the lake; another session's delete cascades."""
+    db = "casc_unchecked"
+    tables = ["p", "c", "g"]
+    config = pipeline(mariadb, tmp_path, db, FAMILY, tables)
+    run_plain(config)
+    conn = mariadb.connect(database=db)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SET SESSION foreign_key_checks = 0")
+            cur.execute("DELETE FROM p WHERE id IN (1, 2)")
+            cur.execute("UPDATE p SET id = 900 WHERE id = 3")
+            cur.execute("SET SESSION foreign_key_checks = 1")
+            cur.execute("DELETE FROM p WHERE id = 4")
+        conn.commit()
+    finally:
+        conn.close()
+    assert mariadb.execute(f"SELECT COUNT(*) FROM {db}.c WHERE pid IN (1, 2, 3)")[0][0] == 30
+    run_plain(config)
+    equal(config, db, tables)
+
+
+def test_a_cascade_in_an_xa_transaction_counts_at_its_commit(
+    mariadb: LocalMariaDB, tmp_path: Path
+) -> None:
+    db = "casc_xa"
+    tables = ["p", "c", "g"]
+    config = pipeline(mariadb, tmp_path, db, FAMILY, tables)
+    run_plain(config)
+    mariadb.execute(
+        "XA START 'casc'",
+        "DELETE FROM p WHERE id IN (7, 8)",
+        "UPDATE p SET id = 700 WHERE id = 9",
+        "XA END 'casc'",
+        "XA PREPARE 'casc'",
+        "XA COMMIT 'casc'",
+        database=db,
+    )
+    run_plain(config)
+    equal(config, db, tables)
+
+
+def test_a_statement_format_cascade_re_reads_the_children(
+    mariadb: LocalMariaDB, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A parent changed by a STATEMENT-format session: its cascades are in no row event at all,
+    so the parent and every table below it are read again."""
+    db = "casc_statement"
+    tables = ["p", "c", "g"]
+    config = pipeline(mariadb, tmp_path, db, FAMILY, tables)
+    run_plain(config)
+    conn = mariadb.connect(database=db)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SET SESSION binlog_format = 'STATEMENT'")
+            cur.execute("DELETE FROM p WHERE id IN (11, 12)")
+        conn.commit()
+    finally:
+        conn.close()
+    caplog.set_level(logging.WARNING)
+    run_plain(config)
+    equal(config, db, tables)
+    for table in tables:
+        assert f"table {db}.{table}: " in caplog.text and "re-read" in caplog.text
