@@ -11,6 +11,9 @@ deleted or changed through their parent.
 from __future__ import annotations
 
 import logging
+import random
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -225,3 +228,75 @@ def test_a_statement_format_cascade_re_reads_the_children(
     equal(config, db, tables)
     for table in tables:
         assert f"table {db}.{table}: " in caplog.text and "re-read" in caplog.text
+
+
+class _Writer(threading.Thread):
+    """Deletes parents, changes their keys, adds parents with children and changes children,
+    until stopped: cascades land anywhere in the snapshot's reads, before and after each."""
+
+    def __init__(self, mariadb: LocalMariaDB, db: str) -> None:
+        super().__init__(daemon=True)
+        self.mariadb, self.db = mariadb, db
+        self.stop = threading.Event()
+        self.done = 0
+
+    def run(self) -> None:
+        rng = random.Random(32)
+        conn = self.mariadb.connect(database=self.db)
+        fresh = 10_000
+        try:
+            with conn.cursor() as cur:
+                while not self.stop.is_set():
+                    match self.done % 4:
+                        case 0:
+                            cur.execute("DELETE FROM p WHERE id = %s", (rng.randint(1, 400),))
+                        case 1:
+                            fresh += 1
+                            cur.execute(
+                                "UPDATE p SET id = %s WHERE id = %s", (fresh, rng.randint(1, 400))
+                            )
+                        case 2:
+                            fresh += 1
+                            cur.execute("INSERT INTO p VALUES (%s, 'new')", (fresh,))
+                            cur.execute(
+                                "INSERT INTO c SELECT %s * 100 + seq, %s, 'new' FROM seq_1_to_5",
+                                (fresh, fresh),
+                            )
+                        case 3:
+                            cur.execute(
+                                "UPDATE c SET note = 'own' WHERE id = %s", (rng.randint(1, 4000),)
+                            )
+                    conn.commit()
+                    self.done += 1
+                    time.sleep(0.005)
+        finally:
+            conn.close()
+
+
+@pytest.mark.slow
+def test_cascades_inside_the_snapshot_window_under_concurrent_writers(
+    mariadb: LocalMariaDB, tmp_path: Path
+) -> None:
+    """A writer deletes and re-keys parents while the three tables are snapshotted in many
+    chunks and batches (Spark's reads): each cascade lands before, inside or after some chunk's
+    read. The run's result, caught up by one more run after the writer stopped, equals the
+    source."""
+    db = "casc_window"
+    family = [
+        *FAMILY[:3],
+        "INSERT INTO p SELECT seq, CONCAT('p', seq) FROM seq_1_to_400",
+        "INSERT INTO c SELECT seq, 1 + seq % 400, CONCAT('c', seq) FROM seq_1_to_4000",
+        "INSERT INTO g SELECT seq, 1 + seq % 4000, seq FROM seq_1_to_8000",
+    ]
+    tables = ["p", "c", "g"]
+    config = pipeline(mariadb, tmp_path, db, family, tables, chunk_size=500, batch_chunks=2)
+    writer = _Writer(mariadb, db)
+    writer.start()
+    try:
+        run_plain(config)
+    finally:
+        writer.stop.set()
+        writer.join()
+    assert writer.done > 50, "the writer made too few changes to test anything"
+    run_plain(config)
+    equal(config, db, tables)
