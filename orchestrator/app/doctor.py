@@ -10,7 +10,9 @@ server's dialect); every table exists, has a chunk key the planner accepts
 types; the configured ``source.server_id`` differs from the server's own; binlog
 retention outlasts a run (``defaults.expected_run_hours``); no column is named like
 Tidemark's own (``_tm_...``); GTIDs (recommended), and a
-replica writes what it replicates to its binlog (`orchestrator.binlog.topology`). `doctor`
+replica writes what it replicates to its binlog (`orchestrator.binlog.topology`); the foreign-key
+cascades that can change the tables' rows and what Tidemark does with each
+(`orchestrator.app.cascade_checks`). `doctor`
 (not the run's preflight, whose failures mean "source not ready") also checks where a run
 writes: output and staging writable, their free space, the state store
 (`orchestrator.app.preflight`); and that every position the state store goes on from is
@@ -27,6 +29,7 @@ from typing import Literal
 
 import pymysql
 
+from orchestrator.app.cascade_checks import cascade_checks
 from orchestrator.app.preflight import lake_checks
 from orchestrator.binlog.topology import identity_checks, replica_check
 from orchestrator.config import PipelineConfig, TableConfig
@@ -85,6 +88,7 @@ def _checks(config: PipelineConfig, tables: list[str] | None) -> tuple[list[Chec
             checks += _table_checks(
                 source, table, found.entry_index(table.name), infos.get(table.name), entry.pattern
             )
+        checks += cascade_checks(config, source, [t.name for t in selected if t.name in infos])
     return checks, [t.name for t in selected]
 
 

@@ -10,6 +10,7 @@ deleted or changed through their parent.
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import threading
@@ -20,6 +21,8 @@ from typing import Any
 import pytest
 
 from orchestrator.app.demo.localdb import LocalMariaDB
+from orchestrator.app.doctor import run_checks
+from orchestrator.app.plan import plan_command
 from orchestrator.config import PipelineConfig, load_config
 from tests.conftest import pipeline_config, write_config
 from tests.iceberg_readers import assert_readers_equal_source
@@ -207,7 +210,7 @@ def test_a_cascade_in_an_xa_transaction_counts_at_its_commit(
 
 
 def test_a_statement_format_cascade_re_reads_the_children(
-    mariadb: LocalMariaDB, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    mariadb: LocalMariaDB, tmp_path: Path, caplog: pytest.LogCaptureFixture, spark: object
 ) -> None:
     """A parent changed by a STATEMENT-format session: its cascades are in no row event at all,
     so the parent and every table below it are read again."""
@@ -275,7 +278,7 @@ class _Writer(threading.Thread):
 
 @pytest.mark.slow
 def test_cascades_inside_the_snapshot_window_under_concurrent_writers(
-    mariadb: LocalMariaDB, tmp_path: Path
+    mariadb: LocalMariaDB, tmp_path: Path, spark: object
 ) -> None:
     """A writer deletes and re-keys parents while the three tables are snapshotted in many
     chunks and batches (Spark's reads): each cascade lands before, inside or after some chunk's
@@ -300,3 +303,56 @@ def test_cascades_inside_the_snapshot_window_under_concurrent_writers(
     assert writer.done > 50, "the writer made too few changes to test anything"
     run_plain(config)
     equal(config, db, tables)
+
+
+TEXT_KEYS = [
+    "CREATE TABLE country (code VARCHAR(3) COLLATE utf8mb4_general_ci PRIMARY KEY)",
+    "CREATE TABLE city (id INT PRIMARY KEY, country VARCHAR(3) COLLATE utf8mb4_general_ci,"
+    " CONSTRAINT city_country FOREIGN KEY (country) REFERENCES country (code)"
+    " ON DELETE CASCADE ON UPDATE CASCADE)",
+    "INSERT INTO country VALUES ('fr'), ('de'), ('it')",
+    "INSERT INTO city SELECT seq, ELT(1 + seq % 3, 'FR', 'de', 'It') FROM seq_1_to_30",
+]
+
+
+def test_a_key_compared_in_a_collation_re_reads_its_child_saying_why(
+    mariadb: LocalMariaDB, tmp_path: Path, caplog: pytest.LogCaptureFixture, spark: object
+) -> None:
+    """``'FR'`` references ``'fr'`` under utf8mb4_general_ci: Tidemark does not evaluate the
+    collation, so a cascade through that key re-reads the child, logged with the reason."""
+    db = "casc_collation"
+    config = pipeline(mariadb, tmp_path, db, TEXT_KEYS, ["country", "city"])
+    run_plain(config)
+    mariadb.execute("DELETE FROM country WHERE code = 'fr'", database=db)
+    caplog.set_level(logging.WARNING)
+    run_plain(config)
+    equal(config, db, ["country", "city"])
+    assert f"table {db}.city: a foreign-key cascade (a delete of {db}.country" in caplog.text
+    assert "compares text in collation utf8mb4_general_ci" in caplog.text
+
+
+def test_doctor_and_plan_list_the_cascading_keys(
+    mariadb: LocalMariaDB, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = "casc_doctor"
+    config = pipeline(mariadb, tmp_path, db, [*FAMILY[:3], *TEXT_KEYS[:2]], ["c", "g", "city"])
+    lines = {c.name: c.detail for c in run_checks(config)}
+    assert (
+        "writes no row event for the child rows its cascades change"
+        in (lines["foreign-key cascades"])
+    )
+    assert lines[f"cascade {db}.c.c_p"] == (
+        f"{db}.c (pid) -> {db}.p (id) ON DELETE CASCADE ON UPDATE CASCADE: derived; {db}.p is "
+        "not in the pipeline: its row events are read for the cascades, never published"
+    )
+    assert lines[f"cascade {db}.g.g_c"].endswith("ON DELETE SET NULL ON UPDATE RESTRICT: derived")
+    assert "re-read when it cascades" in lines[f"cascade {db}.city.city_country"]
+    assert plan_command(config, [], as_json=True) == 0
+    cascades = json.loads(capsys.readouterr().out)["cascades"]
+    assert cascades["mode"] == "derive"
+    keys = {k["name"]: k for k in cascades["keys"]}
+    assert set(keys) == {"c_p", "g_c", "city_country"}
+    assert keys["c_p"]["derived"] and keys["c_p"]["outside_pipeline"] == [f"{db}.p"]
+    assert not keys["city_country"]["derived"] and keys["city_country"]["outside_pipeline"] == [
+        f"{db}.country"
+    ]
