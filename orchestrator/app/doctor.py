@@ -60,11 +60,15 @@ def run_checks(config: PipelineConfig, tables: list[str] | None = None) -> list[
     Raises:
         ConfigError: a named table is not in the pipeline, or the password env var is unset.
     """
-    return _checks(config, tables)[0]
+    return _checks(config, tables, cascades=True)[0]
 
 
-def _checks(config: PipelineConfig, tables: list[str] | None) -> tuple[list[Check], list[str]]:
-    """`run_checks`, and the names of the tables checked."""
+def _checks(
+    config: PipelineConfig, tables: list[str] | None, *, cascades: bool = False
+) -> tuple[list[Check], list[str]]:
+    """`run_checks`, and the names of the tables checked; ``cascades``: with the lines about
+    foreign-key cascades, which only inform (the run's preflight leaves them out: its plan
+    reads the same keys)."""
     source = Source(
         config.source, config.resolve_password(), retry=transient_retry(attempts=3, max_wait=2.0)
     )
@@ -88,7 +92,8 @@ def _checks(config: PipelineConfig, tables: list[str] | None) -> tuple[list[Chec
             checks += _table_checks(
                 source, table, found.entry_index(table.name), infos.get(table.name), entry.pattern
             )
-        checks += cascade_checks(config, source, [t.name for t in selected if t.name in infos])
+        if cascades:
+            checks += cascade_checks(config, source, [t.name for t in selected if t.name in infos])
     return checks, [t.name for t in selected]
 
 
@@ -118,7 +123,7 @@ def doctor_command(config: PipelineConfig) -> int:
 
     When some fail, stderr gets one summary line (or the connection error itself).
     """
-    checks, tables = _checks(config, None)
+    checks, tables = _checks(config, None, cascades=True)
     if checks[0].ok:  # reachable: where the run writes is checked too (not by run's preflight)
         with Source.from_pipeline(config) as source:
             checks += lake_checks(config, source, tables)

@@ -9,7 +9,7 @@ change (MySQL 9.6+ in the SQL layer) or Tidemark must derive them (InnoDB's own 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from orchestrator.config.patterns import SYSTEM_SCHEMAS
@@ -26,16 +26,25 @@ _KEYS_SQL = (
     " AND k.TABLE_NAME = rc.TABLE_NAME AND k.REFERENCED_TABLE_NAME IS NOT NULL"
     " WHERE (rc.DELETE_RULE IN ('CASCADE', 'SET NULL', 'SET DEFAULT')"
     " OR rc.UPDATE_RULE IN ('CASCADE', 'SET NULL', 'SET DEFAULT'))"
-    " AND rc.CONSTRAINT_SCHEMA NOT IN ({system})"
+    " AND rc.CONSTRAINT_SCHEMA IN ({schemas})"
     " ORDER BY rc.CONSTRAINT_SCHEMA, rc.TABLE_NAME, rc.CONSTRAINT_NAME, k.ORDINAL_POSITION"
 )
 
 
-def cascading_keys(source: Source) -> list[ForeignKey]:
-    """Every foreign key of the server (its own schemas left out) whose rules change child rows."""
-    marks = ", ".join(["%s"] * len(SYSTEM_SCHEMAS))
-    rows = source.query(_KEYS_SQL.format(system=marks), sorted(SYSTEM_SCHEMAS))
-    return keys_of(rows)
+def cascading_keys(source: Source, tables: Iterable[str]) -> list[ForeignKey]:
+    """The foreign keys whose rules change child rows of ``tables`` or, recursively, of their
+    parents: those of the tables' databases, then of every database their parents are in (one
+    query per round; ``information_schema`` is asked only about the databases concerned)."""
+    wanted = {t.partition(".")[0] for t in tables}
+    asked: set[str] = set(SYSTEM_SCHEMAS)
+    keys: list[ForeignKey] = []
+    while todo := sorted(wanted - asked):
+        marks = ", ".join(["%s"] * len(todo))
+        found = keys_of(source.query(_KEYS_SQL.format(schemas=marks), todo))
+        asked |= set(todo)
+        keys += found
+        wanted |= {k.parent.partition(".")[0] for k in found}
+    return keys
 
 
 def keys_of(rows: Sequence[Sequence[Any]]) -> list[ForeignKey]:

@@ -13,11 +13,13 @@ durable segments, so the state is the same however often the capture was interru
 
 from __future__ import annotations
 
+import bisect
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -71,30 +73,69 @@ class Base:
     def __init__(self, files: Sequence[str], needed: Sequence[str]) -> None:
         self.files = list(files)
         self.needed = list(needed)
-        self._columns: dict[str, list[Any]] | None = None
+        self._arrays: dict[str, pa.Array] | None = None
         self._starts: list[int] = []  # the first row index of each file
 
     @property
-    def columns(self) -> dict[str, list[Any]]:
-        if self._columns is None:
+    def arrays(self) -> dict[str, pa.Array]:
+        """The needed columns of every base row, in file order."""
+        if self._arrays is None:
             parts = [read_file(f, self.needed) for f in self.files]
             self._starts, total = [], 0
             for part in parts:
                 self._starts.append(total)
                 total += part.num_rows
-            self._columns = {
-                c: [v for part in parts for v in part.column(c).to_pylist()] for c in self.needed
+            self._arrays = {
+                c: pa.chunked_array(
+                    [p.column(c) for p in parts], parts[0].schema.field(c).type if parts else None
+                ).combine_chunks()
+                if parts
+                else pa.array([])
+                for c in self.needed
             }
-        return self._columns
+        return self._arrays
 
-    def __len__(self) -> int:
-        return len(next(iter(self.columns.values()), []))
+    def value(self, column: str, index: int) -> Any:
+        return self.arrays[column][index].as_py()
 
     def row(self, index: int) -> Values:
         """The full base row ``index``."""
-        self.columns  # noqa: B018 (reads the files' row counts)
-        file = max(i for i, start in enumerate(self._starts) if start <= index)
+        self.arrays  # noqa: B018 (reads the files' row counts)
+        file = bisect.bisect_right(self._starts, index) - 1
         return _row(self.files[file], index - self._starts[file])
+
+
+class _Index:
+    """Base rows by the values of some columns: a sorted integer column searched with numpy (one
+    integer column, the common foreign key), else a dict of value tuples."""
+
+    def __init__(self, columns: Sequence[pa.Array], norms: Sequence[Callable[[Any], Any]]) -> None:
+        self.sorted: np.ndarray | None = None
+        self.order: np.ndarray | None = None
+        self.rows: dict[Key, list[int]] = {}
+        if len(columns) == 1 and pa.types.is_integer(columns[0].type):
+            column = columns[0]
+            values = column.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+            valid = np.asarray(column.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+            order = np.argsort(values, kind="stable")
+            self.order = order[valid[order]]
+            self.sorted = values[self.order]
+            return
+        lists = [c.to_pylist() for c in columns]
+        for i, raw in enumerate(zip(*lists, strict=True)):
+            if any(v is None for v in raw):
+                continue
+            self.rows.setdefault(tuple(n(v) for n, v in zip(norms, raw, strict=True)), []).append(i)
+
+    def get(self, key: Key) -> list[int]:
+        if self.sorted is None or self.order is None:
+            return self.rows.get(key, [])
+        value = key[0]
+        if not isinstance(value, int):
+            return []
+        low = int(np.searchsorted(self.sorted, value, side="left"))
+        high = int(np.searchsorted(self.sorted, value, side="right"))
+        return [int(i) for i in self.order[low:high]]
 
 
 @dataclass(slots=True)
@@ -127,7 +168,7 @@ class TableState:
     complete: tuple[int, int, int] | None
     overlay: dict[Key, _Entry] = field(default_factory=dict)
     _by_fk: dict[str, dict[Key, set[Key]]] = field(default_factory=dict)  # overlay rows by value
-    _base_by_fk: dict[str, dict[Key, list[int]]] = field(default_factory=dict)
+    _base_by_fk: dict[str, _Index] = field(default_factory=dict)
     _base_rows: dict[Key, int] = field(default_factory=dict)  # base members found, by key
 
     def __post_init__(self) -> None:
@@ -196,24 +237,20 @@ class TableState:
     def members(self, fk: ForeignKey, referenced: Key) -> list[Key]:
         """The keys of the rows whose ``fk`` columns hold ``referenced`` now."""
         found = set(self._by_fk.get(fk.name, {}).get(referenced, set()))
-        base = self.base.columns
-        for index in self._base_index(fk).get(referenced, []):
-            key = tuple(base[k][index] for k in self.key)
+        for index in self._base_index(fk).get(referenced):
+            key = tuple(self.base.value(k, index) for k in self.key)
             if key not in self.overlay:
                 found.add(key)
                 self._base_rows[key] = index
         return sorted(found, key=repr)
 
-    def _base_index(self, fk: ForeignKey) -> dict[Key, list[int]]:
+    def _base_index(self, fk: ForeignKey) -> _Index:
         index = self._base_by_fk.get(fk.name)
         if index is None:
-            columns = [self.base.columns[c] for c in fk.columns]
-            norms = [self._norm.get(c, _same) for c in fk.columns]
-            index = self._base_by_fk[fk.name] = {}
-            for i, raw in enumerate(zip(*columns, strict=True)):
-                if any(v is None for v in raw):
-                    continue
-                index.setdefault(tuple(n(v) for n, v in zip(norms, raw, strict=True)), []).append(i)
+            index = self._base_by_fk[fk.name] = _Index(
+                [self.base.arrays[c] for c in fk.columns],
+                [self._norm.get(c, _same) for c in fk.columns],
+            )
         return index
 
     def row(self, key: Key) -> Values:
@@ -230,8 +267,8 @@ class TableState:
         if entry is not None:
             assert entry.values is not None, f"{self.info.name}: row {key} is deleted"
             return {c: entry.values.get(c) for c in self.needed}
-        index, base = self._base_rows[key], self.base.columns
-        return {c: base[c][index] for c in self.needed}
+        index = self._base_rows[key]
+        return {c: self.base.value(c, index) for c in self.needed}
 
 
 def _order_indexes(segment: pa.Table) -> list[int]:

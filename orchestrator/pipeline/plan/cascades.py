@@ -46,7 +46,7 @@ def table_cascades(
     if mode == "logged":
         log.info("the source logs the rows its foreign-key cascades change: nothing to derive")
         return {t: CascadeInfo("logged").to_json() for t in planned}
-    everything = cascading_keys(source)
+    everything = cascading_keys(source, planned)
     per_table = {t: closure([t], everything) for t in planned}
     named = {n for keys in per_table.values() for k in keys for n in (k.child, k.parent)}
     infos = {n.lower(): i for n, i in (known or {}).items()}
