@@ -74,6 +74,7 @@ class Base:
         self.files = list(files)
         self.needed = list(needed)
         self._arrays: dict[str, pa.Array] | None = None
+        self._lists: dict[str, list[Any]] = {}  # columns as Python values, when asked for
         self._starts: list[int] = []  # the first row index of each file
 
     @property
@@ -85,18 +86,18 @@ class Base:
             for part in parts:
                 self._starts.append(total)
                 total += part.num_rows
+            whole = pa.concat_tables(parts) if parts else None
             self._arrays = {
-                c: pa.chunked_array(
-                    [p.column(c) for p in parts], parts[0].schema.field(c).type if parts else None
-                ).combine_chunks()
-                if parts
-                else pa.array([])
+                c: whole.column(c).combine_chunks() if whole is not None else pa.array([])
                 for c in self.needed
             }
         return self._arrays
 
     def value(self, column: str, index: int) -> Any:
-        return self.arrays[column][index].as_py()
+        values = self._lists.get(column)
+        if values is None:  # one conversion of the column beats a scalar per value
+            values = self._lists[column] = self.arrays[column].to_pylist()
+        return values[index]
 
     def row(self, index: int) -> Values:
         """The full base row ``index``."""

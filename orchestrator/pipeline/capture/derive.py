@@ -394,15 +394,14 @@ def derived_table(
     key = [captured.info.column(k).name for k in captured.key]
     data: dict[str, list[Any]] = {name: [] for name in (*META_COLUMNS, *schema.names)}
     olds: dict[str, list[Any]] = {k: [] for k in key}
+    fillers = {f.name: _placeholder(f.type) for f in schema if not f.nullable}
     for at, op, image, target, original in records:
         for name, value in zip(META_COLUMNS, (*at, op), strict=True):
             data[name].append(value)
-        values = image if image is not None else dict(zip(key, target, strict=True))
-        for field_ in schema:
-            value = values.get(field_.name)
-            if value is None and not field_.nullable and image is None:
-                value = _placeholder(field_.type)
-            data[field_.name].append(value)
+        # A delete: its key, and placeholders in the required columns.
+        values = fillers | dict(zip(key, target, strict=True)) if image is None else image
+        for name in schema.names:
+            data[name].append(values.get(name))
         for k, v in zip(key, original, strict=True):
             olds[k].append(v)
     arrays = [pa.array(data[n], pa.int64()) for n in META_COLUMNS[:3]]
