@@ -95,8 +95,13 @@ class Base:
 
     def value(self, column: str, index: int) -> Any:
         values = self._lists.get(column)
-        if values is None:  # one conversion of the column beats a scalar per value
-            values = self._lists[column] = self.arrays[column].to_pylist()
+        if values is None:  # one conversion of the column beats an Arrow scalar per value
+            array = self.arrays[column]
+            values = self._lists[column] = (
+                array.to_numpy().tolist()  # numpy's conversion of integers is Arrow's tenth
+                if pa.types.is_integer(array.type) and array.null_count == 0
+                else array.to_pylist()
+            )
         return values[index]
 
     def row(self, index: int) -> Values:
