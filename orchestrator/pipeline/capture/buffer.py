@@ -170,11 +170,13 @@ class TableBuffer:
         return Drained(table, before, self.flags)
 
 
-def since(own: pa.Table | None, start: tuple[int, int, int], derived: pa.Table | None) -> pa.Table:
-    """A table's segment: its own changes after its start (a parent's rows before it were kept
-    only for the cascades they derive) and its derived changes."""
+def since(
+    own: pa.Table | None, start: tuple[int, int, int] | None, derived: pa.Table | None
+) -> pa.Table:
+    """A table's segment: its own changes after ``start`` (None: all of them; a parent's rows
+    before its start were kept only for the cascades they derive) and its derived changes."""
     parts = [t for t in (own, derived) if t is not None]
-    if own is not None and own.num_rows:
+    if own is not None and own.num_rows and start is not None:
         position = pc.add(pc.multiply(own.column("_tm_file"), 1 << 40), own.column("_tm_pos"))
         after = pc.or_(
             pc.greater(position, (start[0] << 40) + start[1]),

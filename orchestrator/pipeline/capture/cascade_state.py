@@ -74,7 +74,7 @@ class Base:
         self.files = list(files)
         self.needed = list(needed)
         self._arrays: dict[str, pa.Array] | None = None
-        self._lists: dict[str, list[Any]] = {}  # columns as Python values, when asked for
+        self._numbers: dict[str, np.ndarray] = {}  # integer columns as numpy, when asked for
         self._starts: list[int] = []  # the first row index of each file
 
     @property
@@ -93,16 +93,19 @@ class Base:
             }
         return self._arrays
 
-    def value(self, column: str, index: int) -> Any:
-        values = self._lists.get(column)
-        if values is None:  # one conversion of the column beats an Arrow scalar per value
-            array = self.arrays[column]
-            values = self._lists[column] = (
-                array.to_numpy().tolist()  # numpy's conversion of integers is Arrow's tenth
-                if pa.types.is_integer(array.type) and array.null_count == 0
-                else array.to_pylist()
-            )
-        return values[index]
+    def values(self, indexes: Sequence[int]) -> dict[str, list[Any]]:
+        """The needed columns of the base rows ``indexes``, as Python values (one conversion per
+        column: an Arrow scalar per value costs ten times more)."""
+        out = {}
+        for column, array in self.arrays.items():
+            if pa.types.is_integer(array.type) and array.null_count == 0:
+                numbers = self._numbers.get(column)
+                if numbers is None:
+                    numbers = self._numbers[column] = array.to_numpy()
+                out[column] = numbers[list(indexes)].tolist()
+            else:
+                out[column] = array.take(pa.array(indexes, pa.int64())).to_pylist()
+        return out
 
     def row(self, index: int) -> Values:
         """The full base row ``index``."""
@@ -175,7 +178,7 @@ class TableState:
     overlay: dict[Key, _Entry] = field(default_factory=dict)
     _by_fk: dict[str, dict[Key, set[Key]]] = field(default_factory=dict)  # overlay rows by value
     _base_by_fk: dict[str, _Index] = field(default_factory=dict)
-    _base_rows: dict[Key, int] = field(default_factory=dict)  # base members found, by key
+    _base_rows: dict[Key, tuple[int, Values]] = field(default_factory=dict)  # base members found
 
     def __post_init__(self) -> None:
         padded = {c.name for c in self.info.columns if pads(c)}
@@ -243,11 +246,15 @@ class TableState:
     def members(self, fk: ForeignKey, referenced: Key) -> list[Key]:
         """The keys of the rows whose ``fk`` columns hold ``referenced`` now."""
         found = set(self._by_fk.get(fk.name, {}).get(referenced, set()))
-        for index in self._base_index(fk).get(referenced):
-            key = tuple(self.base.value(k, index) for k in self.key)
-            if key not in self.overlay:
-                found.add(key)
-                self._base_rows[key] = index
+        indexes = self._base_index(fk).get(referenced)
+        if indexes:
+            columns = self.base.values(indexes)
+            for i, index in enumerate(indexes):
+                values = {c: v[i] for c, v in columns.items()}
+                key = self.key_of(values)
+                if key not in self.overlay:
+                    found.add(key)
+                    self._base_rows[key] = (index, values)
         return sorted(found, key=repr)
 
     def _base_index(self, fk: ForeignKey) -> _Index:
@@ -265,7 +272,7 @@ class TableState:
         if entry is not None:
             assert entry.values is not None, f"{self.info.name}: row {key} is deleted"
             return dict(entry.values) if entry.ref is None else _row(*entry.ref)
-        return self.base.row(self._base_rows[key])
+        return self.base.row(self._base_rows[key][0])
 
     def values(self, key: Key) -> Values:
         """The needed columns of ``key``'s row now (it exists)."""
@@ -273,8 +280,7 @@ class TableState:
         if entry is not None:
             assert entry.values is not None, f"{self.info.name}: row {key} is deleted"
             return {c: entry.values.get(c) for c in self.needed}
-        index = self._base_rows[key]
-        return {c: self.base.value(c, index) for c in self.needed}
+        return dict(self._base_rows[key][1])
 
 
 def _order_indexes(segment: pa.Table) -> list[int]:

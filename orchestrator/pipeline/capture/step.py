@@ -356,7 +356,8 @@ class _Capture:
             if name not in self.tables or self.starts[name] == _NEVER:
                 self.buffers[name].clear()  # a parent outside the run, or re-read from here
                 continue
-            changes = since(own, self.tables[name].start.key, derived.get(name))
+            early = self.cascades is not None and name in self.cascades.as_parent
+            changes = since(own, self.tables[name].start.key if early else None, derived.get(name))
             try:
                 changes = self.filters.apply(name, changes)
             except Exception as exc:
