@@ -54,7 +54,8 @@ def run_cascades(
     keys: dict[tuple[str, str], ForeignKey] = {}
     shapes: dict[str, TableInfo] = {}
     for name in tables:
-        info = CascadeInfo.from_json(records[name].info.get("cascades"))
+        record = records.get(name)
+        info = CascadeInfo.from_json(record.info.get("cascades")) if record is not None else None
         if info is None or info.mode != "derive":
             continue
         for key in info.keys:
