@@ -44,6 +44,9 @@ def cascade_checks(config: PipelineConfig, source: Source, tables: Sequence[str]
     in_pipeline = {t.lower() for t in tables}
     for key in keys:
         checks.append(Check(f"cascade {key.child}.{key.name}", True, describe(key, in_pipeline)))
+    for table, info in found.items():
+        if info.blocked:
+            checks.append(Check(f"cascades {table}", False, info.blocked, "", tables=(table,)))
     return checks
 
 

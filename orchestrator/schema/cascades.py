@@ -27,7 +27,9 @@ from orchestrator.schema.families import FAMILIES
 from orchestrator.schema.tables import ColumnInfo, TableInfo
 from orchestrator.schema.types import arrow_type, is_boolean
 
-Rule = Literal["CASCADE", "SET NULL", "SET DEFAULT", "RESTRICT", "NO ACTION"]
+#: ``UNKNOWN``: the source user cannot see the rule (MariaDB hides ``REFERENTIAL_CONSTRAINTS``
+#: from a user without a privilege on the parent).
+Rule = Literal["CASCADE", "SET NULL", "SET DEFAULT", "RESTRICT", "NO ACTION", "UNKNOWN"]
 #: The rules that change child rows.
 ACTIONS: frozenset[str] = frozenset({"CASCADE", "SET NULL", "SET DEFAULT"})
 #: How a server treats cascades: ``derive`` (InnoDB runs them and logs nothing: Tidemark derives
@@ -70,8 +72,13 @@ class ForeignKey:
 
     @property
     def cascades(self) -> bool:
-        """Whether either rule changes child rows."""
-        return self.action("D") is not None or self.action("U") is not None
+        """Whether either rule changes child rows (or may: a rule the user cannot see)."""
+        return self.action("D") is not None or self.action("U") is not None or self.hidden
+
+    @property
+    def hidden(self) -> bool:
+        """Whether the source user cannot see the key's rules."""
+        return "UNKNOWN" in (self.on_delete, self.on_update)
 
     def __str__(self) -> str:
         return (
@@ -195,6 +202,8 @@ def reread_reason(
     s.c.ref compares text in collation utf8mb4_general_ci, which Tidemark does not evaluate; \
 s.p (code) is not a unique key of s.p
     """
+    if key.hidden:
+        return f"the source user cannot see its rules (no privilege on {key.parent})"
     reasons = []
     for rule in (key.on_delete, key.on_update):
         if rule == "SET DEFAULT":

@@ -10,24 +10,27 @@ change (MySQL 9.6+ in the SQL layer) or Tidemark must derive them (InnoDB's own 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from orchestrator.config.patterns import SYSTEM_SCHEMAS
-from orchestrator.schema.cascades import ForeignKey, Mode
+from orchestrator.schema.cascades import ForeignKey, Mode, Rule
 from orchestrator.source.connection import Source
 
+#: From the key's columns, which a user sees with a privilege on the child: the rules, in
+#: ``REFERENTIAL_CONSTRAINTS``, may be hidden from one without a privilege on the parent (MariaDB),
+#: and a key whose rules are unknown must not pass for one that changes nothing.
 _KEYS_SQL = (
-    "SELECT rc.CONSTRAINT_SCHEMA, rc.TABLE_NAME, rc.CONSTRAINT_NAME, rc.DELETE_RULE,"
+    "SELECT k.CONSTRAINT_SCHEMA, k.TABLE_NAME, k.CONSTRAINT_NAME, rc.DELETE_RULE,"
     " rc.UPDATE_RULE, k.COLUMN_NAME, k.REFERENCED_TABLE_SCHEMA, k.REFERENCED_TABLE_NAME,"
     " k.REFERENCED_COLUMN_NAME"
-    " FROM information_schema.REFERENTIAL_CONSTRAINTS rc"
-    " JOIN information_schema.KEY_COLUMN_USAGE k"
-    " ON k.CONSTRAINT_SCHEMA = rc.CONSTRAINT_SCHEMA AND k.CONSTRAINT_NAME = rc.CONSTRAINT_NAME"
-    " AND k.TABLE_NAME = rc.TABLE_NAME AND k.REFERENCED_TABLE_NAME IS NOT NULL"
-    " WHERE (rc.DELETE_RULE IN ('CASCADE', 'SET NULL', 'SET DEFAULT')"
+    " FROM information_schema.KEY_COLUMN_USAGE k"
+    " LEFT JOIN information_schema.REFERENTIAL_CONSTRAINTS rc"
+    " ON rc.CONSTRAINT_SCHEMA = k.CONSTRAINT_SCHEMA AND rc.CONSTRAINT_NAME = k.CONSTRAINT_NAME"
+    " AND rc.TABLE_NAME = k.TABLE_NAME"
+    " WHERE k.REFERENCED_TABLE_NAME IS NOT NULL AND k.CONSTRAINT_SCHEMA IN ({schemas})"
+    " AND (rc.CONSTRAINT_NAME IS NULL OR rc.DELETE_RULE IN ('CASCADE', 'SET NULL', 'SET DEFAULT')"
     " OR rc.UPDATE_RULE IN ('CASCADE', 'SET NULL', 'SET DEFAULT'))"
-    " AND rc.CONSTRAINT_SCHEMA IN ({schemas})"
-    " ORDER BY rc.CONSTRAINT_SCHEMA, rc.TABLE_NAME, rc.CONSTRAINT_NAME, k.ORDINAL_POSITION"
+    " ORDER BY k.CONSTRAINT_SCHEMA, k.TABLE_NAME, k.CONSTRAINT_NAME, k.ORDINAL_POSITION"
 )
 
 
@@ -48,12 +51,15 @@ def cascading_keys(source: Source, tables: Iterable[str]) -> list[ForeignKey]:
 
 
 def keys_of(rows: Sequence[Sequence[Any]]) -> list[ForeignKey]:
-    """`ForeignKey` values from the rows of `cascading_keys`' query (one row per column pair).
+    """`ForeignKey` values from the rows of `cascading_keys`' query (one row per column pair);
+    rules the user cannot see are ``UNKNOWN``.
 
     >>> rows = [("s", "c", "fk", "CASCADE", "RESTRICT", "a", "s", "p", "x"),
     ...         ("s", "c", "fk", "CASCADE", "RESTRICT", "b", "s", "p", "y")]
     >>> print(keys_of(rows)[0])
     s.c (a, b) -> s.p (x, y) ON DELETE CASCADE ON UPDATE RESTRICT
+    >>> keys_of([("s", "c", "fk", None, None, "a", "s", "p", "x")])[0].hidden
+    True
     """
     grouped: dict[tuple[str, str, str], list[Sequence[Any]]] = {}
     for row in rows:
@@ -68,8 +74,8 @@ def keys_of(rows: Sequence[Sequence[Any]]) -> list[ForeignKey]:
                 columns=tuple(_text(p[5]) for p in pairs),
                 parent=f"{_text(first[6])}.{_text(first[7])}",
                 referenced=tuple(_text(p[8]) for p in pairs),
-                on_delete=_text(first[3]).upper(),  # type: ignore[arg-type]
-                on_update=_text(first[4]).upper(),  # type: ignore[arg-type]
+                on_delete=_rule(first[3]),
+                on_update=_rule(first[4]),
             )
         )
     return keys
@@ -83,6 +89,10 @@ def cascade_mode(source: Source) -> Mode:
         return "derive"
     native = source.variables("innodb_native_foreign_keys")["innodb_native_foreign_keys"]
     return "logged" if dialect.logs_cascades(native) else "derive"
+
+
+def _rule(value: Any) -> Rule:
+    return "UNKNOWN" if value is None else cast(Rule, _text(value).upper())
 
 
 def _text(value: Any) -> str:

@@ -24,6 +24,7 @@ from orchestrator.app.demo.localdb import LocalMariaDB
 from orchestrator.app.doctor import run_checks
 from orchestrator.app.plan import plan_command
 from orchestrator.config import PipelineConfig, load_config
+from orchestrator.pipeline.failed import TablesFailed
 from tests.conftest import pipeline_config, write_config
 from tests.iceberg_readers import assert_readers_equal_source
 from tests.integration.conftest import run_plain
@@ -356,3 +357,35 @@ def test_doctor_and_plan_list_the_cascading_keys(
     assert not keys["city_country"]["derived"] and keys["city_country"]["outside_pipeline"] == [
         f"{db}.country"
     ]
+
+
+def test_a_parent_the_user_cannot_see_fails_its_child_naming_the_grant(
+    mariadb: LocalMariaDB, tmp_path: Path
+) -> None:
+    """Without SELECT on a parent outside the pipeline its row events cannot be decoded, so the
+    cascades from it (into ``c``, and through ``c`` into ``g``) cannot be followed: doctor fails
+    both and a run leaves them out, saying which grant is missing."""
+    db = "casc_grants"
+    config = pipeline(mariadb, tmp_path, db, FAMILY, ["c", "g"])
+    mariadb.execute(
+        "CREATE USER IF NOT EXISTS 'tm_casc'@'%' IDENTIFIED BY 'casc-pass'",
+        "GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO 'tm_casc'@'%'",
+        f"GRANT SELECT ON {db}.c TO 'tm_casc'@'%'",
+        f"GRANT SELECT ON {db}.g TO 'tm_casc'@'%'",
+    )
+    data = pipeline_config(
+        tmp_path,
+        mariadb,
+        [{"name": f"{db}.c"}, {"name": f"{db}.g"}],
+        name=db,
+        defaults={"read_margin_seconds": 0.0},
+    )
+    data["source"] = mariadb.source_config("tm_casc", "casc-pass")
+    config = load_config(write_config(tmp_path / "p.yaml", data))
+    failed = {c.name: c for c in run_checks(config) if not c.ok}
+    assert set(failed) == {f"cascades {db}.c", f"cascades {db}.g"}, failed
+    assert "grant it SELECT there" in failed[f"cascades {db}.c"].detail
+    with pytest.raises(TablesFailed) as partial:
+        run_plain(config)
+    assert set(partial.value.failed) == {f"{db}.c", f"{db}.g"}
+    assert f"keys' rules of {db}.p: grant it SELECT" in partial.value.failed[f"{db}.c"]["reason"]

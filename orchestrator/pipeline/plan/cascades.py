@@ -65,7 +65,19 @@ def table_cascades(
             for name in (k.parent, k.child)
             if name.lower() not in in_run and name.lower() in infos
         }
-        out[table] = CascadeInfo(mode, tuple(reasoned), outside).to_json()
+        unknown = sorted(
+            {n for k in reasoned for n in (k.parent, k.child) if n.lower() not in infos}
+            | {k.parent for k in reasoned if k.hidden}
+        )
+        blocked = (
+            f"table {table}: foreign-key cascades from {', '.join(unknown)} can change its rows, "
+            f"but the source user cannot see the columns or the keys' rules of "
+            f"{', '.join(unknown)}: grant it SELECT there (their row events are decoded to follow "
+            f"the cascades), or leave {table} out"
+            if unknown
+            else None
+        )
+        out[table] = CascadeInfo(mode, tuple(reasoned), outside, blocked).to_json()
         for key in reasoned:
             log.info(
                 "table %s: cascading key %s: %s",
@@ -95,6 +107,8 @@ class CascadeInfo:
         mode: `orchestrator.schema.cascades.Mode`.
         keys: the cascading keys that can change its rows (empty when ``logged``).
         outside: the shape of each table those keys name that is not a table of the run.
+        blocked: why the cascades cannot be followed at all (a table they name whose columns
+            the source user cannot see), with the fix; the table is not planned.
     """
 
     def __init__(
@@ -102,16 +116,19 @@ class CascadeInfo:
         mode: Mode,
         keys: tuple[ForeignKey, ...] = (),
         outside: Mapping[str, TableInfo] | None = None,
+        blocked: str | None = None,
     ) -> None:
         self.mode = mode
         self.keys = keys
         self.outside = dict(outside or {})
+        self.blocked = blocked
 
     def to_json(self) -> dict[str, Any]:
         return {
             "mode": self.mode,
             "keys": [k.to_json() for k in self.keys],
             "outside": {n: table_info_to_json(i) for n, i in self.outside.items()},
+            "blocked": self.blocked,
         }
 
     @classmethod
@@ -122,4 +139,5 @@ class CascadeInfo:
             data["mode"],
             tuple(ForeignKey.from_json(k) for k in data.get("keys", [])),
             {n: table_info_from_json(i) for n, i in data.get("outside", {}).items()},
+            data.get("blocked"),
         )

@@ -84,8 +84,10 @@ def plan_tables(
             )
             drafts: list[PlannedTable | Draft] = []
             for table in part:
-                if table.name in failing:
-                    fail_table(store, run.run_id, table.name, "plan", failing[table.name])
+                blocked = cascades.get(table.name, {}).get("blocked")
+                if table.name in failing or blocked:
+                    why = failing.get(table.name) or str(blocked)
+                    fail_table(store, run.run_id, table.name, "plan", why)
                     continue
                 try:
                     drafts.append(
