@@ -18,7 +18,8 @@ from orchestrator.source.connection import Source
 
 #: From the key's columns, which a user sees with a privilege on the child: the rules, in
 #: ``REFERENTIAL_CONSTRAINTS``, may be hidden from one without a privilege on the parent (MariaDB),
-#: and a key whose rules are unknown must not pass for one that changes nothing.
+#: and a key whose rules are unknown must not pass for one that changes nothing. Filtered on
+#: ``TABLE_SCHEMA``, which the server uses to open only those databases' tables.
 _KEYS_SQL = (
     "SELECT k.CONSTRAINT_SCHEMA, k.TABLE_NAME, k.CONSTRAINT_NAME, rc.DELETE_RULE,"
     " rc.UPDATE_RULE, k.COLUMN_NAME, k.REFERENCED_TABLE_SCHEMA, k.REFERENCED_TABLE_NAME,"
@@ -27,7 +28,7 @@ _KEYS_SQL = (
     " LEFT JOIN information_schema.REFERENTIAL_CONSTRAINTS rc"
     " ON rc.CONSTRAINT_SCHEMA = k.CONSTRAINT_SCHEMA AND rc.CONSTRAINT_NAME = k.CONSTRAINT_NAME"
     " AND rc.TABLE_NAME = k.TABLE_NAME"
-    " WHERE k.REFERENCED_TABLE_NAME IS NOT NULL AND k.CONSTRAINT_SCHEMA IN ({schemas})"
+    " WHERE k.REFERENCED_TABLE_NAME IS NOT NULL AND k.TABLE_SCHEMA IN ({schemas})"
     " AND (rc.CONSTRAINT_NAME IS NULL OR rc.DELETE_RULE IN ('CASCADE', 'SET NULL', 'SET DEFAULT')"
     " OR rc.UPDATE_RULE IN ('CASCADE', 'SET NULL', 'SET DEFAULT'))"
     " ORDER BY k.CONSTRAINT_SCHEMA, k.TABLE_NAME, k.CONSTRAINT_NAME, k.ORDINAL_POSITION"

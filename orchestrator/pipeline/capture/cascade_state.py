@@ -185,6 +185,11 @@ class TableState:
         self._norm: dict[str, Callable[[Any], Any]] = {
             c: (_rstrip if c in padded else _same) for c in self.needed
         }
+        # Whether a full row may be asked for (a rule that rewrites rows): only then does a row's
+        # entry keep where its full image is (the Arrow table of its flush stays in memory).
+        self.rewrites = any(
+            fk.action("U") is not None or fk.on_delete == "SET NULL" for fk in self.fks
+        )
 
     def fk_values(self, fk: ForeignKey, values: Values) -> Key | None:
         """A row's values of ``fk``'s columns as they compare (None if any is NULL: no match)."""
@@ -224,7 +229,7 @@ class TableState:
             return
         if op == "U" and old != key:
             self.set(old, None)
-        self.set(key, values, ref)
+        self.set(key, values, ref if self.rewrites else None)
 
     def set(self, key: Key, values: Values | None, ref: RowRef | None = None) -> None:
         """The row of ``key`` is now ``values`` (None: deleted)."""
@@ -267,7 +272,7 @@ class TableState:
         return index
 
     def row(self, key: Key) -> Values:
-        """The full row of ``key`` now (a member `members` found)."""
+        """The full row of ``key`` now (a member `members` found; the table `rewrites`)."""
         entry = self.overlay.get(key)
         if entry is not None:
             assert entry.values is not None, f"{self.info.name}: row {key} is deleted"
