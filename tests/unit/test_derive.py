@@ -22,7 +22,6 @@ from orchestrator.schema.tables import ColumnInfo, TableInfo
 from orchestrator.schema.values import staging_schema
 
 
-
 def table(name: str, *columns: str, key: tuple[str, ...] = ("id",)) -> TableInfo:
     cols = tuple(ColumnInfo(c, "int", "int(11)", c not in key) for c in columns)
     return TableInfo(*name.split("."), cols, key, (), 0)
