@@ -2,8 +2,8 @@
 
 - A table failing preflight's checks of its own (a column named like Tidemark's own, a
   missing table) is left out of the run, as ``tidemark run`` leaves it out: the others are
-  published and the run ends ``partial``; ``publish`` records the published tables' asset events and ``outcome``
-  fails the DAG run.
+  published and the run ends ``partial``; ``publish`` records the published tables' asset
+  events and ``outcome`` fails the DAG run.
 - A failed DAG run leaves the pipeline lock free, so the next trigger is not refused for a
   whole lease: a mapped ``read`` that starts after a sibling failed for good, and a ``plan``
   that failed after taking the lock, both release it; another run's live lock is kept.
