@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 from orchestrator.config import PipelineConfig
 from orchestrator.lake import storage
-from orchestrator.lake.manifest import find_manifest
+from orchestrator.lake.manifest import find_manifest, load_manifest, version_uri
 from orchestrator.pipeline.capture.buffer import CaptureTable
 from orchestrator.pipeline.capture.cascade_state import BaseSpec
 from orchestrator.pipeline.context import position, table_dir, table_info
@@ -96,8 +96,14 @@ def run_cascades(
             if complete is not None:
                 complete = max(highs, default=complete)
             return BaseSpec(files, complete)
-        tdir = table_dir(config, name)
-        manifest = find_manifest(tdir)
+        tdir = table_dir(config, name)  # the version the run planned it on: its rows at its start
+        version = record.info.get("base_version")
+        planned = version_uri(tdir, int(version)) if version is not None else None
+        manifest = (
+            load_manifest(planned)
+            if planned is not None and storage.exists(planned)
+            else find_manifest(tdir)
+        )
         files = [storage.join(tdir, f) for f in manifest["files"]] if manifest else []
         return BaseSpec(files, complete)
 
