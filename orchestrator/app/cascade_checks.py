@@ -90,7 +90,7 @@ def plan_cascades(config: PipelineConfig, source: Source, tables: Sequence[str])
 def _cascades(
     config: PipelineConfig, source: Source, tables: Sequence[str]
 ) -> dict[str, CascadeInfo]:
-    found = table_cascades(config, source, tables, tables)
+    found = table_cascades(config, source, tables)
     return {t: i for t, data in found.items() if (i := CascadeInfo.from_json(data)) is not None}
 
 

@@ -70,7 +70,11 @@ def run_cascades(
             if name in tables or name in outside:
                 continue
             record = records.get(name)
-            shape = table_info(record) if record is not None else shapes.get(name)
+            shape = (
+                table_info(record)
+                if record is not None and "table_info" in record.info
+                else shapes.get(name)
+            )
             if shape is None:
                 continue  # its shape is unknown: the keys through it are re-read
             referenced = [k.referenced for k in keys.values() if k.parent == name]

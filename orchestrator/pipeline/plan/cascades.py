@@ -11,7 +11,7 @@ one included, works from what was planned; `doctor` and ``plan --json`` show the
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from orchestrator.config import PipelineConfig
@@ -27,7 +27,6 @@ log = logging.getLogger("tidemark.planning")
 def table_cascades(
     config: PipelineConfig,
     source: Source,
-    run_tables: Collection[str],
     planned: Iterable[str],
     known: Mapping[str, TableInfo] | None = None,
 ) -> dict[str, dict[str, Any]]:
@@ -37,7 +36,6 @@ def table_cascades(
     Args:
         config: the pipeline (the tables' ``where`` filters).
         source: the source.
-        run_tables: every table of the run.
         planned: the tables being planned now.
         known: shapes already read, by name.
     """
@@ -53,17 +51,16 @@ def table_cascades(
     missing = [n for n in named if n.lower() not in infos]
     infos |= {n.lower(): i for n, i in tables_info(source, missing).items()}
     filtered = _filter_columns(config, named)
-    in_run = {t.lower() for t in run_tables}
     out = {}
     for table, keys in per_table.items():
         if not keys:
             continue
         reasoned = with_reasons(keys, infos, filtered)
-        outside = {
+        outside = {  # every table the keys name: one of the run may fail, and be read as a parent
             name: infos[name.lower()]
             for k in reasoned
             for name in (k.parent, k.child)
-            if name.lower() not in in_run and name.lower() in infos
+            if name.lower() != table.lower() and name.lower() in infos
         }
         unknown = sorted(
             {n for k in reasoned for n in (k.parent, k.child) if n.lower() not in infos}
@@ -106,7 +103,8 @@ class CascadeInfo:
     Attributes:
         mode: `orchestrator.schema.cascades.Mode`.
         keys: the cascading keys that can change its rows (empty when ``logged``).
-        outside: the shape of each table those keys name that is not a table of the run.
+        outside: the shape of each other table those keys name (a parent outside the run is read
+            for the cascades only; so is one of the run that failed).
         blocked: why the cascades cannot be followed at all (a table they name whose columns
             the source user cannot see), with the fix; the table is not planned.
     """

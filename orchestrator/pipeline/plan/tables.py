@@ -71,12 +71,7 @@ def plan_tables(
         check_escaping(source.query)
         follower = Follower(config, source)
         checkpoints = {cp.table: cp for cp in store.table_checkpoints(config.pipeline)}
-        cascades = table_cascades(
-            config,
-            source,
-            options.get("tables", []),
-            [t.name for t in todo if t.name not in failing],
-        )
+        cascades = table_cascades(config, source, [t.name for t in todo if t.name not in failing])
         for first in range(0, len(todo), FLUSH_TABLES):
             part = todo[first : first + FLUSH_TABLES]
             infos = (
@@ -299,7 +294,7 @@ def replan_snapshot(
         reread={**reason, "from": start.to_json()},
         void=void_mark(store, run_id),
     )
-    cascades = table_cascades(config, source, run.options.get("tables", []), [table])
+    cascades = table_cascades(config, source, [table])
     if table in cascades:
         draft.plan.info["cascades"] = cascades[table]
     next_batch = max(store.batches(run_id), default=-1) + 1
