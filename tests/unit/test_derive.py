@@ -12,14 +12,21 @@ import pyarrow.parquet as pq
 import pytest
 
 from orchestrator.binlog.events import NO_FOREIGN_KEY_CHECKS
+from orchestrator.config import parse_config
 from orchestrator.pipeline.capture.buffer import CaptureTable, Drained
+from orchestrator.pipeline.capture.cascade_setup import run_cascades
 from orchestrator.pipeline.capture.cascade_state import BaseSpec
 from orchestrator.pipeline.capture.derive import Cascades, Reread
 from orchestrator.pipeline.changes import META_COLUMNS, OLD_PREFIX
+from orchestrator.pipeline.plan.cascades import CascadeInfo
 from orchestrator.positions import BinlogPosition
 from orchestrator.schema.cascades import ForeignKey
-from orchestrator.schema.tables import ColumnInfo, TableInfo
+from orchestrator.schema.tables import ColumnInfo, TableInfo, table_info_to_json
 from orchestrator.schema.values import staging_schema
+from orchestrator.source.dialect import Dialect
+from orchestrator.source.foreign_keys import cascade_mode
+from orchestrator.state.records import PlannedTable
+from orchestrator.state.store import StateStore
 
 
 def table(name: str, *columns: str, key: tuple[str, ...] = ("id",)) -> TableInfo:
@@ -211,3 +218,76 @@ def test_a_key_value_given_back_while_the_child_was_read_re_reads_it(tmp_path: P
     )
     run.flush({"s.p": drained(P, [(100, "D", 1, None, 1), (200, "U", 1, None, 2)])})
     assert [(sorted(r.tables), r.pos) for r in run.rereads] == [(["s.c"], 200)]
+
+
+# --------------------------------------------------------------------------- the server's mode
+
+
+class _Server:
+    """What `cascade_mode` asks of a source: its dialect and one variable. No MySQL 9.6 runs here,
+    so its answers are given as such a server gives them."""
+
+    def __init__(self, version: str, native: str | None) -> None:
+        self.dialect = Dialect.from_version(version)
+        self.native = native
+
+    def variables(self, *names: str) -> dict[str, str | None]:
+        return dict.fromkeys(names, self.native)
+
+
+@pytest.mark.parametrize(
+    ("version", "native", "mode"),
+    [
+        ("9.6.0", "OFF", "logged"),  # SQL-layer foreign keys: the child rows are logged
+        ("9.7.1-commercial", None, "logged"),
+        ("9.6.0", "ON", "derive"),  # started with InnoDB's own foreign keys
+        ("9.5.0", None, "derive"),
+        ("8.4.3", None, "derive"),
+        ("10.11.6-MariaDB-log", None, "derive"),
+    ],
+)
+def test_the_server_mode(version: str, native: str | None, mode: str) -> None:
+    assert cascade_mode(_Server(version, native)) == mode  # type: ignore[arg-type]
+
+
+def test_a_server_that_logs_its_cascades_has_none_derived(tmp_path: Path) -> None:
+    """The capture derives only for tables planned in ``derive`` mode: on a server that logs its
+    cascades the child rows arrive as row events, and deriving them too would apply them twice."""
+    config = parse_config(
+        {
+            "pipeline": "modes",
+            "source": {"host": "127.0.0.1", "port": 1, "user": "u", "server_id": 1},
+            "spark": {"master": "local[1]"},
+            "output": {"path": str(tmp_path / "lake")},
+            "state": {"url": f"sqlite:///{tmp_path / 'state.db'}"},
+            "tables": [{"name": "s.c"}],
+        },
+        check_env=False,
+    )
+    store = StateStore(config.state.url)
+    try:
+        for mode, keys in (("logged", (C_P,)), ("derive", (C_P,))):
+            run = store.create_run("modes", {"tables": ["s.c"]})
+            info = CascadeInfo(mode, keys, {"s.p": P}).to_json()  # type: ignore[arg-type]
+            store.add_run_tables(
+                run.run_id,
+                [
+                    PlannedTable(
+                        "s.c",
+                        "incremental",
+                        None,
+                        ["id"],
+                        {"table_info": table_info_to_json(C), "cascades": info},
+                        [],
+                    )
+                ],
+            )
+            found = run_cascades(config, store, run.run_id, {"s.c": captured(C)})
+            if mode == "logged":
+                assert found is None
+            else:
+                assert found is not None and found.keys == (C_P,)
+                assert not found.outside["s.p"].published
+            store.finish_run(run.run_id, "succeeded")
+    finally:
+        store.close()
