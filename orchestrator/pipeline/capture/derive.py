@@ -103,6 +103,10 @@ class Cascades:
             self.as_parent.setdefault(key.parent, []).append(key)
             self.as_child.setdefault(key.child, []).append(key)
         self.states: dict[str, TableState | None] = {}
+        # A child's state is built when a cascade first reaches it: until then its own changes are
+        # only remembered where they are (segments written by this pass, rows of this flush).
+        self._written: dict[str, list[str]] = {}
+        self._deferred: dict[str, list[tuple[Drained, dict[str, list[Any]], int]]] = {}
         self._removed: dict[tuple[str, str], set[Key]] = {}  # (key, child) -> values removed
         self._pending = _Pending()
         self._at: At = (0, 0, 0)
@@ -151,10 +155,17 @@ class Cascades:
                     Base(spec.files, needed),
                     spec.complete,
                 )
-                for uri in self._segments(table):
+                for uri in [*self._segments(table), *self._written.get(table, [])]:
                     state.load(read_file(uri), uri)
+                for part, columns, i in self._deferred.pop(table, []):
+                    self._own(state, part, columns, i)
                 self.states[table] = state
         return self.states[table]
+
+    def written(self, table: str, uri: str) -> None:
+        """The capture wrote a segment of ``table`` (read back if its state is built later)."""
+        if table in self.as_child and table not in self.states:
+            self._written.setdefault(table, []).append(uri)
 
     # ------------------------------------------------------------------ a flush
 
@@ -179,6 +190,7 @@ class Cascades:
             if name not in columns:
                 columns[name] = _columns(part, self.tables[name], self.needed(name))
             self._row(name, part, columns[name], i, (f, p, r))
+        self._deferred = {}  # the capture writes them: `written` says where
         return self._derived_tables()
 
     def _row(self, name: str, part: Drained, columns: dict[str, list[Any]], i: int, at: At) -> None:
@@ -187,10 +199,12 @@ class Cascades:
         after = {c: v[i] for c, v in columns.items() if not c.startswith(RESERVED_PREFIX)}
         start = self.start(name)
         if name in self.as_child and start is not None and at > start:
-            state = self.state(name)
-            if state is not None:
-                old = tuple(columns[OLD_PREFIX + k][i] for k in state.key)
-                state.own(op, after, old, (part.table, i))
+            if name in self.states:
+                state = self.states[name]
+                if state is not None:
+                    self._own(state, part, columns, i)
+            else:
+                self._deferred.setdefault(name, []).append((part, columns, i))
         if name not in self.as_parent or op == "I" or part.flags[i] & NO_FOREIGN_KEY_CHECKS:
             return  # an insert cascades nothing; foreign_key_checks=0: the engine ran no action
         before = dict(after)
@@ -201,6 +215,13 @@ class Cascades:
                 before[c] = columns[_BEFORE + c][i]
         self._cascade(name, "D" if op == "D" else "U", before, after, at, 0)
         self._flush_pending()
+
+    @staticmethod
+    def _own(state: TableState, part: Drained, columns: dict[str, list[Any]], i: int) -> None:
+        """One of the table's own flushed changes, applied to its state."""
+        values = {c: v[i] for c, v in columns.items() if not c.startswith(RESERVED_PREFIX)}
+        old = tuple(columns[OLD_PREFIX + k][i] for k in state.key)
+        state.own(columns[OP][i], values, old, (part.table, i))
 
     # ------------------------------------------------------------------ cascades
 

@@ -162,6 +162,7 @@ class _Capture:
     decoder: Decoder = "fast"
     filters: ChangeFilters = field(default_factory=ChangeFilters)
     run_cascades: RunCascades | None = None
+    staging: str = ""  # the staging URI ``root`` is the path of (segments read back)
     cascades: Cascades | None = None
     files: dict[int, str] = field(default_factory=dict)  # file index -> binlog file name
 
@@ -370,6 +371,13 @@ class _Capture:
             )
             write_segment(self.fs, path, changes)
             self.rows[name] = self.rows.get(name, 0) + changes.num_rows
+            if self.cascades is not None:
+                self.cascades.written(
+                    name,
+                    storage.join(
+                        self.staging, self.run_id, "changes", name, path.rsplit("/", 1)[1]
+                    ),
+                )
             self.buffers[name].clear()
             self.unsaved = True
         self.buffered = 0
@@ -460,6 +468,7 @@ def capture_changes(
         decoder=decoder,
         filters=ChangeFilters(tables, lambda: open_source(config)),
         run_cascades=cascades,
+        staging=config.staging_path,
     )
     if checkpoint is not None:
         log.info(
