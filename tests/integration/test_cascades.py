@@ -389,3 +389,27 @@ def test_a_parent_the_user_cannot_see_fails_its_child_naming_the_grant(
         run_plain(config)
     assert set(partial.value.failed) == {f"{db}.c", f"{db}.g"}
     assert f"keys' rules of {db}.p: grant it SELECT" in partial.value.failed[f"{db}.c"]["reason"]
+
+
+def test_a_key_referencing_a_unique_column_that_is_not_the_parents_key(
+    mariadb: LocalMariaDB, tmp_path: Path
+) -> None:
+    """The parent's referenced column is a unique key besides its primary key: an update's old
+    value is in the rows event's before image only, which the capture decodes for it."""
+    db = "casc_unique"
+    statements = [
+        "CREATE TABLE p (id INT PRIMARY KEY, code INT NOT NULL, UNIQUE KEY u_code (code))",
+        "CREATE TABLE c (id INT PRIMARY KEY, pcode INT, CONSTRAINT c_code FOREIGN KEY (pcode)"
+        " REFERENCES p (code) ON UPDATE CASCADE ON DELETE SET NULL)",
+        "INSERT INTO p SELECT seq, 1000 + seq FROM seq_1_to_20",
+        "INSERT INTO c SELECT seq, 1000 + 1 + seq % 20 FROM seq_1_to_200",
+    ]
+    config = pipeline(mariadb, tmp_path, db, statements, ["p", "c"])
+    run_plain(config)
+    mariadb.execute(
+        "UPDATE p SET code = code + 5000 WHERE id <= 5",
+        "DELETE FROM p WHERE id IN (6, 7)",
+        database=db,
+    )
+    run_plain(config)
+    equal(config, db, ["p", "c"])
