@@ -10,7 +10,9 @@ server's dialect); every table exists, has a chunk key the planner accepts
 types; the configured ``source.server_id`` differs from the server's own; binlog
 retention outlasts a run (``defaults.expected_run_hours``); no column is named like
 Tidemark's own (``_tm_...``); GTIDs (recommended), and a
-replica writes what it replicates to its binlog (`orchestrator.binlog.topology`). `doctor`
+replica writes what it replicates to its binlog (`orchestrator.binlog.topology`); the foreign-key
+cascades that can change the tables' rows and what Tidemark does with each
+(`orchestrator.app.cascade_checks`). `doctor`
 (not the run's preflight, whose failures mean "source not ready") also checks where a run
 writes: output and staging writable, their free space, the state store
 (`orchestrator.app.preflight`); and that every position the state store goes on from is
@@ -27,6 +29,7 @@ from typing import Literal
 
 import pymysql
 
+from orchestrator.app.cascade_checks import cascade_checks
 from orchestrator.app.preflight import lake_checks
 from orchestrator.binlog.topology import identity_checks, replica_check
 from orchestrator.config import PipelineConfig, TableConfig
@@ -34,6 +37,7 @@ from orchestrator.errors import ConfigError, SourceNotReady
 from orchestrator.pipeline import keyless
 from orchestrator.pipeline.changes import RESERVED_PREFIX, reserved_columns
 from orchestrator.pipeline.plan.keys import choose_chunk_key
+from orchestrator.schema.families import SPATIAL_TYPES
 from orchestrator.schema.tables import TableInfo
 from orchestrator.schema.types import UnsupportedType, arrow_type
 from orchestrator.source.check import Check
@@ -58,11 +62,15 @@ def run_checks(config: PipelineConfig, tables: list[str] | None = None) -> list[
     Raises:
         ConfigError: a named table is not in the pipeline, or the password env var is unset.
     """
-    return _checks(config, tables)[0]
+    return _checks(config, tables, cascades=True)[0]
 
 
-def _checks(config: PipelineConfig, tables: list[str] | None) -> tuple[list[Check], list[str]]:
-    """`run_checks`, and the names of the tables checked."""
+def _checks(
+    config: PipelineConfig, tables: list[str] | None, *, cascades: bool = False
+) -> tuple[list[Check], list[str]]:
+    """`run_checks`, and the names of the tables checked; ``cascades``: with the lines about
+    foreign-key cascades, which only inform (the run's preflight leaves them out: its plan
+    reads the same keys)."""
     source = Source(
         config.source, config.resolve_password(), retry=transient_retry(attempts=3, max_wait=2.0)
     )
@@ -86,6 +94,8 @@ def _checks(config: PipelineConfig, tables: list[str] | None) -> tuple[list[Chec
             checks += _table_checks(
                 source, table, found.entry_index(table.name), infos.get(table.name), entry.pattern
             )
+        if cascades:
+            checks += cascade_checks(config, source, [t.name for t in selected if t.name in infos])
     return checks, [t.name for t in selected]
 
 
@@ -115,7 +125,7 @@ def doctor_command(config: PipelineConfig) -> int:
 
     When some fail, stderr gets one summary line (or the connection error itself).
     """
-    checks, tables = _checks(config, None)
+    checks, tables = _checks(config, None, cascades=True)
     if checks[0].ok:  # reachable: where the run writes is checked too (not by run's preflight)
         with Source.from_pipeline(config) as source:
             checks += lake_checks(config, source, tables)
@@ -517,7 +527,17 @@ def _types(info: TableInfo, index: int, pattern: bool) -> Check:
             f"{info.name}: " + "; ".join(problems),
             f"{fix}, or change the column to a mappable type",
         )
-    return Check(f"types {info.name}", True, f"all {len(info.columns)} column types map to Arrow")
+    spatial = [
+        f"`{c.name}` ({'no SRID declared' if c.srid is None else f'SRID {c.srid}'})"
+        for c in info.columns
+        if c.data_type in SPATIAL_TYPES
+    ]
+    return Check(
+        f"types {info.name}",
+        True,
+        f"all {len(info.columns)} column types map to Arrow"
+        + (f"; published as OGC WKB: {', '.join(spatial)}" if spatial else ""),
+    )
 
 
 def _column_names(info: TableInfo, index: int, pattern: bool) -> Check:

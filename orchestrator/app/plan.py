@@ -10,11 +10,13 @@ from typing import Any
 
 from chunking import TablePlan, chunk_predicate, encode_key
 from chunking.keys import decode_key, short
+from orchestrator.app.cascade_checks import describe, plan_cascades
 from orchestrator.config import PipelineConfig, TableConfig
 from orchestrator.errors import ConfigError, SourceNotReady, TidemarkError
 from orchestrator.pipeline import keyless
 from orchestrator.pipeline.plan.chunks import check_escaping, key_columns, plan_table, read_by
 from orchestrator.pipeline.plan.keys import choose_chunk_key
+from orchestrator.schema.cascades import ForeignKey
 from orchestrator.schema.tables import TableInfo
 from orchestrator.source.connection import Source
 from orchestrator.source.listing import table_set, tables_info
@@ -140,10 +142,13 @@ def plan_command(config: PipelineConfig, tables: list[str], as_json: bool) -> in
                 if t.name not in from_pattern:
                     raise
                 failed[t.name] = str(exc)
+        planned = [table.name for table, _, _ in items]
+        cascades = plan_cascades(config, source, planned)
     if as_json:
         document = plan_document(items)
         document["patterns"] = [m.to_json() for m in found.patterns]
         document["failed"] = [{"table": name, "reason": why} for name, why in failed.items()]
+        document["cascades"] = cascades
         print(json.dumps(document, indent=2))
     else:
         for match in found.patterns:
@@ -154,6 +159,8 @@ def plan_command(config: PipelineConfig, tables: list[str], as_json: bool) -> in
                 print(plan.stats["reason"])
         for name, why in failed.items():
             print(f"not planned: {name}: {why}")
+        for key in cascades["keys"]:
+            print(f"cascade {describe(ForeignKey.from_json(key), {t.lower() for t in planned})}")
     return SourceNotReady.exit_code if failed else 0
 
 

@@ -24,12 +24,19 @@ import pyarrow.compute as pc
 
 from orchestrator.binlog import rowdecode as rd
 from orchestrator.binlog.temporal import big_endian, temporal_finisher, u64
-from orchestrator.schema.families import BINARY_TYPES, DECIMAL_TYPES, TEMPORAL_TYPES, TEXT_TYPES
+from orchestrator.schema.families import (
+    BINARY_TYPES,
+    DECIMAL_TYPES,
+    SPATIAL_TYPES,
+    TEMPORAL_TYPES,
+    TEXT_TYPES,
+)
 from orchestrator.schema.tables import ColumnInfo
 from orchestrator.schema.types import is_boolean
 from orchestrator.schema.values import (
     binary_length,
     definition_labels,
+    spatial_wkb,
     staging_type,
     text_decoder,
 )
@@ -309,6 +316,8 @@ def finisher(column: ColumnInfo, field: rd.Field, parse_json: JsonParser) -> Fin
         return _json(column, field, parse_json)
     if t in BINARY_TYPES:
         return _binary(column)
+    if t in SPATIAL_TYPES:  # the storage form (SRID, WKB), as a read of the column gives it
+        return _each(spatial_wkb(column), arrow)
     if t in TEMPORAL_TYPES:
         return temporal_finisher(field, arrow)
     return lambda values: pa.array(values, arrow)  # integers and floats, as struct read them

@@ -282,17 +282,32 @@ class RowsLayout:
         full: whether every column is present in every image (``binlog_row_image=FULL``).
         start: offset of the first row.
         end: offset after the last row.
+        flags: the event's flags (`NO_FOREIGN_KEY_CHECKS`...).
     """
 
     columns: int
     full: bool
     start: int
     end: int
+    flags: int = 0
+
+    @property
+    def checked_foreign_keys(self) -> bool:
+        """Whether the session that wrote the rows had ``foreign_key_checks`` on: with it off,
+        the engine ran no foreign-key action for them."""
+        return not self.flags & NO_FOREIGN_KEY_CHECKS
+
+
+#: A rows event's flag: the session had ``foreign_key_checks=0`` (the server's
+#: ``NO_FOREIGN_KEY_CHECKS_F``, log_event.h; the same bit in MariaDB and MySQL).
+NO_FOREIGN_KEY_CHECKS = 0x02
 
 
 def rows_layout(packet: bytes, fmt: Format, kind: int) -> RowsLayout:
     """Parse a rows event's header: table id, flags, (v2) extra data, columns, present bitmaps."""
     version1 = kind in (WRITE_ROWS_V1, UPDATE_ROWS_V1, DELETE_ROWS_V1)
+    width = 4 if fmt.post_header(kind, 8) == 6 else 6  # the table id's, as `table_id` reads it
+    flags = int.from_bytes(packet[BODY + width : BODY + width + 2], "little")
     pos = BODY + fmt.post_header(kind, 8 if version1 else 10)
     if not version1:  # v2: the post-header ends with the length of the extra data (itself included)
         pos += int.from_bytes(packet[BODY + 8 : BODY + 10], "little") - 2
@@ -303,7 +318,7 @@ def rows_layout(packet: bytes, fmt: Format, kind: int) -> RowsLayout:
     if start > len(packet):  # a damaged count: never build a bitmap of it
         raise ValueError(f"a rows event of {count} columns ends inside its bitmaps")
     full = packet[pos:start] == _all_ones(count) * images
-    return RowsLayout(count, full, start, fmt.end(packet))
+    return RowsLayout(count, full, start, fmt.end(packet), flags)
 
 
 @functools.lru_cache(maxsize=64)

@@ -14,7 +14,13 @@ from collections.abc import Callable, Mapping, Sequence
 from orchestrator.binlog import events as ev
 from orchestrator.binlog import metadata as md
 from orchestrator.binlog import rowdecode as rd
-from orchestrator.schema.families import BINARY_TYPES, DECIMAL_TYPES, INTEGER_BITS, TEXT_TYPES
+from orchestrator.schema.families import (
+    BINARY_TYPES,
+    DECIMAL_TYPES,
+    INTEGER_BITS,
+    SPATIAL_TYPES,
+    TEXT_TYPES,
+)
 from orchestrator.schema.tables import ColumnInfo, TableInfo
 from orchestrator.schema.values import definition_labels
 
@@ -28,6 +34,7 @@ _FIELD_TYPES: dict[str, frozenset[int]] = {
     **{t: frozenset({_INTEGER_FIELDS[bits]}) for t, bits in INTEGER_BITS.items()},
     **dict.fromkeys(DECIMAL_TYPES, frozenset({rd.NEWDECIMAL})),
     **dict.fromkeys(TEXT_TYPES | BINARY_TYPES, _BLOBS),  # the TEXTs and BLOBs; CHAR, VARCHAR below
+    **dict.fromkeys(SPATIAL_TYPES, frozenset({rd.GEOMETRY})),
     **{
         data_type: frozenset(kinds)
         for data_types, kinds in (

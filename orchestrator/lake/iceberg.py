@@ -29,7 +29,7 @@ from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError, Resolve
 from pyiceberg.io import PY_IO_IMPL
 from pyiceberg.io.pyarrow import pyarrow_to_schema
 from pyiceberg.manifest import DataFile
-from pyiceberg.schema import promote
+from pyiceberg.schema import Schema, promote
 from pyiceberg.table import Table, TableProperties, Transaction
 from pyiceberg.table.update.schema import UpdateSchema
 from pyiceberg.types import BinaryType, IcebergType, StringType
@@ -39,7 +39,7 @@ from orchestrator.errors import RunFailed, resnapshot_hint
 from orchestrator.lake import storage
 from orchestrator.lake.iceberg_create import FIELD_ID, NewTable
 from orchestrator.lake.iceberg_io import DURABLE_FILE_IO
-from orchestrator.lake.manifest import published_schema
+from orchestrator.lake.manifest import DOC, published_schema
 from orchestrator.schema.tables import TableInfo
 from orchestrator.state.schema import SQLITE_BUSY_TIMEOUT_MS
 
@@ -223,7 +223,9 @@ def prepare_table(
     if loaded is None:
         _ensure_namespace(catalog, table.split(".", 1)[0])
         first = _first_schema(schema)
-        return first, NewTable(table, table_uri(tdir), pyarrow_to_schema(first), _TABLE_PROPERTIES)
+        return first, NewTable(
+            table, table_uri(tdir), iceberg_schema(first, schema), _TABLE_PROPERTIES
+        )
     wanted = _wanted(loaded, schema)
     fields = loaded.schema().fields
     if wanted is not None:
@@ -315,6 +317,24 @@ def data_file_schemas(
     return out
 
 
+def iceberg_schema(with_ids: pa.Schema, published: pa.Schema) -> Schema:
+    """The Iceberg schema of a data file schema (``with_ids``), each field with the doc its
+    published field carries (a spatial column's SRID, docs/types.md): the data files hold the
+    field IDs alone, the Iceberg schema the docs too.
+
+    >>> docs = pa.schema([pa.field("g", pa.binary(), metadata={DOC: "OGC WKB, SRID 4326"})])
+    >>> iceberg_schema(with_field_ids(docs, {"g": 1}), docs).fields[0].doc
+    'OGC WKB, SRID 4326'
+    """
+    docs = {f.name: f.metadata[DOC] for f in published if f.metadata and DOC in f.metadata}
+    return pyarrow_to_schema(
+        pa.schema(
+            f.with_metadata({**(f.metadata or {}), DOC: docs[f.name]}) if f.name in docs else f
+            for f in with_ids
+        )
+    )
+
+
 def _first_schema(schema: pa.Schema) -> pa.Schema:
     """The field IDs of a new table: 1, 2, ... in column order (as Iceberg assigns them)."""
     return with_field_ids(schema, {f.name: i for i, f in enumerate(schema, start=1)})
@@ -333,7 +353,8 @@ def _wanted(iceberg: Table, schema: pa.Schema) -> pa.Schema | None:
     if set(ids) != set(
         schema.names
     ) or (  # in any order: a replaced column comes last (_schema_update)
-        set(pyarrow_to_schema(with_field_ids(wanted, ids)).fields) != set(iceberg.schema().fields)
+        set(iceberg_schema(with_field_ids(wanted, ids), schema).fields)
+        != set(iceberg.schema().fields)
     ):
         return wanted
     return None
@@ -355,8 +376,8 @@ def _schema_update(
         for name in replaced:
             update.delete_column(name)
         for name in replaced:
-            field = pyarrow_to_schema(
-                with_field_ids(pa.schema([schema.field(name)]), {name: 1})
+            field = iceberg_schema(
+                with_field_ids(pa.schema([schema.field(name)]), {name: 1}), schema
             ).fields[0]
             update.add_column(name, field.field_type, doc=field.doc)
         update.union_by_name(pa.schema(f for f in schema if f.name not in replaced))

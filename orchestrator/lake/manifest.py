@@ -28,6 +28,7 @@ from orchestrator.errors import RunFailed
 from orchestrator.lake import storage
 from orchestrator.lake.layout import DATA_DIR, FileRange
 from orchestrator.lake.writer import file_version
+from orchestrator.schema.families import SPATIAL_TYPES
 from orchestrator.schema.tables import ColumnInfo
 from orchestrator.schema.types import arrow_type
 from orchestrator.schema.values import staging_nullable
@@ -40,10 +41,14 @@ _PENDING_FILE = re.compile(r"^(\d{6})-[0-9a-f]+\.json$")
 
 
 class ColumnEntry(TypedDict):
+    """A column of the version (docs/output.md); ``srid`` only for a spatial column: the SRID it
+    declares, null when it declares none (its values are OGC WKB, docs/types.md)."""
+
     name: str
     mysql_type: str
     arrow_type: str
     nullable: bool
+    srid: NotRequired[int | None]
 
 
 class PositionEntry(TypedDict):
@@ -100,15 +105,31 @@ def pending_uri(tdir: str, version: int, attempt: str) -> str:
     return storage.join(tdir, META_DIR, "pending", f"{version:06d}-{attempt}.json")
 
 
+#: The field metadata key pyiceberg reads an Iceberg field's doc from (a spatial column's SRID).
+DOC = b"doc"
+
+
 def published_field(column: ColumnInfo) -> pa.Field:
-    """A published column: its docs/types.md type, the MySQL type in its metadata; zero dates make
-    it nullable."""
+    """A published column: its docs/types.md type, the MySQL type in the metadata and, for a
+    spatial column, the doc of its Iceberg field (`spatial_doc`); zero dates make it nullable."""
+    metadata = {"mysql_type": column.column_type}
+    if column.data_type in SPATIAL_TYPES:
+        metadata[DOC.decode()] = spatial_doc(column)
     return pa.field(
-        column.name,
-        arrow_type(column),
-        nullable=staging_nullable(column),
-        metadata={"mysql_type": column.column_type},
+        column.name, arrow_type(column), nullable=staging_nullable(column), metadata=metadata
     )
+
+
+def spatial_doc(column: ColumnInfo) -> str:
+    """The doc of a spatial column's Iceberg field: what its bytes are and its SRID.
+
+    >>> spatial_doc(ColumnInfo("g", "point", "point", True, srid=4326))
+    'OGC WKB; SRID 4326 (MySQL point)'
+    >>> spatial_doc(ColumnInfo("g", "geometry", "geometry", True))
+    'OGC WKB; no SRID declared (MySQL geometry)'
+    """
+    srid = "no SRID declared" if column.srid is None else f"SRID {column.srid}"
+    return f"OGC WKB; {srid} (MySQL {column.column_type})"
 
 
 def published_schema(columns: Sequence[ColumnInfo]) -> pa.Schema:
@@ -116,15 +137,23 @@ def published_schema(columns: Sequence[ColumnInfo]) -> pa.Schema:
 
 
 def column_entries(columns: Sequence[ColumnInfo]) -> list[ColumnEntry]:
-    return [
-        ColumnEntry(
+    """The manifest's ``columns``.
+
+    >>> column_entries([ColumnInfo("p", "point", "point", False, srid=4326)])
+    [{'name': 'p', 'mysql_type': 'point', 'arrow_type': 'binary', 'nullable': False, 'srid': 4326}]
+    """
+    out = []
+    for c in columns:
+        entry = ColumnEntry(
             name=c.name,
             mysql_type=c.column_type,
             arrow_type=str(arrow_type(c)),
             nullable=staging_nullable(c),
         )
-        for c in columns
-    ]
+        if c.data_type in SPATIAL_TYPES:
+            entry["srid"] = c.srid
+        out.append(entry)
+    return out
 
 
 # --------------------------------------------------------------------------- manifests

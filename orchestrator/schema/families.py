@@ -6,7 +6,7 @@ chunk-key dialect, the demo's verifier - asks here, so a type is added or moved
 in one place. Pure: it imports nothing from Tidemark (``chunking`` uses it too).
 
 >>> family_of("mediumtext"), family_of("numeric"), family_of("geometry")
-('text', 'decimal', None)
+('text', 'decimal', 'spatial')
 >>> sorted(ZERO_DATE_TYPES)
 ['date', 'datetime', 'timestamp']
 """
@@ -27,6 +27,7 @@ Family = Literal[
     "set",
     "json",
     "temporal",
+    "spatial",
 ]
 
 #: Integer types and their storage bits (signed -2**(bits-1) .. 2**(bits-1)-1, unsigned
@@ -53,6 +54,18 @@ MEMBERS: dict[Family, tuple[str, ...]] = {
     "set": ("set",),
     "json": ("json",),
     "temporal": ("date", "datetime", "timestamp", "time"),
+    # MySQL 8 names GEOMETRYCOLLECTION's DATA_TYPE ``geomcollection``, MariaDB in full.
+    "spatial": (
+        "geometry",
+        "point",
+        "linestring",
+        "polygon",
+        "multipoint",
+        "multilinestring",
+        "multipolygon",
+        "geometrycollection",
+        "geomcollection",
+    ),
 }
 
 #: DATA_TYPE -> its family.
@@ -66,6 +79,7 @@ FLOAT_TYPES = frozenset(MEMBERS["float"])
 TEXT_TYPES = frozenset(MEMBERS["text"])
 BINARY_TYPES = frozenset(MEMBERS["binary"])
 TEMPORAL_TYPES = frozenset(MEMBERS["temporal"])
+SPATIAL_TYPES = frozenset(MEMBERS["spatial"])
 #: Temporal types with a zero value ('0000-00-00'), published as null even in a NOT NULL column.
 ZERO_DATE_TYPES = TEMPORAL_TYPES - {"time"}
 
@@ -73,7 +87,7 @@ ZERO_DATE_TYPES = TEMPORAL_TYPES - {"time"}
 def family_of(data_type: str) -> Family | None:
     """The family of a DATA_TYPE (any case), or None for a type Tidemark does not map.
 
-    >>> family_of("BIGINT"), family_of("year")
-    ('integer', 'year')
+    >>> family_of("BIGINT"), family_of("year"), family_of("multipolygon")
+    ('integer', 'year', 'spatial')
     """
     return FAMILIES.get(data_type.lower())

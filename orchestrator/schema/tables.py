@@ -25,6 +25,9 @@ class ColumnInfo:
         collation: collation for text columns, or None.
         in_key: part of the primary key or of a unique NOT NULL key (`mark_keys`): its values
             tell rows apart, so a TINYINT(1) one is not published as a boolean.
+        srid: the SRID a spatial column declares (MySQL 8's ``SRID n``, MariaDB's
+            ``REF_SYSTEM_ID``, which MariaDB reports as 0 when none is declared), or None: none
+            declared (MySQL), or not a spatial column. Published with the column (docs/types.md).
     """
 
     name: str
@@ -37,6 +40,7 @@ class ColumnInfo:
     charset: str | None = None
     collation: str | None = None
     in_key: bool = False
+    srid: int | None = None
 
     @property
     def unsigned(self) -> bool:

@@ -20,7 +20,7 @@ _TEMPORAL = {
 
 
 class UnsupportedType(ValueError):
-    """A column whose MySQL type has no mapping (spatial types, for instance)."""
+    """A column whose MySQL type has no mapping (a type newer than this Tidemark)."""
 
 
 def is_boolean(column: ColumnInfo) -> bool:
@@ -75,7 +75,7 @@ def arrow_type(column: ColumnInfo) -> pa.DataType:
             return pa.int64()
         case "text" | "enum" | "set" | "json":
             return pa.string()
-        case "binary":
+        case "binary" | "spatial":  # spatial: OGC WKB (`values.spatial_wkb`)
             return pa.binary()
         case "temporal":
             return _TEMPORAL[t]

@@ -25,7 +25,13 @@ from typing import Any
 
 import pyarrow as pa
 
-from orchestrator.schema.families import BINARY_TYPES, DECIMAL_TYPES, INTEGER_BITS, TEXT_TYPES
+from orchestrator.schema.families import (
+    BINARY_TYPES,
+    DECIMAL_TYPES,
+    INTEGER_BITS,
+    SPATIAL_TYPES,
+    TEXT_TYPES,
+)
 from orchestrator.schema.tables import ColumnInfo
 from orchestrator.schema.types import arrow_type, is_boolean, published_nullable
 
@@ -411,9 +417,51 @@ def column_converter(column: ColumnInfo) -> Converter | None:
         return _json(column)
     if t == "binary":
         return _binary_padded(binary_length(column.column_type))
+    if t in SPATIAL_TYPES:
+        return spatial_wkb(column)
     if t in BINARY_TYPES:
         return bytes
     return {"date": _date, "datetime": _datetime, "timestamp": _timestamp, "time": _time}.get(t)
+
+
+def spatial_wkb(column: ColumnInfo) -> Callable[[bytes], bytes]:
+    """The function taking a spatial value in MySQL's storage form - the SRID as 4 bytes little
+    endian, then the geometry's WKB - to the OGC WKB published (docs/types.md). The binlog and a
+    read of the column carry the same storage form, so both paths publish the same bytes. A
+    value of another SRID than the column declares (MariaDB does not enforce ``REF_SYSTEM_ID``)
+    cannot be published under the column's SRID: it raises, naming both.
+
+    >>> from orchestrator.schema.tables import ColumnInfo as C
+    >>> wkb = spatial_wkb(C("p", "point", "point", True, srid=4326))
+    >>> wkb(bytes.fromhex("e6100000") + bytes.fromhex("0101000000") + bytes(16)).hex()[:10]
+    '0101000000'
+    >>> wkb(bytes(4) + bytes.fromhex("0101000000") + bytes(16))
+    Traceback (most recent call last):
+    ...
+    ValueError: column `p` holds a value of SRID 0, but the column declares SRID 4326 ...
+    """
+    declared = column.srid
+    prefix = None if declared is None else declared.to_bytes(4, "little")
+
+    def convert(value: bytes) -> bytes:
+        raw = bytes(value)
+        if prefix is not None and raw[:4] != prefix:
+            raise ValueError(srid_mismatch(column, int.from_bytes(raw[:4], "little")))
+        return raw[4:]
+
+    return convert
+
+
+def srid_mismatch(column: ColumnInfo, found: int | None) -> str:
+    """Why a spatial value of another SRID than its column's cannot be published, with the fix."""
+    other = "another SRID" if found is None else f"SRID {found}"
+    return (
+        f"column `{column.name}` holds a value of {other}, but the column declares SRID "
+        f"{column.srid} (Tidemark publishes one SRID per column, docs/types.md): declare the "
+        f"values' SRID on the column (MariaDB: REF_SYSTEM_ID=n, MySQL: SRID n) or convert the "
+        f"values (UPDATE ... SET `{column.name}` = ST_GeomFromWKB(ST_AsBinary(`{column.name}`), "
+        f"{column.srid}))"
+    )
 
 
 def binary_length(column_type: str) -> int:

@@ -11,6 +11,7 @@ port and user and says what to check. The password never appears in a message.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import re
 from collections.abc import Iterator, Sequence
@@ -24,6 +25,7 @@ from chunking.mysql import SESSION_SQL_MODE
 from orchestrator.config import PipelineConfig, SourceConfig
 from orchestrator.errors import RunFailed, SourceNotReady, source_timeout
 from orchestrator.positions import BinlogPosition, ServerIdentity
+from orchestrator.schema.families import SPATIAL_TYPES
 from orchestrator.schema.tables import ColumnInfo, TableInfo, mark_keys
 from orchestrator.source.connect import connect
 from orchestrator.source.dialect import Dialect
@@ -372,13 +374,34 @@ class Source:
                 "and that the user has SELECT on it"
             )
         rows, engine = found[0]
-        return shaped(
+        info = shaped(
             database,
             table,
             self.query(_COLUMNS_SQL, (database, table)),
             self.query(_INDEXES_SQL, (database, table)),
             rows,
             engine,
+        )
+        return self.with_srids(info)
+
+    def with_srids(self, info: TableInfo) -> TableInfo:
+        """``info`` with the SRID each spatial column declares (`ColumnInfo.srid`); one query, and
+        only for a table that has spatial columns."""
+        sql = self.dialect.srid_sql
+        if sql is None or not any(c.data_type in SPATIAL_TYPES for c in info.columns):
+            return info
+        declared = {
+            (_text(name) or "").lower(): _int(srid)
+            for name, srid in self.query(sql, (info.database, info.table))
+        }
+        return dataclasses.replace(
+            info,
+            columns=tuple(
+                dataclasses.replace(c, srid=declared.get(c.name.lower()))
+                if c.data_type in SPATIAL_TYPES
+                else c
+                for c in info.columns
+            ),
         )
 
 

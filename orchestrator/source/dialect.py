@@ -102,6 +102,47 @@ class Dialect:
         )
 
     @property
+    def srid_sql(self) -> str | None:
+        """The query of the SRIDs a table's spatial columns declare (``%s`` for the database and
+        the table; rows of column name and SRID): MariaDB's ``GEOMETRY_COLUMNS`` (0 for a column
+        declaring none), MySQL 8's ``COLUMNS.SRS_ID`` (NULL for one declaring none); None on MySQL
+        before 8, where no column declares one.
+
+        >>> Dialect("mysql", (5, 7, 44)).srid_sql is None
+        True
+        """
+        if self.flavor == "mariadb":
+            return (
+                "SELECT G_GEOMETRY_COLUMN, SRID FROM information_schema.GEOMETRY_COLUMNS"
+                " WHERE G_TABLE_SCHEMA = %s AND G_TABLE_NAME = %s"
+            )
+        if self.version >= (8,):
+            return (
+                "SELECT COLUMN_NAME, SRS_ID FROM information_schema.COLUMNS"
+                " WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s AND SRS_ID IS NOT NULL"
+            )
+        return None
+
+    def logs_cascades(self, native_foreign_keys: str | None) -> bool:
+        """Whether the server writes row events for the child rows its foreign-key actions change:
+        MySQL 9.6 and later run foreign keys in the SQL layer, which logs them, unless started with
+        ``innodb_native_foreign_keys=ON`` (``native_foreign_keys``: that variable's value, None
+        where the server lacks it); InnoDB's own cascades (MariaDB, MySQL before 9.6) log nothing.
+
+        >>> Dialect.from_version("9.6.0").logs_cascades("OFF")
+        True
+        >>> Dialect.from_version("9.6.0").logs_cascades("ON")
+        False
+        >>> Dialect.from_version("9.5.0").logs_cascades(None)
+        False
+        >>> Dialect.from_version("11.8.2-MariaDB-log").logs_cascades(None)
+        False
+        """
+        if self.flavor != "mysql" or self.version < (9, 6):
+            return False
+        return (native_foreign_keys or "OFF").upper() not in ("ON", "1")
+
+    @property
     def binlog_monitor_privileges(self) -> frozenset[str]:
         """The privileges (any one) that let a user read binlog positions (``SHOW BINARY LOGS``
         and `binlog_status_sql`), as ``SHOW GRANTS`` prints them.

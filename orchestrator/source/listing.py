@@ -115,8 +115,8 @@ def tables_info(source: Source, names: Sequence[str]) -> dict[str, TableInfo]:
             continue
         rows, engine = tables[key][0]
         database, _, table = name.partition(".")
-        out[name] = shaped(
-            database, table, columns.get(key, []), indexes.get(key, []), rows, engine
+        out[name] = source.with_srids(
+            shaped(database, table, columns.get(key, []), indexes.get(key, []), rows, engine)
         )
     return out
 

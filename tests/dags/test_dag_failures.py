@@ -1,9 +1,9 @@
 """``dag.test()`` of runs where something fails, against a private MariaDB and local Spark.
 
-- A table failing preflight's checks of its own (a GEOMETRY column, a missing table) is left
-  out of the run, as ``tidemark run`` leaves it out: the others are published and the run
-  ends ``partial``; ``publish`` records the published tables' asset events and ``outcome``
-  fails the DAG run.
+- A table failing preflight's checks of its own (a column named like Tidemark's own, a
+  missing table) is left out of the run, as ``tidemark run`` leaves it out: the others are
+  published and the run ends ``partial``; ``publish`` records the published tables' asset
+  events and ``outcome`` fails the DAG run.
 - A failed DAG run leaves the pipeline lock free, so the next trigger is not refused for a
   whole lease: a mapped ``read`` that starts after a sibling failed for good, and a ``plan``
   that failed after taking the lock, both release it; another run's live lock is kept.
@@ -82,15 +82,16 @@ def state(work: Path) -> StateStore:
 def partial_run(
     mariadb: LocalMariaDB, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[dict[str, Any]]:
-    """One DAG run of ``t1`` (good), ``geo`` (a GEOMETRY column) and ``missing`` (no such table)."""
+    """One DAG run of ``t1`` (good), ``geo`` (a column named like Tidemark's change columns) and
+    ``missing`` (no such table)."""
     reason = engine_missing()
     if reason:
         pytest.skip(reason)
     work = tmp_path_factory.mktemp("partial")
     create_tables(mariadb, PARTIAL)
     mariadb.execute(
-        f"CREATE TABLE {PARTIAL}.geo (id INT PRIMARY KEY, g GEOMETRY NOT NULL)",
-        f"INSERT INTO {PARTIAL}.geo VALUES (1, POINT(1, 1))",
+        f"CREATE TABLE {PARTIAL}.geo (id INT PRIMARY KEY, _tm_g INT NOT NULL)",
+        f"INSERT INTO {PARTIAL}.geo VALUES (1, 1)",
     )
     tables = [f"{PARTIAL}.t1", f"{PARTIAL}.geo", f"{PARTIAL}.missing"]
     with pytest.MonkeyPatch.context() as monkeypatch:
@@ -130,7 +131,7 @@ def test_a_table_failing_preflight_is_left_out_and_the_others_published(
     # preflight's per-table failures reached plan: recorded failed there, never planned or read
     assert set(failed) == {f"{PARTIAL}.geo", f"{PARTIAL}.missing"}
     assert {f["step"] for f in failed.values()} == {"plan"}
-    assert "geometry" in failed[f"{PARTIAL}.geo"]["reason"]
+    assert "_tm_g" in failed[f"{PARTIAL}.geo"]["reason"]
     assert manifest(partial_run["lake"], f"{PARTIAL}.geo") is None
     assert partial_run["lock"] is None, "the partial run left the pipeline lock held"
 
@@ -143,7 +144,7 @@ def test_a_partial_run_records_the_published_tables_asset_events(
     assert found[t1]["published"] is True and found[t1]["rows"] == 300
     assert found[t1]["version"] == manifest(lake, f"{PARTIAL}.t1")["version"]  # type: ignore[index]
     assert found[geo]["published"] is False
-    assert found[geo]["failed"]["step"] == "plan" and "geometry" in found[geo]["failed"]["reason"]
+    assert found[geo]["failed"]["step"] == "plan" and "_tm_g" in found[geo]["failed"]["reason"]
     assert "failed" not in found[t1]
 
 

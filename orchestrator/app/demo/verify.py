@@ -20,7 +20,12 @@ import pyarrow as pa
 
 from chunking.mysql import quote_identifier, quote_table
 from orchestrator.lake.manifest import read_manifest, read_published
-from orchestrator.schema.families import BINARY_TYPES, DECIMAL_TYPES, ZERO_DATE_TYPES
+from orchestrator.schema.families import (
+    BINARY_TYPES,
+    DECIMAL_TYPES,
+    SPATIAL_TYPES,
+    ZERO_DATE_TYPES,
+)
 from orchestrator.schema.tables import ColumnInfo, TableInfo
 from orchestrator.schema.types import arrow_type, is_boolean
 
@@ -97,7 +102,7 @@ def normalize(column: ColumnInfo, value: Any) -> Any:
         return dt.timedelta(microseconds=value)
     if t == "set" and isinstance(value, set):
         return ",".join(sorted(value))
-    if isinstance(value, bytes) and t not in BINARY_TYPES:
+    if isinstance(value, bytes) and t not in BINARY_TYPES | SPATIAL_TYPES:
         return value.decode(column.charset or "utf8", errors="replace")
     return value
 
@@ -113,7 +118,14 @@ def compare(
     published_rows: Iterable[dict[str, Any]],
     limit: int = 100,
 ) -> Comparison:
-    """Compare rows (source as tuples in column order, published as dicts)."""
+    """Compare rows by ``key`` (source as tuples in column order, published as dicts); a table
+    without a key is compared by `compare_multisets`.
+
+    Raises:
+        ValueError: when ``key`` is empty (every row would fall on one key).
+    """
+    if not key:
+        raise ValueError(f"{info.name}: compare needs a key; use compare_multisets")
     cols = info.columns
     source: dict[Any, tuple[Any, ...]] = {}
     for raw in source_rows:
@@ -169,19 +181,26 @@ def published_rows(table_dir: str) -> list[dict[str, Any]]:
 def source_rows(conn: Any, info: TableInfo, where: str | None = None) -> list[tuple[Any, ...]]:
     """Every row of the source table (those matching ``where``, the table's filter), read
     through ``conn`` (a PyMySQL connection), in column order."""
-    # FLOAT over the text protocol has 6 significant digits; the lake holds the exact float32.
-    columns = ", ".join(
-        f"CAST({quote_identifier(c.name)} AS DOUBLE)"
-        if c.data_type == "float"
-        else quote_identifier(c.name)
-        for c in info.columns
-    )
+    columns = ", ".join(_selected(c) for c in info.columns)
     with conn.cursor() as cur:
         cur.execute("SET time_zone = '+00:00'")
         cur.execute(
             f"SELECT {columns} FROM {quote_table(info.name)}" + (f" WHERE {where}" if where else "")
         )
         return list(cur.fetchall())
+
+
+def _selected(column: ColumnInfo) -> str:
+    """A column as the oracle selects it: FLOAT widened (over the text protocol it has 6
+    significant digits; the lake holds the exact float32), a spatial value as the server's own
+    WKB (the lake's, for the x/y order MariaDB stores; MySQL 8's ST_AsBinary puts a geographic
+    SRID's latitude first)."""
+    name = quote_identifier(column.name)
+    if column.data_type == "float":
+        return f"CAST({name} AS DOUBLE)"
+    if column.data_type in SPATIAL_TYPES:
+        return f"ST_AsBinary({name})"
+    return name
 
 
 def verify_table(

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from orchestrator.binlog.batch import Decoding
 from orchestrator.binlog.reference import RowsEvent
@@ -19,6 +20,9 @@ from orchestrator.pipeline.changes import META_COLUMNS, OLD_PREFIX, OP
 from orchestrator.positions import BinlogPosition
 from orchestrator.schema.tables import TableInfo
 from orchestrator.schema.values import staging_schema, staging_type
+
+#: The start of a table whose rows are no longer kept (it waits for a re-read, or failed).
+NEVER = (1 << 62, 0, 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +37,10 @@ class CaptureTable:
         where: its filter: changes leaving it delete (`orchestrator.pipeline.capture.filtering`).
         multiset: a table without a key (`orchestrator.pipeline.keyless`): ``key`` is every
             column, and its filter judges before and after images alike.
+        before: more columns whose before image the cascade derivation reads (a parent's
+            referenced columns outside its key; `orchestrator.pipeline.capture.derive`).
+        published: False for a parent outside the run: its rows events are decoded for the
+            cascades they derive, never written.
     """
 
     info: TableInfo
@@ -40,12 +48,33 @@ class CaptureTable:
     start: BinlogPosition
     where: str | None = None
     multiset: bool = False
+    before: tuple[str, ...] = ()
+    published: bool = True
 
 
 def key_indexes(table: CaptureTable) -> list[int]:
     """The positions of the table's chunk-key columns among its columns."""
     names = [c.name for c in table.info.columns]
     return [names.index(table.info.column(k).name) for k in table.key]
+
+
+def before_indexes(table: CaptureTable) -> list[int]:
+    """The positions of every column whose before image is decoded: the key, then `before`."""
+    names = [c.name for c in table.info.columns]
+    key = key_indexes(table)
+    return key + [
+        i for i in (names.index(table.info.column(c).name) for c in table.before) if i not in key
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class Drained:
+    """What a buffer held, as Arrow: the segment's table, the before image of `before` columns
+    (by name; the key's are the table's ``_tm_old_`` columns) and each row's event flags."""
+
+    table: pa.Table
+    before: dict[str, pa.Array]
+    flags: list[int]
 
 
 class TableBuffer:
@@ -60,6 +89,9 @@ class TableBuffer:
         self.table = table
         self.decoding = decoding
         self.key_index = key_indexes(table)
+        self.before_names = [
+            table.info.columns[i].name for i in before_indexes(table)[len(self.key_index) :]
+        ]
         self.clear()
 
     def clear(self) -> None:
@@ -70,6 +102,7 @@ class TableBuffer:
         self.images: list[tuple[Any, ...]] = []
         self.keys: list[tuple[Any, ...]] = []
         self.shapes: list[tuple[Hashable, int]] = []  # (shape, index of its first row)
+        self.flags: list[int] = []
 
     @functools.cached_property
     def schema(self) -> pa.Schema:
@@ -104,12 +137,18 @@ class TableBuffer:
         self.positions += [event.end] * count
         self.rows += range(base + first, base + first + count)
         self.ops += [event.op] * count
+        self.flags += [event.rows.flags] * count
         return count
 
     def __len__(self) -> int:
         return len(self.ops)
 
     def to_arrow(self) -> pa.Table:
+        """The buffered changes as the segment's table."""
+        return self.drain().table
+
+    def drain(self) -> Drained:
+        """The buffered changes as Arrow (`Drained`); the buffer is left as it is."""
         ends = [start for _, start in self.shapes[1:]] + [len(self.images)]
         if len(self.shapes) == 1:
             data: list[pa.Array | pa.ChunkedArray] = self.decoding.arrays(
@@ -121,11 +160,36 @@ class TableBuffer:
                 for (shape, start), end in zip(self.shapes, ends, strict=True)
             ]
             data = [pa.chunked_array([part[i] for part in parts]) for i in range(len(parts[0]))]
+        kept = len(self.table.info.columns) + len(self.key_index)
         arrays = [
             pa.array(self.files, pa.int64()),
             pa.array(self.positions, pa.int64()),
             pa.array(self.rows, pa.int64()),
             pa.array(self.ops, pa.string()),
-            *data,
+            *data[:kept],
         ]
-        return pa.Table.from_arrays(arrays, schema=self.schema)
+        table = pa.Table.from_arrays(arrays, schema=self.schema)
+        before = dict(zip(self.before_names, data[kept:], strict=True))
+        return Drained(table, before, self.flags)
+
+
+def since(
+    own: pa.Table | None, start: tuple[int, int, int] | None, derived: pa.Table | None
+) -> pa.Table:
+    """A table's segment: its own changes after ``start`` (None: all of them; a parent's rows
+    before its start were kept only for the cascades they derive) and its derived changes."""
+    parts = [t for t in (own, derived) if t is not None]
+    if own is not None and own.num_rows and start is not None:
+        position = pc.add(pc.multiply(own.column("_tm_file"), 1 << 40), own.column("_tm_pos"))
+        after = pc.or_(
+            pc.greater(position, (start[0] << 40) + start[1]),
+            pc.and_(
+                pc.equal(position, (start[0] << 40) + start[1]),
+                pc.greater(own.column("_tm_row"), start[2]),
+            ),
+        )
+        if not pc.all(after).as_py():
+            parts[0] = own.filter(after)
+    if len(parts) == 1:
+        return parts[0]
+    return pa.concat_tables([parts[0], parts[1].cast(parts[0].schema)])

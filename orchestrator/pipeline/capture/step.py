@@ -57,7 +57,16 @@ from orchestrator.binlog.reference import (
 )
 from orchestrator.config import PipelineConfig
 from orchestrator.lake import storage
-from orchestrator.pipeline.capture.buffer import CaptureTable, TableBuffer, key_indexes
+from orchestrator.pipeline.capture.buffer import (
+    NEVER,
+    CaptureTable,
+    Drained,
+    TableBuffer,
+    before_indexes,
+    since,
+)
+from orchestrator.pipeline.capture.cascade_setup import RunCascades, run_cascades, with_before
+from orchestrator.pipeline.capture.derive import Cascades, Reread
 from orchestrator.pipeline.capture.filtering import ChangeFilters
 from orchestrator.pipeline.capture.reread import (
     MAX_REREAD_ROUNDS,
@@ -84,8 +93,7 @@ CHECKPOINT_SECONDS = 30.0
 LOG_SECONDS = 10.0
 
 _file_index = functools.lru_cache(maxsize=256)(file_index)
-#: The start of a table whose rows are no longer kept (it waits for a re-read, or failed).
-_NEVER = (1 << 62, 0, 0)
+_NEVER = NEVER
 
 #: How rows events are decoded: Tidemark's own decoder, or python-mysql-replication's.
 Decoder = Literal["fast", "library"]
@@ -154,18 +162,36 @@ class _Capture:
 
     decoder: Decoder = "fast"
     filters: ChangeFilters = field(default_factory=ChangeFilters)
+    run_cascades: RunCascades | None = None
+    staging: str = ""  # the staging URI ``root`` is the path of (segments read back)
+    cascades: Cascades | None = None
+    files: dict[int, str] = field(default_factory=dict)  # file index -> binlog file name
 
     def __post_init__(self) -> None:
-        library = LibraryRows({name: t.info for name, t in self.tables.items()})
-        for name, table in self.tables.items():
-            key = key_indexes(table)
+        captured = dict(self.tables)
+        if self.run_cascades is not None:  # parents outside the run: decoded for the cascades
+            captured = with_before(
+                {**captured, **self.run_cascades.outside}, self.run_cascades.keys
+            )
+        library = LibraryRows({name: t.info for name, t in captured.items()})
+        for name, table in captured.items():
+            key = before_indexes(table)
             decoding: Decoding = (
                 FastDecoding(table.info, key, json_text)
                 if self.decoder == "fast"
                 else LibraryDecoding(table.info, key, library)
             )
             self.buffers[name] = TableBuffer(table, decoding)
-        self.starts = {name: t.start.key for name, t in self.tables.items()}
+        self.starts = {name: t.start.key for name, t in captured.items()}
+        if self.run_cascades is not None:
+            cascades = self.run_cascades
+            self.cascades = Cascades(
+                cascades.keys, captured, self.starts, cascades.bases, cascades.segments, self.reread
+            )
+            begin = min(self.starts.values())
+            for name in self.cascades.as_parent:  # its rows before its own start still cascade
+                if name in self.starts:
+                    self.starts[name] = min(self.starts[name], begin)
 
     def add(self, event: RowsEvent, base: int = 0) -> int:
         """Buffer the event's rows, numbered from ``base`` at its position; returns how many
@@ -173,6 +199,7 @@ class _Capture:
         if self.xa.group is not None and self.xa.take(event):
             return 0
         file = _file_index(event.file)
+        self.files[file] = event.file
         start_file, start_pos, start_row = self.starts[event.table]
         if (file, event.end) < (start_file, start_pos):
             return 0  # its table's snapshot (or published version) already has these rows
@@ -182,7 +209,12 @@ class _Capture:
         except (
             Exception
         ) as exc:  # a value that cannot be decoded: recorded before any checkpoint past it
-            self.fail(event.table, exc, f"rows event ending at {event.file}:{event.end}")
+            self.fail(
+                event.table,
+                exc,
+                f"rows event ending at {event.file}:{event.end}",
+                (file, event.end),
+            )
             return 0
         self.buffered += added
         self.captured += added
@@ -190,14 +222,32 @@ class _Capture:
             self.flush()
         return first + added
 
-    def fail(self, table: str, exc: Exception, where: str) -> None:
+    def fail(
+        self, table: str, exc: Exception, where: str, at: tuple[int, int] | None = None
+    ) -> None:
         """``exc`` is the table's own failure (else it is raised): record it, drop the table's
-        buffered rows and keep none of its rows after."""
+        buffered rows and keep none of its rows after. ``at``: the failing event's position. The
+        run tables its rows cascade into are re-read from its first row lost."""
         if (reason := table_failure(exc)) is None:
             raise exc
-        fail_table(self.store, self.run_id, table, "capture", f"{reason} ({where})")
-        self.buffers[table].clear()
+        if table in self.tables:
+            fail_table(self.store, self.run_id, table, "capture", f"{reason} ({where})")
+        buffer = self.buffers[table]
+        lost = (buffer.files[0], buffer.positions[0]) if len(buffer) else at
+        buffer.clear()
         self.starts[table] = _NEVER
+        if self.cascades is not None and table in self.cascades.as_parent and lost is not None:
+            below = self.cascades.below(table, (*lost, 0))
+            if below:  # its rows cascade into them, and they are no longer known
+                what = f"{table}, whose rows cascade into it, failed ({reason})"
+                self.reread(Reread(frozenset(below), what, *lost))
+
+    def reread(self, reread: Reread) -> None:
+        """Tables the cascade derivation re-reads (`orchestrator.pipeline.capture.derive`)."""
+        self.change(
+            TableChange(reread.tables, reread.what, self.files.get(reread.file, ""), reread.pos),
+            (reread.file, reread.pos, 0),
+        )
 
     def xa_step(self, record: XaEvent) -> None:
         """An XA step: a committed transaction's rows are added at the commit's position."""
@@ -216,26 +266,43 @@ class _Capture:
         for event in committed:
             base += self.add(event, base)
 
-    def change(self, change: TableChange) -> None:
+    def change(self, change: TableChange, where: tuple[int, int, int] | None = None) -> None:
         """A change the binlog has no row images of: record the re-read, keep no more rows.
 
-        Recorded before any checkpoint past it, so a resumed capture still re-reads.
+        Recorded before any checkpoint past it, so a resumed capture still re-reads. The run
+        tables its rows cascade into are re-read with it (their derivation needs its rows).
+        ``where``: the change's position as a key, when it is not ``change``'s own.
         """
-        at = (_file_index(change.file), change.end)
-        for table in sorted(change.tables):
+        key = where or (_file_index(change.file), change.end, 0)
+        at, tables = key[:2], set(change.tables)
+        if self.cascades is not None:
+            for table in change.tables:
+                if table in self.cascades.as_parent and self.starts.get(table, NEVER) != NEVER:
+                    tables |= self.cascades.below(table, key)
+        for table in sorted(tables):
             start = self.starts.get(table)
             if start is None or at <= start[:2]:
                 continue  # not captured here, or its snapshot (or version) already has it
-            log.warning("table %s: %s at %s: re-read", table, change.what, change.position)
+            self.starts[table] = _NEVER
+            if table not in self.tables:  # a parent outside the run: nothing to re-read
+                continue
+            log.warning(
+                "table %s: %s at %s: re-read",
+                table,
+                change.what,
+                change.position if where is None else f"{self.files.get(key[0])}:{key[1]}",
+            )
+            position = (
+                change.position
+                if where is None
+                else BinlogPosition(self.files.get(key[0], change.file), key[1])
+            )
             self.store.set_table_status(
                 self.run_id,
                 table,
                 "planned",
-                info={
-                    "reread_pending": {"what": change.what, "position": change.position.to_json()}
-                },
+                info={"reread_pending": {"what": change.what, "position": position.to_json()}},
             )
-            self.starts[table] = _NEVER
 
     def boundary(self, position: BinlogPosition, *, final: bool = False) -> None:
         now = time.monotonic()
@@ -277,13 +344,26 @@ class _Capture:
         self.store.check_fence()  # a capture that lost the pipeline lock writes nothing more
         if not self.owners or self.owners[-1][0] != self.writer:
             self.owners.append([self.writer, self.segments + 1])
+        drained: dict[str, Drained] = {}
         for name, buffer in self.buffers.items():
             if not len(buffer):
                 continue
             try:  # values are converted here: one that cannot be fails its table alone, as in `add`
-                changes = self.filters.apply(name, buffer.to_arrow())
+                drained[name] = buffer.drain()
             except Exception as exc:
-                self.fail(name, exc, f"rows events before {self.stop}")
+                self.fail(name, exc, f"rows events before {self.stop}", None)
+        derived = self.cascades.process(drained) if self.cascades is not None else {}
+        for name in self.buffers.keys() & (drained.keys() | derived.keys()):
+            own = drained[name].table if name in drained else None
+            if name not in self.tables or self.starts[name] == _NEVER:
+                self.buffers[name].clear()  # a parent outside the run, or re-read from here
+                continue
+            early = self.cascades is not None and name in self.cascades.as_parent
+            changes = since(own, self.tables[name].start.key if early else None, derived.get(name))
+            try:
+                changes = self.filters.apply(name, changes)
+            except Exception as exc:
+                self.fail(name, exc, f"rows events before {self.stop}", None)
                 continue
             self.segments += 1
             path = (
@@ -291,8 +371,15 @@ class _Capture:
                 f"{segment_name(self.segments, self.writer)}"
             )
             write_segment(self.fs, path, changes)
-            self.rows[name] = self.rows.get(name, 0) + len(buffer)
-            buffer.clear()
+            self.rows[name] = self.rows.get(name, 0) + changes.num_rows
+            if self.cascades is not None:
+                self.cascades.written(
+                    name,
+                    storage.join(
+                        self.staging, self.run_id, "changes", name, path.rsplit("/", 1)[1]
+                    ),
+                )
+            self.buffers[name].clear()
             self.unsaved = True
         self.buffered = 0
         faults.point("capture.flushed")
@@ -363,6 +450,9 @@ def capture_changes(
     fs, root = storage.filesystem(config.staging_path)
     checkpoint, segments, rows, owners = resume_point(store, run_id, fs, root)
     begin = checkpoint or min((t.start for t in tables.values()), default=stop)
+    cascades = run_cascades(config, store, run_id, tables)
+    if cascades is not None:
+        tables = with_before(tables, cascades.keys)
     capture = _Capture(
         store=store,
         run_id=run_id,
@@ -378,6 +468,8 @@ def capture_changes(
         reported=sum(rows.values()),
         decoder=decoder,
         filters=ChangeFilters(tables, lambda: open_source(config)),
+        run_cascades=cascades,
+        staging=config.staging_path,
     )
     if checkpoint is not None:
         log.info(
@@ -389,11 +481,12 @@ def capture_changes(
         )
     if begin < stop:
         faults.point("capture.reading")
+        read = {**tables, **(cascades.outside if cascades is not None else {})}
         reader = BinlogReader(
             config.source,
             config.resolve_password(),
             begin,
-            {name: t.info for name, t in tables.items()},
+            {name: t.info for name, t in read.items()},
             stop=stop,
         )
         with reader, capture.filters:

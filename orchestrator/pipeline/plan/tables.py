@@ -20,6 +20,7 @@ from orchestrator.pipeline.capture.filtering import compile_table_filter
 from orchestrator.pipeline.context import open_source, table_dir
 from orchestrator.pipeline.failed import fail_table, table_failure
 from orchestrator.pipeline.plan.batches import Draft, assign_batches
+from orchestrator.pipeline.plan.cascades import table_cascades
 from orchestrator.pipeline.plan.chunks import check_escaping, plan_table
 from orchestrator.pipeline.segments import void_mark
 from orchestrator.positions import BinlogPosition, file_index
@@ -70,6 +71,7 @@ def plan_tables(
         check_escaping(source.query)
         follower = Follower(config, source)
         checkpoints = {cp.table: cp for cp in store.table_checkpoints(config.pipeline)}
+        cascades = table_cascades(config, source, [t.name for t in todo if t.name not in failing])
         for first in range(0, len(todo), FLUSH_TABLES):
             part = todo[first : first + FLUSH_TABLES]
             infos = (
@@ -77,8 +79,10 @@ def plan_tables(
             )
             drafts: list[PlannedTable | Draft] = []
             for table in part:
-                if table.name in failing:
-                    fail_table(store, run.run_id, table.name, "plan", failing[table.name])
+                blocked = cascades.get(table.name, {}).get("blocked")
+                if table.name in failing or blocked:
+                    why = failing.get(table.name) or str(blocked)
+                    fail_table(store, run.run_id, table.name, "plan", why)
                     continue
                 try:
                     drafts.append(
@@ -101,6 +105,10 @@ def plan_tables(
                     if reason is None:
                         raise
                     fail_table(store, run.run_id, table.name, "plan", reason)
+            for draft in drafts:
+                made = draft.plan if isinstance(draft, Draft) else draft
+                if made.table in cascades:
+                    made.info["cascades"] = cascades[made.table]
             _record(config, store, run.run_id, drafts)
 
 
@@ -309,6 +317,9 @@ def replan_snapshot(
         reread={**reason, "from": start.to_json()},
         void=void_mark(store, run_id),
     )
+    cascades = table_cascades(config, source, [table])
+    if table in cascades:
+        draft.plan.info["cascades"] = cascades[table]
     next_batch = max(store.batches(run_id), default=-1) + 1
     p = assign_batches([draft], next_batch, config.defaults)[0]
     store.add_run_table(

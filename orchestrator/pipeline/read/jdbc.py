@@ -50,7 +50,7 @@ from orchestrator.lake.iceberg import FIELD_ID
 from orchestrator.lake.writer import write_empty
 from orchestrator.pipeline.read.sql import column_aliases, column_sql, source_query
 from orchestrator.schema.tables import ColumnInfo, TableInfo
-from orchestrator.schema.values import staging_schema, staging_type
+from orchestrator.schema.values import srid_mismatch, staging_schema, staging_type
 from orchestrator.services.failures import error_chain
 from orchestrator.services.spark import apply_required_conf, job_description, spark_type
 from orchestrator.source.dialect import MARIADB_DRIVER, MYSQL_DRIVER
@@ -145,8 +145,27 @@ def column_read(column: ColumnInfo) -> ColumnRead:
             return ColumnRead(found.sql, T.LongType(), _micros_to_wall_clock)
         case "instant_micros":
             return ColumnRead(found.sql, T.LongType(), F.timestamp_micros)
+        case "spatial":
+            return ColumnRead(found.sql, T.BinaryType(), functools.partial(_wkb, column))
         case "as_is":
             return ColumnRead(found.sql, spark_type(staging_type(column)), _same)
+
+
+def _wkb(column: ColumnInfo, c: Column) -> Column:
+    """`orchestrator.schema.values.spatial_wkb` in Spark: the storage form without its 4 bytes of
+    SRID, a value of another SRID than the column declares failing the job."""
+    wkb = F.substring(c, 5, _MAX_BYTES)
+    if column.srid is None:
+        return wkb
+    prefix = F.lit(bytearray(column.srid.to_bytes(4, "little")))
+    message = F.lit(srid_mismatch(column, None))
+    return F.when(
+        F.substring(c, 1, 4) != prefix, F.raise_error(message).cast(T.BinaryType())
+    ).otherwise(wkb)
+
+
+#: `_wkb`'s substring length: past the end of any value (Spark's longest binary).
+_MAX_BYTES = (1 << 31) - 1
 
 
 def _micros_to_wall_clock(c: Column) -> Column:

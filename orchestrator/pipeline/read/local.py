@@ -46,7 +46,7 @@ from orchestrator.lake.order import sort_keys
 from orchestrator.lake.writer import key_at, write_table
 from orchestrator.pipeline.read.sql import Wire, column_aliases, column_sql, source_query
 from orchestrator.schema.tables import ColumnInfo, TableInfo
-from orchestrator.schema.values import staging_type
+from orchestrator.schema.values import spatial_wkb, staging_type
 from orchestrator.source.connection import Source
 from orchestrator.source.retry import is_connection_lost
 
@@ -270,5 +270,8 @@ def wire_array(values: Sequence[Any], wire: Wire, column: ColumnInfo) -> pa.Arra
             return pa.array(values, pa.timestamp("us"))
         case "instant_micros":
             return pa.array(values, pa.timestamp("us", "UTC"))
+        case "spatial":
+            wkb = spatial_wkb(column)
+            return pa.array([None if v is None else wkb(v) for v in values], pa.binary())
         case "as_is":
             return pa.array(values, staging_type(column))

@@ -21,7 +21,7 @@ from typing import Literal
 import pyarrow as pa
 
 from chunking.mysql import quote_identifier, quote_table
-from orchestrator.schema.families import DECIMAL_TYPES
+from orchestrator.schema.families import DECIMAL_TYPES, SPATIAL_TYPES
 from orchestrator.schema.tables import ColumnInfo, TableInfo
 from orchestrator.schema.types import is_boolean
 from orchestrator.schema.values import staging_type
@@ -31,7 +31,8 @@ from orchestrator.schema.values import staging_type
 #: integer; ``bits`` a signed 64-bit integer; ``text`` a string; ``double`` a float64;
 #: ``epoch_days`` days since 1970-01-01; ``wall_micros`` microseconds since 1970-01-01 00:00:00 of
 #: the stored wall clock; ``instant_micros`` microseconds since the epoch of the stored instant;
-#: ``time_micros`` signed microseconds of a TIME.
+#: ``time_micros`` signed microseconds of a TIME; ``spatial`` a spatial value in MySQL's storage
+#: form (the SRID as 4 bytes, then the WKB), which the binlog carries too (`values.spatial_wkb`).
 Wire = Literal[
     "as_is",
     "boolean",
@@ -43,6 +44,7 @@ Wire = Literal[
     "wall_micros",
     "instant_micros",
     "time_micros",
+    "spatial",
 ]
 
 
@@ -110,6 +112,10 @@ def column_sql(column: ColumnInfo) -> ColumnSql:
         return ColumnSql(f"CAST({q} AS CHAR)", "text")
     if t in ("enum", "set"):
         return ColumnSql(f"CAST({q} AS CHAR)", "text")
+    if t in SPATIAL_TYPES:
+        # As stored, not ST_AsBinary: the binlog holds the storage form, and MySQL 8's
+        # ST_AsBinary turns a geographic SRID's axes to latitude first.
+        return ColumnSql(q, "spatial")
     return ColumnSql(q, "as_is")
 
 

@@ -1,0 +1,437 @@
+"""Foreign-key cascades reach the lake (docs/design.md, "Foreign-key cascades").
+
+MariaDB's InnoDB runs ``ON DELETE``/``ON UPDATE`` ``CASCADE`` and ``SET NULL`` inside the
+engine and writes no row event for the child rows it changes; Tidemark derives them from the
+parents' row events. Each test changes parents between (or during) runs on the private MariaDB
+and ends with every table equal to the source through its manifest, pyiceberg and DuckDB
+(`tests.iceberg_readers`). Before the derivation, each of them kept the child rows the source
+deleted or changed through their parent.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.app.demo.localdb import LocalMariaDB
+from orchestrator.app.doctor import run_checks
+from orchestrator.app.plan import plan_command
+from orchestrator.config import PipelineConfig, load_config
+from orchestrator.pipeline.failed import TablesFailed
+from tests.conftest import pipeline_config, write_config
+from tests.iceberg_readers import assert_readers_equal_source
+from tests.integration.conftest import run_plain
+
+pytestmark = pytest.mark.integration
+
+
+def pipeline(
+    mariadb: LocalMariaDB,
+    tmp_path: Path,
+    db: str,
+    statements: list[str],
+    tables: list[str],
+    **defaults: Any,
+) -> PipelineConfig:
+    """Database ``db`` made anew by ``statements``, and a pipeline of ``tables`` in it."""
+    mariadb.execute(f"DROP DATABASE IF EXISTS {db}", f"CREATE DATABASE {db}")
+    mariadb.execute(*statements, database=db)
+    return load_config(
+        write_config(
+            tmp_path / "p.yaml",
+            pipeline_config(
+                tmp_path,
+                mariadb,
+                [{"name": f"{db}.{t}"} for t in tables],
+                name=db,
+                defaults={"read_margin_seconds": 0.0, **defaults},
+            ),
+        )
+    )
+
+
+def equal(config: PipelineConfig, db: str, tables: list[str]) -> None:
+    assert_readers_equal_source(config, [f"{db}.{t}" for t in tables])
+
+
+FAMILY = [
+    "CREATE TABLE p (id INT PRIMARY KEY, name VARCHAR(20))",
+    "CREATE TABLE c (id INT PRIMARY KEY, pid INT, note VARCHAR(20),"
+    " CONSTRAINT c_p FOREIGN KEY (pid) REFERENCES p (id) ON DELETE CASCADE ON UPDATE CASCADE)",
+    "CREATE TABLE g (id INT PRIMARY KEY, cid INT, w INT,"
+    " CONSTRAINT g_c FOREIGN KEY (cid) REFERENCES c (id) ON DELETE SET NULL)",
+    "INSERT INTO p SELECT seq, CONCAT('p', seq) FROM seq_1_to_40",
+    "INSERT INTO c SELECT seq, 1 + seq % 40, CONCAT('c', seq) FROM seq_1_to_400",
+    "INSERT INTO g SELECT seq, 1 + seq % 400, seq FROM seq_1_to_800",
+]
+
+
+def test_delete_update_and_set_null_cascades_three_levels(
+    mariadb: LocalMariaDB, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The issue's case: parents deleted and re-keyed, children (ON DELETE CASCADE ON UPDATE
+    CASCADE) and grandchildren (ON DELETE SET NULL) all in the pipeline, between runs."""
+    db = "casc_family"
+    tables = ["p", "c", "g"]
+    config = pipeline(mariadb, tmp_path, db, FAMILY, tables)
+    run_plain(config)
+    mariadb.execute(
+        "DELETE FROM p WHERE id <= 10",  # 100 children deleted, 200 grandchildren set null
+        "UPDATE p SET id = id + 1000 WHERE id BETWEEN 11 AND 20",  # 100 children re-pointed
+        "UPDATE c SET note = 'own change' WHERE id % 40 = 21",  # own changes among them
+        database=db,
+    )
+    caplog.set_level(logging.WARNING)
+    run_plain(config)
+    equal(config, db, tables)
+    assert "re-read" not in caplog.text  # derived, not read again
+
+
+def test_a_child_without_a_key_is_read_again_after_a_cascade(
+    mariadb: LocalMariaDB, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A child with no key (published as the multiset of its rows) cannot take derived records:
+    a cascade into it re-reads it, saying why, and the lake still equals the source."""
+    db = "casc_keyless"
+    statements = [
+        "CREATE TABLE p (id INT PRIMARY KEY, name VARCHAR(20))",
+        "CREATE TABLE log (pid INT, what VARCHAR(20),"
+        " CONSTRAINT log_p FOREIGN KEY (pid) REFERENCES p (id) ON DELETE CASCADE)",
+        "INSERT INTO p SELECT seq, CONCAT('p', seq) FROM seq_1_to_20",
+        "INSERT INTO log SELECT 1 + seq % 20, 'same' FROM seq_1_to_200",  # identical rows
+    ]
+    config = pipeline(mariadb, tmp_path, db, statements, ["p", "log"])
+    run_plain(config)
+    mariadb.execute("DELETE FROM p WHERE id <= 5", database=db)
+    caplog.set_level(logging.INFO)
+    run_plain(config)
+    equal(config, db, ["p", "log"])
+    assert "has no key: its rows are a multiset" in caplog.text
+
+
+def test_a_self_referencing_tree_loses_whole_subtrees(
+    mariadb: LocalMariaDB, tmp_path: Path
+) -> None:
+    """Deleting a node deletes its subtree, level after level, inside one table."""
+    db = "casc_tree"
+    tree = [
+        "CREATE TABLE t (id INT PRIMARY KEY, parent INT, label VARCHAR(20),"
+        " CONSTRAINT t_up FOREIGN KEY (parent) REFERENCES t (id) ON DELETE CASCADE)",
+        "INSERT INTO t VALUES (1, NULL, 'root')",
+        "INSERT INTO t SELECT seq, seq DIV 2, CONCAT('n', seq) FROM seq_2_to_2000",  # 11 levels
+    ]
+    config = pipeline(mariadb, tmp_path, db, tree, ["t"])
+    run_plain(config)
+    mariadb.execute(
+        "UPDATE t SET label = 'moved', parent = 6 WHERE id = 70",  # a subtree moved under 3
+        "DELETE FROM t WHERE id IN (3, 41, 400)",
+        database=db,
+    )
+    run_plain(config)
+    equal(config, db, ["t"])
+
+
+COMPOSITE = [
+    "CREATE TABLE cp (a INT, b VARCHAR(8) COLLATE utf8mb4_bin, name VARCHAR(10),"
+    " PRIMARY KEY (a, b))",
+    "CREATE TABLE cc (a INT, b VARCHAR(8) COLLATE utf8mb4_bin, n INT, v INT,"
+    " PRIMARY KEY (a, b, n), CONSTRAINT cc_cp FOREIGN KEY (a, b) REFERENCES cp (a, b)"
+    " ON DELETE CASCADE ON UPDATE CASCADE)",
+    "CREATE TABLE gc (id INT PRIMARY KEY, a INT, b VARCHAR(8) COLLATE utf8mb4_bin, n INT,"
+    " CONSTRAINT gc_cc FOREIGN KEY (a, b, n) REFERENCES cc (a, b, n)"
+    " ON DELETE SET NULL ON UPDATE CASCADE)",
+    "INSERT INTO cp SELECT seq, CONCAT('k', seq % 3), 'x' FROM seq_1_to_30",
+    "INSERT INTO cc SELECT a, b, seq, seq FROM cp JOIN seq_1_to_5",
+    "INSERT INTO gc SELECT ROW_NUMBER() OVER (), a, b, n FROM cc",
+]
+
+
+def test_a_composite_key_whose_cascade_changes_the_childs_own_key(
+    mariadb: LocalMariaDB, tmp_path: Path
+) -> None:
+    """An ON UPDATE CASCADE into a child whose primary key holds the foreign key: the child's
+    key changes (its old key deleted), and its own child follows it."""
+    db = "casc_composite"
+    tables = ["cp", "cc", "gc"]
+    config = pipeline(mariadb, tmp_path, db, COMPOSITE, tables)
+    run_plain(config)
+    mariadb.execute(
+        "UPDATE cp SET b = CONCAT(b, 'x') WHERE a <= 5",
+        "UPDATE cp SET a = a + 100 WHERE a BETWEEN 6 AND 8",
+        "DELETE FROM cp WHERE a IN (9, 10)",
+        database=db,
+    )
+    run_plain(config)
+    equal(config, db, tables)
+
+
+def test_a_parent_outside_the_pipeline(mariadb: LocalMariaDB, tmp_path: Path) -> None:
+    """The parent is not a table of the run: its rows events are captured, never published."""
+    db = "casc_outside"
+    config = pipeline(mariadb, tmp_path, db, FAMILY, ["c", "g"])
+    run_plain(config)
+    mariadb.execute(
+        "DELETE FROM p WHERE id IN (3, 4, 5)",
+        "UPDATE p SET id = 500 WHERE id = 6",
+        database=db,
+    )
+    run_plain(config)
+    equal(config, db, ["c", "g"])
+    assert not (tmp_path / "lake" / db / "p").exists()
+
+
+def test_a_session_without_foreign_key_checks_cascades_nothing(
+    mariadb: LocalMariaDB, tmp_path: Path
+) -> None:
+    """``foreign_key_checks=0``: the engine runs no action and the children keep pointing at
+    deleted parents, in the source and so in the lake; another session's delete cascades."""
+    db = "casc_unchecked"
+    tables = ["p", "c", "g"]
+    config = pipeline(mariadb, tmp_path, db, FAMILY, tables)
+    run_plain(config)
+    conn = mariadb.connect(database=db)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SET SESSION foreign_key_checks = 0")
+            cur.execute("DELETE FROM p WHERE id IN (1, 2)")
+            cur.execute("UPDATE p SET id = 900 WHERE id = 3")
+            cur.execute("SET SESSION foreign_key_checks = 1")
+            cur.execute("DELETE FROM p WHERE id = 4")
+        conn.commit()
+    finally:
+        conn.close()
+    assert mariadb.execute(f"SELECT COUNT(*) FROM {db}.c WHERE pid IN (1, 2, 3)")[0][0] == 30
+    run_plain(config)
+    equal(config, db, tables)
+
+
+def test_a_cascade_in_an_xa_transaction_counts_at_its_commit(
+    mariadb: LocalMariaDB, tmp_path: Path
+) -> None:
+    db = "casc_xa"
+    tables = ["p", "c", "g"]
+    config = pipeline(mariadb, tmp_path, db, FAMILY, tables)
+    run_plain(config)
+    mariadb.execute(
+        "XA START 'casc'",
+        "DELETE FROM p WHERE id IN (7, 8)",
+        "UPDATE p SET id = 700 WHERE id = 9",
+        "XA END 'casc'",
+        "XA PREPARE 'casc'",
+        "XA COMMIT 'casc'",
+        database=db,
+    )
+    run_plain(config)
+    equal(config, db, tables)
+
+
+def test_a_statement_format_cascade_re_reads_the_children(
+    mariadb: LocalMariaDB, tmp_path: Path, caplog: pytest.LogCaptureFixture, spark: object
+) -> None:
+    """A parent changed by a STATEMENT-format session: its cascades are in no row event at all,
+    so the parent and every table below it are read again."""
+    db = "casc_statement"
+    tables = ["p", "c", "g"]
+    config = pipeline(mariadb, tmp_path, db, FAMILY, tables)
+    run_plain(config)
+    conn = mariadb.connect(database=db)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SET SESSION binlog_format = 'STATEMENT'")
+            cur.execute("DELETE FROM p WHERE id IN (11, 12)")
+        conn.commit()
+    finally:
+        conn.close()
+    caplog.set_level(logging.WARNING)
+    run_plain(config)
+    equal(config, db, tables)
+    for table in tables:
+        assert f"table {db}.{table}: " in caplog.text and "re-read" in caplog.text
+
+
+class _Writer(threading.Thread):
+    """Deletes parents, changes their keys, adds parents with children and changes children,
+    until stopped: cascades land anywhere in the snapshot's reads, before and after each."""
+
+    def __init__(self, mariadb: LocalMariaDB, db: str) -> None:
+        super().__init__(daemon=True)
+        self.mariadb, self.db = mariadb, db
+        self.stop = threading.Event()
+        self.done = 0
+
+    def run(self) -> None:
+        rng = random.Random(32)
+        conn = self.mariadb.connect(database=self.db)
+        fresh = 10_000
+        try:
+            with conn.cursor() as cur:
+                while not self.stop.is_set():
+                    match self.done % 4:
+                        case 0:
+                            cur.execute("DELETE FROM p WHERE id = %s", (rng.randint(1, 400),))
+                        case 1:
+                            fresh += 1
+                            cur.execute(
+                                "UPDATE p SET id = %s WHERE id = %s", (fresh, rng.randint(1, 400))
+                            )
+                        case 2:
+                            fresh += 1
+                            cur.execute("INSERT INTO p VALUES (%s, 'new')", (fresh,))
+                            cur.execute(
+                                "INSERT INTO c SELECT %s * 100 + seq, %s, 'new' FROM seq_1_to_5",
+                                (fresh, fresh),
+                            )
+                        case 3:
+                            cur.execute(
+                                "UPDATE c SET note = 'own' WHERE id = %s", (rng.randint(1, 4000),)
+                            )
+                    conn.commit()
+                    self.done += 1
+                    time.sleep(0.005)
+        finally:
+            conn.close()
+
+
+@pytest.mark.slow
+def test_cascades_inside_the_snapshot_window_under_concurrent_writers(
+    mariadb: LocalMariaDB, tmp_path: Path, spark: object
+) -> None:
+    """A writer deletes and re-keys parents while the three tables are snapshotted in many
+    chunks and batches (Spark's reads): each cascade lands before, inside or after some chunk's
+    read. The run's result, caught up by one more run after the writer stopped, equals the
+    source."""
+    db = "casc_window"
+    family = [
+        *FAMILY[:3],
+        "INSERT INTO p SELECT seq, CONCAT('p', seq) FROM seq_1_to_400",
+        "INSERT INTO c SELECT seq, 1 + seq % 400, CONCAT('c', seq) FROM seq_1_to_4000",
+        "INSERT INTO g SELECT seq, 1 + seq % 4000, seq FROM seq_1_to_8000",
+    ]
+    tables = ["p", "c", "g"]
+    config = pipeline(mariadb, tmp_path, db, family, tables, chunk_size=500, batch_chunks=2)
+    writer = _Writer(mariadb, db)
+    writer.start()
+    try:
+        run_plain(config)
+    finally:
+        writer.stop.set()
+        writer.join()
+    assert writer.done > 50, "the writer made too few changes to test anything"
+    run_plain(config)
+    equal(config, db, tables)
+
+
+TEXT_KEYS = [
+    "CREATE TABLE country (code VARCHAR(3) COLLATE utf8mb4_general_ci PRIMARY KEY)",
+    "CREATE TABLE city (id INT PRIMARY KEY, country VARCHAR(3) COLLATE utf8mb4_general_ci,"
+    " CONSTRAINT city_country FOREIGN KEY (country) REFERENCES country (code)"
+    " ON DELETE CASCADE ON UPDATE CASCADE)",
+    "INSERT INTO country VALUES ('fr'), ('de'), ('it')",
+    "INSERT INTO city SELECT seq, ELT(1 + seq % 3, 'FR', 'de', 'It') FROM seq_1_to_30",
+]
+
+
+def test_a_key_compared_in_a_collation_re_reads_its_child_saying_why(
+    mariadb: LocalMariaDB, tmp_path: Path, caplog: pytest.LogCaptureFixture, spark: object
+) -> None:
+    """``'FR'`` references ``'fr'`` under utf8mb4_general_ci: Tidemark does not evaluate the
+    collation, so a cascade through that key re-reads the child, logged with the reason."""
+    db = "casc_collation"
+    config = pipeline(mariadb, tmp_path, db, TEXT_KEYS, ["country", "city"])
+    run_plain(config)
+    mariadb.execute("DELETE FROM country WHERE code = 'fr'", database=db)
+    caplog.set_level(logging.WARNING)
+    run_plain(config)
+    equal(config, db, ["country", "city"])
+    assert f"table {db}.city: a foreign-key cascade (a delete of {db}.country" in caplog.text
+    assert "compares text in collation utf8mb4_general_ci" in caplog.text
+
+
+def test_doctor_and_plan_list_the_cascading_keys(
+    mariadb: LocalMariaDB, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = "casc_doctor"
+    config = pipeline(mariadb, tmp_path, db, [*FAMILY[:3], *TEXT_KEYS[:2]], ["c", "g", "city"])
+    lines = {c.name: c.detail for c in run_checks(config)}
+    assert (
+        "writes no row event for the child rows its cascades change"
+        in (lines["foreign-key cascades"])
+    )
+    assert lines[f"cascade {db}.c.c_p"] == (
+        f"{db}.c (pid) -> {db}.p (id) ON DELETE CASCADE ON UPDATE CASCADE: derived; {db}.p is "
+        "not in the pipeline: its row events are read for the cascades, never published"
+    )
+    assert lines[f"cascade {db}.g.g_c"].endswith("ON DELETE SET NULL ON UPDATE RESTRICT: derived")
+    assert "re-read when it cascades" in lines[f"cascade {db}.city.city_country"]
+    assert plan_command(config, [], as_json=True) == 0
+    cascades = json.loads(capsys.readouterr().out)["cascades"]
+    assert cascades["mode"] == "derive"
+    keys = {k["name"]: k for k in cascades["keys"]}
+    assert set(keys) == {"c_p", "g_c", "city_country"}
+    assert keys["c_p"]["derived"] and keys["c_p"]["outside_pipeline"] == [f"{db}.p"]
+    assert not keys["city_country"]["derived"] and keys["city_country"]["outside_pipeline"] == [
+        f"{db}.country"
+    ]
+
+
+def test_a_parent_the_user_cannot_see_fails_its_child_naming_the_grant(
+    mariadb: LocalMariaDB, tmp_path: Path
+) -> None:
+    """Without SELECT on a parent outside the pipeline its row events cannot be decoded, so the
+    cascades from it (into ``c``, and through ``c`` into ``g``) cannot be followed: doctor fails
+    both and a run leaves them out, saying which grant is missing."""
+    db = "casc_grants"
+    config = pipeline(mariadb, tmp_path, db, FAMILY, ["c", "g"])
+    mariadb.execute(
+        "CREATE USER IF NOT EXISTS 'tm_casc'@'%' IDENTIFIED BY 'casc-pass'",
+        "GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO 'tm_casc'@'%'",
+        f"GRANT SELECT ON {db}.c TO 'tm_casc'@'%'",
+        f"GRANT SELECT ON {db}.g TO 'tm_casc'@'%'",
+    )
+    data = pipeline_config(
+        tmp_path,
+        mariadb,
+        [{"name": f"{db}.c"}, {"name": f"{db}.g"}],
+        name=db,
+        defaults={"read_margin_seconds": 0.0},
+    )
+    data["source"] = mariadb.source_config("tm_casc", "casc-pass")
+    config = load_config(write_config(tmp_path / "p.yaml", data))
+    failed = {c.name: c for c in run_checks(config) if not c.ok}
+    assert set(failed) == {f"cascades {db}.c", f"cascades {db}.g"}, failed
+    assert "grant it SELECT there" in failed[f"cascades {db}.c"].detail
+    with pytest.raises(TablesFailed) as partial:
+        run_plain(config)
+    assert set(partial.value.failed) == {f"{db}.c", f"{db}.g"}
+    assert f"keys' rules of {db}.p: grant it SELECT" in partial.value.failed[f"{db}.c"]["reason"]
+
+
+def test_a_key_referencing_a_unique_column_that_is_not_the_parents_key(
+    mariadb: LocalMariaDB, tmp_path: Path
+) -> None:
+    """The parent's referenced column is a unique key besides its primary key: an update's old
+    value is in the rows event's before image only, which the capture decodes for it."""
+    db = "casc_unique"
+    statements = [
+        "CREATE TABLE p (id INT PRIMARY KEY, code INT NOT NULL, UNIQUE KEY u_code (code))",
+        "CREATE TABLE c (id INT PRIMARY KEY, pcode INT, CONSTRAINT c_code FOREIGN KEY (pcode)"
+        " REFERENCES p (code) ON UPDATE CASCADE ON DELETE SET NULL)",
+        "INSERT INTO p SELECT seq, 1000 + seq FROM seq_1_to_20",
+        "INSERT INTO c SELECT seq, 1000 + 1 + seq % 20 FROM seq_1_to_200",
+    ]
+    config = pipeline(mariadb, tmp_path, db, statements, ["p", "c"])
+    run_plain(config)
+    mariadb.execute(
+        "UPDATE p SET code = code + 5000 WHERE id <= 5",
+        "DELETE FROM p WHERE id IN (6, 7)",
+        database=db,
+    )
+    run_plain(config)
+    equal(config, db, ["p", "c"])
