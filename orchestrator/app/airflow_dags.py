@@ -9,6 +9,13 @@ files in ``dags/`` import it from the installed package, so a plain
 ``DagBag(dag_folder="dags")`` loads them.
 
     preflight >> plan >> read (mapped over batches) >> capture >> reconcile >> publish >> outcome
+
+A run with nothing to read (every table incremental, or a resumed run whose chunks are all
+read) takes a shorter way: ``plan`` captures, reconciles and publishes itself, in the same
+process, announces the tables through AssetAliases, and skips the tasks after it (``outcome``
+too, unless tables failed on their own). Each task is a process of its own that imports
+Tidemark and Airflow again (docs/airflow.md, "What a DAG run costs"); a run whose tasks would
+each do little pays that once instead of five times.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from airflow.sdk import (
     Param,
     RetryAction,
     RetryRule,
+    SkipMixin,
     XComArg,
     get_current_context,
     get_parsing_context,
@@ -71,6 +79,8 @@ NO_RETRY_ON = ExceptionRetryPolicy(
     ]
 )
 MAP_INDEX_TEMPLATE = "{{ task.op_kwargs['batch']['label'] }}"
+#: What ``plan`` skips when it published the run itself (``outcome`` too unless tables failed).
+DONE_IN_PLAN = ("read", "capture", "reconcile", "publish")
 
 
 def _holder() -> str:
@@ -161,6 +171,56 @@ def _hold_for(config: PipelineConfig, run: str) -> Iterator[None]:
             store.close()
 
 
+def _publish_step(
+    config: PipelineConfig, run: str, holder: str
+) -> tuple[dict[str, steps.Published], dict[str, dict[str, Any]]]:
+    """`steps.publish`, with a partial run's error turned into what it published and what failed
+    (those tables' asset events are still announced; ``outcome`` fails the DAG run)."""
+    try:
+        done = steps.publish(config, run, holder=holder)
+        failed: dict[str, dict[str, Any]] = {}
+    except TablesFailed as exc:  # the others are published: announce them
+        log.error("%s", exc)
+        done, failed = exc.published, exc.failed
+    for p in done:
+        log.info("published %s", p)
+    return {p.table: p for p in done}, failed
+
+
+@dataclass(frozen=True, slots=True)
+class _Event:
+    """One asset event of a run: the table's Asset, its extra, the alias announcing it (None: a
+    declared outlet of the task)."""
+
+    asset: Asset
+    extra: dict[str, Any]
+    alias: AssetAlias | None
+
+
+def _events(
+    config: PipelineConfig,
+    run: str,
+    published: dict[str, steps.Published],
+    failed: dict[str, dict[str, Any]],
+    assets: dict[str, Asset],
+    aliases: dict[str, AssetAlias],
+) -> Iterator[_Event]:
+    """The asset events of a published run: each table of a pattern entry it published joins
+    its pattern's alias; each table of an entry of its own gets one (``published: false`` when
+    the run did not publish it)."""
+    for p in published.values():
+        pattern = support.pattern_of(config, p.table)
+        if p.table not in assets and pattern is not None:
+            asset = Asset(support.asset_uri(config, p.table))
+            yield _Event(asset, support.asset_extra(p, run), aliases[pattern])
+    for table, asset in assets.items():
+        if table in published:
+            yield _Event(asset, support.asset_extra(published[table], run), None)
+        else:
+            extra = support.not_published_extra(table, run, failed.get(table))
+            yield _Event(asset, extra, None)
+
+
 def _request(config: PipelineConfig) -> support.RunRequest:
     context = get_current_context()
     return support.run_request(config, context["params"], context["dag_run"].conf)
@@ -185,6 +245,9 @@ def build_dag(config: PipelineConfig) -> DAG:
     aliases = {
         t.name: AssetAlias(support.alias_name(config, t.name)) for t in config.tables if t.pattern
     }
+    # `plan` publishes a run with nothing to read itself. Declaring the Assets on it would emit an
+    # event for each whenever it succeeds, so it announces them through an alias of its own.
+    caught_up = AssetAlias(support.caught_up_alias_name(config))
     pool = support.pool_name(config)
     # Airflow fails (and retries) a task running longer than this; the run resumes.
     limit = support.execution_timeouts(config)
@@ -216,12 +279,19 @@ def build_dag(config: PipelineConfig) -> DAG:
                 log.warning("table %s is left out of this run: %s", table, why)
             return failing
 
-        # XCom: the batches to read (the return value, mapped over) and key "run_id".
-        @task(pool=pool, execution_timeout=limit["plan"])
+        # XCom: the batches to read (the return value, mapped over) and key "run_id". With no
+        # batch, the run is captured, reconciled and published here and the tasks after skipped.
+        @task(
+            pool=pool,
+            execution_timeout=limit["plan"],
+            outlets=[caught_up, *aliases.values()],
+        )
         def plan(failing: dict[str, str] | None) -> list[dict[str, Any]]:
             _mask_password(config)
             request = _request(config)
-            with hold_lock(config, _holder()):  # renewed while the task runs; fences its writes
+            context = get_current_context()
+            holder = _holder()
+            with hold_lock(config, holder):  # renewed while the task runs; fences its writes
                 # snapshot: the chosen tables leave an unfinished run of another DAG run, as
                 # `run --snapshot` does (one none of whose tables is left is left behind), so a
                 # run that keeps failing does not keep a trigger from re-snapshotting its tables
@@ -230,14 +300,30 @@ def build_dag(config: PipelineConfig) -> DAG:
                     tables=request.tables,
                     snapshot=request.snapshot,
                     chunk_size=request.chunk_size,
-                    holder=_holder(),
+                    holder=holder,
                     failing=failing or {},
                     fresh=request.snapshot,
                 )
-            log.info("%s; tables %s", handle, ", ".join(handle.tables))
-            get_current_context()["ti"].xcom_push(key="run_id", value=handle.run_id)
-            _warn_if_not_asked(config, handle, request)
-            return [support.batch_xcom(b) for b in handle.batches]
+                log.info("%s; tables %s", handle, ", ".join(handle.tables))
+                context["ti"].xcom_push(key="run_id", value=handle.run_id)
+                _warn_if_not_asked(config, handle, request)
+                if handle.batches:
+                    return [support.batch_xcom(b) for b in handle.batches]
+                run = handle.run_id
+                log.info("run %s: nothing to read; capture, reconcile and publish here", run)
+                log.info("capture: %s", steps.capture(config, run) or "already captured")
+                log.info("%s", steps.reconcile(config, run))
+                published, failed = _publish_step(config, run, holder)
+            for event in _events(config, run, published, failed, assets, aliases):
+                alias = event.alias or caught_up
+                context["outlet_events"][alias].add(event.asset, extra=event.extra)
+            skip = [
+                *DONE_IN_PLAN,
+                *(["outcome"] if support.tables_failed(config, run) is None else []),
+            ]
+            log.info("published in plan: skipping %s", ", ".join(skip))
+            SkipMixin().skip(context["ti"], [dag.get_task(t) for t in skip])  # ends the task
+            return []
 
         @task(pool=pool, map_index_template=MAP_INDEX_TEMPLATE, execution_timeout=limit["read"])
         def read(run: str, batch: dict[str, Any]) -> None:
@@ -262,36 +348,15 @@ def build_dag(config: PipelineConfig) -> DAG:
         # in (partial) publishes the others and succeeds here with their events; `outcome` fails.
         @task(outlets=[*assets.values(), *aliases.values()], execution_timeout=limit["publish"])
         def publish(run: str) -> Iterator[Metadata]:
-            failed: dict[str, dict[str, Any]] = {}
             with _hold_for(config, run):
-                try:
-                    done = steps.publish(config, run, holder=_holder())
-                except TablesFailed as exc:  # the others are published: announce them
-                    log.error("%s", exc)
-                    done, failed = exc.published, exc.failed
-            published = {p.table: p for p in done}
-            for p in published.values():
-                log.info("published %s", p)
-                pattern = support.pattern_of(config, p.table)
-                if (
-                    p.table not in assets and pattern is not None
-                ):  # its Asset joins the pattern's alias
-                    yield Metadata(
-                        Asset(support.asset_uri(config, p.table)),
-                        support.asset_extra(p, run),
-                        alias=aliases[pattern],
-                    )
-            for table, asset in assets.items():
-                if table in published:
-                    yield Metadata(asset, support.asset_extra(published[table], run))
-                else:
-                    yield Metadata(
-                        asset, support.not_published_extra(table, run, failed.get(table))
-                    )
+                published, failed = _publish_step(config, run, _holder())
+            for event in _events(config, run, published, failed, assets, aliases):
+                yield Metadata(event.asset, event.extra, alias=event.alias)
 
         # Fails the DAG run when tables failed on their own (the run ended partial), as the CLI
-        # exits 1; the other tables' asset events are recorded by then.
-        @task(execution_timeout=limit["outcome"])
+        # exits 1; the other tables' asset events are recorded by then. It runs after a `publish`
+        # that `plan` skipped (having published itself) and was left for this task to run.
+        @task(trigger_rule="none_failed", execution_timeout=limit["outcome"])
         def outcome(run: str) -> None:
             failure = support.tables_failed(config, run)
             if failure is not None:
