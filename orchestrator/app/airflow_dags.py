@@ -8,9 +8,10 @@ outlet events only when it succeeds). Everything else comes from
 files in ``dags/`` import it from the installed package, so a plain
 ``DagBag(dag_folder="dags")`` loads them.
 
-    preflight >> plan >> read (mapped over batches) >> capture >> reconcile >> publish >> outcome
+    plan >> read (mapped over batches) >> capture >> reconcile >> publish >> outcome
 
-A run with nothing to read (every table incremental, or a resumed run whose chunks are all
+``plan`` checks the source first (`steps.preflight`, what ``tidemark run`` does first too). A
+run with nothing to read (every table incremental, or a resumed run whose chunks are all
 read) takes a shorter way: ``plan`` captures, reconciles and publishes itself, in the same
 process, announces the tables through AssetAliases, and skips the tasks after it (``outcome``
 too, unless tables failed on their own). Each task is a process of its own that imports
@@ -187,6 +188,25 @@ def _publish_step(
     return {p.table: p for p in done}, failed
 
 
+def _run_rest(
+    config: PipelineConfig, run: str, holder: str
+) -> tuple[dict[str, steps.Published], dict[str, dict[str, Any]]]:
+    """Capture, reconcile and publish a run with nothing to read, in ``plan``'s process (under its
+    lock): what the three tasks after ``read`` would do, each step as idempotent as there."""
+    log.info("run %s: nothing to read; capture, reconcile and publish in this task", run)
+    log.info("capture: %s", steps.capture(config, run) or "every table already captured")
+    log.info("%s", steps.reconcile(config, run))
+    return _publish_step(config, run, holder)
+
+
+def _announce(events: Iterator[_Event], caught_up: AssetAlias) -> None:
+    """Record asset events from a task that declares only aliases (``plan``): each through its
+    pattern's alias, a table of an entry of its own through ``caught_up``."""
+    outlet_events = get_current_context()["outlet_events"]
+    for event in events:
+        outlet_events[event.alias or caught_up].add(event.asset, extra=event.extra)
+
+
 @dataclass(frozen=True, slots=True)
 class _Event:
     """One asset event of a run: the table's Asset, its extra, the alias announcing it (None: a
@@ -270,15 +290,6 @@ def build_dag(config: PipelineConfig) -> DAG:
         },
         auto_register=False,
     ) as dag:
-        # XCom: the tables that failed a check of their own ({table: one line}, no secrets).
-        @task(pool=pool, execution_timeout=limit["preflight"])
-        def preflight() -> dict[str, str]:
-            _mask_password(config)
-            failing = steps.preflight(config, _request(config).tables)
-            for table, why in sorted(failing.items()):
-                log.warning("table %s is left out of this run: %s", table, why)
-            return failing
-
         # XCom: the batches to read (the return value, mapped over) and key "run_id". With no
         # batch, the run is captured, reconciled and published here and the tasks after skipped.
         @task(
@@ -286,10 +297,14 @@ def build_dag(config: PipelineConfig) -> DAG:
             execution_timeout=limit["plan"],
             outlets=[caught_up, *aliases.values()],
         )
-        def plan(failing: dict[str, str] | None) -> list[dict[str, Any]]:
+        def plan() -> list[dict[str, Any]]:
             _mask_password(config)
             request = _request(config)
-            context = get_current_context()
+            # the source's checks, as `tidemark run` makes them first: the lock is not taken when
+            # the source is not ready; tables failing a check of their own are left out
+            failing = steps.preflight(config, request.tables)
+            for table, why in sorted(failing.items()):
+                log.warning("table %s is left out of this run: %s", table, why)
             holder = _holder()
             with hold_lock(config, holder):  # renewed while the task runs; fences its writes
                 # snapshot: the chosen tables leave an unfinished run of another DAG run, as
@@ -301,29 +316,22 @@ def build_dag(config: PipelineConfig) -> DAG:
                     snapshot=request.snapshot,
                     chunk_size=request.chunk_size,
                     holder=holder,
-                    failing=failing or {},
+                    failing=failing,
                     fresh=request.snapshot,
                 )
                 log.info("%s; tables %s", handle, ", ".join(handle.tables))
-                context["ti"].xcom_push(key="run_id", value=handle.run_id)
+                get_current_context()["ti"].xcom_push(key="run_id", value=handle.run_id)
                 _warn_if_not_asked(config, handle, request)
                 if handle.batches:
                     return [support.batch_xcom(b) for b in handle.batches]
-                run = handle.run_id
-                log.info("run %s: nothing to read; capture, reconcile and publish here", run)
-                log.info("capture: %s", steps.capture(config, run) or "already captured")
-                log.info("%s", steps.reconcile(config, run))
-                published, failed = _publish_step(config, run, holder)
-            for event in _events(config, run, published, failed, assets, aliases):
-                alias = event.alias or caught_up
-                context["outlet_events"][alias].add(event.asset, extra=event.extra)
-            skip = [
-                *DONE_IN_PLAN,
-                *(["outcome"] if support.tables_failed(config, run) is None else []),
-            ]
+                published, failed = _run_rest(config, handle.run_id, holder)
+            _announce(_events(config, handle.run_id, published, failed, assets, aliases), caught_up)
+            skip = [*DONE_IN_PLAN]
+            if support.tables_failed(config, handle.run_id) is None:
+                skip.append("outcome")
             log.info("published in plan: skipping %s", ", ".join(skip))
-            SkipMixin().skip(context["ti"], [dag.get_task(t) for t in skip])  # ends the task
-            return []
+            SkipMixin().skip(get_current_context()["ti"], [dag.get_task(t) for t in skip])
+            return []  # not reached: skip() ends the task, successful
 
         @task(pool=pool, map_index_template=MAP_INDEX_TEMPLATE, execution_timeout=limit["read"])
         def read(run: str, batch: dict[str, Any]) -> None:
@@ -363,8 +371,7 @@ def build_dag(config: PipelineConfig) -> DAG:
                 raise failure
             log.info("run %s: no table failed", run)
 
-        failing: Any = preflight()  # a dict when plan runs
-        batches = plan(failing)
+        batches = plan()
         run_id: Any = XComArg(dag.get_task("plan"), key="run_id")  # a str when the tasks run
         reads = read.partial(run=run_id).expand(batch=batches)
         reads >> capture(run_id) >> reconcile(run_id) >> publish(run_id) >> outcome(run_id)

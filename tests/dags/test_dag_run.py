@@ -125,7 +125,7 @@ def test_unknown_conf_key_fails_the_run_before_any_read(
 
     states = task_states(run)
     assert run.state == "failed", states
-    assert states["preflight[-1]"] == "failed" and states["plan[-1]"] == "upstream_failed", states
+    assert states["plan[-1]"] == "failed" and states["read[-1]"] == "upstream_failed", states
     assert not lake.exists(), "nothing may be read or published"
     out, err = capfd.readouterr()
     assert f"run conf: unknown key {key}; valid keys: tables, snapshot, chunk_size" in out + err
@@ -194,7 +194,6 @@ def test_ad_hoc_snapshot_then_binlog_run(
     assert second.state == "success", task_states(second)
     # every chunk was read by the failed run: plan captures, reconciles and publishes, one task
     assert task_states(second) == {
-        "preflight[-1]": "success",
         "plan[-1]": "success",
         **DONE_IN_PLAN,
     }
@@ -220,7 +219,6 @@ def test_ad_hoc_snapshot_then_binlog_run(
 
     assert third.state == "success", task_states(third)
     assert task_states(third) == {
-        "preflight[-1]": "success",
         "plan[-1]": "success",
         **DONE_IN_PLAN,
     }

@@ -14,7 +14,7 @@ from tests.dags.test_parsing import config, parse, write
 
 pytestmark = pytest.mark.usefixtures("airflow_home")
 
-ORDER = ["preflight", "plan", "read", "capture", "reconcile", "publish", "outcome"]
+ORDER = ["plan", "read", "capture", "reconcile", "publish", "outcome"]
 
 
 @pytest.fixture
@@ -31,7 +31,7 @@ def test_tasks_run_in_order(dag: Any) -> None:
     assert [t.task_id for t in dag.topological_sort()] == ORDER
     for upstream, downstream in itertools.pairwise(ORDER):
         assert downstream in dag.get_task(upstream).downstream_task_ids
-    assert dag.get_task("preflight").upstream_task_ids == set()
+    assert dag.get_task("plan").upstream_task_ids == set()
 
 
 def test_read_is_mapped_over_batches_and_labelled(dag: Any) -> None:
@@ -55,7 +55,7 @@ def test_outcome_runs_after_a_publish_that_plan_skipped(dag: Any) -> None:
 
 def test_source_tasks_share_the_pipeline_pool(dag: Any) -> None:
     pools = {t.task_id: t.pool for t in dag.tasks}
-    for task_id in ("preflight", "plan", "read", "capture"):
+    for task_id in ("plan", "read", "capture"):
         assert pools[task_id] == "tidemark_shop_source"
     assert pools["reconcile"] == pools["publish"] == pools["outcome"] == "default_pool"
 
@@ -82,9 +82,9 @@ def test_every_task_has_an_execution_timeout_from_read_timeout(
     assert bag.import_errors == {}
     limits = {t.task_id: t.execution_timeout for t in bag.dags["tidemark_slow"].tasks}
     assert limits == {
-        "preflight": timedelta(minutes=3),
-        # a run with nothing to read is captured, reconciled and published in plan
-        "plan": timedelta(minutes=3 + 3 * 24),
+        # the source's checks, planning, and a run with nothing to read captured, reconciled
+        # and published
+        "plan": timedelta(minutes=3 + 3 + 3 * 24),
         # a batch of 256 small tables read 8 at a time: 32 rounds, more than 4 chunks
         "read": timedelta(seconds=(32 * 2 + 1) * 30),
         "capture": timedelta(minutes=24),
