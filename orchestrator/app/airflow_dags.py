@@ -14,7 +14,8 @@ files in ``dags/`` import it from the installed package, so a plain
 run with nothing to read (every table incremental, or a resumed run whose chunks are all
 read) takes a shorter way: ``plan`` captures, reconciles and publishes itself, in the same
 process, announces the tables through AssetAliases, and skips the tasks after it (``outcome``
-too, unless tables failed on their own). Each task is a process of its own that imports
+too, unless tables failed on their own). Likewise ``publish`` skips ``outcome`` when no table
+failed. Each task is a process of its own that imports
 Tidemark and Airflow again (docs/airflow.md, "What a DAG run costs"); a run whose tasks would
 each do little pays that once instead of five times.
 """
@@ -27,7 +28,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from airflow.sdk import (
     DAG,
@@ -188,6 +189,14 @@ def _publish_step(
     return {p.table: p for p in done}, failed
 
 
+def _skip(dag: DAG, task_ids: list[str]) -> NoReturn:
+    """End the running task successfully, with ``task_ids`` of its DAG run skipped (Airflow's
+    `SkipMixin`: the grid shows them skipped, the scheduler starts no process for them)."""
+    log.info("skipping %s", ", ".join(task_ids))
+    SkipMixin().skip(get_current_context()["ti"], [dag.get_task(t) for t in task_ids])
+    raise AssertionError("SkipMixin.skip ends the task")  # it raises DownstreamTasksSkipped
+
+
 def _run_rest(
     config: PipelineConfig, run: str, holder: str
 ) -> tuple[dict[str, steps.Published], dict[str, dict[str, Any]]]:
@@ -329,9 +338,8 @@ def build_dag(config: PipelineConfig) -> DAG:
             skip = [*DONE_IN_PLAN]
             if support.tables_failed(config, handle.run_id) is None:
                 skip.append("outcome")
-            log.info("published in plan: skipping %s", ", ".join(skip))
-            SkipMixin().skip(get_current_context()["ti"], [dag.get_task(t) for t in skip])
-            return []  # not reached: skip() ends the task, successful
+            log.info("published in plan")
+            _skip(dag, skip)
 
         @task(pool=pool, map_index_template=MAP_INDEX_TEMPLATE, execution_timeout=limit["read"])
         def read(run: str, batch: dict[str, Any]) -> None:
@@ -360,10 +368,12 @@ def build_dag(config: PipelineConfig) -> DAG:
                 published, failed = _publish_step(config, run, _holder())
             for event in _events(config, run, published, failed, assets, aliases):
                 yield Metadata(event.asset, event.extra, alias=event.alias)
+            if support.tables_failed(config, run) is None:  # nothing for `outcome` to fail
+                _skip(dag, ["outcome"])  # the events yielded are recorded: the task succeeds
 
         # Fails the DAG run when tables failed on their own (the run ended partial), as the CLI
-        # exits 1; the other tables' asset events are recorded by then. It runs after a `publish`
-        # that `plan` skipped (having published itself) and was left for this task to run.
+        # exits 1; the other tables' asset events are recorded by then. Only then does it run:
+        # `publish` (or `plan`, having published itself and skipped `publish`) skips it otherwise.
         @task(trigger_rule="none_failed", execution_timeout=limit["outcome"])
         def outcome(run: str) -> None:
             failure = support.tables_failed(config, run)

@@ -179,6 +179,8 @@ def test_trigger_with_params_runs_to_success_and_publishes(
     run_id, state, tis = trigger_and_wait(airflow, {"tables": [t1]})
     summary = {(t["task_id"], t["map_index"]): t["state"] for t in tis}
     assert state == "success", summary
+    assert summary.pop(("outcome", -1)) == "skipped", summary  # no table failed
+    assert set(summary.values()) == {"success"}, summary
 
     lake = work / "lake"
     assert published_rows(lake, t1) == source_rows(source, t1)
