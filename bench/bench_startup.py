@@ -4,11 +4,11 @@ no change and a run after a few spread changes, wall time and CPU time, interlea
 One private MariaDB holds ``--rows`` orders of the sample shop. Each checkout (this one, and
 ``--compare-with DIR``, say ``git archive main | tar -x -C DIR``) has a pipeline of its own
 (state and lake) that snapshots ``shop.orders`` once, untimed. Then each repetition updates
-``--changes`` rows spread over every key and times, in turn for each checkout, the run that
-applies them and then a run with no change (the checkouts' order alternates). Wall time is from the start of the process to its
-end; CPU time is the process tree's (`bench.bench_snapshot.TreeSampler`), not the server's. The
-start-up (interpreter, imports, connections) is most of both runs at small sizes
-(docs/performance.md, "Incremental").
+``--changes`` rows spread over every key and times, in turn for each checkout (the order
+alternates), the run that applies them and then a run with no change. Wall time is from the start
+of the process to its end; CPU time is the process tree's (`bench.bench_snapshot.TreeSampler`),
+not the server's. The start-up (interpreter, imports, connections) is most of both runs at small
+sizes (docs/performance.md, "Incremental").
 
     .venv/bin/python bench/bench_startup.py --compare-with /tmp/tidemark-main
     .venv/bin/python bench/bench_startup.py --rows 1000000 --changes 2500 --repeat 5
