@@ -157,6 +157,10 @@ def reconcile(
                     chunk_dirs.setdefault(chunk.table, []).append(chunk.path)
                     if chunk.ranges is not None:
                         recorded[chunk.path] = cast(list[FileRange], chunk.ranges)
+        if any(segments.get(r.table) for r in todo):
+            # A table with changes writes files: pyiceberg is imported here, in this thread,
+            # not by the first of the rewrite's threads while the others wait for it.
+            import orchestrator.lake.iceberg  # noqa: F401
         catalog = functools.cache(lambda: _open_catalog(config))
         out: dict[str, int] = {}
         done: list[tuple[str, int, dict[str, Any]]] = []
