@@ -15,9 +15,9 @@ run with nothing to read (every table incremental, or a resumed run whose chunks
 read) takes a shorter way: ``plan`` captures, reconciles and publishes itself, in the same
 process, announces the tables through AssetAliases, and skips the tasks after it (``outcome``
 too, unless tables failed on their own). Likewise ``publish`` skips ``outcome`` when no table
-failed. Each task is a process of its own that imports
-Tidemark and Airflow again (docs/airflow.md, "What a DAG run costs"); a run whose tasks would
-each do little pays that once instead of five times.
+failed. Each task is a process of its own that imports Tidemark and Airflow again
+(docs/airflow.md, "What a DAG run costs"); a run whose tasks would each do little pays that once
+instead of five times.
 """
 
 from __future__ import annotations
