@@ -15,14 +15,17 @@ task processes they reaped) spent from the trigger to the end.
 
 Then what Airflow's task runner costs by itself: DAGs of one and of six chained empty tasks
 (``@task`` functions that return None), ``--repeat`` runs each, interleaved; a task's cost is the
-difference divided by five. Settings are the README walk-through's: a pool of ``--pool`` slots,
-``AIRFLOW__CORE__PARALLELISM=4``, one API worker; the config's defaults for chunks.
+difference divided by five (``--empty-only``: that alone). ``--idle-sleep`` sets the scheduler's
+``scheduler_idle_sleep_time``; the CPU the idle deployment spends is printed first. Settings are
+the README walk-through's: a pool of ``--pool`` slots, ``AIRFLOW__CORE__PARALLELISM=4``, one API
+worker; the config's defaults for chunks.
 ``--connect``: both attach to one Spark Connect server (``spark.remote``), started before and
 not counted, as a deployment keeps it running: no task starts a JVM.
 
     .venv/bin/python bench/bench_dag_vs_cli.py                  # 200,000 rows, --repeat 3
     .venv/bin/python bench/bench_dag_vs_cli.py --rows 50000 --pool 1
     .venv/bin/python bench/bench_dag_vs_cli.py --connect
+    .venv/bin/python bench/bench_dag_vs_cli.py --empty-only --idle-sleep 0.2
 """
 
 from __future__ import annotations
@@ -206,6 +209,15 @@ def medians(what: str, runs: list[tuple[float, float]]) -> tuple[float, float]:
     return wall, cpu
 
 
+def idle_cpu(stack: AirflowStack, seconds: float = 20.0) -> None:
+    """The CPU the deployment spends with nothing to run (its loops polling), per minute."""
+    roots = [p.pid for p in stack.processes.values()]
+    before = tree_cpu(roots)
+    time.sleep(seconds)
+    used = tree_cpu(roots) - before
+    print(f"Airflow idle: {used * 60 / seconds:.1f} CPU s a minute", flush=True)
+
+
 def task_runner_cost(stack: AirflowStack, repeat: int) -> None:
     """What Airflow's task runner costs per task: DAGs of 1 and 6 empty tasks, interleaved."""
     runs: dict[str, list[tuple[float, float]]] = {name: [] for name in NOOP_DAGS}
@@ -250,6 +262,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-empty", action="store_true", help="skip the empty DAGs (the task runner's cost)"
     )
+    parser.add_argument(
+        "--empty-only", action="store_true", help="only the empty DAGs, no Tidemark run"
+    )
+    parser.add_argument(
+        "--idle-sleep",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="the scheduler's scheduler_idle_sleep_time (Airflow's default: 1)",
+    )
     args = parser.parse_args(argv)
     print(f"machine: {machine()}")
     with (
@@ -273,6 +295,11 @@ def main(argv: list[str] | None = None) -> int:
                 "TIDEMARK_CONFIG_DIR": str(work / "configs"),
                 "AIRFLOW__CORE__PARALLELISM": "4",
                 "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
+                **(
+                    {"AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": str(args.idle_sleep)}
+                    if args.idle_sleep is not None
+                    else {}
+                ),
             },
         )
         try:
@@ -291,6 +318,10 @@ def main(argv: list[str] | None = None) -> int:
                 expect=201,
             )
             print(f"airflow up; load average now {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
+            idle_cpu(stack)
+            if args.empty_only:
+                task_runner_cost(stack, args.repeat)
+                return 0
             cli = cli_run(cli_config)
             wall, cpu, tasks = dag_run(stack)
             report(f"snapshot of {args.rows:,} rows", cli, (wall, cpu), tasks, cpu=False)
