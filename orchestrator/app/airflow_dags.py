@@ -8,7 +8,16 @@ outlet events only when it succeeds). Everything else comes from
 files in ``dags/`` import it from the installed package, so a plain
 ``DagBag(dag_folder="dags")`` loads them.
 
-    preflight >> plan >> read (mapped over batches) >> capture >> reconcile >> publish >> outcome
+    plan >> read (mapped over batches) >> capture >> reconcile >> publish >> outcome
+
+``plan`` checks the source first (`steps.preflight`, what ``tidemark run`` does first too). A
+run with nothing to read (every table incremental, or a resumed run whose chunks are all
+read) takes a shorter way: ``plan`` captures, reconciles and publishes itself, in the same
+process, announces the tables through AssetAliases, and skips the tasks after it (``outcome``
+too, unless tables failed on their own). Likewise ``publish`` skips ``outcome`` when no table
+failed. Each task is a process of its own that imports Tidemark and Airflow again
+(docs/airflow.md, "What a DAG run costs"); a run whose tasks would each do little pays that once
+instead of five times.
 """
 
 from __future__ import annotations
@@ -19,7 +28,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from airflow.sdk import (
     DAG,
@@ -31,6 +40,7 @@ from airflow.sdk import (
     Param,
     RetryAction,
     RetryRule,
+    SkipMixin,
     XComArg,
     get_current_context,
     get_parsing_context,
@@ -71,6 +81,8 @@ NO_RETRY_ON = ExceptionRetryPolicy(
     ]
 )
 MAP_INDEX_TEMPLATE = "{{ task.op_kwargs['batch']['label'] }}"
+#: What ``plan`` skips when it published the run itself (``outcome`` too unless tables failed).
+DONE_IN_PLAN = ("read", "capture", "reconcile", "publish")
 
 
 def _holder() -> str:
@@ -161,6 +173,83 @@ def _hold_for(config: PipelineConfig, run: str) -> Iterator[None]:
             store.close()
 
 
+def _publish_step(
+    config: PipelineConfig, run: str, holder: str
+) -> tuple[dict[str, steps.Published], dict[str, dict[str, Any]]]:
+    """`steps.publish`, with a partial run's error turned into what it published and what failed
+    (those tables' asset events are still announced; ``outcome`` fails the DAG run)."""
+    try:
+        done = steps.publish(config, run, holder=holder)
+        failed: dict[str, dict[str, Any]] = {}
+    except TablesFailed as exc:  # the others are published: announce them
+        log.error("%s", exc)
+        done, failed = exc.published, exc.failed
+    for p in done:
+        log.info("published %s", p)
+    return {p.table: p for p in done}, failed
+
+
+def _skip(dag: DAG, task_ids: list[str]) -> NoReturn:
+    """End the running task successfully, with ``task_ids`` of its DAG run skipped (Airflow's
+    `SkipMixin`: the grid shows them skipped, the scheduler starts no process for them)."""
+    log.info("skipping %s", ", ".join(task_ids))
+    SkipMixin().skip(get_current_context()["ti"], [dag.get_task(t) for t in task_ids])
+    raise AssertionError("SkipMixin.skip ends the task")  # it raises DownstreamTasksSkipped
+
+
+def _run_rest(
+    config: PipelineConfig, run: str, holder: str
+) -> tuple[dict[str, steps.Published], dict[str, dict[str, Any]]]:
+    """Capture, reconcile and publish a run with nothing to read, in ``plan``'s process (under its
+    lock): what the three tasks after ``read`` would do, each step as idempotent as there."""
+    log.info("run %s: nothing to read; capture, reconcile and publish in this task", run)
+    log.info("capture: %s", steps.capture(config, run) or "every table already captured")
+    log.info("%s", steps.reconcile(config, run))
+    return _publish_step(config, run, holder)
+
+
+def _announce(events: Iterator[_Event], caught_up: AssetAlias) -> None:
+    """Record asset events from a task that declares only aliases (``plan``): each through its
+    pattern's alias, a table of an entry of its own through ``caught_up``."""
+    outlet_events = get_current_context()["outlet_events"]
+    for event in events:
+        outlet_events[event.alias or caught_up].add(event.asset, extra=event.extra)
+
+
+@dataclass(frozen=True, slots=True)
+class _Event:
+    """One asset event of a run: the table's Asset, its extra, the alias announcing it (None: a
+    declared outlet of the task)."""
+
+    asset: Asset
+    extra: dict[str, Any]
+    alias: AssetAlias | None
+
+
+def _events(
+    config: PipelineConfig,
+    run: str,
+    published: dict[str, steps.Published],
+    failed: dict[str, dict[str, Any]],
+    assets: dict[str, Asset],
+    aliases: dict[str, AssetAlias],
+) -> Iterator[_Event]:
+    """The asset events of a published run: each table of a pattern entry it published joins
+    its pattern's alias; each table of an entry of its own gets one (``published: false`` when
+    the run did not publish it)."""
+    for p in published.values():
+        pattern = support.pattern_of(config, p.table)
+        if p.table not in assets and pattern is not None:
+            asset = Asset(support.asset_uri(config, p.table))
+            yield _Event(asset, support.asset_extra(p, run), aliases[pattern])
+    for table, asset in assets.items():
+        if table in published:
+            yield _Event(asset, support.asset_extra(published[table], run), None)
+        else:
+            extra = support.not_published_extra(table, run, failed.get(table))
+            yield _Event(asset, extra, None)
+
+
 def _request(config: PipelineConfig) -> support.RunRequest:
     context = get_current_context()
     return support.run_request(config, context["params"], context["dag_run"].conf)
@@ -185,6 +274,9 @@ def build_dag(config: PipelineConfig) -> DAG:
     aliases = {
         t.name: AssetAlias(support.alias_name(config, t.name)) for t in config.tables if t.pattern
     }
+    # `plan` publishes a run with nothing to read itself. Declaring the Assets on it would emit an
+    # event for each whenever it succeeds, so it announces them through an alias of its own.
+    caught_up = AssetAlias(support.caught_up_alias_name(config))
     pool = support.pool_name(config)
     # Airflow fails (and retries) a task running longer than this; the run resumes.
     limit = support.execution_timeouts(config)
@@ -207,21 +299,23 @@ def build_dag(config: PipelineConfig) -> DAG:
         },
         auto_register=False,
     ) as dag:
-        # XCom: the tables that failed a check of their own ({table: one line}, no secrets).
-        @task(pool=pool, execution_timeout=limit["preflight"])
-        def preflight() -> dict[str, str]:
-            _mask_password(config)
-            failing = steps.preflight(config, _request(config).tables)
-            for table, why in sorted(failing.items()):
-                log.warning("table %s is left out of this run: %s", table, why)
-            return failing
-
-        # XCom: the batches to read (the return value, mapped over) and key "run_id".
-        @task(pool=pool, execution_timeout=limit["plan"])
-        def plan(failing: dict[str, str] | None) -> list[dict[str, Any]]:
+        # XCom: the batches to read (the return value, mapped over) and key "run_id". With no
+        # batch, the run is captured, reconciled and published here and the tasks after skipped.
+        @task(
+            pool=pool,
+            execution_timeout=limit["plan"],
+            outlets=[caught_up, *aliases.values()],
+        )
+        def plan() -> list[dict[str, Any]]:
             _mask_password(config)
             request = _request(config)
-            with hold_lock(config, _holder()):  # renewed while the task runs; fences its writes
+            # the source's checks, as `tidemark run` makes them first: the lock is not taken when
+            # the source is not ready; tables failing a check of their own are left out
+            failing = steps.preflight(config, request.tables)
+            for table, why in sorted(failing.items()):
+                log.warning("table %s is left out of this run: %s", table, why)
+            holder = _holder()
+            with hold_lock(config, holder):  # renewed while the task runs; fences its writes
                 # snapshot: the chosen tables leave an unfinished run of another DAG run, as
                 # `run --snapshot` does (one none of whose tables is left is left behind), so a
                 # run that keeps failing does not keep a trigger from re-snapshotting its tables
@@ -230,14 +324,22 @@ def build_dag(config: PipelineConfig) -> DAG:
                     tables=request.tables,
                     snapshot=request.snapshot,
                     chunk_size=request.chunk_size,
-                    holder=_holder(),
-                    failing=failing or {},
+                    holder=holder,
+                    failing=failing,
                     fresh=request.snapshot,
                 )
-            log.info("%s; tables %s", handle, ", ".join(handle.tables))
-            get_current_context()["ti"].xcom_push(key="run_id", value=handle.run_id)
-            _warn_if_not_asked(config, handle, request)
-            return [support.batch_xcom(b) for b in handle.batches]
+                log.info("%s; tables %s", handle, ", ".join(handle.tables))
+                get_current_context()["ti"].xcom_push(key="run_id", value=handle.run_id)
+                _warn_if_not_asked(config, handle, request)
+                if handle.batches:
+                    return [support.batch_xcom(b) for b in handle.batches]
+                published, failed = _run_rest(config, handle.run_id, holder)
+            _announce(_events(config, handle.run_id, published, failed, assets, aliases), caught_up)
+            skip = [*DONE_IN_PLAN]
+            if support.tables_failed(config, handle.run_id) is None:
+                skip.append("outcome")
+            log.info("published in plan")
+            _skip(dag, skip)
 
         @task(pool=pool, map_index_template=MAP_INDEX_TEMPLATE, execution_timeout=limit["read"])
         def read(run: str, batch: dict[str, Any]) -> None:
@@ -262,44 +364,24 @@ def build_dag(config: PipelineConfig) -> DAG:
         # in (partial) publishes the others and succeeds here with their events; `outcome` fails.
         @task(outlets=[*assets.values(), *aliases.values()], execution_timeout=limit["publish"])
         def publish(run: str) -> Iterator[Metadata]:
-            failed: dict[str, dict[str, Any]] = {}
             with _hold_for(config, run):
-                try:
-                    done = steps.publish(config, run, holder=_holder())
-                except TablesFailed as exc:  # the others are published: announce them
-                    log.error("%s", exc)
-                    done, failed = exc.published, exc.failed
-            published = {p.table: p for p in done}
-            for p in published.values():
-                log.info("published %s", p)
-                pattern = support.pattern_of(config, p.table)
-                if (
-                    p.table not in assets and pattern is not None
-                ):  # its Asset joins the pattern's alias
-                    yield Metadata(
-                        Asset(support.asset_uri(config, p.table)),
-                        support.asset_extra(p, run),
-                        alias=aliases[pattern],
-                    )
-            for table, asset in assets.items():
-                if table in published:
-                    yield Metadata(asset, support.asset_extra(published[table], run))
-                else:
-                    yield Metadata(
-                        asset, support.not_published_extra(table, run, failed.get(table))
-                    )
+                published, failed = _publish_step(config, run, _holder())
+            for event in _events(config, run, published, failed, assets, aliases):
+                yield Metadata(event.asset, event.extra, alias=event.alias)
+            if support.tables_failed(config, run) is None:  # nothing for `outcome` to fail
+                _skip(dag, ["outcome"])  # the events yielded are recorded: the task succeeds
 
         # Fails the DAG run when tables failed on their own (the run ended partial), as the CLI
-        # exits 1; the other tables' asset events are recorded by then.
-        @task(execution_timeout=limit["outcome"])
+        # exits 1; the other tables' asset events are recorded by then. Only then does it run:
+        # `publish` (or `plan`, having published itself and skipped `publish`) skips it otherwise.
+        @task(trigger_rule="none_failed", execution_timeout=limit["outcome"])
         def outcome(run: str) -> None:
             failure = support.tables_failed(config, run)
             if failure is not None:
                 raise failure
             log.info("run %s: no table failed", run)
 
-        failing: Any = preflight()  # a dict when plan runs
-        batches = plan(failing)
+        batches = plan()
         run_id: Any = XComArg(dag.get_task("plan"), key="run_id")  # a str when the tasks run
         reads = read.partial(run=run_id).expand(batch=batches)
         reads >> capture(run_id) >> reconcile(run_id) >> publish(run_id) >> outcome(run_id)

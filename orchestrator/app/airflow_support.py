@@ -336,7 +336,7 @@ def run_request(
 #: Multiples of ``source.read_timeout`` a task may run before Airflow fails it (then retries it;
 #: the run resumes). The source's own timeouts end a hung source's query within one
 #: read_timeout; these are the backstop for what they cannot see (a stuck JVM, a lost executor).
-#: preflight and plan: many short queries (outcome: one); capture, reconcile, publish: grow
+#: the checks and planning: many short queries (outcome: one); capture, reconcile, publish: grow
 #: with the changes and the table, so they get the most.
 SOURCE_STEP_FACTOR = 6
 DATA_STEP_FACTOR = 48
@@ -348,15 +348,17 @@ def execution_timeouts(config: PipelineConfig) -> dict[str, timedelta]:
     A read task runs one batch: each chunk's statement is bounded by read_timeout (JDBC
     ``queryTimeout``), so even one chunk at a time, ``batch_chunks`` of them (or a batch of
     `PACK_TABLES` small tables read `TABLE_JOBS` at a time: as many rounds), in ``read_attempts``
-    tries, it ends within ``(rounds * read_attempts + 1) * read_timeout``.
+    tries, it ends within ``(rounds * read_attempts + 1) * read_timeout``. ``plan`` checks the
+    source and plans (two source steps) and gets capture's, reconcile's and publish's time too: a
+    run with nothing to read does them in it.
 
     >>> from orchestrator.config import parse_config
     >>> cfg = parse_config({"pipeline": "p", "source": {"host": "h", "user": "u", "server_id": 1,
     ...     "password": "x", "read_timeout": 60}, "output": {"path": "/tmp/l"},
     ...     "state": {"url": "sqlite:///:memory:"}, "tables": [{"name": "d.t"}]})
     >>> {k: int(v.total_seconds()) for k, v in execution_timeouts(cfg).items()}
-    {'preflight': 360, 'plan': 360, 'read': 5820, 'capture': 2880, 'reconcile': 2880, \
-'publish': 2880, 'outcome': 360}
+    {'plan': 9360, 'read': 5820, 'capture': 2880, 'reconcile': 2880, 'publish': 2880, \
+'outcome': 360}
     """
     seconds = config.source.read_timeout
     rounds = max(
@@ -370,8 +372,7 @@ def execution_timeouts(config: PipelineConfig) -> dict[str, timedelta]:
     source_step = timedelta(seconds=SOURCE_STEP_FACTOR * seconds)
     data_step = timedelta(seconds=DATA_STEP_FACTOR * seconds)
     return {
-        "preflight": source_step,
-        "plan": source_step,
+        "plan": 2 * source_step + 3 * data_step,
         "read": timedelta(seconds=read),
         "capture": data_step,
         "reconcile": data_step,
@@ -416,6 +417,22 @@ def alias_name(config: PipelineConfig, pattern: str) -> str:
     ('tidemark_p:crm.*', 'crm.*', None)
     """
     return f"{dag_id(config)}:{pattern}"
+
+
+def caught_up_alias_name(config: PipelineConfig) -> str:
+    """The AssetAlias through which ``plan`` announces the tables of entries of their own when it
+    published a run with nothing to read itself (a task declaring the Assets would emit an event
+    for each whenever it succeeds, a snapshot's ``plan`` too). A table name has a dot and a
+    pattern a wildcard, so no pattern entry's alias takes this name.
+
+    >>> from orchestrator.config import parse_config
+    >>> c = parse_config({"pipeline": "p", "source": {"host": "h", "user": "u", "server_id": 1},
+    ...                   "output": {"path": "/lake/"}, "state": {"url": "sqlite://"},
+    ...                   "tables": [{"name": "shop.orders"}]})
+    >>> caught_up_alias_name(c)
+    'tidemark_p:caught-up'
+    """
+    return f"{dag_id(config)}:caught-up"
 
 
 def pattern_of(config: PipelineConfig, table: str) -> str | None:
@@ -505,7 +522,7 @@ def doc_md(config: PipelineConfig) -> str:
         "run. "
         "A table with no change since its version keeps it (no new version or Iceberg snapshot; "
         "its asset event says `published: false` with the position checked up to). "
-        "Any other key in the run's conf fails the run at `preflight`. "
+        "Any other key in the run's conf fails the run at `plan`, before the source is asked. "
         "A failed run resumes when cleared or triggered again.",
     ]
     return "\n".join(lines)

@@ -8,7 +8,7 @@ import sys
 from orchestrator.config import PipelineConfig
 from orchestrator.config.patterns import PatternMatch, resolve, takes
 from orchestrator.errors import TidemarkError
-from orchestrator.lake import iceberg, storage
+from orchestrator.lake import storage
 from orchestrator.lake.manifest import Manifest, load_manifest
 from orchestrator.pipeline.context import open_store, table_dir
 from orchestrator.positions import BinlogPosition, ServerIdentity, file_index
@@ -271,6 +271,8 @@ def reset_command(
         store.forget(config.pipeline, names)
         if purge_output:
             for name, d in dirs.items():
+                from orchestrator.lake import iceberg  # pyiceberg: for `reset --purge-output`
+
                 iceberg.drop_table(config, name)
                 storage.delete_tree(d)
         if names is None:

@@ -37,9 +37,10 @@ from pyiceberg.types import BinaryType, IcebergType, StringType
 from orchestrator.config import PipelineConfig, objectstore
 from orchestrator.errors import RunFailed, resnapshot_hint
 from orchestrator.lake import storage
-from orchestrator.lake.iceberg_create import FIELD_ID, NewTable
+from orchestrator.lake.iceberg_create import NewTable
 from orchestrator.lake.iceberg_io import DURABLE_FILE_IO
 from orchestrator.lake.manifest import DOC, published_schema
+from orchestrator.lake.writer import with_field_ids
 from orchestrator.schema.tables import TableInfo
 from orchestrator.state.schema import SQLITE_BUSY_TIMEOUT_MS
 
@@ -145,13 +146,6 @@ def table_uri(tdir: str) -> str:
     ('file:///lake/shop/orders', 's3://lake/shop/orders')
     """
     return "file://" + storage.local_path(tdir) if storage.is_local(tdir) else tdir
-
-
-def with_field_ids(schema: pa.Schema, ids: dict[str, int]) -> pa.Schema:
-    """``schema`` with each field's Iceberg field ID as its one metadata entry, ``PARQUET:field_id``
-    (the data files' schema: Spark's writer, which writes the chunk files, keeps no other field
-    metadata, so neither do pyarrow's files; the manifest's ``columns`` name the MySQL types)."""
-    return pa.schema(f.with_metadata({FIELD_ID: str(ids[f.name]).encode()}) for f in schema)
 
 
 @dataclass(frozen=True, slots=True)

@@ -81,9 +81,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from orchestrator.errors import RunFailed
+from orchestrator.lake.writer import FIELD_ID
 
-#: The Parquet field metadata holding a column's Iceberg field ID.
-FIELD_ID = b"PARQUET:field_id"
 FORMAT_VERSION: TableVersion = 2
 
 

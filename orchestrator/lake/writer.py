@@ -36,6 +36,16 @@ PARQUET_OPTIONS: dict[str, Any] = {"compression": "zstd", "use_dictionary": Fals
 #: How a part's rows are read: record batches in published types, in key order.
 BatchesOf = Callable[[Part], Iterator[pa.RecordBatch]]
 
+#: The Parquet field metadata holding a column's Iceberg field ID.
+FIELD_ID = b"PARQUET:field_id"
+
+
+def with_field_ids(schema: pa.Schema, ids: dict[str, int]) -> pa.Schema:
+    """``schema`` with each field's Iceberg field ID as its one metadata entry, ``PARQUET:field_id``
+    (the data files' schema: Spark's writer, which writes the chunk files, keeps no other field
+    metadata, so neither do pyarrow's files; the manifest's ``columns`` name the MySQL types)."""
+    return pa.schema(f.with_metadata({FIELD_ID: str(ids[f.name]).encode()}) for f in schema)
+
 
 def data_file(version: int, index: int, attempt: str = "") -> str:
     """A data file's path relative to the table dir: the version, the publish attempt that

@@ -128,7 +128,7 @@ def test_a_table_failing_preflight_is_left_out_and_the_others_published(
     t1 = f"{PARTIAL}.t1"
     assert published_rows(partial_run["lake"], t1) == source_rows(mariadb, t1)
     assert partial_run["record"].status == "partial"
-    # preflight's per-table failures reached plan: recorded failed there, never planned or read
+    # the checks' per-table failures: recorded failed by plan, never planned or read
     assert set(failed) == {f"{PARTIAL}.geo", f"{PARTIAL}.missing"}
     assert {f["step"] for f in failed.values()} == {"plan"}
     assert "_tm_g" in failed[f"{PARTIAL}.geo"]["reason"]
@@ -200,7 +200,7 @@ def test_a_plan_failing_after_it_took_the_lock_releases_it(
     configs = pipeline(monkeypatch, tmp_path, mariadb, LOCKED, [f"{LOCKED}.*"])
     from orchestrator.pipeline.plan import step as planning
 
-    def source_restarting(*args: Any, **kwargs: Any) -> Any:  # between preflight and plan: not here
+    def source_restarting(*args: Any, **kwargs: Any) -> Any:  # after the checks, in planning
         raise ConnectionRefusedError("simulated: connection refused (the source is restarting)")
 
     monkeypatch.setattr(planning, "find_tables", source_restarting)

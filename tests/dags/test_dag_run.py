@@ -3,7 +3,9 @@ connection.
 
 First an ad hoc run (``tables`` param) snapshots only the table it names; then a
 run without params snapshots the other table and applies the binlog to the
-first. Each published table equals its source, the mapped reads carry their
+first; its publish fails, and the next DAG run resumes it with nothing left to read; a last
+run applies the binlog to both. A run with nothing to read is published by ``plan``, which
+skips the tasks after it. Each published table equals its source, the mapped reads carry their
 batch labels, the asset events carry rows and position, and the source password
 is in no XCom, rendered field or log line.
 """
@@ -54,6 +56,12 @@ def load_dag_of(monkeypatch: pytest.MonkeyPatch, configs: Path, dag_id: str) -> 
 
 def task_states(run: Any) -> dict[str, str]:
     return {f"{ti.task_id}[{ti.map_index}]": str(ti.state) for ti in run.get_task_instances()}
+
+
+#: The tasks `plan` skips when it publishes a run with nothing to read (no table failing).
+DONE_IN_PLAN = {
+    f"{task}[-1]": "skipped" for task in ("read", "capture", "reconcile", "publish", "outcome")
+}
 
 
 def stored_values(run_id: str) -> dict[str, Any]:
@@ -117,7 +125,7 @@ def test_unknown_conf_key_fails_the_run_before_any_read(
 
     states = task_states(run)
     assert run.state == "failed", states
-    assert states["preflight[-1]"] == "failed" and states["plan[-1]"] == "upstream_failed", states
+    assert states["plan[-1]"] == "failed" and states["read[-1]"] == "upstream_failed", states
     assert not lake.exists(), "nothing may be read or published"
     out, err = capfd.readouterr()
     assert f"run conf: unknown key {key}; valid keys: tables, snapshot, chunk_size" in out + err
@@ -142,6 +150,9 @@ def test_ad_hoc_snapshot_then_binlog_run(
     first = dag.test(run_conf={"tables": [t1]})
 
     assert first.state == "success", task_states(first)
+    first_states = task_states(first)  # no table failed: publish skips outcome, one process less
+    assert first_states.pop("outcome[-1]") == "skipped", first_states
+    assert set(first_states.values()) == {"success"}, first_states
     first_out, first_err = capfd.readouterr()
     noisy = [line for line in (first_out + first_err).splitlines() if "ERROR" in line]
     assert noisy == [], (
@@ -184,7 +195,11 @@ def test_ad_hoc_snapshot_then_binlog_run(
     second = load_dag(monkeypatch, configs).test()
 
     assert second.state == "success", task_states(second)
-    assert task_states(second)["read[-1]"] == "skipped"  # every chunk was read by the failed run
+    # every chunk was read by the failed run: plan captures, reconciles and publishes, one task
+    assert task_states(second) == {
+        "plan[-1]": "success",
+        **DONE_IN_PLAN,
+    }
     assert published_rows(lake, t1) == source_rows(mariadb, t1)
     assert published_rows(lake, t2) == source_rows(mariadb, t2)
     assert manifest(lake, t1)["version"] == 2  # type: ignore[index]
@@ -198,12 +213,34 @@ def test_ad_hoc_snapshot_then_binlog_run(
     assert later["events"][uri1]["rows"] == 292 and later["events"][uri2]["rows"] == 300
     assert later["events"][uri2]["published"] is True
 
+    # An incremental run of both tables: nothing to read, published in plan.
+    mariadb.execute(
+        f"UPDATE {t2} SET qty = qty + 1 WHERE id <= 5",
+        f"DELETE FROM {t1} WHERE id = 1001",
+    )
+    third = load_dag(monkeypatch, configs).test()
+
+    assert third.state == "success", task_states(third)
+    assert task_states(third) == {
+        "plan[-1]": "success",
+        **DONE_IN_PLAN,
+    }
+    assert published_rows(lake, t1) == source_rows(mariadb, t1)
+    assert published_rows(lake, t2) == source_rows(mariadb, t2)
+    last = stored_values(third.run_id)
+    assert manifest(lake, t1)["version"] == 3  # type: ignore[index]
+    assert last["events"][uri1]["rows"] == 291 and last["events"][uri1]["published"] is True
+    assert last["events"][uri2]["version"] == 2 and last["events"][uri2]["published"] is True
+
     out, err = capfd.readouterr()
     out = first_out + first_err + out
     for what, value in (
-        ("XCom", stored["xcom"] + failed_values["xcom"] + later["xcom"]),
-        ("rendered fields", stored["rendered"] + failed_values["rendered"] + later["rendered"]),
-        ("asset events", [stored["events"], later["events"]]),
+        ("XCom", stored["xcom"] + failed_values["xcom"] + later["xcom"] + last["xcom"]),
+        (
+            "rendered fields",
+            stored["rendered"] + failed_values["rendered"] + later["rendered"] + last["rendered"],
+        ),
+        ("asset events", [stored["events"], later["events"], last["events"]]),
         ("output", out + err),
     ):
         assert SOURCE_PASSWORD not in json.dumps(value, default=str), f"password leaked into {what}"

@@ -86,7 +86,8 @@ def test_a_dag_run_of_a_pattern_adds_each_table_to_the_alias(
 ) -> None:
     """``dag.test()`` of a pattern entry against a real MariaDB and local Spark: both tables are
     read in one packed batch (one mapped read task), published, and their Assets' events are
-    added through the pattern's AssetAlias with the published extra."""
+    added through the pattern's AssetAlias with the published extra; then a run with nothing to
+    read, done by ``plan`` alone, adds its events through the same alias."""
     from airflow.models.asset import AssetAliasModel, AssetEvent, AssetModel
     from airflow.utils.session import create_session
     from sqlalchemy import select
@@ -129,3 +130,24 @@ def test_a_dag_run_of_a_pattern_adds_each_table_to_the_alias(
     for table in tables:
         extra = extras[f"file://{lake}/{table.replace('.', '/')}"]
         assert extra["published"] is True and extra["table"] == table and extra["rows"] == 50
+
+    # A run with nothing to read is done by plan, whose events join the pattern's alias too.
+    mariadb.execute(f"UPDATE {tables[0]} SET qty = 99 WHERE id = 1")
+    again = load_dag_of(monkeypatch, configs, f"tidemark_{PATTERN_DB}").test()
+
+    states = task_states(again)
+    assert again.state == "success", states
+    assert states.pop("plan[-1]") == "success" and set(states.values()) == {"skipped"}, states
+    for table in tables:
+        assert published_rows(lake, table) == source_rows(mariadb, table)
+    with create_session() as session:
+        found = {
+            event.asset.uri: (event.extra, [a.name for a in event.source_aliases])
+            for event in session.scalars(
+                select(AssetEvent).where(AssetEvent.source_run_id == again.run_id)
+            )
+        }
+    alias = f"tidemark_{PATTERN_DB}:{PATTERN_DB}.*"
+    changed, kept = (found[f"file://{lake}/{t.replace('.', '/')}"] for t in tables)
+    assert changed[0]["published"] is True and changed[0]["version"] == 2 and changed[1] == [alias]
+    assert kept[0]["published"] is False and kept[0]["version"] == 1 and kept[1] == [alias]

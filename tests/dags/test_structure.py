@@ -14,7 +14,7 @@ from tests.dags.test_parsing import config, parse, write
 
 pytestmark = pytest.mark.usefixtures("airflow_home")
 
-ORDER = ["preflight", "plan", "read", "capture", "reconcile", "publish", "outcome"]
+ORDER = ["plan", "read", "capture", "reconcile", "publish", "outcome"]
 
 
 @pytest.fixture
@@ -31,7 +31,7 @@ def test_tasks_run_in_order(dag: Any) -> None:
     assert [t.task_id for t in dag.topological_sort()] == ORDER
     for upstream, downstream in itertools.pairwise(ORDER):
         assert downstream in dag.get_task(upstream).downstream_task_ids
-    assert dag.get_task("preflight").upstream_task_ids == set()
+    assert dag.get_task("plan").upstream_task_ids == set()
 
 
 def test_read_is_mapped_over_batches_and_labelled(dag: Any) -> None:
@@ -46,9 +46,16 @@ def test_read_is_mapped_over_batches_and_labelled(dag: Any) -> None:
     assert dag.get_task("capture").trigger_rule == "none_failed"  # zero batches skip read
 
 
+def test_outcome_runs_after_a_publish_that_plan_skipped(dag: Any) -> None:
+    """A run with nothing to read is published by ``plan``, which skips ``publish``; when tables
+    failed on their own it leaves ``outcome`` to fail the DAG run, so a skipped ``publish`` must
+    not skip ``outcome`` (a failed one still does: none_failed)."""
+    assert dag.get_task("outcome").trigger_rule == "none_failed"
+
+
 def test_source_tasks_share_the_pipeline_pool(dag: Any) -> None:
     pools = {t.task_id: t.pool for t in dag.tasks}
-    for task_id in ("preflight", "plan", "read", "capture"):
+    for task_id in ("plan", "read", "capture"):
         assert pools[task_id] == "tidemark_shop_source"
     assert pools["reconcile"] == pools["publish"] == pools["outcome"] == "default_pool"
 
@@ -75,8 +82,9 @@ def test_every_task_has_an_execution_timeout_from_read_timeout(
     assert bag.import_errors == {}
     limits = {t.task_id: t.execution_timeout for t in bag.dags["tidemark_slow"].tasks}
     assert limits == {
-        "preflight": timedelta(minutes=3),
-        "plan": timedelta(minutes=3),
+        # the source's checks, planning, and a run with nothing to read captured, reconciled
+        # and published
+        "plan": timedelta(minutes=3 + 3 + 3 * 24),
         # a batch of 256 small tables read 8 at a time: 32 rounds, more than 4 chunks
         "read": timedelta(seconds=(32 * 2 + 1) * 30),
         "capture": timedelta(minutes=24),
@@ -137,7 +145,17 @@ def test_publish_declares_one_asset_per_table(dag: Any, tmp_path: Path) -> None:
         f"file://{tmp_path}/lake/shop/orders",
         f"file://{tmp_path}/lake/shop/customers",
     ]
-    assert all(not t.outlets for t in dag.tasks if t.task_id != "publish")
+    assert all(not t.outlets for t in dag.tasks if t.task_id not in ("plan", "publish"))
+
+
+def test_plan_declares_an_alias_and_no_asset(dag: Any) -> None:
+    """``plan`` publishes a run with nothing to read and announces its tables through an alias;
+    an Asset declared on it would get an event from every ``plan`` that succeeds, a snapshot's
+    too, before anything is published."""
+    from airflow.sdk import AssetAlias
+
+    outlets = dag.get_task("plan").outlets
+    assert outlets == [AssetAlias("tidemark_shop:caught-up")]
 
 
 def test_the_shipped_example_parses(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -121,6 +121,28 @@ def test_a_trigger_with_an_invalid_param_is_refused(
     assert runs["total_entries"] == 0 or all(r["conf"] != conf for r in runs["dag_runs"])
 
 
+def trigger_and_wait(
+    airflow: AirflowStack, conf: dict[str, Any]
+) -> tuple[str, str, list[dict[str, Any]]]:
+    """Trigger a DAG run with ``conf`` and wait for it: its id, final state and task instances."""
+    run_id = str(
+        airflow.api(
+            "POST", f"/dags/{DAG_ID}/dagRuns", json={"logical_date": None, "conf": conf}
+        ).json()["dag_run_id"]
+    )
+
+    def finished() -> str | None:
+        airflow.check_alive()
+        state = airflow.api("GET", f"/dags/{DAG_ID}/dagRuns/{run_id}").json()["state"]
+        return str(state) if state in ("success", "failed") else None
+
+    state = wait_for(f"DAG run {run_id}", finished, timeout=RUN_TIMEOUT, interval=3)
+    tis = airflow.api("GET", f"/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances").json()[
+        "task_instances"
+    ]
+    return run_id, state, tis
+
+
 def test_trigger_with_params_runs_to_success_and_publishes(
     airflow: AirflowStack, source: LocalMariaDB, work: Path
 ) -> None:
@@ -154,22 +176,11 @@ def test_trigger_with_params_runs_to_success_and_publishes(
     airflow.api("PATCH", f"/dags/{DAG_ID}", json={"is_paused": False})
     t1 = f"{DB}.t1"
 
-    run = airflow.api(
-        "POST", f"/dags/{DAG_ID}/dagRuns", json={"logical_date": None, "conf": {"tables": [t1]}}
-    ).json()
-    run_id = run["dag_run_id"]
-
-    def finished() -> str | None:
-        airflow.check_alive()
-        state = airflow.api("GET", f"/dags/{DAG_ID}/dagRuns/{run_id}").json()["state"]
-        return str(state) if state in ("success", "failed") else None
-
-    state = wait_for(f"DAG run {run_id}", finished, timeout=RUN_TIMEOUT, interval=3)
-    tis = airflow.api("GET", f"/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances").json()[
-        "task_instances"
-    ]
+    run_id, state, tis = trigger_and_wait(airflow, {"tables": [t1]})
     summary = {(t["task_id"], t["map_index"]): t["state"] for t in tis}
     assert state == "success", summary
+    assert summary.pop(("outcome", -1)) == "skipped", summary  # no table failed
+    assert set(summary.values()) == {"success"}, summary
 
     lake = work / "lake"
     assert published_rows(lake, t1) == source_rows(source, t1)
@@ -181,6 +192,25 @@ def test_trigger_with_params_runs_to_success_and_publishes(
     extras = {e["uri"]: e["extra"] for e in events if e["source_run_id"] == run_id}
     assert extras[f"file://{lake}/{DB}/t1"]["rows"] == 300, events
     assert extras[f"file://{lake}/{DB}/t2"]["published"] is False, events
+
+    # An incremental run: nothing to read, so plan captures, reconciles and publishes, one task
+    source.execute(f"UPDATE {t1} SET qty = qty + 7 WHERE id <= 3", f"DELETE FROM {t1} WHERE id = 4")
+    again, state, tis = trigger_and_wait(airflow, {"tables": [t1]})
+    summary = {(t["task_id"], t["map_index"]): t["state"] for t in tis}
+    assert state == "success", summary
+    assert summary == {
+        ("plan", -1): "success",
+        **{
+            (task, -1): "skipped" for task in ("read", "capture", "reconcile", "publish", "outcome")
+        },
+    }
+    assert published_rows(lake, t1) == source_rows(source, t1)
+    assert manifest(lake, t1)["rows"] == 299  # type: ignore[index]
+    events = airflow.api("GET", f"/assets/events?source_dag_id={DAG_ID}").json()["asset_events"]
+    extras = {e["uri"]: e["extra"] for e in events if e["source_run_id"] == again}
+    assert extras[f"file://{lake}/{DB}/t1"]["published"] is True, events
+    assert extras[f"file://{lake}/{DB}/t1"]["version"] == 2, events
+
     logs = [p for p in (airflow.home / "logs").rglob("*") if p.is_file()]
     assert any("read" in str(p) for p in logs), "no task logs to check"
     for log in logs:

@@ -377,21 +377,19 @@ def test_readme_commands_work_as_written(
                 == "failed"
             )
             states = task_states(client, bad_id)
-            assert (
-                states["preflight[-1]"] == "failed" and states["plan[-1]"] == "upstream_failed"
-            ), states
+            assert states["plan[-1]"] == "failed" and states["read[-1]"] == "upstream_failed", (
+                states
+            )
 
         logs = checkout / ".airflow" / "logs"
         for task in ("read", "reconcile"):
             assert error_lines(logs / f"dag_id={DAG_ID}" / f"run_id={run_id}", task) == []
-        preflight = "".join(
+        plan = "".join(
             p.read_text(errors="replace")
             for p in (logs / f"dag_id={DAG_ID}" / f"run_id={bad_id}").rglob("*.log")
-            if "task_id=preflight" in str(p)
+            if "task_id=plan" in str(p)
         )
-        assert (
-            "run conf: unknown key 'tabels'; valid keys: tables, snapshot, chunk_size" in preflight
-        )
+        assert "run conf: unknown key 'tabels'; valid keys: tables, snapshot, chunk_size" in plan
 
         os.killpg(shell.pid, signal.SIGINT)  # Ctrl+C in shell 1
         # Airflow 3.3.2: the triggerer can survive Ctrl+C and keep standalone waiting for it

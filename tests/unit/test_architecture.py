@@ -270,3 +270,30 @@ def test_a_run_path_without_filters_or_queries_does_not_import_sqlglot() -> None
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert done.stdout.strip() == "[]"
+
+
+def test_a_run_that_commits_nothing_does_not_import_pyiceberg() -> None:
+    """pyiceberg, and the SQLAlchemy ORM its SQL catalog imports (half a second of CPU together),
+    are imported by the steps only where a table is read or committed: not by a run's start, a
+    run without a change, ``status``, or an Airflow task process parsing the DAG file."""
+    code = (
+        "import sys, orchestrator.config, orchestrator.app.cli, orchestrator.app.run, "
+        "orchestrator.app.every, orchestrator.app.steps, orchestrator.app.status, "
+        "orchestrator.pipeline.capture.step, orchestrator.pipeline.reconcile.step, "
+        "orchestrator.pipeline.publish.step, orchestrator.pipeline.publish.workers, "
+        "orchestrator.pipeline.read.step; "
+        "lazy = ('pyiceberg', 'sqlalchemy.orm', 'orchestrator.lake.iceberg'); "
+        "print(sorted(m for m in sys.modules if m.startswith(lazy))); "
+        # Airflow imports the ORM itself
+        "import orchestrator.app.airflow_dags; "
+        "print(sorted(m for m in sys.modules if m.startswith(lazy[::2])))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert done.stdout.split() == ["[]", "[]"]

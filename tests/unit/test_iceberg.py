@@ -16,6 +16,7 @@ from orchestrator.app.demo.command import duckdb_query
 from orchestrator.config import PipelineConfig, parse_config
 from orchestrator.errors import ConfigError
 from orchestrator.lake import iceberg
+from orchestrator.lake.writer import FIELD_ID
 from orchestrator.pipeline.publish.versions import publish_table
 from orchestrator.positions import BinlogPosition
 from orchestrator.schema.tables import ColumnInfo, TableInfo
@@ -534,7 +535,7 @@ def test_data_file_schemas_load_only_the_tables_the_catalog_has(tmp_path: Path) 
 
 
 def field_ids_of(schema: pa.Schema) -> dict[str, int]:
-    return {f.name: int(f.metadata[iceberg.FIELD_ID]) for f in schema}
+    return {f.name: int(f.metadata[FIELD_ID]) for f in schema}
 
 
 def test_a_tagged_snapshot_is_kept_by_retention(tmp_path: Path) -> None:

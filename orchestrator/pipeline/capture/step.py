@@ -173,12 +173,18 @@ class _Capture:
             captured = with_before(
                 {**captured, **self.run_cascades.outside}, self.run_cascades.keys
             )
-        library = LibraryRows({name: t.info for name, t in captured.items()})
+        # the reference decoder's per-table set-up only where it decodes (a run of 2,000 tables
+        # spent a tenth of its capture building it for nothing)
+        library = (
+            None
+            if self.decoder == "fast"
+            else LibraryRows({name: t.info for name, t in captured.items()})
+        )
         for name, table in captured.items():
             key = before_indexes(table)
             decoding: Decoding = (
                 FastDecoding(table.info, key, json_text)
-                if self.decoder == "fast"
+                if library is None
                 else LibraryDecoding(table.info, key, library)
             )
             self.buffers[name] = TableBuffer(table, decoding)

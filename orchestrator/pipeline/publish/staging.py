@@ -15,10 +15,16 @@ import pyarrow as pa
 
 from orchestrator.config import PipelineConfig
 from orchestrator.errors import RunFailed, resnapshot_hint
-from orchestrator.lake import iceberg, layout, storage
+from orchestrator.lake import layout, storage
 from orchestrator.lake.layout import FileRange
 from orchestrator.lake.manifest import Manifest, pending_json
-from orchestrator.lake.writer import VersionWriter, data_file, read_published, write_files
+from orchestrator.lake.writer import (
+    FIELD_ID,
+    VersionWriter,
+    data_file,
+    read_published,
+    write_files,
+)
 from orchestrator.pipeline.context import run_dir
 from orchestrator.services import faults
 
@@ -120,4 +126,4 @@ def _named(relative: str) -> Callable[[int], str]:
 
 def _shape(schema: pa.Schema) -> list[tuple[str, pa.DataType, bool, bytes | None]]:
     """What a data file must share with the Iceberg table: names, types, nullability, field IDs."""
-    return [(f.name, f.type, f.nullable, (f.metadata or {}).get(iceberg.FIELD_ID)) for f in schema]
+    return [(f.name, f.type, f.nullable, (f.metadata or {}).get(FIELD_ID)) for f in schema]

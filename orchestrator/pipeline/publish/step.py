@@ -8,9 +8,7 @@ import datetime as dt
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
-
-from pyiceberg.catalog import Catalog
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.config import PipelineConfig
 from orchestrator.errors import RunFailed, StateError
@@ -28,12 +26,15 @@ from orchestrator.pipeline.context import (
 from orchestrator.pipeline.failed import TablesFailed, fail_table, failures
 from orchestrator.pipeline.publish import workers as publish_workers
 from orchestrator.pipeline.publish.switch import published_at
-from orchestrator.pipeline.publish.versions import Publishing, publish_tables
+from orchestrator.pipeline.publish.unchanged import Publishing, kept_version
 from orchestrator.pipeline.reconcile.kept import is_kept
 from orchestrator.positions import BinlogPosition
 from orchestrator.services import faults
 from orchestrator.state.many import RECORD_TABLES
 from orchestrator.state.store import RunTableRecord, StateStore, TableCheckpoint
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
 
 log = logging.getLogger(__name__)
 
@@ -140,26 +141,31 @@ def _publish_group(
 ) -> list[tuple[TableCheckpoint, bool] | Exception]:
     """Publish reconciled tables, each at its position (`versions.publish_tables`); for each, its
     checkpoint (recorded by the caller) and whether this run published a new version, or the
-    exception its publish raised."""
+    exception its publish raised. A table without a change keeps its version
+    (`unchanged.kept_version`): a group of such tables imports no pyiceberg."""
     out: list[tuple[TableCheckpoint, bool] | Exception | None] = [None] * len(group)
     todo: list[tuple[int, Publishing]] = []
+    manifests: list[tuple[int, Manifest | Exception]] = []
     for i, (record, high) in enumerate(group):
         try:  # a record the step cannot read fails that table alone (`table_failure` tells)
-            todo.append(
-                (
-                    i,
-                    Publishing(
-                        table_info(record),
-                        tuple(record.chunk_key),
-                        reconciled_dir(config, record),
-                        high,
-                    ),
-                )
+            table = Publishing(
+                table_info(record), tuple(record.chunk_key), reconciled_dir(config, record), high
             )
+            kept = kept_version(config, table, run_id)
         except Exception as exc:
             out[i] = exc
-    done = publish_tables(config, [p for _, p in todo], run_id, guard, catalog) if todo else []
-    for (i, _), manifest in zip(todo, done, strict=True):
+            continue
+        if kept is not None:
+            manifests.append((i, kept))
+        else:
+            todo.append((i, table))
+    if todo:
+        # pyiceberg (and the SQL catalog's SQLAlchemy ORM): imported by a run that commits
+        from orchestrator.pipeline.publish.versions import publish_tables
+
+        done = publish_tables(config, [p for _, p in todo], run_id, guard, catalog)
+        manifests += zip((i for i, _ in todo), done, strict=True)
+    for i, manifest in manifests:
         record, high = group[i]
         try:
             if isinstance(manifest, Exception):

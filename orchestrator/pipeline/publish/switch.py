@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable
-
-from pyiceberg.catalog import Catalog
+from typing import TYPE_CHECKING
 
 from orchestrator.config import PipelineConfig
 from orchestrator.errors import RunFailed
-from orchestrator.lake import iceberg, storage
+from orchestrator.lake import storage
 from orchestrator.lake.manifest import (
     IcebergEntry,
     Manifest,
@@ -23,6 +22,9 @@ from orchestrator.lake.manifest import (
     manifest_json,
     version_uri,
 )
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
 
 
 def switch(
@@ -67,6 +69,8 @@ def retain(
     names."""
 
     def expire(dropped: list[int]) -> set[str]:
+        from orchestrator.lake import iceberg  # a run that commits has imported it
+
         needed, location = iceberg.expire_versions(catalog, manifest["table"], tdir, dropped)
         entry = manifest.get("iceberg")
         if entry is not None and location is not None and location != entry["metadata_location"]:

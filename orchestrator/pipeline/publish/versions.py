@@ -56,7 +56,7 @@ from dataclasses import dataclass
 from pyiceberg.catalog import Catalog
 
 from orchestrator.config import PipelineConfig
-from orchestrator.errors import RunFailed, resnapshot_hint
+from orchestrator.errors import RunFailed
 from orchestrator.lake import iceberg, iceberg_commit, iceberg_create, layout, storage
 from orchestrator.lake.iceberg_create import NewTable
 from orchestrator.lake.manifest import (
@@ -81,6 +81,11 @@ from orchestrator.pipeline.publish.staging import (
     write_pending,
 )
 from orchestrator.pipeline.publish.switch import retain, switch
+from orchestrator.pipeline.publish.unchanged import (
+    Publishing,
+    check_base,
+    kept_version,
+)
 from orchestrator.positions import BinlogPosition
 from orchestrator.schema.tables import TableInfo
 from orchestrator.services import faults
@@ -88,16 +93,6 @@ from orchestrator.services import faults
 log = logging.getLogger(__name__)
 
 # --------------------------------------------------------------------------- publish
-
-
-@dataclass(frozen=True, slots=True)
-class Publishing:
-    """A reconciled table to publish (`publish_table`'s arguments of one table)."""
-
-    table_info: TableInfo
-    key: tuple[str, ...]
-    reconciled_dir: str
-    position: BinlogPosition
 
 
 def publish_table(
@@ -300,27 +295,13 @@ def _stage(
         table.reconciled_dir,
         table.position,
     )
+    # No slot rewritten: nothing of this run was committed, and the catalog need not be opened.
+    kept = kept_version(config, table, run_id)
+    if kept is not None:
+        return kept
     tdir = table_dir(config, table_info.name)
     current = find_manifest(tdir)
     plan = layout.read_plan(reconciled_dir)
-    if (
-        plan is not None
-        and plan.base_version is not None
-        and not plan.slots
-        and current is not None
-        and current["run_id"] != run_id
-    ):
-        # No slot rewritten: nothing of this run was committed, and the catalog need not be opened.
-        current = _check_base(table_info.name, current, plan)
-        if _unchanged(current, plan, table_info, key):
-            log.info(
-                "table %s: no change since version %d; no new version, no Iceberg snapshot "
-                "(the state store records %s as checked)",
-                table_info.name,
-                current["version"],
-                position,
-            )
-            return current
     catalog = catalog_()
     if current is not None and current["run_id"] == run_id:
         log.info(
@@ -351,7 +332,7 @@ def _stage(
         return switch(config, catalog, tdir, recovered, committed.entry, guard)
     version = current["version"] + 1 if current is not None else 1
     if plan is not None and plan.base_version is not None:
-        current = _check_base(table_info.name, current, plan)
+        current = check_base(table_info.name, current, plan)
     guard()
     schema, prepared = iceberg.prepare_table(
         catalog, table_info.name, tdir, published_schema(table_info.columns), loaded
@@ -413,35 +394,3 @@ def _committed_manifest(
     else:
         uri = version_uri(tdir, committed.version)
     return load_manifest(uri) if storage.exists(uri) else None
-
-
-def _check_base(table: str, current: Manifest | None, plan: layout.VersionPlan) -> Manifest:
-    """The current version an incremental reconcile's rewrite applies to; a RunFailed naming the fix
-    when it is not the version the reconcile read, or predates Iceberg."""
-    if current is not None and "iceberg" not in current:
-        raise RunFailed(
-            f"table {table}: version {current['version']} was published before "
-            "Tidemark wrote Iceberg tables; " + resnapshot_hint(table)
-        )
-    if current is None or current["version"] != plan.base_version:
-        raise RunFailed(
-            f"table {table}: the run reconciled against version {plan.base_version} "
-            f"but version {current['version'] if current else 'none'} is current; "
-            + resnapshot_hint(table)
-        )
-    return current
-
-
-def _unchanged(
-    current: Manifest, plan: layout.VersionPlan, table_info: TableInfo, key: Sequence[str]
-) -> bool:
-    """Whether an incremental run found nothing to change: no slot rewritten, same columns and key.
-
-    Such a run publishes no version: the current one is the table at the run's position as
-    well (no change of the table lies between), and a new version would only copy its file
-    list and add an Iceberg snapshot of the same files. The caller records the position."""
-    return (
-        not plan.slots
-        and current["columns"] == column_entries(table_info.columns)
-        and list(current["chunk_key"]) == list(key)
-    )

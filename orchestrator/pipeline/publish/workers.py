@@ -40,11 +40,9 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import tenacity
-from pyiceberg.catalog import Catalog
 
 from orchestrator.config import PipelineConfig
 from orchestrator.errors import RunFailed, TidemarkError
-from orchestrator.lake import iceberg
 from orchestrator.pipeline.failed import table_failure
 from orchestrator.positions import BinlogPosition
 from orchestrator.services import faults
@@ -54,6 +52,8 @@ from orchestrator.state.store import RunTableRecord, TableCheckpoint
 
 if TYPE_CHECKING:
     from concurrent.futures import ProcessPoolExecutor
+
+    from pyiceberg.catalog import Catalog
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ PublishGroup = Callable[
         Callable[[], None],
         str,
         Sequence[tuple[RunTableRecord, BinlogPosition]],
-        Catalog | None,
+        "Catalog | None",
     ],
     list[tuple[TableCheckpoint, bool] | Exception],
 ]
@@ -158,7 +158,7 @@ def publish_each(
         )
         count = 1
     if count == 1:
-        yield from _in_process(config, run_id, todo, many, guard)
+        yield from _in_process(config, run_id, todo, many, guard, workers)
         return
     import multiprocessing  # a run without workers does not import them
     from concurrent.futures import ProcessPoolExecutor
@@ -228,10 +228,16 @@ def publish_each(
 
 
 def _in_process(
-    config: PipelineConfig, run_id: str, todo: Todo, many: PublishGroup, guard: Callable[[], None]
+    config: PipelineConfig,
+    run_id: str,
+    todo: Todo,
+    many: PublishGroup,
+    guard: Callable[[], None],
+    workers: bool,
 ) -> Iterator[Outcome]:
     """`publish_each` in this process: a group's error is raised once its tables are handed over."""
-    catalog = iceberg.open_catalog(config) if todo else None
+    # tables without a change need none; `versions.publish_tables` opens one if a table does
+    catalog = _open_catalog(config) if todo and workers else None
     for group in groups(todo, 1):
         error = None
         for outcome in _publish(many, config, guard, run_id, group, lambda: catalog):
@@ -398,9 +404,16 @@ def _unfenced() -> None:
     """The guard of a publish called without the pipeline lock (a test calling the step)."""
 
 
+def _open_catalog(config: PipelineConfig) -> Catalog:
+    """The Iceberg catalog; pyiceberg is imported here, by a run that commits a table."""
+    from orchestrator.lake import iceberg
+
+    return iceberg.open_catalog(config)
+
+
 def _catalog() -> Catalog:
     if _worker["catalog"] is None:
-        _worker["catalog"] = iceberg.open_catalog(_worker["config"])
+        _worker["catalog"] = _open_catalog(_worker["config"])
     catalog: Catalog = _worker["catalog"]
     return catalog
 

@@ -46,8 +46,7 @@ from chunking.mysql import SESSION_SQL_MODE
 from orchestrator.config import TIME_ZONE, PipelineConfig
 from orchestrator.errors import ConfigError, RunFailed, TransientReadError, source_timeout
 from orchestrator.lake import iceberg, storage
-from orchestrator.lake.iceberg import FIELD_ID
-from orchestrator.lake.writer import write_empty
+from orchestrator.lake.writer import FIELD_ID, write_empty
 from orchestrator.pipeline.read.sql import column_aliases, column_sql, source_query
 from orchestrator.schema.tables import ColumnInfo, TableInfo
 from orchestrator.schema.values import srid_mismatch, staging_schema, staging_type

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import pyarrow as pa
 
 from orchestrator.config import PipelineConfig
-from orchestrator.lake import iceberg, storage
+from orchestrator.lake import storage
 from orchestrator.pipeline.context import (
     current_run,
     open_source,
@@ -213,6 +213,8 @@ def _read_tables(
     Returns the chunks read and the tables that failed on their own (with the reason). Any other
     error is raised once every read started has ended (a lost connection: the caller reads the batch
     again)."""
+    from orchestrator.lake import iceberg  # pyiceberg: imported by a run that reads or commits
+
     catalog = iceberg.open_catalog(config)  # once for the batch's tables
     schemas = iceberg.data_file_schemas(
         config, [pending.infos[t][0] for t in pending.by_table], catalog

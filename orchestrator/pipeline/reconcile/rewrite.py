@@ -44,11 +44,17 @@ import pyarrow as pa
 
 from chunking import decode_key
 from orchestrator.errors import RunFailed
-from orchestrator.lake import iceberg, layout, storage
+from orchestrator.lake import layout, storage
 from orchestrator.lake.layout import FileRange, Part, VersionPlan
 from orchestrator.lake.manifest import published_schema, read_manifest
 from orchestrator.lake.order import ascending_disjoint, python_key
-from orchestrator.lake.writer import file_range, read_published, write_parts
+from orchestrator.lake.writer import (
+    FIELD_ID,
+    file_range,
+    read_published,
+    with_field_ids,
+    write_parts,
+)
 from orchestrator.pipeline.changes import key_names
 from orchestrator.pipeline.reconcile import local
 from orchestrator.pipeline.reconcile.kept import planned_base
@@ -151,7 +157,7 @@ def reconcile_incremental(
     (`orchestrator.pipeline.reconcile.kept.planned_base`). Returns the rows at ``H``."""
     key = key_names(table_info, key)
     if schema is None:
-        schema = iceberg.with_field_ids(
+        schema = with_field_ids(
             published_schema(table_info.columns),
             {c.name: i for i, c in enumerate(table_info.columns, 1)},
         )
@@ -203,7 +209,7 @@ def chunk_base(
 
     def describe(uri: str) -> tuple[FileRange, bool]:
         sorted_file = all(
-            f.metadata and iceberg.FIELD_ID in f.metadata for f in storage.parquet_schema(uri)
+            f.metadata and FIELD_ID in f.metadata for f in storage.parquet_schema(uri)
         )
         return file_range(uri, key), sorted_file
 

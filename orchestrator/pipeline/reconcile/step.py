@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from orchestrator.config import PipelineConfig
 from orchestrator.errors import StateError
-from orchestrator.lake import iceberg, storage
+from orchestrator.lake import storage
 from orchestrator.lake.layout import FileRange
 from orchestrator.pipeline.changes import key_names
 from orchestrator.pipeline.context import (
@@ -44,8 +44,11 @@ from orchestrator.state.many import RECORD_TABLES
 from orchestrator.state.store import RunTableRecord, StateStore
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyiceberg.catalog import Catalog
     from pyspark.sql import SparkSession
+
+    from orchestrator.schema.tables import TableInfo
 
 #: The reconcile module's logger, as before the step moved here (its lines keep their name).
 log = logging.getLogger("orchestrator.pipeline.reconcile.rewrite")
@@ -61,6 +64,21 @@ class ReconcileResult:
         if not self.rows:
             return "nothing to reconcile"
         return "reconciled " + ", ".join(f"{t} ({n} rows)" for t, n in sorted(self.rows.items()))
+
+
+def _open_catalog(config: PipelineConfig) -> Catalog:
+    """The Iceberg catalog, opened when a file is written: pyiceberg (and the SQL catalog's
+    SQLAlchemy ORM) is imported only then, not by a run that changes nothing."""
+    from orchestrator.lake import iceberg
+
+    return iceberg.open_catalog(config)
+
+
+def _data_file_schema(config: PipelineConfig, info: TableInfo, catalog: Catalog) -> pa.Schema:
+    """`orchestrator.lake.iceberg.data_file_schema`, imported when a file is written."""
+    from orchestrator.lake import iceberg
+
+    return iceberg.data_file_schema(config, info, catalog)
 
 
 def _reconcile_one(
@@ -100,7 +118,7 @@ def _reconcile_one(
     target = Target(
         info,
         key,
-        functools.cache(lambda: iceberg.data_file_schema(config, info, catalog())),
+        functools.cache(lambda: _data_file_schema(config, info, catalog())),
         reconciled,
         cluster=cluster,
     )
@@ -136,7 +154,7 @@ def _reconcile_keyless(
     target = Target(
         info,
         (),
-        functools.cache(lambda: iceberg.data_file_schema(config, info, catalog())),
+        functools.cache(lambda: _data_file_schema(config, info, catalog())),
         reconciled,
     )
     if record.mode == "incremental":
@@ -177,7 +195,11 @@ def reconcile(
                     chunk_dirs.setdefault(chunk.table, []).append(chunk.path)
                     if chunk.ranges is not None:
                         recorded[chunk.path] = cast(list[FileRange], chunk.ranges)
-        catalog = functools.cache(lambda: iceberg.open_catalog(config))
+        if any(segments.get(r.table) for r in todo):
+            # A table with changes writes files: pyiceberg is imported here, in this thread,
+            # not by the first of the rewrite's threads while the others wait for it.
+            import orchestrator.lake.iceberg  # noqa: F401
+        catalog = functools.cache(lambda: _open_catalog(config))
         out: dict[str, int] = {}
         done: list[tuple[str, int, dict[str, Any]]] = []
         kept = KeptPlans(config, run_id)  # tables without a change: plans written a batch at a time

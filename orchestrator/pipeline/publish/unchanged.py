@@ -1,0 +1,99 @@
+"""A reconciled table without a change keeps its current version: no new version, no Iceberg
+snapshot, no catalog opened, and so no pyiceberg imported (`orchestrator.pipeline.publish.step`
+asks here first; `orchestrator.pipeline.publish.versions` publishes the others).
+
+The current version is the table at the run's position as well when the run rewrote no file of
+it and its columns and key are as published: no change of the table lies between. A new version
+would only copy its file list and add an Iceberg snapshot of the same files.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from orchestrator.config import PipelineConfig
+from orchestrator.errors import RunFailed, resnapshot_hint
+from orchestrator.lake import layout
+from orchestrator.lake.manifest import Manifest, column_entries, find_manifest
+from orchestrator.pipeline.context import table_dir
+from orchestrator.positions import BinlogPosition
+from orchestrator.schema.tables import TableInfo
+
+log = logging.getLogger("orchestrator.pipeline.publish.versions")  # its lines keep their name
+
+
+@dataclass(frozen=True, slots=True)
+class Publishing:
+    """A reconciled table to publish (`versions.publish_table`'s arguments of one table)."""
+
+    table_info: TableInfo
+    key: tuple[str, ...]
+    reconciled_dir: str
+    position: BinlogPosition
+
+
+def kept_version(config: PipelineConfig, table: Publishing, run_id: str) -> Manifest | None:
+    """``table``'s current manifest when the run changed nothing of it (the caller records the
+    position checked), else None: the table has a version to write, or this run published one.
+
+    Args:
+        config: the pipeline.
+        table: the reconciled table.
+        run_id: the run publishing it.
+
+    Raises:
+        RunFailed: the rewrite applies to another version than the current one, or the current
+            version predates Iceberg (both name the fix).
+    """
+    current = find_manifest(table_dir(config, table.table_info.name))
+    plan = layout.read_plan(table.reconciled_dir)
+    if (
+        plan is None
+        or plan.base_version is None
+        or plan.slots
+        or current is None
+        or current["run_id"] == run_id
+    ):
+        return None
+    current = check_base(table.table_info.name, current, plan)
+    if not unchanged(current, plan, table.table_info, table.key):
+        return None
+    log.info(
+        "table %s: no change since version %d; no new version, no Iceberg snapshot "
+        "(the state store records %s as checked)",
+        table.table_info.name,
+        current["version"],
+        table.position,
+    )
+    return current
+
+
+def check_base(table: str, current: Manifest | None, plan: layout.VersionPlan) -> Manifest:
+    """The current version an incremental reconcile's rewrite applies to; a RunFailed naming the fix
+    when it is not the version the reconcile read, or predates Iceberg."""
+    if current is not None and "iceberg" not in current:
+        raise RunFailed(
+            f"table {table}: version {current['version']} was published before "
+            "Tidemark wrote Iceberg tables; " + resnapshot_hint(table)
+        )
+    if current is None or current["version"] != plan.base_version:
+        raise RunFailed(
+            f"table {table}: the run reconciled against version {plan.base_version} "
+            f"but version {current['version'] if current else 'none'} is current; "
+            + resnapshot_hint(table)
+        )
+    return current
+
+
+def unchanged(
+    current: Manifest, plan: layout.VersionPlan, table_info: TableInfo, key: Sequence[str]
+) -> bool:
+    """Whether an incremental run found nothing to change: no slot rewritten, same columns and key
+    (the module docstring says why such a run publishes no version)."""
+    return (
+        not plan.slots
+        and current["columns"] == column_entries(table_info.columns)
+        and list(current["chunk_key"]) == list(key)
+    )
