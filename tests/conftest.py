@@ -31,6 +31,7 @@ from tests.services import S3_ACCESS_KEY, S3_SECRET_KEY, LocalPostgres, LocalRed
 HAVE_MARIADB = shutil.which("mariadbd") is not None or Path("/usr/sbin/mariadbd").exists()
 
 _SAVED_ENV = pytest.StashKey[dict[str, str | None]]()
+_SAVED_JVM_CACHE = pytest.StashKey[str | None]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -41,7 +42,14 @@ def pytest_configure(config: pytest.Config) -> None:
     reads its configuration once, at first import: without this it would use
     (and create) ``~/airflow`` or the developer's own ``$AIRFLOW_HOME``, and the
     tests/dags fixture could no longer choose its home.
+
+    The driver JVMs of the tests share no class archive
+    (orchestrator/services/class_archive.py): a JVM writing one at its exit would outlive the
+    process that a test checks left nothing behind. tests/integration/test_class_archive.py
+    turns it on in a directory of its own.
     """
+    config.stash[_SAVED_JVM_CACHE] = os.environ.get("TIDEMARK_JVM_CACHE")
+    os.environ["TIDEMARK_JVM_CACHE"] = "off"
     if "airflow" in sys.modules:
         return  # too late to redirect; the tests/dags fixture reports it
     home = Path(tempfile.mkdtemp(prefix="tidemark-airflow-"))
@@ -52,7 +60,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    saved = config.stash.get(_SAVED_ENV, {})
+    saved = dict(config.stash.get(_SAVED_ENV, {}))
+    saved["TIDEMARK_JVM_CACHE"] = config.stash.get(_SAVED_JVM_CACHE, None)
     for key, value in saved.items():
         if value is None:
             os.environ.pop(key, None)

@@ -38,6 +38,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
 from orchestrator.errors import RunFailed
+from orchestrator.services import class_archive
 
 log = logging.getLogger(__name__)
 jvm_log = logging.getLogger("tidemark.jvm")
@@ -203,12 +204,19 @@ def start_jvm(conf: Mapping[str, str]) -> None:
     """Start the driver JVM (unless one runs) with its output forwarded to `jvm_log`.
 
     The same launch PySpark makes on its own, plus ``popen_kwargs``, PySpark's hook
-    for capturing the JVM's stdout/stderr; the session then uses this gateway.
+    for capturing the JVM's stdout/stderr, and the class-data-sharing archive of
+    `orchestrator.services.class_archive`; the session then uses this gateway.
     """
     if SparkContext._gateway is not None:
         return
+    launch = dict(conf)
+    sharing = class_archive.java_options(conf)
+    if sharing:
+        launch["spark.driver.extraJavaOptions"] = _append(
+            launch.get("spark.driver.extraJavaOptions"), sharing, " "
+        )
     gateway = launch_gateway(
-        SparkConf(loadDefaults=False).setAll(list(conf.items())),
+        SparkConf(loadDefaults=False).setAll(list(launch.items())),
         popen_kwargs={"stdout": PIPE, "stderr": STDOUT},
     )
     if gateway.proc is not None:  # None: an existing gateway (PYSPARK_GATEWAY_PORT)

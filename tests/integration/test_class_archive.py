@@ -1,0 +1,60 @@
+"""The driver JVM's class archive for real (`orchestrator.services.class_archive`): the first
+`tidemark run` that starts Spark has its JVM write the archive at its exit, the next maps it, and
+its snapshot is the same. The rest of the suite runs with the archive off (tests/conftest.py)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestrator.app.demo.localdb import LocalMariaDB
+from orchestrator.config import load_config
+from orchestrator.pipeline.read.local import LOCAL_ROWS
+from orchestrator.services.class_archive import DYNAMIC_MAGIC
+from tests.conftest import pipeline_config, write_config
+from tests.integration.test_cli_run import tidemark
+
+pytestmark = pytest.mark.integration
+
+ROWS = LOCAL_ROWS + 2000  # above the driver's limit: read by Spark
+
+
+def _complete(cache: Path) -> list[Path]:
+    return [p for p in cache.glob("*.jsa") if p.read_bytes()[:4] == DYNAMIC_MAGIC]
+
+
+def test_the_next_run_maps_the_classes_the_first_jvm_saved(
+    mariadb: LocalMariaDB, tmp_path: Path
+) -> None:
+    mariadb.execute("DROP DATABASE IF EXISTS cds_db", "CREATE DATABASE cds_db")
+    mariadb.execute(
+        "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10))",
+        f"INSERT INTO t SELECT seq, CONCAT('v', seq) FROM seq_1_to_{ROWS}",
+        "ANALYZE TABLE t",
+        database="cds_db",
+    )
+    path = write_config(
+        tmp_path / "p.yaml", pipeline_config(tmp_path, mariadb, [{"name": "cds_db.t"}], name="c")
+    )
+    cache = tmp_path / "jvm"
+    env = {"TIDEMARK_JVM_CACHE": str(cache)}
+
+    first = tidemark("run", "--config", str(path), "--no-progress", env=env)
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert "saves its classes for the next runs" in first.stdout + first.stderr
+    deadline = time.monotonic() + 180  # the JVM writes it after the process ended
+    while not _complete(cache) and time.monotonic() < deadline:
+        time.sleep(1)
+    assert len(_complete(cache)) == 1
+
+    mariadb.execute("INSERT INTO t VALUES (0, 'zero')", database="cds_db")
+    second = tidemark("run", "--config", str(path), "--no-progress", "--snapshot", env=env)
+    output = second.stdout + second.stderr
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert "maps its classes from" in output and "spark session started" in output
+    lake = Path(load_config(path).output.path)
+    manifest = json.loads((lake / "cds_db" / "t" / "_tidemark" / "current.json").read_text())
+    assert manifest["rows"] == ROWS + 1
