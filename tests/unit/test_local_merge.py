@@ -6,6 +6,7 @@ width)."""
 from __future__ import annotations
 
 import random
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,10 @@ WIDTHS = [
     (pa.int64(), -(2**63), 2**63 - 1),
     (pa.uint64(), 2**63 - 10**6, 2**64 - 1),
     (pa.uint16(), 0, 2**16),
+    # a BIGINT UNSIGNED is published as DECIMAL(20, 0): within int64, beyond it, and signed
+    (pa.decimal128(20, 0), 0, 10**6),
+    (pa.decimal128(20, 0), 2**63 - 10**6, 2**64 - 1),
+    (pa.decimal128(12, 0), -(10**11), 10**11),
 ]
 
 
@@ -98,3 +103,14 @@ def test_other_keys_take_the_sort() -> None:
     assert reconcile_local._integer_key([pa.array(["a"])], events) is None
     assert reconcile_local._integer_key([pa.array([1]), pa.array([2])], events) is None
     assert reconcile_local._integer_key([pa.array([1, None])], events) is None
+    cents = pa.decimal128(10, 2)
+    money = pa.table(
+        {event_key(0): pa.array([Decimal(1)], cents), KIND: pa.array([PUT], pa.int8())}
+    )
+    assert reconcile_local._integer_key([pa.array([Decimal(1)], cents)], money) is None
+    # a DECIMAL(20, 0) whose values fit neither int64 nor uint64 together
+    wide = pa.decimal128(20, 0)
+    mixed = pa.table(
+        {event_key(0): pa.array([Decimal(2**64 - 1)], wide), KIND: pa.array([PUT], pa.int8())}
+    )
+    assert reconcile_local._integer_key([pa.array([Decimal(-1)], wide)], mixed) is None

@@ -212,13 +212,25 @@ def _integer_key(
     base: Sequence[pa.Array | pa.ChunkedArray], events: pa.Table
 ) -> tuple[Any, Any] | None:
     """A key of one integer column without NULLs, base and events as numpy arrays (the files'
-    order is the numbers' order); None for any other key (`_interleave` sorts it)."""
-    if len(base) != 1 or not pa.types.is_integer(base[0].type) or base[0].null_count:
+    order is the numbers' order); None for any other key (`_interleave` sorts it). A DECIMAL of
+    scale 0 (a BIGINT UNSIGNED is published as DECIMAL(20, 0)) counts as an integer when every
+    value fits in int64, or else in uint64."""
+    if len(base) != 1 or base[0].null_count:
         return None
+    kind = base[0].type
     ours = events.column(event_key(0))
     if ours.null_count:
         return None
-    return base[0].to_numpy(), ours.cast(base[0].type).to_numpy()
+    if pa.types.is_integer(kind):
+        return base[0].to_numpy(), ours.cast(kind).to_numpy()
+    if not pa.types.is_decimal(kind) or kind.scale != 0:
+        return None
+    for number in (pa.int64(), pa.uint64()):
+        try:
+            return base[0].cast(number).to_numpy(), ours.cast(number).to_numpy()
+        except pa.ArrowInvalid:  # a value out of its range
+            continue
+    return None
 
 
 def _replaced(base: Any, ours: Any) -> tuple[Any, Any]:
