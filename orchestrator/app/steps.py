@@ -25,13 +25,14 @@ from collections.abc import Callable
 from orchestrator.app.doctor import preflight as _check_source
 from orchestrator.config import PipelineConfig
 from orchestrator.errors import RunLocked
-from orchestrator.pipeline.capture.step import CaptureResult, capture
+from orchestrator.pipeline.capture.step import capture
 from orchestrator.pipeline.context import hold_lock, open_store
 from orchestrator.pipeline.plan.batches import BatchRef
 from orchestrator.pipeline.plan.step import RunHandle, plan, requested_tables
 from orchestrator.pipeline.publish.step import Published, publish
 from orchestrator.pipeline.read.step import ReadResult, read_batch
 from orchestrator.pipeline.reconcile.step import ReconcileResult, reconcile
+from orchestrator.pipeline.segments import CaptureResult
 
 __all__ = [
     "BatchRef",

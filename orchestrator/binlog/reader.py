@@ -179,6 +179,8 @@ class EventReader:
         self._collations: dict[str, int] = {}  # collation name -> the id TABLE_MAPs carry
         self._identity: ServerIdentity | None = None  # the server read (`check_available`)
         self._files: list[str] = []  # its binlog files
+        self._sizes: dict[str, int] = {}  # ... and their sizes
+        self._checked = False
         self._gtid = GtidTracker("mariadb", None)  # the GTID set where the stream is
 
     def __enter__(self) -> Self:
@@ -241,7 +243,9 @@ class EventReader:
         try:
             with conn.cursor() as cur:
                 cur.execute("SHOW BINARY LOGS")
-                files = self._files = [str(row[0]) for row in cur.fetchall()]
+                listed = cur.fetchall()
+                files = self._files = [str(row[0]) for row in listed]
+                self._sizes = {str(row[0]): int(row[1]) for row in listed if len(row) > 1}
                 dialect = Dialect.from_version(conn.get_server_info())
                 cur.execute(dialect.binlog_status_sql)
                 status = cur.fetchone()
@@ -271,6 +275,22 @@ class EventReader:
                     f"stop position {self.stop} is after the binlog end {current} "
                     f"on {self.address}; was the server's binlog reset?"
                 )
+        self._checked = True
+
+    def bytes_to_read(self) -> int | None:
+        """The bytes of binlog from the start to the stop (to the end: no stop), by the sizes
+        `check_available` listed; None before it ran or when a file is not listed."""
+        if not self._checked or self.start.file not in self._sizes:
+            return None
+        stop = self.stop
+        if stop is not None and stop.file == self.start.file:
+            return max(0, stop.pos - self.start.pos)
+        total = self._sizes[self.start.file] - self.start.pos
+        for name in self._files[self._files.index(self.start.file) + 1 :]:
+            if stop is not None and name == stop.file:
+                return total + stop.pos
+            total += self._sizes.get(name, 0)
+        return total if stop is None else None
 
     def _check_server(self, cur: Any, dialect: Dialect) -> None:
         """The server must be the one the start and stop were recorded on; the GTID set at the
@@ -304,7 +324,9 @@ class EventReader:
     def events(self) -> Iterator[Record]:
         """The chosen tables' rows events (undecoded) and other changes, and the boundaries,
         in binlog order."""
-        self.check_available()
+        if not self._checked:  # `check_available` ran just before: not twice
+            self.check_available()
+        self._checked = False  # another call of `events` checks again
         log.info(
             "binlog of %s: reading %s to %s for %d table(s)",
             self.address,

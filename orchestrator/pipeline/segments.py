@@ -16,6 +16,7 @@ new owner's durable segments. They go with the run's staging when the run ends.
 A table's segments before its re-read are voided in state (``segments_after`` in its
 run-table info, `void_mark`), in the transaction that plans it again, never deleted.
 Segments written before the state schema recorded owners have no tag (owner ``""``).
+`CaptureResult` is what a capture left in staging.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -190,3 +192,30 @@ def resume_point(
         if number > void.get(table, 0):
             rows[table] = rows.get(table, 0) + storage.parquet_rows(path, fs)
     return BinlogPosition.from_json(saved["position"]), durable, rows, owners
+
+
+@dataclass(frozen=True, slots=True)
+class CaptureResult:
+    """What a capture left in staging.
+
+    Attributes:
+        rows: changes per table in the run's durable segments (all of them, resumes included).
+        segments: the highest durable segment number.
+        end: the position everything up to which is captured (the stop position).
+        resumed: whether this call continued from a checkpoint.
+        seconds: how long this call took.
+    """
+
+    rows: dict[str, int]
+    segments: int
+    end: BinlogPosition
+    resumed: bool = False
+    seconds: float = 0.0
+
+    def __str__(self) -> str:
+        per_table = ", ".join(f"{t} {n}" for t, n in sorted(self.rows.items())) or "no tables"
+        how = "resumed, " if self.resumed else ""
+        return (
+            f"{sum(self.rows.values())} changes up to {self.end} ({per_table}; {how}"
+            f"{self.segments} segments, {self.seconds:.1f}s)"
+        )

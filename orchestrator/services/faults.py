@@ -10,7 +10,8 @@ Points: ``read.batch_started`` (``L`` recorded, before the reads), ``read.batch_
 ``capture.checkpoint``, ``capture.flushed`` (segments written, not yet checkpointed),
 ``reconcile.table_done``, ``publish.file_moved`` (after each data file moved into a table's
 ``data/``), ``publish.iceberg_committed``, ``publish.files_written``, ``publish.table_done``,
-``capture.reading`` (before the binlog is opened).
+``capture.reading`` (before the binlog is opened), ``decode.job`` (in a binlog decoding worker,
+`orchestrator.binlog.pool`, before each job: the worker alone dies).
 
 In a worker process of the run (publish's, `orchestrator.pipeline.publish.workers`), set up
 by `forked`, a failpoint acts on the run: a crash kills the run's process first (its other

@@ -8,13 +8,16 @@ import random
 import struct
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pyarrow as pa
 import pytest
 
 from orchestrator.app.demo.localdb import LocalMariaDB
+from orchestrator.binlog.pool import POOL_BYTES
 from orchestrator.config import parse_config
 from orchestrator.errors import RunFailed
+from orchestrator.pipeline.capture import pooled
 from orchestrator.pipeline.capture.step import CaptureTable, capture_changes
 from orchestrator.pipeline.segments import read_changes
 from orchestrator.positions import BinlogPosition
@@ -44,16 +47,30 @@ def capture_both(
     stop: BinlogPosition,
     batch_rows: int = 50_000,
 ) -> tuple[pa.Table, pa.Table]:
-    """The table's changes captured with the library decoder, then with the fast one."""
+    """The table's changes captured with the library decoder, then with the fast one. The fast
+    one also decodes in worker processes (`orchestrator.binlog.pool`, forced here for any size,
+    in jobs of a few events) and must write the same changes there."""
     config = parse_config(pipeline_config(tmp_path, server, [{"name": name}], name="fast"))
     store = StateStore(config.state.url)
     tables = {name: CaptureTable(table_info(server, name), key, start)}
     out = []
-    for decoder in ("library", "fast"):
+    for decoder, pool_bytes in (("library", POOL_BYTES), ("fast", POOL_BYTES), ("fast", 0)):
         run_id = store.create_run("fast", {}).run_id
-        capture_changes(config, store, run_id, tables, stop, batch_rows=batch_rows, decoder=decoder)
+        with mock.patch.object(pooled, "JOB_BYTES", 4096):
+            capture_changes(
+                config,
+                store,
+                run_id,
+                tables,
+                stop,
+                batch_rows=batch_rows,
+                decoder=decoder,
+                pool_bytes=pool_bytes,
+            )
         out.append(read_changes(store, config.staging_path, run_id, name))
-    return out[0], out[1]
+    library, fast, in_workers = out
+    assert in_workers.equals(fast), "the workers decode as the capture does"
+    return library, fast
 
 
 def float_bits(values: list[Any]) -> list[Any]:

@@ -16,7 +16,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from orchestrator.app.demo.localdb import LocalMariaDB
+from orchestrator.binlog.pool import DecodeWorkerLost
 from orchestrator.config import PipelineConfig, parse_config
+from orchestrator.pipeline.capture import pooled
 from orchestrator.pipeline.capture.step import CaptureTable, capture_changes
 from orchestrator.pipeline.segments import read_changes, segment_paths
 from orchestrator.positions import BinlogPosition
@@ -279,8 +281,35 @@ def test_resume_after_interruptions_has_every_change_once(
     assert len(on_disk) == result.segments + len(orphans)
 
 
+def test_a_decoding_worker_killed_fails_the_capture_and_a_rerun_resumes(
+    mariadb: LocalMariaDB,
+    workload: tuple[BinlogPosition, BinlogPosition, int],
+    reference: tuple[PipelineConfig, StateStore, list[tuple[Any, ...]]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Rows events decoded in worker processes (forced for this small binlog, a job every few
+    events): a worker killed at its third job (as an OOM kill would) fails the capture itself,
+    not a table; the next capture resumes from the checkpoint with every change once."""
+    start, stop, _ = workload
+    config, store, expected = reference
+    tables = resume_tables(mariadb, start)
+    run_id = store.create_run("cap", {}).run_id
+    monkeypatch.setattr(pooled, "JOB_BYTES", 256)
+    monkeypatch.setenv("TIDEMARK_FAILPOINT", "decode.job:3")
+    with pytest.raises(
+        DecodeWorkerLost, match=r"decoding worker \(pid \d+\) ended with exit code -9"
+    ):
+        capture_changes(config, store, run_id, tables, stop, batch_rows=7, pool_bytes=0)
+    monkeypatch.delenv("TIDEMARK_FAILPOINT")
+    result = capture_changes(config, store, run_id, tables, stop, batch_rows=7, pool_bytes=0)
+    assert all_changes(config, run_id) == expected
+    assert sum(result.rows.values()) == len(expected)
+
+
 WORKER = """
 import json, sys
+from orchestrator.binlog.pool import DecodeWorkerLost
+from orchestrator.pipeline.capture import pooled
 from orchestrator.pipeline.capture.step import CaptureTable, capture_changes
 from orchestrator.config import load_config
 from orchestrator.positions import BinlogPosition

@@ -1,25 +1,26 @@
 """The capture's hot loop numbers the rows of events that share a position on, in binlog order:
 a MySQL compressed transaction's events all stand at the payload's end, and an INSERT then a
-DELETE of one key in it must keep the DELETE last (it was published as present)."""
+DELETE of one key in it must keep the DELETE last (it was published as present). The k-th event
+at a position numbers from ``k * SHARED_ROWS``, so no event's rows need counting first (worker
+processes count them, `orchestrator.binlog.pool`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from orchestrator.binlog.reader import Boundary, RowsEvent
-from orchestrator.pipeline.capture.step import _run
+from orchestrator.pipeline.capture.step import SHARED_ROWS, _run
 from orchestrator.positions import BinlogPosition
 
 
 class Numbering:
-    """A capture that records the first row number each event was given (each event: 2 rows)."""
+    """A capture that records the first row number each event was given."""
 
     def __init__(self) -> None:
         self.given: list[tuple[str, int, int]] = []
 
-    def add(self, event: Any, base: int = 0) -> int:
+    def add(self, event: Any, base: int = 0) -> None:
         self.given.append((event.file, event.end, base))
-        return 2
 
     def boundary(self, position: BinlogPosition, final: bool = False) -> None:
         pass
@@ -44,8 +45,8 @@ def test_rows_of_events_at_one_position_are_numbered_on() -> None:
     assert capture.given == [
         ("b.1", 100, 0),
         ("b.1", 9000, 0),
-        ("b.1", 9000, 2),
-        ("b.1", 9000, 4),
+        ("b.1", 9000, SHARED_ROWS),
+        ("b.1", 9000, 2 * SHARED_ROWS),
         ("b.1", 9100, 0),
         ("b.2", 9000, 0),
     ]

@@ -7,7 +7,7 @@ segment columns are described there.
 from __future__ import annotations
 
 import functools
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,7 +74,7 @@ class Drained:
 
     table: pa.Table
     before: dict[str, pa.Array]
-    flags: list[int]
+    flags: Sequence[int]
 
 
 class TableBuffer:
@@ -143,6 +143,15 @@ class TableBuffer:
     def __len__(self) -> int:
         return len(self.ops)
 
+    def first_position(self) -> tuple[int, int] | None:
+        """``(file index, position)`` of the first buffered change, None when none is."""
+        return (self.files[0], self.positions[0]) if self.ops else None
+
+    def counted(self) -> int:
+        """Rows buffered since the last call whose count was not returned by `add` (none here:
+        `add` decodes at once)."""
+        return 0
+
     def to_arrow(self) -> pa.Table:
         """The buffered changes as the segment's table."""
         return self.drain().table
@@ -160,17 +169,20 @@ class TableBuffer:
                 for (shape, start), end in zip(self.shapes, ends, strict=True)
             ]
             data = [pa.chunked_array([part[i] for part in parts]) for i in range(len(parts[0]))]
-        kept = len(self.table.info.columns) + len(self.key_index)
-        arrays = [
+        meta = [
             pa.array(self.files, pa.int64()),
             pa.array(self.positions, pa.int64()),
             pa.array(self.rows, pa.int64()),
             pa.array(self.ops, pa.string()),
-            *data[:kept],
         ]
-        table = pa.Table.from_arrays(arrays, schema=self.schema)
+        return self.assemble(meta, data, self.flags)
+
+    def assemble(self, meta: list[Any], data: list[Any], flags: Sequence[int]) -> Drained:
+        """The `Drained` of the position columns ``meta`` and the decoded columns ``data``."""
+        kept = len(self.table.info.columns) + len(self.key_index)
+        table = pa.Table.from_arrays([*meta, *data[:kept]], schema=self.schema)
         before = dict(zip(self.before_names, data[kept:], strict=True))
-        return Drained(table, before, self.flags)
+        return Drained(table, before, flags)
 
 
 def since(

@@ -31,6 +31,12 @@ become Arrow column by column when a segment is written; ``decoder="library"``
 decodes with python-mysql-replication instead (the reference, for tests and
 benchmarks), into the same segments; it gives NULL for a date the server kept under
 ``ALLOW_INVALID_DATES``, which the fast decoder rolls over as the snapshot does.
+A capture of `POOL_BYTES` of binlog or more decodes in worker processes instead
+(`orchestrator.binlog.pool`, `orchestrator.pipeline.capture.pooled`): the same decoder,
+the same segments, while this process reads on.
+
+A row's number (``_tm_row``) is its index in its event; the k-th event at a shared position
+(a MySQL compressed transaction's, an XA's commit) numbers from ``k * SHARED_ROWS``.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -46,6 +53,7 @@ import pyarrow.fs as pafs
 
 from orchestrator.binlog.batch import Decoding, FastDecoding
 from orchestrator.binlog.jsonb import json_text
+from orchestrator.binlog.pool import POOL_BYTES, DecodeWorkerLost
 from orchestrator.binlog.reference import (
     BinlogReader,
     Boundary,
@@ -68,6 +76,7 @@ from orchestrator.pipeline.capture.buffer import (
 from orchestrator.pipeline.capture.cascade_setup import RunCascades, run_cascades, with_before
 from orchestrator.pipeline.capture.derive import Cascades, Reread
 from orchestrator.pipeline.capture.filtering import ChangeFilters
+from orchestrator.pipeline.capture.pooled import DecodeFailed, pooled, start_pool
 from orchestrator.pipeline.capture.reread import (
     MAX_REREAD_ROUNDS,
     check_binlog_kept,
@@ -79,7 +88,12 @@ from orchestrator.pipeline.capture.xa import XaTransactions
 from orchestrator.pipeline.context import current_run, open_source, open_store, position, table_info
 from orchestrator.pipeline.failed import fail_table, table_failure
 from orchestrator.pipeline.keyless import capture_key, is_keyless
-from orchestrator.pipeline.segments import resume_point, segment_name, write_segment
+from orchestrator.pipeline.segments import (
+    CaptureResult,
+    resume_point,
+    segment_name,
+    write_segment,
+)
 from orchestrator.positions import BinlogPosition, file_index
 from orchestrator.services import faults
 from orchestrator.source.retry import binlog_retry
@@ -95,35 +109,12 @@ LOG_SECONDS = 10.0
 _file_index = functools.lru_cache(maxsize=256)(file_index)
 _NEVER = NEVER
 
+#: Row numbers an event sharing its position with earlier ones starts from, per earlier event
+#: (more than a rows event of up to 4 GiB can hold).
+SHARED_ROWS = 1 << 32
+
 #: How rows events are decoded: Tidemark's own decoder, or python-mysql-replication's.
 Decoder = Literal["fast", "library"]
-
-
-@dataclass(frozen=True, slots=True)
-class CaptureResult:
-    """What a capture left in staging.
-
-    Attributes:
-        rows: changes per table in the run's durable segments (all of them, resumes included).
-        segments: the highest durable segment number.
-        end: the position everything up to which is captured (the stop position).
-        resumed: whether this call continued from a checkpoint.
-        seconds: how long this call took.
-    """
-
-    rows: dict[str, int]
-    segments: int
-    end: BinlogPosition
-    resumed: bool = False
-    seconds: float = 0.0
-
-    def __str__(self) -> str:
-        per_table = ", ".join(f"{t} {n}" for t, n in sorted(self.rows.items())) or "no tables"
-        how = "resumed, " if self.resumed else ""
-        return (
-            f"{sum(self.rows.values())} changes up to {self.end} ({per_table}; {how}"
-            f"{self.segments} segments, {self.seconds:.1f}s)"
-        )
 
 
 # --------------------------------------------------------------------------- the capture
@@ -199,19 +190,20 @@ class _Capture:
                 if name in self.starts:
                     self.starts[name] = min(self.starts[name], begin)
 
-    def add(self, event: RowsEvent, base: int = 0) -> int:
-        """Buffer the event's rows, numbered from ``base`` at its position; returns how many
-        numbers they took (the next event at the same position numbers on from there)."""
+    def add(self, event: RowsEvent, base: int = 0) -> None:
+        """Buffer the event's rows, numbered from ``base`` at its position (`SHARED_ROWS`)."""
         if self.xa.group is not None and self.xa.take(event):
-            return 0
+            return
         file = _file_index(event.file)
         self.files[file] = event.file
         start_file, start_pos, start_row = self.starts[event.table]
         if (file, event.end) < (start_file, start_pos):
-            return 0  # its table's snapshot (or published version) already has these rows
-        first = start_row + 1 if (file, event.end) == (start_file, start_pos) else 0
+            return  # its table's snapshot (or published version) already has these rows
+        # rows numbered up to the start's row are in the snapshot (or version) already
+        first = max(0, start_row + 1 - base) if (file, event.end) == (start_file, start_pos) else 0
+        buffer = self.buffers[event.table]
         try:
-            added = self.buffers[event.table].add(event, file, first, base)
+            added = buffer.add(event, file, first, base) + buffer.counted()
         except (
             Exception
         ) as exc:  # a value that cannot be decoded: recorded before any checkpoint past it
@@ -221,12 +213,11 @@ class _Capture:
                 f"rows event ending at {event.file}:{event.end}",
                 (file, event.end),
             )
-            return 0
+            return
         self.buffered += added
         self.captured += added
         if self.buffered >= 2 * self.batch_rows:  # a huge transaction: write, checkpoint later
             self.flush()
-        return first + added
 
     def fail(
         self, table: str, exc: Exception, where: str, at: tuple[int, int] | None = None
@@ -239,7 +230,7 @@ class _Capture:
         if table in self.tables:
             fail_table(self.store, self.run_id, table, "capture", f"{reason} ({where})")
         buffer = self.buffers[table]
-        lost = (buffer.files[0], buffer.positions[0]) if len(buffer) else at
+        lost = buffer.first_position() or at
         buffer.clear()
         self.starts[table] = _NEVER
         if self.cascades is not None and table in self.cascades.as_parent and lost is not None:
@@ -268,9 +259,8 @@ class _Capture:
                 )
             )
             return
-        base = 0
-        for event in committed:
-            base += self.add(event, base)
+        for number, event in enumerate(committed):  # all at the commit's position
+            self.add(event, number * SHARED_ROWS)
 
     def change(self, change: TableChange, where: tuple[int, int, int] | None = None) -> None:
         """A change the binlog has no row images of: record the re-read, keep no more rows.
@@ -356,6 +346,11 @@ class _Capture:
                 continue
             try:  # values are converted here: one that cannot be fails its table alone, as in `add`
                 drained[name] = buffer.drain()
+            except DecodeWorkerLost:  # the run's failure, not the table's
+                raise
+            except DecodeFailed as exc:  # a worker's (`PooledBuffer`), in the event it names
+                where = f"rows event ending at {self.files.get(exc.file, exc.file)}:{exc.end}"
+                self.fail(name, exc.cause, where, (exc.file, exc.end))
             except Exception as exc:
                 self.fail(name, exc, f"rows events before {self.stop}", None)
         derived = self.cascades.process(drained) if self.cascades is not None else {}
@@ -433,6 +428,7 @@ def capture_changes(
     batch_rows: int = 50_000,
     progress: Callable[[int], None] | None = None,
     decoder: Decoder = "fast",
+    pool_bytes: int = POOL_BYTES,
 ) -> CaptureResult:
     """Capture the tables' binlog changes up to ``stop`` into the run's staging (resumable).
 
@@ -447,6 +443,8 @@ def capture_changes(
         progress: called after each checkpoint with the changes written since its last call.
         decoder: ``fast`` (`orchestrator.binlog`) or ``library`` (python-mysql-replication,
             the reference; for tests and benchmarks). Both write the same segments.
+        pool_bytes: the binlog bytes to read from which the fast decoder runs in worker
+            processes (`orchestrator.binlog.pool`; where the machine has more than one core).
 
     Raises:
         BinlogPurged: the binlog to start from is no longer on the server.
@@ -495,7 +493,10 @@ def capture_changes(
             {name: t.info for name, t in read.items()},
             stop=stop,
         )
-        with reader, capture.filters:
+        with reader, capture.filters, ExitStack() as stack:
+            pool = start_pool(reader, decoder, pool_bytes, run_id)
+            if pool is not None:
+                capture.buffers = pooled(capture.buffers, stack.enter_context(pool))
             _run(capture, reader.events())
     elif checkpoint is None or checkpoint < stop:
         capture.boundary(stop, final=True)
@@ -516,12 +517,14 @@ def _run(
     # Rows events that share a position (a MySQL compressed transaction's, all at the payload's
     # end) number their rows on, in binlog order: the last change of a key stays the last.
     at: tuple[str, int] | None = None
-    base = 0
+    number = 0
     for record in records:
         if isinstance(record, RowsEvent):
             if (record.file, record.end) != at:
-                at, base = (record.file, record.end), 0
-            base += add(record, base)
+                at, number = (record.file, record.end), 0
+            else:
+                number += 1
+            add(record, number * SHARED_ROWS)
         elif isinstance(record, TableChange):
             capture.change(record)
         elif isinstance(record, XaEvent):
