@@ -16,8 +16,10 @@ map them from it at the next start (``-XX:SharedArchiveFile``), which roughly ha
 Safety rests on the JVM: it writes an archive's header last, so a file cut short (a JVM killed
 while writing it) has a header of zeros, which `_complete` refuses and which the JVM would also
 ignore; a complete archive made for another class path or JVM is refused by the JVM itself
-(``-Xshare:auto``, its default), which then loads classes as usual. The archive only changes
-how classes are loaded, never what the run does.
+(``-Xshare:auto``, its default), which then loads classes as usual. A complete archive damaged
+afterwards (cut short by a copy or a full disk) can crash the JVM that maps it: the driver's
+start (`orchestrator.services.spark.start_jvm`) then removes it and starts the JVM without it.
+The archive only changes how classes are loaded, never what the run does.
 
 The archives live in ``$TIDEMARK_JVM_CACHE``, else ``$XDG_CACHE_HOME/tidemark/jvm``, else
 ``~/.cache/tidemark/jvm``; ``TIDEMARK_JVM_CACHE=off`` turns this off, and so does a
@@ -120,6 +122,19 @@ def java_options(conf: Mapping[str, str], environ: Mapping[str, str] = os.enviro
     except OSError as exc:  # an unwritable cache costs the speed-up, not the run
         log.info("no JVM class archive: %s", exc)
         return ""
+
+
+def mapped(options: str) -> Path | None:
+    """The archive ``options`` (from `java_options`) has the JVM map, None when none."""
+    for option in options.split():
+        if option.startswith("-XX:SharedArchiveFile="):
+            return Path(option.partition("=")[2])
+    return None
+
+
+def discard(path: Path) -> None:
+    """Remove an archive a JVM could not start with: the next JVM writes a new one."""
+    path.unlink(missing_ok=True)
 
 
 def _complete(path: Path) -> bool:

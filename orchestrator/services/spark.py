@@ -30,6 +30,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from subprocess import PIPE, STDOUT
+from typing import Any
 
 import pyarrow as pa
 from pyspark import SparkConf, SparkContext
@@ -215,10 +216,22 @@ def start_jvm(conf: Mapping[str, str]) -> None:
         launch["spark.driver.extraJavaOptions"] = _append(
             launch.get("spark.driver.extraJavaOptions"), sharing, " "
         )
-    gateway = launch_gateway(
-        SparkConf(loadDefaults=False).setAll(list(launch.items())),
-        popen_kwargs={"stdout": PIPE, "stderr": STDOUT},
-    )
+    try:
+        gateway = _launch(launch)
+    except Exception as exc:  # the JVM ended before its gateway answered
+        archive = class_archive.mapped(sharing)
+        if archive is None:
+            raise
+        # An archive damaged after it was written (cut short by a copy, a full disk) crashes
+        # the JVM that maps it, and every run after: removed, and the JVM started without it.
+        log.warning(
+            "the driver JVM did not start with the class archive %s (%s); it is removed and "
+            "the JVM started without it",
+            archive,
+            str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+        )
+        class_archive.discard(archive)
+        gateway = _launch(dict(conf))
     if gateway.proc is not None:  # None: an existing gateway (PYSPARK_GATEWAY_PORT)
         threading.Thread(
             target=forward_jvm_output,
@@ -227,6 +240,13 @@ def start_jvm(conf: Mapping[str, str]) -> None:
             daemon=True,
         ).start()
     SparkContext._ensure_initialized(gateway=gateway)
+
+
+def _launch(conf: Mapping[str, str]) -> Any:
+    return launch_gateway(
+        SparkConf(loadDefaults=False).setAll(list(conf.items())),
+        popen_kwargs={"stdout": PIPE, "stderr": STDOUT},
+    )
 
 
 def jvm_gone() -> int | None:

@@ -58,3 +58,14 @@ def test_the_next_run_maps_the_classes_the_first_jvm_saved(
     lake = Path(load_config(path).output.path)
     manifest = json.loads((lake / "cds_db" / "t" / "_tidemark" / "current.json").read_text())
     assert manifest["rows"] == ROWS + 1
+
+    # A complete archive damaged afterwards (cut short, its header intact) crashes the JVM that
+    # maps it: the run removes it, starts the JVM without it, and a later JVM writes a new one.
+    (archive,) = _complete(cache)
+    with archive.open("r+b") as f:
+        f.truncate(archive.stat().st_size // 2)
+    third = tidemark("run", "--config", str(path), "--no-progress", "--snapshot", env=env)
+    output = third.stdout + third.stderr
+    assert third.returncode == 0, third.stderr[-2000:]
+    assert "did not start with the class archive" in output
+    assert not archive.exists()
