@@ -6,7 +6,8 @@ while the machine's other cores idled. A large capture (`POOL_BYTES` of binlog o
 its rows events to a `DecodePool` instead: the capture keeps reading and framing the stream, and
 each batch of one table's events (`Job`, one TABLE_MAP shape) is decoded and turned into the
 staging Arrow arrays by another process, with the same `FastDecoding` the capture uses itself,
-so the arrays are the same value for value (tests/integration/test_decode_pool.py).
+so the arrays are the same value for value (tests/unit/test_decode_pool.py,
+tests/integration/test_binlog_fast.py).
 
 The workers are plain ``python -m orchestrator.binlog.pool`` processes talking over their
 standard input and output (pickled jobs and results, each prefixed by its length): no
@@ -155,8 +156,12 @@ def _portable(exc: Exception) -> Exception:
     return exc
 
 
-def _send(out: IO[bytes], payload: Any) -> None:
-    data = pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL)
+def _encode(payload: Any) -> bytes:
+    return pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _write(out: IO[bytes], data: bytes) -> None:
+    """``data`` (`_encode`'s), prefixed by its length."""
     out.write(_LENGTH.pack(len(data)))
     out.write(data)
     out.flush()
@@ -223,16 +228,14 @@ class DecodePool:
         return future
 
     def _run(self, job: Job) -> Decoded:
-        data = pickle.dumps(job, protocol=pickle.HIGHEST_PROTOCOL)  # may fail: nothing sent
+        data = _encode(job)  # may fail: nothing sent
         process = self._idle.get()
         try:
             if self._broken is not None:
                 raise self._broken
             assert process.stdin is not None and process.stdout is not None
             try:
-                process.stdin.write(_LENGTH.pack(len(data)))
-                process.stdin.write(data)
-                process.stdin.flush()
+                _write(process.stdin, data)
                 decoded = _receive(process.stdout)
             except BaseException as exc:  # the worker's pipes are out of step now
                 code = process.poll()
@@ -279,7 +282,7 @@ def worker(source: IO[bytes], out: IO[bytes]) -> None:
         except EOFError:
             return
         faults.point("decode.job")
-        _send(out, decode(job, decodings))
+        _write(out, _encode(decode(job, decodings)))
 
 
 def job_of(

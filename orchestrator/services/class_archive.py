@@ -132,11 +132,6 @@ def mapped(options: str) -> Path | None:
     return None
 
 
-def discard(path: Path) -> None:
-    """Remove an archive a JVM could not start with: the next JVM writes a new one."""
-    path.unlink(missing_ok=True)
-
-
 def _complete(path: Path) -> bool:
     try:
         with path.open("rb") as f:

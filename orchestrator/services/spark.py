@@ -230,7 +230,7 @@ def start_jvm(conf: Mapping[str, str]) -> None:
             archive,
             str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
         )
-        class_archive.discard(archive)
+        archive.unlink(missing_ok=True)  # the next JVM writes a new one
         gateway = _launch(dict(conf))
     if gateway.proc is not None:  # None: an existing gateway (PYSPARK_GATEWAY_PORT)
         threading.Thread(

@@ -12,35 +12,13 @@ import pytest
 
 from orchestrator.binlog import pool
 from orchestrator.binlog.batch import FastDecoding
-from orchestrator.binlog.events import RowsLayout, TableMap
+from orchestrator.binlog.events import RowsLayout
 from orchestrator.binlog.reader import RowsEvent
 from orchestrator.pipeline.capture.buffer import CaptureTable
 from orchestrator.pipeline.capture.pooled import DecodeFailed, PooledBuffer
 from orchestrator.positions import BinlogPosition
-from orchestrator.schema.tables import TableInfo
-from tests.unit.test_rowdecode import ROWS, col, image
+from tests.unit.test_rowdecode import INFO, ROWS, TABLE_MAP, image
 
-INFO = TableInfo(
-    "db",
-    "t",
-    (
-        col("id", "int(11)"),
-        col("v", "varchar(300)", "utf8mb4"),
-        col("d", "double"),
-        col("b", "blob"),
-        col("u", "bigint(20) unsigned"),
-    ),
-    ("id",),
-    (),
-    0,
-)
-TABLE_MAP = TableMap(
-    1,
-    "db.t",
-    bytes([3, 15, 5, 252, 8]),  # LONG, VARCHAR, DOUBLE, BLOB, LONGLONG
-    (b"", (1200).to_bytes(2, "little"), b"\x08", b"\x03", b""),
-    b"",
-)
 #: (op, row images, first row kept) of three events: inserts, an update of two rows, a delete.
 EVENTS = [
     ("I", b"".join(image(r) for r in ROWS), 0),

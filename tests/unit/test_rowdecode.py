@@ -134,26 +134,32 @@ def col(name: str, column_type: str, charset: str | None = None, **more: Any) ->
     return ColumnInfo(name, data_type, column_type, True, charset=charset, **more)
 
 
+#: A table of five columns (one of each layout kind) and its TABLE_MAP, for `decoder` and `image`.
+INFO = TableInfo(
+    "db",
+    "t",
+    (
+        col("id", "int(11)"),
+        col("v", "varchar(300)", "utf8mb4"),
+        col("d", "double"),
+        col("b", "blob"),
+        col("u", "bigint(20) unsigned"),
+    ),
+    ("id",),
+    (),
+    0,
+)
+TABLE_MAP = TableMap(
+    1,
+    "db.t",
+    bytes([rd.LONG, rd.VARCHAR, rd.DOUBLE, rd.BLOB, rd.LONGLONG]),
+    (b"", (1200).to_bytes(2, "little"), b"\x08", b"\x03", b""),
+    b"",
+)
+
+
 def decoder(key: list[int]) -> rd.TableDecoder:
-    info = TableInfo(
-        "db",
-        "t",
-        (
-            col("id", "int(11)"),
-            col("v", "varchar(300)", "utf8mb4"),
-            col("d", "double"),
-            col("b", "blob"),
-            col("u", "bigint(20) unsigned"),
-        ),
-        ("id",),
-        (),
-        0,
-    )
-    types = bytes([rd.LONG, rd.VARCHAR, rd.DOUBLE, rd.BLOB, rd.LONGLONG])
-    table_map = TableMap(
-        1, "db.t", types, (b"", (1200).to_bytes(2, "little"), b"\x08", b"\x03", b""), b""
-    )
-    return rd.TableDecoder(info, table_map, key)
+    return rd.TableDecoder(INFO, TABLE_MAP, key)
 
 
 def image(values: list[Any]) -> bytes:

@@ -26,12 +26,12 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from orchestrator.binlog.batch import Decoding, FastDecoding
+from orchestrator.binlog.batch import FastDecoding
 from orchestrator.binlog.events import TableMap
-from orchestrator.binlog.pool import JOB_BYTES, Decoded, DecodePool, Job
+from orchestrator.binlog.pool import JOB_BYTES, Decoded, DecodePool, job_of
 from orchestrator.binlog.reader import EventReader
 from orchestrator.binlog.reference import RowsEvent
-from orchestrator.pipeline.capture.buffer import CaptureTable, Drained, TableBuffer, before_indexes
+from orchestrator.pipeline.capture.buffer import CaptureTable, Drained, TableBuffer
 from orchestrator.schema.values import staging_type
 
 log = logging.getLogger(__name__)
@@ -98,9 +98,9 @@ class _Events:
 class PooledBuffer(TableBuffer):
     """`TableBuffer` whose events are decoded by ``pool``."""
 
-    def __init__(self, table: CaptureTable, decoding: Decoding, pool: DecodePool) -> None:
+    def __init__(self, table: CaptureTable, decoding: FastDecoding, pool: DecodePool) -> None:
         self.pool = pool
-        self.before = tuple(before_indexes(table))
+        self.fast = decoding  # its `key`: the columns whose before image is decoded
         super().__init__(table, decoding)
 
     def clear(self) -> None:
@@ -138,14 +138,11 @@ class PooledBuffer(TableBuffer):
         if not waiting.ops:
             return
         assert waiting.table_map is not None
-        job = Job(
+        job = job_of(
             self.table.info,
-            self.before,
+            self.fast.key,
             waiting.table_map,
-            tuple(waiting.ops),
-            tuple(len(b) for b in waiting.bodies),
-            tuple(waiting.firsts),
-            b"".join(waiting.bodies),
+            list(zip(waiting.ops, waiting.bodies, waiting.firsts, strict=True)),
         )
         waiting.bodies = []  # the job holds them now
         self.jobs.append((self.pool.submit(job), waiting))
