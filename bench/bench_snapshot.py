@@ -45,13 +45,15 @@ from orchestrator.app.demo.localdb import LocalMariaDB  # noqa: E402
 TABLE = "shop.orders"
 
 #: Log lines that end a step of `tidemark run`, in order: (step, pattern); the last match counts.
+#: A line many tables share names how many (`orchestrator.pipeline.lines`).
+_TABLES = r"(table \S+|\d+ tables)"
 STEP_ENDS = (
-    ("start+plan", re.compile(r"orchestrator\.[\w.]+: table \S+: (snapshot, |incremental from )")),
+    ("start+plan", re.compile(rf"orchestrator\.[\w.]+: {_TABLES}: (snapshot, |incremental from )")),
     ("spark start", re.compile(r"orchestrator\.[\w.]+: spark session ")),
     ("read", re.compile(r"orchestrator\.[\w.]+: batch \d+ ")),
     ("capture", re.compile(r"orchestrator\.[\w.]+: capture: ")),
-    ("reconcile", re.compile(r"orchestrator\.[\w.]+: table \S+: reconciled")),
-    ("publish", re.compile(r"orchestrator\.[\w.]+: table \S+: (published|no change)")),
+    ("reconcile", re.compile(rf"orchestrator\.[\w.]+: {_TABLES}: reconciled")),
+    ("publish", re.compile(rf"orchestrator\.[\w.]+: {_TABLES}: (published|no change)")),
 )
 _STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
 

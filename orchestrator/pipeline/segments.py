@@ -31,6 +31,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from orchestrator.config.patterns import listed
 from orchestrator.errors import RunFailed
 from orchestrator.lake import storage
 from orchestrator.positions import BinlogPosition
@@ -213,7 +214,17 @@ class CaptureResult:
     seconds: float = 0.0
 
     def __str__(self) -> str:
-        per_table = ", ".join(f"{t} {n}" for t, n in sorted(self.rows.items())) or "no tables"
+        """The changes of the tables that have any (the first few), and how many have none.
+
+        >>> print(CaptureResult({"a.t": 3, "a.u": 0, "a.v": 0}, 1, BinlogPosition("b.000001", 4)))
+        3 changes up to b.000001:4 (a.t 3; 2 table(s) without change; 1 segments, 0.0s)
+        """
+        changed = sorted((t, n) for t, n in self.rows.items() if n)
+        unchanged = len(self.rows) - len(changed)
+        per_table = listed([f"{t} {n}" for t, n in changed]) if changed else ""
+        if unchanged:
+            per_table += ("; " if per_table else "") + f"{unchanged} table(s) without change"
+        per_table = per_table or "no tables"
         how = "resumed, " if self.resumed else ""
         return (
             f"{sum(self.rows.values())} changes up to {self.end} ({per_table}; {how}"

@@ -19,6 +19,7 @@ from orchestrator.lake.manifest import Manifest, find_manifest
 from orchestrator.pipeline.capture.filtering import compile_table_filter
 from orchestrator.pipeline.context import open_source, table_dir
 from orchestrator.pipeline.failed import fail_table, table_failure
+from orchestrator.pipeline.lines import TableLines
 from orchestrator.pipeline.plan.batches import Draft, assign_batches
 from orchestrator.pipeline.plan.cascades import table_cascades
 from orchestrator.pipeline.plan.chunks import check_escaping, plan_table
@@ -72,6 +73,7 @@ def plan_tables(
         follower = Follower(config, source)
         checkpoints = {cp.table: cp for cp in store.table_checkpoints(config.pipeline)}
         cascades = table_cascades(config, source, [t.name for t in todo if t.name not in failing])
+        lines = TableLines(log)
         for first in range(0, len(todo), FLUSH_TABLES):
             part = todo[first : first + FLUSH_TABLES]
             infos = (
@@ -109,13 +111,19 @@ def plan_tables(
                 made = draft.plan if isinstance(draft, Draft) else draft
                 if made.table in cascades:
                     made.info["cascades"] = cascades[made.table]
-            _record(config, store, run.run_id, drafts)
+            _record(config, store, run.run_id, drafts, lines)
+        lines.flush()
 
 
 def _record(
-    config: PipelineConfig, store: StateStore, run_id: str, drafts: list[PlannedTable | Draft]
+    config: PipelineConfig,
+    store: StateStore,
+    run_id: str,
+    drafts: list[PlannedTable | Draft],
+    lines: TableLines,
 ) -> None:
-    """Record planned tables in one transaction, the snapshots' chunks in batches."""
+    """Record planned tables in one transaction, the snapshots' chunks in batches; the
+    incremental ones' lines go to ``lines`` (thousands planned from one position: one line)."""
     snapshots = [d for d in drafts if isinstance(d, Draft)]
     next_batch = max(store.batches(run_id), default=-1) + 1
     batched = iter(assign_batches(snapshots, next_batch, config.defaults))
@@ -126,6 +134,13 @@ def _record(
             batches = len({c.batch for c in p.chunks})
             log.info(
                 "table %s: snapshot, %d chunks in %d batch(es)", p.table, len(p.chunks), batches
+            )
+        else:
+            since = BinlogPosition.from_json(p.info["from_position"])
+            lines.add(
+                p.table,
+                f"incremental from {since} (published version {p.info['base_version']})",
+                f"incremental from {since}",
             )
 
 
@@ -270,12 +285,6 @@ def _same_shape(table: str, manifest: Manifest | None, info: TableInfo) -> bool:
 def _incremental(
     table: TableConfig, manifest: Manifest, info: TableInfo, since: dict[str, Any]
 ) -> PlannedTable:
-    log.info(
-        "table %s: incremental from %s (published version %s)",
-        table.name,
-        BinlogPosition.from_json(since),
-        manifest["version"],
-    )
     return PlannedTable(
         table.name,
         "incremental",

@@ -24,6 +24,7 @@ from orchestrator.pipeline.context import (
     table_info,
 )
 from orchestrator.pipeline.failed import TablesFailed, fail_table, failures
+from orchestrator.pipeline.lines import TableLines
 from orchestrator.pipeline.publish import workers as publish_workers
 from orchestrator.pipeline.publish.switch import published_at
 from orchestrator.pipeline.publish.unchanged import Publishing, kept_version
@@ -98,6 +99,7 @@ def publish(config: PipelineConfig, run_id: str, *, holder: str) -> list[Publish
         for table in todo:
             (kept if is_kept(reconciled_dir(config, table[0])) else changed).append(table)
         done: list[tuple[TableCheckpoint, bool]] = []
+        kept_lines = TableLines(log)
         try:
             for group, workers in ((kept, False), (changed, True)):
                 for outcome in publish_workers.publish_each(
@@ -109,6 +111,8 @@ def publish(config: PipelineConfig, run_id: str, *, holder: str) -> list[Publish
                         )
                         continue
                     done.append((outcome.checkpoint, outcome.changed))
+                    if not outcome.changed:
+                        _kept_line(kept_lines, outcome.checkpoint)
                     if len(done) >= RECORD_TABLES:
                         done = _record(store, run_id, done)
         except Exception as exc:
@@ -116,6 +120,7 @@ def publish(config: PipelineConfig, run_id: str, *, holder: str) -> list[Publish
                 _record(store, run_id, done)
             raise
         _record(store, run_id, done)
+        kept_lines.flush()
         published = _all_published(config, store, run_id)
         failed = failures(store, run_id)
         if failed:
@@ -220,15 +225,16 @@ def _checkpoint(
             high,
             snapshot,
         )
-    else:
-        log.info(
-            "table %s: no change: kept version %d, %d rows at %s",
-            record.table,
-            manifest["version"],
-            manifest["rows"],
-            high,
-        )
     return checkpoint, changed
+
+
+def _kept_line(lines: TableLines, checkpoint: TableCheckpoint) -> None:
+    at = BinlogPosition.from_json(checkpoint.position)
+    lines.add(
+        checkpoint.table,
+        f"no change: kept version {checkpoint.version}, {checkpoint.rows} rows at {at}",
+        f"no change: versions kept, checked up to {at}",
+    )
 
 
 def _record(

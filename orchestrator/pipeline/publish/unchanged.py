@@ -60,7 +60,7 @@ def kept_version(config: PipelineConfig, table: Publishing, run_id: str) -> Mani
     current = check_base(table.table_info.name, current, plan)
     if not unchanged(current, plan, table.table_info, table.key):
         return None
-    log.info(
+    log.debug(  # publish's line says it at INFO, with the tables that share it
         "table %s: no change since version %d; no new version, no Iceberg snapshot "
         "(the state store records %s as checked)",
         table.table_info.name,

@@ -31,6 +31,7 @@ from orchestrator.pipeline.context import (
 )
 from orchestrator.pipeline.failed import fail_table, table_failure
 from orchestrator.pipeline.keyless import is_keyless
+from orchestrator.pipeline.lines import TableLines
 from orchestrator.pipeline.reconcile import multiset
 from orchestrator.pipeline.reconcile.kept import SNAPSHOTS, KeptPlans, unchanged_plan
 from orchestrator.pipeline.reconcile.rewrite import (
@@ -204,6 +205,7 @@ def reconcile(
         done: list[tuple[str, int, dict[str, Any]]] = []
         kept = KeptPlans(config, run_id)  # tables without a change: plans written a batch at a time
         snapshots = KeptPlans(config, run_id, SNAPSHOTS)  # snapshots without a change: the same
+        unchanged = TableLines(log)  # their lines: one for all of them
         for record in todo:
             # Unique to this attempt: another process's reconcile (one that lost the lock) never
             # writes where publish reads, and publish reads what the state names.
@@ -247,15 +249,18 @@ def reconcile(
                 continue
             done.append((record.table, rows, {"reconciled_dir": out_dir}))
             out[record.table] = rows
-            log.info(
-                "table %s: reconciled, %d rows at H%s",
-                record.table,
-                rows,
-                f" (no change: version {plan.base_version} kept)" if plan is not None else "",
-            )
+            if plan is None:
+                log.info("table %s: reconciled, %d rows at H", record.table, rows)
+            else:
+                unchanged.add(
+                    record.table,
+                    f"reconciled, {rows} rows at H (no change: version {plan.base_version} kept)",
+                    "reconciled, no change (versions kept)",
+                )
             if len(done) >= RECORD_TABLES:
                 done = _record(store, run_id, done, kept, snapshots)
         _record(store, run_id, done, kept, snapshots)
+        unchanged.flush()
         return ReconcileResult(out)
     finally:
         store.close()
