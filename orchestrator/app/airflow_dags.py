@@ -48,13 +48,14 @@ from airflow.sdk import (
 )
 
 from orchestrator.config import DAG_ID_PREFIX, PipelineConfig
-from orchestrator.services.lean import arrow_without_pandas
+from orchestrator.services.lean import arrow_without_pandas, system_allocator
 
 # A task process of a Tidemark DAG parses the DAG file for its DAG only and runs nothing else:
-# pyarrow there looks for no pandas (`orchestrator.services.lean`). Elsewhere (the DAG processor, a
-# DagBag, another DAG's task importing this module) pyarrow is left as it is, for others' pandas
-# objects.
+# pyarrow there looks for no pandas and takes malloc (`orchestrator.services.lean`). Elsewhere
+# (the DAG processor, a DagBag, another DAG's task importing this module) pyarrow is left as it
+# is, for others' pandas objects.
 if (get_parsing_context().dag_id or "").startswith(DAG_ID_PREFIX):
+    system_allocator()
     arrow_without_pandas()
 
 from orchestrator.app import airflow_support as support

@@ -134,8 +134,9 @@ def _plan(args: argparse.Namespace, config: PipelineConfig) -> int:
 
 
 def _run(args: argparse.Namespace, config: PipelineConfig) -> int:
-    from orchestrator.services.lean import arrow_without_pandas
+    from orchestrator.services.lean import arrow_without_pandas, system_allocator
 
+    system_allocator()
     arrow_without_pandas()  # before the engine's imports: one converts at import time
     from orchestrator.app.early import start_spark_early
     from orchestrator.app.logs import open_log

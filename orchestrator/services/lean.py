@@ -1,4 +1,4 @@
-"""pyarrow without pandas in a run's process.
+"""pyarrow in a run's process: without pandas, on the C library's allocator.
 
 pyarrow looks for pandas the first time it converts Python objects (`pa.array`, `pa.scalar`:
 is this a Series?) and imports it when it is installed (Airflow and pyspark bring it). Nothing in a
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import importlib.abc
 import importlib.machinery
+import os
 import sys
 import threading
 from collections.abc import Sequence
@@ -59,3 +60,27 @@ def arrow_without_pandas() -> None:
         pa.scalar(0)  # the first conversion of a Python object: pyarrow looks for pandas here
     finally:
         sys.meta_path.remove(finder)
+
+
+#: The environment variable pyarrow reads, once, for its default allocator.
+POOL_VARIABLE = "ARROW_DEFAULT_MEMORY_POOL"
+
+
+def system_allocator() -> None:
+    """Arrow's buffers from the C library's allocator (``malloc``), in this process and the
+    processes it starts (decode and publish workers), unless `POOL_VARIABLE` names another.
+
+    pyarrow's default, mimalloc, made a run's first large computations slow: on 1M changes,
+    the first `orchestrator.pipeline.reconcile.local.last_events` took 0.8-1.1 s in a fresh
+    process against 0.36-0.43 s with ``malloc``, and reading the change segments 0.22-0.54 s
+    against 0.26 s (docs/performance.md, "What limits each"). A run allocates its large
+    buffers once and frees them when its step ends; ``malloc`` gives buffers that large
+    straight from the system (``mmap``) and back to it when freed.
+    """
+    if POOL_VARIABLE in os.environ:
+        return
+    os.environ[POOL_VARIABLE] = "system"
+    if "pyarrow" in sys.modules:  # already imported: it read the variable then
+        import pyarrow as pa
+
+        pa.set_memory_pool(pa.system_memory_pool())

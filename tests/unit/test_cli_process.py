@@ -126,6 +126,64 @@ def test_a_run_imports_no_pandas(
     assert done.stdout.split() == [imported, "DataFrame"]
 
 
+# `tidemark run` with the step functions replaced by one that prints pyarrow's allocator in the
+# run's process and in a process it starts.
+POOL_PROBE = """
+import subprocess, sys, types
+early = types.ModuleType("orchestrator.app.early")
+early.start_spark_early = lambda *args: None
+def run_command(config, **kwargs):
+    import pyarrow as pa
+    child = "import pyarrow as pa; print(pa.default_memory_pool().backend_name)"
+    print(pa.default_memory_pool().backend_name, pa.array([1, 2]).sum().as_py())
+    print(subprocess.run([sys.executable, "-c", child], capture_output=True, text=True).stdout)
+    return 0
+run = types.ModuleType("orchestrator.app.run")
+run.run_command = run_command
+sys.modules.update({"orchestrator.app.early": early, "orchestrator.app.run": run})
+from orchestrator.app import cli
+sys.argv = ["tidemark", "run", "--config", sys.argv[1]]
+sys.exit(cli.entry())
+"""
+
+
+def _default_allocator() -> str:
+    """pyarrow's own default allocator on this platform."""
+    env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+    probe = "import pyarrow as pa; print(pa.default_memory_pool().backend_name)"
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True
+    )
+    return done.stdout.strip()
+
+
+@pytest.mark.parametrize(("asked", "used"), [(None, "system"), ("jemalloc", "jemalloc")])
+def test_a_run_takes_the_c_librarys_allocator(tmp_path: Path, asked: str | None, used: str) -> None:
+    """`orchestrator.services.lean.system_allocator`: a run's Arrow buffers, and those of the
+    processes it starts, come from ``malloc`` unless ARROW_DEFAULT_MEMORY_POOL names another."""
+    config = write(
+        tmp_path,
+        {
+            **GOOD,
+            "output": {"path": str(tmp_path / "lake")},
+            "state": {"url": f"sqlite:///{tmp_path / 'state.db'}"},
+        },
+    )
+    env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+    if asked is not None:
+        env["ARROW_DEFAULT_MEMORY_POOL"] = asked
+    done = subprocess.run(
+        [sys.executable, "-c", POOL_PROBE, str(config)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == [used, "3", used]
+
+
 @pytest.mark.parametrize(
     ("dag_id", "imported"), [("tidemark_shop", "False"), ("someone_elses", "True"), ("", "True")]
 )
@@ -141,9 +199,14 @@ def test_an_airflow_task_process_of_a_tidemark_dag_imports_no_pandas(
         "import orchestrator.app.airflow_dags\n"
         "import orchestrator.app.steps, pyarrow as pa\n"
         "pa.array([1, 2])\n"
-        "print('pandas' in sys.modules, 'orchestrator.pipeline.capture.step' in sys.modules)"
+        "print('pandas' in sys.modules, 'orchestrator.pipeline.capture.step' in sys.modules,"
+        " pa.default_memory_pool().backend_name)"
     )
-    env = {k: v for k, v in os.environ.items() if k != "_AIRFLOW_PARSING_CONTEXT_DAG_ID"}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("_AIRFLOW_PARSING_CONTEXT_DAG_ID", "ARROW_DEFAULT_MEMORY_POOL")
+    }
     if dag_id:
         env["_AIRFLOW_PARSING_CONTEXT_DAG_ID"] = dag_id
     done = subprocess.run(
@@ -155,7 +218,9 @@ def test_an_airflow_task_process_of_a_tidemark_dag_imports_no_pandas(
         env=env,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.split() == [imported, "True"]
+    # A Tidemark DAG's task takes the C library's allocator too (`test_a_run_takes_...`).
+    allocator = "system" if imported == "False" else _default_allocator()
+    assert done.stdout.split() == [imported, "True", allocator]
 
 
 # Ends through `cli.process` after a `tidemark status` replaced by a command that prints more than
