@@ -5,7 +5,7 @@ incremental, reconciled without change, kept its version. Such lines are collect
 (`TableLines.add`) and logged when the step ends (`TableLines.flush`): a line only one table has
 is logged as it is (``table T: ...``); tables that share a line get one INFO line naming how many
 and the first few (`orchestrator.config.patterns.listed`), and each table's own line (its
-version, its rows) at DEBUG (``--debug`` shows them; docs/operations.md, "Logs"). Lines of
+version, its rows) at DEBUG (``--debug`` shows them; docs/operations.md, "Log files"). Lines of
 tables that changed are not collected: each has its own INFO line when it happens.
 """
 
