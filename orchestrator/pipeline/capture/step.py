@@ -90,6 +90,7 @@ from orchestrator.pipeline.failed import fail_table, table_failure
 from orchestrator.pipeline.keyless import capture_key, is_keyless
 from orchestrator.pipeline.segments import (
     CaptureResult,
+    forget,
     resume_point,
     segment_name,
     write_segment,
@@ -451,6 +452,7 @@ def capture_changes(
         RunFailed: the binlog connection was lost.
     """
     started = time.monotonic()
+    forget()  # segments an earlier capture of this process kept, and left unread
     fs, root = storage.filesystem(config.staging_path)
     checkpoint, segments, rows, owners = resume_point(store, run_id, fs, root)
     begin = checkpoint or min((t.start for t in tables.values()), default=stop)
