@@ -1,9 +1,8 @@
 """Capture: the run's binlog row changes, up to the high position ``H``, into staging Parquet.
 
-One pass over the binlog from the lowest start position (or the run's capture
-checkpoint) to ``stop``, keeping the changes of the run's tables, each only
-when it is after that table's own start. Changes are buffered per table and
-written as numbered segments, named with a tag unique to this capture attempt::
+One pass over the binlog from the lowest start position (or the run's capture checkpoint) to
+``stop``, keeping the changes of the run's tables, each only when after that table's start.
+Changes are buffered per table and written as numbered segments, tagged by capture attempt::
 
     <staging>/<run_id>/changes/<db>.<table>/seg-000001-<writer>.parquet
 
