@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -164,7 +165,8 @@ SEGMENT_OPTIONS: dict[str, Any] = {
 
 
 def write_segment(fs: pafs.FileSystem, path: str, table: pa.Table) -> None:
-    """Write a Parquet file under a temporary name and rename it into place."""
+    """Write a Parquet file under a temporary name and rename it into place; the table is kept
+    in memory for this process's reconcile (`keep`)."""
     directory, _, name = path.rpartition("/")
     fs.create_dir(directory, recursive=True)
     temp = f"{directory}/.{name}.tmp"
@@ -176,6 +178,39 @@ def write_segment(fs: pafs.FileSystem, path: str, table: pa.Table) -> None:
     else:
         pq.write_table(table, temp, filesystem=fs, **SEGMENT_OPTIONS)
     fs.move(temp, path)
+    keep(path, table)
+
+
+# --------------------------------------------------------------------------- kept in memory
+
+#: The segments a process wrote are kept in memory, up to this many bytes, for its own
+#: reconcile (`taken`): `tidemark run` captures and reconciles in one process, which then reads
+#: back no segment it wrote (1M changes of shop.orders: 0.2-0.5 s of Parquet decoding). A
+#: segment's name is unique to the capture attempt that wrote it, so the table kept under its
+#: path is the file's content; reconcile still checks the file is there with the same schema.
+#: Segments past the bound are read from their files, as a step in another process reads all.
+KEEP_BYTES = 256 * 2**20
+_kept: dict[str, pa.Table] = {}
+_kept_lock = threading.Lock()
+
+
+def keep(path: str, table: pa.Table) -> None:
+    """Keep segment ``path``'s table in memory while the kept ones stay under `KEEP_BYTES`."""
+    with _kept_lock:
+        if sum(t.nbytes for t in _kept.values()) + table.nbytes <= KEEP_BYTES:
+            _kept[path] = table
+
+
+def taken(path: str) -> pa.Table | None:
+    """Segment ``path``'s table if this process kept it (`keep`), no longer kept."""
+    with _kept_lock:
+        return _kept.pop(path, None)
+
+
+def forget() -> None:
+    """Drop every kept segment: a capture starting, a reconcile done."""
+    with _kept_lock:
+        _kept.clear()
 
 
 def resume_point(

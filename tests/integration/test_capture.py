@@ -18,9 +18,10 @@ import pytest
 from orchestrator.app.demo.localdb import LocalMariaDB
 from orchestrator.binlog.pool import DecodeWorkerLost
 from orchestrator.config import PipelineConfig, parse_config
+from orchestrator.lake import storage
 from orchestrator.pipeline.capture import pooled
 from orchestrator.pipeline.capture.step import CaptureTable, capture_changes
-from orchestrator.pipeline.segments import read_changes, segment_paths
+from orchestrator.pipeline.segments import read_changes, segment_paths, taken
 from orchestrator.positions import BinlogPosition
 from orchestrator.state.store import StateStore
 from tests.conftest import pipeline_config, write_config
@@ -135,6 +136,11 @@ def test_segments_hold_ops_keys_and_positions(tmp_path: Path, mariadb: LocalMari
     assert saved is not None and saved.pop("owners")[0][1] == 1  # one attempt wrote them all
     assert saved == {"position": stop.to_json(), "segments": result.segments, "rows": 7}
     assert not [p for p in Path(config.staging_path).rglob("*") if p.name.endswith(".tmp")]
+    # Every segment written is kept for this process's reconcile, as the file holds it.
+    for table in ("cap_seg.t", "cap_seg.u"):
+        for uri in segment_paths(store, config.staging_path, run_id, table):
+            kept = taken(storage.filesystem(uri)[1])
+            assert kept is not None and kept.equals(pq.read_table(uri))
 
     again = capture_changes(config, store, run_id, tables, stop, batch_rows=2)
     assert again.resumed and again.rows == result.rows and again.segments == result.segments

@@ -1,9 +1,8 @@
 """Capture: the run's binlog row changes, up to the high position ``H``, into staging Parquet.
 
-One pass over the binlog from the lowest start position (or the run's capture
-checkpoint) to ``stop``, keeping the changes of the run's tables, each only
-when it is after that table's own start. Changes are buffered per table and
-written as numbered segments, named with a tag unique to this capture attempt::
+One pass over the binlog from the lowest start position (or the run's capture checkpoint) to
+``stop``, keeping the changes of the run's tables, each only when after that table's start.
+Changes are buffered per table and written as numbered segments, tagged by capture attempt::
 
     <staging>/<run_id>/changes/<db>.<table>/seg-000001-<writer>.parquet
 
@@ -90,6 +89,7 @@ from orchestrator.pipeline.failed import fail_table, table_failure
 from orchestrator.pipeline.keyless import capture_key, is_keyless
 from orchestrator.pipeline.segments import (
     CaptureResult,
+    forget,
     resume_point,
     segment_name,
     write_segment,
@@ -451,6 +451,7 @@ def capture_changes(
         RunFailed: the binlog connection was lost.
     """
     started = time.monotonic()
+    forget()  # segments an earlier capture of this process kept, and left unread
     fs, root = storage.filesystem(config.staging_path)
     checkpoint, segments, rows, owners = resume_point(store, run_id, fs, root)
     begin = checkpoint or min((t.start for t in tables.values()), default=stop)

@@ -32,16 +32,23 @@ from orchestrator.lake.layout import FileRange
 from orchestrator.lake.order import bisect, same_as_next, sort_keys
 from orchestrator.lake.writer import read_published, to_published
 from orchestrator.pipeline.changes import DELETE, KIND, OLD_PREFIX, OP, POSITION, PUT, event_key
+from orchestrator.pipeline.segments import taken
 from orchestrator.schema.tables import ColumnInfo, TableInfo
 
 _SRC, _ROW, _AT = "_tm_src", "_tm_rowid", "_tm_at"
 
 
 def read_changes(segments: Sequence[str]) -> pa.Table | None:
-    """The change segments of a table as one Arrow table (None: no segment)."""
+    """The change segments of a table as one Arrow table (None: no segment); a segment this
+    process wrote and kept (`orchestrator.pipeline.segments.keep`) is taken from memory when its
+    file is there with the same schema."""
     tables = []
     for uri in segments:
         fs, path = storage.filesystem(uri)
+        kept = taken(path)
+        if kept is not None and kept.schema.equals(pq.read_schema(path, filesystem=fs)):
+            tables.append(kept)
+            continue
         with fs.open_input_file(path) as handle:
             tables.append(pq.read_table(handle))
     return pa.concat_tables(tables, promote_options="default") if tables else None

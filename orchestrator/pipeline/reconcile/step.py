@@ -39,7 +39,7 @@ from orchestrator.pipeline.reconcile.rewrite import (
     reconcile_incremental,
     reconcile_snapshot,
 )
-from orchestrator.pipeline.segments import durable_segments
+from orchestrator.pipeline.segments import durable_segments, forget
 from orchestrator.services import faults
 from orchestrator.state.many import RECORD_TABLES
 from orchestrator.state.store import RunTableRecord, StateStore
@@ -263,6 +263,7 @@ def reconcile(
         unchanged.flush()
         return ReconcileResult(out)
     finally:
+        forget()  # the capture's segments kept in memory, read or not
         store.close()
 
 
