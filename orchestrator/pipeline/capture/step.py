@@ -83,6 +83,7 @@ from orchestrator.pipeline.capture.reread import (
     pending_rereads,
     prepare_rereads,
 )
+from orchestrator.pipeline.capture.writes import Segments, SegmentWrites
 from orchestrator.pipeline.capture.xa import XaTransactions
 from orchestrator.pipeline.context import current_run, open_source, open_store, position, table_info
 from orchestrator.pipeline.failed import fail_table, table_failure
@@ -92,7 +93,6 @@ from orchestrator.pipeline.segments import (
     forget,
     resume_point,
     segment_name,
-    write_segment,
 )
 from orchestrator.positions import BinlogPosition, file_index
 from orchestrator.services import faults
@@ -134,12 +134,9 @@ class _Capture:
     progress: Callable[[int], None] | None
     segments: int
     rows: dict[str, int]
-    owners: list[list[object]] = field(
-        default_factory=list
-    )  # [writer, first segment], checkpointed
-    writer: str = field(
-        default_factory=storage.attempt_tag
-    )  # this attempt's tag in its segment names
+    # [writer, first segment], checkpointed; this attempt's tag in its segment names
+    owners: list[list[object]] = field(default_factory=list)
+    writer: str = field(default_factory=storage.attempt_tag)
     buffers: dict[str, TableBuffer] = field(default_factory=dict)
     buffered: int = 0
     unsaved: bool = False  # segments written since the last checkpoint
@@ -157,8 +154,10 @@ class _Capture:
     staging: str = ""  # the staging URI ``root`` is the path of (segments read back)
     cascades: Cascades | None = None
     files: dict[int, str] = field(default_factory=dict)  # file index -> binlog file name
+    writes: SegmentWrites = field(init=False)  # segments written while the capture reads on
 
     def __post_init__(self) -> None:
+        self.writes = SegmentWrites(self.fs)
         captured = dict(self.tables)
         if self.run_cascades is not None:  # parents outside the run: decoded for the cascades
             captured = with_before(
@@ -202,11 +201,9 @@ class _Capture:
         # rows numbered up to the start's row are in the snapshot (or version) already
         first = max(0, start_row + 1 - base) if (file, event.end) == (start_file, start_pos) else 0
         buffer = self.buffers[event.table]
-        try:
+        try:  # a value that cannot be decoded: recorded before any checkpoint past it
             added = buffer.add(event, file, first, base) + buffer.counted()
-        except (
-            Exception
-        ) as exc:  # a value that cannot be decoded: recorded before any checkpoint past it
+        except Exception as exc:
             self.fail(
                 event.table,
                 exc,
@@ -353,7 +350,10 @@ class _Capture:
                 self.fail(name, exc.cause, where, (exc.file, exc.end))
             except Exception as exc:
                 self.fail(name, exc, f"rows events before {self.stop}", None)
+        if self.cascades is not None:  # the derivation may read back segments written before
+            self.writes.wait()
         derived = self.cascades.process(drained) if self.cascades is not None else {}
+        written: Segments = []
         for name in self.buffers.keys() & (drained.keys() | derived.keys()):
             own = drained[name].table if name in drained else None
             if name not in self.tables or self.starts[name] == _NEVER:
@@ -367,25 +367,19 @@ class _Capture:
                 self.fail(name, exc, f"rows events before {self.stop}", None)
                 continue
             self.segments += 1
-            path = (
-                f"{self.root}/{self.run_id}/changes/{name}/"
-                f"{segment_name(self.segments, self.writer)}"
-            )
-            write_segment(self.fs, path, changes)
+            file = segment_name(self.segments, self.writer)
+            written.append((f"{self.root}/{self.run_id}/changes/{name}/{file}", changes))
             self.rows[name] = self.rows.get(name, 0) + changes.num_rows
             if self.cascades is not None:
-                self.cascades.written(
-                    name,
-                    storage.join(
-                        self.staging, self.run_id, "changes", name, path.rsplit("/", 1)[1]
-                    ),
-                )
+                uri = storage.join(self.staging, self.run_id, "changes", name, file)
+                self.cascades.written(name, uri)
             self.buffers[name].clear()
             self.unsaved = True
+        self.writes.submit(written)  # `capture.flushed` once written
         self.buffered = 0
-        faults.point("capture.flushed")
 
     def checkpoint(self, position: BinlogPosition) -> None:
+        self.writes.wait()  # the segments it names are written
         hold = self.xa.hold()
         if hold is not None and hold < position:  # a prepared XA transaction's rows are held
             position = hold
@@ -441,8 +435,8 @@ def capture_changes(
         batch_rows: buffered changes (all tables) that trigger writing segments at the
             next boundary; a transaction bigger than twice this is written in parts.
         progress: called after each checkpoint with the changes written since its last call.
-        decoder: ``fast`` (`orchestrator.binlog`) or ``library`` (python-mysql-replication,
-            the reference; for tests and benchmarks). Both write the same segments.
+        decoder: ``fast`` (`orchestrator.binlog`) or ``library`` (python-mysql-replication, the
+            reference, for tests and benchmarks); both write the same segments.
         pool_bytes: the binlog bytes to read from which the fast decoder runs in worker
             processes (`orchestrator.binlog.pool`; where the machine has more than one core).
 
