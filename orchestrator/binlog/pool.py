@@ -9,7 +9,7 @@ staging Arrow arrays by another process, with the same `FastDecoding` the captur
 so the arrays are the same value for value (tests/unit/test_decode_pool.py,
 tests/integration/test_binlog_fast.py).
 
-The workers are plain ``python -m orchestrator.binlog.pool`` processes talking over their
+The workers are plain ``python -m orchestrator.binlog.worker`` processes talking over their
 standard input and output (pickled jobs and results, each prefixed by its length): no
 ``multiprocessing`` start method, so no parent's ``__main__`` is imported again (an Airflow
 task's, say) and nothing of the parent (connections, locks, threads) is inherited. They get
@@ -192,7 +192,7 @@ class DecodePool:
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
         self._processes = [
             subprocess.Popen(
-                [sys.executable, "-m", "orchestrator.binlog.pool"],
+                [sys.executable, "-m", "orchestrator.binlog.worker"],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 env=env,
@@ -309,10 +309,3 @@ def main() -> None:
     results = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     worker(sys.stdin.buffer, results)
-
-
-if __name__ == "__main__":
-    # run from the module by its own name: what it pickles must be found there by the capture
-    from orchestrator.binlog import pool
-
-    pool.main()

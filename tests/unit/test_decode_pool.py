@@ -4,6 +4,9 @@ table's buffer names that event's position (`orchestrator.pipeline.capture.poole
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from concurrent.futures import Future
 from typing import Any
 
@@ -114,3 +117,28 @@ def test_the_buffer_numbers_rows_from_their_events_and_names_a_failing_one(
         buffer.drain()
     assert (failed.value.file, failed.value.end) == (7, 200)
     assert isinstance(failed.value.cause, ValueError)
+
+
+@pytest.mark.parametrize(
+    ("entry", "imported"),
+    [
+        ("runpy.run_module('orchestrator.binlog.worker', run_name='__main__')", "False"),
+        ("import orchestrator.binlog.pool", "True"),  # the control: the decoding modules alone
+    ],
+)
+def test_a_worker_imports_no_pandas(entry: str, imported: str) -> None:
+    """A worker's decoding modules convert a value at import: the worker's entry
+    (`orchestrator.binlog.worker`) has pyarrow look for pandas first, with pandas refused."""
+    probe = f"import runpy, sys\n{entry}\nprint('pandas' in sys.modules, file=sys.stderr)"
+    env = {k: v for k, v in os.environ.items() if k != "_AIRFLOW_PARSING_CONTEXT_DAG_ID"}
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        stdin=subprocess.DEVNULL,  # no job: the worker's loop ends at once
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stderr.split()[-1:] == [imported]
