@@ -190,27 +190,37 @@ def write_segment(fs: pafs.FileSystem, path: str, table: pa.Table) -> None:
 #: path is the file's content; reconcile still checks the file is there with the same schema.
 #: Segments past the bound are read from their files, as a step in another process reads all.
 KEEP_BYTES = 256 * 2**20
-_kept: dict[str, pa.Table] = {}
+_kept: dict[str, tuple[pa.Table, int]] = {}  # path -> (table, its bytes)
+_kept_bytes = 0
 _kept_lock = threading.Lock()
 
 
 def keep(path: str, table: pa.Table) -> None:
     """Keep segment ``path``'s table in memory while the kept ones stay under `KEEP_BYTES`."""
+    global _kept_bytes
+    size = table.nbytes
     with _kept_lock:
-        if sum(t.nbytes for t in _kept.values()) + table.nbytes <= KEEP_BYTES:
-            _kept[path] = table
+        _kept_bytes -= _kept.pop(path, (None, 0))[1]  # a path written again: its new table
+        if _kept_bytes + size <= KEEP_BYTES:
+            _kept[path] = (table, size)
+            _kept_bytes += size
 
 
 def taken(path: str) -> pa.Table | None:
     """Segment ``path``'s table if this process kept it (`keep`), no longer kept."""
+    global _kept_bytes
     with _kept_lock:
-        return _kept.pop(path, None)
+        table, size = _kept.pop(path, (None, 0))
+        _kept_bytes -= size
+        return table
 
 
 def forget() -> None:
     """Drop every kept segment: a capture starting, a reconcile done."""
+    global _kept_bytes
     with _kept_lock:
         _kept.clear()
+        _kept_bytes = 0
 
 
 def resume_point(

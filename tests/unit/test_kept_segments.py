@@ -77,6 +77,11 @@ def test_only_kept_bytes_are_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert taken(second) is None
     got = read_changes([first, second])
     assert got is not None and got.equals(pa.concat_tables([one, two]))
+    third, _ = _segment(tmp_path, 3, 100)  # the first was taken: room for this one
+    assert taken(third) is not None
+    first, one = _segment(tmp_path, 1, 100)
+    again, other = _segment(tmp_path, 1, 50)  # the same path written again: its new table
+    assert again == first and taken(first) is other
     _segment(tmp_path, 3, 1)
     forget()
     assert taken(str(tmp_path / "changes" / "db.t" / "seg-000003-a1b2c3d4.parquet")) is None
