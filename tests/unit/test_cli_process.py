@@ -72,21 +72,11 @@ def test_main_leaves_the_collector_alone(tmp_path: Path, monkeypatch: pytest.Mon
     assert gc.isenabled() and gc.get_freeze_count() == frozen
 
 
-# Runs `entry` for `tidemark run` with the step functions replaced by one that imports the engine,
-# has pyarrow convert Python objects, and reports whether pandas was imported. ``first``: the
-# process imported pandas before (the control: pyarrow then uses it, as before).
-RUN_PROBE = """
-import sys, types
-if sys.argv[2] == "first":
-    import pandas
+# The end of a probe: runs `entry` for `tidemark run --config <argv[1]>` with the step functions
+# replaced by the probe's ``run_command`` and no Spark session started early.
+STUBBED_RUN = """
 early = types.ModuleType("orchestrator.app.early")
 early.start_spark_early = lambda *args: None
-def run_command(config, **kwargs):
-    import orchestrator.app.steps  # the engine, as the real command imports it
-    import pyarrow as pa
-    pa.array([1, 2]); pa.scalar(None, pa.int64()); pa.table({"a": ["x"]})
-    print("pandas" in sys.modules, type(pa.table({"a": [1]}).to_pandas()).__name__)
-    return 0
 run = types.ModuleType("orchestrator.app.run")
 run.run_command = run_command
 sys.modules.update({"orchestrator.app.early": early, "orchestrator.app.run": run})
@@ -94,6 +84,38 @@ from orchestrator.app import cli
 sys.argv = ["tidemark", "run", "--config", sys.argv[1]]
 sys.exit(cli.entry())
 """
+
+
+def probe_config(tmp_path: Path, **spark: str) -> Path:
+    """A valid pipeline for the probes (nothing is run against its source)."""
+    return write(
+        tmp_path,
+        {
+            **GOOD,
+            "output": {"path": str(tmp_path / "lake")},
+            "state": {"url": f"sqlite:///{tmp_path / 'state.db'}"},
+            "spark": spark,
+        },
+    )
+
+
+# A run whose step imports the engine, has pyarrow convert Python objects, and reports whether
+# pandas was imported. ``first``: the process imported pandas before (the control: pyarrow then
+# uses it, as before).
+RUN_PROBE = (
+    """
+import sys, types
+if sys.argv[2] == "first":
+    import pandas
+def run_command(config, **kwargs):
+    import orchestrator.app.steps  # the engine, as the real command imports it
+    import pyarrow as pa
+    pa.array([1, 2]); pa.scalar(None, pa.int64()); pa.table({"a": ["x"]})
+    print("pandas" in sys.modules, type(pa.table({"a": [1]}).to_pandas()).__name__)
+    return 0
+"""
+    + STUBBED_RUN
+)
 
 
 @pytest.mark.parametrize(
@@ -106,15 +128,7 @@ def test_a_run_imports_no_pandas(
     """pyarrow's look for pandas (`orchestrator.services.lean`): a run leaves pandas unimported,
     with a Spark driver of its own or a Spark Connect server's, and pyarrow still converts to
     pandas when asked to; a process that imported pandas before keeps it."""
-    config = write(
-        tmp_path,
-        {
-            **GOOD,
-            "output": {"path": str(tmp_path / "lake")},
-            "state": {"url": f"sqlite:///{tmp_path / 'state.db'}"},
-            "spark": spark,
-        },
-    )
+    config = probe_config(tmp_path, **spark)
     done = subprocess.run(
         [sys.executable, "-c", RUN_PROBE, str(config), pandas],
         capture_output=True,
@@ -126,25 +140,19 @@ def test_a_run_imports_no_pandas(
     assert done.stdout.split() == [imported, "DataFrame"]
 
 
-# `tidemark run` with the step functions replaced by one that prints pyarrow's allocator in the
-# run's process and in a process it starts.
-POOL_PROBE = """
+# A run whose step prints pyarrow's allocator in the run's process and in a process it starts.
+POOL_PROBE = (
+    """
 import subprocess, sys, types
-early = types.ModuleType("orchestrator.app.early")
-early.start_spark_early = lambda *args: None
 def run_command(config, **kwargs):
     import pyarrow as pa
     child = "import pyarrow as pa; print(pa.default_memory_pool().backend_name)"
     print(pa.default_memory_pool().backend_name, pa.array([1, 2]).sum().as_py())
     print(subprocess.run([sys.executable, "-c", child], capture_output=True, text=True).stdout)
     return 0
-run = types.ModuleType("orchestrator.app.run")
-run.run_command = run_command
-sys.modules.update({"orchestrator.app.early": early, "orchestrator.app.run": run})
-from orchestrator.app import cli
-sys.argv = ["tidemark", "run", "--config", sys.argv[1]]
-sys.exit(cli.entry())
 """
+    + STUBBED_RUN
+)
 
 
 def _default_allocator() -> str:
@@ -161,14 +169,7 @@ def _default_allocator() -> str:
 def test_a_run_takes_the_c_librarys_allocator(tmp_path: Path, asked: str | None, used: str) -> None:
     """`orchestrator.services.lean.system_allocator`: a run's Arrow buffers, and those of the
     processes it starts, come from ``malloc`` unless ARROW_DEFAULT_MEMORY_POOL names another."""
-    config = write(
-        tmp_path,
-        {
-            **GOOD,
-            "output": {"path": str(tmp_path / "lake")},
-            "state": {"url": f"sqlite:///{tmp_path / 'state.db'}"},
-        },
-    )
+    config = probe_config(tmp_path)
     env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
     if asked is not None:
         env["ARROW_DEFAULT_MEMORY_POOL"] = asked
