@@ -312,8 +312,8 @@ def build_dag(config: PipelineConfig) -> DAG:
             request = _request(config)
             # the source's checks, as `tidemark run` makes them first: the lock is not taken when
             # the source is not ready; tables failing a check of their own are left out
-            failing = steps.preflight(config, request.tables)
-            for table, why in sorted(failing.items()):
+            checked = steps.preflight(config, request.tables)
+            for table, why in sorted(checked.failing.items()):
                 log.warning("table %s is left out of this run: %s", table, why)
             holder = _holder()
             with hold_lock(config, holder):  # renewed while the task runs; fences its writes
@@ -326,7 +326,8 @@ def build_dag(config: PipelineConfig) -> DAG:
                     snapshot=request.snapshot,
                     chunk_size=request.chunk_size,
                     holder=holder,
-                    failing=failing,
+                    failing=checked.failing,
+                    shapes=checked.shapes,
                     fresh=request.snapshot,
                 )
                 log.info("%s; tables %s", handle, ", ".join(handle.tables))

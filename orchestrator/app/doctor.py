@@ -44,7 +44,7 @@ from orchestrator.source.check import Check
 from orchestrator.source.connection import Source
 from orchestrator.source.grants import privilege_checks
 from orchestrator.source.kept import binlog_kept_checks
-from orchestrator.source.listing import table_set, tables_info
+from orchestrator.source.listing import Shapes, shapes_at, table_set, tables_info
 from orchestrator.source.retry import transient_retry
 from orchestrator.source.snapshot import SnapshotMethod, how_to_snapshot
 
@@ -67,10 +67,11 @@ def run_checks(config: PipelineConfig, tables: list[str] | None = None) -> list[
 
 def _checks(
     config: PipelineConfig, tables: list[str] | None, *, cascades: bool = False
-) -> tuple[list[Check], list[str]]:
-    """`run_checks`, and the names of the tables checked; ``cascades``: with the lines about
-    foreign-key cascades, which only inform (the run's preflight leaves them out: its plan
-    reads the same keys)."""
+) -> tuple[list[Check], list[str], Shapes | None]:
+    """`run_checks`, the names of the tables checked, and their shapes with the position they
+    were read after (None when the binlog is off: a check failed); ``cascades``: with the
+    lines about foreign-key cascades, which only inform (the run's preflight leaves them out:
+    its plan reads the same keys)."""
     source = Source(
         config.source, config.resolve_password(), retry=transient_retry(attempts=3, max_wait=2.0)
     )
@@ -78,7 +79,7 @@ def _checks(
         try:
             checks = [_reachable(source)]
         except SourceNotReady as exc:
-            return [Check("reachable", False, str(exc))], []
+            return [Check("reachable", False, str(exc))], [], None
         found = table_set(config, source)
         selected = found.select(tables)
         checks += [Check(f"pattern {m.pattern}", True, str(m)) for m in found.patterns]
@@ -88,7 +89,12 @@ def _checks(
         checks.append(_retention(source, config.defaults.expected_run_hours))
         checks.append(_server_id(source, config.source.server_id))
         checks += privilege_checks(source, selected)
-        infos = tables_info(source, [t.name for t in selected])
+        names = [t.name for t in selected]
+        try:  # read after a position, so that the run's plan may use them (`Shapes`)
+            shapes: Shapes | None = shapes_at(source, names)
+        except (SourceNotReady, pymysql.err.MySQLError):  # binlog off, or not visible: checked
+            shapes = None
+        infos = tables_info(source, names) if shapes is None else shapes.infos
         for table in selected:
             entry = config.tables[found.entry_index(table.name)]
             checks += _table_checks(
@@ -96,19 +102,29 @@ def _checks(
             )
         if cascades:
             checks += cascade_checks(config, source, [t.name for t in selected if t.name in infos])
-    return checks, [t.name for t in selected]
+    return checks, names, shapes
 
 
-def preflight(config: PipelineConfig, tables: list[str] | None = None) -> dict[str, str]:
+@dataclass(frozen=True, slots=True)
+class Preflight:
+    """What a run's preflight found: the tables that failed a check of their own, each with its
+    line (the run records them failed and goes on without them), and the shapes it read after
+    a position (`Shapes`: the run's plan takes them rather than reading them again)."""
+
+    failing: dict[str, str]
+    shapes: Shapes | None
+
+
+def preflight(config: PipelineConfig, tables: list[str] | None = None) -> Preflight:
     """Raise `SourceNotReady` listing every failed check, one per line, when a check of the
     source failed or every table failed one; else return the tables that failed a check of
-    their own with its line (the run records them failed and goes on with the others).
+    their own with its line, and the shapes read (`Preflight`).
 
     Args:
         config: the pipeline.
         tables: the run's tables or pattern entries (all of the pipeline's when empty or None).
     """
-    checks, names = _checks(config, tables)
+    checks, names, shapes = _checks(config, tables)
     selected = set(names)
     failed = [c for c in checks if not c.ok]
     own: dict[str, list[str]] = {}
@@ -117,7 +133,7 @@ def preflight(config: PipelineConfig, tables: list[str] | None = None) -> dict[s
             own.setdefault(table, []).append(check.line().removeprefix("FAIL  "))
     if any(not c.tables for c in failed) or (failed and selected <= own.keys()):
         raise SourceNotReady("\n".join(c.line().removeprefix("FAIL  ") for c in failed))
-    return {table: "; ".join(lines) for table, lines in own.items()}
+    return Preflight({table: "; ".join(lines) for table, lines in own.items()}, shapes)
 
 
 def doctor_command(config: PipelineConfig) -> int:
@@ -125,7 +141,7 @@ def doctor_command(config: PipelineConfig) -> int:
 
     When some fail, stderr gets one summary line (or the connection error itself).
     """
-    checks, tables = _checks(config, None, cascades=True)
+    checks, tables, _ = _checks(config, None, cascades=True)
     if checks[0].ok:  # reachable: where the run writes is checked too (not by run's preflight)
         with Source.from_pipeline(config) as source:
             checks += lake_checks(config, source, tables)

@@ -111,8 +111,8 @@ def run_command(
     names = steps.requested_tables(config, tables or None)
     # the JVM starts while preflight and planning talk to the source, when the run will read
     session: Any = spark or start_spark_early(config, names, snapshot)
-    failing = steps.preflight(config, tables or None)
-    for table, why in sorted(failing.items()):
+    checked = steps.preflight(config, tables or None)
+    for table, why in sorted(checked.failing.items()):
         log.warning("table %s is left out of this run: %s", table, why)
     if snapshot:
         _announce_fresh(config, names)
@@ -129,7 +129,7 @@ def run_command(
             snapshot=snapshot,
             chunk_size=chunk_size,
             bars=progress and sys.stdout.isatty(),
-            failing=failing,
+            checked=checked,
             spark=session,
             planned=planned,
         )
@@ -148,15 +148,16 @@ def _runs(
     snapshot: bool,
     chunk_size: int | None,
     bars: bool,
-    failing: dict[str, str],
+    checked: steps.Preflight,
     spark: Any,
     planned: Callable[[], None],
 ) -> tuple[list[steps.Published], TablesFailed | None]:
     """The unfinished run if there is one, then the requested run if it differs. ``spark``: a
-    session, one starting (a future), or None."""
+    session, one starting (a future), or None. The first plan takes the shapes ``checked``
+    read (a second one, after a resumed run was published, reads its own)."""
     results: list[steps.Published] = []
     partial: TablesFailed | None = None
-    for _ in range(2):
+    for attempt in range(2):
         try:
             handle = steps.plan(
                 config,
@@ -165,7 +166,8 @@ def _runs(
                 chunk_size=chunk_size,
                 holder=holder,
                 fresh=snapshot,
-                failing=failing,
+                failing=checked.failing,
+                shapes=checked.shapes if attempt == 0 else None,
             )
         except Exception as exc:  # e.g. a state store that cannot be written
             raise after_start(config, exc, None) from exc

@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from orchestrator.app.doctor import Preflight
 from orchestrator.app.doctor import preflight as _check_source
 from orchestrator.config import PipelineConfig
 from orchestrator.errors import RunLocked
@@ -37,6 +38,7 @@ from orchestrator.pipeline.segments import CaptureResult
 __all__ = [
     "BatchRef",
     "CaptureResult",
+    "Preflight",
     "ProgressFn",
     "Published",
     "ReadResult",
@@ -58,10 +60,10 @@ log = logging.getLogger(__name__)
 ProgressFn = Callable[[str, int, int, int], None]
 
 
-def preflight(config: PipelineConfig, tables: list[str] | None = None) -> dict[str, str]:
+def preflight(config: PipelineConfig, tables: list[str] | None = None) -> Preflight:
     """Raise SourceNotReady with every failed check (see `orchestrator.app.doctor`); returns
-    the tables that failed a check of their own (the run goes on without them). ``tables``
-    may name pattern entries: all the tables they match."""
+    the tables that failed a check of their own (the run goes on without them) and the
+    shapes read, for `plan`. ``tables`` may name pattern entries: all the tables they match."""
     return _check_source(config, tables)
 
 

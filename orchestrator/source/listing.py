@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from orchestrator.config import PipelineConfig, TableConfig
 from orchestrator.config.patterns import SYSTEM_SCHEMAS, TableSet, expand, explicit_set, is_glob
 from orchestrator.errors import SourceNotReady
+from orchestrator.positions import BinlogPosition
 from orchestrator.schema.tables import TableInfo
 from orchestrator.source.connection import Source, shaped
 
@@ -119,6 +122,32 @@ def tables_info(source: Source, names: Sequence[str]) -> dict[str, TableInfo]:
             shaped(database, table, columns.get(key, []), indexes.get(key, []), rows, engine)
         )
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class Shapes:
+    """Tables' shapes read once the server was at ``position`` (`shapes_at`): a run whose ``P0``
+    is that position or an earlier one may plan with them instead of reading them again, as
+    `tidemark run` and a DAG's ``plan`` task plan with their preflight's."""
+
+    position: BinlogPosition
+    infos: Mapping[str, TableInfo]
+
+    def pick(self, names: Sequence[str]) -> tuple[dict[str, TableInfo], list[str]]:
+        """The shapes of ``names`` held here, and the names not held (to be read)."""
+        held = {n: self.infos[n] for n in names if n in self.infos}
+        return held, [n for n in names if n not in held]
+
+
+def shapes_at(source: Source, names: Sequence[str]) -> Shapes:
+    """The source's current position, then the shapes of ``names`` (`tables_info`), read after
+    it: what a plan reads after recording ``P0``.
+
+    Raises:
+        SourceNotReady: the binlog is off.
+    """
+    position = source.current_position()
+    return Shapes(position, MappingProxyType(tables_info(source, names)))
 
 
 def _grouped(

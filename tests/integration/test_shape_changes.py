@@ -133,3 +133,46 @@ def test_during_a_snapshot(
         and " at binlog." in line
         for line in lines
     ), lines
+
+
+#: ALTERs after preflight: one that no row event after it shows, and one that rows after it do.
+AFTER_PREFLIGHT = {"add": ("ALTER TABLE t ADD COLUMN x INT NOT NULL DEFAULT 7", []), **CHANGES}
+
+
+@pytest.mark.parametrize("case", ["add", "swap"])
+@pytest.mark.parametrize("first", [True, False], ids=["snapshot", "incremental"])
+def test_after_preflight(
+    mariadb: LocalMariaDB,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    case: str,
+    first: bool,
+) -> None:
+    """The ALTER after preflight read the shapes, before the plan: the plan reads no shape of its
+    own (it takes preflight's), and its ``P0`` is the position preflight read them after, so the
+    binlog the run applies holds the ALTER (``add``: nothing else shows it)."""
+    from orchestrator.app import steps
+    from orchestrator.pipeline.plan import tables as plan_module
+
+    db = f"shape_pre_{case}_{int(first)}"
+    config = _setup(mariadb, tmp_path, db)
+    if not first:
+        _run(config)
+    alter, after = AFTER_PREFLIGHT[case]
+    real_plan, real_read = steps.plan, plan_module.tables_info
+    read: list[str] = []
+
+    def alter_first(*args: Any, **kwargs: Any) -> Any:
+        assert kwargs["shapes"] is not None
+        mariadb.execute("UPDATE t SET f = f * 2 WHERE id < 50", alter, *after, database=db)
+        return real_plan(*args, **kwargs)
+
+    def counted(source: Any, names: list[str]) -> Any:
+        read.extend(names)
+        return real_read(source, names)
+
+    monkeypatch.setattr(steps, "plan", alter_first)
+    monkeypatch.setattr(plan_module, "tables_info", counted)
+    _run(config)
+    assert read == []
+    assert_lake_equals_source(config, mariadb, [f"{db}.t", f"{db}.other"])

@@ -31,7 +31,7 @@ from orchestrator.pipeline.context import open_source, open_store, run_dir, take
 from orchestrator.pipeline.plan.batches import BatchRef, pending_batches
 from orchestrator.pipeline.plan.tables import plan_tables
 from orchestrator.services.failures import describe
-from orchestrator.source.listing import table_set
+from orchestrator.source.listing import Shapes, table_set
 from orchestrator.state.store import (
     RunRecord,
     StateStore,
@@ -84,6 +84,7 @@ def plan(
     holder: str,
     fresh: bool = False,
     failing: dict[str, str] | None = None,
+    shapes: Shapes | None = None,
 ) -> RunHandle:
     """Resume the pipeline's unfinished run, or start a new one.
 
@@ -99,6 +100,8 @@ def plan(
     to be re-snapshotted are incremental: their binlog is applied from their
     checkpoint. A rerun of the same run reuses what was planned. ``failing`` (preflight's
     tables that failed a check of their own, with its line) are recorded failed, not planned.
+    ``shapes``: the tables' shapes preflight read after a position; a new run takes that
+    position as ``P0`` and plans with them (`plan_tables`).
     """
     store = open_store(config)
     try:
@@ -128,7 +131,7 @@ def plan(
             if run.status != "running":
                 store.finish_run(run.run_id, "running")
         try:
-            plan_tables(config, store, run, failing or {})
+            plan_tables(config, store, run, failing or {}, shapes)
         except Exception as exc:  # no ghost: the run is failed with its reason, the lock released
             if isinstance(exc, LockLost):  # not ours any more: nothing more is written
                 raise

@@ -28,7 +28,7 @@ from orchestrator.positions import BinlogPosition, file_index
 from orchestrator.schema.tables import TableInfo, table_info_to_json
 from orchestrator.schema.types import arrow_type
 from orchestrator.source.connection import Source
-from orchestrator.source.listing import tables_info
+from orchestrator.source.listing import Shapes, tables_info
 from orchestrator.state.store import (
     ChunkRecord,
     PlannedTable,
@@ -44,11 +44,20 @@ FLUSH_TABLES = 500
 
 
 def plan_tables(
-    config: PipelineConfig, store: StateStore, run: RunRecord, failing: dict[str, str]
+    config: PipelineConfig,
+    store: StateStore,
+    run: RunRecord,
+    failing: dict[str, str],
+    shapes: Shapes | None = None,
 ) -> None:
     """Plan every table of the run not planned yet (all of them on a fresh run), recording them
     `FLUSH_TABLES` at a time, each time in one transaction with their chunks in batches. A run
-    of no table (a pattern that matches none yet) plans nothing."""
+    of no table (a pattern that matches none yet) plans nothing.
+
+    The tables' shapes are read after ``P0``: a DDL statement after it is in the binlog the run
+    applies. ``shapes`` (preflight's, in this process) were read after their position: a run
+    without ``P0`` records that position as ``P0``, and a run with one recorded it before this
+    process started, so either may plan with them; a table they lack is read here."""
     options = run.options
     effective = config.with_chunk_size(options.get("chunk_size"))
     planned = {table for table, _, _ in store.run_table_states(run.run_id)}
@@ -61,7 +70,7 @@ def plan_tables(
         # its own position: the capture goes on from its checkpoint, after the run's P0.
         late = store.capture_checkpoint(run.run_id) is not None or run.high_position is not None
         if run.start_position is None:
-            start = source.current_position()
+            start = shapes.position if shapes is not None else source.current_position()
             store.set_run_positions(run.run_id, start=start.to_json())
             log.info("run %s: start position P0 = %s", run.run_id, start)
             run = store.get_run(run.run_id)
@@ -72,12 +81,19 @@ def plan_tables(
         check_escaping(source.query)
         follower = Follower(config, source)
         checkpoints = {cp.table: cp for cp in store.table_checkpoints(config.pipeline)}
-        cascades = table_cascades(config, source, [t.name for t in todo if t.name not in failing])
+        cascades = table_cascades(
+            config,
+            source,
+            [t.name for t in todo if t.name not in failing],
+            shapes.infos if shapes is not None and not late else None,
+        )
         lines = TableLines(log)
         for first in range(0, len(todo), FLUSH_TABLES):
             part = todo[first : first + FLUSH_TABLES]
             infos = (
-                {} if late else tables_info(source, [t.name for t in part if t.name not in failing])
+                {}
+                if late
+                else _shapes(source, [t.name for t in part if t.name not in failing], shapes)
             )
             drafts: list[PlannedTable | Draft] = []
             for table in part:
@@ -113,6 +129,14 @@ def plan_tables(
                     made.info["cascades"] = cascades[made.table]
             _record(config, store, run.run_id, drafts, lines)
         lines.flush()
+
+
+def _shapes(source: Source, names: list[str], shapes: Shapes | None) -> dict[str, TableInfo]:
+    """The shapes of ``names``: those ``shapes`` hold, the others read now."""
+    if shapes is None:
+        return tables_info(source, names)
+    held, unread = shapes.pick(names)
+    return held | tables_info(source, unread) if unread else held
 
 
 def _record(
