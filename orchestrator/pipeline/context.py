@@ -16,7 +16,7 @@ from orchestrator.config import PipelineConfig, objectstore
 from orchestrator.errors import ConfigError, RunFailed
 from orchestrator.lake import storage
 from orchestrator.positions import BinlogPosition
-from orchestrator.schema.tables import TableInfo, table_info_from_json
+from orchestrator.schema.tables import TableInfo, table_info_of
 from orchestrator.services import jars
 from orchestrator.state import lease
 from orchestrator.state.store import RunRecord, RunTableRecord, StateStore
@@ -171,7 +171,7 @@ def table_dir(config: PipelineConfig, table: str) -> str:
 
 def table_info(record: RunTableRecord) -> TableInfo:
     """The table's shape as the run planned it."""
-    return table_info_from_json(record.info["table_info"])
+    return table_info_of(record.info["table_info"])
 
 
 def position(data: dict[str, Any] | None) -> BinlogPosition:

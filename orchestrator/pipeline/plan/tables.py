@@ -25,7 +25,7 @@ from orchestrator.pipeline.plan.cascades import table_cascades
 from orchestrator.pipeline.plan.chunks import check_escaping, plan_table
 from orchestrator.pipeline.segments import void_mark
 from orchestrator.positions import BinlogPosition, file_index
-from orchestrator.schema.tables import TableInfo, table_info_to_json
+from orchestrator.schema.tables import TableInfo, table_info_text
 from orchestrator.schema.types import arrow_type
 from orchestrator.source.connection import Source
 from orchestrator.source.listing import Shapes, tables_info
@@ -315,7 +315,7 @@ def _incremental(
         None,
         list(manifest["chunk_key"]),
         {
-            "table_info": table_info_to_json(info),
+            "table_info": table_info_text(info),
             "from_position": since,
             "base_version": manifest["version"],
         },
@@ -412,7 +412,7 @@ def _snapshot_draft(
         table_plan.strategy,
         list(table_plan.chunk_key),
         {
-            "table_info": table_info_to_json(info),
+            "table_info": table_info_text(info),
             "from_position": start or run.start_position,
             "stats": table_plan.stats,
             **({"reread": reread} if reread else {}),
