@@ -340,12 +340,14 @@ def read_plan(out_dir: str) -> VersionPlan | None:
     to that file beside it), or None when there is none (a directory of staging files that make a
     whole table, in order)."""
     uri = storage.join(out_dir, PLAN_FILE)
-    if storage.exists(uri):
-        return _plan_from_json(json.loads(storage.read_bytes(uri)), uri)
+    own = storage.read_if_exists(uri)
+    if own is not None:
+        return _plan_from_json(json.loads(own), uri)
     shared = storage.join(storage.parent(out_dir), PLANS_FILE)
-    if not storage.exists(shared):
+    try:
+        data = _plans_file(shared)
+    except FileNotFoundError:
         return None
-    data = _plans_file(shared)
     name = storage.basename(out_dir)
     if name not in data:
         raise RunFailed(
@@ -358,7 +360,11 @@ def read_plan(out_dir: str) -> VersionPlan | None:
 @functools.lru_cache(maxsize=8)
 def _plans_file(uri: str) -> dict[str, Any]:
     """A `write_plans` file's plans by name, read once per process: its name is unique to the
-    reconcile attempt that wrote it whole (`storage.write_atomic`), so it never changes."""
+    reconcile attempt that wrote it whole (`storage.write_atomic`), so it never changes.
+
+    Raises:
+        FileNotFoundError: there is no such file (not kept: it may be written later).
+    """
     data = json.loads(storage.read_bytes(uri))
     if data.get("format") != PLAN_FORMAT:
         raise RunFailed(_OLDER.format(uri=uri))

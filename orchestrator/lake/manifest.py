@@ -162,7 +162,13 @@ def column_entries(columns: Sequence[ColumnInfo]) -> list[ColumnEntry]:
 def find_manifest(tdir: str) -> Manifest | None:
     """The current manifest of a table dir, or None when nothing is published there."""
     uri = current_uri(tdir)
-    if not storage.exists(uri) and not storage.recover_atomic(uri):  # a switch a crash cut
+    try:
+        data = storage.read_if_exists(uri)
+    except OSError as exc:
+        raise RunFailed(f"cannot read manifest {uri}: {exc}") from exc
+    if data is not None:
+        return _decoded(uri, data)
+    if not storage.recover_atomic(uri):  # not a switch a crash cut: nothing published
         return None
     return load_manifest(uri)
 
@@ -185,10 +191,18 @@ def read_manifest(tdir: str) -> Manifest:
 def load_manifest(uri: str) -> Manifest:
     """A manifest file (``current.json`` or a version's)."""
     try:
-        data: Manifest = json.loads(storage.read_bytes(uri))
-    except (ValueError, OSError) as exc:
+        data = storage.read_bytes(uri)
+    except OSError as exc:
         raise RunFailed(f"cannot read manifest {uri}: {exc}") from exc
-    return data
+    return _decoded(uri, data)
+
+
+def _decoded(uri: str, data: bytes) -> Manifest:
+    try:
+        manifest: Manifest = json.loads(data)
+    except ValueError as exc:
+        raise RunFailed(f"cannot read manifest {uri}: {exc}") from exc
+    return manifest
 
 
 def manifest_json(manifest: Manifest) -> bytes:

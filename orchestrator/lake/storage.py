@@ -163,6 +163,10 @@ def _hdfs_filesystem(authority: str) -> pafs.FileSystem:
     return fs
 
 
+#: The local filesystem (it holds no state: one serves every local path).
+_LOCAL = pafs.LocalFileSystem()
+
+
 def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
     """The `pyarrow.fs` filesystem and the path inside it for ``uri``.
 
@@ -172,7 +176,7 @@ def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
     """
     scheme, rest = _split(uri)
     if scheme in ("", "file"):
-        return pafs.LocalFileSystem(), local_path(uri)
+        return _LOCAL, local_path(uri)
     authority = urlsplit(f"{scheme}://{rest}").netloc
     fs = _remote_filesystem(scheme, authority)
     if scheme == "hdfs":
@@ -274,6 +278,15 @@ def read_bytes(uri: str) -> bytes:
     fs, path = filesystem(uri)
     with fs.open_input_stream(path) as stream:
         return bytes(stream.read())
+
+
+def read_if_exists(uri: str) -> bytes | None:
+    """A file's bytes, or None when there is no file at ``uri``: one request, where `exists`
+    then `read_bytes` make two (a run reads thousands of small manifests and plans)."""
+    try:
+        return read_bytes(uri)
+    except FileNotFoundError:
+        return None
 
 
 def makedirs(uri: str) -> None:

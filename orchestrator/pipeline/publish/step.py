@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +28,7 @@ from orchestrator.pipeline.lines import TableLines
 from orchestrator.pipeline.publish import workers as publish_workers
 from orchestrator.pipeline.publish.switch import published_at
 from orchestrator.pipeline.publish.unchanged import Publishing, kept_version
+from orchestrator.pipeline.publish.workers import Switched
 from orchestrator.pipeline.reconcile.kept import is_kept
 from orchestrator.positions import BinlogPosition
 from orchestrator.services import faults
@@ -99,6 +100,7 @@ def publish(config: PipelineConfig, run_id: str, *, holder: str) -> list[Publish
         for table in todo:
             (kept if is_kept(reconciled_dir(config, table[0])) else changed).append(table)
         done: list[tuple[TableCheckpoint, bool]] = []
+        now: dict[str, Published] = {}  # what this call published: not read back
         kept_lines = TableLines(log)
         try:
             for group, workers in ((kept, False), (changed, True)):
@@ -111,6 +113,9 @@ def publish(config: PipelineConfig, run_id: str, *, holder: str) -> list[Publish
                         )
                         continue
                     done.append((outcome.checkpoint, outcome.changed))
+                    now[outcome.table] = _published(
+                        config, outcome.checkpoint, outcome.iceberg, outcome.changed
+                    )
                     if not outcome.changed:
                         _kept_line(kept_lines, outcome.checkpoint)
                     if len(done) >= RECORD_TABLES:
@@ -121,7 +126,7 @@ def publish(config: PipelineConfig, run_id: str, *, holder: str) -> list[Publish
             raise
         _record(store, run_id, done)
         kept_lines.flush()
-        published = _all_published(config, store, run_id)
+        published = _all_published(config, store, run_id, now)
         failed = failures(store, run_id)
         if failed:
             error = TablesFailed(run_id, failed, config.path, published)
@@ -143,12 +148,12 @@ def _publish_group(
     run_id: str,
     group: Sequence[tuple[RunTableRecord, BinlogPosition]],
     catalog: Catalog | None,
-) -> list[tuple[TableCheckpoint, bool] | Exception]:
+) -> list[Switched | Exception]:
     """Publish reconciled tables, each at its position (`versions.publish_tables`); for each, its
     checkpoint (recorded by the caller) and whether this run published a new version, or the
     exception its publish raised. A table without a change keeps its version
     (`unchanged.kept_version`): a group of such tables imports no pyiceberg."""
-    out: list[tuple[TableCheckpoint, bool] | Exception | None] = [None] * len(group)
+    out: list[Switched | Exception | None] = [None] * len(group)
     todo: list[tuple[int, Publishing]] = []
     manifests: list[tuple[int, Manifest | Exception]] = []
     for i, (record, high) in enumerate(group):
@@ -191,8 +196,9 @@ def _checkpoint(
     record: RunTableRecord,
     high: BinlogPosition,
     manifest: Manifest,
-) -> tuple[TableCheckpoint, bool]:
-    """A published table's checkpoint, and whether this run published a new version.
+) -> Switched:
+    """A published table's checkpoint, whether this run published a new version, and its
+    Iceberg snapshot.
 
     A table without changes keeps its version (and the run and time that published it); its
     checkpoint moves on all the same: lag and the next run start from ``high``."""
@@ -225,7 +231,7 @@ def _checkpoint(
             high,
             snapshot,
         )
-    return checkpoint, changed
+    return Switched(checkpoint, changed, manifest.get("iceberg"))
 
 
 def _kept_line(lines: TableLines, checkpoint: TableCheckpoint) -> None:
@@ -247,33 +253,46 @@ def _record(
     return []
 
 
-def _all_published(config: PipelineConfig, store: StateStore, run_id: str) -> list[Published]:
-    """What each published table of the run's checkpoint says (``changed``: by this run)."""
-    checkpoints = {cp.table: cp for cp in store.table_checkpoints(config.pipeline)}
+def _all_published(
+    config: PipelineConfig, store: StateStore, run_id: str, now: Mapping[str, Published]
+) -> list[Published]:
+    """What each published table of the run's checkpoint says (``changed``: by this run):
+    ``now``, the tables this call published, as they are; those an earlier attempt of the run
+    published, read back."""
+    names = [t for t, _, status in store.run_table_states(run_id) if status == "published"]
+    earlier = [t for t in names if t not in now]
+    checkpoints = (
+        {cp.table: cp for cp in store.table_checkpoints(config.pipeline)} if earlier else {}
+    )
     out = []
-    for record in store.run_tables(run_id):
-        if record.status != "published":
+    for table in names:
+        if table in now:
+            out.append(now[table])
             continue
-        checkpoint = checkpoints.get(record.table)
+        checkpoint = checkpoints.get(table)
         if checkpoint is None:
             raise RunFailed(
-                f"internal: table {record.table} is published but has no checkpoint; "
-                "rerun to resume"
+                f"internal: table {table} is published but has no checkpoint; rerun to resume"
             )
-        out.append(_published(config, checkpoint, run_id))
+        found = find_manifest(table_dir(config, table))
+        changed = found is not None and found["run_id"] == run_id
+        out.append(_published(config, checkpoint, found.get("iceberg") if found else None, changed))
     return out
 
 
-def _published(config: PipelineConfig, checkpoint: TableCheckpoint, run_id: str) -> Published:
-    """What ``checkpoint`` says was published (``changed``: by this run)."""
-    tdir = table_dir(config, checkpoint.table)
-    found = find_manifest(tdir)
+def _published(
+    config: PipelineConfig,
+    checkpoint: TableCheckpoint,
+    iceberg: IcebergEntry | None,
+    changed: bool,
+) -> Published:
+    """What ``checkpoint`` says was published, with its version's Iceberg snapshot."""
     return Published(
         table=checkpoint.table,
-        uri=tdir,
+        uri=table_dir(config, checkpoint.table),
         version=checkpoint.version,
         rows=checkpoint.rows,
         position=checkpoint.position,
-        iceberg=found.get("iceberg") if found else None,
-        changed=found is not None and found["run_id"] == run_id,
+        iceberg=iceberg,
+        changed=changed,
     )

@@ -37,12 +37,13 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import tenacity
 
 from orchestrator.config import PipelineConfig
 from orchestrator.errors import RunFailed, TidemarkError
+from orchestrator.lake.manifest import IcebergEntry
 from orchestrator.pipeline.failed import table_failure
 from orchestrator.positions import BinlogPosition
 from orchestrator.services import faults
@@ -77,8 +78,18 @@ GROUP_TABLES = 32
 #: Groups per worker at least, when there are enough tables: the last groups keep every worker busy.
 GROUPS_PER_WORKER = 4
 
+
+class Switched(NamedTuple):
+    """A table published: its checkpoint (recorded by the caller), whether this run published a
+    new version, and the version's Iceberg snapshot (None: published before Iceberg)."""
+
+    checkpoint: TableCheckpoint
+    changed: bool
+    iceberg: IcebergEntry | None = None
+
+
 #: Publishes a group of tables: (config, guard, run id, [(record, position)], catalog) -> for each
-#: table, (checkpoint, changed) or the exception its publish raised.
+#: table, what it published (`Switched`) or the exception its publish raised.
 PublishGroup = Callable[
     [
         PipelineConfig,
@@ -87,17 +98,19 @@ PublishGroup = Callable[
         Sequence[tuple[RunTableRecord, BinlogPosition]],
         "Catalog | None",
     ],
-    list[tuple[TableCheckpoint, bool] | Exception],
+    list[Switched | Exception],
 ]
 
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """A table's publish: its checkpoint and whether this run changed it, or its own failure."""
+    """A table's publish: its checkpoint, whether this run changed it and its Iceberg snapshot
+    (`Switched`), or its own failure."""
 
     table: str
     checkpoint: TableCheckpoint | None = None
     changed: bool = False
+    iceberg: IcebergEntry | None = None
     reason: str | None = None  # the table failed on its own (`table_failure`): the run goes on
     #: What fails the run (not the table's own failure): raised once the tables in hand are handed
     #: over.
@@ -285,7 +298,7 @@ def _publish(
     """The tables of ``group``; a table's own failure as its `Outcome`'s reason, anything else
     as its error. A table whose SQLite file stayed locked has the group published again (its
     tables published already are found so); then the error is raised."""
-    results: list[tuple[TableCheckpoint, bool] | Exception] = []
+    results: list[Switched | Exception] = []
     for attempt in tenacity.Retrying(
         retry=tenacity.retry_if_exception(_locked),
         reraise=True,
