@@ -110,6 +110,11 @@ def test_local_files(tmp_path: Path, style: str) -> None:
     assert storage.is_file(storage.join(data, "a.parquet")) and not storage.is_file(data)
     assert storage.size(storage.join(data, "a.parquet")) == 5
     assert storage.read_bytes(storage.join(data, "a.parquet")) == b"12345"
+    assert storage.read_if_exists(storage.join(data, "a.parquet")) == b"12345"
+    assert storage.read_if_exists(storage.join(data, "none.json")) is None
+    assert storage.read_if_exists(storage.join(root, "none", "x.json")) is None
+    with pytest.raises(OSError):  # not a file, but something is there: an error, not "absent"
+        storage.read_if_exists(data)
 
     storage.move(storage.join(data, "a.parquet"), storage.join(root, "moved", "deep", "a.parquet"))
     assert storage.exists(storage.join(root, "moved", "deep", "a.parquet"))
