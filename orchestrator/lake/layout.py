@@ -335,12 +335,13 @@ def write_plans(directory: str, plans: Mapping[str, VersionPlan]) -> None:
     storage.write_atomic(storage.join(directory, PLANS_FILE), (json.dumps(body) + "\n").encode())
 
 
-def read_plan(out_dir: str) -> VersionPlan | None:
+def read_plan(out_dir: str, *, shared_only: bool = False) -> VersionPlan | None:
     """The version plan a reconcile wrote to ``out_dir`` (or, for a table of a `write_plans` file,
     to that file beside it), or None when there is none (a directory of staging files that make a
-    whole table, in order)."""
+    whole table, in order). ``shared_only``: the caller knows ``out_dir`` names a table of a
+    `write_plans` file (a directory never made): its own plan is not looked for."""
     uri = storage.join(out_dir, PLAN_FILE)
-    own = storage.read_if_exists(uri)
+    own = None if shared_only else storage.read_if_exists(uri)
     if own is not None:
         return _plan_from_json(json.loads(own), uri)
     shared = storage.join(storage.parent(out_dir), PLANS_FILE)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import functools
 import json
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any
@@ -134,29 +134,40 @@ def table_info_from_json(data: dict[str, Any]) -> TableInfo:
 #: Shapes `table_info_of` keeps decoded, by their text: more than a pipeline's tables, so that a
 #: step going through every table finds each one a step before decoded (about 3 KiB each).
 SHAPES_KEPT = 20_000
+_shapes: dict[str, TableInfo] = {}  # oldest first
+_shapes_lock = threading.Lock()
 
 
 def table_info_text(info: TableInfo) -> str:
     """`table_info_to_json` as JSON text: how a run's table record holds the shape it planned
     (a string inside the record's JSON info). Each step of a process then decodes a shape once
-    (`table_info_of`), and a merge into the record's info re-encodes one string, not every
-    column: a run of thousands of tables read and wrote their shapes at every step.
+    (`table_info_of`; the process that wrote it, none), and a merge into the record's info
+    re-encodes one string, not every column: a run of thousands of tables read and wrote their
+    shapes at every step.
 
     >>> table_info_of(table_info_text(TableInfo("d", "t", (), ("id",), (), 1))).primary_key
     ('id',)
     """
-    return json.dumps(table_info_to_json(info), separators=(",", ":"))
+    text = json.dumps(table_info_to_json(info), separators=(",", ":"))
+    _keep(text, info)
+    return text
 
 
 def table_info_of(stored: str | dict[str, Any]) -> TableInfo:
     """The shape a run's table record holds: `table_info_text`'s text (decoded once per
     process: a `TableInfo` is immutable and shared), or the mapping of `table_info_to_json`
     that records written before the text was kept hold (an unfinished run resumed)."""
-    if isinstance(stored, str):
-        return _decoded(stored)
-    return table_info_from_json(stored)
+    if not isinstance(stored, str):
+        return table_info_from_json(stored)
+    found = _shapes.get(stored)
+    if found is None:
+        found = table_info_from_json(json.loads(stored))
+        _keep(stored, found)
+    return found
 
 
-@functools.lru_cache(maxsize=SHAPES_KEPT)
-def _decoded(text: str) -> TableInfo:
-    return table_info_from_json(json.loads(text))
+def _keep(text: str, info: TableInfo) -> None:
+    with _shapes_lock:
+        _shapes[text] = info
+        while len(_shapes) > SHAPES_KEPT:
+            del _shapes[next(iter(_shapes))]

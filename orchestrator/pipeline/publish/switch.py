@@ -90,6 +90,5 @@ def published_at(manifest: Manifest) -> dt.datetime:
     >>> published_at({"published_at": "2026-11-22T10:00:00Z"}).isoformat()  # type: ignore
     '2026-11-22T10:00:00+00:00'
     """
-    return dt.datetime.strptime(manifest["published_at"], "%Y-%m-%dT%H:%M:%SZ").replace(
-        tzinfo=dt.UTC
-    )
+    at = dt.datetime.fromisoformat(manifest["published_at"])  # a tenth of strptime's time
+    return at.replace(tzinfo=dt.UTC) if at.tzinfo is None else at.astimezone(dt.UTC)

@@ -18,6 +18,7 @@ from orchestrator.errors import RunFailed, resnapshot_hint
 from orchestrator.lake import layout
 from orchestrator.lake.manifest import Manifest, column_entries, find_manifest
 from orchestrator.pipeline.context import table_dir
+from orchestrator.pipeline.reconcile.kept import is_kept
 from orchestrator.positions import BinlogPosition
 from orchestrator.schema.tables import TableInfo
 
@@ -48,7 +49,7 @@ def kept_version(config: PipelineConfig, table: Publishing, run_id: str) -> Mani
             version predates Iceberg (both name the fix).
     """
     current = find_manifest(table_dir(config, table.table_info.name))
-    plan = layout.read_plan(table.reconciled_dir)
+    plan = layout.read_plan(table.reconciled_dir, shared_only=is_kept(table.reconciled_dir))
     if (
         plan is None
         or plan.base_version is None
