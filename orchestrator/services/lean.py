@@ -1,4 +1,5 @@
-"""pyarrow in a run's process: without pandas, on the C library's allocator.
+"""pyarrow in a run's process: without pandas, on the C library's allocator; and slow imports
+made by a thread of their own (`preload`).
 
 pyarrow looks for pandas the first time it converts Python objects (`pa.array`, `pa.scalar`:
 is this a Series?) and imports it when it is installed (Airflow and pyspark bring it). Nothing in a
@@ -21,6 +22,8 @@ test_spark_connect.py runs through such a server).
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import importlib.abc
 import importlib.machinery
 import os
@@ -84,3 +87,37 @@ def system_allocator() -> None:
         import pyarrow as pa
 
         pa.set_memory_pool(pa.system_memory_pool())
+
+
+_preloads: dict[str, threading.Thread] = {}
+_preloads_lock = threading.Lock()
+
+
+def preload(name: str) -> None:
+    """Start importing module ``name`` in a thread of its own, once per process: a step that is
+    about to need a slow import (pyiceberg's, 0.3-0.5 s) gets it made while its own thread
+    works, where Arrow releases the interpreter. The step's own ``import`` then waits for that
+    thread (the import system's module lock) or finds the module there. A failed import is
+    left to the step's own, which raises it where it is needed.
+
+    A process that forks must call `preloaded` first: a child forked while another thread
+    imports would inherit the import lock held."""
+    with _preloads_lock:
+        if name in sys.modules or name in _preloads:
+            return
+        thread = threading.Thread(target=_import, args=(name,), name=f"preload {name}", daemon=True)
+        _preloads[name] = thread
+        thread.start()
+
+
+def preloaded() -> None:
+    """Wait until every `preload` started in this process has ended."""
+    with _preloads_lock:
+        threads = list(_preloads.values())
+    for thread in threads:
+        thread.join()
+
+
+def _import(name: str) -> None:
+    with contextlib.suppress(Exception):  # the step's own import raises it, where it is needed
+        importlib.import_module(name)

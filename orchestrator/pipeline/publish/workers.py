@@ -46,7 +46,7 @@ from orchestrator.errors import RunFailed, TidemarkError
 from orchestrator.lake.manifest import IcebergEntry
 from orchestrator.pipeline.failed import table_failure
 from orchestrator.positions import BinlogPosition
-from orchestrator.services import faults
+from orchestrator.services import faults, lean
 from orchestrator.services.failures import SQLITE_BUSY, messages, root_cause
 from orchestrator.state import lease
 from orchestrator.state.store import RunTableRecord, TableCheckpoint
@@ -178,6 +178,7 @@ def publish_each(
     from concurrent.futures.process import BrokenProcessPool
 
     log.info("publishing %d tables in %d worker processes", len(todo), count)
+    lean.preloaded()  # no import under way in another thread while the workers fork
     pool = ProcessPoolExecutor(
         count,
         mp_context=multiprocessing.get_context("fork"),

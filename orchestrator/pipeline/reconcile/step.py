@@ -40,7 +40,7 @@ from orchestrator.pipeline.reconcile.rewrite import (
     reconcile_snapshot,
 )
 from orchestrator.pipeline.segments import durable_segments, forget
-from orchestrator.services import faults
+from orchestrator.services import faults, lean
 from orchestrator.state.many import RECORD_TABLES
 from orchestrator.state.store import RunTableRecord, StateStore
 
@@ -197,9 +197,10 @@ def reconcile(
                     if chunk.ranges is not None:
                         recorded[chunk.path] = cast(list[FileRange], chunk.ranges)
         if any(segments.get(r.table) for r in todo):
-            # A table with changes writes files: pyiceberg is imported here, in this thread,
-            # not by the first of the rewrite's threads while the others wait for it.
-            import orchestrator.lake.iceberg  # noqa: F401
+            # A table with changes writes files: pyiceberg is imported meanwhile, by a thread
+            # of its own (the first file written waits for it), not by the first of the
+            # rewrite's threads while the others wait.
+            lean.preload("orchestrator.lake.iceberg")
         catalog = functools.cache(lambda: _open_catalog(config))
         out: dict[str, int] = {}
         done: list[tuple[str, int, dict[str, Any]]] = []
