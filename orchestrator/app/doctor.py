@@ -33,7 +33,7 @@ from orchestrator.app.cascade_checks import cascade_checks
 from orchestrator.app.preflight import lake_checks
 from orchestrator.binlog.topology import identity_checks, replica_check
 from orchestrator.config import PipelineConfig, TableConfig
-from orchestrator.errors import ConfigError, SourceNotReady
+from orchestrator.errors import ConfigError, RunFailed, SourceNotReady
 from orchestrator.pipeline import keyless
 from orchestrator.pipeline.changes import RESERVED_PREFIX, reserved_columns
 from orchestrator.pipeline.plan.keys import choose_chunk_key
@@ -92,8 +92,8 @@ def _checks(
         names = [t.name for t in selected]
         try:  # read after a position, so that the run's plan may use them (`Shapes`)
             shapes: Shapes | None = shapes_at(source, names)
-        except (SourceNotReady, pymysql.err.MySQLError):  # binlog off, or not visible: checked
-            shapes = None
+        except (SourceNotReady, RunFailed, pymysql.err.MySQLError):  # binlog off or not
+            shapes = None  # visible (its checks say so), or a server that changed meanwhile
         infos = tables_info(source, names) if shapes is None else shapes.infos
         for table in selected:
             entry = config.tables[found.entry_index(table.name)]
