@@ -117,6 +117,8 @@ def test_killed_run_resumes(
     resumed = tidemark(config_path, "--snapshot", "--table", f"{shop}.orders")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"resuming unfinished run {run.run_id}" in resumed.stdout
+    # its summary names the table, published by this process or read back (published before)
+    assert any(line.startswith(f"{shop}.orders ") for line in resumed.stdout.splitlines())
     chunks = store.chunks(run.run_id)
     assert all(c.attempts == 1 for c in chunks if (c.table, c.index) in read_before), (
         "chunks done before the crash must not be read again"
