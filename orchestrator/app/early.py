@@ -49,9 +49,7 @@ def will_read(config: PipelineConfig, tables: list[str], snapshot: bool) -> Outl
     store = open_store(config)
     try:
         run = store.unfinished_run(config.pipeline)
-        published = frozenset(
-            c.table for c in store.table_checkpoints(config.pipeline)
-        )  # one query for 2,000
+        published = frozenset(store.published_versions(config.pipeline))  # one query for 2,000
         resuming = run is not None and bool(store.chunks(run.run_id, status="pending"))
         reads = snapshot or any(t not in published for t in tables) or resuming
         return Outlook(reads, published, resuming)

@@ -211,7 +211,7 @@ def _reset_tables(config: PipelineConfig, store: StateStore, names: list[str] | 
     """The tables ``reset`` names: configured tables, or what a pattern entry takes among the tables
     the state store knows (published, or in the latest run); all of those when none are named.
     No source is asked: reset works while it is down."""
-    known = {cp.table for cp in store.table_checkpoints(config.pipeline)}
+    known = set(store.published_versions(config.pipeline))
     for run in store.runs(config.pipeline, limit=1):
         known |= set(run.options.get("tables", []))
     if not config.has_patterns:

@@ -416,6 +416,16 @@ class StateStore(PipelineLockMixin, RunTablesMixin, ChunksMixin, ManyTablesMixin
         """The pipeline's published tables, by table name."""
         return self._table_checkpoints(pipeline, None)
 
+    def published_versions(self, pipeline: str) -> dict[str, int]:
+        """Each published table of the pipeline and its version: `table_checkpoints` without
+        their positions and times decoded, for the questions only names or versions answer (a
+        pipeline may have thousands of tables)."""
+        query = select(TABLE_CHECKPOINTS.c.table_name, TABLE_CHECKPOINTS.c.version).where(
+            TABLE_CHECKPOINTS.c.pipeline == pipeline
+        )
+        with self._tx(write=False) as conn:
+            return {table: int(version) for table, version in conn.execute(query).tuples()}
+
     def _table_checkpoints(self, pipeline: str, table: str | None) -> list[TableCheckpoint]:
         query = select(TABLE_CHECKPOINTS).where(TABLE_CHECKPOINTS.c.pipeline == pipeline)
         if table is not None:

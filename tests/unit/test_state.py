@@ -466,6 +466,8 @@ def test_table_checkpoints_round_trip(store: StateStore) -> None:
     assert got_items == items and is_utc(got_items.published_at if got_items else None)
     assert store.table_checkpoints("shop") == [items, v2]
     assert store.table_checkpoints("other") == []
+    assert store.published_versions("shop") == {"shop.items": 1, "shop.orders": 2}
+    assert store.published_versions("other") == {}
     with pytest.raises(ValueError, match="no time zone"):
         store.save_table_checkpoint(
             TableCheckpoint("shop", "t", 1, POS, 0, "m", run_id, datetime(2024, 1, 1))

@@ -173,7 +173,7 @@ def find_tables(config: PipelineConfig, store: StateStore, names: list[str] | No
         found = table_set(config, source)
     for match in found.patterns:
         log.info("pattern %s", match)
-    published = {cp.table: cp.version for cp in store.table_checkpoints(config.pipeline)}
+    published = store.published_versions(config.pipeline)
     gone = dropped(config.tables, found, published)
     for table in gone:
         log.warning(
