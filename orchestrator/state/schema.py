@@ -48,7 +48,7 @@ from sqlalchemy import (
     text,
     update,
 )
-from sqlalchemy.dialects import sqlite
+from sqlalchemy.dialects import mysql, sqlite  # postgresql: imported by a store on it only
 from sqlalchemy.engine import URL
 from sqlalchemy.types import TypeEngine
 
@@ -81,8 +81,6 @@ class _UTCDateTime(TypeDecorator[datetime]):
 
     def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
         if dialect.name in ("mysql", "mariadb"):
-            from sqlalchemy.dialects import mysql  # imported by a store on MySQL only
-
             return dialect.type_descriptor(mysql.DATETIME(fsp=6))
         return dialect.type_descriptor(DateTime(timezone=dialect.name == "postgresql"))
 
@@ -102,25 +100,16 @@ class _UTCDateTime(TypeDecorator[datetime]):
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
-class _LongText(TypeDecorator[str]):
-    """Text of any length: ``LONGTEXT`` on MySQL (whose ``TEXT`` holds 64 KiB), ``TEXT``
-    elsewhere. The MySQL dialect is imported by a store on MySQL only."""
+class _JsonText(TypeDecorator[Any]):
+    """A JSON-able value as ``json.dumps`` text; Python None is SQL NULL."""
 
     impl = Text
     cache_ok = True
 
     def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
         if dialect.name in ("mysql", "mariadb"):
-            from sqlalchemy.dialects import mysql
-
             return dialect.type_descriptor(mysql.LONGTEXT())
         return dialect.type_descriptor(Text())
-
-
-class _JsonText(_LongText):
-    """A JSON-able value as ``json.dumps`` text; Python None is SQL NULL."""
-
-    cache_ok = True
 
     def process_bind_param(self, value: Any, dialect: Dialect) -> str | None:
         return None if value is None else json.dumps(value, allow_nan=False)
@@ -134,7 +123,7 @@ class _JsonText(_LongText):
 METADATA = MetaData()
 _NAME = String(255)
 _RUN_ID = String(64)
-_LONG_TEXT = _LongText()
+_LONG_TEXT = Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb")
 _MYSQL: dict[str, Any] = {
     "mysql_charset": "utf8mb4"
 }  # names, paths and predicates may be any unicode
