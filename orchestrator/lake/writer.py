@@ -31,7 +31,15 @@ from orchestrator.lake.layout import DATA_DIR, FileRange, Part, PlannedFile, pie
 #: pages. Measured on 1M rows of shop.orders' columns (best of 3, seconds to write / read back,
 #: MB): snappy with dictionaries 0.36 / 0.20 / 37.9; snappy 0.19 / 0.17 / 29.1; zstd
 #: 0.22 / 0.14 / 16.6; lz4 0.26 / 0.24 / 27.2. A rewrite reads and writes every row of its files.
-PARQUET_OPTIONS: dict[str, Any] = {"compression": "zstd", "use_dictionary": False}
+#: A DECIMAL of precision up to 18 is stored as a 32- or 64-bit integer, the physical type the
+#: Iceberg spec gives it and Spark writes, not as fixed-length bytes: on 4M rows of shop.orders
+#: (its ``amount``), files 8% smaller and read back 14% faster, written as fast
+#: (docs/performance.md).
+PARQUET_OPTIONS: dict[str, Any] = {
+    "compression": "zstd",
+    "use_dictionary": False,
+    "store_decimal_as_integer": True,
+}
 
 #: How a part's rows are read: record batches in published types, in key order.
 BatchesOf = Callable[[Part], Iterator[pa.RecordBatch]]

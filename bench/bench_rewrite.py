@@ -1,0 +1,214 @@
+"""What the driver's copy-on-write rewrite costs per row, and what the data files' Parquet options
+change in it: no server, no run, only the rewrite of a table whose every file holds a change.
+
+``--rows`` orders with the sample shop's columns and values (`orchestrator.app.demo.sample`,
+computed here in Arrow instead of loaded into MariaDB) are written as data files of 200,000 rows,
+the size of a snapshot's chunk files, in the published types with field IDs. ``--changes``
+updates spread over every key (``amount`` changed) become the reconcile's last events. Then, in
+one warm process, for each variant of the files' options in turn (the order alternates between
+repetitions), on ``os.cpu_count()`` threads as the rewrite runs them
+(`orchestrator.lake.writer.write_parts`):
+
+- ``read``: every base file read as record batches in the published types;
+- ``merge``: the same, merged with its events (`orchestrator.pipeline.reconcile.local.merged`);
+- ``rewrite``: the same, written as new data files (`orchestrator.lake.writer.write_files`).
+
+Variants: ``release``, `orchestrator.lake.writer.PARQUET_OPTIONS`; ``fixed-decimals``, the same
+with every DECIMAL stored as fixed-length bytes (the options before ``store_decimal_as_integer``).
+Each variant's base files are written with its own options. Medians of wall and CPU seconds
+(the process's, all threads), and each variant's time over the release's.
+
+    .venv/bin/python bench/bench_rewrite.py --rows 4000000 --changes 10000 --repeat 6
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from orchestrator.services import lean  # noqa: E402
+
+lean.system_allocator()
+lean.arrow_without_pandas()
+
+import numpy as np  # noqa: E402
+import pyarrow as pa  # noqa: E402
+import pyarrow.compute as pc  # noqa: E402
+
+from orchestrator.lake import writer  # noqa: E402
+from orchestrator.pipeline.changes import KIND, POSITION, PUT, event_key  # noqa: E402
+from orchestrator.pipeline.reconcile import local  # noqa: E402
+
+FILE_ROWS = 200_000
+KEY = ["id"]
+VARIANTS: dict[str, dict[str, Any]] = {
+    "release": dict(writer.PARQUET_OPTIONS),
+    "fixed-decimals": {**writer.PARQUET_OPTIONS, "store_decimal_as_integer": False},
+}
+
+
+def orders(rows: int) -> pa.Table:
+    """``shop.orders`` as `orchestrator.app.demo.sample.load_shop` fills it, in published types
+    with field IDs."""
+    seq = np.arange(1, rows + 1, dtype=np.int64)
+    customers = max(rows // 4, 1)
+    status = np.array(["new", "paid", "shipped", "cancelled"], dtype=object)[seq % 4]
+    tags = np.array(["gift", "fragile,express", ""], dtype=object)[seq % 3]
+    notes = [f"note {s}" + (" 'quoted' é" if s % 11 == 0 else "") for s in seq.tolist()]
+    created = np.datetime64("2024-01-01", "us") + seq * 1_000_000 + seq % 1_000_000
+    updated = np.datetime64("2025-01-01", "us") + seq * 1_000_000
+    columns = {
+        "id": pa.array(seq * 10).cast(pa.decimal128(20, 0)),
+        "customer_id": pa.array((seq % customers + 1).astype(np.int32)),
+        "status": pa.array(status, pa.string()),
+        # (seq % 100000) / 100: the same unscaled numbers, read with two decimals
+        "amount": pa.array(seq % 100000).cast(pa.decimal128(19, 0)).view(pa.decimal128(12, 2)),
+        "weight": pa.array((seq % 1000) / 8, pa.float32(), mask=seq % 7 == 0),
+        "created_at": pa.array(created, pa.timestamp("us")),
+        "updated_at": pa.array(updated, pa.timestamp("us")).cast(pa.timestamp("us", "UTC")),
+        "paid": pa.array(seq % 2 == 1),
+        "tags": pa.array(tags, pa.string(), mask=seq % 5 == 0),
+        "note": pa.array(notes, pa.string(), mask=seq % 3 == 0),
+    }
+    required = {"id", "customer_id", "status", "amount", "paid"}
+    schema = writer.with_field_ids(
+        pa.schema(pa.field(n, a.type, n not in required) for n, a in columns.items()),
+        {name: i for i, name in enumerate(columns, 1)},
+    )
+    return pa.table(list(columns.values()), schema=schema)
+
+
+def spread_events(table: pa.Table, changes: int) -> pa.Table:
+    """Last events updating ``changes`` rows spread over every key: ``amount`` plus 1."""
+    step = max(table.num_rows // max(changes, 1), 1)
+    rows = table.take(pa.array(np.arange(step // 2, table.num_rows, step)[:changes]))
+    amount = rows.schema.get_field_index("amount")
+    rows = rows.set_column(
+        amount,
+        rows.schema.field(amount),
+        pc.add(rows.column(amount), pa.scalar(1, pa.decimal128(12, 2))).cast(pa.decimal128(12, 2)),
+    )
+    n = rows.num_rows
+    zeros = pa.array(np.zeros(n, np.int64))
+    head = [rows.column("id"), zeros, pa.array(np.arange(n, dtype=np.int64)), zeros]
+    kinds = pa.array(np.full(n, PUT, np.int8))
+    return pa.Table.from_arrays(
+        [*head, kinds, *rows.columns], names=[event_key(0), *POSITION, KIND, *rows.schema.names]
+    )
+
+
+def write_base(table: pa.Table, directory: Path, options: dict[str, Any]) -> list[str]:
+    """The table as data files of `FILE_ROWS` rows, written with ``options``."""
+    directory.mkdir(parents=True)
+    saved = dict(writer.PARQUET_OPTIONS)
+    writer.PARQUET_OPTIONS.clear()
+    writer.PARQUET_OPTIONS.update(options)
+    try:
+        ranges = writer.write_files(
+            str(directory),
+            lambda n: f"base-{n:04d}.parquet",
+            table.schema,
+            KEY,
+            table.to_batches(65536),
+            FILE_ROWS,
+            0,
+        )
+    finally:
+        writer.PARQUET_OPTIONS.clear()
+        writer.PARQUET_OPTIONS.update(saved)
+    return [str(directory / r["file"]) for r in ranges]
+
+
+def slices(events: pa.Table, files: list[str]) -> list[pa.Table]:
+    """Each base file's events (files of `FILE_ROWS` rows in key order)."""
+    keys = events.column(event_key(0)).cast(pa.int64()).to_numpy()
+    bounds = [int(i) * FILE_ROWS * 10 for i in range(1, len(files))]  # ids are seq * 10
+    edges = [0, *np.searchsorted(keys, bounds, side="right").tolist(), events.num_rows]
+    return [events.slice(a, b - a) for a, b in itertools.pairwise(edges)]
+
+
+def timed(job: Callable[[int], Any], count: int) -> tuple[float, float]:
+    """Wall and CPU seconds of ``job(i)`` for every file, on as many threads as cores."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+        list(pool.map(job, range(count)))
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--changes", type=int, default=2_500)
+    parser.add_argument("--repeat", type=int, default=6)
+    args = parser.parse_args()
+    table = orders(args.rows)
+    schema = table.schema
+    events = spread_events(table, args.changes)
+    print(
+        f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; "
+        f"{args.rows:,} rows, {events.num_rows:,} spread changes",
+        flush=True,
+    )
+    results: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    with tempfile.TemporaryDirectory(prefix="tidemark-bench-rewrite-") as work:
+        bases = {name: write_base(table, Path(work) / name, o) for name, o in VARIANTS.items()}
+        per_file = slices(events, bases["release"])
+        names = list(VARIANTS)
+        for repetition in range(args.repeat):
+            for name in names[repetition % 2 :] + names[: repetition % 2]:
+                files, options = bases[name], VARIANTS[name]
+                out = Path(work) / f"out-{name}-{repetition}"
+
+                def read(i: int, files: list[str] = files) -> int:
+                    return sum(b.num_rows for b in writer.read_published(files[i], schema))
+
+                def merge(i: int, files: list[str] = files) -> int:
+                    merged = local.merged(files[i], per_file[i], schema, KEY)
+                    return sum(b.num_rows for b in merged)
+
+                def rewrite(
+                    i: int, files: list[str] = files, out: Path = out, o: dict[str, Any] = options
+                ) -> Any:
+                    merged = local.merged(files[i], per_file[i], schema, KEY)
+                    return writer.write_files(
+                        str(out), lambda n: f"g{i:06d}-{n:04d}.parquet", schema, KEY, merged, 0, 0
+                    )
+
+                results.setdefault((name, "read"), []).append(timed(read, len(files)))
+                results.setdefault((name, "merge"), []).append(timed(merge, len(files)))
+                saved = dict(writer.PARQUET_OPTIONS)
+                writer.PARQUET_OPTIONS.update(options)
+                try:
+                    results.setdefault((name, "rewrite"), []).append(timed(rewrite, len(files)))
+                finally:
+                    writer.PARQUET_OPTIONS.clear()
+                    writer.PARQUET_OPTIONS.update(saved)
+        sizes = {n: sum(os.path.getsize(f) for f in fs) for n, fs in bases.items()}
+    print(f"\nmedians of {args.repeat}; wall s (CPU s), and the variant over the release")
+    for name in names:
+        print(f"  {name}: base files {sizes[name] / 2**20:.1f} MiB")
+        for step in ("read", "merge", "rewrite"):
+            wall = statistics.median(w for w, _ in results[(name, step)])
+            cpu = statistics.median(c for _, c in results[(name, step)])
+            base = statistics.median(w for w, _ in results[("release", step)])
+            print(f"    {step:8s} {wall:6.3f} s ({cpu:5.2f} CPU s)  {wall / base:5.2f}x")
+    print(f"load average {os.getloadavg()[0]:.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
