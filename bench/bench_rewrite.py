@@ -198,14 +198,18 @@ def main() -> int:
                     writer.PARQUET_OPTIONS.clear()
                     writer.PARQUET_OPTIONS.update(saved)
         sizes = {n: sum(os.path.getsize(f) for f in fs) for n, fs in bases.items()}
-    print(f"\nmedians of {args.repeat}; wall s (CPU s), and the variant over the release")
+    print(f"\nmedians of {args.repeat}; wall s (CPU s), and the variant's time over the release's")
     for name in names:
         print(f"  {name}: base files {sizes[name] / 2**20:.1f} MiB")
+    for name in names:
         for step in ("read", "merge", "rewrite"):
             wall = statistics.median(w for w, _ in results[(name, step)])
             cpu = statistics.median(c for _, c in results[(name, step)])
             base = statistics.median(w for w, _ in results[("release", step)])
-            print(f"    {step:8s} {wall:6.3f} s ({cpu:5.2f} CPU s)  {wall / base:5.2f}x")
+            print(
+                f"  {name:15s} {step:8s} {wall:6.3f} s ({cpu:5.2f} CPU s)  "
+                f"ratio {wall / base:5.2f}x"
+            )
     print(f"load average {os.getloadavg()[0]:.1f}")
     return 0
 

@@ -10,7 +10,8 @@ share the two cores), each script of ``bench/`` with the sizes given here:
 - ``bench_snapshot.py``: `tidemark run` end to end vs a raw ``mariadb --quick`` scan;
 - ``bench_binlog.py``: the capture vs ``mariadb-binlog -vv`` and vs python-mysql-replication;
 - ``bench_incremental.py``: an incremental run of a few changes vs the initial snapshot;
-- ``bench_memory.py``: peak RSS of a snapshot at two table sizes.
+- ``bench_memory.py``: peak RSS of a snapshot at two table sizes;
+- ``bench_rewrite.py``: the driver's rewrite alone, per variant of the data files' options.
 
 Each script's own output is printed as it comes; the summary at the end repeats
 every line that carries a ratio or a peak. ``--quick`` uses small sizes (a smoke
@@ -43,6 +44,10 @@ def benches(quick: bool) -> list[tuple[str, list[str]]]:
             ("binlog", ["bench_binlog.py", "--changes", "20000"]),
             ("incremental", ["bench_incremental.py", "--rows", "100000", "--changes", "1000"]),
             ("memory", ["bench_memory.py", "--small", "50000", "--large", "200000"]),
+            (
+                "rewrite",
+                ["bench_rewrite.py", "--rows", "200000", "--changes", "500", "--repeat", "2"],
+            ),
         ]
     return [
         ("vs_dump", ["bench_vs_dump.py", "--rows", "1000000", "--repeat", "3"]),
@@ -52,6 +57,10 @@ def benches(quick: bool) -> list[tuple[str, list[str]]]:
         ("binlog", ["bench_binlog.py", "--changes", "500000"]),
         ("incremental", ["bench_incremental.py", "--rows", "5000000", "--changes", "10000"]),
         ("memory", ["bench_memory.py", "--small", "1000000", "--large", "10000000"]),
+        (
+            "rewrite",
+            ["bench_rewrite.py", "--rows", "4000000", "--changes", "10000", "--repeat", "6"],
+        ),
     ]
 
 
