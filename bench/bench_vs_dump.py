@@ -24,7 +24,8 @@ master and driver memory, and prints the ratios docs/performance.md reports:
    session up), which keeps a second lake of the same table (`WarmRuns`);
 6. ``--binlog-rows`` (default 1,000,000, at most the table) rows updated in one statement,
    alone in a binlog file: ``mariadb-binlog --base64-output=DECODE-ROWS -vv`` on that file
-   vs the ``tidemark run`` that applies it (capture, reconcile, publish);
+   vs the ``tidemark run`` that applies it (capture, reconcile, publish), ``--repeat`` times
+   (medians);
 
 and verifies the published table against the source at the end (``--no-verify`` skips it).
 Each figure comes with the load average it was taken under (the machine is shared).
@@ -279,7 +280,12 @@ def main() -> int:
     )
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--changes", type=int, default=None, help="default: 0.25%% of --rows")
-    parser.add_argument("--repeat", type=int, default=1, help="snapshot repetitions (medians)")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="repetitions of the snapshot and of the binlog apply (medians)",
+    )
     parser.add_argument(
         "--dump-partitions",
         type=int,
@@ -356,21 +362,23 @@ def main() -> int:
         equal = (
             True if args.no_verify else verify(config_path, conn, work / "warm")
         )  # before the next changes
-        binlog = (
+        binlogs = [
             apply_updates(server, conn, config_path, min(rows, args.binlog_rows))
-            if args.binlog_rows
-            else None
-        )
+            for _ in range(args.repeat if args.binlog_rows else 0)
+        ]
         equal = (True if args.no_verify else verify(config_path, conn, work / "run")) and equal
         conn.close()
         report(rows, scans, dumps, snaps, increments, args.master)
-        if binlog is None:
+        if not binlogs:
             return 0 if equal else 1
-        n, decode, run, ld = binlog
+        decode = statistics.median(d for _, d, _, _ in binlogs)
+        run = statistics.median(r.seconds for _, _, r, _ in binlogs)
+        each = ", ".join(f"{d / r.seconds:.2f}x" for _, d, r, _ in binlogs)
+        loads = sorted((ld for _, _, _, ld in binlogs), key=float)
         print(
-            f"  {n:,} updated rows: mariadb-binlog -vv {decode:.2f}s, "
-            f"tidemark run {run.seconds:.2f}s: "
-            f"ratio {decode / run.seconds:.2f}x  (load {ld})"
+            f"  {binlogs[0][0]:,} updated rows: mariadb-binlog -vv {decode:.2f}s, "
+            f"tidemark run {run:.2f}s: ratio {decode / run:.2f}x  (medians of {len(binlogs)}; "
+            f"per repetition {each}; load {loads[0]}-{loads[-1]})"
         )
         return 0 if equal else 1
 
