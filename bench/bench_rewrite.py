@@ -24,13 +24,14 @@ Each variant's base files are written with its own options. Medians of wall and 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import os
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -109,13 +110,23 @@ def spread_events(table: pa.Table, changes: int) -> pa.Table:
     )
 
 
-def write_base(table: pa.Table, directory: Path, options: dict[str, Any]) -> list[str]:
-    """The table as data files of `FILE_ROWS` rows, written with ``options``."""
-    directory.mkdir(parents=True)
+@contextlib.contextmanager
+def written_with(options: dict[str, Any]) -> Iterator[None]:
+    """`orchestrator.lake.writer` writes its files with ``options`` meanwhile."""
     saved = dict(writer.PARQUET_OPTIONS)
     writer.PARQUET_OPTIONS.clear()
     writer.PARQUET_OPTIONS.update(options)
     try:
+        yield
+    finally:
+        writer.PARQUET_OPTIONS.clear()
+        writer.PARQUET_OPTIONS.update(saved)
+
+
+def write_base(table: pa.Table, directory: Path, options: dict[str, Any]) -> list[str]:
+    """The table as data files of `FILE_ROWS` rows, written with ``options``."""
+    directory.mkdir(parents=True)
+    with written_with(options):
         ranges = writer.write_files(
             str(directory),
             lambda n: f"base-{n:04d}.parquet",
@@ -125,9 +136,6 @@ def write_base(table: pa.Table, directory: Path, options: dict[str, Any]) -> lis
             FILE_ROWS,
             0,
         )
-    finally:
-        writer.PARQUET_OPTIONS.clear()
-        writer.PARQUET_OPTIONS.update(saved)
     return [str(directory / r["file"]) for r in ranges]
 
 
@@ -180,9 +188,7 @@ def main() -> int:
                     merged = local.merged(files[i], per_file[i], schema, KEY)
                     return sum(b.num_rows for b in merged)
 
-                def rewrite(
-                    i: int, files: list[str] = files, out: Path = out, o: dict[str, Any] = options
-                ) -> Any:
+                def rewrite(i: int, files: list[str] = files, out: Path = out) -> Any:
                     merged = local.merged(files[i], per_file[i], schema, KEY)
                     return writer.write_files(
                         str(out), lambda n: f"g{i:06d}-{n:04d}.parquet", schema, KEY, merged, 0, 0
@@ -190,13 +196,8 @@ def main() -> int:
 
                 results.setdefault((name, "read"), []).append(timed(read, len(files)))
                 results.setdefault((name, "merge"), []).append(timed(merge, len(files)))
-                saved = dict(writer.PARQUET_OPTIONS)
-                writer.PARQUET_OPTIONS.update(options)
-                try:
+                with written_with(options):
                     results.setdefault((name, "rewrite"), []).append(timed(rewrite, len(files)))
-                finally:
-                    writer.PARQUET_OPTIONS.clear()
-                    writer.PARQUET_OPTIONS.update(saved)
         sizes = {n: sum(os.path.getsize(f) for f in fs) for n, fs in bases.items()}
     print(f"\nmedians of {args.repeat}; wall s (CPU s), and the variant's time over the release's")
     for name in names:
