@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pymysql
@@ -13,6 +14,7 @@ import pytest
 import tenacity
 
 from orchestrator.app.demo.localdb import LocalMariaDB, free_port
+from orchestrator.binlog.gtid import parse_mariadb, same_set
 from orchestrator.config import SourceConfig
 from orchestrator.errors import RunFailed, SourceNotReady
 from orchestrator.positions import BinlogPosition
@@ -157,6 +159,109 @@ def test_current_position_moves_with_writes(source: Source, shop: LocalMariaDB) 
     assert after.gtid_set is not None
     assert after.gtid_set == shop.execute("SELECT @@gtid_binlog_pos")[0][0]
     assert BinlogPosition.from_json(after.to_json()) == after
+
+
+def _asked(src: Source, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The statements ``src.query`` is asked from now on."""
+    asked: list[str] = []
+    query = src.query
+
+    def recording(sql: str, params: Any = None) -> Any:
+        asked.append(sql)
+        return query(sql, params)
+
+    monkeypatch.setattr(src, "query", recording)
+    return asked
+
+
+def test_a_quiet_servers_position_takes_its_gtid_set_without_reading_the_binlog(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Event groups in two replication domains and from another server_id: the position's set
+    is ``@@gtid_binlog_pos``, read around the status statement, and names the same set as
+    ``BINLOG_GTID_POS`` at that position, which is not asked."""
+    server = LocalMariaDB.create(base_dir=tmp_path)
+    try:
+        server.start()
+        server.execute(
+            "CREATE DATABASE g",
+            "CREATE TABLE g.t (a INT)",
+            "INSERT INTO g.t VALUES (1)",
+            "SET SESSION gtid_domain_id = 3",
+            "INSERT INTO g.t VALUES (2)",
+            "SET SESSION server_id = 77",
+            "INSERT INTO g.t VALUES (3)",
+        )
+        with Source(config_for(server), "") as src:
+            asked = _asked(src, monkeypatch)
+            position = src.current_position()
+            assert not [sql for sql in asked if "BINLOG_GTID_POS" in sql]
+            assert position.gtid_set is not None
+            domains = parse_mariadb(position.gtid_set)
+            assert sorted(domains) == [0, 3] and domains[3] == (77, 2)
+            at = server.execute(f"SELECT BINLOG_GTID_POS('{position.file}', {position.pos})")
+            assert same_set(position.gtid_set, at[0][0], "mariadb")
+    finally:
+        server.destroy()
+
+
+def test_a_commit_during_the_status_read_takes_the_set_from_the_binlog(
+    source: Source, shop: LocalMariaDB, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A transaction committed right after ``SHOW MASTER STATUS`` moves ``@@gtid_binlog_pos``
+    past the position read: the set is then asked of ``BINLOG_GTID_POS`` at the position."""
+    status = source.binlog_status
+    committed: list[str] = []  # @@gtid_binlog_pos after the one commit
+
+    def then_a_commit() -> dict[str, Any]:
+        row = status()
+        if not committed:
+            shop.execute(f"INSERT INTO {DB}.items VALUES (900, 1, 'c')")
+            committed.append(shop.execute("SELECT @@gtid_binlog_pos")[0][0])
+        return row
+
+    monkeypatch.setattr(source, "binlog_status", then_a_commit)
+    asked = _asked(source, monkeypatch)
+    position = source.current_position()
+    assert [sql for sql in asked if "BINLOG_GTID_POS" in sql]
+    assert committed and position.gtid_set != committed[0]
+    at = shop.execute(f"SELECT BINLOG_GTID_POS('{position.file}', {position.pos})")[0][0]
+    assert same_set(position.gtid_set, at, "mariadb")
+    assert source.current_position() > position  # the commit lies after the position
+
+
+def test_positions_read_under_concurrent_commits_carry_their_exact_sets(
+    source: Source, shop: LocalMariaDB
+) -> None:
+    """Commits arrive without pause while positions are read: each position's set is the one
+    ``BINLOG_GTID_POS`` gives for it, whichever way it was found."""
+    stop, started = threading.Event(), threading.Event()
+
+    def commits() -> None:
+        conn = shop.connect(database=DB)
+        try:
+            with conn.cursor() as cur:
+                n = 0
+                while not stop.is_set():
+                    n += 1
+                    cur.execute("INSERT INTO loose VALUES (%s, %s)", (n, n))
+                    conn.commit()
+                    started.set()
+        finally:
+            conn.close()
+
+    writer = threading.Thread(target=commits)
+    writer.start()
+    try:
+        assert started.wait(30)
+        positions = [source.current_position() for _ in range(60)]
+    finally:
+        stop.set()
+        writer.join()
+    assert len({p.pos for p in positions}) > 1  # the binlog moved while they were read
+    for p in positions:
+        at = shop.execute(f"SELECT BINLOG_GTID_POS('{p.file}', {p.pos})")[0][0]
+        assert same_set(p.gtid_set, at, "mariadb"), (p, at)
 
 
 # --------------------------------------------------------------------------- login errors
