@@ -283,28 +283,28 @@ class Source:
         GTID set there (None when the server has no GTIDs).
 
         Asks the dialect's binlog status statement (``SHOW BINARY LOG STATUS`` on MySQL 8.4+,
-        ``SHOW MASTER STATUS`` elsewhere), then, on the same connection, the identity; a
+        ``SHOW MASTER STATUS`` elsewhere) and, on the same connection, the identity; a
         reconnect in between (another server may answer behind a proxy) asks again. MySQL's
-        status row holds the GTID set. On MariaDB the set is ``@@gtid_binlog_pos``, asked just
-        before and just after the status (`_mariadb_gtid`).
+        status row holds the GTID set. On MariaDB the identity and ``@@gtid_binlog_pos`` are
+        asked in one statement just before and just after the status (`_mariadb_gtid`).
 
         Raises:
             SourceNotReady: the binlog is off.
         """
         dialect = self.dialect
-        gtid_sql = dialect.binlog_gtid_sql
+        around = dialect.identity_gtid_sql
         for _ in range(3):
-            before = self.query(gtid_sql)[0][0] if gtid_sql is not None else None
+            before = tuple(self.query(around)[0]) if around is not None else None
             connection = self._connections
             row = self.binlog_status()
             if not row:
                 raise self._binlog_off()
             file, pos = str(row["file"]), int(row["position"])
-            server_id, server_uuid = self.query(dialect.identity_sql)[0]
-            if gtid_sql is None:
+            if around is None:
+                server_id, server_uuid = self.query(dialect.identity_sql)[0]
                 gtid = row.get("executed_gtid_set")
             else:
-                gtid = self._mariadb_gtid(before, self.query(gtid_sql)[0][0], file, pos)
+                server_id, server_uuid, gtid = self._mariadb_gtid(before, file, pos)
             if self._connections == connection:
                 break
         else:
@@ -317,22 +317,24 @@ class Source:
             ServerIdentity(int(server_id), _text(server_uuid)), gtid_set
         )
 
-    def _mariadb_gtid(self, before: Any, after: Any, file: str, pos: int) -> Any:
-        """The GTID position at ``file``:``pos``, just read by the binlog status statement
-        between ``before`` and ``after``, two reads of ``@@gtid_binlog_pos``.
+    def _mariadb_gtid(self, before: Any, file: str, pos: int) -> tuple[Any, ...]:
+        """The identity and GTID position at ``file``:``pos``, which the binlog status statement
+        just read after ``before``: the identity and ``@@gtid_binlog_pos`` (`identity_gtid_sql`).
 
         MariaDB gives an event group its GTID (the one ``@@gtid_binlog_pos`` then shows) and
         writes its events under the binlog's lock, which the status statement takes too. So
-        when the two reads agree, no group was written meanwhile, and the position is the end
-        of the groups they name: the set at the position is theirs. When they differ (a commit
-        came in between), ``BINLOG_GTID_POS`` is asked. That function reads the binlog file from
-        its start up to the position: at 500 MiB into a file it took 0.1-0.14 s of the server
-        (docs/performance.md, "Incremental"), and a run asks the current position at least
-        twice."""
-        if before == after:
+        when the same server answers the same before and after, no group was written meanwhile,
+        and the position is the end of the groups that set names: the set at the position.
+        Otherwise (a commit came in between) the identity and ``BINLOG_GTID_POS`` of the
+        position are asked. That function reads the binlog file from its start up to the
+        position: 0.1-0.14 s of the server's time at 500 MiB into a file (docs/performance.md,
+        "Incremental"), and a run asks the current position at least twice."""
+        dialect = self.dialect
+        assert dialect.identity_gtid_sql is not None
+        after = tuple(self.query(dialect.identity_gtid_sql)[0])
+        if after == before:
             return after
-        assert self.dialect.gtid_position_sql is not None
-        return self.query(self.dialect.gtid_position_sql, (file, pos))[0][0]
+        return tuple(self.query(dialect.position_identity_sql, (file, pos))[0])
 
     def binlog_status(self) -> dict[str, Any]:
         """The row of the dialect's binlog status statement by lower-case column name: ``file``,

@@ -81,16 +81,6 @@ class Dialect:
         return "SELECT BINLOG_GTID_POS(%s, %s)" if self.flavor == "mariadb" else None
 
     @property
-    def binlog_gtid_sql(self) -> str | None:
-        """The query of the GTID set at the end of the binlog (MariaDB's ``gtid_binlog_pos``);
-        None on MySQL, whose binlog status row carries it.
-
-        >>> Dialect("mariadb").binlog_gtid_sql, Dialect("mysql").binlog_gtid_sql
-        ('SELECT @@global.gtid_binlog_pos', None)
-        """
-        return "SELECT @@global.gtid_binlog_pos" if self.flavor == "mariadb" else None
-
-    @property
     def identity_sql(self) -> str:
         """The query of the server's identity: ``server_id`` and ``server_uuid`` (NULL on
         MariaDB, which has none).
@@ -101,6 +91,18 @@ class Dialect:
         return (
             "SELECT @@global.server_id, "
             f"{'NULL' if self.flavor == 'mariadb' else '@@global.server_uuid'}"
+        )
+
+    @property
+    def identity_gtid_sql(self) -> str | None:
+        """`identity_sql` and the GTID set at the end of the binlog (MariaDB's
+        ``gtid_binlog_pos``); None on MySQL, whose binlog status row carries the set.
+
+        >>> Dialect("mariadb").identity_gtid_sql, Dialect("mysql").identity_gtid_sql
+        ('SELECT @@global.server_id, NULL, @@global.gtid_binlog_pos', None)
+        """
+        return (
+            self.identity_sql + ", @@global.gtid_binlog_pos" if self.flavor == "mariadb" else None
         )
 
     @property
