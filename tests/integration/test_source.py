@@ -201,6 +201,12 @@ def test_a_quiet_servers_position_takes_its_gtid_set_without_reading_the_binlog(
             assert sorted(domains) == [0, 3] and domains[3] == (77, 2)
             at = server.execute(f"SELECT BINLOG_GTID_POS('{position.file}', {position.pos})")
             assert same_set(position.gtid_set, at[0][0], "mariadb")
+            server.execute("FLUSH BINARY LOGS")  # a new file: its start has the same set
+            rotated = src.current_position()
+            assert rotated.file != position.file and rotated.gtid_set == position.gtid_set
+            at = server.execute(f"SELECT BINLOG_GTID_POS('{rotated.file}', {rotated.pos})")
+            assert same_set(rotated.gtid_set, at[0][0], "mariadb")
+            assert not [sql for sql in asked if "BINLOG_GTID_POS" in sql]
     finally:
         server.destroy()
 
