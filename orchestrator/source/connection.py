@@ -304,7 +304,7 @@ class Source:
                 server_id, server_uuid = self.query(dialect.identity_sql)[0]
                 gtid = row.get("executed_gtid_set")
             else:
-                server_id, server_uuid, gtid = self._mariadb_gtid(before, file, pos)
+                server_id, server_uuid, gtid = self._mariadb_gtid(around, before, file, pos)
             if self._connections == connection:
                 break
         else:
@@ -317,9 +317,10 @@ class Source:
             ServerIdentity(int(server_id), _text(server_uuid)), gtid_set
         )
 
-    def _mariadb_gtid(self, before: Any, file: str, pos: int) -> tuple[Any, ...]:
+    def _mariadb_gtid(self, around: str, before: Any, file: str, pos: int) -> tuple[Any, ...]:
         """The identity and GTID position at ``file``:``pos``, which the binlog status statement
-        just read after ``before``: the identity and ``@@gtid_binlog_pos`` (`identity_gtid_sql`).
+        just read after ``before``, the row of ``around`` (`Dialect.identity_gtid_sql`: the
+        identity and ``@@gtid_binlog_pos``).
 
         MariaDB gives an event group its GTID (the one ``@@gtid_binlog_pos`` then shows) and
         writes its events under the binlog's lock, which the status statement takes too. So
@@ -329,12 +330,10 @@ class Source:
         position are asked. That function reads the binlog file from its start up to the
         position: 0.1-0.14 s of the server's time at 500 MiB into a file (docs/performance.md,
         "Incremental"), and a run asks the current position at least twice."""
-        dialect = self.dialect
-        assert dialect.identity_gtid_sql is not None
-        after = tuple(self.query(dialect.identity_gtid_sql)[0])
+        after = tuple(self.query(around)[0])
         if after == before:
             return after
-        return tuple(self.query(dialect.position_identity_sql, (file, pos))[0])
+        return tuple(self.query(self.dialect.position_identity_sql, (file, pos))[0])
 
     def binlog_status(self) -> dict[str, Any]:
         """The row of the dialect's binlog status statement by lower-case column name: ``file``,
