@@ -7,11 +7,16 @@ figure the README reports. Each repetition runs the scan and a fresh snapshot
 the run split into its steps (from the CLI's log lines) so the figure says
 where the time goes. ``--compare-with DIR`` also times another checkout of
 Tidemark (say ``git archive HEAD | tar -x -C DIR``) in the same repetitions,
-on the same data: a baseline measured side by side.
+on the same data, the order alternating: a baseline measured side by side.
+``--compare-factor HIGH`` times, the same way, this checkout with
+``defaults.even_distribution_factor: [0.05, HIGH]``: what the plan's index walk
+costs a table whose key is sparse (the sample shop's ids are 10, 20, 30, ...: a
+distribution factor of 10, above the default bound of 2, docs/chunking.md).
 
     .venv/bin/python bench/bench_snapshot.py --rows 1000000 --repeat 3
     .venv/bin/python bench/bench_snapshot.py --rows 1000000 --repeat 3 \
         --compare-with /tmp/tidemark-head
+    .venv/bin/python bench/bench_snapshot.py --rows 4000000 --repeat 3 --compare-factor 100
 """
 
 from __future__ import annotations
@@ -356,11 +361,20 @@ def main() -> int:
         metavar="DIR",
         help="another Tidemark checkout, timed in the same repetitions",
     )
+    parser.add_argument(
+        "--compare-factor",
+        type=float,
+        default=None,
+        metavar="HIGH",
+        help="also this checkout with defaults.even_distribution_factor [0.05, HIGH]",
+    )
     args = parser.parse_args()
     conf = dict(item.split("=", 1) for item in args.conf)
     codes = {"(this checkout)": ROOT}
     if args.compare_with:
         codes[f"({args.compare_with})"] = args.compare_with.resolve()
+    if args.compare_factor:
+        codes[f"(factor bound {args.compare_factor:g})"] = ROOT
 
     with scratch_server("tidemark-bench-") as (work, server):
         load_sample_shop(server, args.rows).close()
@@ -372,16 +386,23 @@ def main() -> int:
             batch_chunks=args.batch_chunks,
             conf=conf,
         )
+        configs = {label: config for label in codes}
+        if args.compare_factor:
+            defaults = {**config.get("defaults", {})}
+            defaults["even_distribution_factor"] = [0.05, args.compare_factor]
+            configs[f"(factor bound {args.compare_factor:g})"] = {**config, "defaults": defaults}
         scans: list[float] = []
         runs: dict[str, list[Timing]] = {label: [] for label in codes}
         for repetition in range(args.repeat):
             scans.append(timed_scan(server))
-            for label, code in codes.items():
-                timing = timed_run(code, fresh_config(work / "run", config))
+            labels = list(codes) if repetition % 2 == 0 else list(reversed(codes))
+            for label in labels:
+                code = codes[label]
+                timing = timed_run(code, fresh_config(work / "run", configs[label]))
                 runs[label].append(timing)
                 print(
                     f"repetition {repetition + 1}: scan {scans[-1]:.2f}s, "
-                    f"run {label} {timing.seconds:.2f}s",
+                    f"run {label} {timing.seconds:.2f}s (load {os.getloadavg()[0]:.1f})",
                     flush=True,
                 )
         report(args.rows, scans, runs)
