@@ -373,8 +373,9 @@ def main() -> int:
     codes = {"(this checkout)": ROOT}
     if args.compare_with:
         codes[f"({args.compare_with})"] = args.compare_with.resolve()
-    if args.compare_factor:
-        codes[f"(factor bound {args.compare_factor:g})"] = ROOT
+    factor_label = f"(factor bound {args.compare_factor:g})" if args.compare_factor else None
+    if factor_label:
+        codes[factor_label] = ROOT
 
     with scratch_server("tidemark-bench-") as (work, server):
         load_sample_shop(server, args.rows).close()
@@ -387,18 +388,17 @@ def main() -> int:
             conf=conf,
         )
         configs = {label: config for label in codes}
-        if args.compare_factor:
-            defaults = {**config.get("defaults", {})}
-            defaults["even_distribution_factor"] = [0.05, args.compare_factor]
-            configs[f"(factor bound {args.compare_factor:g})"] = {**config, "defaults": defaults}
+        if factor_label:
+            bound = [0.05, args.compare_factor]
+            defaults = {**config.get("defaults", {}), "even_distribution_factor": bound}
+            configs[factor_label] = {**config, "defaults": defaults}
         scans: list[float] = []
         runs: dict[str, list[Timing]] = {label: [] for label in codes}
         for repetition in range(args.repeat):
             scans.append(timed_scan(server))
             labels = list(codes) if repetition % 2 == 0 else list(reversed(codes))
             for label in labels:
-                code = codes[label]
-                timing = timed_run(code, fresh_config(work / "run", configs[label]))
+                timing = timed_run(codes[label], fresh_config(work / "run", configs[label]))
                 runs[label].append(timing)
                 print(
                     f"repetition {repetition + 1}: scan {scans[-1]:.2f}s, "
