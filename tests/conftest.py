@@ -1,6 +1,7 @@
 """Shared fixtures: a private MariaDB (session-scoped) and helpers to build configs.
 
-Also the throwaway Airflow home of the whole pytest process (``pytest_configure``).
+Also the throwaway Airflow home and driver JVM class archives of the whole pytest process
+(``pytest_configure``).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ HAVE_MARIADB = shutil.which("mariadbd") is not None or Path("/usr/sbin/mariadbd"
 
 _SAVED_ENV = pytest.StashKey[dict[str, str | None]]()
 _SAVED_JVM_CACHE = pytest.StashKey[str | None]()
+_JVM_CACHE = pytest.StashKey[Path]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -43,13 +45,17 @@ def pytest_configure(config: pytest.Config) -> None:
     (and create) ``~/airflow`` or the developer's own ``$AIRFLOW_HOME``, and the
     tests/dags fixture could no longer choose its home.
 
-    The driver JVMs of the tests share no class archive
-    (orchestrator/services/class_archive.py): a JVM writing one at its exit would outlive the
-    process that a test checks left nothing behind. tests/integration/test_class_archive.py
-    turns it on in a directory of its own.
+    The driver JVMs of the whole session share class archives
+    (orchestrator/services/class_archive.py) in a directory of the session, as a user's runs
+    share theirs: the first JVM of each class path writes one at its exit, and the JVMs after
+    it map it, which takes seconds off each of the suite's many JVM starts. Neither the
+    developer's own archives nor any left by another session are used.
+    tests/integration/test_class_archive.py checks the archive in a directory of its own.
     """
     config.stash[_SAVED_JVM_CACHE] = os.environ.get("TIDEMARK_JVM_CACHE")
-    os.environ["TIDEMARK_JVM_CACHE"] = "off"
+    jvm_cache = Path(tempfile.mkdtemp(prefix="tidemark-jvm-"))
+    config.stash[_JVM_CACHE] = jvm_cache
+    os.environ["TIDEMARK_JVM_CACHE"] = str(jvm_cache)
     if "airflow" in sys.modules:
         return  # too late to redirect; the tests/dags fixture reports it
     home = Path(tempfile.mkdtemp(prefix="tidemark-airflow-"))
@@ -67,9 +73,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
             os.environ.pop(key, None)
         else:
             os.environ[key] = value
-    home = config.stash.get(SESSION_HOME, None)
-    if home is not None:
-        shutil.rmtree(home, ignore_errors=True)
+    for home in (config.stash.get(SESSION_HOME, None), config.stash.get(_JVM_CACHE, None)):
+        if home is not None:
+            shutil.rmtree(home, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

@@ -1,6 +1,7 @@
 """The driver JVM's class archive for real (`orchestrator.services.class_archive`): the first
 `tidemark run` that starts Spark has its JVM write the archive at its exit, the next maps it, and
-its snapshot is the same. The rest of the suite runs with the archive off (tests/conftest.py)."""
+its snapshot is the same. The rest of the suite shares archives in a directory of the session
+(tests/conftest.py)."""
 
 from __future__ import annotations
 
