@@ -15,13 +15,15 @@ fixes what the output contract depends on, whatever else the pipeline's
 - the driver JVM's stdout and stderr (its start-up banner, log4j's console output)
   go to the ``tidemark.jvm`` logger, at INFO (WARNING for log4j ERROR/FATAL lines),
   not to the process's stderr, which Airflow records as ERROR and the CLI mixes
-  with its own output (`start_jvm`).
+  with its own output (`start_jvm`); its crash report, if it dies of a fatal error, goes beside
+  the process's log file, not into the working directory (`crash_report`).
 
 The rest of ``spark.conf`` passes through (``spark.driver.memory``, S3 settings, ...).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -53,6 +55,10 @@ UTC_JAVA_OPTION = "-Duser.timezone=UTC"
 #: (docs/performance.md). Code that stays hot is still compiled, a little later. A driver
 #: ``extraJavaOptions`` that names ``CompileThresholdScaling`` replaces it.
 JIT_JAVA_OPTION = "-XX:CompileThresholdScaling=10"
+
+#: The name, beside this process's log file, of the driver JVM's crash report (HotSpot's
+#: ``hs_err`` file; the JVM puts its process ID for ``%p``): ``<log>.jvm-crash-<pid>.log``.
+CRASH_REPORT_SUFFIX = ".jvm-crash-%p.log"
 
 #: SQL settings Tidemark's output depends on; applied on every session it uses.
 REQUIRED_SQL_CONF: Mapping[str, str] = {
@@ -221,7 +227,13 @@ def start_jvm(conf: Mapping[str, str]) -> None:
     """
     if SparkContext._gateway is not None:
         return
-    launch = dict(conf)
+    plain = dict(conf)
+    report = crash_report(conf.get("spark.driver.extraJavaOptions"))
+    if report is not None:
+        plain["spark.driver.extraJavaOptions"] = _append(
+            conf.get("spark.driver.extraJavaOptions"), f"-XX:ErrorFile={report}", " "
+        )
+    launch = dict(plain)
     sharing = class_archive.java_options(conf)
     if sharing:
         launch["spark.driver.extraJavaOptions"] = _append(
@@ -235,14 +247,16 @@ def start_jvm(conf: Mapping[str, str]) -> None:
             raise
         # An archive damaged after it was written (cut short by a copy, a full disk) crashes
         # the JVM that maps it, and every run after: removed, and the JVM started without it.
+        written = _written(report)
         log.warning(
-            "the driver JVM did not start with the class archive %s (%s); it is removed and "
+            "the driver JVM did not start with the class archive %s (%s%s); it is removed and "
             "the JVM started without it",
             archive,
             str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+            f"; its crash report: {written}" if written else "",
         )
         archive.unlink(missing_ok=True)  # the next JVM writes a new one
-        gateway = _launch(dict(conf))
+        gateway = _launch(plain)
     if gateway.proc is not None:  # None: an existing gateway (PYSPARK_GATEWAY_PORT)
         threading.Thread(
             target=forward_jvm_output,
@@ -251,6 +265,45 @@ def start_jvm(conf: Mapping[str, str]) -> None:
             daemon=True,
         ).start()
     SparkContext._ensure_initialized(gateway=gateway)
+
+
+def crash_report(java_options: str | None) -> str | None:
+    """Where the driver JVM writes its crash report: beside this process's log file (the root
+    logger's file, `orchestrator.app.logs.open_log`), named after it (`CRASH_REPORT_SUFFIX`),
+    rather than in the working directory, which may be an Airflow task's, gone by the time
+    anyone looks. None, the JVM's default, when this process logs to no regular file, when that
+    file's path holds a space or a quote (Spark splits Java options there), or when
+    ``java_options`` (the driver's ``extraJavaOptions``) name an ``ErrorFile`` of their own.
+
+    >>> crash_report("-XX:ErrorFile=/var/log/jvm/hs_err_%p.log") is None
+    True
+    """
+    if java_options is not None and "-XX:ErrorFile=" in java_options:
+        return None
+    for handler in logging.getLogger().handlers:
+        path = getattr(handler, "baseFilename", None)
+        if isinstance(handler, logging.FileHandler) and isinstance(path, str):
+            stem = path.removesuffix(".log")
+            if os.path.isfile(path) and not re.search(r"[\s'\"\\]", stem):
+                return stem + CRASH_REPORT_SUFFIX
+    return None
+
+
+def _written(report: str | None) -> str | None:
+    """The crash report the driver JVM wrote where `crash_report` said (a process starts its
+    JVM again only after one failed: the newest is the last one's)."""
+    if report is None:
+        return None
+    directory = os.path.dirname(report)
+    head, _, tail = os.path.basename(report).partition("%p")
+    with contextlib.suppress(OSError):
+        found = [
+            os.path.join(directory, name)
+            for name in os.listdir(directory)
+            if name.startswith(head) and name.endswith(tail)
+        ]
+        return max(found, key=os.path.getmtime, default=None)
+    return None
 
 
 def _launch(conf: Mapping[str, str]) -> Any:

@@ -15,6 +15,7 @@ from orchestrator.app.demo.localdb import LocalMariaDB
 from orchestrator.config import load_config
 from orchestrator.pipeline.read.local import LOCAL_ROWS
 from orchestrator.services.class_archive import DYNAMIC_MAGIC
+from orchestrator.services.spark import CRASH_REPORT_SUFFIX
 from tests.conftest import pipeline_config, write_config
 from tests.integration.test_cli_run import tidemark
 
@@ -62,11 +63,40 @@ def test_the_next_run_maps_the_classes_the_first_jvm_saved(
 
     # A complete archive damaged afterwards (cut short, its header intact) crashes the JVM that
     # maps it: the run removes it, starts the JVM without it, and a later JVM writes a new one.
+    # The crash report goes beside the run's log, not into the working directory.
     (archive,) = _complete(cache)
+    _wait_unmapped(archive)  # the second run's JVM ends a little after its process
     with archive.open("r+b") as f:
         f.truncate(archive.stat().st_size // 2)
-    third = tidemark("run", "--config", str(path), "--no-progress", "--snapshot", env=env)
+    workdir = tmp_path / "workdir"
+    workdir.mkdir()
+    third = tidemark(
+        "run", "--config", str(path), "--no-progress", "--snapshot", env=env, cwd=workdir
+    )
     output = third.stdout + third.stderr
     assert third.returncode == 0, third.stderr[-2000:]
     assert "did not start with the class archive" in output
     assert not archive.exists()
+    (report,) = tmp_path.rglob(f"c-*{CRASH_REPORT_SUFFIX.replace('%p', '*')}")
+    assert f"its crash report: {report}" in output
+    assert "SIGBUS" in report.read_text(errors="replace")
+    (log,) = report.parent.glob(report.name.partition(".jvm-crash-")[0] + ".log")
+    assert "did not start with the class archive" in log.read_text()
+    assert not list(workdir.iterdir())  # no hs_err_pid*.log there
+
+
+def _wait_unmapped(path: Path, seconds: float = 120) -> None:
+    """Until no process maps ``path`` (the JVMs that mapped it ended)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not any(_maps(pid, path) for pid in Path("/proc").glob("[0-9]*")):
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"{path} is still mapped after {seconds} s")
+
+
+def _maps(pid: Path, path: Path) -> bool:
+    try:
+        return str(path) in (pid / "maps").read_text()
+    except OSError:  # ended meanwhile, or not ours to read
+        return False

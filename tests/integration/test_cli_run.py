@@ -27,12 +27,15 @@ pytestmark = pytest.mark.integration
 PASSWORD = "s3cr3t-Pa55-word"
 
 
-def tidemark(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def tidemark(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "orchestrator", *args],
         capture_output=True,
         text=True,
         env={**os.environ, **(env or {})},
+        cwd=cwd,
         timeout=600,
         check=False,
     )
