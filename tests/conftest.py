@@ -73,9 +73,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
             os.environ.pop(key, None)
         else:
             os.environ[key] = value
-    for home in (config.stash.get(SESSION_HOME, None), config.stash.get(_JVM_CACHE, None)):
-        if home is not None:
-            shutil.rmtree(home, ignore_errors=True)
+    for directory in (config.stash.get(SESSION_HOME, None), config.stash.get(_JVM_CACHE, None)):
+        if directory is not None:  # the session's home, its JVM class archives
+            shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)
