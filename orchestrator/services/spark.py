@@ -56,6 +56,13 @@ UTC_JAVA_OPTION = "-Duser.timezone=UTC"
 #: ``extraJavaOptions`` that names ``CompileThresholdScaling`` replaces it.
 JIT_JAVA_OPTION = "-XX:CompileThresholdScaling=10"
 
+#: Settings kept off the driver JVM's command line, where ``ps`` shows them to every user of the
+#: machine and a crash report copies them: those Spark itself redacts (its default
+#: ``spark.redaction.regex``), such as the object store's keys (``fs.s3a.secret.key``). PySpark
+#: launches the JVM with every setting as a ``--conf`` argument (`start_jvm` leaves these out);
+#: the session gets them through the gateway instead (`get_session`'s builder).
+WITHHELD_AT_LAUNCH = re.compile(r"(?i)secret|password|token|access[.]?key")
+
 #: The name, beside this process's log file, of the driver JVM's crash report (HotSpot's
 #: ``hs_err`` file; the JVM puts its process ID for ``%p``): ``<log>.jvm-crash-<pid>.log``.
 CRASH_REPORT_SUFFIX = ".jvm-crash-%p.log"
@@ -223,11 +230,12 @@ def start_jvm(conf: Mapping[str, str]) -> None:
 
     The same launch PySpark makes on its own, plus ``popen_kwargs``, PySpark's hook
     for capturing the JVM's stdout/stderr, and the class-data-sharing archive of
-    `orchestrator.services.class_archive`; the session then uses this gateway.
+    `orchestrator.services.class_archive`; the session then uses this gateway. Secrets
+    (`WITHHELD_AT_LAUNCH`) stay off the command line: the session's builder sets them.
     """
     if SparkContext._gateway is not None:
         return
-    plain = dict(conf)
+    plain = {k: v for k, v in conf.items() if not WITHHELD_AT_LAUNCH.search(k)}
     report = crash_report(conf.get("spark.driver.extraJavaOptions"))
     if report is not None:
         plain["spark.driver.extraJavaOptions"] = _append(
