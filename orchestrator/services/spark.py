@@ -59,7 +59,7 @@ JIT_JAVA_OPTION = "-XX:CompileThresholdScaling=10"
 #: Settings kept off the driver JVM's command line, where ``ps`` shows them to every user of the
 #: machine and a crash report copies them: those Spark itself redacts (its default
 #: ``spark.redaction.regex``), such as the object store's keys (``fs.s3a.secret.key``). PySpark
-#: launches the JVM with every setting as a ``--conf`` argument (`start_jvm` leaves these out);
+#: launches the JVM with every setting as a ``--conf`` argument (`_launch` leaves these out);
 #: the session gets them through the gateway instead (`get_session`'s builder).
 WITHHELD_AT_LAUNCH = re.compile(r"(?i)secret|password|token|access[.]?key")
 
@@ -235,7 +235,7 @@ def start_jvm(conf: Mapping[str, str]) -> None:
     """
     if SparkContext._gateway is not None:
         return
-    plain = {k: v for k, v in conf.items() if not WITHHELD_AT_LAUNCH.search(k)}
+    plain = dict(conf)
     report = crash_report(conf.get("spark.driver.extraJavaOptions"))
     if report is not None:
         plain["spark.driver.extraJavaOptions"] = _append(
@@ -315,8 +315,11 @@ def _written(report: str | None) -> str | None:
 
 
 def _launch(conf: Mapping[str, str]) -> Any:
+    """PySpark's launch of the driver JVM, every setting but the secrets (`WITHHELD_AT_LAUNCH`)
+    a ``--conf`` argument of its command line."""
+    shown = [(k, v) for k, v in conf.items() if not WITHHELD_AT_LAUNCH.search(k)]
     return launch_gateway(
-        SparkConf(loadDefaults=False).setAll(list(conf.items())),
+        SparkConf(loadDefaults=False).setAll(shown),
         popen_kwargs={"stdout": PIPE, "stderr": STDOUT},
     )
 

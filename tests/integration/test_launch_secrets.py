@@ -46,7 +46,6 @@ PROBE = textwrap.dedent(
             shown.append(line.replace(b"\\0", b" ").decode(errors="replace")[:200])
     hadoop = context._jsc.hadoopConfiguration()
     print(json.dumps({
-        "jvm": context._gateway.proc.pid,
         "shown": shown,
         "secret": hadoop.get("fs.s3a.secret.key"),
         "token": hadoop.get("fs.s3a.session.token"),
