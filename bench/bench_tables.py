@@ -7,6 +7,8 @@ runs them (``tidemark run`` in a fresh process, fresh state and lake):
 - the first run of one table (``big.rows``);
 - the first run of the small tables, configured by one pattern entry (``many.*``);
 - a second run of the small tables with no change in between;
+- a third run after one row of every small table changed (an update each: every table is
+  captured, rewritten and published again, docs/performance.md);
 - ``tidemark status`` of the small tables' pipeline.
 
 It prints the medians and the ratio small tables / one table (the issue's goal: at most 2x).
@@ -72,6 +74,21 @@ def load(server: LocalMariaDB, tables: int, rows: int) -> None:
     )
 
 
+def change_each(server: LocalMariaDB, tables: int, rows: int, repetition: int) -> None:
+    """One row of every small table updated, one statement a table, in one transaction."""
+    conn = server.connect()
+    try:
+        with conn.cursor() as cur:
+            for i in range(tables):
+                cur.execute(
+                    f"UPDATE many.t{i:04d} SET amount = amount + 1 WHERE id = %s",
+                    (1 + repetition % rows,),
+                )
+        conn.commit()
+    finally:
+        conn.close()
+
+
 def pipeline(server: LocalMariaDB, name: str, entry: str, master: str) -> dict[str, Any]:
     return {
         "pipeline": name,
@@ -109,10 +126,16 @@ def main() -> int:
         load(server, args.tables, args.rows)
         one_config = pipeline(server, "one", "big.rows", args.master)
         many_config = pipeline(server, "many", "many.*", args.master)
-        figures: dict[str, list[float]] = {"one": [], "many": [], "unchanged": [], "status": []}
+        figures: dict[str, list[float]] = {
+            "one": [],
+            "many": [],
+            "unchanged": [],
+            "changed": [],
+            "status": [],
+        }
         other = args.compare_with.resolve() if args.compare_with else None
         if other is not None:
-            figures.update({"other many": [], "other unchanged": []})
+            figures.update({"other many": [], "other unchanged": [], "other changed": []})
             listed = {
                 **many_config,
                 "tables": [{"name": f"many.t{i:04d}"} for i in range(args.tables)],
@@ -120,7 +143,9 @@ def main() -> int:
         for repetition in range(args.repeat):
             figures["one"].append(timed_run(ROOT, fresh_config(work / "one", one_config)).seconds)
             path = fresh_config(work / "many", many_config)
-            for name in ("many", "unchanged"):
+            for name in ("many", "unchanged", "changed"):
+                if name == "changed":
+                    change_each(server, args.tables, args.rows, repetition)
                 timing = timed_run(ROOT, path)
                 figures[name].append(timing.seconds)
                 print(
@@ -133,6 +158,8 @@ def main() -> int:
                 path = fresh_config(work / "other", listed)
                 figures["other many"].append(timed_run(other, path).seconds)
                 figures["other unchanged"].append(timed_run(other, path).seconds)
+                change_each(server, args.tables, args.rows, repetition)
+                figures["other changed"].append(timed_run(other, path).seconds)
             print(
                 f"repetition {repetition + 1}: "
                 + ", ".join(f"{k} {v[-1]:.1f}s" for k, v in figures.items()),
@@ -150,13 +177,19 @@ def main() -> int:
             f"  {args.tables} tables, a run with no change        "
             f"{median(figures['unchanged']):7.1f}s"
         )
+        changed = median(figures["changed"])
+        print(
+            f"  {args.tables} tables, one row of each changed    {changed:7.1f}s   "
+            f"ratio {changed / many:.2f}x their first run"
+        )
         print(
             f"  {args.tables} tables, tidemark status             {median(figures['status']):7.1f}s"
         )
         if other is not None:
             print(
                 f"  {other}: first run {median(figures['other many']):.1f}s, a run with no change "
-                f"{median(figures['other unchanged']):.1f}s (tables listed one by one)"
+                f"{median(figures['other unchanged']):.1f}s, one row of each changed "
+                f"{median(figures['other changed']):.1f}s (tables listed one by one)"
             )
         print(
             f"(machine: {os.cpu_count()} cores, shared, load average {os.getloadavg()[0]:.1f}; "

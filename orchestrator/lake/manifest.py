@@ -27,7 +27,7 @@ import pyarrow.dataset as ds
 from orchestrator.errors import RunFailed
 from orchestrator.lake import storage
 from orchestrator.lake.layout import DATA_DIR, FileRange
-from orchestrator.lake.writer import file_version
+from orchestrator.lake.writer import FIELD_ID, file_version, with_field_ids
 from orchestrator.schema.families import SPATIAL_TYPES
 from orchestrator.schema.tables import ColumnInfo
 from orchestrator.schema.types import arrow_type
@@ -134,6 +134,31 @@ def spatial_doc(column: ColumnInfo) -> str:
 
 def published_schema(columns: Sequence[ColumnInfo]) -> pa.Schema:
     return pa.schema(published_field(c) for c in columns)
+
+
+def newest_field_ids(tdir: str, manifest: Manifest, schema: pa.Schema) -> pa.Schema | None:
+    """``schema`` (a table's published schema) with the field IDs of the newest data file of the
+    version ``manifest`` describes, when that file holds the same columns, in the same order, of
+    the same types; None otherwise (a column added, dropped, renamed or retyped since, or a file
+    without field IDs): the Iceberg table then tells (`orchestrator.lake.iceberg.planned_schema`).
+
+    Publish wrote that file with the IDs of the table's Iceberg schema, and checks every file it
+    publishes against that schema again (`orchestrator.pipeline.publish.staging.place`), so the
+    files an incremental run writes with these IDs are published as they are, or rewritten if the
+    Iceberg table changed in between. A run whose columns did not change thus writes its files
+    without loading the Iceberg table first, or importing pyiceberg (docs/performance.md)."""
+    newest = max(
+        manifest["files"], key=lambda f: file_version(f.rsplit("/", 1)[-1]) or 0, default=None
+    )
+    if newest is None:
+        return None
+    found = storage.parquet_schema(storage.join(tdir, newest))
+    if [(f.name, f.type) for f in found] != [(f.name, f.type) for f in schema]:
+        return None
+    ids = [(f.metadata or {}).get(FIELD_ID) for f in found]
+    if not all(ids):
+        return None
+    return with_field_ids(schema, {f.name: int(i or 0) for f, i in zip(found, ids, strict=True)})
 
 
 def column_entries(columns: Sequence[ColumnInfo]) -> list[ColumnEntry]:

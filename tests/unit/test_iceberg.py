@@ -7,20 +7,26 @@ import json
 import multiprocessing
 import os
 from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from pyiceberg.catalog import Catalog
 
 from orchestrator.app.demo.command import duckdb_query
 from orchestrator.config import PipelineConfig, parse_config
 from orchestrator.errors import ConfigError
 from orchestrator.lake import iceberg
-from orchestrator.lake.writer import FIELD_ID
+from orchestrator.lake.manifest import Manifest, newest_field_ids, published_schema, read_manifest
+from orchestrator.lake.writer import FIELD_ID, with_field_ids
 from orchestrator.pipeline.publish.versions import publish_table
+from orchestrator.pipeline.reconcile import step as reconcile_step
 from orchestrator.positions import BinlogPosition
 from orchestrator.schema.tables import ColumnInfo, TableInfo
 from orchestrator.schema.values import staging_schema
+from orchestrator.state.store import RunTableRecord
 from tests.iceberg_readers import duckdb_connection, duckdb_table, field_ids, pyiceberg_table
 from tests.unit.test_manifest import TABLE, write_staging
 
@@ -536,6 +542,72 @@ def test_data_file_schemas_load_only_the_tables_the_catalog_has(tmp_path: Path) 
 
 def field_ids_of(schema: pa.Schema) -> dict[str, int]:
     return {f.name: int(f.metadata[FIELD_ID]) for f in schema}
+
+
+def test_an_incremental_run_whose_columns_did_not_change_needs_no_catalog(tmp_path: Path) -> None:
+    """The published version's newest file gives the field IDs its new files are written with:
+    the same schema the Iceberg table gives (`iceberg.data_file_schema`), without opening it."""
+    config = config_for(tmp_path)
+    publish(config, tmp_path, 1)
+    publish(config, tmp_path, 2)
+    tdir = str(tmp_path / "lake" / "db" / "t")
+    published = published_schema(TABLE.columns)
+    found = newest_field_ids(tdir, read_manifest(tdir), published)
+    planned = iceberg.data_file_schema(config, TABLE)
+    assert found is not None and found == planned
+    assert field_ids_of(found) == field_ids_of(planned) == {"id": 1, "d": 2, "t": 3, "big": 4}
+    assert [f.nullable for f in found] == [f.nullable for f in published]
+
+    opened: list[str] = []
+
+    def catalog() -> Catalog:
+        opened.append("catalog")
+        return iceberg.open_catalog(config)
+
+    for mode, opens in (("incremental", []), ("snapshot", ["catalog"])):
+        opened.clear()
+        record = cast(RunTableRecord, SimpleNamespace(mode=mode, table="db.t"))
+        assert reconcile_step._file_schema(config, record, TABLE, catalog)() == planned
+        assert opened == opens, mode
+
+    retyped = TableInfo(
+        "db",
+        "t",
+        (*TABLE.columns[:2], ColumnInfo("t", "varchar", "varchar(9)", True), TABLE.columns[3]),
+        ("id",),
+        (),
+        0,
+    )
+    assert newest_field_ids(tdir, read_manifest(tdir), published_schema(retyped.columns)) is None
+    opened.clear()
+    record = cast(RunTableRecord, SimpleNamespace(mode="incremental", table="db.t"))
+    schema = reconcile_step._file_schema(config, record, retyped, catalog)()
+    assert opened == ["catalog"], "a column changed: the Iceberg table gives the IDs"
+    assert field_ids_of(schema) == {"id": 1, "d": 2, "t": 5, "big": 4}
+
+
+def test_the_newest_file_of_the_version_gives_the_field_ids(tmp_path: Path) -> None:
+    """The file of the highest version the manifest lists, wherever it is in the list; a file
+    without field IDs, or of other columns, gives none."""
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.string())])
+    data = tmp_path / "data"
+    data.mkdir()
+    files = {
+        "data/v000001-aa-c0000.parquet": {"id": 1, "v": 2},
+        "data/v000003-cc-c0000.parquet": {"id": 1, "v": 7},
+        "data/v000002-bb-c0000.parquet": {"id": 1, "v": 5},
+    }
+    for name, ids in files.items():
+        pq.write_table(schema.empty_table().cast(with_field_ids(schema, ids)), tmp_path / name)
+    listed = cast(Manifest, {"files": list(files)})
+    found = newest_field_ids(str(tmp_path), listed, schema)
+    assert found is not None and field_ids_of(found) == {"id": 1, "v": 7}
+    pq.write_table(schema.empty_table(), data / "v000004-dd-c0000.parquet")
+    newer = cast(Manifest, {"files": [*files, "data/v000004-dd-c0000.parquet"]})
+    assert newest_field_ids(str(tmp_path), newer, schema) is None
+    widened = pa.schema([schema.field("id").with_type(pa.decimal128(20, 0)), schema.field("v")])
+    assert newest_field_ids(str(tmp_path), listed, widened) is None
+    assert newest_field_ids(str(tmp_path), cast(Manifest, {"files": []}), schema) is None
 
 
 def test_a_tagged_snapshot_is_kept_by_retention(tmp_path: Path) -> None:
