@@ -17,7 +17,7 @@ import itertools
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pyarrow as pa
@@ -97,7 +97,7 @@ def write_parts(
     `FileRange`; ``shared``: a file of the base version, else a finished staging file); every
     other group is written to new files in ``out_dir`` (``g<group>-<piece>.parquet``), cut into
     equal pieces when it would exceed twice `layout.TARGET_FILE_BYTES`. Groups are written
-    ``workers`` at a time (default: the cores)."""
+    ``workers`` at a time (default: the cores); one group alone, in the calling thread."""
 
     def write(index: int, members: list[Part]) -> list[FileRange]:
         rows = piece_rows(
@@ -108,24 +108,24 @@ def write_parts(
             out_dir, lambda n: f"g{index:06d}-{n:04d}.parquet", schema, key, batches, rows, 0
         )
 
-    jobs: list[PlannedFile | Future[list[FileRange]]] = []
-    with ThreadPoolExecutor(
-        max(1, workers or os.cpu_count() or 1), thread_name_prefix="tidemark-write"
-    ) as pool:
-        for index, group in enumerate(groups):
-            members = [parts[i] for i in group]
-            kept = members[0].kept
-            if len(members) == 1 and kept is not None:
-                jobs.append(planned(kept, kept["file"], shared))
-            else:
-                jobs.append(pool.submit(write, index, members))
-        out: list[PlannedFile] = []
-        for job in jobs:
-            if not isinstance(job, Future):
-                out.append(job)
-                continue
-            for written in job.result():
-                out.append(planned(written, storage.join(out_dir, written["file"]), False))
+    members = [[parts[i] for i in group] for group in groups]
+    kept = [m[0].kept if len(m) == 1 else None for m in members]
+    indexes = [index for index, k in enumerate(kept) if k is None]
+    groups_to_write = [members[index] for index in indexes]
+    threads = min(len(indexes), max(1, workers or os.cpu_count() or 1))
+    if threads > 1:
+        with ThreadPoolExecutor(threads, thread_name_prefix="tidemark-write") as pool:
+            written = dict(zip(indexes, pool.map(write, indexes, groups_to_write), strict=True))
+    else:  # one group to write (a small table's one file): in this thread, no pool
+        written = {
+            index: write(index, m) for index, m in zip(indexes, groups_to_write, strict=True)
+        }
+    out: list[PlannedFile] = []
+    for index, done in enumerate(kept):
+        if done is not None:
+            out.append(planned(done, done["file"], shared))
+        else:
+            out.extend(planned(f, storage.join(out_dir, f["file"]), False) for f in written[index])
     return out
 
 

@@ -40,13 +40,13 @@ def test_a_written_segment_is_read_back_from_memory_once(
     first, one = _segment(tmp_path, 1, 3)
     second, two = _segment(tmp_path, 2, 2)
     decoded: list[pa.Table] = []
-    real = pq.read_table
+    real = pq.ParquetFile.read
 
-    def read_table(*args: Any, **kwargs: Any) -> pa.Table:
+    def read(*args: Any, **kwargs: Any) -> pa.Table:
         decoded.append(real(*args, **kwargs))
         return decoded[-1]
 
-    monkeypatch.setattr(pq, "read_table", read_table)
+    monkeypatch.setattr(pq.ParquetFile, "read", read)
     got = read_changes([first, second])
     assert got is not None and got.equals(pa.concat_tables([one, two]))
     assert decoded == []  # no segment decoded from its file

@@ -50,7 +50,7 @@ def read_changes(segments: Sequence[str]) -> pa.Table | None:
             tables.append(kept)
             continue
         with fs.open_input_file(path) as handle:
-            tables.append(pq.read_table(handle))
+            tables.append(pq.ParquetFile(handle).read())
     return pa.concat_tables(tables, promote_options="default") if tables else None
 
 
@@ -299,8 +299,8 @@ def output_rows(base_uri: str, base_rows: int, events: pa.Table, key: Sequence[s
     if not base_uri or not events.num_rows:
         return base_rows + puts
     fs, path = storage.filesystem(base_uri)
-    with fs.open_input_file(path) as handle:
-        base = pq.read_table(handle, columns=list(key))
+    with fs.open_input_file(path) as handle:  # one file: no dataset to build (0.5 ms a table)
+        base = pq.ParquetFile(handle).read(columns=list(key))
     numeric = _integer_key([base.column(k) for k in key], events)
     if numeric is not None:
         return base_rows - int(_replaced(*numeric)[1].sum()) + puts
