@@ -37,6 +37,7 @@ from pyiceberg.types import BinaryType, IcebergType, StringType
 from orchestrator.config import PipelineConfig, objectstore
 from orchestrator.errors import RunFailed, resnapshot_hint
 from orchestrator.lake import storage
+from orchestrator.lake.iceberg_catalog import parsing_once
 from orchestrator.lake.iceberg_create import NewTable
 from orchestrator.lake.iceberg_io import DURABLE_FILE_IO
 from orchestrator.lake.manifest import DOC, published_schema
@@ -126,11 +127,11 @@ def open_catalog(config: PipelineConfig) -> Catalog:
     try:
         with _OPENING:
             try:
-                return load_catalog(name, **catalog_properties(config))
+                return parsing_once(load_catalog(name, **catalog_properties(config)))
             except Exception as exc:
                 if "already exists" not in str(exc):
                     raise
-                return load_catalog(name, **catalog_properties(config))
+                return parsing_once(load_catalog(name, **catalog_properties(config)))
     except Exception as exc:  # pyiceberg raises ValueError, ImportError, driver errors...
         raise RunFailed(
             f"cannot open the Iceberg catalog `{name}` (output.catalog): "

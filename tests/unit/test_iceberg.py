@@ -6,14 +6,13 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+from collections.abc import Callable
 from pathlib import Path
-from types import SimpleNamespace
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from pyiceberg.catalog import Catalog
 
 from orchestrator.app.demo.command import duckdb_query
 from orchestrator.config import PipelineConfig, parse_config
@@ -22,13 +21,21 @@ from orchestrator.lake import iceberg
 from orchestrator.lake.manifest import Manifest, newest_field_ids, published_schema, read_manifest
 from orchestrator.lake.writer import FIELD_ID, with_field_ids
 from orchestrator.pipeline.publish.versions import publish_table
-from orchestrator.pipeline.reconcile import step as reconcile_step
+from orchestrator.pipeline.reconcile.rewrite import (
+    Target,
+    published_ids_first,
+    reconcile_incremental,
+)
 from orchestrator.positions import BinlogPosition
 from orchestrator.schema.tables import ColumnInfo, TableInfo
 from orchestrator.schema.values import staging_schema
-from orchestrator.state.store import RunTableRecord
 from tests.iceberg_readers import duckdb_connection, duckdb_table, field_ids, pyiceberg_table
 from tests.unit.test_manifest import TABLE, write_staging
+
+if TYPE_CHECKING:
+    from pyiceberg.io import InputFile
+    from pyiceberg.table.metadata import TableMetadata
+    from pyspark.sql import SparkSession
 
 
 def config_for(tmp_path: Path, keep: int = 2) -> PipelineConfig:
@@ -411,6 +418,79 @@ def test_a_commit_that_lost_the_race_fails_instead_of_landing_on_the_newer_table
     assert [s.summary["tidemark.version"] for s in table.snapshots() if s.summary] == ["1", "2"]
 
 
+def test_a_metadata_file_is_parsed_once_while_the_catalog_names_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A publish loads the table, the catalog loads it again to check the commit, retention loads
+    it at its new metadata file: one parse (the first load's), the others reuse it. A table
+    another writer changed is parsed again, and a commit on the table as it was still fails."""
+    from pyiceberg.exceptions import CommitFailedException
+    from pyiceberg.serializers import FromInputFile
+
+    from orchestrator.lake.iceberg_catalog import ParsingOnce
+    from orchestrator.lake.iceberg_commit import commit_version
+
+    parsed: list[str] = []
+    parse = FromInputFile.table_metadata
+
+    def counted(file: InputFile, encoding: str = "utf-8") -> TableMetadata:
+        parsed.append(file.location)
+        return parse(file, encoding)
+
+    monkeypatch.setattr(FromInputFile, "table_metadata", staticmethod(counted))
+    config = config_for(tmp_path, keep=2)
+    for n in range(1, 5):
+        parsed.clear()
+        publish(config, tmp_path, n)
+        assert len(parsed) == (0 if n == 1 else 1), n  # version 1 creates the table
+
+    catalog = iceberg.open_catalog(config)
+    assert isinstance(catalog, ParsingOnce)
+    parsed.clear()
+    stale = catalog.load_table("db.t")
+    again = catalog.load_table("db.t")
+    assert len(parsed) == 1 and again.metadata is stale.metadata
+    assert again.metadata == parse(stale.io.new_input(stale.metadata_location))
+
+    publish(config, tmp_path, 5)  # another writer (its own catalog) moves the table on
+    parsed.clear()
+    moved = catalog.load_table("db.t")
+    assert parsed == [moved.metadata_location] != [stale.metadata_location]
+    assert moved.current_snapshot().summary["tidemark.version"] == "5"  # type: ignore[union-attr,index]
+
+    tdir = str(tmp_path / "lake" / "db" / "t")
+    with pytest.raises(CommitFailedException):
+        commit_version(
+            catalog,
+            "db.t",
+            tdir,
+            [],
+            version=6,
+            run_id="stale",
+            position=BinlogPosition("binlog.000006", 4),
+            attempt="a",
+            prepared=stale,
+        )
+    entry = commit_version(
+        catalog,
+        "db.t",
+        tdir,
+        [],
+        version=6,
+        run_id="current",
+        position=BinlogPosition("binlog.000006", 4),
+        attempt="a",
+        prepared=catalog.load_table("db.t"),
+    )
+    parsed.clear()
+    committed = catalog.load_table("db.t")
+    assert parsed == [] and committed.metadata_location == entry["metadata_location"]
+    assert committed.metadata == parse(committed.io.new_input(committed.metadata_location))
+    fresh = iceberg.open_catalog(config).load_table("db.t")
+    assert fresh.metadata == committed.metadata
+    assert [s.summary["tidemark.version"] for s in fresh.snapshots() if s.summary][-1] == "6"
+
+
 def test_a_table_created_with_commit_retries_gets_none_at_its_next_publish(tmp_path: Path) -> None:
     """A table an earlier release created (pyiceberg's default retries) is set to 0 once, in a
     commit of its own, and its next version publishes as before."""
@@ -558,17 +638,26 @@ def test_an_incremental_run_whose_columns_did_not_change_needs_no_catalog(tmp_pa
     assert field_ids_of(found) == field_ids_of(planned) == {"id": 1, "d": 2, "t": 3, "big": 4}
     assert [f.nullable for f in found] == [f.nullable for f in published]
 
-    opened: list[str] = []
+    asked: list[str] = []
 
-    def catalog() -> Catalog:
-        opened.append("catalog")
-        return iceberg.open_catalog(config)
+    def from_iceberg(info: TableInfo) -> Callable[[], pa.Schema]:
+        def schema() -> pa.Schema:
+            asked.append(info.name)
+            return iceberg.data_file_schema(config, info)
 
-    for mode, opens in (("incremental", []), ("snapshot", ["catalog"])):
-        opened.clear()
-        record = cast(RunTableRecord, SimpleNamespace(mode=mode, table="db.t"))
-        assert reconcile_step._file_schema(config, record, TABLE, catalog)() == planned
-        assert opened == opens, mode
+        return schema
+
+    # A real incremental reconcile: the updated row's file is rewritten, with the IDs the Iceberg
+    # table gives, and the Iceberg table is never asked.
+    changes = tmp_path / "changes"
+    update_row(changes, {"id": 3, "d": None, "t": 7, "big": "3.00"})
+    out = tmp_path / "reconciled"
+    rows = reconcile_incremental(
+        no_spark, TABLE, ("id",), tdir, str(changes), str(out), schema=from_iceberg(TABLE)
+    )
+    assert rows == 10 and asked == []
+    written = [pq.read_schema(f) for f in out.rglob("*.parquet")]
+    assert written and all(field_ids_of(w) == field_ids_of(planned) for w in written)
 
     retyped = TableInfo(
         "db",
@@ -579,11 +668,29 @@ def test_an_incremental_run_whose_columns_did_not_change_needs_no_catalog(tmp_pa
         0,
     )
     assert newest_field_ids(tdir, read_manifest(tdir), published_schema(retyped.columns)) is None
-    opened.clear()
-    record = cast(RunTableRecord, SimpleNamespace(mode="incremental", table="db.t"))
-    schema = reconcile_step._file_schema(config, record, retyped, catalog)()
-    assert opened == ["catalog"], "a column changed: the Iceberg table gives the IDs"
-    assert field_ids_of(schema) == {"id": 1, "d": 2, "t": 5, "big": 4}
+    for info, asks in ((TABLE, []), (retyped, ["db.t"])):
+        asked.clear()
+        target = Target(info, ("id",), from_iceberg(info), str(out))
+        schema = published_ids_first(target, tdir, read_manifest(tdir)).schema
+        assert asked == asks, "a column changed: the Iceberg table gives the IDs"
+        assert field_ids_of(schema) == (
+            {"id": 1, "d": 2, "t": 5, "big": 4} if asks else field_ids_of(planned)
+        )
+
+
+def update_row(directory: Path, row: dict[str, object]) -> None:
+    """A change segment updating one row of `TABLE` (its key unchanged), as capture writes it."""
+    directory.mkdir()
+    fields = [pa.field(n, pa.int64()) for n in ("_tm_file", "_tm_pos", "_tm_row")]
+    fields += [pa.field("_tm_op", pa.string()), *staging_schema(TABLE.columns)]
+    fields.append(pa.field("_tm_old_id", pa.int64()))
+    values = {"_tm_file": 1, "_tm_pos": 10, "_tm_row": 0, "_tm_op": "U", **row}
+    segment = pa.Table.from_pylist([{**values, "_tm_old_id": row["id"]}], pa.schema(fields))
+    pq.write_table(segment, directory / "seg-000000.parquet")
+
+
+def no_spark() -> SparkSession:
+    raise AssertionError("a small incremental reconcile needs no Spark")
 
 
 def test_the_newest_file_of_the_version_gives_the_field_ids(tmp_path: Path) -> None:

@@ -42,6 +42,7 @@ from orchestrator.lake.writer import read_published, to_published
 from orchestrator.pipeline.changes import OLD_PREFIX, OP, POSITION
 from orchestrator.pipeline.reconcile import local
 from orchestrator.pipeline.reconcile.kept import planned_base
+from orchestrator.pipeline.reconcile.rewrite import published_ids_first
 from orchestrator.pipeline.segments import Changes, segment_files
 from orchestrator.positions import BinlogPosition, file_index
 
@@ -90,6 +91,7 @@ def reconcile_incremental(
     position. Returns the rows at ``H``."""
     manifest = read_manifest(tdir)
     planned_base(target.table.name, manifest, planned)
+    target = published_ids_first(target, tdir, manifest)
     ranges = layout.usable_ranges(manifest["files"], manifest.get("file_ranges"))
     if ranges is None:
         raise RunFailed(

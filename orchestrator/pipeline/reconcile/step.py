@@ -19,7 +19,6 @@ from orchestrator.config import PipelineConfig
 from orchestrator.errors import StateError
 from orchestrator.lake import storage
 from orchestrator.lake.layout import FileRange
-from orchestrator.lake.manifest import find_manifest, newest_field_ids, published_schema
 from orchestrator.pipeline.changes import key_names
 from orchestrator.pipeline.context import (
     current_run,
@@ -84,25 +83,12 @@ def _data_file_schema(config: PipelineConfig, info: TableInfo, catalog: Catalog)
 
 
 def _file_schema(
-    config: PipelineConfig, record: RunTableRecord, info: TableInfo, catalog: Callable[[], Catalog]
+    config: PipelineConfig, info: TableInfo, catalog: Callable[[], Catalog]
 ) -> Callable[[], pa.Schema]:
-    """The schema of a table's new data files, asked for when the first is written: for an
-    incremental run whose columns did not change, the published version's field IDs, read from
-    its newest file (`newest_field_ids`: no catalog to open, no table to load, about 5 ms a
-    table where many tables changed, docs/performance.md); else the Iceberg table's
-    (`_data_file_schema`)."""
-
-    def schema() -> pa.Schema:
-        if record.mode == "incremental":
-            tdir = table_dir(config, record.table)
-            manifest = find_manifest(tdir)
-            if manifest is not None:
-                found = newest_field_ids(tdir, manifest, published_schema(info.columns))
-                if found is not None:
-                    return found
-        return _data_file_schema(config, info, catalog())
-
-    return functools.cache(schema)
+    """The schema of a table's new data files, from the Iceberg table, asked for when the first
+    is written (an incremental run whose columns did not change takes the published version's
+    field IDs instead: `rewrite.published_ids_first`)."""
+    return functools.cache(lambda: _data_file_schema(config, info, catalog()))
 
 
 def _reconcile_one(
@@ -139,9 +125,7 @@ def _reconcile_one(
         ), spark
     key = key_names(info, record.chunk_key)
     cluster = config.spark.remote is None and not config.spark.master.startswith("local")
-    target = Target(
-        info, key, _file_schema(config, record, info, catalog), reconciled, cluster=cluster
-    )
+    target = Target(info, key, _file_schema(config, info, catalog), reconciled, cluster=cluster)
     if record.mode == "snapshot":
         rows = reconcile_snapshot(session, target, chunk_dirs, changes, plans, recorded=recorded)
     else:
@@ -171,7 +155,7 @@ def _reconcile_keyless(
 ) -> int:
     """`_reconcile_one` of a table without a key: its rows count (`multiset`)."""
     info = table_info(record)
-    target = Target(info, (), _file_schema(config, record, info, catalog), reconciled)
+    target = Target(info, (), _file_schema(config, info, catalog), reconciled)
     if record.mode == "incremental":
         return multiset.reconcile_incremental(
             target, table_dir(config, record.table), changes, record.info.get("base_version")
