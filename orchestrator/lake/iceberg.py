@@ -37,6 +37,7 @@ from pyiceberg.types import BinaryType, IcebergType, StringType
 from orchestrator.config import PipelineConfig, objectstore
 from orchestrator.errors import RunFailed, resnapshot_hint
 from orchestrator.lake import storage
+from orchestrator.lake.iceberg_avro import remember_avro_schemas
 from orchestrator.lake.iceberg_catalog import parsing_once
 from orchestrator.lake.iceberg_create import NewTable
 from orchestrator.lake.iceberg_io import DURABLE_FILE_IO
@@ -44,6 +45,8 @@ from orchestrator.lake.manifest import DOC, published_schema
 from orchestrator.lake.writer import with_field_ids
 from orchestrator.schema.tables import TableInfo
 from orchestrator.state.schema import SQLITE_BUSY_TIMEOUT_MS
+
+remember_avro_schemas()  # every manifest this process reads (`iceberg_avro`)
 
 log = logging.getLogger(__name__)
 _OPENING = threading.Lock()
