@@ -2,12 +2,13 @@
 
 pyiceberg's SQL catalog (0.12) loads a table by reading its row (which names the table's
 current metadata file) and then reading and parsing that file, a JSON document validated into
-pydantic models: for a small table, most of a load's time. One version's commit loads the
-table three times: publish loads it (`iceberg.load`), the catalog loads it again inside
-`commit_table` to check the commit's requirements against the table as it is now, and
-retention loads it once more, at its new metadata file, to expire the dropped version
-(`iceberg.expire_versions`). Where many tables each changed a little, those parses are a
-large share of publish (docs/performance.md, "Many small tables").
+pydantic models: for a small table, most of a load's time. Publish loads the table
+(`iceberg.load`), and the catalog loads it again inside `commit_table` to check the commit's
+requirements against the table as it is now; where retention expires a version
+(`iceberg.expire_versions`), it loads the table at its new metadata file, the catalog loads it
+to check the expiry's commit, and the expiry refreshes it: five parses a version, of two files.
+Where many tables each changed a little, those parses are a large share of publish
+(docs/performance.md, "Many small tables").
 
 An Iceberg metadata file is written once and never changed: a commit writes a new file under
 a new name (its version and a UUID) and moves the catalog's row to it. So the row is the only
