@@ -18,7 +18,13 @@ from orchestrator.app.demo.command import duckdb_query
 from orchestrator.config import PipelineConfig, parse_config
 from orchestrator.errors import ConfigError
 from orchestrator.lake import iceberg
-from orchestrator.lake.manifest import Manifest, newest_field_ids, published_schema, read_manifest
+from orchestrator.lake.manifest import (
+    IcebergEntry,
+    Manifest,
+    newest_field_ids,
+    published_schema,
+    read_manifest,
+)
 from orchestrator.lake.writer import FIELD_ID, with_field_ids
 from orchestrator.pipeline.publish.versions import publish_table
 from orchestrator.pipeline.reconcile.rewrite import (
@@ -33,7 +39,9 @@ from tests.iceberg_readers import duckdb_connection, duckdb_table, field_ids, py
 from tests.unit.test_manifest import TABLE, write_staging
 
 if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
     from pyiceberg.io import InputFile
+    from pyiceberg.table import Table
     from pyiceberg.table.metadata import TableMetadata
     from pyspark.sql import SparkSession
 
@@ -386,6 +394,25 @@ def test_metadata_files_of_expired_snapshots_are_deleted(tmp_path: Path) -> None
     assert rows == [(70,)], "the kept previous version still reads through its own metadata file"
 
 
+def commit_empty(
+    catalog: Catalog, tdir: str, version: int, run_id: str, prepared: Table
+) -> IcebergEntry:
+    """`commit_version` of a version of no file, on the table as ``prepared`` holds it."""
+    from orchestrator.lake.iceberg_commit import commit_version
+
+    return commit_version(
+        catalog,
+        "db.t",
+        tdir,
+        [],
+        version=version,
+        run_id=run_id,
+        position=BinlogPosition(f"binlog.{version:06d}", 4),
+        attempt="a",
+        prepared=prepared,
+    )
+
+
 def test_a_commit_that_lost_the_race_fails_instead_of_landing_on_the_newer_table(
     tmp_path: Path,
 ) -> None:
@@ -394,8 +421,6 @@ def test_a_commit_that_lost_the_race_fails_instead_of_landing_on_the_newer_table
     snapshot (pyiceberg retries a failed commit by default)."""
     from pyiceberg.exceptions import CommitFailedException
 
-    from orchestrator.lake.iceberg_commit import commit_version
-
     config = config_for(tmp_path, keep=5)
     publish(config, tmp_path, 1)
     stale = iceberg.open_catalog(config).load_table("db.t")
@@ -403,17 +428,7 @@ def test_a_commit_that_lost_the_race_fails_instead_of_landing_on_the_newer_table
     publish(config, tmp_path, 2)  # the successor's version
     tdir = str(tmp_path / "lake" / "db" / "t")
     with pytest.raises(CommitFailedException):
-        commit_version(
-            iceberg.open_catalog(config),
-            "db.t",
-            tdir,
-            [],
-            version=3,
-            run_id="stale",
-            position=BinlogPosition("binlog.000003", 4),
-            attempt="a",
-            prepared=stale,
-        )
+        commit_empty(iceberg.open_catalog(config), tdir, 3, "stale", stale)
     table = iceberg.open_catalog(config).load_table("db.t")
     assert [s.summary["tidemark.version"] for s in table.snapshots() if s.summary] == ["1", "2"]
 
@@ -428,7 +443,6 @@ def test_a_metadata_file_is_parsed_once_while_the_catalog_names_it(
     from pyiceberg.serializers import FromInputFile
 
     from orchestrator.lake.iceberg_catalog import ParsingOnce
-    from orchestrator.lake.iceberg_commit import commit_version
 
     parsed: list[str] = []
     parse = FromInputFile.table_metadata
@@ -460,28 +474,8 @@ def test_a_metadata_file_is_parsed_once_while_the_catalog_names_it(
 
     tdir = str(tmp_path / "lake" / "db" / "t")
     with pytest.raises(CommitFailedException):
-        commit_version(
-            catalog,
-            "db.t",
-            tdir,
-            [],
-            version=6,
-            run_id="stale",
-            position=BinlogPosition("binlog.000006", 4),
-            attempt="a",
-            prepared=stale,
-        )
-    entry = commit_version(
-        catalog,
-        "db.t",
-        tdir,
-        [],
-        version=6,
-        run_id="current",
-        position=BinlogPosition("binlog.000006", 4),
-        attempt="a",
-        prepared=catalog.load_table("db.t"),
-    )
+        commit_empty(catalog, tdir, 6, "stale", stale)
+    entry = commit_empty(catalog, tdir, 6, "current", catalog.load_table("db.t"))
     parsed.clear()
     committed = catalog.load_table("db.t")
     assert parsed == [] and committed.metadata_location == entry["metadata_location"]
@@ -510,8 +504,6 @@ def test_a_stale_writer_of_a_table_with_commit_retries_fails_its_commit(tmp_path
     a writer holding it as it was before a successor's version must still fail, not land on it."""
     from pyiceberg.exceptions import CommitFailedException
 
-    from orchestrator.lake.iceberg_commit import commit_version
-
     config = config_for(tmp_path, keep=5)
     publish(config, tmp_path, 1)
     with iceberg.open_catalog(config).load_table("db.t").transaction() as tx:
@@ -520,17 +512,7 @@ def test_a_stale_writer_of_a_table_with_commit_retries_fails_its_commit(tmp_path
     publish(config, tmp_path, 2)  # the successor's version
     tdir = str(tmp_path / "lake" / "db" / "t")
     with pytest.raises(CommitFailedException, match="changed since it was loaded"):
-        commit_version(
-            iceberg.open_catalog(config),
-            "db.t",
-            tdir,
-            [],
-            version=3,
-            run_id="stale",
-            position=BinlogPosition("binlog.000003", 4),
-            attempt="a",
-            prepared=stale,
-        )
+        commit_empty(iceberg.open_catalog(config), tdir, 3, "stale", stale)
     table = iceberg.open_catalog(config).load_table("db.t")
     assert [s.summary["tidemark.version"] for s in table.snapshots() if s.summary] == ["1", "2"]
 
