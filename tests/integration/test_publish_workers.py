@@ -16,8 +16,8 @@ import pytest
 
 from orchestrator.app.demo.localdb import LocalMariaDB
 from orchestrator.config import load_config
+from orchestrator.pipeline import workers
 from orchestrator.pipeline.context import table_dir
-from orchestrator.pipeline.publish import workers as publish_workers
 from orchestrator.state.store import StateStore
 from tests.conftest import assert_lake_equals_source, pipeline_config, write_config
 from tests.integration.test_consistency import snapshots_per_version
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.integration
 DB = "pw_many"
 TABLES = [f"{DB}.t{i}" for i in range(8)]
 
-if publish_workers.worker_count(len(TABLES)) == 1:
+if workers.worker_count(len(TABLES)) == 1:
     pytest.skip("one core: the run publishes its tables itself", allow_module_level=True)
 
 

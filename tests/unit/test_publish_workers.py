@@ -19,6 +19,7 @@ from pyiceberg.catalog import Catalog
 
 from orchestrator.config import PipelineConfig, parse_config
 from orchestrator.errors import RunFailed
+from orchestrator.pipeline import workers
 from orchestrator.pipeline.failed import table_failure
 from orchestrator.pipeline.publish import workers as publish_workers
 from orchestrator.positions import BinlogPosition
@@ -26,7 +27,7 @@ from orchestrator.state.store import RunTableRecord, TableCheckpoint
 
 TABLES = [f"db.t{i}" for i in range(6)]
 
-if publish_workers.worker_count(len(TABLES)) == 1:
+if workers.worker_count(len(TABLES)) == 1:
     pytest.skip("one core: no workers", allow_module_level=True)
 
 
@@ -326,7 +327,7 @@ def test_workers_are_not_forked_inside_the_heartbeats_transaction(tmp_path: Path
 
 
 def _report_may_fork(out: Any) -> None:
-    out.put(publish_workers.may_fork_workers())
+    out.put(workers.may_fork_workers())
 
 
 def test_a_daemonic_process_publishes_without_workers() -> None:
@@ -341,4 +342,4 @@ def test_a_daemonic_process_publishes_without_workers() -> None:
     child.start()
     child.join(30)
     assert out.get(timeout=5) is False
-    assert publish_workers.may_fork_workers() is True
+    assert workers.may_fork_workers() is True
