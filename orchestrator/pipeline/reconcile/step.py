@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, cast
 
 from orchestrator.config import PipelineConfig
 from orchestrator.errors import StateError
 from orchestrator.lake import storage
 from orchestrator.lake.layout import FileRange
+from orchestrator.pipeline import workers
 from orchestrator.pipeline.changes import key_names
 from orchestrator.pipeline.context import (
     current_run,
@@ -53,6 +54,14 @@ if TYPE_CHECKING:
 
 #: The reconcile module's logger, as before the step moved here (its lines keep their name).
 log = logging.getLogger("orchestrator.pipeline.reconcile.rewrite")
+
+#: Incremental tables with changes that `reconcile` hands to worker processes, at least: a small
+#: table's reconcile takes about 12 ms of one core, the workers' start about TODO ms.
+WORKERS_FROM = 16
+#: A table whose change segments are larger is reconciled by the run itself: a worker holds a
+#: table's changes in memory as the run does, and several workers hold several tables' at once
+#: (the run's own rewrite spreads a large table's files over the cores instead).
+WORKER_CHANGES_BYTES = 16 * 2**20
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,10 +102,10 @@ def _file_schema(
 
 def _reconcile_one(
     config: PipelineConfig,
-    store: StateStore,
+    guard: Callable[[], None],
     record: RunTableRecord,
     reconciled: str,
-    spark: SparkSession | None,
+    spark: SparkSession | Literal[False] | None,
     changes: list[str],
     chunk_dirs: list[str],
     catalog: Callable[[], Catalog],
@@ -104,15 +113,19 @@ def _reconcile_one(
     recorded: Mapping[str, Sequence[FileRange]] | None = None,
 ) -> tuple[int, SparkSession | None]:
     """Reconcile one captured table into ``reconciled``; returns its rows and the session
-    (started if it needed one). ``changes``: its durable segments; ``chunk_dirs``: its read
-    chunks' directories (a snapshot); ``catalog``: the Iceberg catalog, opened once; ``plans``:
-    the batch that takes a snapshot's plan when no file is written (``reconciled`` names it);
-    ``recorded``: chunk directories whose files the read recorded (`ChunkRecord.ranges`)."""
+    (started if it needed one). ``guard``: the run's fence check; ``changes``: its durable
+    segments; ``chunk_dirs``: its read chunks' directories (a snapshot); ``catalog``: the Iceberg
+    catalog, opened once; ``plans``: the batch that takes a snapshot's plan when no file is
+    written (``reconciled`` names it); ``recorded``: chunk directories whose files the read
+    recorded (`ChunkRecord.ranges`); ``spark`` False: no session may start here (a worker
+    process: `_NeedsSpark` is raised instead)."""
     info = table_info(record)
-    store.check_fence()  # a process that lost the pipeline lock writes nothing more
+    guard()  # a process that lost the pipeline lock writes nothing more
     started: list[SparkSession] = []
 
     def session() -> SparkSession:
+        if spark is False:
+            raise _NeedsSpark(record.table)
         if spark is not None:
             return spark
         if not started:
@@ -120,9 +133,11 @@ def _reconcile_one(
         return started[0]
 
     if is_keyless(record):  # rows counted, not keyed: `orchestrator.pipeline.reconcile.multiset`
-        return _reconcile_keyless(
+        rows = _reconcile_keyless(
             config, record, reconciled, changes, chunk_dirs, catalog, plans, recorded
-        ), spark
+        )
+        faults.point("reconcile.rewritten")
+        return rows, spark or None
     key = key_names(info, record.chunk_key)
     cluster = config.spark.remote is None and not config.spark.master.startswith("local")
     target = Target(info, key, _file_schema(config, info, catalog), reconciled, cluster=cluster)
@@ -140,7 +155,12 @@ def _reconcile_one(
             cluster=cluster,
             planned=record.info.get("base_version"),
         )
+    faults.point("reconcile.rewritten")
     return rows, spark or (started[0] if started else None)
+
+
+class _NeedsSpark(Exception):
+    """A table a reconcile worker cannot reconcile: it needs a Spark session (the run's)."""
 
 
 def _reconcile_keyless(
@@ -205,6 +225,25 @@ def reconcile(
         kept = KeptPlans(config, run_id)  # tables without a change: plans written a batch at a time
         snapshots = KeptPlans(config, run_id, SNAPSHOTS)  # snapshots without a change: the same
         unchanged = TableLines(log)  # their lines: one for all of them
+        handed: set[str] = set()  # tables the workers reconciled or failed
+        try:  # small tables with changes first, in worker processes (before any Spark session)
+            for result in _in_workers(config, run_id, todo, segments, store.check_fence):
+                if result.needs_spark:  # reconciled below, by this process
+                    continue
+                handed.add(result.table)
+                if result.reason is not None:
+                    fail_table(store, run_id, result.table, "reconcile", result.reason)
+                    continue
+                done.append((result.table, result.rows, {"reconciled_dir": result.out_dir}))
+                out[result.table] = result.rows
+                log.info("table %s: reconciled, %d rows at H", result.table, result.rows)
+                if len(done) >= RECORD_TABLES:
+                    done = _record(store, run_id, done, kept, snapshots)
+        except Exception as exc:
+            if not isinstance(exc, StateError):  # the tables reconciled so far are recorded
+                _record(store, run_id, done, kept, snapshots)
+            raise
+        todo = [r for r in todo if r.table not in handed]
         for record in todo:
             # Unique to this attempt: another process's reconcile (one that lost the lock) never
             # writes where publish reads, and publish reads what the state names.
@@ -229,7 +268,7 @@ def reconcile(
                         out_dir = batched.dir_of(record.table)
                     rows, spark = _reconcile_one(
                         config,
-                        store,
+                        store.check_fence,
                         record,
                         out_dir,
                         spark,
@@ -264,6 +303,83 @@ def reconcile(
     finally:
         forget()  # the capture's segments kept in memory, read or not
         store.close()
+
+
+class _Forked(NamedTuple):
+    """A table a reconcile worker was given (`_in_workers`), and what became of it: its rows at
+    ``H`` in ``out_dir``, its own failure (``reason``), what fails the run (``error``), or that it
+    needs the run's Spark session (``needs_spark``: the run reconciles it)."""
+
+    table: str
+    out_dir: str
+    rows: int = 0
+    reason: str | None = None
+    error: Exception | None = None
+    needs_spark: bool = False
+
+
+def _in_workers(
+    config: PipelineConfig,
+    run_id: str,
+    todo: Sequence[RunTableRecord],
+    segments: Mapping[str, list[str]],
+    guard: Callable[[], None],
+) -> Iterator[_Forked]:
+    """Reconcile the incremental tables of ``todo`` with small changes (at most
+    `WORKER_CHANGES_BYTES`) in worker processes (`orchestrator.pipeline.workers`), when there are
+    at least `WORKERS_FROM` of them: each one's `_Forked` as its group ends. A table's own failure
+    comes back as its ``reason``; an error that fails the run is raised once the groups in hand
+    are handed over (`workers.each_group`)."""
+    changed = [r for r in todo if r.mode == "incremental" and segments.get(r.table)]
+    if len(changed) < WORKERS_FROM:
+        return
+    small = [r for r in changed if storage.tree_bytes(segments[r.table]) <= WORKER_CHANGES_BYTES]
+    count = workers.worker_count(len(small)) if len(small) >= WORKERS_FROM else 1
+    if count == 1 or not workers.may_fork_workers():
+        return
+    log.info("reconciling %d tables in %d worker processes", len(small), count)
+    given = [
+        (
+            record,
+            # unique to this attempt, as the run's own (`reconcile`)
+            run_dir(config, run_id, "reconciled", f"{record.table}-{storage.attempt_tag()}"),
+            segments[record.table],
+        )
+        for record in small
+    ]
+    yield from workers.each_group(
+        config,
+        workers.groups(given, count),
+        _in_worker,
+        guard,
+        count=count,
+        failed=lambda result: result.error,
+        died="a reconcile worker process died (killed from outside: out of memory?); "
+        "`tidemark run` reconciles its tables again",
+    )
+
+
+def _in_worker(group: Sequence[tuple[RunTableRecord, str, list[str]]]) -> list[_Forked]:
+    """A group's tables reconciled in a worker (`_in_workers`); an error that fails the run ends
+    the group there (its tables not reached stay captured: a rerun reconciles them)."""
+    config = workers.run_config()
+    out = []
+    for record, out_dir, changes in group:
+        try:
+            rows, _ = _reconcile_one(
+                config, workers.fence, record, out_dir, False, changes, [], workers.lake_catalog
+            )
+        except _NeedsSpark:
+            out.append(_Forked(record.table, out_dir, needs_spark=True))
+            continue
+        except Exception as exc:
+            if (reason := table_failure(exc)) is None:
+                out.append(_Forked(record.table, out_dir, error=workers.portable(exc)))
+                break
+            out.append(_Forked(record.table, out_dir, reason=reason))
+            continue
+        out.append(_Forked(record.table, out_dir, rows))
+    return out
 
 
 def _record(
