@@ -2,7 +2,7 @@
 `reconcile`, `publish`; each step's entry point is ``<step>/step.py``. What every step shares lives
 here: `context` (the run's store, source, lock and directories), `changes` (the change records'
 columns), `segments` (the change files capture writes and reconcile reads), `failed` (a table
-that fails alone).
+that fails alone), `workers` (the worker processes of reconcile and publish).
 
 `orchestrator.app.steps` is the facade the CLI and the Airflow DAG call.
 

@@ -9,10 +9,10 @@ sends SIGCONT. Unset (always, in production) it costs one dictionary lookup.
 Points: ``read.batch_started`` (``L`` recorded, before the reads), ``read.batch_done``,
 ``capture.checkpoint``, ``capture.flushed`` (segments written, not yet checkpointed),
 ``reconcile.rewritten`` (a table's files and plan written, not recorded yet; in a reconcile
-worker too), ``reconcile.table_done``, ``publish.file_moved`` (after each data file moved into a table's
-``data/``), ``publish.iceberg_committed``, ``publish.files_written``, ``publish.table_done``,
-``capture.reading`` (before the binlog is opened), ``decode.job`` (in a binlog decoding worker,
-`orchestrator.binlog.pool`, before each job: the worker alone dies).
+worker too), ``reconcile.table_done``, ``publish.file_moved`` (after each data file moved into
+a table's ``data/``), ``publish.iceberg_committed``, ``publish.files_written``,
+``publish.table_done``, ``capture.reading`` (before the binlog is opened), ``decode.job`` (in a
+binlog decoding worker, `orchestrator.binlog.pool`, before each job: the worker alone dies).
 
 In a worker process of the run (reconcile's or publish's, `orchestrator.pipeline.workers`),
 set up by `forked`, a failpoint acts on the run: a crash kills the run's process first (its other

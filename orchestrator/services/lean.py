@@ -71,7 +71,8 @@ POOL_VARIABLE = "ARROW_DEFAULT_MEMORY_POOL"
 
 def system_allocator() -> None:
     """Arrow's buffers from the C library's allocator (``malloc``), in this process and the
-    processes it starts (decode and publish workers), unless `POOL_VARIABLE` names another.
+    processes it starts (decode, reconcile and publish workers), unless `POOL_VARIABLE` names
+    another.
 
     pyarrow's default, mimalloc, made a run's first large computations slow: on 1M changes,
     the first `orchestrator.pipeline.reconcile.local.last_events` took 0.8-1.1 s in a fresh
