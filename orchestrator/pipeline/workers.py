@@ -52,9 +52,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: Workers per core: a worker waits for a part of each table (fsyncs, the catalog's write lock),
-#: which another uses (measured on 2 cores, 2,000 new tables: 4 workers publish in 14-16 s, 2 in
-#: 18-19 s, 6 or 8 in 17 s).
+#: Workers per core, by default: a publish worker waits for a part of each table (fsyncs, the
+#: catalog's write lock), which another uses (measured on 2 cores, 2,000 new tables: 4 workers
+#: publish in 14-16 s, 2 in 18-19 s, 6 or 8 in 17 s). Reconcile's, which wait less, take one.
 PER_CORE = 2
 #: Workers at most, whatever the cores: past a few, the catalog's commits (one database) queue.
 MAX_WORKERS = 8
@@ -69,14 +69,14 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
-def worker_count(tables: int) -> int:
-    """How many processes handle ``tables`` tables: `PER_CORE` per core this process may use, at
+def worker_count(tables: int, per_core: int = PER_CORE) -> int:
+    """How many processes handle ``tables`` tables: ``per_core`` per core this process may use, at
     most `MAX_WORKERS` and one per table; 1 means the run handles them itself."""
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         cores = os.cpu_count() or 1
-    return max(1, min(PER_CORE * cores, MAX_WORKERS, tables))
+    return max(1, min(per_core * cores, MAX_WORKERS, tables))
 
 
 def groups(todo: Sequence[T], workers: int) -> list[Sequence[T]]:
