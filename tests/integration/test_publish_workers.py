@@ -32,29 +32,47 @@ if workers.worker_count(len(TABLES)) == 1:
     pytest.skip("one core: the run publishes its tables itself", allow_module_level=True)
 
 
-@pytest.fixture()
-def source(mariadb: LocalMariaDB) -> LocalMariaDB:
-    mariadb.execute(f"DROP DATABASE IF EXISTS {DB}", f"CREATE DATABASE {DB}")
-    for i, table in enumerate(TABLES):
-        mariadb.execute(
+def small_tables(server: LocalMariaDB, db: str, tables: list[str]) -> None:
+    """Database ``db`` made afresh with ``tables``, 300 keyed rows each."""
+    server.execute(f"DROP DATABASE IF EXISTS {db}", f"CREATE DATABASE {db}")
+    for i, table in enumerate(tables):
+        server.execute(
             f"CREATE TABLE {table} (id INT PRIMARY KEY, v VARCHAR(20), n INT)",
             f"INSERT INTO {table} SELECT seq, CONCAT('v', seq), seq * {i} FROM seq_1_to_300",
-            database=DB,
+            database=db,
         )
-    return mariadb
 
 
-def _config(tmp_path: Path, server: LocalMariaDB) -> Path:
+def pattern_config(tmp_path: Path, server: LocalMariaDB, db: str, name: str) -> Path:
+    """A pipeline ``name`` of every table of ``db`` (one pattern entry)."""
     return write_config(
         tmp_path / "p.yaml",
         pipeline_config(
             tmp_path,
             server,
-            [{"name": f"{DB}.*"}],
-            name="workers",
+            [{"name": f"{db}.*"}],
+            name=name,
             defaults={"read_margin_seconds": 0.0},
         ),
     )
+
+
+def assert_no_process_left(config_path: Path) -> None:
+    """Within 10 s, no process of a killed run of ``config_path`` (the run, its workers) is left."""
+    deadline = time.monotonic() + 10
+    while (left := _processes_of(config_path)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not left, f"processes of the killed run are still alive: {left}"
+
+
+@pytest.fixture()
+def source(mariadb: LocalMariaDB) -> LocalMariaDB:
+    small_tables(mariadb, DB, TABLES)
+    return mariadb
+
+
+def _config(tmp_path: Path, server: LocalMariaDB) -> Path:
+    return pattern_config(tmp_path, server, DB, "workers")
 
 
 def _processes_of(config_path: Path) -> list[int]:
@@ -78,10 +96,7 @@ def test_a_crash_in_a_worker_kills_the_run_and_the_rerun_resumes(
     )  # a worker's second commit
     assert killed.returncode == -signal.SIGKILL, (killed.returncode, killed.stderr[-3000:])
     assert f"publishing {len(TABLES)} tables in " in killed.stdout, killed.stdout[-3000:]
-    deadline = time.monotonic() + 10
-    while (left := _processes_of(config_path)) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not left, f"processes of the killed run are still alive: {left}"
+    assert_no_process_left(config_path)
 
     source.execute(
         f"UPDATE {TABLES[0]} SET v = 'changed' WHERE id % 7 = 0",

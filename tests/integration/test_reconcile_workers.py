@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -26,9 +25,13 @@ from orchestrator.pipeline import workers
 from orchestrator.pipeline.context import table_dir
 from orchestrator.pipeline.reconcile import rewrite, step
 from orchestrator.state.store import StateStore
-from tests.conftest import assert_lake_equals_source, pipeline_config, write_config
+from tests.conftest import assert_lake_equals_source
 from tests.integration.test_consistency import snapshots_per_version
-from tests.integration.test_publish_workers import _processes_of
+from tests.integration.test_publish_workers import (
+    assert_no_process_left,
+    pattern_config,
+    small_tables,
+)
 from tests.integration.test_resume import tidemark
 
 pytestmark = pytest.mark.integration
@@ -44,13 +47,7 @@ if workers.worker_count(len(TABLES), per_core=1) == 1:
 
 @pytest.fixture()
 def source(mariadb: LocalMariaDB) -> LocalMariaDB:
-    mariadb.execute(f"DROP DATABASE IF EXISTS {DB}", f"CREATE DATABASE {DB}")
-    for i, table in enumerate(KEYED):
-        mariadb.execute(
-            f"CREATE TABLE {table} (id INT PRIMARY KEY, v VARCHAR(20), n INT)",
-            f"INSERT INTO {table} SELECT seq, CONCAT('v', seq), seq * {i} FROM seq_1_to_300",
-            database=DB,
-        )
+    small_tables(mariadb, DB, KEYED)
     mariadb.execute(
         f"CREATE TABLE {KEYLESS} (a INT, b VARCHAR(20))",
         f"INSERT INTO {KEYLESS} SELECT seq % 50, CONCAT('k', seq % 7) FROM seq_1_to_300",
@@ -60,16 +57,14 @@ def source(mariadb: LocalMariaDB) -> LocalMariaDB:
 
 
 def _config(tmp_path: Path, server: LocalMariaDB) -> Path:
-    return write_config(
-        tmp_path / "p.yaml",
-        pipeline_config(
-            tmp_path,
-            server,
-            [{"name": f"{DB}.*"}],
-            name="rworkers",
-            defaults={"read_margin_seconds": 0.0},
-        ),
-    )
+    return pattern_config(tmp_path, server, DB, "rworkers")
+
+
+def _snapshot(tmp_path: Path, server: LocalMariaDB) -> Path:
+    """The pipeline's config, after its first run (a snapshot of every table)."""
+    config_path = _config(tmp_path, server)
+    assert tidemark(config_path).returncode == 0
+    return config_path
 
 
 def _change(server: LocalMariaDB, salt: int) -> None:
@@ -105,8 +100,7 @@ def _reconciled_by_workers(stdout: str, tables: Sequence[str]) -> None:
 
 
 def test_changed_tables_are_reconciled_in_workers(source: LocalMariaDB, tmp_path: Path) -> None:
-    config_path = _config(tmp_path, source)
-    assert tidemark(config_path).returncode == 0
+    config_path = _snapshot(tmp_path, source)
     for salt in (1, 2):
         _change(source, salt)
         run = tidemark(config_path)
@@ -120,16 +114,12 @@ def test_changed_tables_are_reconciled_in_workers(source: LocalMariaDB, tmp_path
 def test_a_crash_in_a_reconcile_worker_kills_the_run_and_the_rerun_resumes(
     source: LocalMariaDB, tmp_path: Path
 ) -> None:
-    config_path = _config(tmp_path, source)
-    assert tidemark(config_path).returncode == 0
+    config_path = _snapshot(tmp_path, source)
     _change(source, 1)
     killed = tidemark(config_path, failpoint="reconcile.rewritten:2")  # a worker's second table
     assert killed.returncode == -signal.SIGKILL, (killed.returncode, killed.stderr[-3000:])
     assert f"reconciling {len(TABLES)} tables in " in killed.stdout, killed.stdout[-3000:]
-    deadline = time.monotonic() + 10
-    while (left := _processes_of(config_path)) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not left, f"processes of the killed run are still alive: {left}"
+    assert_no_process_left(config_path)
     assert set(_published(config_path).values()) == {1}, "the killed run published nothing"
 
     _change(source, 2)
@@ -144,8 +134,7 @@ def test_a_crash_in_a_reconcile_worker_kills_the_run_and_the_rerun_resumes(
 def test_a_table_failing_in_a_reconcile_worker_fails_alone(
     source: LocalMariaDB, tmp_path: Path
 ) -> None:
-    config_path = _config(tmp_path, source)
-    assert tidemark(config_path).returncode == 0
+    config_path = _snapshot(tmp_path, source)
     broken_table = KEYED[3]
     tdir = table_dir(load_config(config_path), broken_table)
     data = Path(tdir) / read_manifest(tdir)["files"][0]
