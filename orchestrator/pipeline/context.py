@@ -22,6 +22,8 @@ from orchestrator.state import lease
 from orchestrator.state.store import RunRecord, RunTableRecord, StateStore
 
 if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+
     from orchestrator.services.spark import SessionSettings
     from orchestrator.source.connection import Source
 
@@ -99,6 +101,14 @@ def session_settings(config: PipelineConfig) -> SessionSettings:
         jars=(jar,),
         class_path=class_path,
     )
+
+
+def open_catalog(config: PipelineConfig) -> Catalog:
+    """The Iceberg catalog, for steps that write or commit a table: pyiceberg (and the SQL
+    catalog's SQLAlchemy ORM) is imported here, not by a run that changes nothing."""
+    from orchestrator.lake import iceberg
+
+    return iceberg.open_catalog(config)
 
 
 def spark_session(config: PipelineConfig) -> Any:

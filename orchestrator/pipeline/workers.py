@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from orchestrator.config import PipelineConfig
 from orchestrator.errors import RunFailed, TidemarkError
+from orchestrator.pipeline.context import open_catalog
 from orchestrator.services import faults, lean
 from orchestrator.services.failures import root_cause
 from orchestrator.state import lease
@@ -284,9 +285,7 @@ def fence() -> None:
 def lake_catalog() -> Catalog:
     """In a worker: the Iceberg catalog, opened at its first call (pyiceberg is imported then)."""
     if _worker["catalog"] is None:
-        from orchestrator.lake import iceberg
-
-        _worker["catalog"] = iceberg.open_catalog(_worker["config"])
+        _worker["catalog"] = open_catalog(_worker["config"])
     opened: Catalog = _worker["catalog"]
     return opened
 

@@ -22,6 +22,7 @@ import tenacity
 from orchestrator.config import PipelineConfig
 from orchestrator.lake.manifest import IcebergEntry
 from orchestrator.pipeline import workers as forked
+from orchestrator.pipeline.context import open_catalog
 from orchestrator.pipeline.failed import table_failure
 from orchestrator.positions import BinlogPosition
 from orchestrator.services.failures import SQLITE_BUSY, messages
@@ -130,7 +131,7 @@ def _in_process(
 ) -> Iterator[Outcome]:
     """`publish_each` in this process: a group's error is raised once its tables are handed over."""
     # tables without a change need none; `versions.publish_tables` opens one if a table does
-    catalog = _open_catalog(config) if todo and workers else None
+    catalog = open_catalog(config) if todo and workers else None
     for group in forked.groups(todo, 1):
         error = None
         for outcome in _publish(many, config, guard, run_id, group, lambda: catalog):
@@ -140,13 +141,6 @@ def _in_process(
                 error = outcome.error
         if error is not None:
             raise error
-
-
-def _open_catalog(config: PipelineConfig) -> Catalog:
-    """The Iceberg catalog; pyiceberg is imported here, by a run that commits a table."""
-    from orchestrator.lake import iceberg
-
-    return iceberg.open_catalog(config)
 
 
 def _in_worker(many: PublishGroup, run_id: str, group: Todo) -> list[Outcome]:

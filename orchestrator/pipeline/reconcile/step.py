@@ -25,6 +25,7 @@ from orchestrator.pipeline import workers
 from orchestrator.pipeline.changes import key_names
 from orchestrator.pipeline.context import (
     current_run,
+    open_catalog,
     open_store,
     position,
     run_dir,
@@ -78,14 +79,6 @@ class ReconcileResult:
         if not self.rows:
             return "nothing to reconcile"
         return "reconciled " + ", ".join(f"{t} ({n} rows)" for t, n in sorted(self.rows.items()))
-
-
-def _open_catalog(config: PipelineConfig) -> Catalog:
-    """The Iceberg catalog, opened when a file is written: pyiceberg (and the SQL catalog's
-    SQLAlchemy ORM) is imported only then, not by a run that changes nothing."""
-    from orchestrator.lake import iceberg
-
-    return iceberg.open_catalog(config)
 
 
 def _data_file_schema(config: PipelineConfig, info: TableInfo, catalog: Catalog) -> pa.Schema:
@@ -223,7 +216,7 @@ def reconcile(
             # of its own (the first file written waits for it), not by the first of the
             # rewrite's threads while the others wait.
             lean.preload("orchestrator.lake.iceberg")
-        catalog = functools.cache(lambda: _open_catalog(config))
+        catalog = functools.cache(lambda: open_catalog(config))  # when a file is written
         out: dict[str, int] = {}
         done: list[tuple[str, int, dict[str, Any]]] = []
         kept = KeptPlans(config, run_id)  # tables without a change: plans written a batch at a time
