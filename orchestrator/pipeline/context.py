@@ -1,4 +1,5 @@
-"""What every step opens for itself: the state store, the source, Spark, the run's staging.
+"""What every step opens for itself: the state store, the source, Spark, the Iceberg catalog, the
+run's staging.
 
 Steps take the pipeline config and a run id and open what they need, so each
 can run in its own process (an Airflow task) as well as in one (`tidemark run`).
