@@ -63,8 +63,9 @@ def owner_of(owners: Sequence[Sequence[object]], number: int) -> str | None:
     return found
 
 
-def _segments(fs: pafs.FileSystem, directory: str) -> list[tuple[int, str, str, str]]:
-    """``(number, writer, table, path)`` of every segment file under ``directory``, by number."""
+def _segments(fs: pafs.FileSystem, directory: str) -> list[tuple[int, str, str, str, int]]:
+    """``(number, writer, table, path, bytes)`` of every segment file under ``directory``, by
+    number."""
     found = []
     for info in fs.get_file_info(
         pafs.FileSelector(directory, recursive=True, allow_not_found=True)
@@ -72,20 +73,23 @@ def _segments(fs: pafs.FileSystem, directory: str) -> list[tuple[int, str, str, 
         match = SEGMENT.match(info.base_name)
         if info.type == pafs.FileType.File and match:
             table = info.path.rstrip("/").rsplit("/", 2)[-2]
-            found.append((int(match.group(1)), match.group(2) or "", table, info.path))
+            found.append(
+                (int(match.group(1)), match.group(2) or "", table, info.path, info.size or 0)
+            )
     return sorted(found)
 
 
 def _durable(
     fs: pafs.FileSystem, directory: str, segments: int, owners: Sequence[Sequence[object]]
-) -> list[tuple[int, str, str]]:
-    """``(number, table, path)`` of the durable segments; a RunFailed naming a missing one."""
+) -> list[tuple[int, str, str, int]]:
+    """``(number, table, path, bytes)`` of the durable segments; a RunFailed naming a missing
+    one."""
     found = [
-        (n, t, p)
-        for n, w, t, p in _segments(fs, directory)
+        (n, t, p, size)
+        for n, w, t, p, size in _segments(fs, directory)
         if n <= segments and w == owner_of(owners, n)
     ]
-    numbers = {n for n, _, _ in found}
+    numbers = {n for n, _, _, _ in found}
     missing = [n for n in range(1, segments + 1) if n not in numbers and owner_of(owners, n)]
     if missing:
         raise RunFailed(
@@ -107,23 +111,38 @@ def void_mark(store: StateStore, run_id: str) -> int:
     return int(saved["segments"]) if saved else 0
 
 
-def durable_segments(store: StateStore, staging: str, run_id: str) -> dict[str, list[str]]:
-    """Per table, the URIs of its durable segments of the run in number order, voided ones left
-    out."""
+@dataclass(frozen=True, slots=True)
+class Durable:
+    """A run's durable segments (`durable`), voided ones left out: per table, their URIs in
+    number order and their bytes in all (from the one listing: no request per file)."""
+
+    files: dict[str, list[str]]
+    sizes: dict[str, int]
+
+
+def durable(store: StateStore, staging: str, run_id: str) -> Durable:
+    """The run's `Durable` segments, from one listing of its staging."""
     saved = store.capture_checkpoint(run_id)
     if saved is None:
-        return {}
+        return Durable({}, {})
     fs, root = storage.filesystem(staging)
     void = voided(store, run_id)
-    out: dict[str, list[str]] = {}
-    for number, table, path in _durable(
+    found = Durable({}, {})
+    for number, table, path, size in _durable(
         fs, f"{root}/{run_id}/changes", int(saved["segments"]), saved["owners"]
     ):
         if number > void.get(table, 0):
-            out.setdefault(table, []).append(
+            found.files.setdefault(table, []).append(
                 storage.join(staging, run_id, "changes", table, path.rsplit("/", 1)[1])
             )
-    return out
+            found.sizes[table] = found.sizes.get(table, 0) + size
+    return found
+
+
+def durable_segments(store: StateStore, staging: str, run_id: str) -> dict[str, list[str]]:
+    """Per table, the URIs of its durable segments of the run in number order, voided ones left
+    out (`durable`)."""
+    return durable(store, staging, run_id).files
 
 
 #: A table's change segments: the files (the run's durable ones, `segment_paths`), or a directory
@@ -231,13 +250,13 @@ def resume_point(
     saved = store.capture_checkpoint(run_id)
     if saved is None:
         return None, 0, {}, []
-    durable, owners = int(saved["segments"]), saved["owners"]
+    count, owners = int(saved["segments"]), saved["owners"]
     void = voided(store, run_id)
     rows: dict[str, int] = {}
-    for number, table, path in _durable(fs, f"{root}/{run_id}/changes", durable, owners):
+    for number, table, path, _ in _durable(fs, f"{root}/{run_id}/changes", count, owners):
         if number > void.get(table, 0):
             rows[table] = rows.get(table, 0) + storage.parquet_rows(path, fs)
-    return BinlogPosition.from_json(saved["position"]), durable, rows, owners
+    return BinlogPosition.from_json(saved["position"]), count, rows, owners
 
 
 @dataclass(frozen=True, slots=True)

@@ -100,6 +100,9 @@ class Target:
     out_dir: str
     engine: Engine = "auto"
     cluster: bool = False  # a Spark master with executors of its own (not local)
+    #: The change segments' bytes, when the caller listed them (`segments.durable`); None: asked
+    #: of the store when the engine is chosen (`_choose`)
+    changes_bytes: int | None = None
 
     @property
     def schema(self) -> pa.Schema:
@@ -162,6 +165,7 @@ def reconcile_incremental(
     schema: pa.Schema | SchemaFn | None = None,
     cluster: bool = False,
     planned: int | None = None,
+    changes_bytes: int | None = None,
 ) -> int:
     """Rewrite only the files of the current version that hold changed keys (see the module
     docstring); a version without ``file_ranges`` (published before they existed) is rewritten
@@ -169,7 +173,8 @@ def reconcile_incremental(
     with field IDs 1, 2, ...; the step passes `iceberg.data_file_schema`, as a function: asked for
     only when a file is written, and not at all when the table's columns did not change:
     `published_ids_first`); ``planned``: the version the run planned the table on
-    (`orchestrator.pipeline.reconcile.kept.planned_base`). Returns the rows at ``H``."""
+    (`orchestrator.pipeline.reconcile.kept.planned_base`); ``changes_bytes``: the changes' size,
+    when known (`Target.changes_bytes`). Returns the rows at ``H``."""
     key = key_names(table_info, key)
     if schema is None:
         schema = with_field_ids(
@@ -183,6 +188,7 @@ def reconcile_incremental(
         out_dir,
         engine,
         cluster,
+        changes_bytes,
     )
     manifest = read_manifest(tdir)
     planned_base(table_info.name, manifest, planned)
@@ -257,7 +263,8 @@ def _choose(target: Target, segments: Sequence[str]) -> Rewriter:
         return "none"
     if target.engine != "auto":
         return target.engine
-    if storage.tree_bytes(segments) > LOCAL_CHANGES_BYTES:
+    size = target.changes_bytes
+    if (storage.tree_bytes(segments) if size is None else size) > LOCAL_CHANGES_BYTES:
         return "spark"
     return "local"
 

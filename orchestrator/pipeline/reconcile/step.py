@@ -12,6 +12,7 @@ processes (`_in_workers`, `orchestrator.pipeline.workers`)."""
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -43,7 +44,7 @@ from orchestrator.pipeline.reconcile.rewrite import (
     reconcile_incremental,
     reconcile_snapshot,
 )
-from orchestrator.pipeline.segments import durable_segments, forget
+from orchestrator.pipeline.segments import durable, forget
 from orchestrator.services import faults, lean
 from orchestrator.state.many import RECORD_TABLES
 from orchestrator.state.store import RunTableRecord, StateStore
@@ -108,13 +109,15 @@ def _reconcile_one(
     catalog: Callable[[], Catalog],
     plans: KeptPlans | None = None,
     recorded: Mapping[str, Sequence[FileRange]] | None = None,
+    changes_bytes: int | None = None,
 ) -> tuple[int, SparkSession | None]:
     """Reconcile one captured table into ``reconciled``; returns its rows and the session
     (started if it needed one). ``guard``: the run's fence check; ``changes``: its durable
     segments; ``chunk_dirs``: its read chunks' directories (a snapshot); ``catalog``: the Iceberg
     catalog, opened once; ``plans``: the batch that takes a snapshot's plan when no file is
     written (``reconciled`` names it); ``recorded``: chunk directories whose files the read
-    recorded (`ChunkRecord.ranges`); ``spark`` False: no session may start here (a worker
+    recorded (`ChunkRecord.ranges`); ``changes_bytes``: the segments' bytes, from the run's
+    listing (None: asked of the store); ``spark`` False: no session may start here (a worker
     process: `_NeedsSpark` is raised instead)."""
     info = table_info(record)
     guard()  # a process that lost the pipeline lock writes nothing more
@@ -137,7 +140,14 @@ def _reconcile_one(
         return rows, spark or None
     key = key_names(info, record.chunk_key)
     cluster = config.spark.remote is None and not config.spark.master.startswith("local")
-    target = Target(info, key, _file_schema(config, info, catalog), reconciled, cluster=cluster)
+    target = Target(
+        info,
+        key,
+        _file_schema(config, info, catalog),
+        reconciled,
+        cluster=cluster,
+        changes_bytes=changes_bytes,
+    )
     if record.mode == "snapshot":
         rows = reconcile_snapshot(session, target, chunk_dirs, changes, plans, recorded=recorded)
     else:
@@ -151,6 +161,7 @@ def _reconcile_one(
             schema=target.schema_of,
             cluster=cluster,
             planned=record.info.get("base_version"),
+            changes_bytes=changes_bytes,
         )
     faults.point("reconcile.rewritten")
     return rows, spark or (started[0] if started else None)
@@ -195,106 +206,50 @@ def reconcile(
     The run's durable segments and chunks are listed once, and the reconciled tables are
     recorded `RECORD_TABLES` at a time in one transaction: a run of thousands of small tables
     pays no state round trip per table (one not recorded yet is reconciled again by the rerun).
+    Small tables with changes are reconciled first, in worker processes (`_in_workers`, before
+    any Spark session starts), then the others in this process (`_in_process`), a table a
+    worker handed back among them; both results are recorded the same way.
     """
     store = open_store(config)
     try:
         current_run(store, config, run_id)
         todo = [r for r in store.run_tables(run_id) if r.status == "captured"]
-        segments = durable_segments(store, config.staging_path, run_id) if todo else {}
-        chunk_dirs: dict[str, list[str]] = {}
-        recorded: dict[
-            str, list[FileRange]
-        ] = {}  # chunk dir -> its files, as the read recorded them
-        if any(r.mode == "snapshot" for r in todo):
-            for chunk in store.chunks(run_id):
-                if chunk.path:
-                    chunk_dirs.setdefault(chunk.table, []).append(chunk.path)
-                    if chunk.ranges is not None:
-                        recorded[chunk.path] = cast(list[FileRange], chunk.ranges)
-        if any(segments.get(r.table) for r in todo):
-            # A table with changes writes files: pyiceberg is imported meanwhile, by a thread
-            # of its own (the first file written waits for it), not by the first of the
-            # rewrite's threads while the others wait.
-            lean.preload("orchestrator.lake.iceberg")
-        catalog = functools.cache(lambda: open_catalog(config))  # when a file is written
+        inputs = _inputs(config, store, run_id, todo)
         out: dict[str, int] = {}
         done: list[tuple[str, int, dict[str, Any]]] = []
-        kept = KeptPlans(config, run_id)  # tables without a change: plans written a batch at a time
-        snapshots = KeptPlans(config, run_id, SNAPSHOTS)  # snapshots without a change: the same
-        unchanged = TableLines(log)  # their lines: one for all of them
-        handed: set[str] = set()  # tables the workers reconciled or failed
-        try:  # small tables with changes first, in worker processes (before any Spark session)
-            for result in _in_workers(config, run_id, todo, segments, store.check_fence):
-                if result.needs_spark:  # reconciled below, by this process
+        unchanged = TableLines(log)  # the lines of tables without a change: one for all of them
+        settled: set[str] = set()  # tables reconciled or failed, by a worker or by this process
+        results = itertools.chain(
+            _in_workers(config, run_id, todo, inputs, store.check_fence),
+            # read once the workers are done: the tables they did not settle
+            _in_process(
+                config,
+                run_id,
+                store.check_fence,
+                spark,
+                inputs,
+                lambda: [r for r in todo if r.table not in settled],
+            ),
+        )
+        batches = (inputs.kept, inputs.snapshots)
+        try:
+            for result in results:
+                if result.needs_spark:  # `_in_process` reconciles it
                     continue
-                handed.add(result.table)
+                settled.add(result.table)
                 if result.reason is not None:
                     fail_table(store, run_id, result.table, "reconcile", result.reason)
                     continue
                 done.append((result.table, result.rows, {"reconciled_dir": result.out_dir}))
                 out[result.table] = result.rows
-                log.info("table %s: reconciled, %d rows at H", result.table, result.rows)
+                _reconciled_line(unchanged, result)
                 if len(done) >= RECORD_TABLES:
-                    done = _record(store, run_id, done, kept, snapshots)
+                    done = _record(store, run_id, done, *batches)
         except Exception as exc:
             if not isinstance(exc, StateError):  # the tables reconciled so far are recorded
-                _record(store, run_id, done, kept, snapshots)
+                _record(store, run_id, done, *batches)
             raise
-        todo = [r for r in todo if r.table not in handed]
-        for record in todo:
-            # Unique to this attempt: another process's reconcile (one that lost the lock) never
-            # writes where publish reads, and publish reads what the state names.
-            out_dir = run_dir(
-                config, run_id, "reconciled", f"{record.table}-{storage.attempt_tag()}"
-            )
-            try:
-                plan = (
-                    unchanged_plan(config, record)
-                    if record.mode == "incremental" and not segments.get(record.table)
-                    else None
-                )
-                if plan is not None:
-                    out_dir, rows = kept.add(record.table, plan), plan.rows
-                else:
-                    batched = (
-                        snapshots
-                        if record.mode == "snapshot" and not segments.get(record.table)
-                        else None
-                    )
-                    if batched is not None:
-                        out_dir = batched.dir_of(record.table)
-                    rows, spark = _reconcile_one(
-                        config,
-                        store.check_fence,
-                        record,
-                        out_dir,
-                        spark,
-                        segments.get(record.table, []),
-                        chunk_dirs.get(record.table, []),
-                        catalog,
-                        batched,
-                        recorded,
-                    )
-            except Exception as exc:  # one table's own trouble fails that table alone
-                if (reason := table_failure(exc)) is None:
-                    if not isinstance(exc, StateError):  # the tables reconciled so far are recorded
-                        _record(store, run_id, done, kept, snapshots)
-                    raise
-                fail_table(store, run_id, record.table, "reconcile", reason)
-                continue
-            done.append((record.table, rows, {"reconciled_dir": out_dir}))
-            out[record.table] = rows
-            if plan is None:
-                log.info("table %s: reconciled, %d rows at H", record.table, rows)
-            else:
-                unchanged.add(
-                    record.table,
-                    f"reconciled, {rows} rows at H (no change: version {plan.base_version} kept)",
-                    "reconciled, no change (versions kept)",
-                )
-            if len(done) >= RECORD_TABLES:
-                done = _record(store, run_id, done, kept, snapshots)
-        _record(store, run_id, done, kept, snapshots)
+        _record(store, run_id, done, *batches)
         unchanged.flush()
         return ReconcileResult(out)
     finally:
@@ -302,10 +257,55 @@ def reconcile(
         store.close()
 
 
-class _Forked(NamedTuple):
-    """A table a reconcile worker was given (`_in_workers`), and what became of it: its rows at
-    ``H`` in ``out_dir``, its own failure (``reason``), what fails the run (``error``), or that it
-    needs the run's Spark session (``needs_spark``: the run reconciles it)."""
+class _Inputs(NamedTuple):
+    """What the run's reconcile reads, listed once (`_inputs`): the tables' durable segments, the
+    snapshots' chunk directories and the files their read recorded, the Iceberg catalog (opened
+    when a file is written), and the batches that take the plans of tables without a change."""
+
+    segments: Mapping[str, list[str]]
+    sizes: Mapping[str, int]  # the segments' bytes per table
+    chunk_dirs: Mapping[str, list[str]]
+    recorded: Mapping[str, Sequence[FileRange]]
+    catalog: Callable[[], Catalog]
+    kept: KeptPlans  # incremental tables without a change
+    snapshots: KeptPlans  # snapshots without a change
+
+
+def _inputs(
+    config: PipelineConfig, store: StateStore, run_id: str, todo: Sequence[RunTableRecord]
+) -> _Inputs:
+    """`_Inputs` of the run's tables ``todo``; starts pyiceberg's import when one has changes."""
+    found = durable(store, config.staging_path, run_id) if todo else None
+    segments = found.files if found else {}
+    chunk_dirs: dict[str, list[str]] = {}
+    recorded: dict[str, list[FileRange]] = {}  # chunk dir -> its files, as the read recorded them
+    if any(r.mode == "snapshot" for r in todo):
+        for chunk in store.chunks(run_id):
+            if chunk.path:
+                chunk_dirs.setdefault(chunk.table, []).append(chunk.path)
+                if chunk.ranges is not None:
+                    recorded[chunk.path] = cast(list[FileRange], chunk.ranges)
+    if any(segments.get(r.table) for r in todo):
+        # A table with changes writes files: pyiceberg is imported meanwhile, by a thread of its
+        # own (the first file written waits for it), not by the first of the rewrite's threads
+        # while the others wait.
+        lean.preload("orchestrator.lake.iceberg")
+    return _Inputs(
+        segments,
+        found.sizes if found else {},
+        chunk_dirs,
+        recorded,
+        functools.cache(lambda: open_catalog(config)),
+        KeptPlans(config, run_id),
+        KeptPlans(config, run_id, SNAPSHOTS),
+    )
+
+
+class _Reconciled(NamedTuple):
+    """A table's reconcile: its rows at ``H`` in ``out_dir`` (``kept``: without a change, the
+    published version it keeps), or its own failure (``reason``). From a worker (`_in_workers`)
+    also what fails the run (``error``), or that it needs the run's Spark session
+    (``needs_spark``: `_in_process` reconciles it)."""
 
     table: str
     out_dir: str
@@ -313,24 +313,88 @@ class _Forked(NamedTuple):
     reason: str | None = None
     error: Exception | None = None
     needs_spark: bool = False
+    kept: int | None = None
+
+
+def _reconciled_line(unchanged: TableLines, result: _Reconciled) -> None:
+    """A reconciled table's log line; those of tables without a change go to ``unchanged``."""
+    if result.kept is None:
+        log.info("table %s: reconciled, %d rows at H", result.table, result.rows)
+        return
+    unchanged.add(
+        result.table,
+        f"reconciled, {result.rows} rows at H (no change: version {result.kept} kept)",
+        "reconciled, no change (versions kept)",
+    )
+
+
+def _in_process(
+    config: PipelineConfig,
+    run_id: str,
+    guard: Callable[[], None],
+    spark: SparkSession | None,
+    inputs: _Inputs,
+    todo: Callable[[], Sequence[RunTableRecord]],
+) -> Iterator[_Reconciled]:
+    """Reconcile the tables ``todo()`` names in this process, one at a time (a Spark session
+    started for one serves the next): each one's `_Reconciled`. A table's own trouble fails that
+    table alone; an error that fails the run is raised."""
+    for record in todo():
+        segments = inputs.segments.get(record.table, [])
+        # Unique to this attempt: another process's reconcile (one that lost the lock) never
+        # writes where publish reads, and publish reads what the state names.
+        out_dir = run_dir(config, run_id, "reconciled", f"{record.table}-{storage.attempt_tag()}")
+        try:
+            plan = (
+                unchanged_plan(config, record)
+                if record.mode == "incremental" and not segments
+                else None
+            )
+            if plan is not None:
+                out_dir = inputs.kept.add(record.table, plan)
+                result = _Reconciled(record.table, out_dir, plan.rows, kept=plan.base_version)
+            else:
+                batched = inputs.snapshots if record.mode == "snapshot" and not segments else None
+                if batched is not None:
+                    out_dir = batched.dir_of(record.table)
+                rows, spark = _reconcile_one(
+                    config,
+                    guard,
+                    record,
+                    out_dir,
+                    spark,
+                    segments,
+                    inputs.chunk_dirs.get(record.table, []),
+                    inputs.catalog,
+                    batched,
+                    inputs.recorded,
+                    inputs.sizes.get(record.table),
+                )
+                result = _Reconciled(record.table, out_dir, rows)
+        except Exception as exc:  # one table's own trouble fails that table alone
+            if (reason := table_failure(exc)) is None:
+                raise
+            result = _Reconciled(record.table, out_dir, reason=reason)
+        yield result
 
 
 def _in_workers(
     config: PipelineConfig,
     run_id: str,
     todo: Sequence[RunTableRecord],
-    segments: Mapping[str, list[str]],
+    inputs: _Inputs,
     guard: Callable[[], None],
-) -> Iterator[_Forked]:
+) -> Iterator[_Reconciled]:
     """Reconcile the incremental tables of ``todo`` with small changes (at most
     `WORKER_CHANGES_BYTES`) in worker processes (`orchestrator.pipeline.workers`), when there are
-    at least `WORKERS_FROM` of them: each one's `_Forked` as its group ends. A table's own failure
-    comes back as its ``reason``; an error that fails the run is raised once the groups in hand
-    are handed over (`workers.each_group`)."""
+    at least `WORKERS_FROM` of them: each one's `_Reconciled` as its group ends. A table's own
+    failure comes back as its ``reason``; an error that fails the run is raised once the groups
+    in hand are handed over (`workers.each_group`)."""
+    segments, sizes = inputs.segments, inputs.sizes
     changed = [r for r in todo if r.mode == "incremental" and segments.get(r.table)]
     if len(changed) < WORKERS_FROM:
         return
-    small = [r for r in changed if storage.tree_bytes(segments[r.table]) <= WORKER_CHANGES_BYTES]
+    small = [r for r in changed if sizes[r.table] <= WORKER_CHANGES_BYTES]
     count = workers.worker_count(len(small), per_core=1) if len(small) >= WORKERS_FROM else 1
     if count == 1 or not workers.may_fork_workers():
         return
@@ -341,6 +405,7 @@ def _in_workers(
             # unique to this attempt, as the run's own (`reconcile`)
             run_dir(config, run_id, "reconciled", f"{record.table}-{storage.attempt_tag()}"),
             segments[record.table],
+            sizes[record.table],
         )
         for record in small
     ]
@@ -356,26 +421,34 @@ def _in_workers(
     )
 
 
-def _in_worker(group: Sequence[tuple[RunTableRecord, str, list[str]]]) -> list[_Forked]:
+def _in_worker(group: Sequence[tuple[RunTableRecord, str, list[str], int]]) -> list[_Reconciled]:
     """A group's tables reconciled in a worker (`_in_workers`); an error that fails the run ends
     the group there (its tables not reached stay captured: a rerun reconciles them)."""
     config = workers.run_config()
     out = []
-    for record, out_dir, changes in group:
+    for record, out_dir, changes, size in group:
         try:
             rows, _ = _reconcile_one(
-                config, workers.fence, record, out_dir, False, changes, [], workers.lake_catalog
+                config,
+                workers.fence,
+                record,
+                out_dir,
+                False,
+                changes,
+                [],
+                workers.lake_catalog,
+                changes_bytes=size,
             )
         except _NeedsSpark:
-            out.append(_Forked(record.table, out_dir, needs_spark=True))
+            out.append(_Reconciled(record.table, out_dir, needs_spark=True))
             continue
         except Exception as exc:
             if (reason := table_failure(exc)) is None:
-                out.append(_Forked(record.table, out_dir, error=workers.portable(exc)))
+                out.append(_Reconciled(record.table, out_dir, error=workers.portable(exc)))
                 break
-            out.append(_Forked(record.table, out_dir, reason=reason))
+            out.append(_Reconciled(record.table, out_dir, reason=reason))
             continue
-        out.append(_Forked(record.table, out_dir, rows))
+        out.append(_Reconciled(record.table, out_dir, rows))
     return out
 
 
