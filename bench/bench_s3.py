@@ -35,7 +35,9 @@ from bench.shop_lake import load_sample_shop, scratch_server, write_pipeline  # 
 from tests.services import S3_ACCESS_KEY, S3_SECRET_KEY, MotoS3  # noqa: E402
 
 KEY_ENV, SECRET_ENV = "BENCH_S3_KEY", "BENCH_S3_SECRET"
-_REQUEST = re.compile(r'"(GET|PUT|POST|HEAD|DELETE) ')
+#: A request's line in the server's log; werkzeug colours some by status (a 206 partial GET,
+#: a 404), with ANSI codes between the quote and the method.
+_REQUEST = re.compile(r'"(?:\x1b\[[0-9;]*m)*(GET|PUT|POST|HEAD|DELETE) ')
 
 
 def requests(log: Path, since: int) -> tuple[collections.Counter[str], int]:

@@ -21,8 +21,9 @@ Storage functions take only a URI: a loaded config names its buckets (`register`
 loaded configs name takes the last one's).
 
 >>> s3 = S3Config(endpoint="http://127.0.0.1:9000", region="us-east-1", path_style=True)
->>> pyarrow_options(s3, None)
-{'region': 'us-east-1', 'endpoint_override': '127.0.0.1:9000', 'scheme': 'http'}
+>>> sorted(pyarrow_options(s3, None).items())  # doctest: +NORMALIZE_WHITESPACE
+[('allow_delayed_open', True), ('endpoint_override', '127.0.0.1:9000'), ('region', 'us-east-1'),
+ ('scheme', 'http')]
 >>> iceberg_properties(s3, None)["s3.force-virtual-addressing"]
 'false'
 >>> spark_conf(s3, None)["spark.hadoop.fs.s3a.path.style.access"]
@@ -222,8 +223,11 @@ def _endpoint_parts(endpoint: str) -> tuple[str, str]:
 
 def pyarrow_options(s3: S3Config, creds: Credentials | None) -> dict[str, Any]:
     """Keyword arguments of ``pyarrow.fs.S3FileSystem`` (the region always given: pyarrow would
-    otherwise look it up at AWS)."""
-    options: dict[str, Any] = {"region": region(s3)}
+    otherwise look it up at AWS). ``allow_delayed_open``: a file is sent when it is closed, in
+    one PUT when it fits in one part, instead of a multipart upload opened first (three requests
+    for each of the many small files a run writes: plans, manifests, segments); an error such as
+    a missing bucket is then raised when the file is written or closed, not opened."""
+    options: dict[str, Any] = {"region": region(s3), "allow_delayed_open": True}
     url = endpoint(s3)
     if url:
         scheme, host = _endpoint_parts(url)

@@ -76,11 +76,12 @@ def catalog_properties(config: PipelineConfig) -> dict[str, str]:
     is left for pyiceberg to infer (``http(s)://``: a REST catalog). A SQLite database waits for
     another writer as long as the state store does (`SQLITE_BUSY_TIMEOUT_MS`; pyiceberg's engine
     gave up after sqlite3's 5 s, while a run's publish workers, its heartbeat and its
-    checkpoints all write there). A local lake's Iceberg files are written by
-    `iceberg_io.DurableFileIO` (on disk before a commit names them) unless the properties name
-    a ``py-io-impl`` or the catalog is REST (its server writes the metadata files, and may name
-    the FileIO the client uses). A lake on an object store gets ``output.s3``'s endpoint, region,
-    addressing and credentials as FileIO properties (`objectstore.iceberg_properties`).
+    checkpoints all write there). A local or S3 lake's Iceberg files are written by
+    `iceberg_io.DurableFileIO` (on disk before a commit names them; on S3 one request a file)
+    unless the properties name a ``py-io-impl`` or the catalog is REST (its server writes the
+    metadata files, and may name the FileIO the client uses). A lake on an object store gets
+    ``output.s3``'s endpoint, region, addressing and credentials as FileIO properties
+    (`objectstore.iceberg_properties`).
 
     >>> from types import SimpleNamespace as NS
     >>> def cfg(path="hdfs://nn/lake", **props):
@@ -100,12 +101,14 @@ def catalog_properties(config: PipelineConfig) -> dict[str, str]:
     >>> props = catalog_properties(s3cfg(endpoint="http://127.0.0.1:9000", path_style=True))
     >>> props["s3.endpoint"], props["s3.region"], props["s3.force-virtual-addressing"]
     ('http://127.0.0.1:9000', 'us-east-1', 'false')
+    >>> props["py-io-impl"]
+    'orchestrator.lake.iceberg_io.DurableFileIO'
     """
     properties = dict(config.output.catalog.properties)
     rest = properties.get("type") == "rest" or str(properties.get("uri", "")).startswith(
         ("http:", "https:")
     )
-    if storage.is_local(config.output.path) and not rest:
+    if (storage.is_local(config.output.path) or objectstore.is_s3(config.output.path)) and not rest:
         properties.setdefault(PY_IO_IMPL, DURABLE_FILE_IO)
     if objectstore.is_s3(config.output.path):
         s3 = config.output.s3

@@ -1,5 +1,6 @@
 """The FileIO Tidemark's catalog writes Iceberg files with: pyiceberg's `PyArrowFileIO`, whose
-local files are on disk before a catalog commit can name them.
+local files are on disk before a catalog commit can name them, and whose files on S3 are each
+one request.
 
 A catalog commit makes a metadata file current, and that file names the manifest list and the
 manifests written just before it. On a local or NFS lake those were only in the kernel's page
@@ -8,10 +9,13 @@ snapshot naming an empty file. Each local file this FileIO writes is fsynced whe
 directories that got new files are synced when a metadata file closes, the last file written
 before a commit (one directory sync a commit, not one a file; the files of a commit may come
 through several FileIO instances and pyiceberg's writer threads, so the directories are kept
-per process). Other schemes are written as `PyArrowFileIO` writes them (an object store's PUT
-is durable when acknowledged). `iceberg.catalog_properties` names this class as ``py-io-impl``
-for a local lake whose catalog writes its metadata files in the client (not REST), unless the
-catalog's properties name a FileIO of their own. The publish step makes the data files durable
+per process). A file on S3 is written through `storage.filesystem`'s store for its bucket
+(``output.s3``'s settings): sent in one PUT when it is closed, where pyiceberg's own store
+opens a multipart upload first (three requests for each small manifest and metadata file; an
+object store's PUT is durable when acknowledged). Other schemes are written as `PyArrowFileIO`
+writes them. `iceberg.catalog_properties` names this class as ``py-io-impl`` for a local or S3
+lake whose catalog writes its metadata files in the client (not REST), unless the catalog's
+properties name a FileIO of their own. The publish step makes the data files durable
 (`VersionWriter.sync`) before it commits them.
 """
 
@@ -48,13 +52,17 @@ class DurableFileIO(PyArrowFileIO):
 
     def new_output(self, location: str) -> PyArrowFile:
         scheme, netloc, path = self.parse_location(location, self.properties)
+        buffer_size = int(self.properties.get(BUFFER_SIZE, ONE_MEGABYTE))
+        if scheme in ("s3", "s3a"):
+            fs, key = storage.filesystem(location)
+            return PyArrowFile(location=location, path=key, fs=fs, buffer_size=buffer_size)
         if scheme != "file":
             return super().new_output(location)
         return _DurableFile(
             location=location,
             path=path,
             fs=self.fs_by_scheme(scheme, netloc),
-            buffer_size=int(self.properties.get(BUFFER_SIZE, ONE_MEGABYTE)),
+            buffer_size=buffer_size,
         )
 
 

@@ -294,6 +294,15 @@ def makedirs(uri: str) -> None:
     fs.create_dir(path, recursive=True)
 
 
+def parent_made(fs: pafs.FileSystem, path: str) -> None:
+    """``path``'s parent directory made on ``fs`` before a file is written there, where
+    directories exist apart from their files. An object store's are only its keys' prefixes:
+    pyarrow would write an empty marker object for each level (a request each, and one more for
+    the bucket), for every file."""
+    if not isinstance(fs, pafs.S3FileSystem):
+        fs.create_dir(parent(path), recursive=True)
+
+
 def delete_tree(uri: str) -> None:
     """Remove a directory and everything under it; nothing happens when it is absent."""
     fs, path = filesystem(uri)
@@ -315,7 +324,7 @@ def move(source: str, target: str) -> None:
     """Rename a file or directory (a copy on object stores); the target's parent is created."""
     fs, src = filesystem(source)
     _, dst = filesystem(target)
-    fs.create_dir(parent(dst), recursive=True)
+    parent_made(fs, dst)
     fs.move(src, dst)
 
 
@@ -327,7 +336,7 @@ def adopt(source: str, target: str) -> None:
     if type(fs) is type(target_fs) and _authority(source) == _authority(target):
         move(source, target)
         return
-    target_fs.create_dir(parent(dst), recursive=True)
+    parent_made(target_fs, dst)
     pafs.copy_files(src, dst, source_filesystem=fs, destination_filesystem=target_fs)
     fs.delete_file(src)
 

@@ -202,7 +202,7 @@ def write_table(uri: str, table: pa.Table) -> int:
     """``table`` as one Parquet data file at ``uri`` (its schema, field IDs included); returns its
     size."""
     fs, path = storage.filesystem(uri)
-    fs.create_dir(storage.parent(path), recursive=True)
+    storage.parent_made(fs, path)
     with fs.open_output_stream(path) as out:
         pq.write_table(table, out, **PARQUET_OPTIONS)
     return storage.size(uri)
@@ -252,7 +252,7 @@ class _OpenFile:
     def __init__(self, uri: str, relative: str, schema: pa.Schema, key: Sequence[str]) -> None:
         self.relative, self.uri, self.key = relative, uri, key
         fs, path = storage.filesystem(self.uri)
-        fs.create_dir(storage.parent(path), recursive=True)
+        storage.parent_made(fs, path)
         self._stream = fs.open_output_stream(path)
         self._writer = pq.ParquetWriter(self._stream, schema, **PARQUET_OPTIONS)
         self.rows = 0

@@ -5,16 +5,20 @@ and removes a probe object and names the endpoint and region it used."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from orchestrator.app.demo.localdb import LocalMariaDB
 from orchestrator.app.preflight import writable
 from orchestrator.config import load_config
 from orchestrator.lake import storage
+from orchestrator.lake.writer import write_table
+from orchestrator.pipeline.segments import write_segment
 from tests.conftest import pipeline_config, s3_output, write_config
 from tests.services import MotoS3
 
@@ -46,6 +50,40 @@ def test_storage_goes_to_the_configured_endpoint(
     assert storage.list_files(storage.join(root, "t"), recursive=True) == []  # _ names hidden
     storage.delete_tree(storage.join(root, "t"))
     assert [k for k in s3_server.keys(s3_bucket) if not k.endswith("/")] == []  # dir markers
+
+
+def test_each_small_file_is_one_put_and_no_directory_is_an_object(
+    mariadb: LocalMariaDB, s3_server: MotoS3, s3_bucket: str, tmp_path: Path
+) -> None:
+    """A data file, a segment and a manifest: one PUT each (no multipart upload for a file of
+    one part), and no empty marker object for any of their directories."""
+    load_config(
+        write_config(
+            tmp_path / "p.yaml",
+            pipeline_config(
+                tmp_path, mariadb, [{"name": "a.b"}], output=s3_output(s3_server, s3_bucket)
+            ),
+        )
+    )
+    log = s3_server.root / "moto.log"
+    mark = log.stat().st_size
+    rows = pa.table({"id": pa.array([1, 2, 3], pa.int64())})
+    write_table(f"s3://{s3_bucket}/lake/a/b/data/v000001-c0000.parquet", rows)
+    fs, path = storage.filesystem(f"s3a://{s3_bucket}/staging/r1/changes/a.b/seg-000001.parquet")
+    write_segment(fs, path, rows)
+    storage.write_atomic(f"s3://{s3_bucket}/lake/a/b/_tidemark/current.json", b"{}\n")
+    lines = log.read_bytes()[mark:].decode(errors="replace")
+    sent = re.findall(r'"(?:\x1b\[[0-9;]*m)*(PUT|POST) (\S+) ', lines)  # ANSI: by status
+    assert sent == [
+        ("PUT", f"/{s3_bucket}/lake/a/b/data/v000001-c0000.parquet"),
+        ("PUT", f"/{s3_bucket}/staging/r1/changes/a.b/seg-000001.parquet"),  # no rename
+        ("PUT", f"/{s3_bucket}/lake/a/b/_tidemark/current.json"),
+    ]
+    assert sorted(s3_server.keys(s3_bucket)) == [
+        "lake/a/b/_tidemark/current.json",
+        "lake/a/b/data/v000001-c0000.parquet",
+        "staging/r1/changes/a.b/seg-000001.parquet",
+    ]
 
 
 def test_doctor_writes_and_removes_a_probe_object_naming_endpoint_and_region(

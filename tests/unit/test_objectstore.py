@@ -116,6 +116,7 @@ def test_one_set_of_settings_reaches_every_client(tmp_path: Path) -> None:
         "scheme": "http",
         "access_key": "AKIAEXAMPLE",
         "secret_key": SECRET,
+        "allow_delayed_open": True,  # a small file is one PUT, not a multipart upload
     }
     iceberg = catalog_properties(config)
     assert {k: v for k, v in iceberg.items() if k.startswith("s3.")} == {
@@ -143,6 +144,7 @@ def test_without_named_variables_every_client_uses_the_aws_chain(tmp_path: Path)
     assert credentials(config.output.s3) is None
     assert pyarrow_options(config.output.s3, None) == {
         "region": "us-west-2",
+        "allow_delayed_open": True,
     }
     assert "s3.access-key-id" not in iceberg_properties(config.output.s3, None)
     conf = spark_conf(config.output.s3, None)
@@ -180,6 +182,7 @@ def test_an_endpoint_and_region_left_out_come_from_the_aws_variables(
     config = load_config(write_config(tmp_path / "p.yaml", data))
     assert pyarrow_options(config.output.s3, None) == {
         "region": "ap-south-1",
+        "allow_delayed_open": True,
         "endpoint_override": "127.0.0.1:9000",
         "scheme": "http",
     }
