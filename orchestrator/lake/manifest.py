@@ -311,6 +311,7 @@ def apply_retention(
     keep_hours: float = 0.0,
     now: dt.datetime | None = None,
     guard: Callable[[], None] = lambda: None,
+    current: Manifest | None = None,
 ) -> list[int]:
     """Keep the newest ``keep`` versions (the current one always) and every version published
     less than ``keep_hours`` before ``now``; returns the dropped versions.
@@ -318,9 +319,15 @@ def apply_retention(
     ``guard`` (the fence check) runs before anything is expired or deleted. ``expire`` is
     then called, when there is anything to delete, with the versions about to be dropped (maybe
     none) and returns files still needed elsewhere (those the kept Iceberg snapshots list):
-    never deleted."""
-    current = find_manifest(tdir)
-    manifests = {v: load_manifest(version_uri(tdir, v)) for v in version_numbers(tdir)}
+    never deleted. ``current``: the current manifest, as its writer just switched to it (None:
+    read here); neither it nor its version's file is read again."""
+    if current is None:
+        current = find_manifest(tdir)
+    manifests = {
+        v: load_manifest(version_uri(tdir, v))
+        for v in version_numbers(tdir)
+        if current is None or v != current["version"]
+    }
     if current is not None:
         manifests[current["version"]] = current
         manifests = {v: m for v, m in manifests.items() if v <= current["version"]}

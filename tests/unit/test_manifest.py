@@ -15,7 +15,7 @@ import pytest
 
 from orchestrator.config import parse_config
 from orchestrator.errors import ConfigError, RunFailed
-from orchestrator.lake import layout
+from orchestrator.lake import layout, storage
 from orchestrator.lake.manifest import (
     Manifest,
     apply_retention,
@@ -142,9 +142,13 @@ def test_publish_streams_batches_and_keeps_versions(
         check_env=False,
     )
     tdir = tmp_path / "lake" / "db" / "t"
+    read: list[str] = []
+    real = storage.read_bytes
+    monkeypatch.setattr(storage, "read_bytes", lambda uri: read.append(uri) or real(uri))
     for n in range(1, 5):
         times = [i * n for i in range(5 * n)]
         rows = [{"id": i, "d": None, "t": t, "big": f"{i}.{n:02d}"} for i, t in enumerate(times)]
+        read.clear()
         result = publish_table(
             config,
             TABLE,
@@ -154,6 +158,9 @@ def test_publish_streams_batches_and_keeps_versions(
             f"run-{n}",
         )
         assert result["version"] == n and result["rows"] == len(rows)
+        # current.json read twice: what the publish starts from, and just before the switch (a
+        # newer version there would be another writer's); retention is handed the new manifest
+        assert [Path(uri).name for uri in read].count("current.json") == 2
         table = ds.dataset([str(tdir / f) for f in result["files"]], format="parquet").to_table()
         assert table.column("t").to_pylist() == times
         assert result["file_ranges"] == [
@@ -200,6 +207,30 @@ def test_retention_never_drops_files_a_kept_version_shares(tmp_path: Path) -> No
     ]
     assert [p.name for p in (tdir / "_tidemark" / "versions").iterdir()] == ["000003.json"]
     assert apply_retention(str(tdir), 1) == []
+
+
+def test_retention_takes_the_current_manifest_its_writer_gives_and_reads_it_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Publish hands over the manifest it just switched to: neither ``current.json`` nor that
+    version's file is read again (two requests each on an object store)."""
+    tdir = tmp_path / "t"
+    (tdir / "_tidemark" / "versions").mkdir(parents=True)
+    (tdir / "data").mkdir()
+    files = {v: [f"data/v{v:06d}-c0000.parquet"] for v in (1, 2, 3)}
+    for version, names in files.items():
+        (tdir / names[0]).write_bytes(b"x")
+        body = manifest_json(manifest(version, names))
+        (tdir / "_tidemark" / "versions" / f"{version:06d}.json").write_bytes(body)
+    (tdir / "_tidemark" / "current.json").write_bytes(manifest_json(manifest(3, files[3])))
+    read: list[str] = []
+    real = storage.read_bytes
+    monkeypatch.setattr(storage, "read_bytes", lambda uri: read.append(uri) or real(uri))
+
+    assert apply_retention(str(tdir), 1, current=manifest(3, files[3])) == [1, 2]
+    assert sorted(Path(uri).name for uri in read) == ["000001.json", "000002.json"]
+    assert sorted(p.name for p in (tdir / "data").iterdir()) == ["v000003-c0000.parquet"]
+    assert [p.name for p in (tdir / "_tidemark" / "versions").iterdir()] == ["000003.json"]
 
 
 def test_retention_keeps_every_version_younger_than_keep_hours(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.config import PipelineConfig
@@ -27,7 +27,7 @@ from orchestrator.pipeline.failed import TablesFailed, fail_table, failures
 from orchestrator.pipeline.lines import TableLines
 from orchestrator.pipeline.publish import workers as publish_workers
 from orchestrator.pipeline.publish.switch import published_at
-from orchestrator.pipeline.publish.unchanged import Publishing, kept_version
+from orchestrator.pipeline.publish.unchanged import Publishing, kept_version, seen
 from orchestrator.pipeline.publish.workers import Switched
 from orchestrator.pipeline.reconcile.kept import is_kept
 from orchestrator.positions import BinlogPosition
@@ -161,6 +161,7 @@ def _publish_group(
             table = Publishing(
                 table_info(record), tuple(record.chunk_key), reconciled_dir(config, record), high
             )
+            table = replace(table, seen=seen(config, table))  # read once: versions reuses it
             kept = kept_version(config, table, run_id)
         except Exception as exc:
             out[i] = exc

@@ -65,8 +65,8 @@ def retain(
     manifest: Manifest,
     guard: Callable[[], None],
 ) -> None:
-    """Retention; expiring snapshots writes new Iceberg metadata, which ``current.json`` then
-    names."""
+    """Retention, ``manifest`` being current; expiring snapshots writes new Iceberg metadata, which
+    ``current.json`` then names."""
 
     def expire(dropped: list[int]) -> set[str]:
         from orchestrator.lake import iceberg  # a run that commits has imported it
@@ -80,7 +80,12 @@ def retain(
         return needed
 
     apply_retention(
-        tdir, config.output.keep_versions, expire, keep_hours=config.output.keep_hours, guard=guard
+        tdir,
+        config.output.keep_versions,
+        expire,
+        keep_hours=config.output.keep_hours,
+        guard=guard,
+        current=manifest,
     )
 
 

@@ -26,13 +26,36 @@ log = logging.getLogger("orchestrator.pipeline.publish.versions")  # its lines k
 
 
 @dataclass(frozen=True, slots=True)
+class Seen:
+    """What a table's publish reads first (`seen`): its current manifest (None: no version yet)
+    and the plan its reconcile wrote (None: staging files that make the whole table)."""
+
+    current: Manifest | None
+    plan: layout.VersionPlan | None
+
+
+@dataclass(frozen=True, slots=True)
 class Publishing:
-    """A reconciled table to publish (`versions.publish_table`'s arguments of one table)."""
+    """A reconciled table to publish (`versions.publish_table`'s arguments of one table), with what
+    was read of it already (``seen``; None: nothing yet)."""
 
     table_info: TableInfo
     key: tuple[str, ...]
     reconciled_dir: str
     position: BinlogPosition
+    seen: Seen | None = None
+
+
+def seen(config: PipelineConfig, table: Publishing) -> Seen:
+    """``table``'s current manifest and plan: as read before (``table.seen``), or read now. The
+    publish step reads them once a table (`kept_version` first, then `versions.publish_tables`):
+    on an object store each read is two requests."""
+    if table.seen is not None:
+        return table.seen
+    return Seen(
+        find_manifest(table_dir(config, table.table_info.name)),
+        layout.read_plan(table.reconciled_dir, shared_only=is_kept(table.reconciled_dir)),
+    )
 
 
 def kept_version(config: PipelineConfig, table: Publishing, run_id: str) -> Manifest | None:
@@ -41,15 +64,15 @@ def kept_version(config: PipelineConfig, table: Publishing, run_id: str) -> Mani
 
     Args:
         config: the pipeline.
-        table: the reconciled table.
+        table: the reconciled table (what `seen` gives of it).
         run_id: the run publishing it.
 
     Raises:
         RunFailed: the rewrite applies to another version than the current one, or the current
             version predates Iceberg (both name the fix).
     """
-    current = find_manifest(table_dir(config, table.table_info.name))
-    plan = layout.read_plan(table.reconciled_dir, shared_only=is_kept(table.reconciled_dir))
+    found = seen(config, table)
+    current, plan = found.current, found.plan
     if (
         plan is None
         or plan.base_version is None

@@ -51,7 +51,7 @@ import datetime as dt
 import functools
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pyiceberg.catalog import Catalog
 
@@ -64,7 +64,6 @@ from orchestrator.lake.manifest import (
     Manifest,
     PositionEntry,
     column_entries,
-    find_manifest,
     load_manifest,
     load_pending,
     pending_uri,
@@ -85,6 +84,7 @@ from orchestrator.pipeline.publish.unchanged import (
     Publishing,
     check_base,
     kept_version,
+    seen,
 )
 from orchestrator.positions import BinlogPosition
 from orchestrator.schema.tables import TableInfo
@@ -296,12 +296,13 @@ def _stage(
         table.position,
     )
     # No slot rewritten: nothing of this run was committed, and the catalog need not be opened.
+    table = replace(table, seen=seen(config, table))  # current.json and the plan: read once
     kept = kept_version(config, table, run_id)
     if kept is not None:
         return kept
     tdir = table_dir(config, table_info.name)
-    current = find_manifest(tdir)
-    plan = layout.read_plan(reconciled_dir)
+    assert table.seen is not None
+    current, plan = table.seen.current, table.seen.plan
     catalog = catalog_()
     if current is not None and current["run_id"] == run_id:
         log.info(
