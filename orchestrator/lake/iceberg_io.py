@@ -30,6 +30,7 @@ from typing import Any
 from pyiceberg.io import OutputStream
 from pyiceberg.io.pyarrow import BUFFER_SIZE, ONE_MEGABYTE, PyArrowFile, PyArrowFileIO
 
+from orchestrator.config import objectstore
 from orchestrator.lake import storage
 
 #: The ``py-io-impl`` naming this module's FileIO.
@@ -53,7 +54,7 @@ class DurableFileIO(PyArrowFileIO):
     def new_output(self, location: str) -> PyArrowFile:
         scheme, netloc, path = self.parse_location(location, self.properties)
         buffer_size = int(self.properties.get(BUFFER_SIZE, ONE_MEGABYTE))
-        if scheme in ("s3", "s3a"):
+        if objectstore.is_s3(location):
             fs, key = storage.filesystem(location)
             return PyArrowFile(location=location, path=key, fs=fs, buffer_size=buffer_size)
         if scheme != "file":

@@ -188,19 +188,19 @@ def write_segment(fs: pafs.FileSystem, path: str, table: pa.Table) -> None:
     straight to its name: an object is seen whole or not at all, and a rename there is a copy, a
     delete and a marker object for the emptied directory); the table is kept in memory for this
     process's reconcile (`keep`)."""
-    directory, _, name = path.rpartition("/")
     storage.parent_made(fs, path)
-    temp = f"{directory}/.{name}.tmp"
     if isinstance(fs, pafs.S3FileSystem):
         pq.write_table(table, path, filesystem=fs, **SEGMENT_OPTIONS)
-    elif isinstance(fs, pafs.LocalFileSystem):
-        with open(temp, "wb") as out:
-            pq.write_table(table, out, **SEGMENT_OPTIONS)
-            out.flush()
-            os.fsync(out.fileno())
-        fs.move(temp, path)
     else:
-        pq.write_table(table, temp, filesystem=fs, **SEGMENT_OPTIONS)
+        directory, _, name = path.rpartition("/")
+        temp = f"{directory}/.{name}.tmp"
+        if isinstance(fs, pafs.LocalFileSystem):
+            with open(temp, "wb") as out:
+                pq.write_table(table, out, **SEGMENT_OPTIONS)
+                out.flush()
+                os.fsync(out.fileno())
+        else:
+            pq.write_table(table, temp, filesystem=fs, **SEGMENT_OPTIONS)
         fs.move(temp, path)
     keep(path, table)
 

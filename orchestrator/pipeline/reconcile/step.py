@@ -44,7 +44,7 @@ from orchestrator.pipeline.reconcile.rewrite import (
     reconcile_incremental,
     reconcile_snapshot,
 )
-from orchestrator.pipeline.segments import durable, forget
+from orchestrator.pipeline.segments import Durable, durable, forget
 from orchestrator.services import faults, lean
 from orchestrator.state.many import RECORD_TABLES
 from orchestrator.state.store import RunTableRecord, StateStore
@@ -275,8 +275,8 @@ def _inputs(
     config: PipelineConfig, store: StateStore, run_id: str, todo: Sequence[RunTableRecord]
 ) -> _Inputs:
     """`_Inputs` of the run's tables ``todo``; starts pyiceberg's import when one has changes."""
-    found = durable(store, config.staging_path, run_id) if todo else None
-    segments = found.files if found else {}
+    found = durable(store, config.staging_path, run_id) if todo else Durable({}, {})
+    segments = found.files
     chunk_dirs: dict[str, list[str]] = {}
     recorded: dict[str, list[FileRange]] = {}  # chunk dir -> its files, as the read recorded them
     if any(r.mode == "snapshot" for r in todo):
@@ -292,7 +292,7 @@ def _inputs(
         lean.preload("orchestrator.lake.iceberg")
     return _Inputs(
         segments,
-        found.sizes if found else {},
+        found.sizes,
         chunk_dirs,
         recorded,
         functools.cache(lambda: open_catalog(config)),
@@ -328,6 +328,13 @@ def _reconciled_line(unchanged: TableLines, result: _Reconciled) -> None:
     )
 
 
+def _out_dir(config: PipelineConfig, run_id: str, table: str) -> str:
+    """A new directory for ``table``'s reconcile, unique to this attempt: another process's
+    reconcile (one that lost the lock) never writes where publish reads, and publish reads what
+    the state names."""
+    return run_dir(config, run_id, "reconciled", f"{table}-{storage.attempt_tag()}")
+
+
 def _in_process(
     config: PipelineConfig,
     run_id: str,
@@ -341,9 +348,7 @@ def _in_process(
     table alone; an error that fails the run is raised."""
     for record in todo():
         segments = inputs.segments.get(record.table, [])
-        # Unique to this attempt: another process's reconcile (one that lost the lock) never
-        # writes where publish reads, and publish reads what the state names.
-        out_dir = run_dir(config, run_id, "reconciled", f"{record.table}-{storage.attempt_tag()}")
+        out_dir = _out_dir(config, run_id, record.table)
         try:
             plan = (
                 unchanged_plan(config, record)
@@ -402,8 +407,7 @@ def _in_workers(
     given = [
         (
             record,
-            # unique to this attempt, as the run's own (`reconcile`)
-            run_dir(config, run_id, "reconciled", f"{record.table}-{storage.attempt_tag()}"),
+            _out_dir(config, run_id, record.table),
             segments[record.table],
             sizes[record.table],
         )
