@@ -333,6 +333,7 @@ def data_file(io: FileIO, metadata: TableMetadata, path: str) -> DataFile:
     input_file = io.new_input(path)
     with input_file.open() as stream:
         footer = pq.read_metadata(stream)
+        nbytes = stream.seek(0, os.SEEK_END)  # its size, known from the open: no request
     schema = metadata.schema()
     ids = {
         f.name: int((f.metadata or {}).get(FIELD_ID, b"-1"))
@@ -354,7 +355,7 @@ def data_file(io: FileIO, metadata: TableMetadata, path: str) -> DataFile:
         file_path=path,
         file_format=FileFormat.PARQUET,
         partition=statistics.partition(metadata.spec(), schema),
-        file_size_in_bytes=len(input_file),
+        file_size_in_bytes=nbytes,
         sort_order_id=None,
         spec_id=metadata.default_spec_id,
         equality_ids=None,

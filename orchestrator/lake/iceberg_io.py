@@ -17,17 +17,26 @@ writes them. `iceberg.catalog_properties` names this class as ``py-io-impl`` for
 lake whose catalog writes its metadata files in the client (not REST), unless the catalog's
 properties name a FileIO of their own. The publish step makes the data files durable
 (`VersionWriter.sync`) before it commits them.
+
+Iceberg's metadata files (metadata JSON, manifest lists, manifests) are never changed once
+written, and each name is new (a UUID in it): this FileIO reads each one once per process and
+keeps its bytes (`_Kept`, at most `KEPT_BYTES`). pyiceberg's commit of a version reads the parent
+snapshot's manifest list and manifests three times each, two requests a read on S3. On S3 a file
+it writes knows its length (no request for it), and one that must not replace another is looked
+for with one request, not pyarrow's two.
 """
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import threading
+from collections import OrderedDict
 from types import TracebackType
 from typing import Any
 
-from pyiceberg.io import OutputStream
+from pyiceberg.io import InputStream, OutputStream
 from pyiceberg.io.pyarrow import BUFFER_SIZE, ONE_MEGABYTE, PyArrowFile, PyArrowFileIO
 
 from orchestrator.config import objectstore
@@ -48,15 +57,31 @@ _dirty: set[str] = set()  # directories with a file closed since they were last 
 _dirty_lock = threading.Lock()
 
 
+#: Bytes of Iceberg metadata files a process keeps (`_Kept`): the oldest read go first.
+KEPT_BYTES = 64 * 1024 * 1024
+
+
 class DurableFileIO(PyArrowFileIO):
-    """`PyArrowFileIO` whose local output files are on disk (with their names) before a commit."""
+    """`PyArrowFileIO` whose local output files are on disk (with their names) before a commit,
+    and which reads each Iceberg metadata file once per process."""
+
+    def new_input(self, location: str) -> PyArrowFile:
+        found = super().new_input(location)
+        if not _never_changes(location):
+            return found
+        return _KeptFile(
+            location=location,
+            path=found._path,
+            fs=found._filesystem,
+            buffer_size=found._buffer_size,
+        )
 
     def new_output(self, location: str) -> PyArrowFile:
         scheme, netloc, path = self.parse_location(location, self.properties)
         buffer_size = int(self.properties.get(BUFFER_SIZE, ONE_MEGABYTE))
         if objectstore.is_s3(location):
             fs, key = storage.filesystem(location)
-            return PyArrowFile(location=location, path=key, fs=fs, buffer_size=buffer_size)
+            return _S3File(location=location, path=key, fs=fs, buffer_size=buffer_size)
         if scheme != "file":
             return super().new_output(location)
         return _DurableFile(
@@ -65,6 +90,121 @@ class DurableFileIO(PyArrowFileIO):
             fs=self.fs_by_scheme(scheme, netloc),
             buffer_size=buffer_size,
         )
+
+
+def _never_changes(location: str) -> bool:
+    """Whether ``location`` names an Iceberg metadata file: a metadata JSON, a manifest list or a
+    manifest, written once under a new name (``version-hint.text`` of a Hadoop table is
+    replaced in place: not one of them).
+
+    >>> _never_changes("s3://b/t/metadata/00002-1f0e.metadata.json"), _never_changes(
+    ...     "/l/t/metadata/snap-1-0-9a.avro"), _never_changes("/l/t/metadata/version-hint.text")
+    (True, True, False)
+    """
+    return location.endswith((".avro", METADATA_SUFFIX))
+
+
+class _Kept:
+    """The bytes of the Iceberg metadata files this process read, by location, the most recently
+    used last; at most `KEPT_BYTES` in all (a larger file is read each time)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._files: OrderedDict[str, bytes] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, location: str) -> bytes | None:
+        with self._lock:
+            data = self._files.get(location)
+            if data is not None:
+                self._files.move_to_end(location)
+            return data
+
+    def put(self, location: str, data: bytes) -> None:
+        if len(data) > self.limit:
+            return
+        with self._lock:
+            if location in self._files:
+                return
+            self._files[location] = data
+            self._bytes += len(data)
+            while self._bytes > self.limit:
+                _, dropped = self._files.popitem(last=False)
+                self._bytes -= len(dropped)
+
+
+_kept = _Kept(KEPT_BYTES)
+
+
+class _KeptFile(PyArrowFile):
+    """An Iceberg metadata file, read from the store once per process (`_kept`)."""
+
+    def _bytes(self) -> bytes:
+        data = _kept.get(self.location)
+        if data is None:
+            with super().open(seekable=False) as stream:
+                data = stream.read()
+            _kept.put(self.location, data)
+        return data
+
+    def __len__(self) -> int:
+        return len(self._bytes())
+
+    def exists(self) -> bool:
+        return _kept.get(self.location) is not None or super().exists()
+
+    def open(self, seekable: bool = True) -> InputStream:
+        return io.BytesIO(self._bytes())
+
+
+class _S3File(PyArrowFile):
+    """A file on S3 written through `storage.filesystem`'s store, whose length, once written, is
+    the bytes written (pyiceberg asks it of each manifest it writes)."""
+
+    _written: int | None = None
+
+    def create(self, overwrite: bool = False) -> OutputStream:
+        if not overwrite and storage.file_exists(self.location):
+            raise FileExistsError(f"Cannot create file, already exists: {self.location}")
+        return _Counted(self._filesystem.open_output_stream(self._path), self)
+
+    def __len__(self) -> int:
+        return self._written if self._written is not None else super().__len__()
+
+
+class _Counted:
+    """An output stream that tells its `_S3File` how many bytes it wrote, once closed."""
+
+    def __init__(self, stream: OutputStream, file: _S3File) -> None:
+        self._stream = stream
+        self._file = file
+        self._count = 0
+
+    def write(self, b: bytes) -> int:
+        self._count += len(b)
+        return self._stream.write(b)
+
+    def close(self) -> None:
+        self._stream.close()
+        self._file._written = self._count
+
+    def __enter__(self) -> _Counted:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is None:
+            self.close()
+        else:  # a write that failed: its error is the one raised, no length is known
+            self._stream.close()
+
+    def __getattr__(self, name: str) -> Any:  # tell(), flush() ... of the stream underneath
+        return getattr(self._stream, name)
 
 
 class _DurableFile(PyArrowFile):

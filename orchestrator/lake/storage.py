@@ -237,6 +237,20 @@ def is_file(uri: str) -> bool:
     return bool(fs.get_file_info(path).type == pafs.FileType.File)
 
 
+def file_exists(uri: str) -> bool:
+    """Whether a file exists at ``uri`` (a directory there counts as none): one request on an
+    object store, where `exists` and `is_file` make two for a missing key (pyarrow looks for a
+    directory of that name next)."""
+    fs, path = filesystem(uri)
+    try:
+        fs.open_input_stream(path).close()
+    except FileNotFoundError:
+        return False
+    except OSError:  # a directory there (local disk, HDFS)
+        return is_file(uri)
+    return True
+
+
 def list_files(uri: str, *, suffix: str = "", recursive: bool = False) -> list[str]:
     """Data files under a directory, sorted; ``[]`` when it does not exist.
 
@@ -330,11 +344,16 @@ def move(source: str, target: str) -> None:
 
 def adopt(source: str, target: str) -> None:
     """Move a finished file to ``target`` (replacing it): a rename where both are on one
-    filesystem, else a copy and a delete of the source."""
+    filesystem; within one S3 bucket a copy made by the store, the source left for its
+    directory's removal (a delete there is two requests: pyarrow writes a marker object for the
+    directory it may have emptied); else a copy and a delete of the source."""
     fs, src = filesystem(source)
     target_fs, dst = filesystem(target)
     if type(fs) is type(target_fs) and _authority(source) == _authority(target):
-        move(source, target)
+        if isinstance(fs, pafs.S3FileSystem):
+            fs.copy_file(src, dst)
+        else:
+            move(source, target)
         return
     parent_made(target_fs, dst)
     pafs.copy_files(src, dst, source_filesystem=fs, destination_filesystem=target_fs)

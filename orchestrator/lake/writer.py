@@ -182,15 +182,9 @@ class VersionWriter:
     def write_empty(self) -> FileRange:
         """The one file of an empty table: no rows, the schema."""
         relative = data_file(self.version, self.files_written, self.attempt)
-        write_empty(storage.join(self.tdir, relative), self.schema)
+        nbytes = write_empty(storage.join(self.tdir, relative), self.schema)
         self.files_written += 1
-        return FileRange(
-            file=relative,
-            min_key=None,
-            max_key=None,
-            rows=0,
-            bytes=storage.size(storage.join(self.tdir, relative)),
-        )
+        return FileRange(file=relative, min_key=None, max_key=None, rows=0, bytes=nbytes)
 
 
 def write_empty(uri: str, schema: pa.Schema) -> int:
@@ -200,12 +194,12 @@ def write_empty(uri: str, schema: pa.Schema) -> int:
 
 def write_table(uri: str, table: pa.Table) -> int:
     """``table`` as one Parquet data file at ``uri`` (its schema, field IDs included); returns its
-    size."""
+    size (the bytes written: not asked of the store, a request on S3)."""
     fs, path = storage.filesystem(uri)
     storage.parent_made(fs, path)
     with fs.open_output_stream(path) as out:
         pq.write_table(table, out, **PARQUET_OPTIONS)
-    return storage.size(uri)
+        return int(out.tell())
 
 
 def read_published(
@@ -227,6 +221,7 @@ def file_range(uri: str, key: Sequence[str], relative: str | None = None) -> Fil
     and last row group only), rows and bytes; ``relative`` names it (default: ``uri``)."""
     fs, path = storage.filesystem(uri)
     with fs.open_input_file(path) as handle:
+        nbytes = handle.size()  # known from the open: no second request on S3
         reader = pq.ParquetFile(handle)
         rows = reader.metadata.num_rows
         first = last = None
@@ -241,9 +236,7 @@ def file_range(uri: str, key: Sequence[str], relative: str | None = None) -> Fil
                 else reader.read_row_group(groups[-1], columns=list(key))
             )
             first, last = key_at(head, key, 0), key_at(tail, key, -1)
-    return FileRange(
-        file=relative or uri, min_key=first, max_key=last, rows=rows, bytes=storage.size(uri)
-    )
+    return FileRange(file=relative or uri, min_key=first, max_key=last, rows=rows, bytes=nbytes)
 
 
 class _OpenFile:
@@ -272,7 +265,8 @@ class _OpenFile:
         return int(self._stream.tell())
 
     def close(self) -> FileRange:
-        self._writer.close()
+        self._writer.close()  # the footer written: the file's size is the bytes written
+        nbytes = self.size
         self._stream.close()
         last = self._last
         assert last is not None and self._first is not None, "a data file is opened for a row"
@@ -281,7 +275,7 @@ class _OpenFile:
             min_key=self._first,
             max_key=key_at(last, self.key, -1),
             rows=self.rows,
-            bytes=storage.size(self.uri),
+            bytes=nbytes,
         )
 
     def abort(self) -> None:

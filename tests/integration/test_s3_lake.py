@@ -11,8 +11,10 @@ session carries the S3 connector (the test session's shared one does not).
 from __future__ import annotations
 
 import json
+import re
 import signal
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -100,12 +102,26 @@ def test_snapshot_under_writers_then_incremental_on_s3(
     assert_lake_equals_source_three_ways(config_path, tables, pg_state[1], tmp_path / "spark1")
 
     run_under_writers(mariadb, db, typed_rows=400 + 10_000, pause=0.002, run=lambda: time.sleep(2))
+    log = s3_server.root / "moto.log"
+    mark = log.stat().st_size
     run_ok(config_path)  # incremental
+    assert_requests_spared(log.read_bytes()[mark:].decode(errors="replace"))
     config = load_config(config_path)
     assert all(read_manifest(table_dir(config, t))["version"] >= 2 for t in tables)
     assert_lake_equals_source_three_ways(config_path, tables, pg_state[1], tmp_path / "spark2")
     assert_nothing_local(tmp_path)
     assert not [k for k in s3_server.keys(s3_bucket, "lake/") if k.startswith("lake/_staging")]
+
+
+def assert_requests_spared(log: str) -> None:
+    """A run's requests (moto's log): each Iceberg metadata file read once (pyiceberg alone reads
+    a version's parent manifest list and manifests three times), and no staging file deleted
+    alone (a moved file's source goes with the run's staging directory, in one bulk delete)."""
+    sent = re.findall(r'"(?:\x1b\[[0-9;]*m)*(GET|HEAD|PUT|POST|DELETE) (\S+) ', log)  # ANSI
+    reads = Counter(path for method, path in sent if method == "GET" and "/metadata/" in path)
+    assert reads and max(reads.values()) == 1, reads
+    deleted = [path for method, path in sent if method == "DELETE" and path.endswith(".parquet")]
+    assert not deleted, deleted
 
 
 def _version_rows(config: PipelineConfig, table: str, summary: Any) -> list[tuple[Any, ...]]:

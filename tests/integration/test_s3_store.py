@@ -17,6 +17,7 @@ from orchestrator.app.demo.localdb import LocalMariaDB
 from orchestrator.app.preflight import writable
 from orchestrator.config import load_config
 from orchestrator.lake import storage
+from orchestrator.lake.iceberg_io import DurableFileIO
 from orchestrator.lake.writer import write_table
 from orchestrator.pipeline.segments import write_segment
 from tests.conftest import pipeline_config, s3_output, write_config
@@ -56,7 +57,8 @@ def test_each_small_file_is_one_put_and_no_directory_is_an_object(
     mariadb: LocalMariaDB, s3_server: MotoS3, s3_bucket: str, tmp_path: Path
 ) -> None:
     """A data file, a segment and a manifest: one PUT each (no multipart upload for a file of
-    one part), and no empty marker object for any of their directories."""
+    one part), no other request (a written file's size is the bytes written, not asked of the
+    store), and no empty marker object for any of their directories."""
     load_config(
         write_config(
             tmp_path / "p.yaml",
@@ -73,7 +75,7 @@ def test_each_small_file_is_one_put_and_no_directory_is_an_object(
     write_segment(fs, path, rows)
     storage.write_atomic(f"s3://{s3_bucket}/lake/a/b/_tidemark/current.json", b"{}\n")
     lines = log.read_bytes()[mark:].decode(errors="replace")
-    sent = re.findall(r'"(?:\x1b\[[0-9;]*m)*(PUT|POST) (\S+) ', lines)  # ANSI: by status
+    sent = re.findall(r'"(?:\x1b\[[0-9;]*m)*(GET|HEAD|PUT|POST|DELETE) (\S+) ', lines)  # ANSI
     assert sent == [
         ("PUT", f"/{s3_bucket}/lake/a/b/data/v000001-c0000.parquet"),
         ("PUT", f"/{s3_bucket}/staging/r1/changes/a.b/seg-000001.parquet"),  # no rename
@@ -112,3 +114,53 @@ def test_doctor_writes_and_removes_a_probe_object_naming_endpoint_and_region(
     missing = writable("output", "output.path", "s3://no-such-bucket-here/lake")
     assert not missing.ok
     assert "endpoint AWS (us-east-1)" in missing.detail and "check output.s3" in missing.fix
+
+
+def _requests(log: Path, mark: int) -> list[tuple[str, str]]:
+    lines = log.read_bytes()[mark:].decode(errors="replace")
+    return re.findall(r'"(?:\x1b\[[0-9;]*m)*(GET|HEAD|PUT|POST|DELETE) (\S+) ', lines)  # ANSI
+
+
+def test_publish_requests_on_s3(
+    mariadb: LocalMariaDB, s3_server: MotoS3, s3_bucket: str, tmp_path: Path
+) -> None:
+    """What publish asks of the store, request by request: a staging file moved into the lake is
+    one server-side copy (its source goes with the run's staging directory, in one bulk delete);
+    a file looked for is one request; an Iceberg file written knows its length, and one that
+    must not replace another is looked for once."""
+    load_config(
+        write_config(
+            tmp_path / "p.yaml",
+            pipeline_config(
+                tmp_path, mariadb, [{"name": "a.b"}], output=s3_output(s3_server, s3_bucket)
+            ),
+        )
+    )
+    log = s3_server.root / "moto.log"
+    root = f"s3://{s3_bucket}"
+    write_table(f"{root}/staging/r1/reconciled/g0.parquet", pa.table({"id": [1, 2]}))
+    mark = log.stat().st_size
+    storage.adopt(f"{root}/staging/r1/reconciled/g0.parquet", f"{root}/lake/a/b/data/v1.parquet")
+    assert storage.file_exists(f"{root}/lake/a/b/data/v1.parquet")
+    assert not storage.file_exists(f"{root}/lake/a/b/data/v2.parquet")
+    assert _requests(log, mark) == [
+        ("PUT", f"/{s3_bucket}/lake/a/b/data/v1.parquet"),  # a copy, made by the store
+        ("HEAD", f"/{s3_bucket}/lake/a/b/data/v1.parquet"),
+        ("HEAD", f"/{s3_bucket}/lake/a/b/data/v2.parquet"),
+    ]
+    assert storage.read_bytes(f"{root}/lake/a/b/data/v1.parquet") == storage.read_bytes(
+        f"{root}/staging/r1/reconciled/g0.parquet"
+    )
+
+    io = DurableFileIO()
+    written = io.new_output(f"{root}/lake/a/b/metadata/00001-ab.metadata.json")
+    mark = log.stat().st_size
+    with written.create(overwrite=False) as out:
+        out.write(b'{"format-version": 2}')
+    assert len(written) == 21
+    assert _requests(log, mark) == [
+        ("HEAD", f"/{s3_bucket}/lake/a/b/metadata/00001-ab.metadata.json"),  # not there: write
+        ("PUT", f"/{s3_bucket}/lake/a/b/metadata/00001-ab.metadata.json"),
+    ]
+    with pytest.raises(FileExistsError, match=re.escape("00001-ab.metadata.json")):
+        io.new_output(f"{root}/lake/a/b/metadata/00001-ab.metadata.json").create(overwrite=False)

@@ -36,7 +36,7 @@ def fresh_attempt(config: PipelineConfig, run_id: str) -> str:
     pending manifests under: another group's file is never replaced, whatever the odds."""
     while True:
         attempt = storage.attempt_tag()
-        if not storage.exists(pending_file(config, run_id, attempt)):
+        if not storage.file_exists(pending_file(config, run_id, attempt)):
             return attempt
 
 
@@ -92,8 +92,10 @@ def place(
         index += 1
         writer.files_written = index
         target = storage.join(tdir, relative)
-        if storage.exists(entry["file"]):
-            if _shape(storage.parquet_schema(entry["file"])) == shape:
+        nbytes = entry["bytes"]  # the file's, as it was written: it moves as it is
+        found = _schema_if_there(entry["file"])
+        if found is not None:
+            if _shape(found) == shape:
                 storage.adopt(entry["file"], target)
             else:
                 log.warning(
@@ -110,14 +112,23 @@ def place(
                     0,
                     0,
                 )
-        elif not storage.exists(target):
+                nbytes = storage.size(target)
+        elif not storage.file_exists(target):
             raise RunFailed(
                 f"table {table}: {entry['file']}, a data file of the reconciled table, is gone; "
                 + resnapshot_hint(table)
             )
         faults.point("publish.file_moved")
-        out.append(layout.as_range(entry, relative, storage.size(target)))
+        out.append(layout.as_range(entry, relative, nbytes))
     return out
+
+
+def _schema_if_there(uri: str) -> pa.Schema | None:
+    """A staging file's schema (`storage.parquet_schema`), None when the file is gone."""
+    try:
+        return storage.parquet_schema(uri)
+    except FileNotFoundError:
+        return None
 
 
 def _named(relative: str) -> Callable[[int], str]:
