@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +19,11 @@ from orchestrator.errors import ConfigError, RunFailed
 from orchestrator.lake import layout, storage
 from orchestrator.lake.manifest import (
     Manifest,
+    Manifests,
     apply_retention,
     column_entries,
     files_to_drop,
+    find_manifest,
     load_pending,
     manifest_json,
     pending_json,
@@ -359,3 +362,27 @@ def test_pending_manifests_of_a_group_are_read_back_by_table(tmp_path: Path) -> 
     Path(uri).write_bytes(b'{"shop.a": ')  # cut short
     with pytest.raises(RunFailed, match=r"cannot read the pending manifests .*abc\.json"):
         load_pending(uri, "shop.a")
+
+
+def test_manifests_read_together_give_what_find_manifest_gives_each(tmp_path: Path) -> None:
+    """`Manifests` (read by threads here: on an object store each read is two round trips) gives
+    each table dir's manifest as `find_manifest` does: a table with none is None, an unreadable
+    one raises for that table alone, when asked; a dir not given is read when asked; no reader
+    thread outlives the block."""
+    dirs = {name: tmp_path / name for name in ("a", "b", "none", "broken")}
+    for name in ("a", "b"):
+        (dirs[name] / "_tidemark").mkdir(parents=True)
+        (dirs[name] / "_tidemark" / "current.json").write_text(json.dumps({"version": len(name)}))
+    (dirs["broken"] / "_tidemark").mkdir(parents=True)
+    (dirs["broken"] / "_tidemark" / "current.json").write_text("{not json")
+    (tmp_path / "later" / "_tidemark").mkdir(parents=True)
+    (tmp_path / "later" / "_tidemark" / "current.json").write_text('{"version": 7}')
+    with Manifests([str(d) for d in dirs.values()], readers=4) as manifests:
+        assert threading.active_count() > 1
+        assert manifests.find(str(dirs["a"])) == find_manifest(str(dirs["a"])) == {"version": 1}
+        assert manifests.find(str(dirs["none"])) is None
+        with pytest.raises(RunFailed, match="cannot read manifest"):
+            manifests.find(str(dirs["broken"]))
+        assert manifests.find(str(dirs["b"])) == {"version": 1}
+        assert manifests.find(str(tmp_path / "later")) == {"version": 7}
+    assert not [t for t in threading.enumerate() if t.name.startswith("tidemark-manifests")]

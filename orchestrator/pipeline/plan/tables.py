@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from chunking import TablePlan, chunk_predicate, encode_key
 from orchestrator.binlog.failover import Follower
 from orchestrator.config import PipelineConfig, TableConfig
-from orchestrator.lake.manifest import Manifest, find_manifest
+from orchestrator.lake.manifest import Manifest, Manifests, find_manifest
 from orchestrator.pipeline.capture.filtering import compile_table_filter
 from orchestrator.pipeline.context import open_source, table_dir
 from orchestrator.pipeline.failed import fail_table, table_failure
@@ -96,33 +97,40 @@ def plan_tables(
                 else _shapes(source, [t.name for t in part if t.name not in failing], shapes)
             )
             drafts: list[PlannedTable | Draft] = []
-            for table in part:
-                blocked = cascades.get(table.name, {}).get("blocked")
-                if table.name in failing or blocked:
-                    why = failing.get(table.name) or str(blocked)
-                    fail_table(store, run.run_id, table.name, "plan", why)
-                    continue
-                try:
-                    drafts.append(
-                        _plan_one(
-                            config,
-                            store,
-                            run,
-                            table,
-                            source,
-                            oldest,
-                            follower,
-                            infos.get(table.name),
-                            checkpoints.get(table.name),
-                            late=late,
-                            margin=margin,
+            published = (
+                table_dir(config, t.name)
+                for t in part
+                if t.name not in failing and t.name in checkpoints and _goes_on(run, late=late)
+            )
+            with Manifests(published) as manifests:
+                for table in part:
+                    blocked = cascades.get(table.name, {}).get("blocked")
+                    if table.name in failing or blocked:
+                        why = failing.get(table.name) or str(blocked)
+                        fail_table(store, run.run_id, table.name, "plan", why)
+                        continue
+                    try:
+                        drafts.append(
+                            _plan_one(
+                                config,
+                                store,
+                                run,
+                                table,
+                                source,
+                                oldest,
+                                follower,
+                                infos.get(table.name),
+                                checkpoints.get(table.name),
+                                late=late,
+                                margin=margin,
+                                find=manifests.find,
+                            )
                         )
-                    )
-                except Exception as exc:  # one table's trouble is its own (`pipeline.failed`)
-                    reason = table_failure(exc)
-                    if reason is None:
-                        raise
-                    fail_table(store, run.run_id, table.name, "plan", reason)
+                    except Exception as exc:  # one table's trouble is its own (`pipeline.failed`)
+                        reason = table_failure(exc)
+                        if reason is None:
+                            raise
+                        fail_table(store, run.run_id, table.name, "plan", reason)
             for draft in drafts:
                 made = draft.plan if isinstance(draft, Draft) else draft
                 if made.table in cascades:
@@ -181,16 +189,18 @@ def _plan_one(
     *,
     late: bool,
     margin: _Margin,
+    find: Callable[[str], Manifest | None] = find_manifest,
 ) -> PlannedTable | Draft:
-    """Plan one table of the run: incremental from its published position, or a snapshot."""
+    """Plan one table of the run: incremental from its published position (its manifest read by
+    ``find``), or a snapshot."""
     start = source.current_position().to_json() if late else None  # before the table is looked at
     if late:  # its own P0_T wants the same margin before any key bound is read
         time.sleep(config.defaults.read_margin_seconds)
     info = info or source.table_info(table.name)  # not found in bulk: it says why
     if table.where:  # the binlog must evaluate it exactly (refused before any read)
         compile_table_filter(table.where, info, None)
-    if checkpoint is not None and not late and not run.options.get("snapshot"):
-        manifest = find_manifest(table_dir(config, table.name))
+    if checkpoint is not None and _goes_on(run, late=late):
+        manifest = find(table_dir(config, table.name))
         since = (
             _published_start(
                 follower, table.name, checkpoint, oldest, exact=_keyless_version(manifest)
@@ -207,6 +217,12 @@ def _plan_one(
     if not late:  # P0's margin, before the first key bound of the run is read
         margin.wait()
     return _snapshot_draft(config, run, table, info, source, start=start, void=void)
+
+
+def _goes_on(run: RunRecord, *, late: bool) -> bool:
+    """Whether the run's tables with a checkpoint may go on from their published versions: they
+    are planned with the run (not late), and the run does not snapshot every table."""
+    return not late and not run.options.get("snapshot")
 
 
 @dataclass(slots=True)

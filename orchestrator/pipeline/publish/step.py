@@ -13,7 +13,13 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.config import PipelineConfig
 from orchestrator.errors import RunFailed, StateError
 from orchestrator.lake import storage
-from orchestrator.lake.manifest import IcebergEntry, Manifest, current_uri, find_manifest
+from orchestrator.lake.manifest import (
+    IcebergEntry,
+    Manifest,
+    Manifests,
+    current_uri,
+    find_manifest,
+)
 from orchestrator.pipeline.context import (
     current_run,
     open_store,
@@ -156,20 +162,25 @@ def _publish_group(
     out: list[Switched | Exception | None] = [None] * len(group)
     todo: list[tuple[int, Publishing]] = []
     manifests: list[tuple[int, Manifest | Exception]] = []
-    for i, (record, high) in enumerate(group):
-        try:  # a record the step cannot read fails that table alone (`table_failure` tells)
-            table = Publishing(
-                table_info(record), tuple(record.chunk_key), reconciled_dir(config, record), high
-            )
-            table = replace(table, seen=seen(config, table))  # read once: versions reuses it
-            kept = kept_version(config, table, run_id)
-        except Exception as exc:
-            out[i] = exc
-            continue
-        if kept is not None:
-            manifests.append((i, kept))
-        else:
-            todo.append((i, table))
+    with Manifests(table_dir(config, record.table) for record, _ in group) as current:
+        for i, (record, high) in enumerate(group):
+            try:  # a record the step cannot read fails that table alone (`table_failure` tells)
+                table = Publishing(
+                    table_info(record),
+                    tuple(record.chunk_key),
+                    reconciled_dir(config, record),
+                    high,
+                )
+                # read once (the group's manifests together): versions reuses it
+                table = replace(table, seen=seen(config, table, current.find))
+                kept = kept_version(config, table, run_id)
+            except Exception as exc:
+                out[i] = exc
+                continue
+            if kept is not None:
+                manifests.append((i, kept))
+            else:
+                todo.append((i, table))
     if todo:
         # pyiceberg (and the SQL catalog's SQLAlchemy ORM): imported by a run that commits
         from orchestrator.pipeline.publish.versions import publish_tables

@@ -10,7 +10,7 @@ would only copy its file list and add an Iceberg snapshot of the same files.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from orchestrator.config import PipelineConfig
@@ -46,14 +46,19 @@ class Publishing:
     seen: Seen | None = None
 
 
-def seen(config: PipelineConfig, table: Publishing) -> Seen:
-    """``table``'s current manifest and plan: as read before (``table.seen``), or read now. The
-    publish step reads them once a table (`kept_version` first, then `versions.publish_tables`):
-    on an object store each read is two requests."""
+def seen(
+    config: PipelineConfig,
+    table: Publishing,
+    find: Callable[[str], Manifest | None] = find_manifest,
+) -> Seen:
+    """``table``'s current manifest and plan: as read before (``table.seen``), or read now (the
+    manifest by ``find``: `Manifests.find`, read with the group's). The publish step reads them
+    once a table (`kept_version` first, then `versions.publish_tables`): on an object store each
+    read is two requests."""
     if table.seen is not None:
         return table.seen
     return Seen(
-        find_manifest(table_dir(config, table.table_info.name)),
+        find(table_dir(config, table.table_info.name)),
         layout.read_plan(table.reconciled_dir, shared_only=is_kept(table.reconciled_dir)),
     )
 

@@ -20,7 +20,7 @@ fsynced a plan file per table).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,19 +28,24 @@ from orchestrator.config import PipelineConfig
 from orchestrator.errors import RunFailed
 from orchestrator.lake import layout, storage
 from orchestrator.lake.layout import VersionPlan
-from orchestrator.lake.manifest import read_manifest
+from orchestrator.lake.manifest import Manifest, find_manifest, read_manifest
 from orchestrator.pipeline.changes import key_names
 from orchestrator.pipeline.context import run_dir, table_dir, table_info
 from orchestrator.state.store import RunTableRecord, StateStore
 
 
-def unchanged_plan(config: PipelineConfig, record: RunTableRecord) -> VersionPlan | None:
+def unchanged_plan(
+    config: PipelineConfig,
+    record: RunTableRecord,
+    find: Callable[[str], Manifest | None] = find_manifest,
+) -> VersionPlan | None:
     """The plan of an incremental table without changes: its current version's non-empty files,
     shared, in key order; None when the version has no file ranges to trust (the general path
-    rewrites such a table whole, once)."""
+    rewrites such a table whole, once). ``find`` reads the current manifest (`Manifests.find`:
+    read with the other tables')."""
     if record.chunk_key:  # a key the table lacks fails as in the general path
         key_names(table_info(record), record.chunk_key)
-    manifest = read_manifest(table_dir(config, record.table))
+    manifest = read_manifest(table_dir(config, record.table), find)
     planned_base(record.table, manifest, record.info.get("base_version"))
     ranges = layout.usable_ranges(manifest["files"], manifest.get("file_ranges"))
     if ranges is None:

@@ -22,6 +22,7 @@ from orchestrator.config import PipelineConfig
 from orchestrator.errors import StateError
 from orchestrator.lake import storage
 from orchestrator.lake.layout import FileRange
+from orchestrator.lake.manifest import Manifests
 from orchestrator.pipeline import workers
 from orchestrator.pipeline.changes import key_names
 from orchestrator.pipeline.context import (
@@ -345,42 +346,52 @@ def _in_process(
 ) -> Iterator[_Reconciled]:
     """Reconcile the tables ``todo()`` names in this process, one at a time (a Spark session
     started for one serves the next): each one's `_Reconciled`. A table's own trouble fails that
-    table alone; an error that fails the run is raised."""
-    for record in todo():
-        segments = inputs.segments.get(record.table, [])
-        out_dir = _out_dir(config, run_id, record.table)
-        try:
-            plan = (
-                unchanged_plan(config, record)
-                if record.mode == "incremental" and not segments
-                else None
-            )
-            if plan is not None:
-                out_dir = inputs.kept.add(record.table, plan)
-                result = _Reconciled(record.table, out_dir, plan.rows, kept=plan.base_version)
-            else:
-                batched = inputs.snapshots if record.mode == "snapshot" and not segments else None
-                if batched is not None:
-                    out_dir = batched.dir_of(record.table)
-                rows, spark = _reconcile_one(
-                    config,
-                    guard,
-                    record,
-                    out_dir,
-                    spark,
-                    segments,
-                    inputs.chunk_dirs.get(record.table, []),
-                    inputs.catalog,
-                    batched,
-                    inputs.recorded,
-                    inputs.sizes.get(record.table),
+    table alone; an error that fails the run is raised. The current manifests of the tables
+    without a change are read together (`Manifests`)."""
+    records = todo()
+    unchanged = [
+        table_dir(config, r.table)
+        for r in records
+        if r.mode == "incremental" and not inputs.segments.get(r.table)
+    ]
+    with Manifests(unchanged) as manifests:
+        for record in records:
+            segments = inputs.segments.get(record.table, [])
+            out_dir = _out_dir(config, run_id, record.table)
+            try:
+                plan = (
+                    unchanged_plan(config, record, manifests.find)
+                    if record.mode == "incremental" and not segments
+                    else None
                 )
-                result = _Reconciled(record.table, out_dir, rows)
-        except Exception as exc:  # one table's own trouble fails that table alone
-            if (reason := table_failure(exc)) is None:
-                raise
-            result = _Reconciled(record.table, out_dir, reason=reason)
-        yield result
+                if plan is not None:
+                    out_dir = inputs.kept.add(record.table, plan)
+                    result = _Reconciled(record.table, out_dir, plan.rows, kept=plan.base_version)
+                else:
+                    batched = (
+                        inputs.snapshots if record.mode == "snapshot" and not segments else None
+                    )
+                    if batched is not None:
+                        out_dir = batched.dir_of(record.table)
+                    rows, spark = _reconcile_one(
+                        config,
+                        guard,
+                        record,
+                        out_dir,
+                        spark,
+                        segments,
+                        inputs.chunk_dirs.get(record.table, []),
+                        inputs.catalog,
+                        batched,
+                        inputs.recorded,
+                        inputs.sizes.get(record.table),
+                    )
+                    result = _Reconciled(record.table, out_dir, rows)
+            except Exception as exc:  # one table's own trouble fails that table alone
+                if (reason := table_failure(exc)) is None:
+                    raise
+                result = _Reconciled(record.table, out_dir, reason=reason)
+            yield result
 
 
 def _in_workers(
