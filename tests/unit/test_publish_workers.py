@@ -343,3 +343,35 @@ def test_a_daemonic_process_publishes_without_workers() -> None:
     child.join(30)
     assert out.get(timeout=5) is False
     assert workers.may_fork_workers() is True
+
+
+@pytest.mark.parametrize(
+    ("output", "publish", "reconcile"),
+    [
+        ({"path": "lake"}, 2, 1),
+        ({"path": "s3://b/lake"}, 4, 4),
+        ({"path": "lake", "staging": "s3a://b/staging"}, 4, 4),
+    ],
+    ids=["local", "lake on S3", "staging on S3"],
+)
+def test_more_workers_per_core_where_files_are_on_an_object_store(
+    tmp_path: Path, output: dict[str, str], publish: int, reconcile: int
+) -> None:
+    """On an object store a worker mostly waits for requests: more of them use the cores."""
+    if not output["path"].startswith("s3"):
+        output = {**output, "path": str(tmp_path / output["path"])}
+    config = parse_config(
+        {
+            "pipeline": "p",
+            "source": {"host": "h", "user": "u", "server_id": 1},
+            "output": output,
+            "state": {"url": f"sqlite:///{tmp_path / 'state.db'}"},
+            "tables": [{"name": "db.*"}],
+        },
+        check_env=False,
+    )
+    assert workers.per_core(config, workers.PER_CORE) == publish
+    assert workers.per_core(config, 1) == reconcile
+    assert workers.worker_count(200, workers.per_core(config, 1)) == min(
+        reconcile * len(os.sched_getaffinity(0)), workers.MAX_WORKERS
+    )

@@ -97,7 +97,9 @@ def publish_each(
     in this process (tables without a change: nothing to spread). An exception that is not a
     table's own failure is raised once the tables in hand are handed over (`LockLost` from
     ``guard``, or a worker gone: at once, every worker killed)."""
-    count = forked.worker_count(len(todo)) if workers else 1
+    count = (
+        forked.worker_count(len(todo), forked.per_core(config, forked.PER_CORE)) if workers else 1
+    )
     if count > 1 and not forked.may_fork_workers():
         log.info(
             "publishing %d tables in this process: it is a daemonic process (a Celery worker's "

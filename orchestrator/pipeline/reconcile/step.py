@@ -411,7 +411,11 @@ def _in_workers(
     if len(changed) < WORKERS_FROM:
         return
     small = [r for r in changed if sizes[r.table] <= WORKER_CHANGES_BYTES]
-    count = workers.worker_count(len(small), per_core=1) if len(small) >= WORKERS_FROM else 1
+    count = (
+        workers.worker_count(len(small), workers.per_core(config, 1))
+        if len(small) >= WORKERS_FROM
+        else 1
+    )
     if count == 1 or not workers.may_fork_workers():
         return
     log.info("reconciling %d tables in %d worker processes", len(small), count)
