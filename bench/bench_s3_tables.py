@@ -34,7 +34,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.bench_s3 import KEY_ENV, SECRET_ENV, requests  # noqa: E402
+from bench.bench_s3 import KEY_ENV, SECRET_ENV, requests, s3_output  # noqa: E402
 from bench.bench_snapshot import run_env, step_times  # noqa: E402
 from bench.bench_tables import change_each, load, pipeline  # noqa: E402
 from bench.shop_lake import scratch_server  # noqa: E402
@@ -102,16 +102,7 @@ def timed(code: Path, config: Path) -> tuple[float, dict[str, float]]:
 def config_for(work: Path, name: str, base: dict[str, Any], endpoint: str, bucket: str) -> Path:
     config = dict(base)
     config["state"] = {"url": f"sqlite:///{work / f'{name}-state.db'}"}
-    config["output"] = {
-        "path": f"s3://{bucket}/lake",
-        "staging": f"s3a://{bucket}/staging",
-        "s3": {
-            "endpoint": endpoint,
-            "path_style": True,
-            "access_key_env": KEY_ENV,
-            "secret_key_env": SECRET_ENV,
-        },
-    }
+    config["output"] = s3_output(endpoint, bucket)
     path = work / f"{name}.yaml"
     path.write_text(yaml.safe_dump(config))
     return path

@@ -34,7 +34,7 @@ import os
 import threading
 from collections import OrderedDict
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 from pyiceberg.io import InputStream, OutputStream
 from pyiceberg.io.pyarrow import BUFFER_SIZE, ONE_MEGABYTE, PyArrowFile, PyArrowFileIO
@@ -173,11 +173,47 @@ class _S3File(PyArrowFile):
         return self._written if self._written is not None else super().__len__()
 
 
-class _Counted:
-    """An output stream that tells its `_S3File` how many bytes it wrote, once closed."""
+class _Wrapped:
+    """An output stream around another: `close` when a ``with`` block ends well, `abandon` when
+    it raises (its error is the one raised); what else is asked of it, the stream underneath
+    answers (``tell``, ``flush`` ...)."""
+
+    def __init__(self, stream: OutputStream) -> None:
+        self._stream = stream
+
+    def write(self, b: bytes) -> int:
+        return self._stream.write(b)
+
+    def close(self) -> None:
+        self._stream.close()
+
+    def abandon(self) -> None:
+        self._stream.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abandon()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+class _Counted(_Wrapped):
+    """An output stream that tells its `_S3File` how many bytes it wrote, once closed (not when
+    a write failed: no length is known then)."""
 
     def __init__(self, stream: OutputStream, file: _S3File) -> None:
-        self._stream = stream
+        super().__init__(stream)
         self._file = file
         self._count = 0
 
@@ -189,23 +225,6 @@ class _Counted:
         self._stream.close()
         self._file._written = self._count
 
-    def __enter__(self) -> _Counted:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if exc_type is None:
-            self.close()
-        else:  # a write that failed: its error is the one raised, no length is known
-            self._stream.close()
-
-    def __getattr__(self, name: str) -> Any:  # tell(), flush() ... of the stream underneath
-        return getattr(self._stream, name)
-
 
 class _DurableFile(PyArrowFile):
     def create(self, overwrite: bool = False) -> OutputStream:
@@ -213,17 +232,15 @@ class _DurableFile(PyArrowFile):
         return _Synced(super().create(overwrite), self._path)
 
 
-class _Synced:
+class _Synced(_Wrapped):
     """An output stream that, once closed, is on disk; a metadata file's close also syncs the
-    directories of every file closed before it (their names)."""
+    directories of every file closed before it (their names). A failed write is not synced:
+    nothing will commit it."""
 
     def __init__(self, stream: OutputStream, path: str) -> None:
-        self._stream = stream
+        super().__init__(stream)
         self._path = path
         self._closed = False
-
-    def write(self, b: bytes) -> int:
-        return self._stream.write(b)
 
     def close(self) -> None:
         if self._closed:
@@ -239,21 +256,6 @@ class _Synced:
             _dirty.clear()
         storage.sync(directories)
 
-    def __enter__(self) -> _Synced:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if exc_type is None:
-            self.close()
-        else:  # a failed write is not synced: nothing will commit it, and its error is the one
-            # raised
-            self._closed = True
-            self._stream.close()
-
-    def __getattr__(self, name: str) -> Any:  # tell(), flush() ... of the stream underneath
-        return getattr(self._stream, name)
+    def abandon(self) -> None:
+        self._closed = True
+        self._stream.close()

@@ -33,9 +33,9 @@ def _no_aws_variables(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(key)
 
 
-def test_storage_goes_to_the_configured_endpoint(
-    mariadb: LocalMariaDB, s3_server: MotoS3, s3_bucket: str, tmp_path: Path
-) -> None:
+def _configure(tmp_path: Path, mariadb: LocalMariaDB, s3_server: MotoS3, s3_bucket: str) -> None:
+    """A pipeline with staging and lake in ``s3_bucket`` loaded: its ``output.s3`` is what
+    `storage` uses."""
     load_config(
         write_config(
             tmp_path / "p.yaml",
@@ -44,6 +44,12 @@ def test_storage_goes_to_the_configured_endpoint(
             ),
         )
     )
+
+
+def test_storage_goes_to_the_configured_endpoint(
+    mariadb: LocalMariaDB, s3_server: MotoS3, s3_bucket: str, tmp_path: Path
+) -> None:
+    _configure(tmp_path, mariadb, s3_server, s3_bucket)
     root = f"s3://{s3_bucket}/lake"
     storage.write_atomic(storage.join(root, "t", "_tidemark", "current.json"), b"{}\n")
     assert s3_server.keys(s3_bucket) == ["lake/t/_tidemark/current.json"]
@@ -59,14 +65,7 @@ def test_each_small_file_is_one_put_and_no_directory_is_an_object(
     """A data file, a segment and a manifest: one PUT each (no multipart upload for a file of
     one part), no other request (a written file's size is the bytes written, not asked of the
     store), and no empty marker object for any of their directories."""
-    load_config(
-        write_config(
-            tmp_path / "p.yaml",
-            pipeline_config(
-                tmp_path, mariadb, [{"name": "a.b"}], output=s3_output(s3_server, s3_bucket)
-            ),
-        )
-    )
+    _configure(tmp_path, mariadb, s3_server, s3_bucket)
     log = s3_server.root / "moto.log"
     mark = log.stat().st_size
     rows = pa.table({"id": pa.array([1, 2, 3], pa.int64())})
@@ -128,14 +127,7 @@ def test_publish_requests_on_s3(
     one server-side copy (its source goes with the run's staging directory, in one bulk delete);
     a file looked for is one request; an Iceberg file written knows its length, and one that
     must not replace another is looked for once."""
-    load_config(
-        write_config(
-            tmp_path / "p.yaml",
-            pipeline_config(
-                tmp_path, mariadb, [{"name": "a.b"}], output=s3_output(s3_server, s3_bucket)
-            ),
-        )
-    )
+    _configure(tmp_path, mariadb, s3_server, s3_bucket)
     log = s3_server.root / "moto.log"
     root = f"s3://{s3_bucket}"
     write_table(f"{root}/staging/r1/reconciled/g0.parquet", pa.table({"id": [1, 2]}))
