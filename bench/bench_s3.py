@@ -60,30 +60,32 @@ def run(config: Path) -> float:
     return time.perf_counter() - start
 
 
-def s3_output(endpoint: str, bucket: str) -> dict[str, Any]:
-    """An ``output`` section with staging and lake in ``bucket`` at ``endpoint``, the keys in
-    `KEY_ENV` and `SECRET_ENV`."""
-    return {
-        "path": f"s3://{bucket}/lake",
-        "staging": f"s3a://{bucket}/staging",
-        "s3": {
-            "endpoint": endpoint,
-            "path_style": True,
-            "access_key_env": KEY_ENV,
-            "secret_key_env": SECRET_ENV,
+def s3_config(work: Path, name: str, config: dict[str, Any], endpoint: str, bucket: str) -> Path:
+    """``config`` with staging and lake in ``bucket`` at ``endpoint`` (the keys in `KEY_ENV` and
+    `SECRET_ENV`) and its state in ``work``, written as ``work/<name>.yaml``."""
+    config = {
+        **config,
+        "state": {"url": f"sqlite:///{work / f'{name}-state.db'}"},
+        "output": {
+            "path": f"s3://{bucket}/lake",
+            "staging": f"s3a://{bucket}/staging",
+            "s3": {
+                "endpoint": endpoint,
+                "path_style": True,
+                "access_key_env": KEY_ENV,
+                "secret_key_env": SECRET_ENV,
+            },
         },
     }
+    path = work / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
 
 
 def s3_pipeline(local: Path, work: Path, s3: MotoS3, bucket: str) -> Path:
     """The local pipeline's config with staging and lake in ``bucket``."""
     config: dict[str, Any] = yaml.safe_load(local.read_text())
-    config["pipeline"] = "bench_s3"
-    config["state"] = {"url": f"sqlite:///{work / 's3-state.db'}"}
-    config["output"] = s3_output(s3.endpoint, bucket)
-    path = work / "bench-s3.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
+    return s3_config(work, "bench-s3", {**config, "pipeline": "bench_s3"}, s3.endpoint, bucket)
 
 
 def main() -> int:

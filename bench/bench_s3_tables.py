@@ -27,14 +27,11 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
-
-import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.bench_s3 import KEY_ENV, SECRET_ENV, requests, s3_output  # noqa: E402
+from bench.bench_s3 import KEY_ENV, SECRET_ENV, requests, s3_config  # noqa: E402
 from bench.bench_snapshot import run_env, step_times  # noqa: E402
 from bench.bench_tables import change_each, load, pipeline  # noqa: E402
 from bench.shop_lake import scratch_server  # noqa: E402
@@ -99,15 +96,6 @@ def timed(code: Path, config: Path) -> tuple[float, dict[str, float]]:
     return time.perf_counter() - start, step_times(done.stdout + done.stderr, started)
 
 
-def config_for(work: Path, name: str, base: dict[str, Any], endpoint: str, bucket: str) -> Path:
-    config = dict(base)
-    config["state"] = {"url": f"sqlite:///{work / f'{name}-state.db'}"}
-    config["output"] = s3_output(endpoint, bucket)
-    path = work / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tables", type=int, default=200)
@@ -130,7 +118,7 @@ def main() -> int:
             load(server, args.tables, 100)
             base = pipeline(server, "many", "many.*", "local[2]")
             configs = {
-                name: config_for(
+                name: s3_config(
                     work, name, base, endpoint, s3.create_bucket(f"b-{i}-{os.getpid()}")
                 )
                 for i, name in enumerate(codes)

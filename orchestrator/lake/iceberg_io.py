@@ -219,10 +219,10 @@ class _Counted(_Wrapped):
 
     def write(self, b: bytes) -> int:
         self._count += len(b)
-        return self._stream.write(b)
+        return super().write(b)
 
     def close(self) -> None:
-        self._stream.close()
+        super().close()
         self._file._written = self._count
 
 
