@@ -13,8 +13,10 @@ repetitions), on ``os.cpu_count()`` threads as the rewrite runs them
 - ``merge``: the same, merged with its events (`orchestrator.pipeline.reconcile.local.merged`);
 - ``rewrite``: the same, written as new data files (`orchestrator.lake.writer.write_files`).
 
-Variants: ``release``, `orchestrator.lake.writer.PARQUET_OPTIONS`; ``fixed-decimals``, the same
-with every DECIMAL stored as fixed-length bytes (the options before ``store_decimal_as_integer``).
+Variants: ``release``, `orchestrator.lake.writer.parquet_options`; ``plain-integers``, the same
+with every column PLAIN (no `orchestrator.lake.writer.INTEGER_ENCODING`: the files before it);
+``fixed-decimals``, the release with every DECIMAL stored as fixed-length bytes (the options
+before ``store_decimal_as_integer``).
 Each variant's base files are written with its own options. Medians of wall and CPU seconds
 (the process's, all threads), and each variant's time over the release's.
 
@@ -54,9 +56,14 @@ from orchestrator.pipeline.reconcile import local  # noqa: E402
 
 FILE_ROWS = 200_000
 KEY = ["id"]
-VARIANTS: dict[str, dict[str, Any]] = {
-    "release": dict(writer.PARQUET_OPTIONS),
-    "fixed-decimals": {**writer.PARQUET_OPTIONS, "store_decimal_as_integer": False},
+#: Each variant's `orchestrator.lake.writer.PARQUET_OPTIONS` and `~.INTEGER_ENCODING`.
+VARIANTS: dict[str, tuple[dict[str, Any], str | None]] = {
+    "release": (dict(writer.PARQUET_OPTIONS), writer.INTEGER_ENCODING),
+    "plain-integers": (dict(writer.PARQUET_OPTIONS), None),
+    "fixed-decimals": (
+        {**writer.PARQUET_OPTIONS, "store_decimal_as_integer": False},
+        writer.INTEGER_ENCODING,
+    ),
 }
 
 
@@ -111,22 +118,27 @@ def spread_events(table: pa.Table, changes: int) -> pa.Table:
 
 
 @contextlib.contextmanager
-def written_with(options: dict[str, Any]) -> Iterator[None]:
-    """`orchestrator.lake.writer` writes its files with ``options`` meanwhile."""
-    saved = dict(writer.PARQUET_OPTIONS)
+def written_with(variant: tuple[dict[str, Any], str | None]) -> Iterator[None]:
+    """`orchestrator.lake.writer` writes its files with ``variant``'s options meanwhile."""
+    options, encoding = variant
+    saved = dict(writer.PARQUET_OPTIONS), writer.INTEGER_ENCODING
     writer.PARQUET_OPTIONS.clear()
     writer.PARQUET_OPTIONS.update(options)
+    writer.INTEGER_ENCODING = encoding
     try:
         yield
     finally:
         writer.PARQUET_OPTIONS.clear()
-        writer.PARQUET_OPTIONS.update(saved)
+        writer.PARQUET_OPTIONS.update(saved[0])
+        writer.INTEGER_ENCODING = saved[1]
 
 
-def write_base(table: pa.Table, directory: Path, options: dict[str, Any]) -> list[str]:
-    """The table as data files of `FILE_ROWS` rows, written with ``options``."""
+def write_base(
+    table: pa.Table, directory: Path, variant: tuple[dict[str, Any], str | None]
+) -> list[str]:
+    """The table as data files of `FILE_ROWS` rows, written as ``variant`` writes them."""
     directory.mkdir(parents=True)
-    with written_with(options):
+    with written_with(variant):
         ranges = writer.write_files(
             str(directory),
             lambda n: f"base-{n:04d}.parquet",
@@ -177,8 +189,8 @@ def main() -> int:
         per_file = slices(events, bases["release"])
         names = list(VARIANTS)
         for repetition in range(args.repeat):
-            for name in names[repetition % 2 :] + names[: repetition % 2]:
-                files, options = bases[name], VARIANTS[name]
+            for name in names[repetition % len(names) :] + names[: repetition % len(names)]:
+                files, variant = bases[name], VARIANTS[name]
                 out = Path(work) / f"out-{name}-{repetition}"
 
                 def read(i: int, files: list[str] = files) -> int:
@@ -196,7 +208,7 @@ def main() -> int:
 
                 results.setdefault((name, "read"), []).append(timed(read, len(files)))
                 results.setdefault((name, "merge"), []).append(timed(merge, len(files)))
-                with written_with(options):
+                with written_with(variant):
                     results.setdefault((name, "rewrite"), []).append(timed(rewrite, len(files)))
         sizes = {n: sum(os.path.getsize(f) for f in fs) for n, fs in bases.items()}
     print(f"\nmedians of {args.repeat}; wall s (CPU s), and the variant's time over the release's")

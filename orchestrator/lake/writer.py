@@ -41,6 +41,38 @@ PARQUET_OPTIONS: dict[str, Any] = {
     "store_decimal_as_integer": True,
 }
 
+#: The encoding of every column Parquet stores as a 32- or 64-bit integer (integers, dates,
+#: times, timestamps, decimals of precision up to 18): the differences between neighbouring
+#: values, bit-packed, before zstd. Keys, counters and timestamps in key order differ little
+#: from row to row. Measured (docs/performance.md): 4M rows of shop.orders rewritten 1.2x as
+#: fast, files 4.4x smaller; 2M rows of random integers and sorted random timestamps written
+#: with 36% less CPU, 25% smaller. Every reader Tidemark is tested with reads it; Iceberg's
+#: vectorized Spark reader does from Iceberg 1.10 on (docs/output.md, "Data files").
+INTEGER_ENCODING: str | None = "DELTA_BINARY_PACKED"
+
+
+def parquet_options(schema: pa.Schema) -> dict[str, Any]:
+    """The pyarrow writer options of a data file of ``schema``: `PARQUET_OPTIONS`, and
+    `INTEGER_ENCODING` for each top-level column stored as a Parquet INT32 or INT64.
+
+    >>> parquet_options(pa.schema([("id", pa.int64()), ("name", pa.string())]))["column_encoding"]
+    {'id': 'DELTA_BINARY_PACKED'}
+    """
+    if INTEGER_ENCODING is None:
+        return dict(PARQUET_OPTIONS)
+    decimals = 18 if PARQUET_OPTIONS.get("store_decimal_as_integer") else 0
+    integers = {
+        f.name: INTEGER_ENCODING
+        for f in schema
+        if pa.types.is_integer(f.type)
+        or pa.types.is_date(f.type)
+        or pa.types.is_time(f.type)
+        or pa.types.is_timestamp(f.type)
+        or (pa.types.is_decimal(f.type) and f.type.precision <= decimals)
+    }
+    return {**PARQUET_OPTIONS, "column_encoding": integers}
+
+
 #: How a part's rows are read: record batches in published types, in key order.
 BatchesOf = Callable[[Part], Iterator[pa.RecordBatch]]
 
@@ -198,7 +230,7 @@ def write_table(uri: str, table: pa.Table) -> int:
     fs, path = storage.filesystem(uri)
     storage.parent_made(fs, path)
     with fs.open_output_stream(path) as out:
-        pq.write_table(table, out, **PARQUET_OPTIONS)
+        pq.write_table(table, out, **parquet_options(table.schema))
         return int(out.tell())
 
 
@@ -247,7 +279,7 @@ class _OpenFile:
         fs, path = storage.filesystem(self.uri)
         storage.parent_made(fs, path)
         self._stream = fs.open_output_stream(path)
-        self._writer = pq.ParquetWriter(self._stream, schema, **PARQUET_OPTIONS)
+        self._writer = pq.ParquetWriter(self._stream, schema, **parquet_options(schema))
         self.rows = 0
         self._first: list[Any] | None = None
         self._last: pa.RecordBatch | None = None
