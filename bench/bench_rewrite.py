@@ -20,7 +20,11 @@ before ``store_decimal_as_integer``).
 Each variant's base files are written with its own options. Medians of wall and CPU seconds
 (the process's, all threads), and each variant's time over the release's.
 
+``--values random`` draws the columns' values at random instead of the sample's regular
+sequences (`orders`).
+
     .venv/bin/python bench/bench_rewrite.py --rows 4000000 --changes 10000 --repeat 6
+    .venv/bin/python bench/bench_rewrite.py --rows 4000000 --changes 10000 --values random
 """
 
 from __future__ import annotations
@@ -67,26 +71,52 @@ VARIANTS: dict[str, tuple[dict[str, Any], str | None]] = {
 }
 
 
-def orders(rows: int) -> pa.Table:
-    """``shop.orders`` as `orchestrator.app.demo.sample.load_shop` fills it, in published types
-    with field IDs."""
+def orders(rows: int, values: str = "sample") -> pa.Table:
+    """``shop.orders`` in published types with field IDs: ``sample``, its values as
+    `orchestrator.app.demo.sample.load_shop` fills it (each column a regular sequence);
+    ``random``, the same columns with values drawn at random (seeded): keys with gaps of 1 to
+    4, customers and amounts uniform, creation times sorted with random gaps, update times
+    unordered, tags and notes of random words."""
     seq = np.arange(1, rows + 1, dtype=np.int64)
-    customers = max(rows // 4, 1)
-    status = np.array(["new", "paid", "shipped", "cancelled"], dtype=object)[seq % 4]
-    tags = np.array(["gift", "fragile,express", ""], dtype=object)[seq % 3]
-    notes = [f"note {s}" + (" 'quoted' é" if s % 11 == 0 else "") for s in seq.tolist()]
-    created = np.datetime64("2024-01-01", "us") + seq * 1_000_000 + seq % 1_000_000
-    updated = np.datetime64("2025-01-01", "us") + seq * 1_000_000
+    if values == "random":
+        rng = np.random.default_rng(7)
+        ids = np.cumsum(rng.integers(1, 5, rows)) * 10
+        customer = rng.integers(1, max(rows // 4, 2), rows).astype(np.int32)
+        status = np.array(["new", "paid", "shipped", "cancelled"], dtype=object)[
+            rng.integers(0, 4, rows)
+        ]
+        tags = np.array(["gift", "fragile,express", ""], dtype=object)[rng.integers(0, 3, rows)]
+        words = np.array(["red", "blue", "late", "gift", "é", "'quoted'"], dtype=object)
+        first, second = rng.integers(0, len(words), (2, rows)).tolist()
+        notes = [
+            f"{words[a]} {words[b]} {n}"
+            for a, b, n in zip(first, second, seq.tolist(), strict=True)
+        ]
+        cents = rng.integers(0, 10_000_000, rows)
+        weight = rng.integers(0, 8000, rows) / 8
+        created = np.datetime64("2024-01-01", "us") + np.cumsum(rng.integers(0, 8_000_000, rows))
+        updated = np.datetime64("2025-01-01", "us") + rng.integers(0, 31_536_000_000_000, rows)
+        paid = rng.integers(0, 2, rows) == 1
+    else:
+        ids = seq * 10
+        customer = (seq % max(rows // 4, 1) + 1).astype(np.int32)
+        status = np.array(["new", "paid", "shipped", "cancelled"], dtype=object)[seq % 4]
+        tags = np.array(["gift", "fragile,express", ""], dtype=object)[seq % 3]
+        notes = [f"note {s}" + (" 'quoted' é" if s % 11 == 0 else "") for s in seq.tolist()]
+        cents = seq % 100000  # (seq % 100000) / 100: read with two decimals
+        weight = (seq % 1000) / 8
+        created = np.datetime64("2024-01-01", "us") + seq * 1_000_000 + seq % 1_000_000
+        updated = np.datetime64("2025-01-01", "us") + seq * 1_000_000
+        paid = seq % 2 == 1
     columns = {
-        "id": pa.array(seq * 10).cast(pa.decimal128(20, 0)),
-        "customer_id": pa.array((seq % customers + 1).astype(np.int32)),
+        "id": pa.array(ids).cast(pa.decimal128(20, 0)),
+        "customer_id": pa.array(customer),
         "status": pa.array(status, pa.string()),
-        # (seq % 100000) / 100: the same unscaled numbers, read with two decimals
-        "amount": pa.array(seq % 100000).cast(pa.decimal128(19, 0)).view(pa.decimal128(12, 2)),
-        "weight": pa.array((seq % 1000) / 8, pa.float32(), mask=seq % 7 == 0),
+        "amount": pa.array(cents).cast(pa.decimal128(19, 0)).view(pa.decimal128(12, 2)),
+        "weight": pa.array(weight, pa.float32(), mask=seq % 7 == 0),
         "created_at": pa.array(created, pa.timestamp("us")),
         "updated_at": pa.array(updated, pa.timestamp("us")).cast(pa.timestamp("us", "UTC")),
-        "paid": pa.array(seq % 2 == 1),
+        "paid": pa.array(paid),
         "tags": pa.array(tags, pa.string(), mask=seq % 5 == 0),
         "note": pa.array(notes, pa.string(), mask=seq % 3 == 0),
     }
@@ -151,10 +181,11 @@ def write_base(
     return [str(directory / r["file"]) for r in ranges]
 
 
-def slices(events: pa.Table, files: list[str]) -> list[pa.Table]:
-    """Each base file's events (files of `FILE_ROWS` rows in key order)."""
+def slices(table: pa.Table, events: pa.Table, files: list[str]) -> list[pa.Table]:
+    """Each base file's events (``table`` in files of `FILE_ROWS` rows, in key order)."""
     keys = events.column(event_key(0)).cast(pa.int64()).to_numpy()
-    bounds = [int(i) * FILE_ROWS * 10 for i in range(1, len(files))]  # ids are seq * 10
+    ids = table.column("id").cast(pa.int64()).to_numpy()
+    bounds = [int(ids[i * FILE_ROWS - 1]) for i in range(1, len(files))]  # each file's last
     edges = [0, *np.searchsorted(keys, bounds, side="right").tolist(), events.num_rows]
     return [events.slice(a, b - a) for a, b in itertools.pairwise(edges)]
 
@@ -174,19 +205,20 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--changes", type=int, default=2_500)
     parser.add_argument("--repeat", type=int, default=6)
+    parser.add_argument("--values", choices=("sample", "random"), default="sample")
     args = parser.parse_args()
-    table = orders(args.rows)
+    table = orders(args.rows, args.values)
     schema = table.schema
     events = spread_events(table, args.changes)
     print(
         f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; "
-        f"{args.rows:,} rows, {events.num_rows:,} spread changes",
+        f"{args.rows:,} rows ({args.values} values), {events.num_rows:,} spread changes",
         flush=True,
     )
     results: dict[tuple[str, str], list[tuple[float, float]]] = {}
     with tempfile.TemporaryDirectory(prefix="tidemark-bench-rewrite-") as work:
         bases = {name: write_base(table, Path(work) / name, o) for name, o in VARIANTS.items()}
-        per_file = slices(events, bases["release"])
+        per_file = slices(table, events, bases["release"])
         names = list(VARIANTS)
         for repetition in range(args.repeat):
             for name in names[repetition % len(names) :] + names[: repetition % len(names)]:

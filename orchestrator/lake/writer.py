@@ -44,10 +44,10 @@ PARQUET_OPTIONS: dict[str, Any] = {
 #: The encoding of every column Parquet stores as a 32- or 64-bit integer (integers, dates,
 #: times, timestamps, decimals of precision up to 18): the differences between neighbouring
 #: values, bit-packed, before zstd. Keys, counters and timestamps in key order differ little
-#: from row to row. Measured (docs/performance.md): 4M rows of shop.orders rewritten 1.2x as
-#: fast, files 4.4x smaller; 2M rows of random integers and sorted random timestamps written
-#: with 36% less CPU, 25% smaller. Every reader Tidemark is tested with reads it; Iceberg's
-#: vectorized Spark reader does from Iceberg 1.10 on (docs/output.md, "Data files").
+#: from row to row. Measured (bench/bench_rewrite.py, 4M rows of shop.orders, 10,000 spread
+#: changes; docs/performance.md): with the sample's values a rewrite 1.21x as fast, files 4.4x
+#: smaller; with random values 1.07x, files 15% smaller. Every reader Tidemark is tested with
+#: reads it; Iceberg's vectorized Spark reader does from Iceberg 1.10 on (docs/output.md).
 INTEGER_ENCODING: str | None = "DELTA_BINARY_PACKED"
 
 
