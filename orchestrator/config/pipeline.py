@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from orchestrator.config import objectstore
+from orchestrator.config import lakes, objectstore
 from orchestrator.config.credentials import Secret, resolve_password
 from orchestrator.config.patterns import is_glob, listed, parse_tables, resolve
 from orchestrator.config.sections import (
@@ -275,6 +275,7 @@ def parse_config(
     if r.problems or source is None or output is None or state is None:
         raise ConfigError(r.problems or [f"{origin}: incomplete config"])
     objectstore.register(output)
+    lakes.register(output)
     return PipelineConfig(
         pipeline=pipeline,
         source=source,
@@ -411,6 +412,17 @@ def _output(r: Reader, data: Any, check_env: bool) -> OutputConfig:
             OutputConfig,
             float,
             lambda v: None if v >= 0 else f"must be >= 0, found {v}",
+        ),
+        integer_encoding=r.setting(
+            m,
+            "output.integer_encoding",
+            OutputConfig,
+            str,
+            lambda v: (
+                None
+                if v in lakes.INTEGER_ENCODINGS
+                else f"expected one of {', '.join(lakes.INTEGER_ENCODINGS)}, found {v!r}"
+            ),
         ),
         catalog=_catalog(r, m.get("catalog", {})),
         s3=objectstore.read_s3(r, m.get("s3"), [path, staging], check_env),

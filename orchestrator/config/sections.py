@@ -96,6 +96,10 @@ class OutputConfig:
     staging: str | None = None  # default: <path>/_staging
     keep_versions: int = 5
     keep_hours: float = 24.0  # versions younger than this are kept too (queries still read them)
+    #: How the data files Tidemark writes store columns held as 32- or 64-bit integers:
+    #: ``delta`` (DELTA_BINARY_PACKED) or ``plain`` (for Iceberg's vectorized Spark reader
+    #: before 1.10); docs/output.md, "The Iceberg table".
+    integer_encoding: str = "delta"
     catalog: CatalogConfig = field(default_factory=CatalogConfig)
     s3: S3Config = field(default_factory=S3Config)
 

@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from chunking import encode_key
+from orchestrator.config import lakes
 from orchestrator.lake import layout, storage
 from orchestrator.lake.layout import DATA_DIR, FileRange, Part, PlannedFile, piece_rows, planned
 
@@ -42,23 +43,26 @@ PARQUET_OPTIONS: dict[str, Any] = {
 }
 
 #: The encoding of every column Parquet stores as a 32- or 64-bit integer (integers, dates,
-#: times, timestamps, decimals of precision up to 18): the differences between neighbouring
-#: values, bit-packed, before zstd. Keys, counters and timestamps in key order differ little
-#: from row to row. Measured (bench/bench_rewrite.py, 4M rows of shop.orders, 10,000 spread
-#: changes; docs/performance.md): with the sample's values a rewrite 1.21x as fast, files 4.4x
-#: smaller; with random values 1.07x, files 15% smaller. Every reader Tidemark is tested with
-#: reads it; Iceberg's vectorized Spark reader does from Iceberg 1.10 on (docs/output.md).
+#: times, timestamps, decimals of precision up to 18) where ``output.integer_encoding`` is
+#: ``delta`` (the default): the differences between neighbouring values, bit-packed, before
+#: zstd. Keys, counters and timestamps in key order differ little from row to row. Measured
+#: (bench/bench_rewrite.py, 4M rows of shop.orders, 10,000 spread changes; docs/performance.md):
+#: with the sample's values a rewrite 1.21x as fast, files 4.4x smaller; with random values
+#: 1.07x, files 15% smaller. Every reader Tidemark is tested with reads it; Iceberg's vectorized
+#: Spark reader does from Iceberg 1.10 on, hence ``plain`` (docs/output.md).
 INTEGER_ENCODING: str | None = "DELTA_BINARY_PACKED"
 
 
-def parquet_options(schema: pa.Schema) -> dict[str, Any]:
-    """The pyarrow writer options of a data file of ``schema``: `PARQUET_OPTIONS`, and
-    `INTEGER_ENCODING` for each top-level column stored as a Parquet INT32 or INT64.
+def parquet_options(schema: pa.Schema, uri: str) -> dict[str, Any]:
+    """The pyarrow writer options of a data file of ``schema`` at ``uri``: `PARQUET_OPTIONS`, and
+    `INTEGER_ENCODING` for each top-level column stored as a Parquet INT32 or INT64 unless the
+    config whose lake or staging path holds ``uri`` says ``output.integer_encoding: plain``.
 
-    >>> parquet_options(pa.schema([("id", pa.int64()), ("name", pa.string())]))["column_encoding"]
+    >>> schema = pa.schema([("id", pa.int64()), ("name", pa.string())])
+    >>> parquet_options(schema, "/nowhere/t/data/f.parquet")["column_encoding"]
     {'id': 'DELTA_BINARY_PACKED'}
     """
-    if INTEGER_ENCODING is None:
+    if INTEGER_ENCODING is None or lakes.integer_encoding(uri) == "plain":
         return dict(PARQUET_OPTIONS)
     decimals = 18 if PARQUET_OPTIONS.get("store_decimal_as_integer") else 0
     integers = {
@@ -230,7 +234,7 @@ def write_table(uri: str, table: pa.Table) -> int:
     fs, path = storage.filesystem(uri)
     storage.parent_made(fs, path)
     with fs.open_output_stream(path) as out:
-        pq.write_table(table, out, **parquet_options(table.schema))
+        pq.write_table(table, out, **parquet_options(table.schema, uri))
         return int(out.tell())
 
 
@@ -279,7 +283,7 @@ class _OpenFile:
         fs, path = storage.filesystem(self.uri)
         storage.parent_made(fs, path)
         self._stream = fs.open_output_stream(path)
-        self._writer = pq.ParquetWriter(self._stream, schema, **parquet_options(schema))
+        self._writer = pq.ParquetWriter(self._stream, schema, **parquet_options(schema, uri))
         self.rows = 0
         self._first: list[Any] | None = None
         self._last: pa.RecordBatch | None = None

@@ -192,6 +192,11 @@ BAD = [
         "output.keep_versions: expected an integer",
     ),
     (
+        "integer_encoding unknown",
+        [("output.integer_encoding", "zigzag")],
+        "output.integer_encoding: expected one of delta, plain, found 'zigzag'",
+    ),
+    (
         "keyless_lock text",
         [("tables[0].keyless_lock", "yes")],
         "tables[0].keyless_lock: expected a boolean, found a string 'yes'",

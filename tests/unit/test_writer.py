@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from orchestrator.config import OutputConfig, lakes
 from orchestrator.lake import writer
 from tests.iceberg_readers import duckdb_connection
 
@@ -115,3 +116,22 @@ def test_an_empty_file_reads_back_with_its_schema(tmp_path: Path) -> None:
 
     assert size == (tmp_path / "e.parquet").stat().st_size
     assert pq.read_table(tmp_path / "e.parquet").equals(table.schema.empty_table())
+
+
+def test_the_encoding_is_the_one_of_the_config_whose_path_holds_the_file(tmp_path: Path) -> None:
+    lakes.register(OutputConfig(path="s3a://enc-bucket/lake", integer_encoding="plain"))
+    lakes.register(OutputConfig(path="s3://enc-bucket/lake/inner", staging=f"file://{tmp_path}"))
+    lakes.register(OutputConfig(path=str(tmp_path / "plain"), integer_encoding="plain"))
+
+    assert lakes.integer_encoding("s3://enc-bucket/lake/db/t/data/f.parquet") == "plain"
+    assert lakes.integer_encoding("s3a://enc-bucket/lake/_staging/r/f.parquet") == "plain"
+    assert lakes.integer_encoding("s3://enc-bucket/lake/inner/db/t/f.parquet") == "delta"
+    assert lakes.integer_encoding("s3://enc-bucket/lakehouse/f.parquet") == "delta"
+    assert lakes.integer_encoding(f"file://{tmp_path}/plain/db/t/f.parquet") == "plain"
+    assert lakes.integer_encoding(str(tmp_path / "run" / "f.parquet")) == "delta"  # a staging
+
+    table = _table()
+    writer.write_table(str(tmp_path / "plain" / "f.parquet"), table)
+    assert not any(
+        "DELTA_BINARY_PACKED" in e for e in _encodings(tmp_path / "plain" / "f.parquet").values()
+    )
