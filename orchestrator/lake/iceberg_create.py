@@ -81,6 +81,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from orchestrator.errors import RunFailed
+from orchestrator.lake import storage
 from orchestrator.lake.writer import FIELD_ID
 
 FORMAT_VERSION: TableVersion = 2
@@ -330,10 +331,13 @@ def data_file(io: FileIO, metadata: TableMetadata, path: str) -> DataFile:
     types and nullability (`orchestrator.pipeline.publish.staging.place`); here only the columns'
     field IDs are compared, which costs nothing: a file of another table's shape is refused, never
     listed."""
-    input_file = io.new_input(path)
-    with input_file.open() as stream:
-        footer = pq.read_metadata(stream)
-        nbytes = stream.seek(0, os.SEEK_END)  # its size, known from the open: no request
+    kept = storage.kept_footer(path)  # publish's, from the staging file it moved here
+    if kept is None:
+        with io.new_input(path).open() as stream:
+            footer = pq.read_metadata(stream)
+            nbytes = stream.seek(0, os.SEEK_END)  # its size, known from the open: no request
+    else:
+        footer, nbytes = kept
     schema = metadata.schema()
     ids = {
         f.name: int((f.metadata or {}).get(FIELD_ID, b"-1"))

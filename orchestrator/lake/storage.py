@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import threading
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -197,6 +198,46 @@ def parquet_schema(uri: str) -> pa.Schema:
     fs, path = filesystem(uri)
     with fs.open_input_file(path) as handle:
         return pq.read_schema(handle)
+
+
+def parquet_footer(uri: str) -> pq.FileMetaData:
+    """The footer of a Parquet file: its schema (`FileMetaData.schema`), row groups, statistics."""
+    fs, path = filesystem(uri)
+    with fs.open_input_file(path) as handle:
+        return pq.read_metadata(handle)
+
+
+#: Footers handed from the step that read them to the next step that needs them, in the same
+#: process (`keep_footer`, `kept_footer`), at most `KEPT_FOOTERS`, the oldest dropped first.
+KEPT_FOOTERS = 4096
+_FOOTERS: dict[tuple[str, str], tuple[pq.FileMetaData, int]] = {}
+_FOOTERS_LOCK = threading.Lock()
+
+
+def _footer_key(uri: str) -> tuple[str, str]:
+    fs, path = filesystem(uri)
+    return type(fs).__name__, path
+
+
+def keep_footer(uri: str, footer: pq.FileMetaData, nbytes: int) -> None:
+    """Remember the footer and size of the Parquet file at ``uri`` for `kept_footer`: publish
+    reads a staging file's footer to check its schema and moves the file's bytes to ``uri``
+    unchanged; the Iceberg commit then lists the file from this footer instead of reading it
+    again (two requests on an object store)."""
+    key = _footer_key(uri)
+    with _FOOTERS_LOCK:
+        _FOOTERS.pop(key, None)
+        _FOOTERS[key] = (footer, nbytes)
+        while len(_FOOTERS) > KEPT_FOOTERS:
+            del _FOOTERS[next(iter(_FOOTERS))]
+
+
+def kept_footer(uri: str) -> tuple[pq.FileMetaData, int] | None:
+    """The footer and size `keep_footer` remembered for ``uri`` (forgotten once given), or
+    None."""
+    key = _footer_key(uri)
+    with _FOOTERS_LOCK:
+        return _FOOTERS.pop(key, None)
 
 
 def tree_bytes(uris: Sequence[str]) -> int:

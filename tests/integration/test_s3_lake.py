@@ -105,12 +105,30 @@ def test_snapshot_under_writers_then_incremental_on_s3(
     log = s3_server.root / "moto.log"
     mark = log.stat().st_size
     run_ok(config_path)  # incremental
-    assert_requests_spared(log.read_bytes()[mark:].decode(errors="replace"))
+    sent = log.read_bytes()[mark:].decode(errors="replace")
+    assert_requests_spared(sent)
     config = load_config(config_path)
     assert all(read_manifest(table_dir(config, t))["version"] >= 2 for t in tables)
+    assert_new_files_not_read(config, tables, sent)
     assert_lake_equals_source_three_ways(config_path, tables, pg_state[1], tmp_path / "spark2")
     assert_nothing_local(tmp_path)
     assert not [k for k in s3_server.keys(s3_bucket, "lake/") if k.startswith("lake/_staging")]
+
+
+def assert_new_files_not_read(config: PipelineConfig, tables: list[str], log: str) -> None:
+    """No data file of the versions a run published was read: each was copied from its staging
+    file, whose footer publish had read, and the Iceberg commit listed it from that footer."""
+    new = []
+    for table in tables:
+        manifest = read_manifest(table_dir(config, table))
+        for name in manifest["files"]:
+            if name.startswith(f"data/v{manifest['version']:06d}-"):
+                uri = storage.join(table_dir(config, table), name)
+                new.append("/" + uri.split("://", 1)[1])  # as moto logs it (path style)
+    sent = re.findall(r'"(?:\x1b\[[0-9;]*m)*(GET|HEAD) (\S+) ', log)
+    assert new
+    read = [path for _, path in sent if path.split("?")[0] in new]
+    assert not read, read
 
 
 def assert_requests_spared(log: str) -> None:

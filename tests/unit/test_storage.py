@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 import pytest
 
 from orchestrator.lake import storage
@@ -201,3 +203,23 @@ def test_a_manifest_cut_between_renames_is_found(tmp_path: Path) -> None:
     assert not Path(uri).exists()
     found = find_manifest(str(tdir))
     assert found is not None and found["version"] == 2
+
+
+def test_a_kept_footer_is_given_once_under_any_spelling_of_its_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "f.parquet"
+    pq.write_table(pa.table({"a": [1, 2, 3]}), path)
+    footer = storage.parquet_footer(str(path))
+    assert footer.num_rows == 3
+
+    storage.keep_footer(str(path), footer, path.stat().st_size)
+    kept = storage.kept_footer(f"file://{path}")  # the Iceberg commit's spelling
+    assert kept is not None and kept[0].equals(footer) and kept[1] == path.stat().st_size
+    assert storage.kept_footer(str(path)) is None  # given once
+
+    monkeypatch.setattr(storage, "KEPT_FOOTERS", 2)
+    for name in ("a", "b", "c"):
+        storage.keep_footer(str(tmp_path / name), footer, 1)
+    assert storage.kept_footer(str(tmp_path / "a")) is None  # the oldest dropped
+    assert storage.kept_footer(str(tmp_path / "c")) is not None

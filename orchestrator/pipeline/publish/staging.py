@@ -12,6 +12,7 @@ import logging
 from collections.abc import Callable, Mapping
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from orchestrator.config import PipelineConfig
 from orchestrator.errors import RunFailed, resnapshot_hint
@@ -93,10 +94,11 @@ def place(
         writer.files_written = index
         target = storage.join(tdir, relative)
         nbytes = entry["bytes"]  # the file's, as it was written: it moves as it is
-        found = _schema_if_there(entry["file"])
-        if found is not None:
-            if _shape(found) == shape:
+        footer = _footer_if_there(entry["file"])
+        if footer is not None:
+            if _shape(footer.schema.to_arrow_schema()) == shape:
                 storage.adopt(entry["file"], target)
+                storage.keep_footer(target, footer, nbytes)  # for the Iceberg commit
             else:
                 log.warning(
                     "%s: written with other field IDs or types than the Iceberg table's; "
@@ -123,10 +125,10 @@ def place(
     return out
 
 
-def _schema_if_there(uri: str) -> pa.Schema | None:
-    """A staging file's schema (`storage.parquet_schema`), None when the file is gone."""
+def _footer_if_there(uri: str) -> pq.FileMetaData | None:
+    """A staging file's footer (`storage.parquet_footer`), None when the file is gone."""
     try:
-        return storage.parquet_schema(uri)
+        return storage.parquet_footer(uri)
     except FileNotFoundError:
         return None
 
