@@ -275,8 +275,7 @@ def parse_config(
     if r.problems or source is None or output is None or state is None:
         raise ConfigError(r.problems or [f"{origin}: incomplete config"])
     objectstore.register(output)
-    lakes.register(output)
-    return PipelineConfig(
+    config = PipelineConfig(
         pipeline=pipeline,
         source=source,
         spark=spark,
@@ -288,6 +287,8 @@ def parse_config(
         path=path,
         airflow=airflow,
     )
+    lakes.register(output.integer_encoding, (output.path, config.staging_path))
+    return config
 
 
 def _source(r: Reader, data: Any, check_env: bool) -> SourceConfig | None:

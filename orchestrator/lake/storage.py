@@ -47,7 +47,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from orchestrator.config import objectstore
+from orchestrator.config import lakes, objectstore
 from orchestrator.config.sections import STORAGE_SCHEMES
 
 #: Schemes this module knows (`validate` refuses others); anything else is refused with a message
@@ -210,13 +210,8 @@ def parquet_footer(uri: str) -> pq.FileMetaData:
 #: Footers handed from the step that read them to the next step that needs them, in the same
 #: process (`keep_footer`, `kept_footer`), at most `KEPT_FOOTERS`, the oldest dropped first.
 KEPT_FOOTERS = 4096
-_FOOTERS: dict[tuple[str, str], tuple[pq.FileMetaData, int]] = {}
+_FOOTERS: dict[str, tuple[pq.FileMetaData, int]] = {}  # by `lakes.place`
 _FOOTERS_LOCK = threading.Lock()
-
-
-def _footer_key(uri: str) -> tuple[str, str]:
-    fs, path = filesystem(uri)
-    return type(fs).__name__, path
 
 
 def keep_footer(uri: str, footer: pq.FileMetaData, nbytes: int) -> None:
@@ -224,7 +219,7 @@ def keep_footer(uri: str, footer: pq.FileMetaData, nbytes: int) -> None:
     reads a staging file's footer to check its schema and moves the file's bytes to ``uri``
     unchanged; the Iceberg commit then lists the file from this footer instead of reading it
     again (two requests on an object store)."""
-    key = _footer_key(uri)
+    key = lakes.place(uri)
     with _FOOTERS_LOCK:
         _FOOTERS.pop(key, None)
         _FOOTERS[key] = (footer, nbytes)
@@ -235,7 +230,7 @@ def keep_footer(uri: str, footer: pq.FileMetaData, nbytes: int) -> None:
 def kept_footer(uri: str) -> tuple[pq.FileMetaData, int] | None:
     """The footer and size `keep_footer` remembered for ``uri`` (forgotten once given), or
     None."""
-    key = _footer_key(uri)
+    key = lakes.place(uri)
     with _FOOTERS_LOCK:
         return _FOOTERS.pop(key, None)
 

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from orchestrator.config import OutputConfig, lakes
+from orchestrator.config import lakes
 from orchestrator.lake import writer
 from tests.iceberg_readers import duckdb_connection
 
@@ -119,9 +119,9 @@ def test_an_empty_file_reads_back_with_its_schema(tmp_path: Path) -> None:
 
 
 def test_the_encoding_is_the_one_of_the_config_whose_path_holds_the_file(tmp_path: Path) -> None:
-    lakes.register(OutputConfig(path="s3a://enc-bucket/lake", integer_encoding="plain"))
-    lakes.register(OutputConfig(path="s3://enc-bucket/lake/inner", staging=f"file://{tmp_path}"))
-    lakes.register(OutputConfig(path=str(tmp_path / "plain"), integer_encoding="plain"))
+    lakes.register("plain", ("s3a://enc-bucket/lake", "s3a://enc-bucket/lake/_staging"))
+    lakes.register("delta", ("s3://enc-bucket/lake/inner", f"file://{tmp_path}"))
+    lakes.register("plain", (str(tmp_path / "plain"), str(tmp_path / "plain" / "_staging")))
 
     assert lakes.integer_encoding("s3://enc-bucket/lake/db/t/data/f.parquet") == "plain"
     assert lakes.integer_encoding("s3a://enc-bucket/lake/_staging/r/f.parquet") == "plain"
