@@ -16,7 +16,7 @@ import sys
 import threading
 import traceback
 from collections.abc import Callable, Sequence
-from typing import NoReturn
+from typing import NoReturn, TextIO
 
 from orchestrator.config import PipelineConfig, load_config
 from orchestrator.config.sections import CHUNK_SIZE_MAX
@@ -26,6 +26,22 @@ log = logging.getLogger("tidemark")
 
 #: The terminal handlers `_configure_logging` added (replaced when `main` runs again in-process).
 _handlers: list[logging.Handler] = []
+
+
+class _Terminal(logging.StreamHandler[TextIO]):
+    """Log lines to ``sys.stdout`` or ``sys.stderr`` as it is when a line comes, as logging's
+    own last-resort handler does. A handler that kept the stream of its start wrote to a
+    closed one once `main`, called in-process (tests, a scheduler), had returned and the
+    caller had replaced its streams: threads of the command logging then got ``--- Logging
+    error ---`` (``I/O operation on closed file``) instead of their line."""
+
+    def __init__(self, name: str) -> None:
+        self._which = name
+        super().__init__(getattr(sys, name))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = getattr(sys, self._which)  # under the handler's lock (`Handler.handle`)
+        super().emit(record)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -276,11 +292,11 @@ def _configure_logging(debug: bool, *, quiet_stderr: bool) -> None:
         root.removeHandler(old)
     _handlers.clear()
     root.setLevel(logging.DEBUG if debug else logging.INFO)
-    err = logging.StreamHandler(sys.stderr)
+    err = _Terminal("stderr")
     handlers: list[logging.Handler] = [err]
     if quiet_stderr and not debug:
         err.setLevel(logging.ERROR)
-        out = logging.StreamHandler(sys.stdout)
+        out = _Terminal("stdout")
         out.addFilter(lambda record: record.levelno < logging.ERROR)
         handlers.append(out)
     for handler in handlers:
