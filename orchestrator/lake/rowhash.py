@@ -10,9 +10,9 @@ hash), so it must never change: it is defined here on the published Arrow values
 numpy, and pinned by the doctests below and tests/unit/test_rowhash.py.
 
 *Which rows are identical.* Two rows are identical when every column holds the same value, NULL
-being the same as NULL (`row_identity`). A float is taken by its value: ``-0.0`` is ``0.0`` (a
-snapshot reads FLOAT ``-0.0`` as ``0.0`` where the binlog has ``-0.0``: docs/limits.md) and every
-NaN is one. The hash agrees: identical rows hash alike, whichever path read them.
+being the same as NULL (`row_identity`). A float is taken by its value: ``-0.0`` is ``0.0`` (both
+paths publish a stored ``-0.0`` as ``0.0``, docs/types.md, but files written before they did may
+hold it) and every NaN is one. The hash agrees: identical rows hash alike, whichever path read them.
 
 *The hash.* Per column, a 64-bit value of each cell: integers, dates, times and timestamps as
 their 64-bit integers, booleans as 0/1, floats as the bits of their double (zero and NaN made

@@ -28,6 +28,7 @@ import pyarrow as pa
 from orchestrator.schema.families import (
     BINARY_TYPES,
     DECIMAL_TYPES,
+    FLOAT_TYPES,
     INTEGER_BITS,
     SPATIAL_TYPES,
     TEXT_TYPES,
@@ -421,6 +422,8 @@ def column_converter(column: ColumnInfo) -> Converter | None:
         return spatial_wkb(column)
     if t in BINARY_TYPES:
         return bytes
+    if t in FLOAT_TYPES:  # -0.0 as 0.0, as the server prints it (`binlog.columns._float`)
+        return lambda value: value + 0.0
     return {"date": _date, "datetime": _datetime, "timestamp": _timestamp, "time": _time}.get(t)
 
 

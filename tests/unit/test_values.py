@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import math
 import struct
 from decimal import Decimal
 from typing import Any
@@ -227,8 +228,16 @@ def test_staging_schema_keeps_time_as_micros_and_zero_dates_nullable() -> None:
 
 def test_identity_columns_have_no_converter() -> None:
     assert column_converter(col("int(11)")) is None
-    assert column_converter(col("double")) is None
     assert column_converter(col("int(10) unsigned")) is not None
+
+
+@pytest.mark.parametrize("column_type", ["float", "double", "float(7,2)"])
+def test_a_negative_zero_converts_to_zero(column_type: str) -> None:
+    """The server prints a stored ``-0.0`` as ``0``, which a snapshot reads."""
+    convert = column_converter(col(column_type))
+    assert convert is not None
+    assert [math.copysign(1.0, convert(v)) for v in (-0.0, 0.0)] == [1.0, 1.0]
+    assert convert(-1.5) == -1.5 and convert(3e38) == 3e38
 
 
 @pytest.mark.parametrize(
