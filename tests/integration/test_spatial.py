@@ -238,3 +238,40 @@ def test_a_value_of_another_srid_than_its_column_declares_fails_its_table(
     failure = _failures(config, f"{db}.driver")[f"{db}.driver"]
     assert failure["step"] == "capture", failure
     assert f"column `p` holds a value of SRID 0, {declared}" in failure["reason"], failure
+
+
+def test_a_table_failed_in_capture_stays_failed_with_a_prepared_xa_transaction(
+    mariadb: LocalMariaDB, tmp_path: Path, spark: object
+) -> None:
+    """A table whose capture failed keeps no rows after the failure; an XA transaction with rows
+    of it, prepared but not committed at ``H``, must not make it a table to publish again (its
+    next start is held for that transaction, its status stays failed)."""
+    db = "geo_srid_xa"
+    create(mariadb, db, "spark", "driver")
+    good = "ST_GeomFromText('POINT(1 1)', 4326)"
+    bad = "ST_GeomFromText('POINT(1 1)', 0)"
+    gc = "ST_GeomFromText('GEOMETRYCOLLECTION EMPTY')"
+    mariadb.execute(
+        *(f"INSERT INTO {t} (id, p, gc) VALUES (1, {good}, {gc})" for t in ("spark", "driver")),
+        database=db,
+    )
+    config = both_readers(tmp_path, mariadb, db)
+    run_plain(config)
+    mariadb.execute(
+        f"UPDATE driver SET p = {bad} WHERE id = 1",
+        f"INSERT INTO driver (id, p, gc) VALUES (2, {good}, {gc})",
+        database=db,
+    )
+    mariadb.execute(
+        "XA START 'geo'",
+        f"INSERT INTO {db}.driver (id, p, gc) VALUES (3, {good}, {gc})",
+        "XA END 'geo'",
+        "XA PREPARE 'geo'",
+    )
+    try:
+        failure = _failures(config, f"{db}.driver")[f"{db}.driver"]
+    finally:
+        mariadb.execute("XA ROLLBACK 'geo'")
+    assert failure["step"] == "capture", failure
+    published = read_manifest(table_dir(config, f"{db}.driver"))
+    assert published is not None and published["rows"] == 1, "the failed table kept its version"

@@ -319,6 +319,8 @@ class _Capture:
         if hold is None:
             return
         for table in sorted(self.xa.tables() & self.tables.keys()):
+            if self.starts[table] == _NEVER:  # failed (it stays so) or to be re-read: no rows kept
+                continue
             log.warning(
                 "table %s: an XA transaction begun at %s is not committed at %s; its rows "
                 "wait for the run that sees its commit",
