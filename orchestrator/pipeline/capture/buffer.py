@@ -41,6 +41,8 @@ class CaptureTable:
             referenced columns outside its key; `orchestrator.pipeline.capture.derive`).
         published: False for a parent outside the run: its rows events are decoded for the
             cascades they derive, never written.
+        held: ``start`` is before its published version's position: the run before held it
+            back for an XA transaction prepared at its end (`orchestrator.pipeline.capture.xa`).
     """
 
     info: TableInfo
@@ -50,6 +52,7 @@ class CaptureTable:
     multiset: bool = False
     before: tuple[str, ...] = ()
     published: bool = True
+    held: bool = False
 
 
 def key_indexes(table: CaptureTable) -> list[int]:

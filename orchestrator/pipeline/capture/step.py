@@ -84,7 +84,7 @@ from orchestrator.pipeline.capture.reread import (
     prepare_rereads,
 )
 from orchestrator.pipeline.capture.writes import Segments, SegmentWrites
-from orchestrator.pipeline.capture.xa import XaTransactions
+from orchestrator.pipeline.capture.xa import XA_FOREIGN, XaTransactions
 from orchestrator.pipeline.context import current_run, open_source, open_store, position, table_info
 from orchestrator.pipeline.failed import fail_table, table_failure
 from orchestrator.pipeline.keyless import capture_key, is_keyless
@@ -313,24 +313,21 @@ class _Capture:
             self.log_progress(position)
 
     def hold_prepared(self, stop: BinlogPosition) -> None:
-        """Tables with rows of XA transactions prepared but not committed at ``stop``: their next
-        capture starts where those transactions began (see `orchestrator.pipeline.capture.xa`)."""
-        hold = self.xa.hold()
-        if hold is None:
-            return
-        for table in sorted(self.xa.tables() & self.tables.keys()):
-            if self.starts[table] == _NEVER:  # failed (it stays so) or to be re-read: no rows kept
-                continue
-            log.warning(
-                "table %s: an XA transaction begun at %s is not committed at %s; its rows "
-                "wait for the run that sees its commit",
-                table,
-                hold,
-                stop,
-            )
-            self.store.set_table_status(
-                self.run_id, table, "planned", info={"next_from": hold.to_json()}
-            )
+        """The tables' next starts held back for XA transactions prepared but not committed at
+        ``stop`` (`orchestrator.pipeline.capture.xa`). A table that failed, or waits for a
+        re-read, keeps no rows: it is not held (its status stays)."""
+        live = {
+            table: (t.start, t.held)
+            for table, t in self.tables.items()
+            if self.starts[table] != _NEVER
+        }
+        holds = self.xa.holds(live, stop)
+        for foreign, held in ((False, holds.own), (True, holds.foreign)):
+            for table, at in held.items():
+                since = {**at.to_json(), **({XA_FOREIGN: True} if foreign else {})}
+                self.store.set_table_status(
+                    self.run_id, table, "planned", info={"next_from": since}
+                )
 
     def flush(self) -> None:
         if not any(len(buffer) for buffer in self.buffers.values()):
@@ -570,6 +567,7 @@ def capture(
                     start=position(r.info["from_position"]),
                     where=config.table_where(r.table),
                     multiset=is_keyless(r),
+                    held=bool(r.info.get("held_back")),
                 )
                 for r in records
             }

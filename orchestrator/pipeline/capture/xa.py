@@ -13,21 +13,44 @@ comes later in another group, possibly in another run. So rows are held per xid:
   next start) stays at the boundary where the transaction's group began, so whoever
   reads on - a resumed capture, or the next run - reads its rows again and applies
   them at its commit. Replaying from an earlier position is always exact with full
-  row images (docs/design.md).
+  row images (docs/design.md). A transaction with rows of none of the run's tables
+  holds their next start too, once: the next run then sees its group, and its commit
+  is one it knows, with nothing to apply. One still prepared at the end of that run
+  (begun before the run's tables' start) is let go: were it held again, every run
+  would read the binlog again from where it began.
 
 ``XA COMMIT ... ONE PHASE`` ends its own group (MySQL logs it after XA END; MariaDB
 logs it as an ordinary transaction). A commit of an xid whose rows were before the
-capture began (prepared before a snapshot's start) cannot be applied: the caller
-re-reads the run's tables.
+capture began (prepared before a snapshot's start, or a transaction of other tables
+let go) cannot be applied: the caller re-reads the run's tables.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 from orchestrator.binlog.reader import RowsEvent, XaEvent
 from orchestrator.binlog.statements import Xid
 from orchestrator.positions import BinlogPosition
+
+log = logging.getLogger("orchestrator.pipeline.capture.step")  # the capture's lines
+
+#: The key marking a table's next start (its checkpoint's position) held back for an XA
+#: transaction of other tables (`orchestrator.pipeline.capture.step`, ``hold_prepared``): the
+#: next run holds it back no further for a transaction that began there or before.
+XA_FOREIGN = "xa_foreign"
+
+
+@dataclass(frozen=True, slots=True)
+class Holds:
+    """Where tables' next starts stay for XA transactions prepared at a capture's end: ``own``
+    for those with rows of the table, ``foreign`` for those with rows of other tables only."""
+
+    own: dict[str, BinlogPosition]
+    foreign: dict[str, BinlogPosition]
 
 
 class XaTransactions:
@@ -68,6 +91,60 @@ class XaTransactions:
         if self.group_start is not None:
             starts.append(self.group_start)
         return min(starts, default=None)
+
+    def holds(self, live: Mapping[str, tuple[BinlogPosition, bool]], stop: BinlogPosition) -> Holds:
+        """Where the next start of each table stays, at the end of a capture at ``stop``.
+
+        Args:
+            live: the run's tables that keep rows (not failed, not to be re-read): their start
+                and whether the run before held it back for a transaction of other tables
+                (`XA_FOREIGN`).
+            stop: the capture's end, ``H``.
+        """
+        hold = self.hold()
+        if hold is None:
+            return Holds({}, {})
+        touched = sorted(self.tables() & live.keys())
+        for table in touched:
+            log.warning(
+                "table %s: an XA transaction begun at %s is not committed at %s; its rows "
+                "wait for the run that sees its commit",
+                table,
+                hold,
+                stop,
+            )
+        other = min(
+            (
+                start
+                for start, events in self.prepared.values()
+                if not any(event.table in live for event in events)
+            ),
+            default=None,
+        )
+        if other is None:
+            return Holds(dict.fromkeys(touched, hold), {})
+        foreign = {  # once: a table held back for one that began at or before its start is let go
+            table: other
+            for table, (start, held) in sorted(live.items())
+            if table not in touched and not (held and other.key <= start.key)
+        }
+        if foreign:
+            log.info(
+                "an XA transaction of other tables begun at %s is not committed at %s: the next "
+                "run reads %d table(s) from there, where it sees the transaction begin",
+                other,
+                stop,
+                len(foreign),
+            )
+        elif not touched:
+            log.warning(
+                "an XA transaction of other tables begun at %s is still not committed at %s: "
+                "let go; if it commits, the run that sees its commit reads this run's tables "
+                "again (docs/limits.md)",
+                other,
+                stop,
+            )
+        return Holds(dict.fromkeys(touched, hold), foreign)
 
     def tables(self) -> set[str]:
         """The tables with rows held."""

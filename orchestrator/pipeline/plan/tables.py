@@ -18,6 +18,7 @@ from orchestrator.binlog.failover import Follower
 from orchestrator.config import PipelineConfig, TableConfig
 from orchestrator.lake.manifest import Manifest, Manifests, find_manifest
 from orchestrator.pipeline.capture.filtering import compile_table_filter
+from orchestrator.pipeline.capture.xa import XA_FOREIGN
 from orchestrator.pipeline.context import open_source, table_dir
 from orchestrator.pipeline.failed import fail_table, table_failure
 from orchestrator.pipeline.lines import TableLines
@@ -210,7 +211,8 @@ def _plan_one(
         )
         if since is not None and _same_shape(table.name, manifest, info):
             assert manifest is not None, "_not_behind: there is one"
-            return _incremental(table, manifest, info, since.to_json())
+            held = bool(checkpoint.position.get(XA_FOREIGN))  # the capture's `hold_prepared`
+            return _incremental(table, manifest, info, since.to_json(), held=held)
     # Changes the run captured for it before it was reset would override the new read: they are
     # voided in the same transaction that plans it (`pipeline.segments`).
     void = void_mark(store, run.run_id) if late else 0
@@ -323,8 +325,10 @@ def _same_shape(table: str, manifest: Manifest | None, info: TableInfo) -> bool:
 
 
 def _incremental(
-    table: TableConfig, manifest: Manifest, info: TableInfo, since: dict[str, Any]
+    table: TableConfig, manifest: Manifest, info: TableInfo, since: dict[str, Any], *, held: bool
 ) -> PlannedTable:
+    """``held``: the run before held its start back for an XA transaction of other tables
+    (`orchestrator.pipeline.capture.xa`)."""
     return PlannedTable(
         table.name,
         "incremental",
@@ -334,6 +338,7 @@ def _incremental(
             "table_info": table_info_text(info),
             "from_position": since,
             "base_version": manifest["version"],
+            **({"held_back": True} if held else {}),
         },
         [],
     )
