@@ -41,8 +41,10 @@ class CaptureTable:
             referenced columns outside its key; `orchestrator.pipeline.capture.derive`).
         published: False for a parent outside the run: its rows events are decoded for the
             cascades they derive, never written.
-        held: ``start`` is before its published version's position: the run before held it
-            back for an XA transaction prepared at its end (`orchestrator.pipeline.capture.xa`).
+        held: the run before held ``start`` back for an XA transaction of other tables
+            prepared at its end (`orchestrator.pipeline.capture.xa`).
+        next_held: an earlier pass of this run's capture held its next start back (a pass
+            after a re-read decides again).
     """
 
     info: TableInfo
@@ -53,6 +55,7 @@ class CaptureTable:
     before: tuple[str, ...] = ()
     published: bool = True
     held: bool = False
+    next_held: bool = False
 
 
 def key_indexes(table: CaptureTable) -> list[int]:

@@ -328,6 +328,9 @@ class _Capture:
                 self.store.set_table_status(
                     self.run_id, table, "planned", info={"next_from": since}
                 )
+        for table in sorted(live.keys() - holds.own.keys() - holds.foreign.keys()):
+            if self.tables[table].next_held:  # held by an earlier pass: not any more
+                self.store.set_table_status(self.run_id, table, "planned", info={"next_from": None})
 
     def flush(self) -> None:
         if not any(len(buffer) for buffer in self.buffers.values()):
@@ -568,6 +571,7 @@ def capture(
                     where=config.table_where(r.table),
                     multiset=is_keyless(r),
                     held=bool(r.info.get("held_back")),
+                    next_held=bool(r.info.get("next_from")),
                 )
                 for r in records
             }

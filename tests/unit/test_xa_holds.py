@@ -1,0 +1,89 @@
+"""Where tables' next starts stay for XA transactions prepared at a capture's end
+(`XaTransactions.holds`): a transaction with rows of a table holds that table where it began; one
+with rows of none of the run's tables holds the others there once, and is let go by a table the
+run before held for it (docs/design.md, "Changes that are not row images")."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from orchestrator.binlog.reader import RowsEvent, XaEvent
+from orchestrator.binlog.statements import Xid
+from orchestrator.pipeline.capture.xa import XaTransactions
+from orchestrator.positions import BinlogPosition
+
+FILE = "binlog.000003"
+H = BinlogPosition(FILE, 9000)
+
+
+def at(pos: int) -> BinlogPosition:
+    return BinlogPosition(FILE, pos)
+
+
+def rows(table: str, end: int) -> RowsEvent:
+    nothing = cast(Any, None)  # the undecoded parts: holds never looks at them
+    return RowsEvent(table, "I", FILE, end, b"", nothing, nothing, nothing)
+
+
+def prepared(xa: XaTransactions, name: bytes, start: int, *tables: str) -> None:
+    """An XA transaction begun at ``start`` with rows of ``tables``, prepared."""
+    xa.step(XaEvent("start", None, FILE, start + 10, at(start)))
+    for n, table in enumerate(tables):
+        assert xa.take(rows(table, start + 20 + n))
+    xa.step(XaEvent("end", Xid(name), FILE, start + 90, at(start)))
+
+
+def test_nothing_prepared_holds_nothing() -> None:
+    xa = XaTransactions()
+    prepared(xa, b"done", 100, "db.a")
+    assert xa.step(XaEvent("commit", Xid(b"done"), FILE, 500, at(400))) is not None
+    holds = xa.holds({"db.a": (at(50), False), "db.b": (at(50), False)}, H)
+    assert (holds.own, holds.foreign) == ({}, {})
+
+
+def test_a_transaction_of_a_table_holds_it_and_the_others_stay() -> None:
+    xa = XaTransactions()
+    prepared(xa, b"mine", 300, "db.a")
+    holds = xa.holds({"db.a": (at(50), False), "db.b": (at(50), False)}, H)
+    assert holds.own == {"db.a": at(300)}
+    assert holds.foreign == {}
+
+
+def test_a_transaction_of_other_tables_holds_every_table_once() -> None:
+    xa = XaTransactions()
+    prepared(xa, b"elsewhere", 300, "db.outside")
+    prepared(xa, b"later", 700)  # no rows of any table the capture reads
+    live = {"db.a": (at(50), False), "db.b": (at(300), False)}
+    holds = xa.holds(live, H)
+    assert holds.own == {}
+    assert holds.foreign == {"db.a": at(300), "db.b": at(300)}  # where the first began
+
+
+def test_a_table_held_for_one_that_began_there_or_before_lets_it_go() -> None:
+    xa = XaTransactions()
+    prepared(xa, b"stuck", 300)
+    live = {
+        "db.a": (at(300), True),  # held there by the run before: let go
+        "db.b": (at(350), True),  # held for a later one: this one began before, let go
+        "db.c": (at(300), False),  # not held before (it began at c's start): held once
+        "db.d": (at(250), True),  # held for an earlier one: held here, further on
+    }
+    holds = xa.holds(live, H)
+    assert holds.foreign == {"db.c": at(300), "db.d": at(300)}
+
+
+def test_a_table_held_before_is_held_for_one_begun_after_its_start() -> None:
+    xa = XaTransactions()
+    prepared(xa, b"new", 400)
+    holds = xa.holds({"db.a": (at(300), True)}, H)
+    assert holds.foreign == {"db.a": at(400)}
+
+
+def test_both_kinds_at_once() -> None:
+    xa = XaTransactions()
+    prepared(xa, b"elsewhere", 200, "db.outside")
+    prepared(xa, b"mine", 300, "db.a")
+    live = {"db.a": (at(50), False), "db.b": (at(50), False)}
+    holds = xa.holds(live, H)
+    assert holds.own == {"db.a": at(200)}  # every held transaction seen again from there
+    assert holds.foreign == {"db.b": at(200)}
