@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +20,9 @@ from orchestrator.app.demo.localdb import LocalMariaDB
 from orchestrator.config import PipelineConfig
 from orchestrator.pipeline.context import open_store, table_dir
 from orchestrator.positions import BinlogPosition
-from tests.conftest import assert_lake_equals_source
+from tests.conftest import assert_lake_equals_source, start_run
 from tests.integration.conftest import run_plain, two_table_pipeline
+from tests.integration.test_failures import wait_until_stopped
 
 pytestmark = pytest.mark.integration
 
@@ -333,3 +335,35 @@ def test_an_xa_transaction_of_other_tables_prepared_for_a_whole_run_is_let_go(
     reread = {m.split(":", 1)[0].removeprefix("table ") for m in _reread(caplog) if what in m}
     assert reread == {f"{db}.t", f"{db}.other"}
     assert_lake_equals_source(config, mariadb, [f"{db}.t", f"{db}.other"])
+
+
+def test_a_table_held_by_one_pass_of_the_capture_is_let_go_by_the_last(
+    mariadb: LocalMariaDB, tmp_path: Path
+) -> None:
+    """A capture that re-reads a table reads on in a second pass: the next starts the first pass
+    held back for an XA transaction committed before the last pass ends are cleared, so the next
+    run does not read the binlog since that transaction began again."""
+    db = "chg_xa_pass"
+    config = _setup(mariadb, tmp_path, db)
+    mariadb.execute(f"CREATE TABLE {db}.outside (id INT PRIMARY KEY, v INT)")
+    _run(config)
+    mariadb.execute(
+        "XA START 'pass'",
+        f"INSERT INTO {db}.outside VALUES (1, 1)",
+        "XA END 'pass'",
+        "XA PREPARE 'pass'",
+    )
+    try:
+        mariadb.execute(f"TRUNCATE TABLE {db}.t", f"INSERT INTO {db}.t VALUES (1, 'new', 1)")
+        # the first pass ends, holds `other` back and re-reads t: stopped at its read
+        assert config.path is not None
+        proc = start_run(config.path, failpoint="read.batch_started:1:stop")
+        wait_until_stopped(proc)
+    finally:
+        mariadb.execute("XA COMMIT 'pass'")
+    os.kill(proc.pid, signal.SIGCONT)
+    _, stderr = proc.communicate(timeout=600)
+    assert proc.returncode == 0, stderr[-3000:]
+    assert_lake_equals_source(config, mariadb, [f"{db}.t", f"{db}.other"])
+    published = BinlogPosition.from_json(_manifest(config, f"{db}.t")["position"])
+    assert _checkpoints(config)[f"{db}.other"] == published
