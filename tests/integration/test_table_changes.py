@@ -248,6 +248,24 @@ def test_xa_rows_count_at_commit_and_a_prepared_one_waits(
     assert rows == {1: "row 1", 2: "xa b", 3: "xa d", 5004: "xa d"}
 
 
+def _setup_outside(mariadb: LocalMariaDB, tmp_path: Path, db: str) -> PipelineConfig:
+    """`_setup` with a table ``outside`` the pipeline, its two tables published."""
+    config = _setup(mariadb, tmp_path, db)
+    mariadb.execute(f"CREATE TABLE {db}.outside (id INT PRIMARY KEY, v INT)")
+    _run(config)
+    return config
+
+
+def _prepare_outside(mariadb: LocalMariaDB, db: str, xid: str) -> None:
+    """An XA transaction with a row of ``outside`` only, prepared (not committed)."""
+    mariadb.execute(
+        f"XA START '{xid}'",
+        f"INSERT INTO {db}.outside VALUES (1, 1)",
+        f"XA END '{xid}'",
+        f"XA PREPARE '{xid}'",
+    )
+
+
 def _checkpoints(config: PipelineConfig) -> dict[str, BinlogPosition]:
     store = open_store(config)
     try:
@@ -271,16 +289,9 @@ def test_an_xa_transaction_of_other_tables_across_a_run_end_reads_nothing_again(
     commit is known and nothing is read again. Before, the commit of a transaction the capture
     had not seen begin re-read every table of the run."""
     db = "chg_xa_out"
-    config = _setup(mariadb, tmp_path, db)
-    mariadb.execute(f"CREATE TABLE {db}.outside (id INT PRIMARY KEY, v INT)")
-    _run(config)
+    config = _setup_outside(mariadb, tmp_path, db)
     other_before = _stats(config, f"{db}.other")
-    mariadb.execute(
-        "XA START 'out'",
-        f"INSERT INTO {db}.outside VALUES (1, 1)",
-        "XA END 'out'",
-        "XA PREPARE 'out'",
-    )
+    _prepare_outside(mariadb, db, "out")
     try:
         mariadb.execute(f"UPDATE {db}.t SET v = 'before the end' WHERE id = 5")
         caplog.set_level(logging.INFO)
@@ -307,15 +318,8 @@ def test_an_xa_transaction_of_other_tables_prepared_for_a_whole_run_is_let_go(
     days would have every run read the binlog since then again). Its commit, when it comes,
     re-reads the tables (docs/limits.md), and the lake still equals the source."""
     db = "chg_xa_stuck"
-    config = _setup(mariadb, tmp_path, db)
-    mariadb.execute(f"CREATE TABLE {db}.outside (id INT PRIMARY KEY, v INT)")
-    _run(config)
-    mariadb.execute(
-        "XA START 'stuck'",
-        f"INSERT INTO {db}.outside VALUES (1, 1)",
-        "XA END 'stuck'",
-        "XA PREPARE 'stuck'",
-    )
+    config = _setup_outside(mariadb, tmp_path, db)
+    _prepare_outside(mariadb, db, "stuck")
     try:
         mariadb.execute(f"UPDATE {db}.t SET v = 'one' WHERE id = 5")
         _run(config)
@@ -344,15 +348,8 @@ def test_a_table_held_by_one_pass_of_the_capture_is_let_go_by_the_last(
     held back for an XA transaction committed before the last pass ends are cleared, so the next
     run does not read the binlog since that transaction began again."""
     db = "chg_xa_pass"
-    config = _setup(mariadb, tmp_path, db)
-    mariadb.execute(f"CREATE TABLE {db}.outside (id INT PRIMARY KEY, v INT)")
-    _run(config)
-    mariadb.execute(
-        "XA START 'pass'",
-        f"INSERT INTO {db}.outside VALUES (1, 1)",
-        "XA END 'pass'",
-        "XA PREPARE 'pass'",
-    )
+    config = _setup_outside(mariadb, tmp_path, db)
+    _prepare_outside(mariadb, db, "pass")
     try:
         mariadb.execute(f"TRUNCATE TABLE {db}.t", f"INSERT INTO {db}.t VALUES (1, 'new', 1)")
         # the first pass ends, holds `other` back and re-reads t: stopped at its read
