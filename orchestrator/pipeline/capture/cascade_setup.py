@@ -100,7 +100,7 @@ def run_cascades(
             if complete is not None:
                 complete = max(highs, default=complete)
             return BaseSpec(files, complete)
-        tdir = table_dir(config, name)  # the version the run planned it on: its rows at its start
+        tdir = table_dir(config, name)  # the version the run planned it on
         version = record.info.get("base_version")
         planned = version_uri(tdir, int(version)) if version is not None else None
         manifest = (
@@ -109,6 +109,10 @@ def run_cascades(
             else find_manifest(tdir)
         )
         files = [storage.join(tdir, f) for f in manifest["files"]] if manifest else []
+        if complete is not None and manifest:
+            # its rows are the version's, whose position a start held back for an XA transaction
+            # lies before (`orchestrator.pipeline.capture.xa`)
+            complete = max(complete, position(dict(manifest["position"])).key)
         return BaseSpec(files, complete)
 
     return RunCascades(tuple(keys.values()), outside, bases, lambda name: segments.get(name, []))

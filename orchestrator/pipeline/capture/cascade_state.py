@@ -42,8 +42,9 @@ class BaseSpec:
     Attributes:
         files: the data files (the published version's, or the run's chunk files).
         complete: the position from which every row the table has at the source is known exactly
-            (`TableState.complete`): the start of an incremental table, the last read's high
-            position of a snapshot; None when never (a table with a ``where`` filter).
+            (`TableState.complete`): the start of an incremental table (its version's position
+            when later: a start held back for an XA transaction), the last read's high position
+            of a snapshot; None when never (a table with a ``where`` filter).
     """
 
     files: list[str]
