@@ -5,12 +5,18 @@ run before held for it (docs/design.md, "Changes that are not row images")."""
 
 from __future__ import annotations
 
+import datetime as dt
+from pathlib import Path
 from typing import Any, cast
 
+from orchestrator.app.airflow_support import asset_extra
 from orchestrator.binlog.reader import RowsEvent, XaEvent
 from orchestrator.binlog.statements import Xid
-from orchestrator.pipeline.capture.xa import XaTransactions
+from orchestrator.config import parse_config
+from orchestrator.pipeline.capture.xa import XA_FOREIGN, XaTransactions
+from orchestrator.pipeline.publish.step import _published
 from orchestrator.positions import BinlogPosition
+from orchestrator.state.records import TableCheckpoint
 
 FILE = "binlog.000003"
 H = BinlogPosition(FILE, 9000)
@@ -87,3 +93,23 @@ def test_both_kinds_at_once() -> None:
     holds = xa.holds(live, H)
     assert holds.own == {"db.a": at(200)}  # every held transaction seen again from there
     assert holds.foreign == {"db.b": at(200)}
+
+
+def test_the_mark_of_a_hold_stays_out_of_what_a_run_reports(tmp_path: Path) -> None:
+    """A checkpoint held back for another table's transaction carries `XA_FOREIGN`, for the next
+    run's planning; the position a run reports (its summary, the Airflow asset's extra) holds
+    only what docs/output.md lists."""
+    config = parse_config(
+        {
+            "pipeline": "marks",
+            "source": {"host": "127.0.0.1", "port": 1, "user": "u", "server_id": 1},
+            "output": {"path": str(tmp_path / "lake")},
+            "state": {"url": f"sqlite:///{tmp_path / 'state.db'}"},
+            "tables": [{"name": "db.a"}],
+        }
+    )
+    held = {**at(300).to_json(), XA_FOREIGN: True}
+    checkpoint = TableCheckpoint("marks", "db.a", 2, held, 10, "m", "run", dt.datetime.now(dt.UTC))
+    published = _published(config, checkpoint, None, True)
+    assert published.position == at(300).to_json()
+    assert asset_extra(published, "run")["position"] == at(300).to_json()

@@ -20,6 +20,7 @@ from orchestrator.lake.manifest import (
     current_uri,
     find_manifest,
 )
+from orchestrator.pipeline.capture.xa import XA_FOREIGN
 from orchestrator.pipeline.context import (
     current_run,
     open_store,
@@ -304,7 +305,7 @@ def _published(
         uri=table_dir(config, checkpoint.table),
         version=checkpoint.version,
         rows=checkpoint.rows,
-        position=checkpoint.position,
+        position={k: v for k, v in checkpoint.position.items() if k != XA_FOREIGN},  # no mark
         iceberg=iceberg,
         changed=changed,
     )
