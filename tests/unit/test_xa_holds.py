@@ -95,10 +95,10 @@ def test_both_kinds_at_once() -> None:
     assert holds.foreign == {"db.b": at(200)}
 
 
-def test_the_mark_of_a_hold_stays_out_of_what_a_run_reports(tmp_path: Path) -> None:
-    """A checkpoint held back for another table's transaction carries `XA_FOREIGN`, for the next
-    run's planning; the position a run reports (its summary, the Airflow asset's extra) holds
-    only what docs/output.md lists."""
+def test_a_run_reports_where_the_table_is_not_its_held_back_start(tmp_path: Path) -> None:
+    """A checkpoint held back for another table's transaction lies before ``H`` and carries
+    `XA_FOREIGN`, for the next run's planning; the position a run reports (its summary, the
+    Airflow asset's extra) is ``H``, and holds only what docs/output.md lists."""
     config = parse_config(
         {
             "pipeline": "marks",
@@ -110,6 +110,9 @@ def test_the_mark_of_a_hold_stays_out_of_what_a_run_reports(tmp_path: Path) -> N
     )
     held = {**at(300).to_json(), XA_FOREIGN: True}
     checkpoint = TableCheckpoint("marks", "db.a", 2, held, 10, "m", "run", dt.datetime.now(dt.UTC))
-    published = _published(config, checkpoint, None, True)
+    published = _published(config, checkpoint, None, True)  # read back: the checkpoint's
     assert published.position == at(300).to_json()
     assert asset_extra(published, "run")["position"] == at(300).to_json()
+    # by the publish that made it: where the table is the source, H, not the next run's start
+    published = _published(config, checkpoint, None, True, at=H.to_json())
+    assert asset_extra(published, "run")["position"] == H.to_json()

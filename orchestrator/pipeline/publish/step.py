@@ -108,6 +108,7 @@ def publish(config: PipelineConfig, run_id: str, *, holder: str) -> list[Publish
             (kept if is_kept(reconciled_dir(config, table[0])) else changed).append(table)
         done: list[tuple[TableCheckpoint, bool]] = []
         now: dict[str, Published] = {}  # what this call published: not read back
+        highs = {record.table: high for record, high in todo}
         kept_lines = TableLines(log)
         try:
             for group, workers in ((kept, False), (changed, True)):
@@ -121,7 +122,11 @@ def publish(config: PipelineConfig, run_id: str, *, holder: str) -> list[Publish
                         continue
                     done.append((outcome.checkpoint, outcome.changed))
                     now[outcome.table] = _published(
-                        config, outcome.checkpoint, outcome.iceberg, outcome.changed
+                        config,
+                        outcome.checkpoint,
+                        outcome.iceberg,
+                        outcome.changed,
+                        at=highs[outcome.table].to_json(),
                     )
                     if not outcome.changed:
                         _kept_line(kept_lines, outcome.checkpoint)
@@ -289,7 +294,15 @@ def _all_published(
             )
         found = find_manifest(table_dir(config, table))
         changed = found is not None and found["run_id"] == run_id
-        out.append(_published(config, checkpoint, found.get("iceberg") if found else None, changed))
+        out.append(
+            _published(
+                config,
+                checkpoint,
+                found.get("iceberg") if found else None,
+                changed,
+                at=dict(found["position"]) if found is not None and changed else None,
+            )
+        )
     return out
 
 
@@ -298,14 +311,19 @@ def _published(
     checkpoint: TableCheckpoint,
     iceberg: IcebergEntry | None,
     changed: bool,
+    *,
+    at: dict[str, Any] | None = None,
 ) -> Published:
-    """What ``checkpoint`` says was published, with its version's Iceberg snapshot."""
+    """What ``checkpoint`` says was published, with its version's Iceberg snapshot. ``at``: the
+    position the table was published or checked up to (``H``), which the checkpoint's, where the
+    next run starts, may lie before (held back for an XA transaction: `pipeline.capture.xa`);
+    without it, the checkpoint's, without its mark."""
     return Published(
         table=checkpoint.table,
         uri=table_dir(config, checkpoint.table),
         version=checkpoint.version,
         rows=checkpoint.rows,
-        position={k: v for k, v in checkpoint.position.items() if k != XA_FOREIGN},  # no mark
+        position=at or {k: v for k, v in checkpoint.position.items() if k != XA_FOREIGN},
         iceberg=iceberg,
         changed=changed,
     )
