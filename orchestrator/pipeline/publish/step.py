@@ -129,7 +129,7 @@ def publish(config: PipelineConfig, run_id: str, *, holder: str) -> list[Publish
                         at=highs[outcome.table].to_json(),
                     )
                     if not outcome.changed:
-                        _kept_line(kept_lines, outcome.checkpoint)
+                        _kept_line(kept_lines, now[outcome.table])
                     if len(done) >= RECORD_TABLES:
                         done = _record(store, run_id, done)
         except Exception as exc:
@@ -252,11 +252,11 @@ def _checkpoint(
     return Switched(checkpoint, changed, manifest.get("iceberg"))
 
 
-def _kept_line(lines: TableLines, checkpoint: TableCheckpoint) -> None:
-    at = BinlogPosition.from_json(checkpoint.position)
+def _kept_line(lines: TableLines, published: Published) -> None:
+    at = BinlogPosition.from_json(published.position)
     lines.add(
-        checkpoint.table,
-        f"no change: kept version {checkpoint.version}, {checkpoint.rows} rows at {at}",
+        published.table,
+        f"no change: kept version {published.version}, {published.rows} rows at {at}",
         f"no change: versions kept, checked up to {at}",
     )
 
