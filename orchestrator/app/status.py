@@ -187,12 +187,21 @@ def _checked(manifest: Manifest | None, position: BinlogPosition) -> str:
     '  (version 3 is at b.000001:4; no change since)'
     >>> _checked(m, BinlogPosition("b.000001", 4))  # type: ignore[arg-type]
     ''
+    >>> print(_checked(m, BinlogPosition("b.000001", 2)))  # type: ignore[arg-type]
+    ... # doctest: +NORMALIZE_WHITESPACE
+      (version 3 is at b.000001:4; the next run reads from b.000001:2, where an XA transaction
+      not committed then began)
     """
     if manifest is None:
         return ""
     at = BinlogPosition.from_json(dict(manifest["position"]))
     if (at.file, at.pos) == (position.file, position.pos):
         return ""
+    if at.key > position.key:  # held back (`orchestrator.pipeline.capture.xa`)
+        return (
+            f"  (version {manifest['version']} is at {at}; the next run reads from {position}, "
+            "where an XA transaction not committed then began)"
+        )
     return f"  (version {manifest['version']} is at {at}; no change since)"
 
 
