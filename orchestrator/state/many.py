@@ -169,7 +169,7 @@ class ManyTablesMixin:
                     "in its plan"
                 )
             if starts:  # a read at one exact position: the table's capture starts there
-                _set_starts(conn, run_id, starts)
+                _merge_info(conn, run_id, {t: {"from_position": p} for t, p in starts.items()})
 
     def publish_tables(
         self, run_id: str, checkpoints: Sequence[TableCheckpoint], status: TableStatus = "published"
@@ -225,6 +225,13 @@ class ManyTablesMixin:
                     statement, [{"b_table": t, "b_info": {**(i or {}), **info}} for t, i in stored]
                 )
         return [t for t, _ in stored]
+
+    def merge_tables_info(self, run_id: str, infos: dict[str, dict[str, Any]]) -> None:
+        """Each named table's ``infos`` entry merged into its stored info, in one transaction; the
+        tables' status stays."""
+        if infos:
+            with self._tx() as conn:
+                _merge_info(conn, run_id, infos)
 
     def run_tables_where(
         self, run_id: str, *, status: TableStatus | None = None, info_key: str | None = None
@@ -317,15 +324,15 @@ class ManyTablesMixin:
         return None if row is None else _table_set_record(row)
 
 
-def _set_starts(conn: Connection, run_id: str, starts: dict[str, dict[str, Any]]) -> None:
-    """Each table's ``from_position`` in the run set to its ``starts`` entry."""
-    key = (RUN_TABLES.c.run_id == run_id, RUN_TABLES.c.table_name.in_(list(starts)))
+def _merge_info(conn: Connection, run_id: str, infos: dict[str, dict[str, Any]]) -> None:
+    """Each named table's ``infos`` entry merged into its stored info."""
+    key = (RUN_TABLES.c.run_id == run_id, RUN_TABLES.c.table_name.in_(list(infos)))
     stored = conn.execute(select(RUN_TABLES.c.table_name, RUN_TABLES.c.info).where(*key)).all()
     conn.execute(
         update(RUN_TABLES)
         .where(RUN_TABLES.c.run_id == run_id, RUN_TABLES.c.table_name == bindparam("b_table"))
         .values(info=bindparam("b_info")),
-        [{"b_table": t, "b_info": {**(i or {}), "from_position": starts[t]}} for t, i in stored],
+        [{"b_table": t, "b_info": {**(i or {}), **infos[t]}} for t, i in stored],
     )
 
 

@@ -868,3 +868,31 @@ def test_a_run_of_many_tables_advances_and_republishes_them_in_bulk(store: State
         ("shop.a", "published", 2),
         ("shop.b", "published", 2),
     ]
+
+
+def test_the_info_of_many_tables_is_merged_in_one_call(store: StateStore) -> None:
+    """`merge_tables_info`: each named table's entries merged into its info (None kept as a
+    value), its status and the other tables untouched; what a capture's end records for
+    thousands of tables held back for an XA transaction, in one transaction."""
+    run = store.create_run("shop", {"tables": []})
+    start = {"file": "b.000001", "pos": 4}
+    store.add_run_tables(
+        run.run_id,
+        [
+            state.PlannedTable(
+                f"shop.t{i}", "incremental", None, ["id"], {"from_position": start}, []
+            )
+            for i in range(3)
+        ],
+    )
+    store.set_table_status(run.run_id, "shop.t1", "planned", info={"next_from": start})
+    held = {"file": "b.000001", "pos": 9, "xa_foreign": True}
+    store.merge_tables_info(
+        run.run_id, {"shop.t0": {"next_from": held}, "shop.t1": {"next_from": None}}
+    )
+    store.merge_tables_info(run.run_id, {})
+    tables = {r.table: r for r in store.run_tables(run.run_id)}
+    assert tables["shop.t0"].info == {"from_position": start, "next_from": held}
+    assert tables["shop.t1"].info == {"from_position": start, "next_from": None}
+    assert tables["shop.t2"].info == {"from_position": start}
+    assert {r.status for r in tables.values()} == {"planned"}

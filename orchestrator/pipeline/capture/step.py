@@ -46,7 +46,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import pyarrow.fs as pafs
 
@@ -322,15 +322,14 @@ class _Capture:
             if self.starts[table] != _NEVER
         }
         holds = self.xa.holds(live, stop)
+        infos: dict[str, dict[str, Any]] = {  # held by an earlier pass: not any more
+            table: {"next_from": None} for table in live if self.tables[table].next_held
+        }
         for foreign, held in ((False, holds.own), (True, holds.foreign)):
             for table, at in held.items():
                 since = {**at.to_json(), **({XA_FOREIGN: True} if foreign else {})}
-                self.store.set_table_status(
-                    self.run_id, table, "planned", info={"next_from": since}
-                )
-        for table in sorted(live.keys() - holds.own.keys() - holds.foreign.keys()):
-            if self.tables[table].next_held:  # held by an earlier pass: not any more
-                self.store.set_table_status(self.run_id, table, "planned", info={"next_from": None})
+                infos[table] = {"next_from": since}
+        self.store.merge_tables_info(self.run_id, infos)  # one transaction for thousands
 
     def flush(self) -> None:
         if not any(len(buffer) for buffer in self.buffers.values()):
