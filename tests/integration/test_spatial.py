@@ -196,6 +196,15 @@ def test_spatial_values_are_wkb_the_same_on_every_path(
     assert str(fields["p"].field_type) == "binary"
 
 
+#: A POINT of the column's SRID, one of SRID 0 (which MariaDB stores all the same), and an empty
+#: collection for the table's other spatial column: the SRID tests' values.
+SRID_POINTS = (
+    "ST_GeomFromText('POINT(1 1)', 4326)",
+    "ST_GeomFromText('POINT(1 1)', 0)",
+    "ST_GeomFromText('GEOMETRYCOLLECTION EMPTY')",
+)
+
+
 def _failures(config: PipelineConfig, *tables: str) -> dict[str, dict[str, str]]:
     """Run once: the run ends partial, with ``tables`` alone failed; their failures."""
     with pytest.raises(TablesFailed) as partial:
@@ -212,9 +221,7 @@ def test_a_value_of_another_srid_than_its_column_declares_fails_its_table(
     Spark, by the driver, and from the binlog alike."""
     db = "geo_srid"
     create(mariadb, db, "spark", "driver")
-    bad = "ST_GeomFromText('POINT(1 1)', 0)"
-    good = "ST_GeomFromText('POINT(1 1)', 4326)"
-    gc = "ST_GeomFromText('GEOMETRYCOLLECTION EMPTY')"
+    good, bad, gc = SRID_POINTS
     mariadb.execute(
         *(f"INSERT INTO spark (id, p, gc) VALUES ({n}, {good}, {gc})" for n in range(1, 6)),
         f"INSERT INTO spark (id, p, gc) VALUES (6, {bad}, {gc})",
@@ -248,9 +255,7 @@ def test_a_table_failed_in_capture_stays_failed_with_a_prepared_xa_transaction(
     next start is held for that transaction, its status stays failed)."""
     db = "geo_srid_xa"
     create(mariadb, db, "spark", "driver")
-    good = "ST_GeomFromText('POINT(1 1)', 4326)"
-    bad = "ST_GeomFromText('POINT(1 1)', 0)"
-    gc = "ST_GeomFromText('GEOMETRYCOLLECTION EMPTY')"
+    good, bad, gc = SRID_POINTS
     mariadb.execute(
         *(f"INSERT INTO {t} (id, p, gc) VALUES (1, {good}, {gc})" for t in ("spark", "driver")),
         database=db,

@@ -57,6 +57,16 @@ def both_readers(tmp_path: Path, mariadb: LocalMariaDB, db: str) -> PipelineConf
     )
 
 
+def both_tables(mariadb: LocalMariaDB, db: str, columns: str, rows: str) -> None:
+    """Database ``db`` made anew with tables ``spark`` and ``driver`` (`both_readers`), each of
+    ``columns`` and holding ``rows`` (an INSERT's VALUES)."""
+    mariadb.execute(f"DROP DATABASE IF EXISTS {db}", f"CREATE DATABASE {db}")
+    for table in ("spark", "driver"):
+        mariadb.execute(
+            f"CREATE TABLE {table} ({columns})", f"INSERT INTO {table} VALUES {rows}", database=db
+        )
+
+
 def published(
     config: PipelineConfig, table: str, *columns: str, key: str = "id"
 ) -> dict[Any, tuple[Any, ...]]:
@@ -117,14 +127,12 @@ def test_char_values_are_unpadded_under_pad_char_to_full_length(
     """A server in PAD_CHAR_TO_FULL_LENGTH mode returns CHAR values padded; the binlog holds them
     without the pad, as every other mode returns them: the lake has them unpadded either way."""
     db = "char_pad"
-    mariadb.execute(f"DROP DATABASE IF EXISTS {db}", f"CREATE DATABASE {db}")
-    for table in ("spark", "driver"):
-        mariadb.execute(
-            f"CREATE TABLE {table} (id INT PRIMARY KEY, c CHAR(5), u CHAR(4) CHARACTER SET ucs2)",
-            f"INSERT INTO {table} VALUES (1, 'a', 'é'), (2, '', ''), (3, ' b', NULL),"
-            " (4, 'abcde', 'wxyz')",
-            database=db,
-        )
+    both_tables(
+        mariadb,
+        db,
+        "id INT PRIMARY KEY, c CHAR(5), u CHAR(4) CHARACTER SET ucs2",
+        "(1, 'a', 'é'), (2, '', ''), (3, ' b', NULL), (4, 'abcde', 'wxyz')",
+    )
     (mode,) = mariadb.execute("SELECT @@GLOBAL.sql_mode")[0]
     mariadb.execute("SET GLOBAL sql_mode = CONCAT(@@GLOBAL.sql_mode, ',PAD_CHAR_TO_FULL_LENGTH')")
     try:
@@ -147,13 +155,12 @@ def test_a_two_digit_year_is_its_year(mariadb: LocalMariaDB, tmp_path: Path, spa
     """YEAR(2), which MariaDB still creates, reads as two digits (70 for 1970); the binlog holds
     the year: the lake has the year on both paths."""
     db = "year_two"
-    mariadb.execute(f"DROP DATABASE IF EXISTS {db}", f"CREATE DATABASE {db}")
-    for table in ("spark", "driver"):
-        mariadb.execute(
-            f"CREATE TABLE {table} (id INT PRIMARY KEY, y YEAR(2))",
-            f"INSERT INTO {table} VALUES (1, 1970), (2, 2069), (3, 2000), (4, 1999), (5, NULL)",
-            database=db,
-        )
+    both_tables(
+        mariadb,
+        db,
+        "id INT PRIMARY KEY, y YEAR(2)",
+        "(1, 1970), (2, 2069), (3, 2000), (4, 1999), (5, NULL)",
+    )
     config = both_readers(tmp_path, mariadb, db)
     run_plain(config)
     mariadb.execute(
@@ -180,15 +187,13 @@ def test_a_negative_zero_is_zero_on_both_paths(
     by), while the binlog holds its bits, sign included: the lake has ``0.0`` either way, so a
     row's value does not depend on the path that brought it (docs/types.md)."""
     db = "neg_zero"
-    mariadb.execute(f"DROP DATABASE IF EXISTS {db}", f"CREATE DATABASE {db}")
     negative = "-1e-30 * 1e-30, -1e-300 * 1e-300"  # below the smallest: stored as -0.0
-    for table in ("spark", "driver"):
-        mariadb.execute(
-            f"CREATE TABLE {table} (id INT PRIMARY KEY, f FLOAT, d DOUBLE)",
-            f"INSERT INTO {table} VALUES (1, {negative}), (2, -0.0, -0.0), (3, -1.5, NULL),"
-            " (4, 0.0, 2.5)",
-            database=db,
-        )
+    both_tables(
+        mariadb,
+        db,
+        "id INT PRIMARY KEY, f FLOAT, d DOUBLE",
+        f"(1, {negative}), (2, -0.0, -0.0), (3, -1.5, NULL), (4, 0.0, 2.5)",
+    )
     config = both_readers(tmp_path, mariadb, db)
     run_plain(config)
     for table in ("spark", "driver"):
