@@ -8,10 +8,11 @@ records at transaction ends - the only safe places to resume: resuming inside a
 transaction loses its TABLE_MAP events. Rows events of other tables are skipped
 without reading their rows. A QUERY event whose statement changes a chosen table
 (TRUNCATE, DDL, statement-format DML, anything unparseable naming it; see
-`orchestrator.binlog.statements`) and a TABLE_MAP whose shape or metadata differs
-from the planned one (`orchestrator.binlog.shape`) are yielded as `TableChange`: the
-table's rows must be read again. Compressed events are expanded into the plain events
-they stand for (`orchestrator.binlog.compressed`), at the compressed event's position.
+`orchestrator.binlog.statements`), a TABLE_MAP whose shape or metadata differs
+from the planned one (`orchestrator.binlog.shape`), and a rows event whose images do not
+hold every column, are yielded as `TableChange`: the table's rows must be read again.
+Compressed events are expanded into the plain events they stand for
+(`orchestrator.binlog.compressed`), at the compressed event's position.
 
 Positions: a row's position is the end of its rows event (what ``SHOW MASTER
 STATUS`` would have said right after it) and its index within the event; a
@@ -56,6 +57,16 @@ from orchestrator.source.retry import is_timeout
 log = logging.getLogger(__name__)
 
 Op = Literal["I", "U", "D"]
+
+#: Why a table is re-read at a rows event without every column in its images: a session that
+#: set ``binlog_row_image`` to ``MINIMAL`` or ``NOBLOB`` (the source's default is checked by
+#: doctor, a session's is not), or MySQL's partial JSON updates (``binlog_row_value_options``).
+#: The after-image then is not the row's state, so the table is read again from there, as for a
+#: TABLE_MAP of another shape, and the run goes on (docs/design.md).
+NOT_FULL = "a rows event without full row images (a session's binlog_row_image is not FULL)"
+PARTIAL_JSON = (
+    "a partial JSON update (binlog_row_value_options=PARTIAL_JSON: set it to '' on the source)"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -376,7 +387,7 @@ class EventReader:
             for packet in packets:
                 if packet is not outer:
                     kind = ev.header(packet)[0]
-                if kind in ev.ROWS_OPS:
+                if kind in ev.ROWS_OPS or kind == ev.PARTIAL_UPDATE_ROWS:
                     event = self._rows(packet, fmt, kind, maps, file, end)
                     if event is not None:
                         yield event
@@ -384,12 +395,6 @@ class EventReader:
                     reshaped = self._table_map(packet, fmt, maps)
                     if reshaped is not None:
                         yield TableChange(frozenset({reshaped[0]}), reshaped[1], file, end)
-                elif kind == ev.PARTIAL_UPDATE_ROWS:
-                    raise RunFailed(
-                        f"{file}:{end} holds a partial JSON update; set "
-                        "binlog_row_value_options='' on the source so row images "
-                        "are full"
-                    )
                 elif kind == ev.MARIADB_GTID:
                     self._gtid.seen(packet)
                     in_transaction = not ev.gtid_standalone(packet)
@@ -512,15 +517,16 @@ class EventReader:
         maps: Mapping[int, ev.TableMap | None],
         file: str,
         end: int,
-    ) -> RowsEvent | None:
+    ) -> RowsEvent | TableChange | None:
+        """A rows event of a chosen table; a `TableChange` (its table re-read from here) when
+        its images do not hold every column (docs/design.md, "Changes that are not row
+        images")."""
         table_map = maps.get(ev.table_id(packet, fmt, kind))
         if table_map is None:
             return None
+        if kind == ev.PARTIAL_UPDATE_ROWS:
+            return TableChange(frozenset({table_map.name}), PARTIAL_JSON, file, end)
         rows = ev.rows_layout(packet, fmt, kind)
         if not rows.full:
-            raise RunFailed(
-                f"{file}:{end} holds a rows event of {table_map.name} without full "
-                "row images; set binlog_row_image=FULL on the source and "
-                "re-snapshot the run's tables"
-            )
+            return TableChange(frozenset({table_map.name}), NOT_FULL, file, end)
         return RowsEvent(table_map.name, ev.ROWS_OPS[kind], file, end, packet, rows, table_map, fmt)

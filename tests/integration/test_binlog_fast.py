@@ -16,7 +16,6 @@ import pytest
 from orchestrator.app.demo.localdb import LocalMariaDB
 from orchestrator.binlog.pool import POOL_BYTES
 from orchestrator.config import parse_config
-from orchestrator.errors import RunFailed
 from orchestrator.pipeline.capture import pooled
 from orchestrator.pipeline.capture.step import CaptureTable, capture_changes
 from orchestrator.pipeline.segments import read_changes
@@ -372,29 +371,52 @@ def test_files_with_and_without_checksums(tmp_path: Path, mariadb: LocalMariaDB)
 # --------------------------------------------------------------------------- refusals
 
 
-def test_rows_without_full_images_are_refused(tmp_path: Path, mariadb: LocalMariaDB) -> None:
+@pytest.mark.parametrize("image", ["MINIMAL", "NOBLOB"])
+def test_rows_without_full_images_are_a_re_read(
+    tmp_path: Path, mariadb: LocalMariaDB, image: str
+) -> None:
+    """A session that logs other than full row images (its own ``binlog_row_image``): the
+    after-image is not the row's state, so the table is marked for a re-read at that event and
+    none of its rows are kept; the other table's rows are."""
+    db = f"fast_{image.lower()}"
     fresh_database(
-        mariadb, "fast_minimal", "CREATE TABLE fast_minimal.t (id INT PRIMARY KEY, v INT)"
+        mariadb,
+        db,
+        f"CREATE TABLE {db}.t (id INT PRIMARY KEY, v INT, b BLOB)",
+        f"CREATE TABLE {db}.o (id INT PRIMARY KEY, v INT)",
     )
-    mariadb.execute("INSERT INTO fast_minimal.t VALUES (1, 1)")
+    mariadb.execute(f"INSERT INTO {db}.t VALUES (1, 1, 'x'), (2, 2, 'y')")
     start = position(mariadb)
+    mariadb.execute(f"INSERT INTO {db}.t VALUES (3, 3, 'z')", f"INSERT INTO {db}.o VALUES (1, 1)")
     conn = mariadb.connect()
     try:
         with conn.cursor() as cur:
-            cur.execute("SET SESSION binlog_row_image = 'MINIMAL'")
-            cur.execute("UPDATE fast_minimal.t SET v = 2 WHERE id = 1")
+            cur.execute(f"SET SESSION binlog_row_image = '{image}'")
+            cur.execute(f"UPDATE {db}.t SET v = 20 WHERE id = 2")
+            cur.execute("SET SESSION binlog_row_image = 'FULL'")
+            cur.execute(f"INSERT INTO {db}.o VALUES (2, 2)")
+        conn.commit()
     finally:
         conn.close()
-    stop = position(mariadb)
-    config = parse_config(pipeline_config(tmp_path, mariadb, [{"name": "fast_minimal.t"}]))
+    mariadb.execute(f"UPDATE {db}.t SET v = 30 WHERE id = 3", f"INSERT INTO {db}.o VALUES (3, 3)")
+    config = parse_config(
+        pipeline_config(tmp_path, mariadb, [{"name": f"{db}.t"}, {"name": f"{db}.o"}])
+    )
     store = StateStore(config.state.url)
-    tables = {"fast_minimal.t": CaptureTable(table_info(mariadb, "fast_minimal.t"), ("id",), start)}
-    with pytest.raises(
-        RunFailed,
-        match=r"fast_minimal\.t without full row images.*"
-        r"binlog_row_image=FULL",
-    ):
-        capture_changes(config, store, store.create_run("test", {}).run_id, tables, stop)
+    run_id = store.create_run("test", {}).run_id
+    tables = {}
+    for name in ("t", "o"):
+        store.add_run_table(
+            run_id, f"{db}.{name}", "snapshot", strategy=None, chunk_key=["id"], info={}
+        )
+        tables[f"{db}.{name}"] = CaptureTable(table_info(mariadb, f"{db}.{name}"), ("id",), start)
+    result = capture_changes(config, store, run_id, tables, position(mariadb))
+    assert result.rows == {f"{db}.t": 0, f"{db}.o": 3}  # t: re-read, none of its rows kept
+    records = {r.table: r.info for r in store.run_tables(run_id)}
+    assert records[f"{db}.t"]["reread_pending"]["what"].startswith(
+        "a rows event without full row images"
+    )
+    assert "reread_pending" not in records[f"{db}.o"]
 
 
 def test_a_changed_decimal_scale_is_a_re_read(tmp_path: Path, mariadb: LocalMariaDB) -> None:

@@ -1,4 +1,5 @@
-"""Every change reaches the lake: TRUNCATE, DROP/CREATE, ALTER, STATEMENT-format sessions.
+"""Every change reaches the lake: TRUNCATE, DROP/CREATE, ALTER, STATEMENT-format sessions,
+sessions logging row images without every column.
 
 Plain ``tidemark run``s against a private MariaDB: after each, the lake equals the
 source row for row (`verify_table`), the log names what happened and where, and the
@@ -82,6 +83,14 @@ CHANGES: dict[str, tuple[list[str], str]] = {
             "DELETE FROM t WHERE id BETWEEN 200 AND 210",
         ],
         "a statement-format change `UPDATE t SET n = n + 1000",
+    ),
+    "minimal_images": (
+        [
+            "SET SESSION binlog_row_image = 'MINIMAL'",
+            "UPDATE t SET n = n + 1000, v = 'minimal' WHERE id <= 99",
+            "DELETE FROM t WHERE id BETWEEN 200 AND 210",
+        ],
+        "a rows event without full row images",
     ),
 }
 
