@@ -112,8 +112,8 @@ def give_up_rereads(store: StateStore, run_id: str, pending: dict[str, dict[str,
             table,
             "capture",
             f"it changed again during each of {MAX_REREAD_ROUNDS} re-reads of this run (last: "
-            f"{reason['what']} at {position(reason['position'])}); wait until its schema changes "
-            "have settled",
+            f"{reason['what']} at {position(reason['position'])}); wait until the changes it is "
+            "re-read for (DDL, TRUNCATE, statement-format writes) have settled",
         )
 
 

@@ -274,6 +274,8 @@ class _Capture:
                     tables |= self.cascades.below(table, key)
         for table in sorted(tables):
             start = self.starts.get(table)
+            if table in self.tables and start != _NEVER:  # not a parent's lowered start
+                start = self.tables[table].start.key
             if start is None or at <= start[:2]:
                 continue  # not captured here, or its snapshot (or version) already has it
             self.starts[table] = _NEVER
