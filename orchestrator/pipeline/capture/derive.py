@@ -340,7 +340,9 @@ class Cascades:
         if reached:
             self._fallback(reached, at, f"{why} can reach them")
 
-    def _reached(self, table: str, change: Change, at: At, seen: set[Any]) -> set[str]:
+    def _reached(
+        self, table: str, change: Change, at: At, seen: set[Any], every: bool = False
+    ) -> set[str]:
         out: set[str] = set()
         for key in self.as_parent.get(table, []):
             if change == "delete":
@@ -357,17 +359,18 @@ class Cascades:
             )
             start = self.start(child)
             published = self.tables.get(child) is not None and self.tables[child].published
-            if published and start is not None and start != NEVER and start < at:
+            if published and start is not None and start != NEVER and (every or start < at):
                 out.add(child)
             if (child, following) not in seen:
                 seen.add((child, following))
-                out |= self._reached(child, following, at, seen)
+                out |= self._reached(child, following, at, seen, every)
         return out
 
-    def below(self, table: str, at: At) -> set[str]:
-        """Every run table a change of ``table``'s rows at ``at`` may reach."""
-        return self._reached(table, "delete", at, set()) | self._reached(
-            table, frozenset(c.name for c in self.tables[table].info.columns), at, set()
+    def below(self, table: str, at: At, every: bool = False) -> set[str]:
+        """Every run table a change of ``table``'s rows at ``at`` may reach, of those whose own
+        start is before ``at`` (``every``: of all still captured, whatever their start)."""
+        return self._reached(table, "delete", at, set(), every) | self._reached(
+            table, frozenset(c.name for c in self.tables[table].info.columns), at, set(), every
         )
 
     def _fallback(self, tables: set[str], at: At, why: str) -> None:

@@ -23,10 +23,13 @@ replaced), unread chunks of a re-read table are read, and ``H`` is moved again.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from orchestrator.config import PipelineConfig
 from orchestrator.errors import BinlogPurged, RunFailed
+from orchestrator.pipeline.capture.buffer import NEVER, CaptureTable
+from orchestrator.pipeline.capture.derive import At, Cascades
 from orchestrator.pipeline.context import open_source, position
 from orchestrator.pipeline.failed import fail_table, table_failure
 from orchestrator.pipeline.plan.tables import replan_snapshot
@@ -38,6 +41,46 @@ log = logging.getLogger("orchestrator.pipeline.capture.step")
 
 #: Passes of re-reads one capture call makes before it gives up on a table that keeps changing.
 MAX_REREAD_ROUNDS = 3
+
+
+def stopped(
+    named: frozenset[str],
+    at: At,
+    tables: Mapping[str, CaptureTable],
+    starts: Mapping[str, At],
+    cascades: Cascades | None,
+    whole: frozenset[str] = frozenset(),
+) -> list[str]:
+    """The tables the capture stops keeping at a change at ``at`` of the ``named`` ones
+    (docs/design.md, "Foreign-key cascades"), in order:
+
+    - each named one whose own start is before ``at`` (its base already has an earlier change;
+      a cascade parent's rows are decoded from the pass's earliest start, `starts`, for the
+      cascades of its children, but only its own start says what its base holds);
+    - the run tables below a named parent that a cascade at ``at`` can reach and that started
+      before ``at``: the change's cascades are in no row event;
+    - every run table still captured below a parent it stops keeping, and the ``whole`` ones,
+      whatever their start: their derivation needs the parent's rows after ``at``, which are no
+      longer decoded.
+
+    ``starts`` holds `NEVER` for a table no longer kept; a table not in it is not captured.
+    """
+
+    def own(table: str) -> At | None:
+        start = starts.get(table)
+        return tables[table].start.key if start not in (None, NEVER) and table in tables else start
+
+    lost = {t for t in named if (s := own(t)) is not None and at[:2] > s[:2]}
+    out = set(lost)
+    every = set(whole)
+    if cascades is not None:
+        for table in named:
+            if table in cascades.as_parent and starts.get(table, NEVER) != NEVER:
+                out |= cascades.below(table, at)
+                if table in lost:
+                    every |= cascades.below(table, at, every=True)
+    out |= {t for t in every if starts.get(t, NEVER) != NEVER}
+    return sorted(out)
 
 
 def pending_rereads(store: StateStore, run_id: str) -> dict[str, dict[str, Any]]:

@@ -82,6 +82,7 @@ from orchestrator.pipeline.capture.reread import (
     give_up_rereads,
     pending_rereads,
     prepare_rereads,
+    stopped,
 )
 from orchestrator.pipeline.capture.writes import Segments, SegmentWrites
 from orchestrator.pipeline.capture.xa import XA_FOREIGN, XaTransactions
@@ -231,10 +232,11 @@ class _Capture:
         buffer.clear()
         self.starts[table] = _NEVER
         if self.cascades is not None and table in self.cascades.as_parent and lost is not None:
-            below = self.cascades.below(table, (*lost, 0))
+            below = frozenset(self.cascades.below(table, (*lost, 0), every=True))
             if below:  # its rows cascade into them, and they are no longer known
                 what = f"{table}, whose rows cascade into it, failed ({reason})"
-                self.reread(Reread(frozenset(below), what, *lost))
+                change = TableChange(below, what, self.files.get(lost[0], ""), lost[1])
+                self.change(change, (*lost, 0), below)
 
     def reread(self, reread: Reread) -> None:
         """Tables the cascade derivation re-reads (`orchestrator.pipeline.capture.derive`)."""
@@ -259,25 +261,21 @@ class _Capture:
         for number, event in enumerate(committed):  # all at the commit's position
             self.add(event, number * SHARED_ROWS)
 
-    def change(self, change: TableChange, where: tuple[int, int, int] | None = None) -> None:
+    def change(
+        self,
+        change: TableChange,
+        where: tuple[int, int, int] | None = None,
+        whole: frozenset[str] = frozenset(),
+    ) -> None:
         """A change the binlog has no row images of: record the re-read, keep no more rows.
 
         Recorded before any checkpoint past it, so a resumed capture still re-reads. The run
-        tables its rows cascade into are re-read with it (their derivation needs its rows).
-        ``where``: the change's position as a key, when it is not ``change``'s own.
+        tables its rows cascade into are re-read with it (`reread.stopped`; ``whole``: re-read
+        whatever their start). ``where``: the change's position as a key, when it is not
+        ``change``'s own.
         """
         key = where or (_file_index(change.file), change.end, 0)
-        at, tables = key[:2], set(change.tables)
-        if self.cascades is not None:
-            for table in change.tables:
-                if table in self.cascades.as_parent and self.starts.get(table, NEVER) != NEVER:
-                    tables |= self.cascades.below(table, key)
-        for table in sorted(tables):
-            start = self.starts.get(table)
-            if table in self.tables and start != _NEVER:  # not a parent's lowered start
-                start = self.tables[table].start.key
-            if start is None or at <= start[:2]:
-                continue  # not captured here, or its snapshot (or version) already has it
+        for table in stopped(change.tables, key, self.tables, self.starts, self.cascades, whole):
             self.starts[table] = _NEVER
             if table not in self.tables:  # a parent outside the run: nothing to re-read
                 continue
