@@ -306,6 +306,17 @@ def list_files(uri: str, *, suffix: str = "", recursive: bool = False) -> list[s
     return sorted(found)
 
 
+def parquet_files(uri: str) -> list[str]:
+    """The Parquet files a read chunk's path holds: the path itself when it names one (a chunk
+    the driver read: `orchestrator.pipeline.read.local`), else the files under the directory (a
+    Spark job's part files), sorted.
+
+    >>> parquet_files("/nowhere/c000001-a1b2-db.t.parquet")
+    ['/nowhere/c000001-a1b2-db.t.parquet']
+    """
+    return [uri] if uri.endswith(".parquet") else list_files(uri, suffix=".parquet")
+
+
 def list_dirs(uri: str) -> list[str]:
     """Names of the directories directly under ``uri``, sorted; ``[]`` when it does not exist."""
     fs, path = filesystem(uri)

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import random
+import signal
 import threading
 import time
 from pathlib import Path
@@ -25,9 +27,10 @@ from orchestrator.app.doctor import run_checks
 from orchestrator.app.plan import plan_command
 from orchestrator.config import PipelineConfig, load_config
 from orchestrator.pipeline.failed import TablesFailed
-from tests.conftest import pipeline_config, write_config
+from tests.conftest import pipeline_config, start_run, write_config
 from tests.iceberg_readers import assert_readers_equal_source
 from tests.integration.conftest import run_plain
+from tests.integration.test_failures import wait_until_stopped
 
 pytestmark = pytest.mark.integration
 
@@ -398,6 +401,36 @@ def test_a_parent_failed_before_its_childs_start_still_cascades_into_it(
     assert set(partial.value.failed) == {f"{db}.p"}, partial.value.failed
     assert mariadb.execute(f"SELECT COUNT(*) FROM {db}.c WHERE pid = 7") == [(0,)]
     equal(config, db, ["c", "other"])
+
+
+def test_a_cascade_into_a_child_re_read_by_the_driver_inside_the_run(
+    mariadb: LocalMariaDB, tmp_path: Path
+) -> None:
+    """A child re-read inside an incremental run (a STATEMENT-format change of its own) is a
+    snapshot of one chunk the driver read: its chunk's path is that one Parquet file, not a
+    directory of Spark's part files. A parent's delete after that read, inside the run,
+    cascades into the child from those rows. Before, listing the path as a directory failed
+    the run, and every rerun the same way ("a parent of the path is a regular file")."""
+    db = "casc_driver_reread"
+    tables = ["p", "c", "g"]
+    config = pipeline(mariadb, tmp_path, db, FAMILY, tables)
+    run_plain(config)
+    mariadb.execute(
+        "SET SESSION binlog_format = 'STATEMENT'",
+        "UPDATE c SET note = 'st' WHERE id < 5",
+        database=db,
+    )
+    assert config.path is not None
+    proc = start_run(config.path, failpoint="read.batch_done:1:stop")  # c's re-read, read
+    wait_until_stopped(proc)
+    try:
+        mariadb.execute("DELETE FROM p WHERE id = 9", database=db)  # before the run's new H
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+    _, stderr = proc.communicate(timeout=600)
+    assert proc.returncode == 0, stderr[-3000:]
+    assert mariadb.execute(f"SELECT COUNT(*) FROM {db}.c WHERE pid = 9") == [(0,)]
+    equal(config, db, tables)
 
 
 class _Writer(threading.Thread):

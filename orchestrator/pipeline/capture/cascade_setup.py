@@ -95,7 +95,7 @@ def run_cascades(
         complete = None if config.table_where(name) else tables[name].start.key
         if record.mode == "snapshot":
             mine = chunks.get(name, [])
-            files = [f for c in mine for f in storage.list_files(c.path or "", suffix=".parquet")]
+            files = [f for c in mine for f in storage.parquet_files(c.path or "")]
             highs = [position(c.high).key for c in mine if c.high]
             if complete is not None:
                 complete = max(highs, default=complete)

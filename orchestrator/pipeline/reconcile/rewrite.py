@@ -222,12 +222,7 @@ def chunk_base(
     the name is unique to the read attempt and never written again). The others' files are
     listed and each opened for its key range."""
     recorded = recorded or {}
-    uris = [
-        u
-        for d in chunk_dirs
-        if d not in recorded
-        for u in ([d] if d.endswith(".parquet") else storage.list_files(d, suffix=".parquet"))
-    ]
+    uris = [u for d in chunk_dirs if d not in recorded for u in storage.parquet_files(d)]
 
     def describe(uri: str) -> tuple[FileRange, bool]:
         sorted_file = all(
