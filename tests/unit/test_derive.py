@@ -13,10 +13,11 @@ import pytest
 
 from orchestrator.binlog.events import NO_FOREIGN_KEY_CHECKS
 from orchestrator.config import parse_config
-from orchestrator.pipeline.capture.buffer import CaptureTable, Drained
+from orchestrator.pipeline.capture.buffer import NEVER, CaptureTable, Drained
 from orchestrator.pipeline.capture.cascade_setup import run_cascades
 from orchestrator.pipeline.capture.cascade_state import BaseSpec
 from orchestrator.pipeline.capture.derive import Cascades, Reread
+from orchestrator.pipeline.capture.reread import stopped
 from orchestrator.pipeline.changes import META_COLUMNS, OLD_PREFIX
 from orchestrator.pipeline.plan.cascades import CascadeInfo
 from orchestrator.positions import BinlogPosition
@@ -291,3 +292,41 @@ def test_a_server_that_logs_its_cascades_has_none_derived(tmp_path: Path) -> Non
             store.finish_run(run.run_id, "succeeded")
     finally:
         store.close()
+
+
+# --------------------------------------------------------------------------- reread.stopped
+
+
+@pytest.mark.parametrize(
+    ("at", "lowered", "expected"),
+    [
+        # p started at 100 (decoded from 20 for its children's cascades), c at 300, g at 50
+        (80, True, ["s.g"]),  # before p's own start: p's base has it; g's cascade is hidden
+        (150, True, ["s.c", "s.g", "s.p"]),  # p stops being known: c, after it, too
+        (400, False, ["s.c", "s.g", "s.p"]),
+        (10, True, []),  # before every start
+    ],
+)
+def test_the_tables_a_parents_change_stops(
+    tmp_path: Path, at: int, lowered: bool, expected: list[str]
+) -> None:
+    """`reread.stopped`: a change of the parent re-reads it after its own start only (not the
+    lowered start its rows are decoded from); the tables below that started before the change
+    for the cascades it hides; and, when the parent stops being known, every table below still
+    captured, whatever its start (its later rows would cascade into them)."""
+    tables = {"s.p": captured(P, 100), "s.c": captured(C, 300), "s.g": captured(G, 50)}
+    run = Run(tmp_path, [C_P, G_C], tables, {})
+    if lowered:
+        run.starts["s.p"] = (1, 20, 0)
+    found = stopped(frozenset({"s.p"}), (1, at, 0), tables, run.starts, run.cascades)
+    assert found == expected
+
+
+def test_a_table_no_longer_kept_is_not_stopped_again(tmp_path: Path) -> None:
+    tables = {"s.p": captured(P, 100), "s.c": captured(C, 300), "s.g": captured(G, 50)}
+    run = Run(tmp_path, [C_P, G_C], tables, {})
+    run.starts["s.c"] = NEVER
+    found = stopped(frozenset({"s.p"}), (1, 150, 0), tables, run.starts, run.cascades)
+    assert found == ["s.g", "s.p"]  # c, no longer kept, is not stopped again; g below it is
+    whole = stopped(frozenset(), (1, 10, 0), tables, run.starts, run.cascades, frozenset({"s.g"}))
+    assert whole == ["s.g"]
