@@ -64,6 +64,11 @@ def equal(config: PipelineConfig, db: str, tables: list[str]) -> None:
     assert_readers_equal_source(config, [f"{db}.{t}" for t in tables])
 
 
+def in_statement_format(mariadb: LocalMariaDB, db: str, *statements: str) -> None:
+    """``statements`` in ``db`` by a session logging in STATEMENT format: no row images."""
+    mariadb.execute("SET SESSION binlog_format = 'STATEMENT'", *statements, database=db)
+
+
 FAMILY = [
     "CREATE TABLE p (id INT PRIMARY KEY, name VARCHAR(20))",
     "CREATE TABLE c (id INT PRIMARY KEY, pid INT, note VARCHAR(20),"
@@ -294,11 +299,7 @@ def test_a_statement_format_cascade_with_an_xa_transaction_prepared_is_re_read_o
     try:
         if between:
             run_plain(config)
-        mariadb.execute(
-            "SET SESSION binlog_format = 'STATEMENT'",
-            "DELETE FROM p WHERE id IN (11, 12)",
-            database=db,
-        )
+        in_statement_format(mariadb, db, "DELETE FROM p WHERE id IN (11, 12)")
         caplog.set_level(logging.WARNING)
         caplog.clear()
         run_plain(config)
@@ -415,11 +416,7 @@ def test_a_cascade_into_a_child_re_read_by_the_driver_inside_the_run(
     tables = ["p", "c", "g"]
     config = pipeline(mariadb, tmp_path, db, FAMILY, tables)
     run_plain(config)
-    mariadb.execute(
-        "SET SESSION binlog_format = 'STATEMENT'",
-        "UPDATE c SET note = 'st' WHERE id < 5",
-        database=db,
-    )
+    in_statement_format(mariadb, db, "UPDATE c SET note = 'st' WHERE id < 5")
     assert config.path is not None
     proc = start_run(config.path, failpoint="read.batch_done:1:stop")  # c's re-read, read
     wait_until_stopped(proc)
