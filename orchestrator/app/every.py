@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import select
 import signal
@@ -82,9 +83,12 @@ class Stop:
         return self._requested
 
     def wait(self, seconds: float) -> bool:
-        """Until set or ``seconds`` passed; whether set."""
+        """Until set or ``seconds`` passed; whether set. ``poll``, not ``select``: a process
+        that runs for days may hold file descriptors numbered past ``select``'s 1024."""
         if not self._requested:
-            select.select([self._read], [], [], seconds)
+            poller = select.poll()
+            poller.register(self._read, select.POLLIN)
+            poller.poll(max(0, math.ceil(seconds * 1000)))
         return self._requested
 
     def close(self) -> None:

@@ -140,6 +140,23 @@ def test_stop_set_from_another_thread_wakes_the_wait() -> None:
     stop.close()
 
 
+def test_the_wait_works_with_file_descriptors_past_1024() -> None:
+    """A process that ran for days may hold more than 1024 file descriptors: ``select`` refused
+    the pipe's then ("filedescriptor out of range in select()"), and the loop ended."""
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        stop = Stop()
+        assert min(stop._read, stop._write) > 1024  # the pipe past select()'s range
+        started = time.monotonic()
+        assert not stop.wait(0.05) and time.monotonic() - started >= 0.04
+        threading.Timer(0.1, stop.set).start()
+        assert stop.wait(60)
+        stop.close()
+    finally:
+        for fd in held:
+            os.close(fd)
+
+
 def _loop(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake: Callable[..., int], *argv: str
 ) -> int:
