@@ -117,6 +117,7 @@ def run_command(
     if snapshot:
         _announce_fresh(config, names)
     with ExitStack() as held:
+        held.callback(_close_catalogs)
         try:
             held.enter_context(hold_lock(config, holder))
         except Exception as exc:  # another run holds it, or the state store cannot be written
@@ -299,6 +300,15 @@ def _announce_fresh(config: PipelineConfig, tables: list[str]) -> None:
             file=sys.stdout,
             flush=True,
         )
+
+
+def _close_catalogs() -> None:
+    """The SQL catalogs' connections the run opened, closed at its end
+    (`orchestrator.lake.iceberg.close_catalogs`); a run that published nothing imported no
+    pyiceberg, and has none."""
+    iceberg = sys.modules.get("orchestrator.lake.iceberg")
+    if iceberg is not None:
+        iceberg.close_catalogs()
 
 
 def _summary(published: list[steps.Published], seconds: float) -> None:

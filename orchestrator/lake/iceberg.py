@@ -22,6 +22,7 @@ import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
+from typing import Any
 
 import pyarrow as pa
 from pyiceberg.catalog import Catalog, load_catalog
@@ -123,6 +124,10 @@ def catalog_properties(config: PipelineConfig) -> dict[str, str]:
     return properties
 
 
+#: The engines of the SQL catalogs this process opened (`open_catalog`), for `close_catalogs`.
+_ENGINES: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
 def open_catalog(config: PipelineConfig) -> Catalog:
     """The configured catalog (open it once per publish: an in-memory one lives as long as it).
 
@@ -133,17 +138,32 @@ def open_catalog(config: PipelineConfig) -> Catalog:
     try:
         with _OPENING:
             try:
-                return parsing_once(load_catalog(name, **catalog_properties(config)))
+                catalog = parsing_once(load_catalog(name, **catalog_properties(config)))
             except Exception as exc:
                 if "already exists" not in str(exc):
                     raise
-                return parsing_once(load_catalog(name, **catalog_properties(config)))
+                catalog = parsing_once(load_catalog(name, **catalog_properties(config)))
+            if (engine := getattr(catalog, "engine", None)) is not None:
+                _ENGINES.add(engine)
+            return catalog
     except Exception as exc:  # pyiceberg raises ValueError, ImportError, driver errors...
         raise RunFailed(
             f"cannot open the Iceberg catalog `{name}` (output.catalog): "
             f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}; "
             "check output.catalog's type and uri"
         ) from exc
+
+
+def close_catalogs() -> None:
+    """Close the connections of the SQL catalogs this process opened; called at a run's end.
+
+    A catalog's engine keeps its connection until the catalog is collected, and a closed SQLite
+    connection's file stays open while another connection of the process (the state store's)
+    holds its lock: a process that runs again and again (`run --every`) kept one more open file
+    per run that published (docs/limits.md). A closed engine opens a new connection when it is
+    used again."""
+    for engine in list(_ENGINES):
+        engine.dispose()
 
 
 def table_uri(tdir: str) -> str:
