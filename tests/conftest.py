@@ -113,6 +113,21 @@ def write_config(path: Path, data: dict[str, Any]) -> Path:
     return path
 
 
+def load_pipeline(
+    tmp_path: Path,
+    server: LocalMariaDB,
+    tables: list[dict[str, Any]],
+    name: str = "test",
+    **overrides: Any,
+) -> PipelineConfig:
+    """`pipeline_config`'s pipeline written to ``tmp_path/p.yaml`` and loaded."""
+    return load_config(
+        write_config(
+            tmp_path / "p.yaml", pipeline_config(tmp_path, server, tables, name, **overrides)
+        )
+    )
+
+
 def pipeline_config(
     tmp_path: Path,
     server: LocalMariaDB,

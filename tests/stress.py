@@ -27,9 +27,9 @@ from pathlib import Path
 
 from orchestrator.app.demo.localdb import LocalMariaDB
 from orchestrator.app.run import run_command
-from orchestrator.config import PipelineConfig, load_config
+from orchestrator.config import PipelineConfig
 from tests import workload
-from tests.conftest import assert_lake_equals_source, pipeline_config, write_config
+from tests.conftest import assert_lake_equals_source, load_pipeline
 
 DATABASE = "st"
 
@@ -82,17 +82,12 @@ def main() -> int:
     server.start()
     try:
         workload.create(server, DATABASE, big_rows=args.big_rows)
-        config = load_config(
-            write_config(
-                work / "p.yaml",
-                pipeline_config(
-                    work,
-                    server,
-                    workload.table_entries(DATABASE),
-                    name="stress",
-                    defaults={"chunk_size": 1000, "batch_chunks": 2, "read_margin_seconds": 0.0},
-                ),
-            )
+        config = load_pipeline(
+            work,
+            server,
+            workload.table_entries(DATABASE),
+            name="stress",
+            defaults={"chunk_size": 1000, "batch_chunks": 2, "read_margin_seconds": 0.0},
         )
         return _rounds(server, config, work, args)
     finally:

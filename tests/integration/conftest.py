@@ -17,7 +17,7 @@ import pytest
 from orchestrator.app.demo.localdb import LocalMariaDB
 from orchestrator.app.run import run_command
 from orchestrator.config import DEFAULT_JDBC_JAR, PipelineConfig, load_config, parse_config
-from tests.conftest import pipeline_config, write_config
+from tests.conftest import load_pipeline, pipeline_config, write_config
 
 SPARK_CONF = {
     "spark.ui.enabled": "false",
@@ -83,6 +83,18 @@ def two_table_pipeline(
         ),
     )
     return load_config(path)
+
+
+def both_readers(tmp_path: Path, mariadb: LocalMariaDB, db: str) -> PipelineConfig:
+    """A pipeline of ``db.spark`` (several chunks: read by Spark) and ``db.driver`` (one chunk:
+    read by the driver), which a test fills with the same rows."""
+    return load_pipeline(
+        tmp_path,
+        mariadb,
+        [{"name": f"{db}.spark", "chunk_size": 2}, {"name": f"{db}.driver"}],
+        name=db,
+        defaults={"read_margin_seconds": 0.0},
+    )
 
 
 def run_plain(config: PipelineConfig) -> None:

@@ -15,9 +15,12 @@ import pytest
 
 from orchestrator.app.demo.localdb import GOOD_BINLOG, LocalMariaDB
 from orchestrator.app.run import run_command
-from orchestrator.config import load_config
 from orchestrator.pipeline.context import table_dir
-from tests.conftest import HAVE_MARIADB, assert_lake_equals_source, pipeline_config, write_config
+from tests.conftest import (
+    HAVE_MARIADB,
+    assert_lake_equals_source,
+    load_pipeline,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -32,17 +35,12 @@ def test_invisible_column_reaches_the_lake(
         "INSERT INTO t (id, v, secret) SELECT seq, CONCAT('v', seq), seq * 7 FROM seq_1_to_2500",
         database=db,
     )
-    config = load_config(
-        write_config(
-            tmp_path / "p.yaml",
-            pipeline_config(
-                tmp_path,
-                mariadb,
-                [{"name": f"{db}.t", "where": "secret IS NOT NULL"}],
-                name=db,
-                defaults={"chunk_size": 1000, "batch_chunks": 2, "read_margin_seconds": 0.0},
-            ),
-        )
+    config = load_pipeline(
+        tmp_path,
+        mariadb,
+        [{"name": f"{db}.t", "where": "secret IS NOT NULL"}],
+        name=db,
+        defaults={"chunk_size": 1000, "batch_chunks": 2, "read_margin_seconds": 0.0},
     )
     assert run_command(config, tables=[], snapshot=False, chunk_size=None, progress=False) == 0
     manifest = json.loads(
@@ -88,17 +86,12 @@ def test_mixed_case_config_name_on_a_folding_server(
         database="Lct_Shop",
     )
     name = "Lct_Shop.Orders"
-    config = load_config(
-        write_config(
-            tmp_path / "p.yaml",
-            pipeline_config(
-                tmp_path,
-                folding,
-                [{"name": name}],
-                name="lct",
-                defaults={"chunk_size": 1000, "batch_chunks": 2, "read_margin_seconds": 0.0},
-            ),
-        )
+    config = load_pipeline(
+        tmp_path,
+        folding,
+        [{"name": name}],
+        name="lct",
+        defaults={"chunk_size": 1000, "batch_chunks": 2, "read_margin_seconds": 0.0},
     )
     assert run_command(config, tables=[], snapshot=False, chunk_size=None, progress=False) == 0
     assert_lake_equals_source(config, folding, [name])

@@ -17,8 +17,11 @@ import pytest
 
 from orchestrator.app.demo.localdb import GOOD_BINLOG, LocalMariaDB
 from orchestrator.app.run import run_command
-from orchestrator.config import load_config
-from tests.conftest import HAVE_MARIADB, assert_lake_equals_source, pipeline_config, write_config
+from tests.conftest import (
+    HAVE_MARIADB,
+    assert_lake_equals_source,
+    load_pipeline,
+)
 from tests.integration.test_binlog import (
     TYPES_DDL,
     TYPES_ROWS,
@@ -61,17 +64,12 @@ def test_runs_under_concurrent_writes_equal_the_source(
 ) -> None:
     db = "zshop"
     tables = load_tables(compressing, db, orders=2000, typed_rows=800, seed=3)
-    config = load_config(
-        write_config(
-            tmp_path / "p.yaml",
-            pipeline_config(
-                tmp_path,
-                compressing,
-                [{"name": t} for t in tables],
-                name="zshop",
-                defaults={"chunk_size": 500, "batch_chunks": 3, "read_margin_seconds": 0.05},
-            ),
-        )
+    config = load_pipeline(
+        tmp_path,
+        compressing,
+        [{"name": t} for t in tables],
+        name="zshop",
+        defaults={"chunk_size": 500, "batch_chunks": 3, "read_margin_seconds": 0.05},
     )
 
     def run() -> None:

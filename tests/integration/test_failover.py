@@ -22,13 +22,13 @@ from orchestrator.app.doctor import doctor_command, preflight, run_checks
 from orchestrator.app.status import status_command
 from orchestrator.binlog.failover import Follower
 from orchestrator.binlog.reader import Boundary, EventReader
-from orchestrator.config import PipelineConfig, load_config
+from orchestrator.config import PipelineConfig
 from orchestrator.errors import SourceChanged, SourceNotReady
 from orchestrator.pipeline.plan.step import plan
 from orchestrator.positions import BinlogPosition
 from orchestrator.source.connection import Source
 from orchestrator.state.store import RunRecord, StateStore
-from tests.conftest import assert_lake_equals_source, pipeline_config, write_config
+from tests.conftest import assert_lake_equals_source, load_pipeline
 from tests.integration.conftest import run_plain
 from tests.integration.test_purge import purge_all_but_current
 
@@ -67,17 +67,12 @@ def topology(tmp_path: Path) -> Iterator[tuple[LocalMariaDB, LocalMariaDB]]:
 
 def pointed_at(tmp_path: Path, server: LocalMariaDB) -> PipelineConfig:
     """The pipeline's config, its source ``server`` (state and lake stay where they are)."""
-    return load_config(
-        write_config(
-            tmp_path / "p.yaml",
-            pipeline_config(
-                tmp_path,
-                server,
-                [{"name": name} for name in TABLES],
-                name="failover",
-                defaults={"chunk_size": 1000, "batch_chunks": 2, "read_margin_seconds": 0.0},
-            ),
-        )
+    return load_pipeline(
+        tmp_path,
+        server,
+        [{"name": name} for name in TABLES],
+        name="failover",
+        defaults={"chunk_size": 1000, "batch_chunks": 2, "read_margin_seconds": 0.0},
     )
 
 

@@ -12,11 +12,11 @@ import pytest
 
 from orchestrator.app.demo.localdb import LocalMariaDB
 from orchestrator.app.run import run_command
-from orchestrator.config import PipelineConfig, load_config
+from orchestrator.config import PipelineConfig
 from orchestrator.lake import storage
 from orchestrator.lake.manifest import read_manifest
 from orchestrator.pipeline.context import table_dir
-from tests.conftest import assert_lake_equals_source, pipeline_config, write_config
+from tests.conftest import assert_lake_equals_source, load_pipeline
 from tests.iceberg_readers import assert_readers_equal_source
 
 pytestmark = pytest.mark.integration
@@ -28,18 +28,13 @@ INTEGER_COLUMNS = {"id", "qty", "day", "at", "amount"}
 
 def configured(tmp_path: Path, server: LocalMariaDB, name: str, **output: str) -> PipelineConfig:
     tmp_path.mkdir()
-    return load_config(
-        write_config(
-            tmp_path / "p.yaml",
-            pipeline_config(
-                tmp_path,
-                server,
-                [{"name": TABLE}],
-                name=name,
-                output={"path": str(tmp_path / "lake"), **output},
-                defaults={"read_margin_seconds": 0.0},
-            ),
-        )
+    return load_pipeline(
+        tmp_path,
+        server,
+        [{"name": TABLE}],
+        name=name,
+        output={"path": str(tmp_path / "lake"), **output},
+        defaults={"read_margin_seconds": 0.0},
     )
 
 

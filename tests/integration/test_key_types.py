@@ -16,9 +16,8 @@ import pytest
 
 from orchestrator.app.demo.localdb import LocalMariaDB
 from orchestrator.app.run import run_command
-from orchestrator.config import load_config
 from orchestrator.pipeline.context import table_dir
-from tests.conftest import assert_lake_equals_source, pipeline_config, write_config
+from tests.conftest import assert_lake_equals_source, load_pipeline
 
 pytestmark = pytest.mark.integration
 
@@ -48,17 +47,12 @@ def test_a_tinyint1_key_keeps_its_values(
         "INSERT INTO small VALUES (1, 0), (2, 1), (3, 2), (4, -3)",
         database=DB,
     )
-    config = load_config(
-        write_config(
-            tmp_path / "p.yaml",
-            pipeline_config(
-                tmp_path,
-                mariadb,
-                [{"name": t} for t in TABLES],
-                name=DB,
-                defaults={"chunk_size": 50, "batch_chunks": 4, "read_margin_seconds": 0.0},
-            ),
-        )
+    config = load_pipeline(
+        tmp_path,
+        mariadb,
+        [{"name": t} for t in TABLES],
+        name=DB,
+        defaults={"chunk_size": 50, "batch_chunks": 4, "read_margin_seconds": 0.0},
     )
     assert run_command(config, tables=[], snapshot=False, chunk_size=None, progress=False) == 0
     assert_lake_equals_source(config, mariadb, TABLES)

@@ -12,12 +12,12 @@ import pytest
 from orchestrator.app.demo.localdb import LocalMariaDB
 from orchestrator.app.run import run_command
 from orchestrator.app.status import status_command
-from orchestrator.config import PipelineConfig, load_config
+from orchestrator.config import PipelineConfig
 from orchestrator.lake.iceberg import open_catalog
 from orchestrator.lake.manifest import read_manifest
 from orchestrator.pipeline.context import open_store, table_dir
 from orchestrator.positions import BinlogPosition
-from tests.conftest import pipeline_config, write_config
+from tests.conftest import load_pipeline
 from tests.iceberg_readers import assert_readers_equal_source
 
 pytestmark = pytest.mark.integration
@@ -55,12 +55,7 @@ def test_a_run_without_changes_moves_the_position_and_publishes_nothing(
         database=db,
     )
     quiet, busy = f"{db}.quiet", f"{db}.busy"
-    config = load_config(
-        write_config(
-            tmp_path / "p.yaml",
-            pipeline_config(tmp_path, mariadb, [{"name": quiet}, {"name": busy}], name="quiet"),
-        )
-    )
+    config = load_pipeline(tmp_path, mariadb, [{"name": quiet}, {"name": busy}], name="quiet")
     run(config)
     current = Path(table_dir(config, quiet)) / "_tidemark" / "current.json"
     first, first_snapshots = current.read_bytes(), snapshot_ids(config, quiet)
@@ -118,11 +113,7 @@ def published_once(
     db, table = name.split(".")
     mariadb.execute(f"DROP DATABASE IF EXISTS {db}", f"CREATE DATABASE {db}")
     mariadb.execute(f"CREATE TABLE {table} ({columns})", f"INSERT INTO {table} {rows}", database=db)
-    config = load_config(
-        write_config(
-            tmp_path / "p.yaml", pipeline_config(tmp_path, mariadb, [{"name": name}], name=db)
-        )
-    )
+    config = load_pipeline(tmp_path, mariadb, [{"name": name}], name=db)
     run(config)
     return config, name
 
@@ -226,12 +217,7 @@ def test_text_to_binary_and_back_replaces_the_column(mariadb: LocalMariaDB, tmp_
         database=db,
     )
     names = [f"{db}.to_bin", f"{db}.to_text"]
-    config = load_config(
-        write_config(
-            tmp_path / "p.yaml",
-            pipeline_config(tmp_path, mariadb, [{"name": name} for name in names], name="bytes"),
-        )
-    )
+    config = load_pipeline(tmp_path, mariadb, [{"name": name} for name in names], name="bytes")
     run(config)
     before = {
         name: open_catalog(config).load_table(name).schema().find_field("v").field_id

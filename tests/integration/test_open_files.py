@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.app.demo.localdb import LocalMariaDB
-from orchestrator.config import load_config
-from tests.conftest import assert_lake_equals_source, pipeline_config, write_config
+from tests.conftest import assert_lake_equals_source, load_pipeline
 from tests.integration.conftest import run_plain
 
 pytestmark = pytest.mark.integration
@@ -37,11 +36,7 @@ def test_runs_that_publish_keep_no_more_open_files(mariadb: LocalMariaDB, tmp_pa
         "INSERT INTO t SELECT seq, seq FROM seq_1_to_50",
         database=db,
     )
-    config = load_config(
-        write_config(
-            tmp_path / "p.yaml", pipeline_config(tmp_path, mariadb, [{"name": f"{db}.t"}], name=db)
-        )
-    )
+    config = load_pipeline(tmp_path, mariadb, [{"name": f"{db}.t"}], name=db)
     state = tmp_path / "state.db"
     run_plain(config)
     after_first = _open(state)

@@ -18,11 +18,10 @@ from typing import Any
 import pytest
 
 from orchestrator.app.demo.localdb import LocalMariaDB
-from orchestrator.config import load_config
 from orchestrator.pipeline.plan import step as plan_module
 from orchestrator.pipeline.plan import tables as table_planning
 from orchestrator.source.connection import Source
-from tests.conftest import assert_lake_equals_source, pipeline_config, write_config
+from tests.conftest import assert_lake_equals_source, load_pipeline
 from tests.integration.conftest import run_plain
 from tests.integration.test_binlog import fresh_database
 
@@ -34,17 +33,12 @@ def test_key_bounds_are_read_only_after_the_margin_past_p0(
 ) -> None:
     fresh_database(mariadb, "p0m", "CREATE TABLE p0m.t (id INT PRIMARY KEY, v INT)")
     mariadb.execute("INSERT INTO t SELECT seq, seq FROM seq_1_to_100", database="p0m")
-    config = load_config(
-        write_config(
-            tmp_path / "p.yaml",
-            pipeline_config(
-                tmp_path,
-                mariadb,
-                [{"name": "p0m.t"}],
-                name="p0m",
-                defaults={"chunk_size": 10, "read_margin_seconds": 0.25},
-            ),
-        )
+    config = load_pipeline(
+        tmp_path,
+        mariadb,
+        [{"name": "p0m.t"}],
+        name="p0m",
+        defaults={"chunk_size": 10, "read_margin_seconds": 0.25},
     )
     events: list[Any] = []
     position, query = Source.current_position, Source.query
@@ -89,17 +83,12 @@ def test_a_run_of_incremental_tables_waits_no_margin_and_misses_no_change(
     A row committed right before ``P0`` is recorded still reaches the published table."""
     fresh_database(mariadb, "p0i", "CREATE TABLE p0i.t (id INT PRIMARY KEY, v INT)")
     mariadb.execute("INSERT INTO t SELECT seq, seq FROM seq_1_to_100", database="p0i")
-    config = load_config(
-        write_config(
-            tmp_path / "p.yaml",
-            pipeline_config(
-                tmp_path,
-                mariadb,
-                [{"name": "p0i.t"}],
-                name="p0i",
-                defaults={"chunk_size": 10, "read_margin_seconds": 0.25},
-            ),
-        )
+    config = load_pipeline(
+        tmp_path,
+        mariadb,
+        [{"name": "p0i.t"}],
+        name="p0i",
+        defaults={"chunk_size": 10, "read_margin_seconds": 0.25},
     )
     run_plain(config)
     waits: list[float] = []

@@ -16,11 +16,11 @@ from orchestrator.app.doctor import run_checks
 from orchestrator.app.plan import plan_command
 from orchestrator.app.run import run_command
 from orchestrator.app.status import status_command
-from orchestrator.config import PipelineConfig, load_config
+from orchestrator.config import PipelineConfig
 from orchestrator.lake.manifest import read_manifest
 from orchestrator.pipeline.context import open_store, table_dir
 from orchestrator.pipeline.failed import TablesFailed
-from tests.conftest import assert_lake_equals_source, pipeline_config, write_config
+from tests.conftest import assert_lake_equals_source, load_pipeline
 
 pytestmark = pytest.mark.integration
 
@@ -64,11 +64,7 @@ def test_a_pattern_follows_the_tables_of_the_source(
         {"name": f"{DB}.*", "exclude": [f"{DB}.tmp_*"], "where": "id <= 80"},
         {"name": f"{DB}.big", "chunk_size": 20},
     ]  # its own entry: no filter, small chunks
-    config = load_config(
-        write_config(
-            tmp_path / "p.yaml", pipeline_config(tmp_path, mariadb, entries, name="patterns")
-        )
-    )
+    config = load_pipeline(tmp_path, mariadb, entries, name="patterns")
     accounts, orders, big, fresh, heap = (
         f"{DB}.{t}" for t in ("accounts", "orders", "big", "fresh", "heap")
     )

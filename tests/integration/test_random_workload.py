@@ -21,10 +21,10 @@ import pytest
 
 from orchestrator.app.demo.localdb import LocalMariaDB
 from orchestrator.app.run import run_command
-from orchestrator.config import PipelineConfig, load_config
+from orchestrator.config import PipelineConfig
 from orchestrator.pipeline.failed import TablesFailed
 from tests import workload
-from tests.conftest import assert_lake_equals_source, pipeline_config, write_config
+from tests.conftest import assert_lake_equals_source, load_pipeline
 from tests.iceberg_readers import assert_readers_equal_source
 from tests.integration.conftest import run_plain
 
@@ -37,17 +37,12 @@ ROUNDS, WRITES = 6, 40
 
 def _pipeline(mariadb: LocalMariaDB, tmp_path: Path, database: str) -> PipelineConfig:
     workload.create(mariadb, database)
-    return load_config(
-        write_config(
-            tmp_path / "p.yaml",
-            pipeline_config(
-                tmp_path,
-                mariadb,
-                workload.table_entries(database),
-                name=database,
-                defaults={"chunk_size": 1000, "batch_chunks": 2, "read_margin_seconds": 0.0},
-            ),
-        )
+    return load_pipeline(
+        tmp_path,
+        mariadb,
+        workload.table_entries(database),
+        name=database,
+        defaults={"chunk_size": 1000, "batch_chunks": 2, "read_margin_seconds": 0.0},
     )
 
 

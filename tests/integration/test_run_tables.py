@@ -13,25 +13,20 @@ from orchestrator.app import steps
 from orchestrator.app.demo.localdb import LocalMariaDB
 from orchestrator.app.run import run_command
 from orchestrator.app.status import reset_command
-from orchestrator.config import PipelineConfig, load_config
+from orchestrator.config import PipelineConfig
 from orchestrator.pipeline.context import hold_lock, open_store
-from tests.conftest import assert_lake_equals_source, pipeline_config, write_config
+from tests.conftest import assert_lake_equals_source, load_pipeline
 
 pytestmark = pytest.mark.integration
 
 
 def configured(tmp_path: Path, server: LocalMariaDB, db: str, names: list[str]) -> PipelineConfig:
-    return load_config(
-        write_config(
-            tmp_path / "p.yaml",
-            pipeline_config(
-                tmp_path,
-                server,
-                [{"name": n} for n in names],
-                name=db,
-                defaults={"read_margin_seconds": 0.0},
-            ),
-        )
+    return load_pipeline(
+        tmp_path,
+        server,
+        [{"name": n} for n in names],
+        name=db,
+        defaults={"read_margin_seconds": 0.0},
     )
 
 

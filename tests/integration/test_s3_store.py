@@ -15,12 +15,11 @@ import pytest
 
 from orchestrator.app.demo.localdb import LocalMariaDB
 from orchestrator.app.preflight import writable
-from orchestrator.config import load_config
 from orchestrator.lake import storage
 from orchestrator.lake.iceberg_io import DurableFileIO
 from orchestrator.lake.writer import write_table
 from orchestrator.pipeline.segments import write_segment
-from tests.conftest import pipeline_config, s3_output, write_config
+from tests.conftest import load_pipeline, pipeline_config, s3_output, write_config
 from tests.services import MotoS3
 
 pytestmark = pytest.mark.integration
@@ -36,14 +35,7 @@ def _no_aws_variables(monkeypatch: pytest.MonkeyPatch) -> None:
 def _configure(tmp_path: Path, mariadb: LocalMariaDB, s3_server: MotoS3, s3_bucket: str) -> None:
     """A pipeline with staging and lake in ``s3_bucket`` loaded: its ``output.s3`` is what
     `storage` uses."""
-    load_config(
-        write_config(
-            tmp_path / "p.yaml",
-            pipeline_config(
-                tmp_path, mariadb, [{"name": "a.b"}], output=s3_output(s3_server, s3_bucket)
-            ),
-        )
-    )
+    load_pipeline(tmp_path, mariadb, [{"name": "a.b"}], output=s3_output(s3_server, s3_bucket))
 
 
 def test_storage_goes_to_the_configured_endpoint(

@@ -20,11 +20,10 @@ import pytest
 
 from orchestrator.app import steps
 from orchestrator.app.demo.localdb import LocalMariaDB
-from orchestrator.config import load_config
 from orchestrator.lake import storage
 from orchestrator.pipeline.context import table_dir
 from orchestrator.state.store import StateStore
-from tests.conftest import assert_lake_equals_source, pipeline_config, write_config
+from tests.conftest import assert_lake_equals_source, load_pipeline
 from tests.iceberg_readers import assert_readers_equal_source
 
 pytestmark = pytest.mark.integration
@@ -63,17 +62,12 @@ def test_unchanged_chunk_files_become_the_version_as_read(
         f" FROM seq_1_to_5000",
         database=db,
     )
-    config = load_config(
-        write_config(
-            tmp_path / "p.yaml",
-            pipeline_config(
-                tmp_path,
-                mariadb,
-                [{"name": f"{db}.t"}],
-                name="single_pass",
-                defaults={"chunk_size": 500, "batch_chunks": 4, "read_margin_seconds": 0.0},
-            ),
-        )
+    config = load_pipeline(
+        tmp_path,
+        mariadb,
+        [{"name": f"{db}.t"}],
+        name="single_pass",
+        defaults={"chunk_size": 500, "batch_chunks": 4, "read_margin_seconds": 0.0},
     )
 
     def change() -> None:  # after the reads: chunk 2 (1001..1500), chunk 7 (3501..4000), the tail
@@ -110,17 +104,12 @@ def test_overlapping_text_chunks_are_reconciled_whole(
         f" FROM seq_1_to_3000",
         database=db,
     )
-    config = load_config(
-        write_config(
-            tmp_path / "p.yaml",
-            pipeline_config(
-                tmp_path,
-                mariadb,
-                [{"name": f"{db}.tags"}],
-                name="single_pass_ci",
-                defaults={"chunk_size": 500, "batch_chunks": 6, "read_margin_seconds": 0.0},
-            ),
-        )
+    config = load_pipeline(
+        tmp_path,
+        mariadb,
+        [{"name": f"{db}.tags"}],
+        name="single_pass_ci",
+        defaults={"chunk_size": 500, "batch_chunks": 6, "read_margin_seconds": 0.0},
     )
     caplog.set_level(logging.INFO, logger="orchestrator.pipeline.reconcile.rewrite")
     _run_steps(

@@ -15,14 +15,13 @@ import pytest
 
 from orchestrator.app.demo.localdb import LocalMariaDB
 from orchestrator.app.run import run_command
-from orchestrator.config import PipelineConfig, load_config
+from orchestrator.config import PipelineConfig
 from orchestrator.lake.iceberg import open_catalog
 from orchestrator.lake.manifest import read_manifest
 from orchestrator.pipeline.context import table_dir
 from orchestrator.pipeline.failed import TablesFailed
-from tests.conftest import pipeline_config, write_config
 from tests.iceberg_readers import assert_readers_equal_source, extension_file, pyiceberg_table
-from tests.integration.conftest import run_plain
+from tests.integration.conftest import both_readers, run_plain
 
 pytestmark = pytest.mark.integration
 
@@ -91,22 +90,6 @@ def create(mariadb: LocalMariaDB, db: str, *tables: str) -> None:
     columns = ", ".join(f"{name} {kind}" for name, kind in COLUMNS.items())
     for table in tables:
         mariadb.execute(f"CREATE TABLE {table} (id INT PRIMARY KEY, {columns})", database=db)
-
-
-def both_readers(tmp_path: Path, mariadb: LocalMariaDB, db: str) -> PipelineConfig:
-    """``db.spark`` (several chunks: read by Spark) and ``db.driver`` (one: read by the driver)."""
-    return load_config(
-        write_config(
-            tmp_path / "p.yaml",
-            pipeline_config(
-                tmp_path,
-                mariadb,
-                [{"name": f"{db}.spark", "chunk_size": 2}, {"name": f"{db}.driver"}],
-                name=db,
-                defaults={"read_margin_seconds": 0.0},
-            ),
-        )
-    )
 
 
 def source_text(mariadb: LocalMariaDB, table: str) -> dict[int, tuple[str | None, ...]]:

@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.app.demo.localdb import GOOD_BINLOG, LocalMariaDB
-from orchestrator.config import load_config
-from tests.conftest import HAVE_MARIADB, pipeline_config, write_config
+from tests.conftest import HAVE_MARIADB, load_pipeline
 from tests.integration.conftest import run_plain
 from tests.integration.test_value_edges import published
 
@@ -84,13 +83,8 @@ def test_a_hostile_global_sql_mode_reads_exactly(
     )
     tables = [{"name": f"modes.{kind}_spark", "chunk_size": 1} for kind in ("text", "dates")]
     tables += [{"name": f"modes.{kind}_driver"} for kind in ("text", "dates")]
-    config = load_config(
-        write_config(
-            tmp_path / "p.yaml",
-            pipeline_config(
-                tmp_path, hostile, tables, name="modes", defaults={"read_margin_seconds": 0.0}
-            ),
-        )
+    config = load_pipeline(
+        tmp_path, hostile, tables, name="modes", defaults={"read_margin_seconds": 0.0}
     )
 
     run_plain(config)

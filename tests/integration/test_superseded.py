@@ -11,11 +11,10 @@ import pytest
 from orchestrator.app import steps
 from orchestrator.app.demo.localdb import LocalMariaDB
 from orchestrator.app.run import run_command
-from orchestrator.config import load_config
 from orchestrator.errors import RunFailed
 from orchestrator.lake.manifest import read_published
 from orchestrator.pipeline.context import hold_lock, open_store, table_dir
-from tests.conftest import assert_lake_equals_source, pipeline_config, write_config
+from tests.conftest import assert_lake_equals_source, load_pipeline
 
 pytestmark = pytest.mark.integration
 
@@ -31,17 +30,12 @@ def test_a_superseded_run_cannot_go_on(
         f"INSERT INTO {DB}.t SELECT seq, 'old' FROM seq_1_to_300",
         database=DB,
     )
-    config = load_config(
-        write_config(
-            tmp_path / "p.yaml",
-            pipeline_config(
-                tmp_path,
-                mariadb,
-                [{"name": f"{DB}.t"}],
-                name=DB,
-                defaults={"read_margin_seconds": 0.0},
-            ),
-        )
+    config = load_pipeline(
+        tmp_path,
+        mariadb,
+        [{"name": f"{DB}.t"}],
+        name=DB,
+        defaults={"read_margin_seconds": 0.0},
     )
     holder = "airflow:old-dag-run"
     with hold_lock(config, holder):  # run A, as a DAG run's tasks take it up to publish
@@ -91,17 +85,12 @@ def test_a_snapshot_request_resumes_its_own_failed_run_and_leaves_anothers(
         f"INSERT INTO {db}.t SELECT seq, 'a' FROM seq_1_to_300",
         database=db,
     )
-    config = load_config(
-        write_config(
-            tmp_path / "p.yaml",
-            pipeline_config(
-                tmp_path,
-                mariadb,
-                [{"name": f"{db}.t"}],
-                name=db,
-                defaults={"read_margin_seconds": 0.0},
-            ),
-        )
+    config = load_pipeline(
+        tmp_path,
+        mariadb,
+        [{"name": f"{db}.t"}],
+        name=db,
+        defaults={"read_margin_seconds": 0.0},
     )
     holder, other = "airflow:tidemark_x/manual__1", "airflow:tidemark_x/manual__2"
     with hold_lock(config, holder):

@@ -17,11 +17,10 @@ from typing import Any
 import pytest
 
 from orchestrator.app.demo.localdb import LocalMariaDB
-from orchestrator.config import PipelineConfig, load_config
+from orchestrator.config import PipelineConfig
 from orchestrator.lake.manifest import read_published
 from orchestrator.pipeline.context import table_dir
-from tests.conftest import pipeline_config, write_config
-from tests.integration.conftest import run_plain
+from tests.integration.conftest import both_readers, run_plain
 
 pytestmark = pytest.mark.integration
 
@@ -38,23 +37,6 @@ EXPECTED = [
     (dt.date(2020, 5, 1), dt.datetime(2020, 5, 1, 23, 59, 59), None),
     (dt.date(2024, 2, 29), dt.datetime(1970, 1, 1), "Š"),
 ]
-
-
-def both_readers(tmp_path: Path, mariadb: LocalMariaDB, db: str) -> PipelineConfig:
-    """A pipeline of ``db.spark`` (several chunks: read by Spark) and ``db.driver`` (one chunk:
-    read by the driver), which each test fills with the same rows."""
-    return load_config(
-        write_config(
-            tmp_path / "p.yaml",
-            pipeline_config(
-                tmp_path,
-                mariadb,
-                [{"name": f"{db}.spark", "chunk_size": 2}, {"name": f"{db}.driver"}],
-                name=db,
-                defaults={"read_margin_seconds": 0.0},
-            ),
-        )
-    )
 
 
 def both_tables(mariadb: LocalMariaDB, db: str, columns: str, rows: str) -> None:
