@@ -40,8 +40,7 @@ log = logging.getLogger("orchestrator.pipeline")
 FIXES = {
     "plan": "fix the cause at the source or in the config (the table's name, grants, "
     "chunk_key), then `tidemark run` retries it",
-    "read": "fix the cause (grants, the table's where; nothing if a DDL changed the table "
-    "since the run planned it), then `tidemark run` retries it",
+    "read": "fix the cause (grants, the table's where), then `tidemark run` retries it",
     "capture": "the next `tidemark run` retries it; if it fails again the same way, {hint}",
     "reconcile": "the next `tidemark run` retries it; if it fails again the same way, {hint}",
     "publish": "fix the cause, then `tidemark run` retries it",

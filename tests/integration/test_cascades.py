@@ -27,7 +27,7 @@ from orchestrator.app.doctor import run_checks
 from orchestrator.app.plan import plan_command
 from orchestrator.config import PipelineConfig, load_config
 from orchestrator.pipeline.failed import TablesFailed
-from tests.conftest import pipeline_config, start_run, write_config
+from tests.conftest import load_pipeline, pipeline_config, start_run, write_config
 from tests.iceberg_readers import assert_readers_equal_source
 from tests.integration.conftest import run_plain
 from tests.integration.test_failures import wait_until_stopped
@@ -46,17 +46,12 @@ def pipeline(
     """Database ``db`` made anew by ``statements``, and a pipeline of ``tables`` in it."""
     mariadb.execute(f"DROP DATABASE IF EXISTS {db}", f"CREATE DATABASE {db}")
     mariadb.execute(*statements, database=db)
-    return load_config(
-        write_config(
-            tmp_path / "p.yaml",
-            pipeline_config(
-                tmp_path,
-                mariadb,
-                [{"name": f"{db}.{t}"} for t in tables],
-                name=db,
-                defaults={"read_margin_seconds": 0.0, **defaults},
-            ),
-        )
+    return load_pipeline(
+        tmp_path,
+        mariadb,
+        [{"name": f"{db}.{t}"} for t in tables],
+        name=db,
+        defaults={"read_margin_seconds": 0.0, **defaults},
     )
 
 
@@ -660,3 +655,42 @@ def test_a_child_held_back_for_an_xa_transaction_derives_from_its_version_exactl
     run_plain(config)  # reads the two updates again, the child's version already after them
     assert mariadb.execute(f"SELECT id, pid FROM {db}.c ORDER BY id") == rows
     equal(config, db, ["p", "c"])
+
+
+def test_a_parent_whose_read_a_ddl_failed_is_re_read_with_its_children(
+    mariadb: LocalMariaDB, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A column of the parent dropped before its snapshot read, so that read fails: the parent
+    is re-read inside the run (docs/design.md, "Changes that are not row images"). Parents
+    deleted after every read, before ``H``, cascade into children read before: the capture
+    sees the parent's DDL before its new start, and re-reads the run tables below it, which
+    started before that DDL. Every table equals the source; before, the parent failed and the
+    run ended partial."""
+    from orchestrator.pipeline.capture import step as capture_module
+    from orchestrator.pipeline.read import step as read_module
+
+    db = "casc_read_ddl"
+    tables = ["p", "c", "g"]
+    config = pipeline(mariadb, tmp_path, db, FAMILY, tables)
+    real_read, real_rereads = read_module._read_tables, capture_module.prepare_rereads
+    lock, done = threading.Lock(), []
+
+    def drop_first(*args: Any, **kwargs: Any) -> Any:
+        with lock:  # batches are read side by side
+            if not done:
+                mariadb.execute("ALTER TABLE p DROP COLUMN name", database=db)
+                done.append("alter")
+        return real_read(*args, **kwargs)
+
+    def delete_first(*args: Any, **kwargs: Any) -> bool:
+        if "delete" not in done:  # after every read batch, before H is recorded
+            mariadb.execute("DELETE FROM p WHERE id IN (3, 9)", database=db)
+            done.append("delete")
+        return real_rereads(*args, **kwargs)
+
+    monkeypatch.setattr(read_module, "_read_tables", drop_first)
+    monkeypatch.setattr(capture_module, "prepare_rereads", delete_first)
+    run_plain(config)
+    assert done == ["alter", "delete"]
+    assert mariadb.execute(f"SELECT COUNT(*) FROM {db}.c WHERE pid IN (3, 9)") == [(0,)]
+    equal(config, db, tables)

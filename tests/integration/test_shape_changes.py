@@ -9,6 +9,7 @@ is `tests/integration/test_binlog.py::test_table_map_metadata_differences_are_ta
 from __future__ import annotations
 
 import logging
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -131,6 +132,53 @@ def test_during_a_snapshot(
             )
         )
         and " at binlog." in line
+        for line in lines
+    ), lines
+
+
+#: DDLs that fail a read planned before them: a column it selects dropped, or renamed.
+DURING_READ = {
+    "drop": "ALTER TABLE {name} DROP COLUMN g",
+    "rename": "ALTER TABLE {name} RENAME COLUMN f TO f2",
+}
+
+
+@pytest.mark.parametrize("case", list(DURING_READ))
+@pytest.mark.parametrize("table", ["t", "other"], ids=["spark", "driver"])
+def test_during_the_read(
+    mariadb: LocalMariaDB,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    case: str,
+    table: str,
+) -> None:
+    """A column dropped or renamed after the plan, before the table's chunks are read (by Spark:
+    ``t``'s three chunks; by the driver: ``other``'s one): its read fails ("Unknown column"), and
+    the table is re-read inside the run with its new columns. Before, the run ended partial with
+    that table failed at read until the next run."""
+    from orchestrator.pipeline.read import step as read_module
+
+    db = f"shape_read_{case}_{table}"
+    config = _setup(mariadb, tmp_path, db)
+    real = read_module._read_tables
+    lock, calls = threading.Lock(), []
+
+    def alter_first(*args: Any, **kwargs: Any) -> Any:
+        with lock:  # batches are read side by side
+            if not calls:  # the plan is made, no chunk is read yet
+                mariadb.execute(DURING_READ[case].format(name=table), database=db)
+                mariadb.execute(f"UPDATE {table} SET e = 'c' WHERE id < 20", database=db)
+            calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(read_module, "_read_tables", alter_first)
+    caplog.set_level(logging.INFO)
+    _run(config)
+    assert_lake_equals_source(config, mariadb, [f"{db}.t", f"{db}.other"])
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().endswith("; re-read")]
+    assert any(
+        line.startswith(f"table {db}.{table}: its read failed (") and "after a DDL" in line
         for line in lines
     ), lines
 

@@ -9,7 +9,10 @@ the others, each table's chunks in a job of their own (`orchestrator.pipeline.re
 `TABLE_JOBS` jobs at a time from the driver. A batch the driver reads whole starts no Spark session.
 The batch's chunks are recorded in one transaction. A batch whose connection was lost is read again
 whole, with a fresh ``L``; a table whose read fails on its own (`orchestrator.pipeline.failed`)
-fails alone."""
+fails alone, unless its columns changed since the run planned it: a DDL during the read (a column
+dropped or renamed) is what failed it, and the capture re-reads such a table anyway, so it is
+marked for that re-read (`orchestrator.pipeline.capture.reread`) and its other batches wait for
+it."""
 
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import pyarrow as pa
 
 from orchestrator.config import PipelineConfig
+from orchestrator.errors import SourceNotReady
 from orchestrator.lake import storage
 from orchestrator.pipeline.context import (
     current_run,
@@ -45,6 +49,8 @@ from orchestrator.state.store import ChunkRead, ChunkRecord, StateStore
 
 if TYPE_CHECKING:  # pyspark is imported by a run that reads (an incremental run does not)
     from pyspark.sql import SparkSession
+
+    from orchestrator.source.connection import Source
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +112,8 @@ def read_batch(
         records = {r.table: r for r in store.run_tables(run_id) if r.table in tables}
         by_table: dict[str, list[ChunkRecord]] = {}
         for chunk in pending:  # an earlier batch of a failed table failed it: the others go on
-            if records[chunk.table].status != "failed":
+            record = records[chunk.table]
+            if record.status != "failed" and "reread_pending" not in record.info:
                 by_table.setdefault(chunk.table, []).append(chunk)
         if not by_table:
             return ReadResult(batch, pending[0].table, 0, 0, 0)
@@ -172,8 +179,22 @@ def _read_pending(
                     session, config, run_id, pending, storage.attempt_tag(), store.check_fence
                 )
         high = source.current_position()
+        changed = {
+            t: why for t in failed if (why := _changed_since_plan(source, t, pending.infos[t][0]))
+        }
     for table, reason in sorted(failed.items()):
-        fail_table(store, run_id, table, "read", reason)
+        if table in changed:
+            log.warning(
+                "table %s: its read failed (%s) after a DDL: %s since the run planned it; re-read",
+                table,
+                reason,
+                changed[table],
+            )
+            what = f"a DDL during its read ({changed[table]})"
+            reread = {"reread_pending": {"what": what, "position": high.to_json()}}
+            store.set_table_status(run_id, table, "planned", info=reread)
+        else:
+            fail_table(store, run_id, table, "read", reason)
     store.mark_chunks_done(run_id, reads, high=high.to_json())
     faults.point("read.batch_done")
     if holder:
@@ -190,6 +211,18 @@ def _read_pending(
     )
     log.info("%s", result)
     return result
+
+
+def _changed_since_plan(source: Source, table: str, planned: TableInfo) -> str | None:
+    """How ``table``'s columns differ from those the run planned it with, or None when they do
+    not (its read failed for another reason: it fails alone)."""
+    try:
+        now = source.table_info(table)
+    except SourceNotReady:
+        return "the table is gone"
+    before = [(c.name, c.column_type) for c in planned.columns]
+    after = [(c.name, c.column_type) for c in now.columns]
+    return None if before == after else f"columns {before} are now {after}"
 
 
 def _session(config: PipelineConfig, spark: SessionLike) -> SparkSession:
