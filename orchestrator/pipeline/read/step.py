@@ -185,7 +185,7 @@ def _read_pending(
     for table, reason in sorted(failed.items()):
         if table in changed:
             log.warning(
-                "table %s: its read failed (%s) after a DDL: %s since the run planned it; re-read",
+                "table %s: its read failed (%s) after a DDL (%s since the run planned it); re-read",
                 table,
                 reason,
                 changed[table],
@@ -215,14 +215,37 @@ def _read_pending(
 
 def _changed_since_plan(source: Source, table: str, planned: TableInfo) -> str | None:
     """How ``table``'s columns differ from those the run planned it with, or None when they do
-    not (its read failed for another reason: it fails alone)."""
+    not (its read failed for another reason: it fails alone).
+
+    >>> from orchestrator.schema.tables import ColumnInfo
+    >>> def shape(*columns):
+    ...     return TableInfo("d", "t", tuple(ColumnInfo(n, t, t, True) for n, t in columns),
+    ...                      ("id",), (), 0)
+    >>> class Now:
+    ...     def table_info(self, name):
+    ...         return shape(("id", "int"), ("f2", "int"), ("v", "bigint"))
+    >>> _changed_since_plan(Now(), "d.t", shape(("id", "int"), ("f", "int"), ("v", "int")))
+    'columns gone: f; new: f2; retyped: v (int -> bigint)'
+    """
     try:
         now = source.table_info(table)
     except SourceNotReady:
         return "the table is gone"
-    before = [(c.name, c.column_type) for c in planned.columns]
-    after = [(c.name, c.column_type) for c in now.columns]
-    return None if before == after else f"columns {before} are now {after}"
+    before = {c.name: c.column_type for c in planned.columns}
+    after = {c.name: c.column_type for c in now.columns}
+    if list(before.items()) == list(after.items()):
+        return None
+    parts = [
+        ("columns gone", [n for n in before if n not in after]),
+        ("new", [n for n in after if n not in before]),
+        (
+            "retyped",
+            [f"{n} ({t} -> {after[n]})" for n, t in before.items() if after.get(n, t) != t],
+        ),
+    ]
+    return "; ".join(f"{what}: {', '.join(names)}" for what, names in parts if names) or (
+        "columns reordered"
+    )
 
 
 def _session(config: PipelineConfig, spark: SessionLike) -> SparkSession:
