@@ -1,6 +1,6 @@
 """A seeded random mix of the writes a source sees, for checking that runs apply them exactly.
 
-One database of sixteen tables, each there for a family of changes the binlog carries, or hides:
+One database of seventeen tables, each there for a family of changes the binlog carries, or hides:
 
 - ``p``, ``c``, ``g``, ``c2``, ``f``: foreign keys (``ON DELETE``/``ON UPDATE`` ``CASCADE`` two
   levels down, ``SET NULL``), with parent deletes and key changes in row and statement format
@@ -19,7 +19,9 @@ One database of sixteen tables, each there for a family of changes the binlog ca
   whose re-read would hide a rows event mishandled before it); a statement-format
   ``INSERT ... SELECT`` into ``dk``;
 - ``m``: a column renamed, one added in the middle, an ENUM extended, a multi-table update in
-  statement format.
+  statement format, a multi-table delete;
+- ``tg``: written by triggers on ``nk`` and by a stored procedure (row format: their writes
+  are row events); ``dk`` loses and regains its primary key.
 
 `Workload.write` applies a number of random operations (a fifth of them two to a transaction,
 some rolled back); `Workload.turn_xa` ends the XA transaction it left prepared and may prepare
@@ -48,7 +50,25 @@ EXPECTED_ERRORS = frozenset({1054, 1060, 1062, 1091, 1146, 1205, 1213, 1451, 145
 #: The server's answer to ending an XA transaction it rolled back itself.
 XA_RBROLLBACK = 1402
 
-TABLES = ("p", "c", "g", "c2", "f", "k", "u", "big", "nk", "ci", "j", "r", "dk", "dt", "bn", "m")
+TABLES = (
+    "p",
+    "c",
+    "g",
+    "c2",
+    "f",
+    "k",
+    "u",
+    "big",
+    "nk",
+    "ci",
+    "j",
+    "r",
+    "dk",
+    "dt",
+    "bn",
+    "m",
+    "tg",
+)
 
 #: The ``where`` of the filtered table (its other rows stay out of the lake).
 FILTERS = {"f": "s < 3"}
@@ -75,6 +95,13 @@ SCHEMA = (
     "CREATE TABLE dt (t DATETIME(6) PRIMARY KEY, v INT)",
     "CREATE TABLE bn (id BINARY(16) PRIMARY KEY, v INT)",
     "CREATE TABLE m (id INT PRIMARY KEY, a INT, e ENUM('x','y','z'), s VARCHAR(30), v INT)",
+    "CREATE TABLE tg (id INT AUTO_INCREMENT PRIMARY KEY, x INT, what VARCHAR(10))",
+    "CREATE TRIGGER nk_in AFTER INSERT ON nk FOR EACH ROW INSERT INTO tg (x, what) VALUES"
+    " (NEW.x, 'insert')",
+    "CREATE TRIGGER nk_out AFTER DELETE ON nk FOR EACH ROW UPDATE tg SET what = 'deleted'"
+    " WHERE x = OLD.x",
+    "CREATE PROCEDURE bump(n INT) BEGIN UPDATE r SET v = v + 1 WHERE id < n;"
+    " INSERT INTO tg (x, what) VALUES (n, 'call'); END",
 )
 
 FILL = (
@@ -97,6 +124,7 @@ FILL = (
     "INSERT INTO dt SELECT '2024-01-01' + INTERVAL seq * 1000 MICROSECOND, seq FROM seq_1_to_600",
     "INSERT INTO bn SELECT UNHEX(MD5(seq)), seq FROM seq_1_to_500",
     "INSERT INTO m SELECT seq, seq % 100, 1 + seq % 3, CONCAT('s', seq), seq FROM seq_1_to_2000",
+    "INSERT INTO tg (x, what) SELECT seq, 'first' FROM seq_1_to_10",
 )
 
 
@@ -205,6 +233,17 @@ def _truncate_c2(cursor: Cursor, w: Workload) -> None:
     cursor.execute("COMMIT")
 
 
+def _toggle_key(cursor: Cursor, w: Workload) -> None:
+    """``dk`` without a primary key if it has one, else with one again (refused while it holds
+    duplicates)."""
+    cursor.execute(
+        "SELECT COUNT(*) FROM information_schema.table_constraints WHERE table_schema = DATABASE()"
+        " AND table_name = 'dk' AND constraint_type = 'PRIMARY KEY'"
+    )
+    keyed = cursor.fetchone()[0]
+    cursor.execute("ALTER TABLE dk " + ("DROP PRIMARY KEY" if keyed else "ADD PRIMARY KEY (id)"))
+
+
 def _optimize(cursor: Cursor, w: Workload) -> None:
     cursor.execute("OPTIMIZE TABLE ci")
     cursor.fetchall()
@@ -294,6 +333,8 @@ OPERATIONS: tuple[Op, ...] = (
         lambda w: (w.fresh(), w.any(9)),
     ),
     Op(1, _swap_r),
+    Op(1, "CALL bump(%s)", lambda w: (w.any(40),)),
+    Op(2, "DELETE m, r FROM m JOIN r ON m.id = r.id WHERE m.id = %s", lambda w: (w.any(400),)),
     Op(
         2,
         "INSERT INTO r VALUES (%s, 1) ON DUPLICATE KEY UPDATE v = MOD(v * 3, 1000003)",
@@ -302,6 +343,7 @@ OPERATIONS: tuple[Op, ...] = (
     Op(1, _savepoint),
     Op(2, "UPDATE dk SET id = id + 0.001, w = -0.0 WHERE v = %s", lambda w: (w.any(900),)),
     Op(2, "INSERT INTO dk VALUES (%s, 1, %s)", lambda w: (w.any(10**6) / 1000, w.rng.random())),
+    Op(1, _toggle_key),
     Op(
         1,
         "INSERT INTO dk SELECT %s + seq / 1000, seq, 0 FROM seq_1_to_20",
