@@ -74,8 +74,14 @@ class ReadResult:
     low: BinlogPosition | None = None  # L
     high: BinlogPosition | None = None  # Hb
     failed: int = 0  # tables of the batch that failed on their own
+    left: int = 0  # chunks not read: their table failed, or waits for its re-read
 
     def __str__(self) -> str:
+        if self.left and not self.chunks and not self.failed:
+            return (
+                f"batch {self.batch}: {self.left} chunk(s) of {self.table} left unread (the table "
+                "failed, or waits for its re-read)"
+            )
         if not self.chunks and not self.failed:
             return f"batch {self.batch}: already read"
         failed = f", {self.failed} table(s) failed" if self.failed else ""
@@ -116,7 +122,7 @@ def read_batch(
             if record.status != "failed" and "reread_pending" not in record.info:
                 by_table.setdefault(chunk.table, []).append(chunk)
         if not by_table:
-            return ReadResult(batch, pending[0].table, 0, 0, 0)
+            return ReadResult(batch, pending[0].table, 0, 0, 0, left=len(pending))
         infos = {t: (table_info(records[t]), tuple(records[t].chunk_key)) for t in by_table}
         keyless = {t: records[t].info["keyless"] for t in by_table if is_keyless(records[t])}
         local = {
