@@ -16,6 +16,9 @@ capture, and the others publish at the run's ``H``.
 What is *not* one table's failure fails the run as before (state kept, a rerun resumes): a
 lost source, a full disk, an unwritable state store, Spark out of memory, purged binlogs, a
 source that is another server than the run's positions were recorded on.
+
+A table whose trouble the source can undo is not failed but re-read inside the run
+(`mark_reread`; `orchestrator.pipeline.capture.reread`).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from orchestrator.errors import (
     TransientReadError,
     resnapshot_hint,
 )
+from orchestrator.positions import BinlogPosition
 from orchestrator.services.failures import describe, root_cause
 from orchestrator.state.store import StateStore
 
@@ -74,6 +78,25 @@ def fail_table(store: StateStore, run_id: str, table: str, step: str, reason: st
         "table %s: failed at %s: %s; the run goes on with the other tables", table, step, reason
     )
     store.fail_table(run_id, table, {"step": step, "reason": reason})
+
+
+#: The run table's info key of a re-read waiting for the capture's next round: ``{"what",
+#: "position"}`` (`mark_reread`; `orchestrator.pipeline.capture.reread.pending_rereads`).
+REREAD_PENDING = "reread_pending"
+
+
+def mark_reread(
+    store: StateStore, run_id: str, table: str, what: str, position: BinlogPosition
+) -> None:
+    """Record that ``table`` is to be read again inside the run, for ``what`` at ``position``:
+    the capture's next round plans it again and reads it (`orchestrator.pipeline.capture.reread`).
+    Recorded before anything moves past ``position``, so a resumed run re-reads it too."""
+    store.set_table_status(
+        run_id,
+        table,
+        "planned",
+        info={REREAD_PENDING: {"what": what, "position": position.to_json()}},
+    )
 
 
 def failures(store: StateStore, run_id: str) -> dict[str, dict[str, Any]]:

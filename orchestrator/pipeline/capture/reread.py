@@ -31,7 +31,7 @@ from orchestrator.errors import BinlogPurged, RunFailed
 from orchestrator.pipeline.capture.buffer import NEVER, CaptureTable
 from orchestrator.pipeline.capture.derive import At, Cascades
 from orchestrator.pipeline.context import open_source, position
-from orchestrator.pipeline.failed import fail_table, table_failure
+from orchestrator.pipeline.failed import REREAD_PENDING, fail_table, table_failure
 from orchestrator.pipeline.plan.tables import replan_snapshot
 from orchestrator.pipeline.read.step import read_batch
 from orchestrator.positions import file_index
@@ -86,8 +86,8 @@ def stopped(
 def pending_rereads(store: StateStore, run_id: str) -> dict[str, dict[str, Any]]:
     """``{table: {"what", "position"}}`` of the run's tables waiting for a re-read."""
     return {
-        r.table: r.info["reread_pending"]
-        for r in store.run_tables_where(run_id, status="planned", info_key="reread_pending")
+        r.table: r.info[REREAD_PENDING]
+        for r in store.run_tables_where(run_id, status="planned", info_key=REREAD_PENDING)
     }
 
 

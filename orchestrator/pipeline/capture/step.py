@@ -87,7 +87,7 @@ from orchestrator.pipeline.capture.reread import (
 from orchestrator.pipeline.capture.writes import Segments, SegmentWrites
 from orchestrator.pipeline.capture.xa import XA_FOREIGN, XaTransactions
 from orchestrator.pipeline.context import current_run, open_source, open_store, position, table_info
-from orchestrator.pipeline.failed import fail_table, table_failure
+from orchestrator.pipeline.failed import fail_table, mark_reread, table_failure
 from orchestrator.pipeline.keyless import capture_key, is_keyless
 from orchestrator.pipeline.segments import (
     CaptureResult,
@@ -290,12 +290,7 @@ class _Capture:
                 if where is None
                 else BinlogPosition(self.files.get(key[0], change.file), key[1])
             )
-            self.store.set_table_status(
-                self.run_id,
-                table,
-                "planned",
-                info={"reread_pending": {"what": change.what, "position": position.to_json()}},
-            )
+            mark_reread(self.store, self.run_id, table, change.what, position)
 
     def boundary(self, position: BinlogPosition, *, final: bool = False) -> None:
         now = time.monotonic()

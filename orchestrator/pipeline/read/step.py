@@ -36,7 +36,7 @@ from orchestrator.pipeline.context import (
     table_info,
     take_lock,
 )
-from orchestrator.pipeline.failed import fail_table, table_failure
+from orchestrator.pipeline.failed import REREAD_PENDING, fail_table, mark_reread, table_failure
 from orchestrator.pipeline.keyless import is_keyless
 from orchestrator.pipeline.plan.batches import TABLE_JOBS
 from orchestrator.pipeline.read.keyless import KeylessTable, read_keyless
@@ -119,7 +119,7 @@ def read_batch(
         by_table: dict[str, list[ChunkRecord]] = {}
         for chunk in pending:  # an earlier batch of a failed table failed it: the others go on
             record = records[chunk.table]
-            if record.status != "failed" and "reread_pending" not in record.info:
+            if record.status != "failed" and REREAD_PENDING not in record.info:
                 by_table.setdefault(chunk.table, []).append(chunk)
         if not by_table:
             return ReadResult(batch, pending[0].table, 0, 0, 0, left=len(pending))
@@ -196,9 +196,7 @@ def _read_pending(
                 reason,
                 changed[table],
             )
-            what = f"a DDL during its read ({changed[table]})"
-            reread = {"reread_pending": {"what": what, "position": high.to_json()}}
-            store.set_table_status(run_id, table, "planned", info=reread)
+            mark_reread(store, run_id, table, f"a DDL during its read ({changed[table]})", high)
         else:
             fail_table(store, run_id, table, "read", reason)
     store.mark_chunks_done(run_id, reads, high=high.to_json())
