@@ -113,6 +113,14 @@ def write_config(path: Path, data: dict[str, Any]) -> Path:
     return path
 
 
+def fresh_database(server: LocalMariaDB, name: str, *statements: str) -> None:
+    """Database ``name`` made anew on ``server`` (dropped first if there), then ``statements``
+    run in it."""
+    server.execute(f"DROP DATABASE IF EXISTS {name}", f"CREATE DATABASE {name}")
+    if statements:
+        server.execute(*statements, database=name)
+
+
 def load_pipeline(
     tmp_path: Path,
     server: LocalMariaDB,

@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow.dataset as ds
 
 from orchestrator.app.demo.localdb import LocalMariaDB
-from tests.conftest import pipeline_config, write_config
+from tests.conftest import fresh_database, pipeline_config, write_config
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCE_USER = "tm_airflow"
@@ -45,7 +45,7 @@ def engine_missing() -> str | None:
 def create_tables(server: LocalMariaDB, db: str, rows: int = 300) -> None:
     """``<db>.t1`` and ``<db>.t2`` with ``rows`` rows each, and the snapshot user."""
     server.create_user(SOURCE_USER, SOURCE_PASSWORD)
-    server.execute(f"DROP DATABASE IF EXISTS {db}", f"CREATE DATABASE {db}")
+    fresh_database(server, db)
     for table in ("t1", "t2"):
         server.execute(
             f"CREATE TABLE {db}.{table} (id INT PRIMARY KEY, name VARCHAR(40) NOT NULL, "

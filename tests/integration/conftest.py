@@ -16,8 +16,8 @@ import pytest
 
 from orchestrator.app.demo.localdb import LocalMariaDB
 from orchestrator.app.run import run_command
-from orchestrator.config import DEFAULT_JDBC_JAR, PipelineConfig, load_config, parse_config
-from tests.conftest import load_pipeline, pipeline_config, write_config
+from orchestrator.config import DEFAULT_JDBC_JAR, PipelineConfig, parse_config
+from tests.conftest import fresh_database, load_pipeline
 
 SPARK_CONF = {
     "spark.ui.enabled": "false",
@@ -67,22 +67,18 @@ def two_table_pipeline(
     """Database ``db`` (made anew) with tables ``t`` and ``other`` (``create``/``fill`` are
     formatted with ``db``, ``name`` and ``rows``) and a pipeline of both, small chunks, no
     margin."""
-    mariadb.execute(f"DROP DATABASE IF EXISTS {db}", f"CREATE DATABASE {db}")
+    fresh_database(mariadb, db)
     for name, count in zip(("t", "other"), rows, strict=True):
         mariadb.execute(
             create.format(db=db, name=name), fill.format(db=db, name=name, rows=count), database=db
         )
-    path = write_config(
-        tmp_path / "p.yaml",
-        pipeline_config(
-            tmp_path,
-            mariadb,
-            [{"name": f"{db}.t"}, {"name": f"{db}.other"}],
-            name=db,
-            defaults={"chunk_size": 1000, "batch_chunks": 2, "read_margin_seconds": 0.0},
-        ),
+    return load_pipeline(
+        tmp_path,
+        mariadb,
+        [{"name": f"{db}.t"}, {"name": f"{db}.other"}],
+        name=db,
+        defaults={"chunk_size": 1000, "batch_chunks": 2, "read_margin_seconds": 0.0},
     )
-    return load_config(path)
 
 
 def both_readers(tmp_path: Path, mariadb: LocalMariaDB, db: str) -> PipelineConfig:

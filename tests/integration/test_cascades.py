@@ -27,7 +27,7 @@ from orchestrator.app.doctor import run_checks
 from orchestrator.app.plan import plan_command
 from orchestrator.config import PipelineConfig, load_config
 from orchestrator.pipeline.failed import TablesFailed
-from tests.conftest import load_pipeline, pipeline_config, start_run, write_config
+from tests.conftest import fresh_database, load_pipeline, pipeline_config, start_run, write_config
 from tests.iceberg_readers import assert_readers_equal_source
 from tests.integration.conftest import run_plain
 from tests.integration.test_failures import wait_until_stopped
@@ -44,8 +44,7 @@ def pipeline(
     **defaults: Any,
 ) -> PipelineConfig:
     """Database ``db`` made anew by ``statements``, and a pipeline of ``tables`` in it."""
-    mariadb.execute(f"DROP DATABASE IF EXISTS {db}", f"CREATE DATABASE {db}")
-    mariadb.execute(*statements, database=db)
+    fresh_database(mariadb, db, *statements)
     return load_pipeline(
         tmp_path,
         mariadb,

@@ -16,7 +16,7 @@ from orchestrator.config import load_config
 from orchestrator.pipeline.read.local import LOCAL_ROWS
 from orchestrator.services.class_archive import DYNAMIC_MAGIC
 from orchestrator.services.spark import CRASH_REPORT_SUFFIX
-from tests.conftest import pipeline_config, write_config
+from tests.conftest import fresh_database, pipeline_config, write_config
 from tests.integration.test_cli_run import tidemark
 
 pytestmark = pytest.mark.integration
@@ -31,12 +31,12 @@ def _complete(cache: Path) -> list[Path]:
 def test_the_next_run_maps_the_classes_the_first_jvm_saved(
     mariadb: LocalMariaDB, tmp_path: Path
 ) -> None:
-    mariadb.execute("DROP DATABASE IF EXISTS cds_db", "CREATE DATABASE cds_db")
-    mariadb.execute(
+    fresh_database(
+        mariadb,
+        "cds_db",
         "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10))",
         f"INSERT INTO t SELECT seq, CONCAT('v', seq) FROM seq_1_to_{ROWS}",
         "ANALYZE TABLE t",
-        database="cds_db",
     )
     path = write_config(
         tmp_path / "p.yaml", pipeline_config(tmp_path, mariadb, [{"name": "cds_db.t"}], name="c")

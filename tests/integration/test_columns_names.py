@@ -19,6 +19,7 @@ from orchestrator.pipeline.context import table_dir
 from tests.conftest import (
     HAVE_MARIADB,
     assert_lake_equals_source,
+    fresh_database,
     load_pipeline,
 )
 
@@ -29,11 +30,11 @@ def test_invisible_column_reaches_the_lake(
     mariadb: LocalMariaDB, tmp_path: Path, spark: object
 ) -> None:
     db = "cols_invisible"
-    mariadb.execute(f"DROP DATABASE IF EXISTS {db}", f"CREATE DATABASE {db}")
-    mariadb.execute(
+    fresh_database(
+        mariadb,
+        db,
         "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20), secret INT INVISIBLE)",
         "INSERT INTO t (id, v, secret) SELECT seq, CONCAT('v', seq), seq * 7 FROM seq_1_to_2500",
-        database=db,
     )
     config = load_pipeline(
         tmp_path,
@@ -79,11 +80,11 @@ def test_mixed_case_config_name_on_a_folding_server(
     ``lct_shop.orders``. Snapshot, then row changes and statements spelling the name a third way:
     every run matches the binlog's names to the configured table, and the lake equals the source."""
     assert folding.execute("SELECT @@lower_case_table_names") == [(1,)]
-    folding.execute("DROP DATABASE IF EXISTS Lct_Shop", "CREATE DATABASE Lct_Shop")
-    folding.execute(
+    fresh_database(
+        folding,
+        "Lct_Shop",
         "CREATE TABLE Orders (id INT PRIMARY KEY, v VARCHAR(20))",
         "INSERT INTO Orders SELECT seq, CONCAT('v', seq) FROM seq_1_to_3000",
-        database="Lct_Shop",
     )
     name = "Lct_Shop.Orders"
     config = load_pipeline(

@@ -13,7 +13,7 @@ from orchestrator.app.demo.localdb import LocalMariaDB
 from orchestrator.app.early import Outlook, needs_spark
 from orchestrator.config import load_config
 from orchestrator.pipeline.read.local import LOCAL_ROWS
-from tests.conftest import pipeline_config, write_config
+from tests.conftest import fresh_database, pipeline_config, write_config
 from tests.integration.test_cli_run import tidemark
 
 pytestmark = pytest.mark.integration
@@ -25,15 +25,15 @@ STARTED = "spark session started"
 def tables(mariadb: LocalMariaDB) -> LocalMariaDB:
     """``early_db.small`` (100 rows), ``early_db.tiny`` (empty), ``early_db.big`` (above the
     driver's limit)."""
-    mariadb.execute("DROP DATABASE IF EXISTS early_db", "CREATE DATABASE early_db")
-    mariadb.execute(
+    fresh_database(
+        mariadb,
+        "early_db",
         "CREATE TABLE small (id INT PRIMARY KEY, v VARCHAR(10))",
         "INSERT INTO small SELECT seq, CONCAT('v', seq) FROM seq_1_to_100",
         "CREATE TABLE tiny (id INT PRIMARY KEY)",
         "CREATE TABLE big (id INT PRIMARY KEY, v VARCHAR(10))",
         f"INSERT INTO big SELECT seq, 'x' FROM seq_1_to_{LOCAL_ROWS + 5000}",
         "ANALYZE TABLE small, tiny, big",
-        database="early_db",
     )
     return mariadb
 
@@ -66,12 +66,12 @@ def test_spark_is_needed_only_for_a_table_above_the_drivers_limit(
 def test_a_big_table_without_a_key_needs_no_spark(mariadb: LocalMariaDB, tmp_path: Path) -> None:
     """The driver reads a table without a key whole (`orchestrator.pipeline.read.keyless`),
     whatever its size."""
-    mariadb.execute("DROP DATABASE IF EXISTS early_heap", "CREATE DATABASE early_heap")
-    mariadb.execute(
+    fresh_database(
+        mariadb,
+        "early_heap",
         "CREATE TABLE heap (a INT, v VARCHAR(10))",
         f"INSERT INTO heap SELECT seq % 7, 'x' FROM seq_1_to_{LOCAL_ROWS + 5000}",
         "ANALYZE TABLE heap",
-        database="early_heap",
     )
     config = load_config(_config(mariadb, tmp_path, ["early_heap.heap"], "e4"))
     assert not needs_spark(

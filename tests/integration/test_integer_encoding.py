@@ -16,7 +16,7 @@ from orchestrator.config import PipelineConfig
 from orchestrator.lake import storage
 from orchestrator.lake.manifest import read_manifest
 from orchestrator.pipeline.context import table_dir
-from tests.conftest import assert_lake_equals_source, load_pipeline
+from tests.conftest import assert_lake_equals_source, fresh_database, load_pipeline
 from tests.iceberg_readers import assert_readers_equal_source
 
 pytestmark = pytest.mark.integration
@@ -56,14 +56,14 @@ def delta_columns(config: PipelineConfig) -> dict[str, set[str]]:
 def test_each_pipeline_writes_the_integer_encoding_its_config_names(
     mariadb: LocalMariaDB, tmp_path: Path
 ) -> None:
-    mariadb.execute(f"DROP DATABASE IF EXISTS {DB}", f"CREATE DATABASE {DB}")
-    mariadb.execute(
+    fresh_database(
+        mariadb,
+        DB,
         "CREATE TABLE orders (id BIGINT PRIMARY KEY, qty INT, day DATE, at DATETIME(6),"
         " amount DECIMAL(12, 2), note VARCHAR(40), ratio DOUBLE)",
         "INSERT INTO orders SELECT seq, seq % 7, '2024-01-01' + INTERVAL seq DAY,"
         " '2024-01-01' + INTERVAL seq SECOND, seq / 100, CONCAT('n', seq), seq / 3"
         " FROM seq_1_to_3000",
-        database=DB,
     )
     plain = configured(tmp_path / "plain", mariadb, "enc_plain", integer_encoding="plain")
     delta = configured(tmp_path / "delta", mariadb, "enc_delta")

@@ -17,7 +17,7 @@ import pytest
 from orchestrator.app.demo.localdb import LocalMariaDB
 from orchestrator.app.run import run_command
 from orchestrator.pipeline.context import table_dir
-from tests.conftest import assert_lake_equals_source, load_pipeline
+from tests.conftest import assert_lake_equals_source, fresh_database, load_pipeline
 
 pytestmark = pytest.mark.integration
 
@@ -35,8 +35,9 @@ def arrow_types(config: object, table: str) -> dict[str, str]:
 def test_a_tinyint1_key_keeps_its_values(
     mariadb: LocalMariaDB, tmp_path: Path, spark: object
 ) -> None:
-    mariadb.execute(f"DROP DATABASE IF EXISTS {DB}", f"CREATE DATABASE {DB}")
-    mariadb.execute(
+    fresh_database(
+        mariadb,
+        DB,
         "CREATE TABLE single (id TINYINT(1) NOT NULL PRIMARY KEY, flag TINYINT(1) NOT NULL, v INT)",
         "INSERT INTO single SELECT CAST(seq AS SIGNED) - 100, seq % 2, seq FROM seq_0_to_220",
         "CREATE TABLE pair (kind TINYINT(1) NOT NULL, n INT NOT NULL, v INT,"
@@ -45,7 +46,6 @@ def test_a_tinyint1_key_keeps_its_values(
         "CREATE TABLE small (id INT NOT NULL PRIMARY KEY, code TINYINT(1) NOT NULL,"
         " UNIQUE KEY (code))",
         "INSERT INTO small VALUES (1, 0), (2, 1), (3, 2), (4, -3)",
-        database=DB,
     )
     config = load_pipeline(
         tmp_path,

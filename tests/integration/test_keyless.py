@@ -34,7 +34,7 @@ from orchestrator.pipeline.failed import TablesFailed
 from orchestrator.pipeline.read import keyless as keyless_read
 from orchestrator.schema.tables import ColumnInfo
 from orchestrator.source.connection import Source
-from tests.conftest import pipeline_config, start_run, write_config
+from tests.conftest import fresh_database, pipeline_config, start_run, write_config
 from tests.iceberg_readers import pyiceberg_table
 
 pytestmark = pytest.mark.integration
@@ -54,8 +54,7 @@ FILL = (
 def _pipeline(
     mariadb: LocalMariaDB, tmp_path: Path, db: str, *, rows_sql: str = FILL, **entry: Any
 ) -> PipelineConfig:
-    mariadb.execute(f"DROP DATABASE IF EXISTS {db}", f"CREATE DATABASE {db}")
-    mariadb.execute(LOG.format(db=db), rows_sql.format(db=db), database=db)
+    fresh_database(mariadb, db, LOG.format(db=db), rows_sql.format(db=db))
     path = write_config(
         tmp_path / "p.yaml",
         pipeline_config(

@@ -17,7 +17,7 @@ from orchestrator.lake.iceberg import open_catalog
 from orchestrator.lake.manifest import read_manifest
 from orchestrator.pipeline.context import open_store, table_dir
 from orchestrator.positions import BinlogPosition
-from tests.conftest import load_pipeline
+from tests.conftest import fresh_database, load_pipeline
 from tests.iceberg_readers import assert_readers_equal_source
 
 pytestmark = pytest.mark.integration
@@ -111,8 +111,7 @@ def published_once(
     """A new database and table ``name`` (``columns``, filled by the SELECT ``rows``), the only
     table of a pipeline whose first run has published it."""
     db, table = name.split(".")
-    mariadb.execute(f"DROP DATABASE IF EXISTS {db}", f"CREATE DATABASE {db}")
-    mariadb.execute(f"CREATE TABLE {table} ({columns})", f"INSERT INTO {table} {rows}", database=db)
+    fresh_database(mariadb, db, f"CREATE TABLE {table} ({columns})", f"INSERT INTO {table} {rows}")
     config = load_pipeline(tmp_path, mariadb, [{"name": name}], name=db)
     run(config)
     return config, name
@@ -208,13 +207,13 @@ def test_text_to_binary_and_back_replaces_the_column(mariadb: LocalMariaDB, tmp_
     out, so the column is replaced like any change Iceberg cannot promote, and the re-read
     publishes the new type (every run failed at publish, the field kept its old type)."""
     db = "lake_bytes"
-    mariadb.execute(f"DROP DATABASE IF EXISTS {db}", f"CREATE DATABASE {db}")
-    mariadb.execute(
+    fresh_database(
+        mariadb,
+        db,
         "CREATE TABLE to_bin (id INT PRIMARY KEY, v VARCHAR(40), n INT)",
         "INSERT INTO to_bin SELECT seq, CONCAT('row ', seq), seq FROM seq_1_to_300",
         "CREATE TABLE to_text (id INT PRIMARY KEY, v VARBINARY(40), n INT)",
         "INSERT INTO to_text SELECT seq, CONCAT('row ', seq), seq FROM seq_1_to_300",
-        database=db,
     )
     names = [f"{db}.to_bin", f"{db}.to_text"]
     config = load_pipeline(tmp_path, mariadb, [{"name": name} for name in names], name="bytes")

@@ -20,6 +20,7 @@ from orchestrator.pipeline.reconcile.rewrite import chunk_base
 from orchestrator.schema.tables import TableInfo
 from orchestrator.source.connection import Source
 from orchestrator.state.records import ChunkRecord
+from tests.conftest import fresh_database
 from tests.integration.test_read import EXPLICIT, ROWS, _config, reader, types_table  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.integration
@@ -191,12 +192,12 @@ def test_a_chunk_of_several_batches_streams_into_one_file(
     """Rows come `BATCH_ROWS` at a time (memory holds one batch of Python values); the file is
     the one Spark writes."""
     rows = 2 * BATCH_ROWS + 123
-    mariadb.execute("DROP DATABASE IF EXISTS loc_many", "CREATE DATABASE loc_many")
-    mariadb.execute(
+    fresh_database(
+        mariadb,
+        "loc_many",
         "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20), f FLOAT, d DATETIME(6))",
         f"INSERT INTO t SELECT seq, CONCAT('v', seq % 977), seq / 7, "
         f"'2024-01-01' + INTERVAL seq SECOND FROM seq_1_to_{rows}",
-        database="loc_many",
     )
     config = _config(tmp_path, mariadb, user="root", password="")
     with Source.from_pipeline(config) as source:

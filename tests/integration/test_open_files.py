@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.app.demo.localdb import LocalMariaDB
-from tests.conftest import assert_lake_equals_source, load_pipeline
+from tests.conftest import assert_lake_equals_source, fresh_database, load_pipeline
 from tests.integration.conftest import run_plain
 
 pytestmark = pytest.mark.integration
@@ -30,11 +30,11 @@ def test_runs_that_publish_keep_no_more_open_files(mariadb: LocalMariaDB, tmp_pa
     open file per run (the test process passed 1024 with them). The run's end now closes its
     catalogs' connections."""
     db = "open_files"
-    mariadb.execute(f"DROP DATABASE IF EXISTS {db}", f"CREATE DATABASE {db}")
-    mariadb.execute(
+    fresh_database(
+        mariadb,
+        db,
         "CREATE TABLE t (id INT PRIMARY KEY, v INT)",
         "INSERT INTO t SELECT seq, seq FROM seq_1_to_50",
-        database=db,
     )
     config = load_pipeline(tmp_path, mariadb, [{"name": f"{db}.t"}], name=db)
     state = tmp_path / "state.db"

@@ -34,7 +34,7 @@ from orchestrator.config import Defaults, SourceConfig, TableConfig
 from orchestrator.errors import SourceNotReady
 from orchestrator.pipeline.plan.chunks import check_escaping, plan_table
 from orchestrator.source.connection import Source
-from tests.conftest import pipeline_config, write_config
+from tests.conftest import fresh_database, pipeline_config, write_config
 
 pytestmark = pytest.mark.integration
 
@@ -51,7 +51,7 @@ DB_SETTINGS = settings(
 
 @pytest.fixture(scope="module")
 def server(mariadb: LocalMariaDB) -> LocalMariaDB:
-    mariadb.execute(f"DROP DATABASE IF EXISTS {DB}", f"CREATE DATABASE {DB}")
+    fresh_database(mariadb, DB)
     return mariadb
 
 

@@ -19,7 +19,7 @@ from orchestrator.config import load_config
 from orchestrator.pipeline import workers
 from orchestrator.pipeline.context import table_dir
 from orchestrator.state.store import StateStore
-from tests.conftest import assert_lake_equals_source, pipeline_config, write_config
+from tests.conftest import assert_lake_equals_source, fresh_database, pipeline_config, write_config
 from tests.integration.test_consistency import snapshots_per_version
 from tests.integration.test_resume import tidemark
 
@@ -34,7 +34,7 @@ if workers.worker_count(len(TABLES)) == 1:
 
 def small_tables(server: LocalMariaDB, db: str, tables: list[str]) -> None:
     """Database ``db`` made afresh with ``tables``, 300 keyed rows each."""
-    server.execute(f"DROP DATABASE IF EXISTS {db}", f"CREATE DATABASE {db}")
+    fresh_database(server, db)
     for i, table in enumerate(tables):
         server.execute(
             f"CREATE TABLE {table} (id INT PRIMARY KEY, v VARCHAR(20), n INT)",

@@ -13,7 +13,13 @@ from pathlib import Path
 import pytest
 
 from orchestrator.app.demo.localdb import LocalMariaDB
-from tests.conftest import assert_lake_equals_source, pipeline_config, start_run, write_config
+from tests.conftest import (
+    assert_lake_equals_source,
+    fresh_database,
+    pipeline_config,
+    start_run,
+    write_config,
+)
 from tests.integration.test_failures import run
 
 pytestmark = pytest.mark.integration
@@ -24,11 +30,11 @@ DB = "put_back"
 def test_a_version_put_back_after_planning_fails_the_table_then_it_is_read_again(
     mariadb: LocalMariaDB, tmp_path: Path
 ) -> None:
-    mariadb.execute(f"DROP DATABASE IF EXISTS {DB}", f"CREATE DATABASE {DB}")
-    mariadb.execute(
+    fresh_database(
+        mariadb,
+        DB,
         "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20))",
         "INSERT INTO t SELECT seq, 'orig' FROM seq_1_to_100",
-        database=DB,
     )
     config = write_config(
         tmp_path / "p.yaml",

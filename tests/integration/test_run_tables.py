@@ -15,7 +15,7 @@ from orchestrator.app.run import run_command
 from orchestrator.app.status import reset_command
 from orchestrator.config import PipelineConfig
 from orchestrator.pipeline.context import hold_lock, open_store
-from tests.conftest import assert_lake_equals_source, load_pipeline
+from tests.conftest import assert_lake_equals_source, fresh_database, load_pipeline
 
 pytestmark = pytest.mark.integration
 
@@ -38,7 +38,7 @@ def test_a_pattern_that_matches_nothing_yet_runs_empty(
     mariadb: LocalMariaDB, tmp_path: Path
 ) -> None:
     db = "rt_empty"
-    mariadb.execute(f"DROP DATABASE IF EXISTS {db}", f"CREATE DATABASE {db}")
+    fresh_database(mariadb, db)
     config = configured(tmp_path, mariadb, db, [f"{db}.*"])
     run(config)
     run(config)  # not a failed run resumed for ever
@@ -55,7 +55,7 @@ def test_a_table_removed_from_the_config_leaves_its_unfinished_run(
     mariadb: LocalMariaDB, tmp_path: Path
 ) -> None:
     db = "rt_removed"
-    mariadb.execute(f"DROP DATABASE IF EXISTS {db}", f"CREATE DATABASE {db}")
+    fresh_database(mariadb, db)
     for name in ("t1", "t2"):
         mariadb.execute(
             f"CREATE TABLE {name} (id INT PRIMARY KEY, v INT)",

@@ -20,6 +20,7 @@ from orchestrator.lake.iceberg import open_catalog
 from orchestrator.lake.manifest import read_manifest
 from orchestrator.pipeline.context import table_dir
 from orchestrator.pipeline.failed import TablesFailed
+from tests.conftest import fresh_database
 from tests.iceberg_readers import assert_readers_equal_source, extension_file, pyiceberg_table
 from tests.integration.conftest import both_readers, run_plain
 
@@ -86,7 +87,7 @@ def insert(table: str, first_id: int) -> str:
 
 
 def create(mariadb: LocalMariaDB, db: str, *tables: str) -> None:
-    mariadb.execute(f"DROP DATABASE IF EXISTS {db}", f"CREATE DATABASE {db}")
+    fresh_database(mariadb, db)
     columns = ", ".join(f"{name} {kind}" for name, kind in COLUMNS.items())
     for table in tables:
         mariadb.execute(f"CREATE TABLE {table} (id INT PRIMARY KEY, {columns})", database=db)

@@ -14,7 +14,7 @@ from orchestrator.app.run import run_command
 from orchestrator.errors import RunFailed
 from orchestrator.lake.manifest import read_published
 from orchestrator.pipeline.context import hold_lock, open_store, table_dir
-from tests.conftest import assert_lake_equals_source, load_pipeline
+from tests.conftest import assert_lake_equals_source, fresh_database, load_pipeline
 
 pytestmark = pytest.mark.integration
 
@@ -24,11 +24,11 @@ DB = "superseded"
 def test_a_superseded_run_cannot_go_on(
     mariadb: LocalMariaDB, tmp_path: Path, spark: object
 ) -> None:
-    mariadb.execute(f"DROP DATABASE IF EXISTS {DB}", f"CREATE DATABASE {DB}")
-    mariadb.execute(
+    fresh_database(
+        mariadb,
+        DB,
         f"CREATE TABLE {DB}.t (id INT PRIMARY KEY, name VARCHAR(10))",
         f"INSERT INTO {DB}.t SELECT seq, 'old' FROM seq_1_to_300",
-        database=DB,
     )
     config = load_pipeline(
         tmp_path,
@@ -79,11 +79,11 @@ def test_a_snapshot_request_resumes_its_own_failed_run_and_leaves_anothers(
     """A cleared DAG run of ``snapshot: true`` (the same lock holder) resumes the run it started,
     its reads kept; another DAG run's snapshot trigger leaves that failed run behind."""
     db = "snapshot_own"
-    mariadb.execute(f"DROP DATABASE IF EXISTS {db}", f"CREATE DATABASE {db}")
-    mariadb.execute(
+    fresh_database(
+        mariadb,
+        db,
         f"CREATE TABLE {db}.t (id INT PRIMARY KEY, name VARCHAR(10))",
         f"INSERT INTO {db}.t SELECT seq, 'a' FROM seq_1_to_300",
-        database=db,
     )
     config = load_pipeline(
         tmp_path,

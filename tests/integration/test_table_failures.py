@@ -21,7 +21,7 @@ from orchestrator.app.cli import main
 from orchestrator.app.demo.localdb import LocalMariaDB
 from orchestrator.config import PipelineConfig, load_config
 from orchestrator.pipeline.context import open_store, table_dir
-from tests.conftest import assert_lake_equals_source, pipeline_config, write_config
+from tests.conftest import assert_lake_equals_source, fresh_database, pipeline_config, write_config
 from tests.integration.test_resume import tidemark
 
 pytestmark = pytest.mark.integration
@@ -33,7 +33,7 @@ FILL = "INSERT INTO {name} SELECT seq, CONCAT('row ', seq), seq % 97 FROM seq_1_
 def _setup(
     mariadb: LocalMariaDB, tmp_path: Path, db: str, tables: list[dict[str, Any]], **source: Any
 ) -> Path:
-    mariadb.execute(f"DROP DATABASE IF EXISTS {db}", f"CREATE DATABASE {db}")
+    fresh_database(mariadb, db)
     for name, rows in (("a", 3000), ("b", 2000)):
         mariadb.execute(TABLE.format(name=name), FILL.format(name=name, rows=rows), database=db)
     data = pipeline_config(

@@ -20,6 +20,7 @@ from orchestrator.app.demo.localdb import LocalMariaDB
 from orchestrator.config import PipelineConfig
 from orchestrator.lake.manifest import read_published
 from orchestrator.pipeline.context import table_dir
+from tests.conftest import fresh_database
 from tests.integration.conftest import both_readers, run_plain
 
 pytestmark = pytest.mark.integration
@@ -42,7 +43,7 @@ EXPECTED = [
 def both_tables(mariadb: LocalMariaDB, db: str, columns: str, rows: str) -> None:
     """Database ``db`` made anew with tables ``spark`` and ``driver`` (`both_readers`), each of
     ``columns`` and holding ``rows`` (an INSERT's VALUES)."""
-    mariadb.execute(f"DROP DATABASE IF EXISTS {db}", f"CREATE DATABASE {db}")
+    fresh_database(mariadb, db)
     for table in ("spark", "driver"):
         mariadb.execute(
             f"CREATE TABLE {table} ({columns})", f"INSERT INTO {table} VALUES {rows}", database=db
@@ -62,7 +63,7 @@ def published(
 def test_the_snapshot_and_the_binlog_agree_on_edge_values(
     mariadb: LocalMariaDB, tmp_path: Path, spark: object
 ) -> None:
-    mariadb.execute(f"DROP DATABASE IF EXISTS {DB}", f"CREATE DATABASE {DB}")
+    fresh_database(mariadb, DB)
     conn = mariadb.connect(database=DB)
     try:
         with conn.cursor() as cur:
