@@ -39,7 +39,7 @@ import functools
 import os
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -195,16 +195,73 @@ def parquet_rows(uri: str, fs: pafs.FileSystem | None = None) -> int:
 
 def parquet_schema(uri: str) -> pa.Schema:
     """The Arrow schema of a Parquet file, from its footer (field metadata included)."""
-    fs, path = filesystem(uri)
-    with fs.open_input_file(path) as handle:
+    with open_parquet(uri) as handle:
         return pq.read_schema(handle)
 
 
 def parquet_footer(uri: str) -> pq.FileMetaData:
     """The footer of a Parquet file: its schema (`FileMetaData.schema`), row groups, statistics."""
-    fs, path = filesystem(uri)
-    with fs.open_input_file(path) as handle:
+    with open_parquet(uri) as handle:
         return pq.read_metadata(handle)
+
+
+#: A Parquet file on an object store of up to `WHOLE_BYTES` is fetched whole when `open_parquet`
+#: first opens it, and its bytes kept for the next opens in this process, up to `WHOLE_KEPT` in
+#: all, the least recently opened dropped first. Opening a file there costs a request for its
+#: size, one for its footer and one per read after it: the rewrite of a changed small table
+#: opened its base file three times (its field IDs, its keys for the row count, its rows), 8
+#: requests, now 2. Tidemark never writes a Parquet file twice under one name (data files are
+#: named by version and attempt, staging files by attempt), so kept bytes stay the file's;
+#: a writer still drops a name it writes (`forget_parquet`).
+WHOLE_BYTES = 1 << 20
+WHOLE_KEPT = 32 << 20
+_WHOLE: dict[str, pa.Buffer] = {}  # by `lakes.place`, least recently opened first
+_WHOLE_LOCK = threading.Lock()
+_whole_bytes = 0  # of `_WHOLE`'s buffers
+
+
+@contextlib.contextmanager
+def open_parquet(uri: str) -> Iterator[pa.NativeFile]:
+    """A Parquet file opened for reading: local files as they are; a small one on an object
+    store from memory (`WHOLE_BYTES`)."""
+    fs, path = filesystem(uri)
+    if is_local(uri):
+        with fs.open_input_file(path) as handle:
+            yield handle
+        return
+    key = lakes.place(uri)
+    with _WHOLE_LOCK:
+        data = _WHOLE.pop(key, None)
+        if data is not None:
+            _WHOLE[key] = data
+    if data is None:
+        with fs.open_input_file(path) as handle:
+            if handle.size() > WHOLE_BYTES:
+                yield handle
+                return
+            data = handle.read_buffer()
+        _keep_whole(key, data)
+    with pa.BufferReader(data) as reader:
+        yield reader
+
+
+def _keep_whole(key: str, data: pa.Buffer) -> None:
+    global _whole_bytes
+    with _WHOLE_LOCK:
+        old = _WHOLE.pop(key, None)
+        _WHOLE[key] = data
+        _whole_bytes += data.size - (old.size if old is not None else 0)
+        while _whole_bytes > WHOLE_KEPT and len(_WHOLE) > 1:
+            _whole_bytes -= _WHOLE.pop(next(iter(_WHOLE))).size
+
+
+def forget_parquet(uri: str) -> None:
+    """Drop what `open_parquet` kept of ``uri``: a file is about to be written there."""
+    global _whole_bytes
+    with _WHOLE_LOCK:
+        old = _WHOLE.pop(lakes.place(uri), None)
+        if old is not None:
+            _whole_bytes -= old.size
 
 
 #: Footers handed from the step that read them to the next step that needs them, in the same

@@ -233,6 +233,7 @@ def write_table(uri: str, table: pa.Table) -> int:
     size (the bytes written: not asked of the store, a request on S3)."""
     fs, path = storage.filesystem(uri)
     storage.parent_made(fs, path)
+    storage.forget_parquet(uri)
     with fs.open_output_stream(path) as out:
         pq.write_table(table, out, **parquet_options(table.schema, uri))
         return int(out.tell())
@@ -243,8 +244,7 @@ def read_published(
 ) -> Iterator[pa.RecordBatch]:
     """The rows of a data or staging file as record batches in ``schema``'s types
     (`to_published`)."""
-    fs, path = storage.filesystem(uri)
-    with fs.open_input_file(path) as handle:
+    with storage.open_parquet(uri) as handle:
         reader = pq.ParquetFile(handle)
         for batch in reader.iter_batches(
             batch_size=layout.BATCH_ROWS, columns=schema.names, use_threads=use_threads
@@ -255,8 +255,7 @@ def read_published(
 def file_range(uri: str, key: Sequence[str], relative: str | None = None) -> FileRange:
     """The `FileRange` of a data file sorted by key: its first and last key (read from its first
     and last row group only), rows and bytes; ``relative`` names it (default: ``uri``)."""
-    fs, path = storage.filesystem(uri)
-    with fs.open_input_file(path) as handle:
+    with storage.open_parquet(uri) as handle:
         nbytes = handle.size()  # known from the open: no second request on S3
         reader = pq.ParquetFile(handle)
         rows = reader.metadata.num_rows
@@ -282,6 +281,7 @@ class _OpenFile:
         self.relative, self.uri, self.key = relative, uri, key
         fs, path = storage.filesystem(self.uri)
         storage.parent_made(fs, path)
+        storage.forget_parquet(self.uri)
         self._stream = fs.open_output_stream(path)
         self._writer = pq.ParquetWriter(self._stream, schema, **parquet_options(schema, uri))
         self.rows = 0

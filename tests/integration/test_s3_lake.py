@@ -133,11 +133,15 @@ def assert_new_files_not_read(config: PipelineConfig, tables: list[str], log: st
 
 def assert_requests_spared(log: str) -> None:
     """A run's requests (moto's log): each Iceberg metadata file read once (pyiceberg alone reads
-    a version's parent manifest list and manifests three times), and no staging file deleted
-    alone (a moved file's source goes with the run's staging directory, in one bulk delete)."""
+    a version's parent manifest list and manifests three times), each base data file the
+    rewrite reads (all small here) fetched whole once (`storage.open_parquet`: it was opened three
+    times, 8 requests), and no staging file deleted alone (a moved file's source goes with the
+    run's staging directory, in one bulk delete)."""
     sent = re.findall(r'"(?:\x1b\[[0-9;]*m)*(GET|HEAD|PUT|POST|DELETE) (\S+) ', log)  # ANSI
     reads = Counter(path for method, path in sent if method == "GET" and "/metadata/" in path)
     assert reads and max(reads.values()) == 1, reads
+    base = Counter((m, p) for m, p in sent if m in ("GET", "HEAD") and "/data/" in p)
+    assert base and max(base.values()) == 1, base
     deleted = [path for method, path in sent if method == "DELETE" and path.endswith(".parquet")]
     assert not deleted, deleted
 

@@ -223,3 +223,56 @@ def test_a_kept_footer_is_given_once_under_any_spelling_of_its_path(
         storage.keep_footer(str(tmp_path / name), footer, 1)
     assert storage.kept_footer(str(tmp_path / "a")) is None  # the oldest dropped
     assert storage.kept_footer(str(tmp_path / "c")) is not None
+
+
+class _Counting:
+    """A local filesystem that counts the files opened for reading."""
+
+    def __init__(self) -> None:
+        self.local, self.opened = pafs.LocalFileSystem(), 0
+
+    def open_input_file(self, path: str) -> pa.NativeFile:
+        self.opened += 1
+        return self.local.open_input_file(path)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.local, name)
+
+
+def test_a_small_remote_parquet_file_is_fetched_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`storage.open_parquet` on an object store: a file up to `WHOLE_BYTES` is opened once and
+    read from memory after; a bigger one each time; the least recently opened go first beyond
+    `WHOLE_KEPT`; a file written again is read anew."""
+    from orchestrator.lake.writer import file_range, read_published, write_table
+
+    fs = _Counting()
+    monkeypatch.setattr(storage, "filesystem", lambda uri: (fs, str(uri)))
+    monkeypatch.setattr(storage, "is_local", lambda uri: False)
+    monkeypatch.setattr(storage, "_WHOLE", {})
+    monkeypatch.setattr(storage, "_whole_bytes", 0)
+    table = pa.table({"id": list(range(100)), "v": [f"v{i}" for i in range(100)]})
+    a, b = str(tmp_path / "a.parquet"), str(tmp_path / "b.parquet")
+    size = write_table(a, table)
+    write_table(b, table)
+    monkeypatch.setattr(storage, "WHOLE_KEPT", size * 3 // 2)  # room for one file
+
+    assert storage.parquet_schema(a).names == ["id", "v"]
+    assert file_range(a, ["id"])["rows"] == 100
+    assert sum(x.num_rows for x in read_published(a, table.schema)) == 100
+    assert fs.opened == 1
+    storage.parquet_footer(b)  # b is kept, a dropped
+    storage.parquet_footer(b)
+    storage.parquet_footer(a)
+    assert fs.opened == 3
+
+    write_table(a, table.slice(0, 10))  # the same name written again: read anew
+    assert storage.parquet_footer(a).num_rows == 10
+    assert fs.opened == 4
+    assert list(storage._WHOLE) == [storage.lakes.place(a)]  # b went to make room
+
+    monkeypatch.setattr(storage, "WHOLE_BYTES", size - 1)  # too big to keep
+    storage.parquet_footer(b)
+    storage.parquet_footer(b)
+    assert fs.opened == 6

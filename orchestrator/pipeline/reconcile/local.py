@@ -298,8 +298,7 @@ def output_rows(base_uri: str, base_rows: int, events: pa.Table, key: Sequence[s
     puts = pc.sum(pc.equal(events.column(KIND), PUT).cast(pa.int64())).as_py() or 0
     if not base_uri or not events.num_rows:
         return base_rows + puts
-    fs, path = storage.filesystem(base_uri)
-    with fs.open_input_file(path) as handle:  # one file: no dataset to build (0.5 ms a table)
+    with storage.open_parquet(base_uri) as handle:  # one file: no dataset (0.5 ms a table)
         base = pq.ParquetFile(handle).read(columns=list(key))
     numeric = _integer_key([base.column(k) for k in key], events)
     if numeric is not None:
