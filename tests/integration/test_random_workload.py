@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,9 +25,10 @@ from orchestrator.app.run import run_command
 from orchestrator.config import PipelineConfig
 from orchestrator.pipeline.failed import TablesFailed
 from tests import workload
-from tests.conftest import assert_lake_equals_source, load_pipeline
+from tests.conftest import assert_lake_equals_source, load_pipeline, s3_output
 from tests.iceberg_readers import assert_readers_equal_source
 from tests.integration.conftest import run_plain
+from tests.services import MotoS3
 
 pytestmark = pytest.mark.integration
 
@@ -35,7 +37,9 @@ SEED = int(os.environ.get("TIDEMARK_WORKLOAD_SEED", "20261201"))
 ROUNDS, WRITES = 6, 40
 
 
-def _pipeline(mariadb: LocalMariaDB, tmp_path: Path, database: str) -> PipelineConfig:
+def _pipeline(
+    mariadb: LocalMariaDB, tmp_path: Path, database: str, **overrides: Any
+) -> PipelineConfig:
     workload.create(mariadb, database)
     return load_pipeline(
         tmp_path,
@@ -43,6 +47,7 @@ def _pipeline(mariadb: LocalMariaDB, tmp_path: Path, database: str) -> PipelineC
         workload.table_entries(database),
         name=database,
         defaults={"chunk_size": 1000, "batch_chunks": 2, "read_margin_seconds": 0.0},
+        **overrides,
     )
 
 
@@ -55,13 +60,40 @@ def test_random_writes_between_runs_are_applied_exactly(
 ) -> None:
     """Writes between runs, an XA transaction sometimes left prepared across one: every run
     succeeds, and the lake equals the source after each."""
-    database = "wl_between"
-    config = _pipeline(mariadb, tmp_path, database)
-    load = workload.Workload(SEED, database)
+    _between_runs(mariadb, _pipeline(mariadb, tmp_path, "wl_between"), "wl_between", SEED, ROUNDS)
+
+
+def test_random_writes_between_runs_on_an_object_store(
+    mariadb: LocalMariaDB,
+    tmp_path: Path,
+    s3_server: MotoS3,
+    s3_bucket: str,
+    pg_state: tuple[str, str],
+) -> None:
+    """The same on a cloud's layout: staging and lake on an S3 endpoint (moto's server), the
+    state store and Iceberg catalog on PostgreSQL; the readers read the tables from S3."""
+    database = "wl_s3"
+    config = _pipeline(
+        mariadb,
+        tmp_path,
+        database,
+        output=s3_output(s3_server, s3_bucket),
+        state={"url": pg_state[0]},
+    )
+    _between_runs(mariadb, config, database, SEED + 2, ROUNDS - 2)
+    assert not (tmp_path / "lake").exists()
+
+
+def _between_runs(
+    mariadb: LocalMariaDB, config: PipelineConfig, database: str, seed: int, rounds: int
+) -> None:
+    """``rounds`` rounds of writes and a run, each run exit 0 and the lake equal to the source
+    after it; then a quiet run, and the Iceberg readers equal to the source."""
+    load = workload.Workload(seed, database)
     run_plain(config)
     conn = load.connect(mariadb)
     try:
-        for _ in range(ROUNDS):
+        for _ in range(rounds):
             load.write(conn, WRITES)
             load.turn_xa(mariadb)
             run_plain(config)
