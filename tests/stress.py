@@ -8,14 +8,17 @@ stops the writer, then runs again on the quiet source (up to three times: a tabl
 its own is retried) and compares every table of the lake with the source. A round prints
 ``equal`` or the difference; on a difference, or a quiet run that still fails, the server and its
 pipeline are kept (port and directory printed) until ``<work>/stop`` exists, for a look at them.
-``--big-rows`` above 50,000 has ``big`` read by Spark. Nothing here runs in CI:
+``--big-rows`` above 50,000 has ``big`` read by Spark. ``--s3`` puts staging and lake on an S3
+endpoint (moto's server, tests/services.py; the state stays in SQLite). Nothing here runs in CI:
 tests/integration/test_random_workload.py runs the same mix with fixed seeds.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import os
 import random
 import shutil
 import signal
@@ -29,7 +32,14 @@ from orchestrator.app.demo.localdb import LocalMariaDB
 from orchestrator.app.run import run_command
 from orchestrator.config import PipelineConfig
 from tests import workload
-from tests.conftest import assert_lake_equals_source, load_pipeline
+from tests.conftest import (
+    S3_KEY_ENV,
+    S3_SECRET_ENV,
+    assert_lake_equals_source,
+    load_pipeline,
+    s3_output,
+)
+from tests.services import S3_ACCESS_KEY, S3_SECRET_KEY, MotoS3
 
 DATABASE = "st"
 
@@ -73,6 +83,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--kill", action="store_true", help="kill most runs under the writer")
     parser.add_argument("--big-rows", type=int, default=5000)
+    parser.add_argument("--s3", action="store_true", help="staging and lake on moto's S3")
     args = parser.parse_args()
     work = Path(f"/tmp/tidemark-stress-{args.seed}")
     shutil.rmtree(work, ignore_errors=True)
@@ -80,7 +91,14 @@ def main() -> int:
     logging.basicConfig(level=logging.WARNING, filename=work / "log.txt")
     server = LocalMariaDB.create(None, base_dir=work)
     server.start()
-    try:
+    with contextlib.ExitStack() as stack:
+        stack.callback(server.destroy)
+        output: dict[str, object] = {}
+        if args.s3:
+            s3 = MotoS3.start()
+            stack.callback(s3.stop)
+            os.environ[S3_KEY_ENV], os.environ[S3_SECRET_ENV] = S3_ACCESS_KEY, S3_SECRET_KEY
+            output = {"output": s3_output(s3, s3.create_bucket(f"stress-{args.seed}"))}
         workload.create(server, DATABASE, big_rows=args.big_rows)
         config = load_pipeline(
             work,
@@ -88,10 +106,9 @@ def main() -> int:
             workload.table_entries(DATABASE),
             name="stress",
             defaults={"chunk_size": 1000, "batch_chunks": 2, "read_margin_seconds": 0.0},
+            **output,
         )
         return _rounds(server, config, work, args)
-    finally:
-        server.destroy()
 
 
 def _rounds(
