@@ -1,5 +1,5 @@
 """A long random run of `tests.workload` on a private MariaDB, for finding what a fixed seed does
-not: ``python -m tests.stress --seed 7 --rounds 30 [--kill] [--big-rows 80000]``.
+not: ``python -m tests.stress --seed 7 --rounds 30 [--kill] [--big-rows 80000] [--s3]``.
 
 Each round writes a random number of changes, turns the XA transaction over, starts a writer
 thread (six rounds in ten), runs ``tidemark run`` while it writes (in this process, or with
