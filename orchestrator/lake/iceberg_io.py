@@ -20,10 +20,10 @@ properties name a FileIO of their own. The publish step makes the data files dur
 
 Iceberg's metadata files (metadata JSON, manifest lists, manifests) are never changed once
 written, and each name is new (a UUID in it): this FileIO reads each one once per process and
-keeps its bytes (`_Kept`, at most `KEPT_BYTES`). pyiceberg's commit of a version reads the parent
-snapshot's manifest list and manifests three times each, two requests a read on S3. On S3 a file
-it writes knows its length (no request for it), and one that must not replace another is looked
-for with one request, not pyarrow's two.
+keeps its bytes (`orchestrator.lake.kept_bytes`, at most `KEPT_BYTES`). pyiceberg's commit of a
+version reads the parent snapshot's manifest list and manifests three times each, two requests a
+read on S3. On S3 a file it writes knows its length (no request for it), and one that must not
+replace another is looked for with one request, not pyarrow's two.
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ import io
 import logging
 import os
 import threading
-from collections import OrderedDict
 from types import TracebackType
 from typing import Any, Self
 
@@ -41,6 +40,7 @@ from pyiceberg.io.pyarrow import BUFFER_SIZE, ONE_MEGABYTE, PyArrowFile, PyArrow
 
 from orchestrator.config import objectstore
 from orchestrator.lake import storage
+from orchestrator.lake.kept_bytes import KeptBytes
 
 #: The ``py-io-impl`` naming this module's FileIO.
 DURABLE_FILE_IO = f"{__name__}.DurableFileIO"
@@ -57,7 +57,7 @@ _dirty: set[str] = set()  # directories with a file closed since they were last 
 _dirty_lock = threading.Lock()
 
 
-#: Bytes of Iceberg metadata files a process keeps (`_Kept`): the oldest read go first.
+#: Bytes of Iceberg metadata files a process keeps (`_kept`): the least recently read go first.
 KEPT_BYTES = 64 * 1024 * 1024
 
 
@@ -104,37 +104,7 @@ def _never_changes(location: str) -> bool:
     return location.endswith((".avro", METADATA_SUFFIX))
 
 
-class _Kept:
-    """The bytes of the Iceberg metadata files this process read, by location, the most recently
-    used last; at most `KEPT_BYTES` in all (a larger file is read each time)."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self._files: OrderedDict[str, bytes] = OrderedDict()
-        self._bytes = 0
-        self._lock = threading.Lock()
-
-    def get(self, location: str) -> bytes | None:
-        with self._lock:
-            data = self._files.get(location)
-            if data is not None:
-                self._files.move_to_end(location)
-            return data
-
-    def put(self, location: str, data: bytes) -> None:
-        if len(data) > self.limit:
-            return
-        with self._lock:
-            if location in self._files:
-                return
-            self._files[location] = data
-            self._bytes += len(data)
-            while self._bytes > self.limit:
-                _, dropped = self._files.popitem(last=False)
-                self._bytes -= len(dropped)
-
-
-_kept = _Kept(KEPT_BYTES)
+_kept = KeptBytes(KEPT_BYTES)
 
 
 class _KeptFile(PyArrowFile):
@@ -146,7 +116,7 @@ class _KeptFile(PyArrowFile):
             with super().open(seekable=False) as stream:
                 data = stream.read()
             _kept.put(self.location, data)
-        return data
+        return bytes(data)
 
     def __len__(self) -> int:
         return len(self._bytes())

@@ -49,6 +49,7 @@ import pyarrow.parquet as pq
 
 from orchestrator.config import lakes, objectstore
 from orchestrator.config.sections import STORAGE_SCHEMES
+from orchestrator.lake.kept_bytes import KeptBytes
 
 #: Schemes this module knows (`validate` refuses others); anything else is refused with a message
 #: naming it.
@@ -206,18 +207,14 @@ def parquet_footer(uri: str) -> pq.FileMetaData:
 
 
 #: A Parquet file on an object store of up to `WHOLE_BYTES` is fetched whole when `open_parquet`
-#: first opens it, and its bytes kept for the next opens in this process, up to `WHOLE_KEPT` in
-#: all, the least recently opened dropped first. Opening a file there costs a request for its
-#: size, one for its footer and one per read after it: the rewrite of a changed small table
-#: opened its base file three times (its field IDs, its keys for the row count, its rows), 8
-#: requests, now 2. Tidemark never writes a Parquet file twice under one name (data files are
-#: named by version and attempt, staging files by attempt), so kept bytes stay the file's;
-#: a writer still drops a name it writes (`forget_parquet`).
+#: first opens it, and its bytes kept for the next opens in this process (`WHOLE`). Opening a
+#: file there costs a request for its size, one for its footer and one per read after it: the
+#: rewrite of a changed small table opened its base file three times (its field IDs, its keys for
+#: the row count, its rows), 8 requests, now 2. Tidemark never writes a Parquet file twice under
+#: one name (data files are named by version and attempt, staging files by attempt), so kept
+#: bytes stay the file's; a writer still drops a name it writes (`forget_parquet`).
 WHOLE_BYTES = 1 << 20
-WHOLE_KEPT = 32 << 20
-_WHOLE: dict[str, pa.Buffer] = {}  # by `lakes.place`, least recently opened first
-_WHOLE_LOCK = threading.Lock()
-_whole_bytes = 0  # of `_WHOLE`'s buffers
+WHOLE = KeptBytes(32 << 20)  # by `lakes.place`
 
 
 @contextlib.contextmanager
@@ -230,38 +227,21 @@ def open_parquet(uri: str) -> Iterator[pa.NativeFile]:
             yield handle
         return
     key = lakes.place(uri)
-    with _WHOLE_LOCK:
-        data = _WHOLE.pop(key, None)
-        if data is not None:
-            _WHOLE[key] = data
+    data = WHOLE.get(key)
     if data is None:
         with fs.open_input_file(path) as handle:
             if handle.size() > WHOLE_BYTES:
                 yield handle
                 return
             data = handle.read_buffer()
-        _keep_whole(key, data)
+        WHOLE.put(key, data)
     with pa.BufferReader(data) as reader:
         yield reader
 
 
-def _keep_whole(key: str, data: pa.Buffer) -> None:
-    global _whole_bytes
-    with _WHOLE_LOCK:
-        old = _WHOLE.pop(key, None)
-        _WHOLE[key] = data
-        _whole_bytes += data.size - (old.size if old is not None else 0)
-        while _whole_bytes > WHOLE_KEPT and len(_WHOLE) > 1:
-            _whole_bytes -= _WHOLE.pop(next(iter(_WHOLE))).size
-
-
 def forget_parquet(uri: str) -> None:
     """Drop what `open_parquet` kept of ``uri``: a file is about to be written there."""
-    global _whole_bytes
-    with _WHOLE_LOCK:
-        old = _WHOLE.pop(lakes.place(uri), None)
-        if old is not None:
-            _whole_bytes -= old.size
+    WHOLE.forget(lakes.place(uri))
 
 
 #: Footers handed from the step that read them to the next step that needs them, in the same

@@ -11,14 +11,15 @@ import pytest
 from pyiceberg.io.pyarrow import PyArrowFile
 
 from orchestrator.lake import iceberg, iceberg_io
-from orchestrator.lake.iceberg_io import DurableFileIO, _Kept
+from orchestrator.lake.iceberg_io import DurableFileIO
+from orchestrator.lake.kept_bytes import KeptBytes
 from tests.unit.test_iceberg import config_for, publish
 
 
 def test_a_commit_reads_each_metadata_file_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(iceberg_io, "_kept", _Kept(iceberg_io.KEPT_BYTES))  # none read yet
+    monkeypatch.setattr(iceberg_io, "_kept", KeptBytes(iceberg_io.KEPT_BYTES))  # none read yet
     config = config_for(tmp_path, keep=3)
     publish(config, tmp_path, 1)
     publish(config, tmp_path, 2)
@@ -58,7 +59,7 @@ def test_only_metadata_files_are_kept(tmp_path: Path) -> None:
 
 
 def test_kept_bytes_stay_under_the_limit_the_least_recently_read_going_first() -> None:
-    kept = _Kept(10)
+    kept = KeptBytes(10)
     kept.put("a", b"aaaa")
     kept.put("b", b"bbbb")
     assert kept.get("a") == b"aaaa"  # a is now the most recently read

@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from orchestrator.lake import storage
+from orchestrator.lake.kept_bytes import KeptBytes
 from orchestrator.lake.manifest import current_uri, find_manifest
 
 
@@ -244,19 +245,18 @@ def test_a_small_remote_parquet_file_is_fetched_once(
 ) -> None:
     """`storage.open_parquet` on an object store: a file up to `WHOLE_BYTES` is opened once and
     read from memory after; a bigger one each time; the least recently opened go first beyond
-    `WHOLE_KEPT`; a file written again is read anew."""
+    the kept bytes' limit; a file written again is read anew."""
     from orchestrator.lake.writer import file_range, read_published, write_table
 
     fs = _Counting()
     monkeypatch.setattr(storage, "filesystem", lambda uri: (fs, str(uri)))
     monkeypatch.setattr(storage, "is_local", lambda uri: False)
-    monkeypatch.setattr(storage, "_WHOLE", {})
-    monkeypatch.setattr(storage, "_whole_bytes", 0)
+    monkeypatch.setattr(storage, "WHOLE", KeptBytes(0))
     table = pa.table({"id": list(range(100)), "v": [f"v{i}" for i in range(100)]})
     a, b = str(tmp_path / "a.parquet"), str(tmp_path / "b.parquet")
     size = write_table(a, table)
     write_table(b, table)
-    monkeypatch.setattr(storage, "WHOLE_KEPT", size * 3 // 2)  # room for one file
+    storage.WHOLE.limit = size * 3 // 2  # room for one file
 
     assert storage.parquet_schema(a).names == ["id", "v"]
     assert file_range(a, ["id"])["rows"] == 100
@@ -270,7 +270,7 @@ def test_a_small_remote_parquet_file_is_fetched_once(
     write_table(a, table.slice(0, 10))  # the same name written again: read anew
     assert storage.parquet_footer(a).num_rows == 10
     assert fs.opened == 4
-    assert list(storage._WHOLE) == [storage.lakes.place(a)]  # b went to make room
+    assert storage.WHOLE.names() == [storage.lakes.place(a)]  # b went to make room
 
     monkeypatch.setattr(storage, "WHOLE_BYTES", size - 1)  # too big to keep
     storage.parquet_footer(b)
