@@ -201,8 +201,11 @@ def parquet_schema(uri: str) -> pa.Schema:
 
 
 def parquet_footer(uri: str) -> pq.FileMetaData:
-    """The footer of a Parquet file: its schema (`FileMetaData.schema`), row groups, statistics."""
-    with open_parquet(uri) as handle:
+    """The footer of a Parquet file: its schema (`FileMetaData.schema`), row groups, statistics;
+    read from the store even when `open_parquet` keeps the file (publish asks it of a staging
+    file to learn whether the file is still there)."""
+    fs, path = filesystem(uri)
+    with fs.open_input_file(path) as handle:
         return pq.read_metadata(handle)
 
 
