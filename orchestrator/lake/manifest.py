@@ -363,6 +363,7 @@ def apply_retention(
     now: dt.datetime | None = None,
     guard: Callable[[], None] = lambda: None,
     current: Manifest | None = None,
+    known: Sequence[Manifest] = (),
 ) -> list[int]:
     """Keep the newest ``keep`` versions (the current one always) and every version published
     less than ``keep_hours`` before ``now``; returns the dropped versions.
@@ -371,11 +372,14 @@ def apply_retention(
     then called, when there is anything to delete, with the versions about to be dropped (maybe
     none) and returns files still needed elsewhere (those the kept Iceberg snapshots list):
     never deleted. ``current``: the current manifest, as its writer just switched to it (None:
-    read here); neither it nor its version's file is read again."""
+    read here); neither it nor its version's file is read again. ``known``: manifests of older
+    versions as their files hold them (read by the caller, who holds the pipeline's lock: the
+    file of a version that is no longer current is never written again), not read again."""
     if current is None:
         current = find_manifest(tdir)
+    given = {m["version"]: m for m in known}
     manifests = {
-        v: load_manifest(version_uri(tdir, v))
+        v: given[v] if v in given else load_manifest(version_uri(tdir, v))
         for v in version_numbers(tdir)
         if current is None or v != current["version"]
     }

@@ -110,6 +110,7 @@ def test_snapshot_under_writers_then_incremental_on_s3(
     config = load_config(config_path)
     assert all(read_manifest(table_dir(config, t))["version"] >= 2 for t in tables)
     assert_new_files_not_read(config, tables, sent)
+    assert_previous_version_not_read(config, tables, sent)
     assert_lake_equals_source_three_ways(config_path, tables, pg_state[1], tmp_path / "spark2")
     assert_nothing_local(tmp_path)
     assert not [k for k in s3_server.keys(s3_bucket, "lake/") if k.startswith("lake/_staging")]
@@ -129,6 +130,18 @@ def assert_new_files_not_read(config: PipelineConfig, tables: list[str], log: st
     assert new
     read = [path for _, path in sent if path.split("?")[0] in new]
     assert not read, read
+
+
+def assert_previous_version_not_read(config: PipelineConfig, tables: list[str], log: str) -> None:
+    """Retention took the version current before a run's publish from what publish had read of
+    it (`current.json`), not from its `versions/<n>.json`."""
+    previous = []
+    for table in tables:
+        version = read_manifest(table_dir(config, table))["version"]
+        uri = version_uri(table_dir(config, table), version - 1)
+        previous.append("/" + uri.split("://", 1)[1])  # as moto logs it (path style)
+    sent = re.findall(r'"(?:\x1b\[[0-9;]*m)*(GET|HEAD) (\S+) ', log)
+    assert not [path for _, path in sent if path in previous]
 
 
 def assert_requests_spared(log: str) -> None:

@@ -236,6 +236,34 @@ def test_retention_takes_the_current_manifest_its_writer_gives_and_reads_it_not(
     assert [p.name for p in (tdir / "_tidemark" / "versions").iterdir()] == ["000003.json"]
 
 
+def test_retention_takes_older_manifests_the_caller_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Publish also hands over the version that was current when it began (``known``): its file
+    is not read; a known version whose file is gone (dropped before) is not taken as kept."""
+    tdir = tmp_path / "t"
+    (tdir / "_tidemark" / "versions").mkdir(parents=True)
+    (tdir / "data").mkdir()
+    files = {v: [f"data/v{v:06d}-c0000.parquet"] for v in (1, 2, 3, 4)}
+    for version, names in files.items():
+        (tdir / names[0]).write_bytes(b"x")
+        if version > 1:
+            body = manifest_json(manifest(version, names))
+            (tdir / "_tidemark" / "versions" / f"{version:06d}.json").write_bytes(body)
+    (tdir / "data" / files[1][0].split("/")[1]).unlink()
+    read: list[str] = []
+    real = storage.read_bytes
+    monkeypatch.setattr(storage, "read_bytes", lambda uri: read.append(uri) or real(uri))
+
+    known = [manifest(3, files[3]), manifest(1, files[1])]
+    assert apply_retention(str(tdir), 2, current=manifest(4, files[4]), known=known) == [2]
+    assert [Path(uri).name for uri in read] == ["000002.json"]
+    assert sorted(p.name for p in (tdir / "data").iterdir()) == [
+        "v000003-c0000.parquet",
+        "v000004-c0000.parquet",
+    ]
+
+
 def test_retention_keeps_every_version_younger_than_keep_hours(tmp_path: Path) -> None:
     """`keep_versions` AND `keep_hours`: a version a long query may still read is kept."""
     tdir = tmp_path / "t"

@@ -34,12 +34,15 @@ def switch(
     manifest: Manifest,
     snapshot: IcebergEntry,
     guard: Callable[[], None],
+    previous: Manifest | None = None,
 ) -> Manifest:
-    """Record the Iceberg snapshot in the version's manifest, make it current, apply retention."""
+    """Record the Iceberg snapshot in the version's manifest, make it current, apply retention
+    (``previous``: the version current before, as publish read it; retention need not read its
+    file again)."""
     manifest["iceberg"] = snapshot
     guard()
     write_current(tdir, manifest)
-    retain(config, catalog, tdir, manifest, guard)
+    retain(config, catalog, tdir, manifest, guard, previous)
     return manifest
 
 
@@ -64,9 +67,10 @@ def retain(
     tdir: str,
     manifest: Manifest,
     guard: Callable[[], None],
+    previous: Manifest | None = None,
 ) -> None:
-    """Retention, ``manifest`` being current; expiring snapshots writes new Iceberg metadata, which
-    ``current.json`` then names."""
+    """Retention, ``manifest`` being current (``previous``: a version before it, as read); expiring
+    snapshots writes new Iceberg metadata, which ``current.json`` then names."""
 
     def expire(dropped: list[int]) -> set[str]:
         from orchestrator.lake import iceberg  # a run that commits has imported it
@@ -86,6 +90,7 @@ def retain(
         keep_hours=config.output.keep_hours,
         guard=guard,
         current=manifest,
+        known=[previous] if previous is not None else [],
     )
 
 

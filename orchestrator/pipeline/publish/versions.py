@@ -220,7 +220,9 @@ def publish_tables(
                 len(step.manifest["files"]),
                 step.position,
             )
-            out[i] = switch(config, catalog_(), step.tdir, step.manifest, entry, guard)
+            out[i] = switch(
+                config, catalog_(), step.tdir, step.manifest, entry, guard, step.previous
+            )
         except Exception as exc:
             out[i] = exc
     return [o if o is not None else RunFailed("internal: a table was not published") for o in out]
@@ -236,6 +238,7 @@ class _Staged:
     attempt: str
     position: BinlogPosition
     prepared: iceberg.Prepared | None  # None: load the table again to commit
+    previous: Manifest | None  # the version current when publish began, as it read it
 
 
 def _create_new(
@@ -375,6 +378,7 @@ def _stage(
         attempt(),
         position,
         prepared if committed is None else None,
+        current,
     )
 
 
