@@ -15,6 +15,7 @@ part of the suite. ``TIDEMARK_WORKLOAD_SEED`` picks another seed for both tests 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from tests import workload
 from tests.conftest import assert_lake_equals_source, load_pipeline, s3_output
 from tests.iceberg_readers import assert_readers_equal_source
 from tests.integration.conftest import run_plain
+from tests.integration.test_resume import tidemark
 from tests.services import MotoS3
 
 pytestmark = pytest.mark.integration
@@ -60,7 +62,8 @@ def test_random_writes_between_runs_are_applied_exactly(
 ) -> None:
     """Writes between runs, an XA transaction sometimes left prepared across one: every run
     succeeds, and the lake equals the source after each."""
-    _between_runs(mariadb, _pipeline(mariadb, tmp_path, "wl_between"), "wl_between", SEED, ROUNDS)
+    config = _pipeline(mariadb, tmp_path, "wl_between")
+    _between_runs(mariadb, config, "wl_between", SEED, ROUNDS, lambda: run_plain(config))
 
 
 def test_random_writes_between_runs_on_an_object_store(
@@ -71,7 +74,9 @@ def test_random_writes_between_runs_on_an_object_store(
     pg_state: tuple[str, str],
 ) -> None:
     """The same on a cloud's layout: staging and lake on an S3 endpoint (moto's server), the
-    state store and Iceberg catalog on PostgreSQL; the readers read the tables from S3."""
+    state store and Iceberg catalog on PostgreSQL; the readers read the tables from S3. Runs
+    are ``tidemark run`` processes, whose Spark session carries the S3 connector (the test
+    session's shared one, which a run in this process would take, does not)."""
     database = "wl_s3"
     config = _pipeline(
         mariadb,
@@ -80,28 +85,38 @@ def test_random_writes_between_runs_on_an_object_store(
         output=s3_output(s3_server, s3_bucket),
         state={"url": pg_state[0]},
     )
-    _between_runs(mariadb, config, database, SEED + 2, ROUNDS - 2)
+
+    def run() -> None:
+        done = tidemark(config.path)
+        assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
+
+    _between_runs(mariadb, config, database, SEED + 2, ROUNDS - 2, run)
     assert not (tmp_path / "lake").exists()
 
 
 def _between_runs(
-    mariadb: LocalMariaDB, config: PipelineConfig, database: str, seed: int, rounds: int
+    mariadb: LocalMariaDB,
+    config: PipelineConfig,
+    database: str,
+    seed: int,
+    rounds: int,
+    run: Callable[[], None],
 ) -> None:
-    """``rounds`` rounds of writes and a run, each run exit 0 and the lake equal to the source
-    after it; then a quiet run, and the Iceberg readers equal to the source."""
+    """``rounds`` rounds of writes and a ``run`` (which checks it succeeded), the lake equal to
+    the source after each; then a quiet run, and the Iceberg readers equal to the source."""
     load = workload.Workload(seed, database)
-    run_plain(config)
+    run()
     conn = load.connect(mariadb)
     try:
         for _ in range(rounds):
             load.write(conn, WRITES)
             load.turn_xa(mariadb)
-            run_plain(config)
+            run()
             _equal(config, mariadb, database)
     finally:
         conn.close()
         load.end_xa(mariadb)
-    run_plain(config)
+    run()
     assert_readers_equal_source(config, [f"{database}.{t}" for t in workload.TABLES])
 
 
