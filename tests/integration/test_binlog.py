@@ -21,7 +21,7 @@ from orchestrator.schema.tables import TableInfo
 from orchestrator.schema.values import BatchConverter
 from orchestrator.source.connection import Source
 from orchestrator.state.store import StateStore
-from tests.conftest import pipeline_config
+from tests.conftest import fresh_database, pipeline_config
 
 pytestmark = pytest.mark.integration
 
@@ -53,10 +53,6 @@ def read(
 
 def changes(records: list[Record]) -> list[RowChange]:
     return [r for r in records if isinstance(r, RowChange)]
-
-
-def fresh_database(server: LocalMariaDB, name: str, *ddl: str) -> None:
-    server.execute(f"DROP DATABASE IF EXISTS {name}", f"CREATE DATABASE {name}", *ddl)
 
 
 # --------------------------------------------------------------------------- ops and positions

@@ -21,13 +21,12 @@ from orchestrator.pipeline.capture.step import CaptureTable, capture_changes
 from orchestrator.pipeline.segments import read_changes
 from orchestrator.positions import BinlogPosition
 from orchestrator.state.store import StateStore
-from tests.conftest import pipeline_config
+from tests.conftest import fresh_database, pipeline_config
 from tests.integration.test_binlog import (
     NINES,
     TYPES_DDL,
     TYPES_ROWS,
     TYPES_UPDATE,
-    fresh_database,
     new_york_tz,
     position,
     table_info,

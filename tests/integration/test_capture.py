@@ -24,8 +24,8 @@ from orchestrator.pipeline.capture.step import CaptureTable, capture_changes
 from orchestrator.pipeline.segments import read_changes, segment_paths, taken
 from orchestrator.positions import BinlogPosition
 from orchestrator.state.store import StateStore
-from tests.conftest import pipeline_config, write_config
-from tests.integration.test_binlog import fresh_database, position, table_info
+from tests.conftest import fresh_database, pipeline_config, write_config
+from tests.integration.test_binlog import position, table_info
 
 pytestmark = pytest.mark.integration
 

@@ -20,13 +20,13 @@ from orchestrator.app.run import run_command
 from tests.conftest import (
     HAVE_MARIADB,
     assert_lake_equals_source,
+    fresh_database,
     load_pipeline,
 )
 from tests.integration.test_binlog import (
     TYPES_DDL,
     TYPES_ROWS,
     TYPES_UPDATE,
-    fresh_database,
     position,
 )
 from tests.integration.test_binlog_fast import assert_identical, capture_both, run_sql

@@ -29,8 +29,8 @@ from orchestrator.pipeline.reconcile import rewrite as reconcile
 from orchestrator.pipeline.segments import read_changes
 from orchestrator.schema.filters import compile_filter
 from orchestrator.state.store import StateStore
-from tests.conftest import assert_lake_equals_source, pipeline_config, write_config
-from tests.integration.test_binlog import fresh_database, position, table_info
+from tests.conftest import assert_lake_equals_source, fresh_database, pipeline_config, write_config
+from tests.integration.test_binlog import position, table_info
 from tests.integration.test_capture import make_config
 
 pytestmark = pytest.mark.integration

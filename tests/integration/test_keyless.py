@@ -467,9 +467,9 @@ def test_every_type_removed_and_updated_by_the_binlog(
 
     create_types_table(mariadb)
     db = "keyless_types"
-    mariadb.execute(
-        f"DROP DATABASE IF EXISTS {db}",
-        f"CREATE DATABASE {db}",
+    fresh_database(
+        mariadb,
+        db,
         f"CREATE TABLE {db}.t LIKE {TYPES_DB}.types",
         f"ALTER TABLE {db}.t DROP PRIMARY KEY",
     )

@@ -99,9 +99,9 @@ def test_the_driver_writes_what_a_spark_job_writes(
 def test_rows_are_in_the_files_order_not_the_servers(mariadb: LocalMariaDB, tmp_path: Path) -> None:
     """A text key is sorted by its UTF-8 bytes (Spark's order, the layout's), not by the
     collation."""
-    mariadb.execute(
-        "DROP DATABASE IF EXISTS loc_order",
-        "CREATE DATABASE loc_order",
+    fresh_database(
+        mariadb,
+        "loc_order",
         "CREATE TABLE loc_order.t (k VARCHAR(8) PRIMARY KEY, v INT) COLLATE utf8mb4_general_ci",
         "INSERT INTO loc_order.t VALUES ('b', 1), ('A', 2), ('é', 3), ('c', 4), ('Z', 5)",
     )
@@ -125,9 +125,9 @@ def test_rows_are_in_the_files_order_not_the_servers(mariadb: LocalMariaDB, tmp_
 
 def test_a_null_in_a_not_null_column_fails_the_table(mariadb: LocalMariaDB, tmp_path: Path) -> None:
     """As the Spark job: the table fails naming the column, and no file is written."""
-    mariadb.execute(
-        "DROP DATABASE IF EXISTS loc_null",
-        "CREATE DATABASE loc_null",
+    fresh_database(
+        mariadb,
+        "loc_null",
         "CREATE TABLE loc_null.t (id INT PRIMARY KEY, d DATE NOT NULL)",
         "SET SESSION sql_mode = ''",
         "INSERT INTO loc_null.t VALUES (1, '0000-00-00')",
@@ -151,9 +151,9 @@ def test_a_null_in_a_not_null_column_fails_the_table(mariadb: LocalMariaDB, tmp_
 
 def test_an_sql_error_is_the_tables_own_failure(mariadb: LocalMariaDB, tmp_path: Path) -> None:
     """One table's failing statement fails that table only; the others of the batch are read."""
-    mariadb.execute(
-        "DROP DATABASE IF EXISTS loc_err",
-        "CREATE DATABASE loc_err",
+    fresh_database(
+        mariadb,
+        "loc_err",
         "CREATE TABLE loc_err.a (id INT PRIMARY KEY)",
         "CREATE TABLE loc_err.b (id INT PRIMARY KEY)",
         "CREATE TABLE loc_err.c (id INT PRIMARY KEY)",

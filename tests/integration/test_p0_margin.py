@@ -21,9 +21,8 @@ from orchestrator.app.demo.localdb import LocalMariaDB
 from orchestrator.pipeline.plan import step as plan_module
 from orchestrator.pipeline.plan import tables as table_planning
 from orchestrator.source.connection import Source
-from tests.conftest import assert_lake_equals_source, load_pipeline
+from tests.conftest import assert_lake_equals_source, fresh_database, load_pipeline
 from tests.integration.conftest import run_plain
-from tests.integration.test_binlog import fresh_database
 
 pytestmark = pytest.mark.integration
 

@@ -25,6 +25,7 @@ from orchestrator.schema.tables import ColumnInfo, TableInfo
 from orchestrator.schema.types import is_boolean
 from orchestrator.schema.values import staging_schema
 from orchestrator.source.connection import Source
+from tests.conftest import fresh_database
 from tests.integration.conftest import spark_test_config
 
 pytestmark = pytest.mark.integration
@@ -207,9 +208,9 @@ def create_reader(mariadb: LocalMariaDB) -> None:
 def create_types_table(mariadb: LocalMariaDB) -> TableInfo:
     """``spk_read.types``: a column per CASES entry, a row per value, a last row of NULLs."""
     columns = ", ".join(f"{q(name)} {ctype}" for name, ctype, _ in CASES)
-    mariadb.execute(
-        f"DROP DATABASE IF EXISTS {DB}",
-        f"CREATE DATABASE {DB}",
+    fresh_database(
+        mariadb,
+        DB,
         f"CREATE TABLE {DB}.types (id int PRIMARY KEY, {columns}) DEFAULT CHARSET=utf8mb4",
     )
     conn = mariadb.connect(database=DB, charset="utf8mb4")

@@ -20,7 +20,7 @@ from orchestrator.errors import RunFailed, SourceNotReady
 from orchestrator.positions import BinlogPosition
 from orchestrator.source.connection import Source
 from orchestrator.source.retry import is_transient, transient_retry
-from tests.conftest import HAVE_MARIADB
+from tests.conftest import HAVE_MARIADB, fresh_database
 
 pytestmark = pytest.mark.integration
 
@@ -35,9 +35,9 @@ def config_for(server: LocalMariaDB, user: str = "root", **changes: Any) -> Sour
 
 @pytest.fixture(scope="module")
 def shop(mariadb: LocalMariaDB) -> LocalMariaDB:
-    mariadb.execute(
-        f"DROP DATABASE IF EXISTS {DB}",
-        f"CREATE DATABASE {DB}",
+    fresh_database(
+        mariadb,
+        DB,
         f"""CREATE TABLE {DB}.orders (
             id BIGINT UNSIGNED NOT NULL,
             code VARCHAR(20) NOT NULL,
