@@ -23,6 +23,7 @@ test_spark_connect.py runs through such a server).
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib
 import importlib.abc
 import importlib.machinery
@@ -120,5 +121,21 @@ def preloaded() -> None:
 
 
 def _import(name: str) -> None:
-    with contextlib.suppress(Exception):  # the step's own import raises it, where it is needed
-        importlib.import_module(name)
+    """Import ``name`` with the cyclic garbage collector paused, then freeze what the import
+    made out of its passes, as `orchestrator.app.cli.entry` does for a command's imports.
+
+    pyiceberg's import makes a few hundred thousand long-lived objects (pydantic models, their
+    schemas) while the reconcile's threads work: with the collector on, its passes over them
+    took 0.06-0.08 s of a 4M-row incremental run, on the interpreter's lock the merge needs; 6 ms
+    paused (docs/performance.md, "What limits each"). A collector already paused (a command's
+    own imports still under way) is left to its owner."""
+    paused = gc.isenabled()
+    if paused:
+        gc.disable()
+    try:
+        with contextlib.suppress(Exception):  # the step's own import raises it, where it is needed
+            importlib.import_module(name)
+    finally:
+        if paused:
+            gc.freeze()
+            gc.enable()

@@ -59,17 +59,21 @@ def test_a_command_runs_with_the_collector_on_and_the_imports_frozen(tmp_path: P
 
 
 def test_main_leaves_the_collector_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Calls are counted, not the freeze count: an object frozen earlier in this process (a
+    # preload's import freezes what is alive) may be freed meanwhile, which lowers the count.
     seen: dict[str, object] = {}
+    calls: list[str] = []
+    monkeypatch.setattr(gc, "freeze", lambda: calls.append("freeze"))
+    monkeypatch.setattr(gc, "disable", lambda: calls.append("disable"))
 
     def command(config: object) -> int:
-        seen.update(enabled=gc.isenabled(), frozen=gc.get_freeze_count())
+        seen.update(enabled=gc.isenabled())
         return 0
 
     monkeypatch.setattr(status, "status_command", command)
-    frozen = gc.get_freeze_count()
     assert main(["status", "--config", str(config_file(tmp_path))]) == 0
-    assert seen == {"enabled": True, "frozen": frozen}
-    assert gc.isenabled() and gc.get_freeze_count() == frozen
+    assert seen == {"enabled": True}
+    assert gc.isenabled() and calls == []
 
 
 # The end of a probe: runs `entry` for `tidemark run --config <argv[1]>` with the step functions

@@ -1,8 +1,10 @@
 """`lean.preload`: a module imported by a thread of its own while the caller goes on; the caller's
-own import waits for it; a failed import is raised by the caller's own import, not lost."""
+own import waits for it; a failed import is raised by the caller's own import, not lost; what the
+import made is frozen out of the cyclic garbage collector."""
 
 from __future__ import annotations
 
+import gc
 import importlib
 import sys
 import threading
@@ -41,3 +43,44 @@ def test_a_failed_import_is_raised_by_the_callers_own(modules: Path) -> None:
     assert "tm_preload_broken" not in sys.modules
     with pytest.raises(RuntimeError, match="broken on purpose"):
         importlib.import_module("tm_preload_broken")
+
+
+@pytest.fixture(autouse=True)
+def thawed() -> Iterator[None]:
+    """The test process's collector as it was after the test: what a preload froze is thawed (a
+    frozen object freed later would change the freeze count other tests compare)."""
+    before = gc.get_freeze_count()
+    yield
+    if before == 0:
+        gc.unfreeze()
+
+
+def test_what_the_import_made_is_frozen_out_of_the_collector(modules: Path) -> None:
+    """The import runs with the cyclic collector paused, and its objects are frozen after it (not
+    walked by the collector's later passes); the collector runs again once it is done."""
+    (modules / "tm_preload_many.py").write_text(
+        "import gc\nENABLED = gc.isenabled()\nOBJECTS = [{'n': [n]} for n in range(20000)]\n"
+    )
+    assert gc.isenabled()
+    frozen = gc.get_freeze_count()
+    lean.preload("tm_preload_many")
+    lean.preloaded()
+    many = importlib.import_module("tm_preload_many")
+    assert many.ENABLED is False
+    assert gc.get_freeze_count() >= frozen + 40000  # each dict and each list
+    assert gc.isenabled()
+
+
+def test_a_collector_paused_by_its_owner_stays_paused(modules: Path) -> None:
+    """A preload made while the command's own imports hold the collector paused leaves it paused
+    and freezes nothing: the owner does both when its imports are done."""
+    (modules / "tm_preload_owned.py").write_text("OBJECTS = [[n] for n in range(1000)]\n")
+    frozen = gc.get_freeze_count()
+    gc.disable()
+    try:
+        lean.preload("tm_preload_owned")
+        lean.preloaded()
+        assert not gc.isenabled()
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.enable()
