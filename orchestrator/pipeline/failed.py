@@ -114,11 +114,21 @@ def is_failed(store: StateStore, run_id: str, table: str) -> bool:
 class TablesFailed(RunFailed):
     """The run published what it could; these tables failed (exit 1, the next run retries them).
 
+    One table's failure is one line. Several are a line each, under a first line that names
+    them (what `orchestrator.services.failures.describe` keeps: the Airflow task's record).
+
     >>> print(TablesFailed("r1", {"shop.orders": {"step": "capture", "reason": "bad JSON"}},
     ...                    "p.yaml", ["x"]))
     run r1 published the other tables, but 1 table(s) failed: shop.orders failed at capture: \
 bad JSON; the next `tidemark run` retries it; if it fails again the same way, re-snapshot it: \
 tidemark run --config p.yaml --table shop.orders --snapshot
+    >>> print(TablesFailed("r2", {"b.t": {"step": "read", "reason": "denied"},
+    ...                           "a.t": {"step": "plan", "reason": "gone"}}))
+    run r2 published nothing: 2 table(s) failed (a.t, b.t):
+      a.t failed at plan: gone; fix the cause at the source or in the config (the table's name, \
+grants, chunk_key), then `tidemark run` retries it
+      b.t failed at read: denied; fix the cause (grants, the table's where), then `tidemark run` \
+retries it
     """
 
     def __init__(
@@ -145,4 +155,9 @@ tidemark run --config p.yaml --table shop.orders --snapshot
                 f"{table} failed at {step}: {failure.get('reason', 'unknown reason')}; {fix}"
             )
         done = "published the other tables, but" if self.published else "published nothing:"
-        return f"run {self.run_id} {done} {len(parts)} table(s) failed: " + " | ".join(parts)
+        head = f"run {self.run_id} {done} {len(parts)} table(s) failed"
+        if len(parts) == 1:
+            return f"{head}: {parts[0]}"
+        return "\n".join(
+            [f"{head} ({', '.join(sorted(self.failed))}):", *(f"  {p}" for p in parts)]
+        )

@@ -126,6 +126,28 @@ def test_a_table_that_lost_its_grant_fails_alone(
     assert _manifest(config, f"{db}.b")["version"] == b_before["version"] + 1
 
 
+def test_several_failed_tables_are_a_line_each(
+    mariadb: LocalMariaDB, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two tables failing on their own: a first line naming the run and both tables (what the
+    Airflow task's record keeps), then one line for each, with its reason and its fix."""
+    db = "tf_many"
+    path = _setup(
+        mariadb,
+        tmp_path,
+        db,
+        [{"name": f"{db}.a", "where": "flag = 1"}, {"name": f"{db}.b", "where": "gone = 2"}],
+    )
+    code, _, err = _cli(capsys, "run", "--config", str(path), "--no-progress")
+    assert code == 1, err
+    errors = _errors(err)
+    assert len(errors) == 3, err
+    assert errors[0].endswith(f"published nothing: 2 table(s) failed ({db}.a, {db}.b):"), errors
+    for line, (table, column) in zip(errors[1:], ((f"{db}.a", "flag"), (f"{db}.b", "gone"))):
+        assert f"{table} failed at plan: " in line and f"has no column `{column}`" in line, line
+        assert line.endswith("then `tidemark run` retries it"), line
+
+
 def test_a_filter_on_a_missing_column_fails_its_table_alone(
     mariadb: LocalMariaDB, tmp_path: Path, spark: object, capsys: pytest.CaptureFixture[str]
 ) -> None:
