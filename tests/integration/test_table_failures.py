@@ -143,7 +143,8 @@ def test_several_failed_tables_are_a_line_each(
     errors = _errors(err)
     assert len(errors) == 3, err
     assert errors[0].endswith(f"published nothing: 2 table(s) failed ({db}.a, {db}.b):"), errors
-    for line, (table, column) in zip(errors[1:], ((f"{db}.a", "flag"), (f"{db}.b", "gone"))):
+    expected = ((f"{db}.a", "flag"), (f"{db}.b", "gone"))
+    for line, (table, column) in zip(errors[1:], expected, strict=True):
         assert f"{table} failed at plan: " in line and f"has no column `{column}`" in line, line
         assert line.endswith("then `tidemark run` retries it"), line
 
