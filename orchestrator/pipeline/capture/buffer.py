@@ -7,9 +7,9 @@ segment columns are described there.
 from __future__ import annotations
 
 import functools
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -34,6 +34,12 @@ class CaptureTable:
         key: its chunk key; ``_tm_old_<c>`` columns carry the before image of these.
         start: changes at or before this position are not kept (its snapshot or
             published version already holds them).
+        read_from: where its binlog is read from, when before ``start``: the run before held
+            its next start back to where an XA transaction began, still prepared at that run's
+            end (`orchestrator.pipeline.capture.xa`). From there the capture sees the
+            transaction's group, to apply its rows at its commit; every change and every
+            re-read cause of the table up to ``start`` (its published version's position) is
+            in the version already, so none of them is kept or re-reads it again.
         where: its filter: changes leaving it delete (`orchestrator.pipeline.capture.filtering`).
         multiset: a table without a key (`orchestrator.pipeline.keyless`): ``key`` is every
             column, and its filter judges before and after images alike.
@@ -56,6 +62,38 @@ class CaptureTable:
     published: bool = True
     held: bool = False
     next_held: bool = False
+    read_from: BinlogPosition | None = None
+
+    @property
+    def first(self) -> BinlogPosition:
+        """Where the capture reads this table's binlog from."""
+        return self.start if self.read_from is None else min(self.start, self.read_from)
+
+
+class Starts(TypedDict):
+    """`CaptureTable`'s ``start`` and ``read_from``."""
+
+    start: BinlogPosition
+    read_from: BinlogPosition | None
+
+
+def starts(info: Mapping[str, Any], mode: str) -> Starts:
+    """A planned table's `CaptureTable` ``start`` and ``read_from`` from its record's ``info``:
+    ``from_position``, and for an incremental table held back before its published version
+    (``version_position``, `orchestrator.pipeline.plan.tables`) that version's position.
+
+    >>> held = {"from_position": {"file": "b.000001", "pos": 400},
+    ...         "version_position": {"file": "b.000001", "pos": 900}}
+    >>> {k: str(v) for k, v in starts(held, "incremental").items()}
+    {'start': 'b.000001:900', 'read_from': 'b.000001:400'}
+    >>> {k: str(v) for k, v in starts(held, "snapshot").items()}
+    {'start': 'b.000001:400', 'read_from': 'None'}
+    """
+    start = BinlogPosition.from_json(info["from_position"])
+    version = info.get("version_position") if mode == "incremental" else None
+    if version is None:
+        return Starts(start=start, read_from=None)
+    return Starts(start=BinlogPosition.from_json(version), read_from=start)
 
 
 def key_indexes(table: CaptureTable) -> list[int]:

@@ -71,6 +71,7 @@ from orchestrator.pipeline.capture.buffer import (
     TableBuffer,
     before_indexes,
     since,
+    starts,
 )
 from orchestrator.pipeline.capture.cascade_setup import RunCascades, run_cascades, with_before
 from orchestrator.pipeline.capture.derive import Cascades, Reread
@@ -312,7 +313,7 @@ class _Capture:
         ``stop`` (`orchestrator.pipeline.capture.xa`). A table that failed, or waits for a
         re-read, keeps no rows: it is not held (its status stays)."""
         live = {
-            table: (t.start, t.held)
+            table: (t.first, t.held)
             for table, t in self.tables.items()
             if self.starts[table] != _NEVER
         }
@@ -444,7 +445,7 @@ def capture_changes(
     forget()  # segments an earlier capture of this process kept, and left unread
     fs, root = storage.filesystem(config.staging_path)
     checkpoint, segments, rows, owners = resume_point(store, run_id, fs, root)
-    begin = checkpoint or min((t.start for t in tables.values()), default=stop)
+    begin = checkpoint or min((t.first for t in tables.values()), default=stop)
     cascades = run_cascades(config, store, run_id, tables)
     if cascades is not None:
         tables = with_before(tables, cascades.keys)
@@ -561,7 +562,7 @@ def capture(
                 r.table: CaptureTable(
                     info=table_info(r),
                     key=capture_key(table_info(r), r.chunk_key),
-                    start=position(r.info["from_position"]),
+                    **starts(r.info, r.mode),
                     where=config.table_where(r.table),
                     multiset=is_keyless(r),
                     held=bool(r.info.get("held_back")),

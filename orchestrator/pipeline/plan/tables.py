@@ -212,7 +212,8 @@ def _plan_one(
         if since is not None and _same_shape(table.name, manifest, info):
             assert manifest is not None, "_not_behind: there is one"
             held = bool(checkpoint.position.get(XA_FOREIGN))  # the capture's `hold_prepared`
-            return _incremental(table, manifest, info, since.to_json(), held=held)
+            version = _held_before(since, checkpoint, manifest)
+            return _incremental(table, manifest, info, since.to_json(), held=held, version=version)
     # Changes the run captured for it before it was reset would override the new read: they are
     # voided in the same transaction that plans it (`pipeline.segments`).
     void = void_mark(store, run.run_id) if late else 0
@@ -324,11 +325,35 @@ def _same_shape(table: str, manifest: Manifest | None, info: TableInfo) -> bool:
     return published == current
 
 
+def _held_before(
+    since: BinlogPosition, checkpoint: TableCheckpoint, manifest: Manifest
+) -> dict[str, Any] | None:
+    """The published version's position when the table's start ``since`` is its checkpoint's,
+    held back before that version for an XA transaction (`orchestrator.pipeline.capture.xa`),
+    on the binlog of the server that wrote both; else None. The capture then reads from
+    ``since``, to see the transaction begin, and keeps only what lies after the version
+    (`orchestrator.pipeline.capture.buffer.CaptureTable`, ``read_from``). A start carried over
+    from another server, or positions that do not name their server, keep everything from
+    ``since`` (applying again what the version has is exact, docs/design.md)."""
+    recorded = BinlogPosition.from_json(checkpoint.position)
+    version = BinlogPosition.from_json(dict(manifest["position"]))
+    server = since.server
+    if since.key != recorded.key or server is None or server.wrote(version) is not True:
+        return None
+    return dict(manifest["position"]) if since < version else None
+
+
 def _incremental(
-    table: TableConfig, manifest: Manifest, info: TableInfo, since: dict[str, Any], *, held: bool
+    table: TableConfig,
+    manifest: Manifest,
+    info: TableInfo,
+    since: dict[str, Any],
+    *,
+    held: bool,
+    version: dict[str, Any] | None = None,
 ) -> PlannedTable:
     """``held``: the run before held its start back for an XA transaction of other tables
-    (`orchestrator.pipeline.capture.xa`)."""
+    (`orchestrator.pipeline.capture.xa`); ``version``: `_held_before`."""
     return PlannedTable(
         table.name,
         "incremental",
@@ -339,6 +364,7 @@ def _incremental(
             "from_position": since,
             "base_version": manifest["version"],
             **({"held_back": True} if held else {}),
+            **({"version_position": version} if version is not None else {}),
         },
         [],
     )
