@@ -14,13 +14,14 @@ import pytest
 import tenacity
 
 from orchestrator.app.demo.localdb import LocalMariaDB, free_port
+from orchestrator.binlog.failover import Follower, successor_at
 from orchestrator.binlog.gtid import parse_mariadb, same_set
 from orchestrator.config import SourceConfig
 from orchestrator.errors import RunFailed, SourceNotReady
 from orchestrator.positions import BinlogPosition
 from orchestrator.source.connection import Source
 from orchestrator.source.retry import is_transient, transient_retry
-from tests.conftest import HAVE_MARIADB, fresh_database
+from tests.conftest import HAVE_MARIADB, fresh_database, load_pipeline
 
 pytestmark = pytest.mark.integration
 
@@ -207,6 +208,57 @@ def test_a_quiet_servers_position_takes_its_gtid_set_without_reading_the_binlog(
             at = server.execute(f"SELECT BINLOG_GTID_POS('{rotated.file}', {rotated.pos})")
             assert same_set(rotated.gtid_set, at[0][0], "mariadb")
             assert not [sql for sql in asked if "BINLOG_GTID_POS" in sql]
+    finally:
+        server.destroy()
+
+
+def test_a_recorded_position_is_the_sources_own_by_the_event_after_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`Follower.foreign` on MariaDB: a position recorded where a group ended is the source's
+    own when the event there is the next transaction's GTID event (`successor_at`: one event
+    read, no ``BINLOG_GTID_POS``, which reads the file from its start). Where that event does not
+    tell - nothing written since, a set that is not the one there, an offset inside an event -
+    ``BINLOG_GTID_POS`` decides as before; after ``RESET MASTER`` the offset is not the source's."""
+    server = LocalMariaDB.create(base_dir=tmp_path)
+    try:
+        server.start()
+        server.execute("CREATE DATABASE g", "CREATE TABLE g.t (a INT PRIMARY KEY)")
+        config = load_pipeline(tmp_path, server, [{"name": "g.t"}])
+        with Source(config_for(server), "") as src:
+            recorded = src.current_position()
+            server.execute(
+                "INSERT INTO g.t VALUES (1)",
+                "XA START 'x'",
+                "INSERT INTO g.t VALUES (2)",
+                "XA END 'x'",
+                "XA PREPARE 'x'",
+                "XA COMMIT 'x'",
+                "ALTER TABLE g.t ADD COLUMN b INT",
+            )
+            asked = _asked(src, monkeypatch)
+            follower = Follower(config, src)
+            assert successor_at(src, recorded) and follower.foreign(recorded) is None
+            assert not [sql for sql in asked if "BINLOG_GTID_POS" in sql], asked
+            # each group's start, an XA group's and a DDL's too, is checked the same way
+            groups = server.execute(f"SHOW BINLOG EVENTS IN '{recorded.file}' FROM {recorded.pos}")
+            starts = [(pos, info) for _, pos, kind, _, _, info in groups if kind == "Gtid"]
+            assert len(starts) == 4 and "XA START" in starts[1][1] and "BEGIN" not in starts[3][1]
+            for pos, _ in starts:
+                gtid_set = server.execute(f"SELECT BINLOG_GTID_POS('{recorded.file}', {pos})")
+                at = BinlogPosition(recorded.file, pos, server_id=1, gtid_set=gtid_set[0][0])
+                assert successor_at(src, at), (pos, gtid_set)
+            asked.clear()
+            here = src.current_position()  # nothing after it yet: BINLOG_GTID_POS decides
+            assert not successor_at(src, here) and follower.foreign(here) is None
+            assert [sql for sql in asked if "BINLOG_GTID_POS" in sql]
+            wrong = BinlogPosition(recorded.file, recorded.pos, server_id=1, gtid_set="0-1-1")
+            assert not successor_at(src, wrong) and "was reset" in (follower.foreign(wrong) or "")
+            inside = BinlogPosition(recorded.file, recorded.pos + 3, server_id=1, gtid_set="0-1-2")
+            assert not successor_at(src, inside)
+            server.execute("RESET MASTER", "INSERT INTO g.t VALUES (3, 3)")
+            after = Follower(config, src)
+            assert not successor_at(src, recorded) and after.foreign(recorded) is not None
     finally:
         server.destroy()
 
