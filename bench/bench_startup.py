@@ -10,8 +10,15 @@ of the process to its end; CPU time is the process tree's (`bench.bench_snapshot
 not the server's. The start-up (interpreter, imports, connections) is most of both runs at small
 sizes (docs/performance.md, "Incremental").
 
+``--mix`` makes each repetition's changes the incremental benchmark's mix instead of updates
+(`bench.bench_incremental.apply_changes`, ``uniform``: inserts above and between the keys,
+updates, deletes, key changes, spread over every key), and times each checkout's snapshot too:
+the run that applies them is then printed as a fraction of its snapshot, the figure of issue
+34's goal 4 (10,000 such changes over 4M rows, a tenth of the snapshot at most).
+
     .venv/bin/python bench/bench_startup.py --compare-with /tmp/tidemark-main
     .venv/bin/python bench/bench_startup.py --rows 1000000 --changes 2500 --repeat 5
+    .venv/bin/python bench/bench_startup.py --rows 4000000 --changes 10000 --mix --repeat 8
 """
 
 from __future__ import annotations
@@ -25,8 +32,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.bench_incremental import apply_changes  # noqa: E402
 from bench.bench_snapshot import Timing, fresh_config, median, timed_run  # noqa: E402
 from bench.shop_lake import load_sample_shop, scratch_server  # noqa: E402
+
+#: Where ``--mix`` puts the keys it inserts between existing ones (``10 * k + between``), a
+#: different place each repetition so that no insert meets an earlier one.
+BETWEEN = (1, 2, 3, 4, 6, 7, 8, 9)
 
 
 def spread_update(conn: Any, changes: int, rows: int) -> int:
@@ -43,6 +55,31 @@ def spread_update(conn: Any, changes: int, rows: int) -> int:
     return int(done)
 
 
+def mixed_changes(conn: Any, changes: int, rows: int, repetition: int) -> int:
+    """``changes`` of the incremental benchmark's mix spread over every key; inserts above the
+    keys of earlier repetitions, and between the keys where none went before. The count
+    returned is what was applied (a retry after a key met may apply more)."""
+    conn.select_db("shop")
+    applied = 0
+    for attempt in range(len(BETWEEN)):
+        try:
+            done = apply_changes(
+                conn,
+                rows,
+                "uniform",
+                changes,
+                seed=100 + repetition + 1000 * attempt,
+                top=10 * rows + 100_000 * (repetition + 1) + 20_000 * attempt,
+                between=BETWEEN[(repetition + attempt) % len(BETWEEN)],
+            )
+            return applied + sum(done.values())
+        except Exception as exc:  # a key an earlier repetition inserted: other places
+            if "Duplicate" not in str(exc):
+                raise
+            applied += changes  # at most: what went before the duplicate stays (autocommit)
+    raise SystemExit(f"--mix: no free keys for repetition {repetition + 1}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -51,6 +88,9 @@ def main() -> int:
     parser.add_argument("--changes", type=int, default=500, help="rows updated per repetition")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--compare-with", type=Path, default=None, metavar="DIR")
+    parser.add_argument(
+        "--mix", action="store_true", help="the incremental benchmark's mix, snapshots timed"
+    )
     args = parser.parse_args()
     checkouts = {"this": ROOT}
     if args.compare_with is not None:
@@ -65,13 +105,16 @@ def main() -> int:
             "tables": [{"name": "shop.orders"}],
         }
         configs = {name: fresh_config(work / name, base) for name in checkouts}
-        for name, code in checkouts.items():
-            timed_run(code, configs[name])  # the snapshot, untimed
+        snapshots = {name: timed_run(code, configs[name]) for name, code in checkouts.items()}
         runs: dict[str, list[Timing]] = {
             f"{name} {kind}": [] for name in checkouts for kind in ("changes", "no change")
         }
         for repetition in range(args.repeat):
-            changed = spread_update(conn, args.changes, args.rows)
+            changed = (
+                mixed_changes(conn, args.changes, args.rows, repetition)
+                if args.mix
+                else spread_update(conn, args.changes, args.rows)
+            )
             order = list(checkouts.items())
             for name, code in order if repetition % 2 == 0 else order[::-1]:  # neither always first
                 runs[f"{name} changes"].append(timed_run(code, configs[name]))
@@ -89,6 +132,13 @@ def main() -> int:
         wall = median([t.seconds for t in timings])
         cpu = median([t.cpu for t in timings])
         print(f"  {label:<22} {wall:6.2f}s {cpu:6.2f} CPU s   ({checkouts[label.split()[0]]})")
+    if args.mix:
+        for name, snapshot in snapshots.items():
+            run = median([t.seconds for t in runs[f"{name} changes"]])
+            print(
+                f"  {name}: the run after the changes {run:.2f}s, its snapshot "
+                f"{snapshot.seconds:.2f}s: {run / snapshot.seconds:.3f} of it"
+            )
     print(f"(load average at the end {os.getloadavg()[0]:.1f})")
     return 0
 

@@ -118,7 +118,7 @@ class Follower:
             return None
         dialect = self.source.dialect
         if dialect.gtid_position_sql is not None:
-            if successor_at(self.source, position):
+            if continues_at(self.source, position):
                 return None
             here = self.source.query(dialect.gtid_position_sql, (position.file, position.pos))[0][0]
             if here is None or not same_set(str(here), position.gtid_set, dialect.flavor):
@@ -228,22 +228,25 @@ class Follower:
 _GTID_INFO = re.compile(r"\bGTID (\d+)-(\d+)-(\d+)$")
 
 
-def successor_at(source: Source, position: BinlogPosition) -> bool:
-    """Whether the event at ``position`` in the MariaDB source's binlog is the GTID event of the
-    transaction right after ``position``'s recorded set: in its domain, the next sequence
-    number. Asked before ``BINLOG_GTID_POS``, which reads the binlog file from its start to the
+def continues_at(source: Source, position: BinlogPosition) -> bool:
+    """Whether the MariaDB source's binlog continues from ``position``'s recorded set there: the
+    event at the offset is the GTID event of the next transaction (in its domain, the next
+    sequence number), or nothing follows yet and the offset and set are the source's current
+    ones. Asked before ``BINLOG_GTID_POS``, which reads the binlog file from its start to the
     offset (0.1-0.14 s of the server at 500 MiB into a file, docs/performance.md); this reads
-    one event.
+    one event, or the binlog status.
 
     A position the capture records is where an event group ends, so in the binlog it was
     recorded in, the next group's GTID event starts there and carries that number. Another
     history (``RESET MASTER``, a same-named file of another server) would need a GTID event
-    starting at that very byte with that very number; what ``BINLOG_GTID_POS`` compares, the
-    set there, would be the same then too. False (ask ``BINLOG_GTID_POS``) when no event
-    follows yet, the event is another kind (a rotation, a checkpoint), its number is not the
-    next one (a domain's first transaction, ``gtid_seq_no`` set by hand), the offset is not an
-    event's, or the statement is refused."""
+    starting at that very byte with that very number, or to end at that very byte with that
+    very set; the set ``BINLOG_GTID_POS`` compares would be the recorded one there too. False
+    (ask ``BINLOG_GTID_POS``) when the event is another kind (a rotation, a checkpoint), its
+    number is not the next one (a domain's first transaction, ``gtid_seq_no`` set by hand),
+    the offset is not an event's, a commit came in meanwhile, or the statement is refused."""
     recorded = parse_mariadb(position.gtid_set)
+    if position.row:
+        return False
     try:
         rows = source.query(
             "SHOW BINLOG EVENTS IN %s FROM %s LIMIT 1", (position.file, int(position.pos))
@@ -251,7 +254,10 @@ def successor_at(source: Source, position: BinlogPosition) -> bool:
     except pymysql.MySQLError as exc:  # not an event's offset (1220), or no privilege
         log.debug("SHOW BINLOG EVENTS at %s: %s", position, exc)
         return False
-    if position.row or not rows or rows[0][2] != "Gtid":
+    if not rows:  # nothing written after it yet, or past the file's end
+        here = source.current_position()
+        return here.key == position.key and same_set(here.gtid_set, position.gtid_set, "mariadb")
+    if rows[0][2] != "Gtid":
         return False
     found = _GTID_INFO.search(str(rows[0][5]))
     if found is None:

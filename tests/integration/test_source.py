@@ -14,7 +14,7 @@ import pytest
 import tenacity
 
 from orchestrator.app.demo.localdb import LocalMariaDB, free_port
-from orchestrator.binlog.failover import Follower, successor_at
+from orchestrator.binlog.failover import Follower, continues_at
 from orchestrator.binlog.gtid import parse_mariadb, same_set
 from orchestrator.config import SourceConfig
 from orchestrator.errors import RunFailed, SourceNotReady
@@ -216,10 +216,11 @@ def test_a_recorded_position_is_the_sources_own_by_the_event_after_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`Follower.foreign` on MariaDB: a position recorded where a group ended is the source's
-    own when the event there is the next transaction's GTID event (`successor_at`: one event
-    read, no ``BINLOG_GTID_POS``, which reads the file from its start). Where that event does not
-    tell - nothing written since, a set that is not the one there, an offset inside an event -
-    ``BINLOG_GTID_POS`` decides as before; after ``RESET MASTER`` the offset is not the source's."""
+    own when the event there is the next transaction's GTID event, or when nothing was written
+    since and it is the current position with its set (`continues_at`: one event or the status
+    read, no ``BINLOG_GTID_POS``, which reads the file from its start). Where neither tells - a
+    set that is not the one there, an offset inside an event - ``BINLOG_GTID_POS`` decides as
+    before; after ``RESET MASTER`` the offset is not the source's."""
     server = LocalMariaDB.create(base_dir=tmp_path)
     try:
         server.start()
@@ -238,7 +239,7 @@ def test_a_recorded_position_is_the_sources_own_by_the_event_after_it(
             )
             asked = _asked(src, monkeypatch)
             follower = Follower(config, src)
-            assert successor_at(src, recorded) and follower.foreign(recorded) is None
+            assert continues_at(src, recorded) and follower.foreign(recorded) is None
             assert not [sql for sql in asked if "BINLOG_GTID_POS" in sql], asked
             # each group's start, an XA group's and a DDL's too, is checked the same way
             groups = server.execute(f"SHOW BINLOG EVENTS IN '{recorded.file}' FROM {recorded.pos}")
@@ -247,18 +248,24 @@ def test_a_recorded_position_is_the_sources_own_by_the_event_after_it(
             for pos, _ in starts:
                 gtid_set = server.execute(f"SELECT BINLOG_GTID_POS('{recorded.file}', {pos})")
                 at = BinlogPosition(recorded.file, pos, server_id=1, gtid_set=gtid_set[0][0])
-                assert successor_at(src, at), (pos, gtid_set)
+                assert continues_at(src, at), (pos, gtid_set)
+            here = src.current_position()  # nothing after it yet: the current position's set
             asked.clear()
-            here = src.current_position()  # nothing after it yet: BINLOG_GTID_POS decides
-            assert not successor_at(src, here) and follower.foreign(here) is None
-            assert [sql for sql in asked if "BINLOG_GTID_POS" in sql]
-            wrong = BinlogPosition(recorded.file, recorded.pos, server_id=1, gtid_set="0-1-1")
-            assert not successor_at(src, wrong) and "was reset" in (follower.foreign(wrong) or "")
+            assert continues_at(src, here) and follower.foreign(here) is None
+            assert not [sql for sql in asked if "BINLOG_GTID_POS" in sql], asked
+            for wrong in (
+                BinlogPosition(recorded.file, recorded.pos, server_id=1, gtid_set="0-1-1"),
+                BinlogPosition(here.file, here.pos, server_id=1, gtid_set="0-1-1"),
+            ):  # another set at the offset: BINLOG_GTID_POS decides
+                asked.clear()
+                assert not continues_at(src, wrong)
+                assert "was reset" in (follower.foreign(wrong) or "")
+                assert [sql for sql in asked if "BINLOG_GTID_POS" in sql]
             inside = BinlogPosition(recorded.file, recorded.pos + 3, server_id=1, gtid_set="0-1-2")
-            assert not successor_at(src, inside)
+            assert not continues_at(src, inside)
             server.execute("RESET MASTER", "INSERT INTO g.t VALUES (3, 3)")
             after = Follower(config, src)
-            assert not successor_at(src, recorded) and after.foreign(recorded) is not None
+            assert not continues_at(src, recorded) and after.foreign(recorded) is not None
     finally:
         server.destroy()
 
