@@ -14,11 +14,15 @@ sizes (docs/performance.md, "Incremental").
 (`bench.bench_incremental.apply_changes`, ``uniform``: inserts above and between the keys,
 updates, deletes, key changes, spread over every key), and times each checkout's snapshot too:
 the run that applies them is then printed as a fraction of its snapshot, the figure of issue
-34's goal 4 (10,000 such changes over 4M rows, a tenth of the snapshot at most).
+34's goal 4 (10,000 such changes over 4M rows, a tenth of the snapshot at most). A snapshot's
+time moves with the machine more than the run's (14-21 s for 4M rows here, a day apart):
+``--snapshots N`` takes each checkout's snapshot N times, the checkouts in turn, into a fresh
+lake each time (the repetitions go on from the last), and the fraction is of their median.
 
     .venv/bin/python bench/bench_startup.py --compare-with /tmp/tidemark-main
     .venv/bin/python bench/bench_startup.py --rows 1000000 --changes 2500 --repeat 5
-    .venv/bin/python bench/bench_startup.py --rows 4000000 --changes 10000 --mix --repeat 8
+    .venv/bin/python bench/bench_startup.py --rows 4000000 --changes 10000 --mix --repeat 8 \
+        --snapshots 3 --compare-with /tmp/tidemark-main
 """
 
 from __future__ import annotations
@@ -91,6 +95,9 @@ def main() -> int:
     parser.add_argument(
         "--mix", action="store_true", help="the incremental benchmark's mix, snapshots timed"
     )
+    parser.add_argument(
+        "--snapshots", type=int, default=1, help="snapshots of each checkout (their median)"
+    )
     args = parser.parse_args()
     checkouts = {"this": ROOT}
     if args.compare_with is not None:
@@ -105,7 +112,16 @@ def main() -> int:
             "tables": [{"name": "shop.orders"}],
         }
         configs = {name: fresh_config(work / name, base) for name in checkouts}
-        snapshots = {name: timed_run(code, configs[name]) for name, code in checkouts.items()}
+        snapshots: dict[str, list[Timing]] = {name: [] for name in checkouts}
+        for attempt in range(max(1, args.snapshots)):
+            for name, code in checkouts.items():
+                configs[name] = fresh_config(work / name, base)
+                snapshots[name].append(timed_run(code, configs[name]))
+            print(
+                f"snapshot {attempt + 1}: "
+                + ", ".join(f"{n} {t[-1].seconds:.2f}s" for n, t in snapshots.items()),
+                flush=True,
+            )
         runs: dict[str, list[Timing]] = {
             f"{name} {kind}": [] for name in checkouts for kind in ("changes", "no change")
         }
@@ -133,11 +149,12 @@ def main() -> int:
         cpu = median([t.cpu for t in timings])
         print(f"  {label:<22} {wall:6.2f}s {cpu:6.2f} CPU s   ({checkouts[label.split()[0]]})")
     if args.mix:
-        for name, snapshot in snapshots.items():
+        for name, taken in snapshots.items():
             run = median([t.seconds for t in runs[f"{name} changes"]])
+            snapshot = median([t.seconds for t in taken])
             print(
-                f"  {name}: the run after the changes {run:.2f}s, its snapshot "
-                f"{snapshot.seconds:.2f}s: {run / snapshot.seconds:.3f} of it"
+                f"  {name}: the run after the changes {run:.2f}s, its snapshot {snapshot:.2f}s "
+                f"(median of {len(taken)}): {run / snapshot:.3f} of it"
             )
     print(f"(load average at the end {os.getloadavg()[0]:.1f})")
     return 0
