@@ -24,7 +24,6 @@ from types import TracebackType
 from typing import NotRequired, TypedDict
 
 import pyarrow as pa
-import pyarrow.dataset as ds
 
 from orchestrator.errors import RunFailed
 from orchestrator.lake import storage
@@ -304,6 +303,8 @@ def load_pending(uri: str, table: str) -> Manifest | None:
 
 def read_published(tdir: str) -> pa.Table:
     """The current version of a table as one Arrow table (reads every file of the manifest)."""
+    import pyarrow.dataset as ds  # not by a run, which never reads a table whole (10 ms)
+
     manifest = read_manifest(tdir)
     uris = [storage.join(tdir, f) for f in manifest["files"]]
     fs, _ = storage.filesystem(tdir)

@@ -272,6 +272,26 @@ def test_a_run_path_without_filters_or_queries_does_not_import_sqlglot() -> None
     assert done.stdout.strip() == "[]"
 
 
+def test_a_run_path_does_not_import_pyarrow_dataset() -> None:
+    """pyarrow's dataset module (10 ms of every process's start) is imported only where a table
+    is read whole (`orchestrator.lake.manifest.read_published`: verifying, the tests)."""
+    code = (
+        "import sys, orchestrator.config, orchestrator.app.cli, orchestrator.app.run, "
+        "orchestrator.app.early, orchestrator.app.steps, orchestrator.pipeline.capture.step, "
+        "orchestrator.pipeline.reconcile.step, orchestrator.pipeline.publish.step; "
+        "print(sorted(m for m in sys.modules if m.startswith('pyarrow.dataset')))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert done.stdout.strip() == "[]"
+
+
 def test_a_run_that_commits_nothing_does_not_import_pyiceberg() -> None:
     """pyiceberg, and the SQLAlchemy ORM its SQL catalog imports (half a second of CPU together),
     are imported by the steps only where a table is read or committed: not by a run's start, a
