@@ -244,8 +244,11 @@ def continues_at(source: Source, position: BinlogPosition) -> bool:
     (ask ``BINLOG_GTID_POS``) when the event is another kind (a rotation, a checkpoint), its
     number is not the next one (a domain's first transaction, ``gtid_seq_no`` set by hand),
     the offset is not an event's, a commit came in meanwhile, or the statement is refused."""
-    recorded = parse_mariadb(position.gtid_set)
     if position.row:
+        return False
+    try:
+        recorded = parse_mariadb(position.gtid_set)
+    except ValueError:  # not a MariaDB set: BINLOG_GTID_POS's comparison says so
         return False
     try:
         rows = source.query(

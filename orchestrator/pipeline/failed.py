@@ -115,7 +115,9 @@ class TablesFailed(RunFailed):
     """The run published what it could; these tables failed (exit 1, the next run retries them).
 
     One table's failure is one line. Several are a line each, under a first line that names
-    them (what `orchestrator.services.failures.describe` keeps: the Airflow task's record).
+    them (what `orchestrator.services.failures.describe` keeps: the Airflow task's record), and
+    the run's record keeps that first line (`summary`; `status` shows each table's reason
+    beside it).
 
     >>> print(TablesFailed("r1", {"shop.orders": {"step": "capture", "reason": "bad JSON"}},
     ...                    "p.yaml", ["x"]))
@@ -143,6 +145,15 @@ retries it
             published or []
         )  # the run's tables that were published (`publish.Published`)
         super().__init__(str(self))
+
+    @property
+    def summary(self) -> str:
+        """One line: the whole message for one table; the first line, naming them, for several.
+
+        >>> TablesFailed("r3", {"a.t": {"step": "plan"}, "b.t": {"step": "plan"}}).summary
+        'run r3 published nothing: 2 table(s) failed (a.t, b.t)'
+        """
+        return str(self).splitlines()[0].removesuffix(":")
 
     def __str__(self) -> str:
         parts = []

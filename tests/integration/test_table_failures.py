@@ -147,6 +147,9 @@ def test_several_failed_tables_are_a_line_each(
     for line, (table, column) in zip(errors[1:], expected, strict=True):
         assert f"{table} failed at plan: " in line and f"has no column `{column}`" in line, line
         assert line.endswith("then `tidemark run` retries it"), line
+    with open_store(load_config(path)) as store:  # the run's record: the first line, one line
+        error = store.runs(f"{db}", limit=1)[0].error or ""
+    assert error.endswith(f"2 table(s) failed ({db}.a, {db}.b)") and "\n" not in error, error
 
 
 def test_a_filter_on_a_missing_column_fails_its_table_alone(

@@ -142,7 +142,7 @@ def publish(config: PipelineConfig, run_id: str, *, holder: str) -> list[Publish
         failed = failures(store, run_id)
         if failed:
             error = TablesFailed(run_id, failed, config.path, published)
-            store.finish_run(run_id, "partial", error=str(error))
+            store.finish_run(run_id, "partial", error=error.summary)
         else:
             store.finish_run(run_id, "succeeded")
         storage.delete_tree(run_dir(config, run_id))
