@@ -254,13 +254,8 @@ def test_dags_folder_holds_only_thin_dag_files() -> None:
         assert len((ROOT / "dags" / name).read_text().splitlines()) < 40
 
 
-def test_a_run_path_without_filters_or_queries_does_not_import_sqlglot() -> None:
-    """sqlglot (70 ms) is imported only by a table's ``where`` or a QUERY event to classify."""
-    code = (
-        "import sys, orchestrator.config, orchestrator.app.run, orchestrator.app.steps, "
-        "orchestrator.pipeline.capture.step, orchestrator.binlog.reader; "
-        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'sqlglot'))"
-    )
+def _printed_by(code: str) -> str:
+    """What ``code`` prints, run by a fresh interpreter of this checkout (its own imports)."""
     done = subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,
@@ -269,7 +264,17 @@ def test_a_run_path_without_filters_or_queries_does_not_import_sqlglot() -> None
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
-    assert done.stdout.strip() == "[]"
+    return done.stdout
+
+
+def test_a_run_path_without_filters_or_queries_does_not_import_sqlglot() -> None:
+    """sqlglot (70 ms) is imported only by a table's ``where`` or a QUERY event to classify."""
+    code = (
+        "import sys, orchestrator.config, orchestrator.app.run, orchestrator.app.steps, "
+        "orchestrator.pipeline.capture.step, orchestrator.binlog.reader; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'sqlglot'))"
+    )
+    assert _printed_by(code).strip() == "[]"
 
 
 def test_a_run_path_does_not_import_pyarrow_dataset() -> None:
@@ -281,15 +286,7 @@ def test_a_run_path_does_not_import_pyarrow_dataset() -> None:
         "orchestrator.pipeline.reconcile.step, orchestrator.pipeline.publish.step; "
         "print(sorted(m for m in sys.modules if m.startswith('pyarrow.dataset')))"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    assert done.stdout.strip() == "[]"
+    assert _printed_by(code).strip() == "[]"
 
 
 def test_a_run_that_commits_nothing_does_not_import_pyiceberg() -> None:
@@ -308,12 +305,4 @@ def test_a_run_that_commits_nothing_does_not_import_pyiceberg() -> None:
         "import orchestrator.app.airflow_dags; "
         "print(sorted(m for m in sys.modules if m.startswith(lazy[::2])))"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    assert done.stdout.split() == ["[]", "[]"]
+    assert _printed_by(code).split() == ["[]", "[]"]
