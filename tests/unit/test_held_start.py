@@ -1,6 +1,7 @@
-"""`orchestrator.pipeline.plan.tables._held_before` and `capture.buffer.starts`: a table whose
-start the run before held back for an XA transaction is captured from that start but keeps only
-what lies after its published version, and only where both positions are the same server's."""
+"""`orchestrator.pipeline.plan.tables._held_before` and `capture.buffer.planned_starts`: a table
+whose start the run before held back for an XA transaction is captured from that start but keeps
+only what lies after its published version, and only where both positions are the same server's.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.pipeline.capture.buffer import starts
+from orchestrator.pipeline.capture.buffer import planned_starts
 from orchestrator.pipeline.plan.tables import _held_before
 from orchestrator.positions import BinlogPosition
 from orchestrator.state.records import TableCheckpoint
@@ -62,10 +63,10 @@ def test_otherwise_everything_from_the_start_is_kept(
 
 def test_the_capture_reads_from_the_held_start_and_keeps_from_the_version() -> None:
     info = {"from_position": HELD.to_json(), "version_position": VERSION.to_json()}
-    assert starts(info, "incremental") == {"start": VERSION, "read_from": HELD}
+    assert planned_starts(info, "incremental") == {"start": VERSION, "read_from": HELD}
     # a table re-read inside the run is a snapshot from its new start: the version is not its base
-    assert starts(info, "snapshot") == {"start": HELD, "read_from": None}
-    assert starts({"from_position": HELD.to_json()}, "incremental") == {
+    assert planned_starts(info, "snapshot") == {"start": HELD, "read_from": None}
+    assert planned_starts({"from_position": HELD.to_json()}, "incremental") == {
         "start": HELD,
         "read_from": None,
     }

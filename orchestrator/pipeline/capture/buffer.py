@@ -77,16 +77,16 @@ class Starts(TypedDict):
     read_from: BinlogPosition | None
 
 
-def starts(info: Mapping[str, Any], mode: str) -> Starts:
+def planned_starts(info: Mapping[str, Any], mode: str) -> Starts:
     """A planned table's `CaptureTable` ``start`` and ``read_from`` from its record's ``info``:
     ``from_position``, and for an incremental table held back before its published version
     (``version_position``, `orchestrator.pipeline.plan.tables`) that version's position.
 
     >>> held = {"from_position": {"file": "b.000001", "pos": 400},
     ...         "version_position": {"file": "b.000001", "pos": 900}}
-    >>> {k: str(v) for k, v in starts(held, "incremental").items()}
+    >>> {k: str(v) for k, v in planned_starts(held, "incremental").items()}
     {'start': 'b.000001:900', 'read_from': 'b.000001:400'}
-    >>> {k: str(v) for k, v in starts(held, "snapshot").items()}
+    >>> {k: str(v) for k, v in planned_starts(held, "snapshot").items()}
     {'start': 'b.000001:400', 'read_from': 'None'}
     """
     start = BinlogPosition.from_json(info["from_position"])

@@ -70,8 +70,8 @@ from orchestrator.pipeline.capture.buffer import (
     Drained,
     TableBuffer,
     before_indexes,
+    planned_starts,
     since,
-    starts,
 )
 from orchestrator.pipeline.capture.cascade_setup import RunCascades, run_cascades, with_before
 from orchestrator.pipeline.capture.derive import Cascades, Reread
@@ -562,7 +562,7 @@ def capture(
                 r.table: CaptureTable(
                     info=table_info(r),
                     key=capture_key(table_info(r), r.chunk_key),
-                    **starts(r.info, r.mode),
+                    **planned_starts(r.info, r.mode),
                     where=config.table_where(r.table),
                     multiset=is_keyless(r),
                     held=bool(r.info.get("held_back")),
