@@ -111,7 +111,7 @@ def main() -> int:
             "spark": {"master": "local[2]", "conf": {"spark.ui.enabled": "false"}},
             "tables": [{"name": "shop.orders"}],
         }
-        configs = {name: fresh_config(work / name, base) for name in checkouts}
+        configs: dict[str, Path] = {}  # each snapshot's: a fresh lake (`fresh_config`) each time
         snapshots: dict[str, list[Timing]] = {name: [] for name in checkouts}
         for attempt in range(max(1, args.snapshots)):
             for name, code in checkouts.items():
