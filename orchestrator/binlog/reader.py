@@ -115,12 +115,17 @@ class TableChange:
         what: what happened, for the log (``TRUNCATE TABLE t``, ``a TABLE_MAP of another shape``).
         file: the binlog file.
         end: the event's end position: the change is in effect from ``(file, end)`` on.
+        rows: a change of rows made by its transaction (a statement-format change, row images
+            without every column), not of the tables' shape or of the binlog itself: inside an
+            XA transaction it takes effect at the transaction's commit
+            (`orchestrator.pipeline.capture.xa`).
     """
 
     tables: frozenset[str]
     what: str
     file: str
     end: int
+    rows: bool = False
 
     @property
     def position(self) -> BinlogPosition:
@@ -477,7 +482,8 @@ class EventReader:
             "dml": "a statement-format change",
             "ddl": "DDL" if statement.parsed else "an unparsed statement",
         }[statement.kind]
-        return [TableChange(touched, f"{how} `{what}`", file, end)], None
+        dml = statement.kind == "dml"
+        return [TableChange(touched, f"{how} `{what}`", file, end, rows=dml)], None
 
     def _table_map(
         self, packet: bytes, fmt: ev.Format, maps: dict[int, ev.TableMap | None]
@@ -525,8 +531,8 @@ class EventReader:
         if table_map is None:
             return None
         if kind == ev.PARTIAL_UPDATE_ROWS:
-            return TableChange(frozenset({table_map.name}), PARTIAL_JSON, file, end)
+            return TableChange(frozenset({table_map.name}), PARTIAL_JSON, file, end, rows=True)
         rows = ev.rows_layout(packet, fmt, kind)
         if not rows.full:
-            return TableChange(frozenset({table_map.name}), NOT_FULL, file, end)
+            return TableChange(frozenset({table_map.name}), NOT_FULL, file, end, rows=True)
         return RowsEvent(table_map.name, ev.ROWS_OPS[kind], file, end, packet, rows, table_map, fmt)

@@ -425,3 +425,42 @@ def test_a_table_held_for_its_xa_transaction_is_not_read_again_for_what_its_vers
     assert _checkpoints(config)[f"{db}.t"] == published
     rows = dict(mariadb.execute(f"SELECT id, v FROM {db}.t WHERE id IN (11, 7001)"))
     assert rows == {11: "xa held", 7001: "xa held"}
+
+
+@pytest.mark.parametrize(
+    "session",
+    ["SET SESSION binlog_format = 'STATEMENT'", "SET SESSION binlog_row_image = 'MINIMAL'"],
+    ids=["statement", "minimal_images"],
+)
+def test_a_change_without_row_images_inside_an_xa_transaction_counts_at_its_commit(
+    mariadb: LocalMariaDB, tmp_path: Path, caplog: pytest.LogCaptureFixture, session: str
+) -> None:
+    """A change the binlog holds no full row images of (a STATEMENT-format session's, or one
+    logging minimal images), made inside an XA transaction, changes the table only when the
+    transaction commits: a re-read before the commit (the transaction still prepared) cannot see
+    it, so the table is re-read at the commit, in whichever run sees it; a rolled back one
+    re-reads nothing. Before, the re-read came at once and the commit was published without it."""
+    db = "chg_xa_stmt_" + session.split()[2][7:]
+    config = _setup(mariadb, tmp_path, db)
+    _run(config)
+    for xid, rows in (("stmt_rb", "1 AND 9"), ("stmt", "20 AND 40")):
+        mariadb.execute(
+            session,
+            f"XA START '{xid}'",
+            f"UPDATE {db}.t SET n = n + 1000 WHERE id BETWEEN {rows}",
+            f"XA END '{xid}'",
+            f"XA PREPARE '{xid}'",
+        )
+    mariadb.execute("XA ROLLBACK 'stmt_rb'")
+    try:
+        mariadb.execute(f"UPDATE {db}.t SET v = 'row format' WHERE id = 50")
+        caplog.set_level(logging.INFO)
+        _run(config)
+        assert _reread(caplog) == []  # nothing changed yet: the transaction is only prepared
+        assert_lake_equals_source(config, mariadb, [f"{db}.t", f"{db}.other"])
+    finally:
+        mariadb.execute("XA COMMIT 'stmt'")
+    _run(config)
+    assert [m for m in _reread(caplog) if m.startswith(f"table {db}.t:")], _reread(caplog)
+    assert_lake_equals_source(config, mariadb, [f"{db}.t", f"{db}.other"])
+    assert mariadb.execute(f"SELECT n FROM {db}.t WHERE id = 30") == [(30 % 97 + 1000,)]

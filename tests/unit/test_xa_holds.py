@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from orchestrator.app.airflow_support import asset_extra
-from orchestrator.binlog.reader import RowsEvent, XaEvent
+from orchestrator.binlog.reader import RowsEvent, TableChange, XaEvent
 from orchestrator.binlog.statements import Xid
 from orchestrator.config import parse_config
 from orchestrator.pipeline.capture.xa import XA_FOREIGN, XaTransactions
@@ -93,6 +93,28 @@ def test_both_kinds_at_once() -> None:
     holds = xa.holds(live, H)
     assert holds.own == {"db.a": at(200)}  # every held transaction seen again from there
     assert holds.foreign == {"db.b": at(200)}
+
+
+def statement(table: str, end: int, *, rows: bool = True) -> TableChange:
+    return TableChange(frozenset((table,)), "a statement-format change", FILE, end, rows=rows)
+
+
+def test_a_change_of_rows_without_images_counts_at_the_commit() -> None:
+    """Held with the transaction's rows and moved to its commit, where the capture re-reads the
+    table; dropped by a rollback. A change of shape is not the transaction's: not held."""
+    xa = XaTransactions()
+    xa.step(XaEvent("start", None, FILE, 110, at(100)))
+    assert xa.take(statement("db.a", 120))
+    assert not xa.take(statement("db.b", 130, rows=False))
+    xa.step(XaEvent("end", Xid(b"s"), FILE, 190, at(100)))
+    assert not xa.take(statement("db.a", 200))  # outside any XA group: the caller applies it
+    assert xa.tables() == {"db.a"}
+    assert xa.holds({"db.a": (at(50), False)}, H).own == {"db.a": at(100)}
+    assert xa.step(XaEvent("commit", Xid(b"s"), FILE, 500, at(400))) == [statement("db.a", 500)]
+    xa.step(XaEvent("start", None, FILE, 710, at(700)))
+    assert xa.take(statement("db.a", 720))
+    xa.step(XaEvent("end", Xid(b"r"), FILE, 790, at(700)))
+    assert xa.step(XaEvent("rollback", Xid(b"r"), FILE, 900, at(800))) == []
 
 
 def test_a_run_reports_where_the_table_is_not_its_held_back_start(tmp_path: Path) -> None:

@@ -260,7 +260,10 @@ class _Capture:
             )
             return
         for number, event in enumerate(committed):  # all at the commit's position
-            self.add(event, number * SHARED_ROWS)
+            if isinstance(event, TableChange):  # its rows changed now: re-read from here
+                self.change(event)
+            else:
+                self.add(event, number * SHARED_ROWS)
 
     def change(
         self,
@@ -518,7 +521,8 @@ def _run(
                 number += 1
             add(record, number * SHARED_ROWS)
         elif isinstance(record, TableChange):
-            capture.change(record)
+            if not capture.xa.take(record):  # an XA transaction's takes effect at its commit
+                capture.change(record)
         elif isinstance(record, XaEvent):
             capture.xa_step(record)
         elif record.kind == "stop":

@@ -19,6 +19,11 @@ comes later in another group, possibly in another run. So rows are held per xid:
   (begun before the run's tables' start) is let go: were it held again, every run
   would read the binlog again from where it began.
 
+A change of rows the binlog holds no images of inside the transaction (a statement-format
+session's, `TableChange` ``rows``) is held the same way: the rows change when it commits, so
+the table is re-read from the commit on (a re-read before it could not see the change), and
+not at all if it rolls back.
+
 ``XA COMMIT ... ONE PHASE`` ends its own group (MySQL logs it after XA END; MariaDB
 logs it as an ordinary transaction). A commit of an xid whose rows were before the
 capture began (prepared before a snapshot's start, or a transaction of other tables
@@ -32,7 +37,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from orchestrator.binlog.reader import RowsEvent, XaEvent
+from orchestrator.binlog.reader import RowsEvent, TableChange, XaEvent
 from orchestrator.binlog.statements import Xid
 from orchestrator.positions import BinlogPosition
 
@@ -53,24 +58,34 @@ class Holds:
     foreign: dict[str, BinlogPosition]
 
 
+#: What an XA transaction holds until its outcome: its rows, and its changes of rows without
+#: images (`TableChange` ``rows``).
+Held = RowsEvent | TableChange
+
+
+def _names(event: Held) -> frozenset[str]:
+    return event.tables if isinstance(event, TableChange) else frozenset((event.table,))
+
+
 class XaTransactions:
     """The rows of XA transactions not yet committed or rolled back."""
 
     def __init__(self) -> None:
-        self.group: list[RowsEvent] | None = None  # rows of the XA group being read
+        self.group: list[Held] | None = None  # what the XA group being read holds
         self.group_start: BinlogPosition | None = None
-        self.prepared: dict[Xid | None, tuple[BinlogPosition, list[RowsEvent]]] = {}
+        self.prepared: dict[Xid | None, tuple[BinlogPosition, list[Held]]] = {}
 
-    def take(self, event: RowsEvent) -> bool:
-        """Hold the event if it belongs to an XA transaction; whether it did."""
-        if self.group is None:
+    def take(self, event: Held) -> bool:
+        """Hold the event if it belongs to an XA transaction and takes effect at its outcome (a
+        change of shape, or of the binlog, takes effect at once); whether it did."""
+        if self.group is None or (isinstance(event, TableChange) and not event.rows):
             return False
         self.group.append(event)
         return True
 
-    def step(self, record: XaEvent) -> list[RowsEvent] | None:
-        """Follow one XA step; on ``commit`` the rows to apply now (moved to the commit's
-        position), on ``rollback`` none, and None for the commit of an xid never seen."""
+    def step(self, record: XaEvent) -> list[Held] | None:
+        """Follow one XA step; on ``commit`` what takes effect now (moved to the commit's
+        position), on ``rollback`` nothing, and None for the commit of an xid never seen."""
         if record.kind == "start":
             self.group, self.group_start = [], record.group_start
             return []
@@ -117,7 +132,7 @@ class XaTransactions:
             (
                 start
                 for start, events in self.prepared.values()
-                if not any(event.table in live for event in events)
+                if not any(_names(event) & live.keys() for event in events)
             ),
             default=None,
         )
@@ -148,6 +163,5 @@ class XaTransactions:
 
     def tables(self) -> set[str]:
         """The tables with rows held."""
-        return {event.table for _, events in self.prepared.values() for event in events} | {
-            event.table for event in self.group or []
-        }
+        held = [event for _, events in self.prepared.values() for event in events]
+        return {name for event in [*held, *(self.group or [])] for name in _names(event)}
