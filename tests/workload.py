@@ -455,7 +455,8 @@ class Workload:
 
     def turn_xa(self, server: LocalMariaDB) -> None:
         """Commit or roll back the XA transaction left prepared, then, every other time, prepare
-        another (rows of ``big``, sometimes of ``p``) to stay open across the next run."""
+        another (rows of ``big``, sometimes of ``p``; a quarter of them logged as statements) to
+        stay open across the next run."""
         conn = self.connect(server)
         try:
             with conn.cursor() as cursor:
@@ -464,6 +465,8 @@ class Workload:
                 if self.rng.random() < 0.5:
                     return
                 name = f"{self.database}-{self.fresh()}"
+                if self.rng.random() < 0.25:  # its changes without row images: at its commit
+                    cursor.execute("SET SESSION binlog_format = 'STATEMENT'")
                 cursor.execute(f"XA START '{name}'")
                 try:
                     cursor.execute("UPDATE big SET v = v + 100 WHERE id = %s", (self.any(5000),))
