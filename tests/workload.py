@@ -23,6 +23,8 @@ One database of seventeen tables, each there for a family of changes the binlog 
 - ``tg``: written by triggers on ``nk`` and by a stored procedure (row format: their writes
   are row events); ``dk`` loses and regains its primary key.
 
+And ``xo``, outside the pipeline, which only XA transactions write.
+
 `Workload.write` applies a number of random operations (a fifth of them two to a transaction,
 some rolled back); `Workload.turn_xa` ends the XA transaction it left prepared and may prepare
 another across the next run. Used by tests/integration/test_random_workload.py (fixed seeds,
@@ -74,6 +76,7 @@ TABLES = (
 FILTERS = {"f": "s < 3"}
 
 SCHEMA = (
+    "CREATE TABLE xo (id INT PRIMARY KEY, v INT)",  # outside the pipeline: XA transactions
     "CREATE TABLE p (id INT PRIMARY KEY, v INT, s VARCHAR(20))",
     "CREATE TABLE c (id INT PRIMARY KEY, pid INT, v INT, FOREIGN KEY (pid) REFERENCES p (id)"
     " ON DELETE CASCADE ON UPDATE CASCADE)",
@@ -455,8 +458,8 @@ class Workload:
 
     def turn_xa(self, server: LocalMariaDB) -> None:
         """Commit or roll back the XA transaction left prepared, then, every other time, prepare
-        another (rows of ``big``, sometimes of ``p``; a quarter of them logged as statements) to
-        stay open across the next run."""
+        another (rows of ``big``, sometimes of ``p``; a quarter of them logged as statements, a
+        quarter with a row of ``xo`` alone) to stay open across the next run."""
         conn = self.connect(server)
         try:
             with conn.cursor() as cursor:
@@ -465,12 +468,18 @@ class Workload:
                 if self.rng.random() < 0.5:
                     return
                 name = f"{self.database}-{self.fresh()}"
-                if self.rng.random() < 0.25:  # its changes without row images: at its commit
+                kind = self.rng.random()
+                if kind < 0.25:  # its changes without row images: at its commit
                     cursor.execute("SET SESSION binlog_format = 'STATEMENT'")
                 cursor.execute(f"XA START '{name}'")
                 try:
-                    cursor.execute("UPDATE big SET v = v + 100 WHERE id = %s", (self.any(5000),))
-                    if self.rng.random() < 0.5:
+                    if kind >= 0.75:  # nothing the pipeline reads: its tables know the commit
+                        cursor.execute("INSERT INTO xo VALUES (%s, 0)", (self.fresh(),))
+                    else:
+                        cursor.execute(
+                            "UPDATE big SET v = v + 100 WHERE id = %s", (self.any(5000),)
+                        )
+                    if kind < 0.75 and self.rng.random() < 0.5:
                         cursor.execute("UPDATE p SET v = 0 WHERE id = %s", (self.any(300),))
                     cursor.execute(f"XA END '{name}'")
                     cursor.execute(f"XA PREPARE '{name}'")

@@ -18,7 +18,10 @@ from typing import Any
 import pytest
 
 from orchestrator.app.demo.localdb import LocalMariaDB
+from orchestrator.app.run import run_command
+from orchestrator.binlog.statements import Xid
 from orchestrator.config import PipelineConfig
+from orchestrator.pipeline.capture.xa import XA_KNOWN, xid_text
 from orchestrator.pipeline.context import open_store, table_dir
 from orchestrator.positions import BinlogPosition
 from tests.conftest import assert_lake_equals_source, start_run
@@ -294,9 +297,9 @@ def test_an_xa_transaction_of_other_tables_across_a_run_end_reads_nothing_again(
     mariadb: LocalMariaDB, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """An XA transaction of a table outside the pipeline, prepared before a run's end and
-    committed after it: the next run sees it begin (the run's tables start there once), so its
-    commit is known and nothing is read again. Before, the commit of a transaction the capture
-    had not seen begin re-read every table of the run."""
+    committed after it: the run's tables go on from its end, each knowing the transaction
+    (`XA_KNOWN`), so its commit reads nothing again. Before, the next run read the binlog from
+    where it began; earlier still, its commit re-read every table of the run."""
     db = "chg_xa_out"
     config = _setup_outside(mariadb, tmp_path, db)
     other_before = _stats(config, f"{db}.other")
@@ -305,9 +308,9 @@ def test_an_xa_transaction_of_other_tables_across_a_run_end_reads_nothing_again(
         mariadb.execute(f"UPDATE {db}.t SET v = 'before the end' WHERE id = 5")
         caplog.set_level(logging.INFO)
         _run(config)
-        held = _checkpoints(config)
         published = BinlogPosition.from_json(_manifest(config, f"{db}.t")["position"])
-        assert held[f"{db}.t"] < published and held[f"{db}.other"] < published
+        assert set(_checkpoints(config).values()) == {published}
+        assert all(known == [xid_text(Xid(b"out"))] for known in _known(config).values())
     finally:
         mariadb.execute("XA COMMIT 'out'")
     mariadb.execute(f"UPDATE {db}.t SET v = 'after the commit' WHERE id = 6")
@@ -317,18 +320,73 @@ def test_an_xa_transaction_of_other_tables_across_a_run_end_reads_nothing_again(
     assert _stats(config, f"{db}.other") == other_before  # no change of it: its files kept
     published = BinlogPosition.from_json(_manifest(config, f"{db}.t")["position"])
     assert set(_checkpoints(config).values()) == {published}
+    assert _known(config) == {}  # its outcome seen: known no more
 
 
-def test_an_xa_transaction_of_other_tables_prepared_for_a_whole_run_is_let_go(
+def _known(config: PipelineConfig) -> dict[str, list[str]]:
+    """The XA transactions each table's checkpoint knows the commit of."""
+    store = open_store(config)
+    try:
+        checkpoints = store.table_checkpoints(config.pipeline)
+        return {c.table: c.position[XA_KNOWN] for c in checkpoints if XA_KNOWN in c.position}
+    finally:
+        store.close()
+
+
+def test_an_xa_transaction_of_other_tables_prepared_for_runs_is_known_until_it_ends(
     mariadb: LocalMariaDB, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Still prepared at the end of the run that began where it began, it is let go: the run's
-    tables go on from that run's end, not from where it began (a transaction left prepared for
-    days would have every run read the binlog since then again). Its commit, when it comes,
-    re-reads the tables (docs/limits.md), and the lake still equals the source."""
+    """Prepared across several runs, it is known by each: no run reads the binlog from where it
+    began, and its commit, when it comes, re-reads nothing (docs/limits.md had it: the commit
+    re-read every table). A table snapshotted while it is prepared never saw it begin: the
+    commit re-reads that table alone."""
     db = "chg_xa_stuck"
     config = _setup_outside(mariadb, tmp_path, db)
     _prepare_outside(mariadb, db, "stuck")
+    try:
+        for n in range(3):
+            mariadb.execute(f"UPDATE {db}.t SET v = 'run {n}' WHERE id = {5 + n}")
+            _run(config)
+            published = BinlogPosition.from_json(_manifest(config, f"{db}.t")["position"])
+            assert set(_checkpoints(config).values()) == {published}
+        snapshot = run_command(
+            config, tables=[f"{db}.other"], snapshot=True, chunk_size=None, progress=False
+        )
+        assert snapshot == 0
+        assert set(_known(config)) == {f"{db}.t"}
+        caplog.set_level(logging.INFO)
+    finally:
+        mariadb.execute("XA COMMIT 'stuck'")
+    mariadb.execute(f"UPDATE {db}.t SET v = 'after' WHERE id = 9")
+    _run(config)
+    what = "XA COMMIT of a transaction prepared before this capture began"
+    assert len(_reread(caplog)) == 1
+    assert _reread(caplog)[0].startswith(f"table {db}.other: {what}"), _reread(caplog)
+    assert_lake_equals_source(config, mariadb, [f"{db}.t", f"{db}.other"])
+
+
+def test_an_xa_transaction_of_a_cascading_parent_outside_the_run_is_let_go(
+    mariadb: LocalMariaDB, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Rows of a parent outside the run, decoded for the cascades into a run table: still
+    prepared at the end of the run that began where it began, it is let go (the run's tables go
+    on from that run's end, not from where it began: a transaction left prepared for days would
+    have every run read the binlog since then again). Its commit re-reads the tables
+    (docs/limits.md), and the lake still equals the source."""
+    db = "chg_xa_parent"
+    config = _setup(mariadb, tmp_path, db)
+    mariadb.execute(
+        f"CREATE TABLE {db}.parent (id INT PRIMARY KEY, w INT)",
+        f"INSERT INTO {db}.parent SELECT seq, 0 FROM {db}.seq_0_to_96",
+        f"ALTER TABLE {db}.t ADD FOREIGN KEY (n) REFERENCES {db}.parent (id) ON DELETE CASCADE",
+    )
+    _run(config)
+    mariadb.execute(
+        "XA START 'parent'",
+        f"UPDATE {db}.parent SET w = 1 WHERE id = 3",
+        "XA END 'parent'",
+        "XA PREPARE 'parent'",
+    )
     try:
         mariadb.execute(f"UPDATE {db}.t SET v = 'one' WHERE id = 5")
         _run(config)
@@ -341,7 +399,7 @@ def test_an_xa_transaction_of_other_tables_prepared_for_a_whole_run_is_let_go(
         assert set(_checkpoints(config).values()) == {published}
         assert all(first[t] < published for t in first)
     finally:
-        mariadb.execute("XA COMMIT 'stuck'")
+        mariadb.execute("XA COMMIT 'parent'")
     mariadb.execute(f"UPDATE {db}.t SET v = 'three' WHERE id = 7")
     _run(config)
     what = "XA COMMIT of a transaction prepared before this capture began"
@@ -358,7 +416,12 @@ def test_a_table_held_by_one_pass_of_the_capture_is_let_go_by_the_last(
     run does not read the binlog since that transaction began again."""
     db = "chg_xa_pass"
     config = _setup_outside(mariadb, tmp_path, db)
-    _prepare_outside(mariadb, db, "pass")
+    mariadb.execute(  # a row of `other`: the first pass holds it back where this began
+        "XA START 'pass'",
+        f"INSERT INTO {db}.other VALUES (9001, 'pass', 1)",
+        "XA END 'pass'",
+        "XA PREPARE 'pass'",
+    )
     try:
         mariadb.execute(f"TRUNCATE TABLE {db}.t", f"INSERT INTO {db}.t VALUES (1, 'new', 1)")
         # the first pass ends, holds `other` back and re-reads t: stopped at its read

@@ -63,10 +63,16 @@ def test_otherwise_everything_from_the_start_is_kept(
 
 def test_the_capture_reads_from_the_held_start_and_keeps_from_the_version() -> None:
     info = {"from_position": HELD.to_json(), "version_position": VERSION.to_json()}
-    assert planned_starts(info, "incremental") == {"start": VERSION, "read_from": HELD}
-    # a table re-read inside the run is a snapshot from its new start: the version is not its base
-    assert planned_starts(info, "snapshot") == {"start": HELD, "read_from": None}
-    assert planned_starts({"from_position": HELD.to_json()}, "incremental") == {
+    nothing = {"held": False, "known": frozenset()}
+    assert planned_starts(info, "incremental") == {"start": VERSION, "read_from": HELD, **nothing}
+    # a table re-read inside the run is a snapshot from its new start: the version is not its
+    # base, and what its published start knew of XA transactions is not its own
+    marks = {"held_back": True, "xa_known": ["1:61:"]}
+    snapshot = planned_starts({**info, **marks}, "snapshot")
+    assert snapshot == {"start": HELD, "read_from": None, **nothing}
+    assert planned_starts({"from_position": HELD.to_json(), **marks}, "incremental") == {
         "start": HELD,
         "read_from": None,
+        "held": True,
+        "known": frozenset({"1:61:"}),
     }

@@ -1,7 +1,8 @@
 """Where tables' next starts stay for XA transactions prepared at a capture's end
 (`XaTransactions.holds`): a transaction with rows of a table holds that table where it began; one
-with rows of none of the run's tables holds the others there once, and is let go by a table the
-run before held for it (docs/design.md, "Changes that are not row images")."""
+holding nothing the capture decodes is known by every table, which goes on from the end; one with
+rows decoded but not kept holds the others there once, and is let go by a table the run before
+held for it (docs/design.md, "Changes that are not row images")."""
 
 from __future__ import annotations
 
@@ -13,7 +14,13 @@ from orchestrator.app.airflow_support import asset_extra
 from orchestrator.binlog.reader import RowsEvent, TableChange, XaEvent
 from orchestrator.binlog.statements import Xid
 from orchestrator.config import parse_config
-from orchestrator.pipeline.capture.xa import XA_FOREIGN, XaTransactions
+from orchestrator.pipeline.capture.xa import (
+    MAX_KNOWN,
+    XA_FOREIGN,
+    XA_KNOWN,
+    XaTransactions,
+    xid_text,
+)
 from orchestrator.pipeline.publish.step import _published
 from orchestrator.positions import BinlogPosition
 from orchestrator.state.records import TableCheckpoint
@@ -67,7 +74,7 @@ def test_a_transaction_of_other_tables_holds_every_table_once() -> None:
 
 def test_a_table_held_for_one_that_began_there_or_before_lets_it_go() -> None:
     xa = XaTransactions()
-    prepared(xa, b"stuck", 300)
+    prepared(xa, b"stuck", 300, "db.outside")
     live = {
         "db.a": (at(300), True),  # held there by the run before: let go
         "db.b": (at(350), True),  # held for a later one: this one began before, let go
@@ -80,7 +87,7 @@ def test_a_table_held_for_one_that_began_there_or_before_lets_it_go() -> None:
 
 def test_a_table_held_before_is_held_for_one_begun_after_its_start() -> None:
     xa = XaTransactions()
-    prepared(xa, b"new", 400)
+    prepared(xa, b"new", 400, "db.outside")
     holds = xa.holds({"db.a": (at(300), True)}, H)
     assert holds.foreign == {"db.a": at(400)}
 
@@ -93,6 +100,47 @@ def test_both_kinds_at_once() -> None:
     holds = xa.holds(live, H)
     assert holds.own == {"db.a": at(200)}  # every held transaction seen again from there
     assert holds.foreign == {"db.b": at(200)}
+
+
+def text(name: bytes) -> str:
+    return xid_text(Xid(name))
+
+
+def test_one_holding_nothing_decoded_is_known_and_holds_nothing() -> None:
+    """Its commit is known to every table: no table waits for it, whatever held it before."""
+    xa = XaTransactions()
+    prepared(xa, b"outside", 300)
+    live = {"db.a": (at(50), False), "db.b": (at(300), True)}
+    holds = xa.holds(live, H)
+    assert (holds.own, holds.foreign) == ({}, {})
+    assert holds.known == {"db.a": [text(b"outside")], "db.b": [text(b"outside")]}
+    known = {**H.to_json(), XA_KNOWN: [text(b"outside")]}
+    assert holds.next_starts(H) == {"db.a": known, "db.b": known}
+
+
+def test_what_a_start_knew_is_known_on_until_its_outcome() -> None:
+    xa = XaTransactions()
+    xa.step(XaEvent("commit", Xid(b"old"), FILE, 200, at(150)))  # its group before the capture
+    prepared(xa, b"mine", 300, "db.a")
+    prepared(xa, b"new", 400)
+    live = {"db.a": (at(50), False), "db.b": (at(50), False)}
+    knew = {"db.a": [text(b"old"), text(b"stays")], "db.b": [text(b"other")]}
+    holds = xa.holds(live, H, knew)
+    assert holds.known == {
+        "db.a": sorted([text(b"new"), text(b"stays")]),
+        "db.b": sorted([text(b"new"), text(b"other")]),
+    }
+    assert holds.own == {"db.a": at(300)}
+    assert holds.next_starts(H)["db.a"] == {**at(300).to_json(), XA_KNOWN: holds.known["db.a"]}
+    # a resumed capture may have passed an outcome before it began: only what it saw prepared
+    assert xa.holds(live, H, None).known == {"db.a": [text(b"new")], "db.b": [text(b"new")]}
+
+
+def test_a_table_knows_at_most_so_many() -> None:
+    xa = XaTransactions()
+    for n in range(MAX_KNOWN + 5):
+        prepared(xa, f"x{n}".encode(), 100 + n * 100)
+    assert [len(k) for k in xa.holds({"db.a": (at(50), False)}, H).known.values()] == [MAX_KNOWN]
 
 
 def statement(table: str, end: int, *, rows: bool = True) -> TableChange:
@@ -119,8 +167,8 @@ def test_a_change_of_rows_without_images_counts_at_the_commit() -> None:
 
 def test_a_run_reports_where_the_table_is_not_its_held_back_start(tmp_path: Path) -> None:
     """A checkpoint held back for another table's transaction lies before ``H`` and carries
-    `XA_FOREIGN`, for the next run's planning; the position a run reports (its summary, the
-    Airflow asset's extra) is ``H``, and holds only what docs/output.md lists."""
+    `XA_FOREIGN` (and `XA_KNOWN`), for the next run's planning; the position a run reports (its
+    summary, the Airflow asset's extra) is ``H``, and holds only what docs/output.md lists."""
     config = parse_config(
         {
             "pipeline": "marks",
@@ -130,7 +178,7 @@ def test_a_run_reports_where_the_table_is_not_its_held_back_start(tmp_path: Path
             "tables": [{"name": "db.a"}],
         }
     )
-    held = {**at(300).to_json(), XA_FOREIGN: True}
+    held = {**at(300).to_json(), XA_FOREIGN: True, XA_KNOWN: [text(b"x")]}
     checkpoint = TableCheckpoint("marks", "db.a", 2, held, 10, "m", "run", dt.datetime.now(dt.UTC))
     published = _published(config, checkpoint, None, True)  # read back: the checkpoint's
     assert published.position == at(300).to_json()

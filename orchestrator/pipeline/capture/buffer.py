@@ -49,6 +49,9 @@ class CaptureTable:
             cascades they derive, never written.
         held: the run before held ``start`` back for an XA transaction of other tables
             prepared at its end (`orchestrator.pipeline.capture.xa`).
+        known: XA transactions prepared at ``start`` that hold nothing the capture decodes
+            (`orchestrator.pipeline.capture.xa`, ``XA_KNOWN``): their commit changes nothing
+            of the table.
         next_held: an earlier pass of this run's capture held its next start back (a pass
             after a re-read decides again).
     """
@@ -63,6 +66,7 @@ class CaptureTable:
     held: bool = False
     next_held: bool = False
     read_from: BinlogPosition | None = None
+    known: frozenset[str] = frozenset()
 
     @property
     def first(self) -> BinlogPosition:
@@ -71,29 +75,35 @@ class CaptureTable:
 
 
 class Starts(TypedDict):
-    """`CaptureTable`'s ``start`` and ``read_from``."""
+    """`CaptureTable`'s ``start``, ``read_from``, ``held`` and ``known``."""
 
     start: BinlogPosition
     read_from: BinlogPosition | None
+    held: bool
+    known: frozenset[str]
 
 
 def planned_starts(info: Mapping[str, Any], mode: str) -> Starts:
     """A planned table's `CaptureTable` ``start`` and ``read_from`` from its record's ``info``:
     ``from_position``, and for an incremental table held back before its published version
-    (``version_position``, `orchestrator.pipeline.plan.tables`) that version's position.
+    (``version_position``, `orchestrator.pipeline.plan.tables`) that version's position; with
+    what its published start says of XA transactions (``held_back``, ``xa_known``).
 
     >>> held = {"from_position": {"file": "b.000001", "pos": 400},
     ...         "version_position": {"file": "b.000001", "pos": 900}}
     >>> {k: str(v) for k, v in planned_starts(held, "incremental").items()}
-    {'start': 'b.000001:900', 'read_from': 'b.000001:400'}
+    {'start': 'b.000001:900', 'read_from': 'b.000001:400', 'held': 'False', 'known': 'frozenset()'}
     >>> {k: str(v) for k, v in planned_starts(held, "snapshot").items()}
-    {'start': 'b.000001:400', 'read_from': 'None'}
+    {'start': 'b.000001:400', 'read_from': 'None', 'held': 'False', 'known': 'frozenset()'}
     """
     start = BinlogPosition.from_json(info["from_position"])
-    version = info.get("version_position") if mode == "incremental" else None
+    if mode != "incremental":  # a snapshot's start is its own
+        return Starts(start=start, read_from=None, held=False, known=frozenset())
+    version = info.get("version_position")
+    held, known = bool(info.get("held_back")), frozenset(info.get("xa_known") or ())
     if version is None:
-        return Starts(start=start, read_from=None)
-    return Starts(start=BinlogPosition.from_json(version), read_from=start)
+        return Starts(start=start, read_from=None, held=held, known=known)
+    return Starts(start=BinlogPosition.from_json(version), read_from=start, held=held, known=known)
 
 
 def key_indexes(table: CaptureTable) -> list[int]:

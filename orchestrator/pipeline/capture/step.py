@@ -86,7 +86,7 @@ from orchestrator.pipeline.capture.reread import (
     stopped,
 )
 from orchestrator.pipeline.capture.writes import Segments, SegmentWrites
-from orchestrator.pipeline.capture.xa import XA_FOREIGN, XaTransactions
+from orchestrator.pipeline.capture.xa import XaTransactions, xid_text
 from orchestrator.pipeline.context import current_run, open_source, open_store, position, table_info
 from orchestrator.pipeline.failed import fail_table, mark_reread, table_failure
 from orchestrator.pipeline.keyless import capture_key, is_keyless
@@ -149,6 +149,7 @@ class _Capture:
     captured: int = 0  # changes kept by this call
     starts: dict[str, tuple[int, int, int]] = field(default_factory=dict)
     xa: XaTransactions = field(default_factory=XaTransactions)
+    resumed: bool = False  # from a checkpoint of this run (what its start knew is not carried)
 
     decoder: Decoder = "fast"
     filters: ChangeFilters = field(default_factory=ChangeFilters)
@@ -249,15 +250,11 @@ class _Capture:
     def xa_step(self, record: XaEvent) -> None:
         """An XA step: a committed transaction's rows are added at the commit's position."""
         committed = self.xa.step(record)
-        if committed is None:
-            self.change(
-                TableChange(
-                    frozenset(self.tables),
-                    "XA COMMIT of a transaction prepared before this capture began",
-                    record.file,
-                    record.end,
-                )
-            )
+        if committed is None:  # tables whose start knew it have nothing of it (`XA_KNOWN`)
+            xid = xid_text(record.xid)
+            unknown = frozenset(t for t, table in self.tables.items() if xid not in table.known)
+            what = "XA COMMIT of a transaction prepared before this capture began"
+            self.change(TableChange(unknown, what, record.file, record.end))
             return
         for number, event in enumerate(committed):  # all at the commit's position
             if isinstance(event, TableChange):  # its rows changed now: re-read from here
@@ -320,14 +317,12 @@ class _Capture:
             for table, t in self.tables.items()
             if self.starts[table] != _NEVER
         }
-        holds = self.xa.holds(live, stop)
+        known = None if self.resumed else {t: self.tables[t].known for t in live}
+        holds = self.xa.holds(live, stop, known)
         infos: dict[str, dict[str, Any]] = {  # held by an earlier pass: not any more
             table: {"next_from": None} for table in live if self.tables[table].next_held
         }
-        for foreign, held in ((False, holds.own), (True, holds.foreign)):
-            for table, at in held.items():
-                since = {**at.to_json(), **({XA_FOREIGN: True} if foreign else {})}
-                infos[table] = {"next_from": since}
+        infos.update({t: {"next_from": at} for t, at in holds.next_starts(stop).items()})
         self.store.merge_tables_info(self.run_id, infos)  # one transaction for thousands
 
     def flush(self) -> None:
@@ -469,6 +464,7 @@ def capture_changes(
         filters=ChangeFilters(tables, lambda: open_source(config)),
         run_cascades=cascades,
         staging=config.staging_path,
+        resumed=checkpoint is not None,
     )
     if checkpoint is not None:
         log.info(
@@ -569,7 +565,6 @@ def capture(
                     **planned_starts(r.info, r.mode),
                     where=config.table_where(r.table),
                     multiset=is_keyless(r),
-                    held=bool(r.info.get("held_back")),
                     next_held=bool(r.info.get("next_from")),
                 )
                 for r in records

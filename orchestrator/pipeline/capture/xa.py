@@ -13,11 +13,17 @@ comes later in another group, possibly in another run. So rows are held per xid:
   next start) stays at the boundary where the transaction's group began, so whoever
   reads on - a resumed capture, or the next run - reads its rows again and applies
   them at its commit. Replaying from an earlier position is always exact with full
-  row images (docs/design.md). A transaction with rows of none of the run's tables
-  holds their next start too, once: the next run then sees its group, and its commit
-  is one it knows, with nothing to apply. One still prepared at the end of that run
-  (begun before the run's tables' start) is let go: were it held again, every run
-  would read the binlog again from where it began.
+  row images (docs/design.md).
+* one holding nothing the capture decodes (rows of tables outside the run only): each
+  table's next start carries its xid (`XA_KNOWN`), so that the runs after know its
+  commit, with nothing to apply, without reading its group again. A table keeps the xid
+  while the transaction stays prepared, and drops it at its outcome.
+* one holding rows of tables decoded but not kept (a parent outside the run, whose rows
+  derive cascades; a table failed or waiting for a re-read) holds the other tables'
+  next start too, once: the next run then sees its group, and its commit is one it
+  knows. One still prepared at the end of that run (begun before the run's tables'
+  start) is let go: were it held again, every run would read the binlog again from
+  where it began.
 
 A change of rows the binlog holds no images of inside the transaction (a statement-format
 session's, `TableChange` ``rows``) is held the same way: the rows change when it commits, so
@@ -27,15 +33,16 @@ not at all if it rolls back.
 ``XA COMMIT ... ONE PHASE`` ends its own group (MySQL logs it after XA END; MariaDB
 logs it as an ordinary transaction). A commit of an xid whose rows were before the
 capture began (prepared before a snapshot's start, or a transaction of other tables
-let go) cannot be applied: the caller re-reads the run's tables.
+let go) cannot be applied: the caller re-reads the run's tables that do not know it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from orchestrator.binlog.reader import RowsEvent, TableChange, XaEvent
 from orchestrator.binlog.statements import Xid
@@ -47,15 +54,43 @@ log = logging.getLogger("orchestrator.pipeline.capture.step")  # the capture's l
 #: transaction of other tables (`orchestrator.pipeline.capture.step`, ``hold_prepared``): the
 #: next run holds it back no further for a transaction that began there or before.
 XA_FOREIGN = "xa_foreign"
+#: The key of a table's next start listing the XA transactions prepared there that hold
+#: nothing the capture decodes (`xid_text`): their commit, when a later run sees it, changes
+#: nothing of the table.
+XA_KNOWN = "xa_known"
+#: At most this many such transactions a table: the commit of one left out re-reads it.
+MAX_KNOWN = 100
+
+
+def xid_text(xid: Xid | None) -> str:
+    """An xid as a table's next start records it (`XA_KNOWN`).
+
+    >>> xid_text(Xid(b"ab", b"c", 7))
+    '7:6162:63'
+    """
+    return "" if xid is None else f"{xid.format_id}:{xid.gtrid.hex()}:{xid.bqual.hex()}"
 
 
 @dataclass(frozen=True, slots=True)
 class Holds:
     """Where tables' next starts stay for XA transactions prepared at a capture's end: ``own``
-    for those with rows of the table, ``foreign`` for those with rows of other tables only."""
+    for those with rows of the table, ``foreign`` for those with rows of other tables only;
+    ``known``: the transactions holding nothing decoded whose commit each table knows."""
 
     own: dict[str, BinlogPosition]
     foreign: dict[str, BinlogPosition]
+    known: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+
+    def next_starts(self, stop: BinlogPosition) -> dict[str, dict[str, Any]]:
+        """The next start of each table that does not simply go on from ``stop``."""
+        starts = {}
+        for table in self.own.keys() | self.foreign.keys() | self.known.keys():
+            at = self.own.get(table) or self.foreign.get(table) or stop
+            marks: dict[str, Any] = {XA_FOREIGN: True} if table in self.foreign else {}
+            if table in self.known:
+                marks[XA_KNOWN] = self.known[table]
+            starts[table] = {**at.to_json(), **marks}
+        return starts
 
 
 #: What an XA transaction holds until its outcome: its rows, and its changes of rows without
@@ -74,6 +109,7 @@ class XaTransactions:
         self.group: list[Held] | None = None  # what the XA group being read holds
         self.group_start: BinlogPosition | None = None
         self.prepared: dict[Xid | None, tuple[BinlogPosition, list[Held]]] = {}
+        self.ended: set[str] = set()  # the xids whose outcome was seen (`xid_text`)
 
     def take(self, event: Held) -> bool:
         """Hold the event if it belongs to an XA transaction and takes effect at its outcome (a
@@ -94,6 +130,7 @@ class XaTransactions:
             self.group = self.group_start = None
             return []
         held = self.prepared.pop(record.xid, None)
+        self.ended.add(xid_text(record.xid))
         if record.kind == "rollback":
             return []
         if held is None:
@@ -107,7 +144,12 @@ class XaTransactions:
             starts.append(self.group_start)
         return min(starts, default=None)
 
-    def holds(self, live: Mapping[str, tuple[BinlogPosition, bool]], stop: BinlogPosition) -> Holds:
+    def holds(
+        self,
+        live: Mapping[str, tuple[BinlogPosition, bool]],
+        stop: BinlogPosition,
+        known: Mapping[str, Iterable[str]] | None = None,
+    ) -> Holds:
         """Where the next start of each table stays, at the end of a capture at ``stop``.
 
         Args:
@@ -115,10 +157,14 @@ class XaTransactions:
                 and whether the run before held it back for a transaction of other tables
                 (`XA_FOREIGN`).
             stop: the capture's end, ``H``.
+            known: the transactions each table's start knew (`XA_KNOWN`), for those still
+                prepared to be known on; None drops them (a resumed capture, which may have
+                passed an outcome before it began).
         """
+        known = self.knowing(live, known or {})
         hold = self.hold()
         if hold is None:
-            return Holds({}, {})
+            return Holds({}, {}, known)
         touched = sorted(self.tables() & live.keys())
         for table in touched:
             log.warning(
@@ -132,12 +178,12 @@ class XaTransactions:
             (
                 start
                 for start, events in self.prepared.values()
-                if not any(_names(event) & live.keys() for event in events)
+                if events and not any(_names(event) & live.keys() for event in events)
             ),
             default=None,
         )
         if other is None:
-            return Holds(dict.fromkeys(touched, hold), {})
+            return Holds(dict.fromkeys(touched, hold), {}, known)
         foreign = {  # once: a table held back for one that began at or before its start is let go
             table: other
             for table, (start, held) in sorted(live.items())
@@ -159,7 +205,29 @@ class XaTransactions:
                 other,
                 stop,
             )
-        return Holds(dict.fromkeys(touched, hold), foreign)
+        return Holds(dict.fromkeys(touched, hold), foreign, known)
+
+    def knowing(
+        self, live: Iterable[str], known: Mapping[str, Iterable[str]]
+    ) -> dict[str, list[str]]:
+        """What each table knows at the capture's end: the prepared transactions that hold
+        nothing decoded, and those its start knew whose outcome the capture did not see."""
+        empty = {xid_text(x) for x, (_, events) in self.prepared.items() if x and not events}
+        knowing = {}
+        for table in live:
+            xids = sorted(empty | (set(known.get(table, ())) - self.ended))
+            if len(xids) > MAX_KNOWN:
+                log.warning(
+                    "table %s: %d XA transactions of other tables prepared; the commit of the "
+                    "%d past %d will re-read it",
+                    table,
+                    len(xids),
+                    len(xids) - MAX_KNOWN,
+                    MAX_KNOWN,
+                )
+            if xids:
+                knowing[table] = xids[:MAX_KNOWN]
+        return knowing
 
     def tables(self) -> set[str]:
         """The tables with rows held."""

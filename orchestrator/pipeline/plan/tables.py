@@ -18,7 +18,7 @@ from orchestrator.binlog.failover import Follower
 from orchestrator.config import PipelineConfig, TableConfig
 from orchestrator.lake.manifest import Manifest, Manifests, find_manifest
 from orchestrator.pipeline.capture.filtering import compile_table_filter
-from orchestrator.pipeline.capture.xa import XA_FOREIGN
+from orchestrator.pipeline.capture.xa import XA_FOREIGN, XA_KNOWN
 from orchestrator.pipeline.context import open_source, table_dir
 from orchestrator.pipeline.failed import fail_table, table_failure
 from orchestrator.pipeline.lines import TableLines
@@ -211,9 +211,9 @@ def _plan_one(
         )
         if since is not None and _same_shape(table.name, manifest, info):
             assert manifest is not None, "_not_behind: there is one"
-            held = bool(checkpoint.position.get(XA_FOREIGN))  # the capture's `hold_prepared`
             version = _held_before(since, checkpoint, manifest)
-            return _incremental(table, manifest, info, since.to_json(), held=held, version=version)
+            marks = _xa_marks(since, checkpoint)
+            return _incremental(table, manifest, info, since.to_json(), marks, version=version)
     # Changes the run captured for it before it was reset would override the new read: they are
     # voided in the same transaction that plans it (`pipeline.segments`).
     void = void_mark(store, run.run_id) if late else 0
@@ -343,17 +343,38 @@ def _held_before(
     return dict(manifest["position"]) if since < version else None
 
 
+def _xa_marks(since: BinlogPosition, checkpoint: TableCheckpoint) -> dict[str, Any]:
+    """What the capture that made the checkpoint recorded of XA transactions with it
+    (`orchestrator.pipeline.capture.xa`), for a start that is the checkpoint's own: whether it
+    held it back for a transaction of other tables (``held_back``), and the transactions it
+    knows the commit of (``xa_known``). A start carried over from another server knows none.
+
+    >>> from orchestrator.state.records import TableCheckpoint as C
+    >>> at = {"file": "b.000001", "pos": 400}
+    >>> c = C("p", "db.t", 1, {**at, XA_FOREIGN: True, XA_KNOWN: ["1:61:"]}, 1, "m", "r", None)
+    >>> _xa_marks(BinlogPosition.from_json(at), c)  # type: ignore[arg-type]
+    {'held_back': True, 'xa_known': ['1:61:']}
+    >>> _xa_marks(BinlogPosition("b.000002", 4), c)  # type: ignore[arg-type]
+    {}
+    """
+    if since.key != BinlogPosition.from_json(checkpoint.position).key:
+        return {}
+    marks: dict[str, Any] = {"held_back": True} if checkpoint.position.get(XA_FOREIGN) else {}
+    if checkpoint.position.get(XA_KNOWN):
+        marks["xa_known"] = list(checkpoint.position[XA_KNOWN])
+    return marks
+
+
 def _incremental(
     table: TableConfig,
     manifest: Manifest,
     info: TableInfo,
     since: dict[str, Any],
+    marks: dict[str, Any],
     *,
-    held: bool,
     version: dict[str, Any] | None = None,
 ) -> PlannedTable:
-    """``held``: the run before held its start back for an XA transaction of other tables
-    (`orchestrator.pipeline.capture.xa`); ``version``: `_held_before`."""
+    """``marks``: `_xa_marks`; ``version``: `_held_before`."""
     return PlannedTable(
         table.name,
         "incremental",
@@ -363,7 +384,7 @@ def _incremental(
             "table_info": table_info_text(info),
             "from_position": since,
             "base_version": manifest["version"],
-            **({"held_back": True} if held else {}),
+            **marks,
             **({"version_position": version} if version is not None else {}),
         },
         [],

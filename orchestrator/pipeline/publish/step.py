@@ -20,7 +20,7 @@ from orchestrator.lake.manifest import (
     current_uri,
     find_manifest,
 )
-from orchestrator.pipeline.capture.xa import XA_FOREIGN
+from orchestrator.pipeline.capture.xa import XA_FOREIGN, XA_KNOWN
 from orchestrator.pipeline.context import (
     current_run,
     open_store,
@@ -46,6 +46,9 @@ if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
 
 log = logging.getLogger(__name__)
+
+#: What the capture adds to a table's next start about XA transactions, not a position's.
+_MARKS = (XA_FOREIGN, XA_KNOWN)
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,7 +326,7 @@ def _published(
         uri=table_dir(config, checkpoint.table),
         version=checkpoint.version,
         rows=checkpoint.rows,
-        position=at or {k: v for k, v in checkpoint.position.items() if k != XA_FOREIGN},
+        position=at or {k: v for k, v in checkpoint.position.items() if k not in _MARKS},
         iceberg=iceberg,
         changed=changed,
     )
