@@ -365,6 +365,31 @@ def test_an_xa_transaction_of_other_tables_prepared_for_runs_is_known_until_it_e
     assert_lake_equals_source(config, mariadb, [f"{db}.t", f"{db}.other"])
 
 
+def test_what_a_table_knows_survives_a_capture_in_two_passes(
+    mariadb: LocalMariaDB, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A run that re-reads a table captures in two passes, the second resumed from the first's
+    checkpoint: the tables it did not re-read still know the transaction prepared since before
+    the run (the checkpoint records the outcomes it passed), so its commit re-reads only the
+    table snapshotted while it was prepared."""
+    db = "chg_xa_two"
+    config = _setup_outside(mariadb, tmp_path, db)
+    _prepare_outside(mariadb, db, "two")
+    try:
+        _run(config)
+        mariadb.execute(f"TRUNCATE TABLE {db}.t", f"INSERT INTO {db}.t VALUES (1, 'new', 1)")
+        caplog.set_level(logging.INFO)
+        _run(config)
+        assert [m for m in _reread(caplog) if "TRUNCATE" in m]
+        assert set(_known(config)) == {f"{db}.other"}
+        caplog.clear()
+    finally:
+        mariadb.execute("XA COMMIT 'two'")
+    _run(config)
+    assert [m.split(":", 1)[0] for m in _reread(caplog)] == [f"table {db}.t"]
+    assert_lake_equals_source(config, mariadb, [f"{db}.t", f"{db}.other"])
+
+
 def test_an_xa_transaction_of_a_cascading_parent_outside_the_run_is_let_go(
     mariadb: LocalMariaDB, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

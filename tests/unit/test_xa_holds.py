@@ -16,6 +16,7 @@ from orchestrator.binlog.statements import Xid
 from orchestrator.config import parse_config
 from orchestrator.pipeline.capture.xa import (
     MAX_KNOWN,
+    XA_ENDED,
     XA_FOREIGN,
     XA_KNOWN,
     XaTransactions,
@@ -119,12 +120,13 @@ def test_one_holding_nothing_decoded_is_known_and_holds_nothing() -> None:
 
 
 def test_what_a_start_knew_is_known_on_until_its_outcome() -> None:
-    xa = XaTransactions()
+    knew = {"db.a": [text(b"old"), text(b"stays")], "db.b": [text(b"other")]}
+    xa = XaTransactions({x for xids in knew.values() for x in xids})
     xa.step(XaEvent("commit", Xid(b"old"), FILE, 200, at(150)))  # its group before the capture
+    xa.step(XaEvent("commit", Xid(b"unknown"), FILE, 220, at(210)))  # nobody's: not recorded
     prepared(xa, b"mine", 300, "db.a")
     prepared(xa, b"new", 400)
     live = {"db.a": (at(50), False), "db.b": (at(50), False)}
-    knew = {"db.a": [text(b"old"), text(b"stays")], "db.b": [text(b"other")]}
     holds = xa.holds(live, H, knew)
     assert holds.known == {
         "db.a": sorted([text(b"new"), text(b"stays")]),
@@ -132,8 +134,14 @@ def test_what_a_start_knew_is_known_on_until_its_outcome() -> None:
     }
     assert holds.own == {"db.a": at(300)}
     assert holds.next_starts(H)["db.a"] == {**at(300).to_json(), XA_KNOWN: holds.known["db.a"]}
-    # a resumed capture may have passed an outcome before it began: only what it saw prepared
-    assert xa.holds(live, H, None).known == {"db.a": [text(b"new")], "db.b": [text(b"new")]}
+    # the capture checkpoint records the outcome: a capture resumed from it, which may not see
+    # the commit again, knows it all the same
+    assert xa.outcomes() == {XA_ENDED: [text(b"old")]}
+    resumed = XaTransactions(xa.known, {**at(250).to_json(), **xa.outcomes()})
+    assert resumed.holds(live, H, knew).known == {
+        "db.a": [text(b"stays")],
+        "db.b": [text(b"other")],
+    }
 
 
 def test_a_table_knows_at_most_so_many() -> None:

@@ -149,7 +149,6 @@ class _Capture:
     captured: int = 0  # changes kept by this call
     starts: dict[str, tuple[int, int, int]] = field(default_factory=dict)
     xa: XaTransactions = field(default_factory=XaTransactions)
-    resumed: bool = False  # from a checkpoint of this run (what its start knew is not carried)
 
     decoder: Decoder = "fast"
     filters: ChangeFilters = field(default_factory=ChangeFilters)
@@ -317,8 +316,7 @@ class _Capture:
             for table, t in self.tables.items()
             if self.starts[table] != _NEVER
         }
-        known = None if self.resumed else {t: self.tables[t].known for t in live}
-        holds = self.xa.holds(live, stop, known)
+        holds = self.xa.holds(live, stop, {t: self.tables[t].known for t in live})
         infos: dict[str, dict[str, Any]] = {  # held by an earlier pass: not any more
             table: {"next_from": None} for table in live if self.tables[table].next_held
         }
@@ -381,7 +379,7 @@ class _Capture:
         total = sum(self.rows.values())
         self.store.save_capture_checkpoint(
             self.run_id,
-            position.to_json(),
+            {**position.to_json(), **self.xa.outcomes()},
             self.segments,
             total,
             [o for o in self.owners if int(str(o[1])) <= self.segments],
@@ -464,7 +462,10 @@ def capture_changes(
         filters=ChangeFilters(tables, lambda: open_source(config)),
         run_cascades=cascades,
         staging=config.staging_path,
-        resumed=checkpoint is not None,
+        xa=XaTransactions(
+            frozenset().union(*(t.known for t in tables.values())),
+            (store.capture_checkpoint(run_id) or {}).get("position") if checkpoint else None,
+        ),
     )
     if checkpoint is not None:
         log.info(

@@ -60,6 +60,10 @@ XA_FOREIGN = "xa_foreign"
 XA_KNOWN = "xa_known"
 #: At most this many such transactions a table: the commit of one left out re-reads it.
 MAX_KNOWN = 100
+#: The key of a capture checkpoint's position listing the outcomes the capture passed of
+#: transactions its tables' starts knew (`XA_KNOWN`): a capture resumed from it knows them
+#: ended, and its tables stop knowing them.
+XA_ENDED = "xa_ended"
 
 
 def xid_text(xid: Xid | None) -> str:
@@ -105,11 +109,15 @@ def _names(event: Held) -> frozenset[str]:
 class XaTransactions:
     """The rows of XA transactions not yet committed or rolled back."""
 
-    def __init__(self) -> None:
+    def __init__(self, known: Iterable[str] = (), checkpoint: Mapping[str, Any] | None = None):
+        """``known``: what the tables' starts know (`XA_KNOWN`); ``checkpoint``: the position of
+        the capture checkpoint this capture resumes from."""
         self.group: list[Held] | None = None  # what the XA group being read holds
         self.group_start: BinlogPosition | None = None
         self.prepared: dict[Xid | None, tuple[BinlogPosition, list[Held]]] = {}
-        self.ended: set[str] = set()  # the xids whose outcome was seen (`xid_text`)
+        self.known = frozenset(known)
+        # the outcomes seen of those (`xid_text`), since the capture began
+        self.ended: set[str] = set((checkpoint or {}).get(XA_ENDED, ()))
 
     def take(self, event: Held) -> bool:
         """Hold the event if it belongs to an XA transaction and takes effect at its outcome (a
@@ -130,12 +138,17 @@ class XaTransactions:
             self.group = self.group_start = None
             return []
         held = self.prepared.pop(record.xid, None)
-        self.ended.add(xid_text(record.xid))
+        if (xid := xid_text(record.xid)) in self.known:
+            self.ended.add(xid)
         if record.kind == "rollback":
             return []
         if held is None:
             return None
         return [dataclasses.replace(event, file=record.file, end=record.end) for event in held[1]]
+
+    def outcomes(self) -> dict[str, list[str]]:
+        """What a capture checkpoint records of the outcomes seen (`XA_ENDED`)."""
+        return {XA_ENDED: sorted(self.ended)} if self.ended else {}
 
     def hold(self) -> BinlogPosition | None:
         """Where a capture must resume to see every transaction still held (None: anywhere)."""
@@ -158,8 +171,7 @@ class XaTransactions:
                 (`XA_FOREIGN`).
             stop: the capture's end, ``H``.
             known: the transactions each table's start knew (`XA_KNOWN`), for those still
-                prepared to be known on; None drops them (a resumed capture, which may have
-                passed an outcome before it began).
+                prepared to be known on.
         """
         known = self.knowing(live, known or {})
         hold = self.hold()
