@@ -66,10 +66,10 @@ def test_the_capture_reads_from_the_held_start_and_keeps_from_the_version() -> N
     nothing = {"held": False, "known": frozenset()}
     assert planned_starts(info, "incremental") == {"start": VERSION, "read_from": HELD, **nothing}
     # a table re-read inside the run is a snapshot from its new start: the version is not its
-    # base, and what its published start knew of XA transactions is not its own
+    # base, and it was not held back; the XA transactions known to hold nothing of it still do
     marks = {"held_back": True, "xa_known": ["1:61:"]}
     snapshot = planned_starts({**info, **marks}, "snapshot")
-    assert snapshot == {"start": HELD, "read_from": None, **nothing}
+    assert snapshot == {"start": HELD, "read_from": None, "held": False, "known": {"1:61:"}}
     assert planned_starts({"from_position": HELD.to_json(), **marks}, "incremental") == {
         "start": HELD,
         "read_from": None,

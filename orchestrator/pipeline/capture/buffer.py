@@ -97,10 +97,11 @@ def planned_starts(info: Mapping[str, Any], mode: str) -> Starts:
     {'start': 'b.000001:400', 'read_from': 'None', 'held': 'False', 'known': 'frozenset()'}
     """
     start = BinlogPosition.from_json(info["from_position"])
+    known = frozenset(info.get("xa_known") or ())  # a table re-read inside the run keeps them
     if mode != "incremental":  # a snapshot's start is its own
-        return Starts(start=start, read_from=None, held=False, known=frozenset())
+        return Starts(start=start, read_from=None, held=False, known=known)
     version = info.get("version_position")
-    held, known = bool(info.get("held_back")), frozenset(info.get("xa_known") or ())
+    held = bool(info.get("held_back"))
     if version is None:
         return Starts(start=start, read_from=None, held=held, known=known)
     return Starts(start=BinlogPosition.from_json(version), read_from=start, held=held, known=known)

@@ -100,11 +100,13 @@ def prepare_rereads(config: PipelineConfig, store: StateStore, run_id: str) -> b
         RunFailed: chunks of a table that is not being re-read are unread (capture
             runs after the read step).
     """
-    pending = pending_rereads(store, run_id)
+    records = store.run_tables_where(run_id, status="planned", info_key=REREAD_PENDING)
+    pending = {r.table: r.info[REREAD_PENDING] for r in records}
+    known = {r.table: r.info.get("xa_known") or [] for r in records}  # still true of the table
     with open_source(config) as source:
         for table, reason in sorted(pending.items()):
             try:
-                replan_snapshot(config, store, run_id, table, source, reason)
+                replan_snapshot(config, store, run_id, table, source, reason, known[table])
             except Exception as exc:  # e.g. the DDL dropped it: that table's failure alone
                 if (why := table_failure(exc)) is None:
                     raise

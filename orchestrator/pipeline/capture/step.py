@@ -490,7 +490,7 @@ def capture_changes(
             if pool is not None:
                 capture.buffers = pooled(capture.buffers, stack.enter_context(pool))
             _run(capture, reader.events())
-    elif checkpoint is None or checkpoint < stop:
+    else:  # nothing to read (a pass after re-reads that left H): the next starts decided again
         capture.boundary(stop, final=True)
     return CaptureResult(
         rows={name: capture.rows.get(name, 0) for name in tables},

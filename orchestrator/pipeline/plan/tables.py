@@ -398,11 +398,15 @@ def replan_snapshot(
     table: str,
     source: Source,
     reason: dict[str, Any],
+    known: list[str] | None = None,
 ) -> None:
     """Plan a table of the run again as a snapshot starting now (a re-read inside the run).
 
     Its new start position ``P0_T`` is recorded before any key bound is read, as ``P0`` is. Its
     change segments captured so far are voided in the transaction that replaces its plan.
+    ``known``: the XA transactions its plan knew to hold nothing of it (``xa_known``,
+    `orchestrator.pipeline.capture.xa`): what they hold does not depend on where the table is
+    read from, so the snapshot knows them too.
     """
     run = store.get_run(run_id)
     start = source.current_position()
@@ -421,6 +425,8 @@ def replan_snapshot(
     cascades = table_cascades(config, source, [table])
     if table in cascades:
         draft.plan.info["cascades"] = cascades[table]
+    if known:
+        draft.plan.info["xa_known"] = known
     next_batch = max(store.batches(run_id), default=-1) + 1
     p = assign_batches([draft], next_batch, config.defaults)[0]
     store.add_run_table(
