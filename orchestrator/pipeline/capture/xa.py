@@ -225,6 +225,12 @@ class XaTransactions:
         """What each table knows at the capture's end: the prepared transactions that hold
         nothing decoded, and those its start knew whose outcome the capture did not see."""
         empty = {xid_text(x) for x, (_, events) in self.prepared.items() if x and not events}
+        if empty:
+            log.info(
+                "%d XA transaction(s) of tables outside the run prepared, not committed: the "
+                "next starts record them (their commit reads nothing again)",
+                len(empty),
+            )
         knowing = {}
         for table in live:
             xids = sorted(empty | (set(known.get(table, ())) - self.ended))
