@@ -26,7 +26,7 @@ from orchestrator.app.doctor import Preflight
 from orchestrator.app.doctor import preflight as _check_source
 from orchestrator.config import PipelineConfig
 from orchestrator.errors import RunLocked
-from orchestrator.pipeline.capture.step import capture
+from orchestrator.pipeline.capture.passes import capture
 from orchestrator.pipeline.context import hold_lock, open_store
 from orchestrator.pipeline.plan.batches import BatchRef
 from orchestrator.pipeline.plan.step import RunHandle, plan, requested_tables

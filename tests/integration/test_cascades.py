@@ -665,7 +665,7 @@ def test_a_parent_whose_read_a_ddl_failed_is_re_read_with_its_children(
     sees the parent's DDL before its new start, and re-reads the run tables below it, which
     started before that DDL. Every table equals the source; before, the parent failed and the
     run ended partial."""
-    from orchestrator.pipeline.capture import step as capture_module
+    from orchestrator.pipeline.capture import passes as capture_module
     from orchestrator.pipeline.read import step as read_module
 
     db = "casc_read_ddl"

@@ -103,7 +103,7 @@ def test_during_a_snapshot(
     case: str,
 ) -> None:
     """The ALTER between the read step and ``H``: the table is re-read inside the run."""
-    from orchestrator.pipeline.capture import step as capture_module
+    from orchestrator.pipeline.capture import passes as capture_module
 
     db = f"shape_mid_{case}"
     config = _setup(mariadb, tmp_path, db)

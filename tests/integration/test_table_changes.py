@@ -171,7 +171,7 @@ def test_ddl_after_the_reads_re_reads_inside_the_run(
 ) -> None:
     """An ALTER between the read step and H: the run re-reads the table from a new start and
     captures on to a new H, in the same run (a snapshot run, so no plan-time shape check)."""
-    from orchestrator.pipeline.capture import step as capture_module
+    from orchestrator.pipeline.capture import passes as capture_module
 
     db = "chg_midrun"
     config = _setup(mariadb, tmp_path, db)

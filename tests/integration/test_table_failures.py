@@ -283,7 +283,7 @@ def test_a_column_named_like_tidemarks_own_added_during_the_run(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Added by DDL after preflight, seen by the capture: the re-read's planning fails b alone."""
-    from orchestrator.pipeline.capture import step as capture_module
+    from orchestrator.pipeline.capture import passes as capture_module
 
     db = "tf_tmcol_run"
     path = _setup(mariadb, tmp_path, db, [{"name": f"{db}.a"}, {"name": f"{db}.b"}])
