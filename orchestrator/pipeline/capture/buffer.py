@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 
 from orchestrator.binlog.batch import Decoding
 from orchestrator.binlog.reference import RowsEvent
+from orchestrator.pipeline.capture.xa import XA_KNOWN
 from orchestrator.pipeline.changes import META_COLUMNS, OLD_PREFIX, OP
 from orchestrator.positions import BinlogPosition
 from orchestrator.schema.tables import TableInfo
@@ -97,7 +98,7 @@ def planned_starts(info: Mapping[str, Any], mode: str) -> Starts:
     {'start': 'b.000001:400', 'read_from': 'None', 'held': 'False', 'known': 'frozenset()'}
     """
     start = BinlogPosition.from_json(info["from_position"])
-    known = frozenset(info.get("xa_known") or ())  # a table re-read inside the run keeps them
+    known = frozenset(info.get(XA_KNOWN) or ())  # a table re-read inside the run keeps them
     if mode != "incremental":  # a snapshot's start is its own
         return Starts(start=start, read_from=None, held=False, known=known)
     version = info.get("version_position")

@@ -30,6 +30,7 @@ from orchestrator.config import PipelineConfig
 from orchestrator.errors import BinlogPurged, RunFailed
 from orchestrator.pipeline.capture.buffer import NEVER, CaptureTable
 from orchestrator.pipeline.capture.derive import At, Cascades
+from orchestrator.pipeline.capture.xa import XA_KNOWN
 from orchestrator.pipeline.context import open_source, position
 from orchestrator.pipeline.failed import REREAD_PENDING, fail_table, table_failure
 from orchestrator.pipeline.plan.tables import replan_snapshot
@@ -102,7 +103,7 @@ def prepare_rereads(config: PipelineConfig, store: StateStore, run_id: str) -> b
     """
     records = store.run_tables_where(run_id, status="planned", info_key=REREAD_PENDING)
     pending = {r.table: r.info[REREAD_PENDING] for r in records}
-    known = {r.table: r.info.get("xa_known") or [] for r in records}  # still true of the table
+    known = {r.table: r.info.get(XA_KNOWN) or [] for r in records}  # still true of the table
     with open_source(config) as source:
         for table, reason in sorted(pending.items()):
             try:

@@ -345,9 +345,10 @@ def _held_before(
 
 def _xa_marks(since: BinlogPosition, checkpoint: TableCheckpoint) -> dict[str, Any]:
     """What the capture that made the checkpoint recorded of XA transactions with it
-    (`orchestrator.pipeline.capture.xa`), for a start that is the checkpoint's own: whether it
-    held it back for a transaction of other tables (``held_back``), and the transactions it
-    knows the commit of (``xa_known``). A start carried over from another server knows none.
+    (`orchestrator.pipeline.capture.xa`): whether it held the start back for a transaction of
+    other tables (``held_back``), and, for a start that is the checkpoint's own, the
+    transactions it knows the commit of (`XA_KNOWN`). A start carried over from another server
+    knows none.
 
     >>> from orchestrator.state.records import TableCheckpoint as C
     >>> at = {"file": "b.000001", "pos": 400}
@@ -355,13 +356,12 @@ def _xa_marks(since: BinlogPosition, checkpoint: TableCheckpoint) -> dict[str, A
     >>> _xa_marks(BinlogPosition.from_json(at), c)  # type: ignore[arg-type]
     {'held_back': True, 'xa_known': ['1:61:']}
     >>> _xa_marks(BinlogPosition("b.000002", 4), c)  # type: ignore[arg-type]
-    {}
+    {'held_back': True}
     """
-    if since.key != BinlogPosition.from_json(checkpoint.position).key:
-        return {}
     marks: dict[str, Any] = {"held_back": True} if checkpoint.position.get(XA_FOREIGN) else {}
-    if checkpoint.position.get(XA_KNOWN):
-        marks["xa_known"] = list(checkpoint.position[XA_KNOWN])
+    own = since.key == BinlogPosition.from_json(checkpoint.position).key
+    if own and checkpoint.position.get(XA_KNOWN):
+        marks[XA_KNOWN] = list(checkpoint.position[XA_KNOWN])
     return marks
 
 
@@ -426,7 +426,7 @@ def replan_snapshot(
     if table in cascades:
         draft.plan.info["cascades"] = cascades[table]
     if known:
-        draft.plan.info["xa_known"] = known
+        draft.plan.info[XA_KNOWN] = known
     next_batch = max(store.batches(run_id), default=-1) + 1
     p = assign_batches([draft], next_batch, config.defaults)[0]
     store.add_run_table(
