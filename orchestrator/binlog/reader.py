@@ -38,7 +38,7 @@ from orchestrator.binlog import events as ev
 from orchestrator.binlog.compressed import COMPRESSED, expand
 from orchestrator.binlog.gtid import GtidTracker
 from orchestrator.binlog.shape import metadata_difference, shape_difference
-from orchestrator.binlog.statements import Xid, fold
+from orchestrator.binlog.statements import Xid, fold, redacted
 from orchestrator.binlog.stream import DumpStream, dump_settings
 from orchestrator.config import SourceConfig
 from orchestrator.errors import (
@@ -475,7 +475,11 @@ class EventReader:
         )
         if not touched:
             return [], None
-        what = " ".join(query.split())
+        what = redacted(  # its literals may be data or passwords: shown without them
+            query,
+            ansi_quotes=bool(mode & ev.MODE_ANSI_QUOTES),
+            backslash_escapes=not mode & ev.MODE_NO_BACKSLASH_ESCAPES,
+        )
         what = what if len(what) <= 120 else what[:117] + "..."
         how = {
             "truncate": "TRUNCATE",

@@ -7,7 +7,8 @@ meets a QUERY event other than BEGIN/COMMIT, not by every run that imports the r
 
 from __future__ import annotations
 
-import re
+import logging
+import threading
 from collections.abc import Iterable
 from typing import ClassVar
 
@@ -17,16 +18,11 @@ from sqlglot.dialects.mysql import MySQL
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import Token, TokenType
 
-from orchestrator.binlog.statements import Kind, Statement, Xid, fold
+from orchestrator.binlog.statements import EXECUTABLE_COMMENT, Kind, Statement, Xid, fold
 
-#: MySQL's executable comments (``/*!50001 ... */``, MariaDB's ``/*M!100100 ... */``) run their
-#: text.
-_EXECUTABLE_COMMENT = re.compile(r"/\*M?!\d*(.*?)\*/", re.DOTALL)
 #: Statements logged as commands that never change a table's rows.
 _HARMLESS = frozenset(
     {
-        "GRANT",
-        "REVOKE",
         "ANALYZE",
         "OPTIMIZE",
         "FLUSH",
@@ -41,6 +37,25 @@ _HARMLESS = frozenset(
         "KILL",
     }
 )
+#: The ``mysql`` tables that account statements change (CREATE, ALTER, DROP or RENAME USER or
+#: ROLE, GRANT, REVOKE, SET PASSWORD, SET DEFAULT ROLE): the server logs the statement, never
+#: rows events. Such a statement changes no other table, whatever names it mentions.
+ACCOUNT_TABLES = frozenset(
+    {
+        "mysql.global_priv",
+        "mysql.user",
+        "mysql.db",
+        "mysql.tables_priv",
+        "mysql.columns_priv",
+        "mysql.procs_priv",
+        "mysql.proxies_priv",
+        "mysql.roles_mapping",
+    }
+)
+#: The table CREATE, ALTER and DROP SERVER change.
+SERVER_TABLES = frozenset({"mysql.servers"})
+#: The words between CREATE/ALTER/DROP/RENAME and what the statement creates or changes.
+_OPTION_WORDS = frozenset({"OR", "REPLACE", "IF", "NOT", "EXISTS"})
 #: Statements logged for their side effects, which the text does not name: a stored function's
 #: writes (``SELECT f()``, ``DO f()``), a procedure's.
 _OPAQUE = frozenset({"SELECT", "DO", "CALL", "WITH", "VALUES", "TABLE"})
@@ -52,6 +67,24 @@ _RENAME_WORDS = frozenset({"RENAME", "TABLE", "TABLES", "IF", "EXISTS", "WAIT", 
 _DDL_NODES = (exp.Create, exp.Drop, exp.Alter)
 _DML_NODES = (exp.Insert, exp.Update, exp.Delete)
 _NAME_TOKENS = frozenset({TokenType.VAR, TokenType.IDENTIFIER})
+
+
+class _Quiet(logging.Filter):
+    """Drops what sqlglot logs while `classify` parses (``parsing`` set, in that thread): its
+    warning for a statement it reads as a command quotes the statement, literals and all (data,
+    or an account's password). What the capture makes of a statement it logs itself, without them
+    (`orchestrator.binlog.statements.redacted`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.parsing = threading.local()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not getattr(self.parsing, "on", False)
+
+
+_QUIET = _Quiet()
+logging.getLogger("sqlglot").addFilter(_QUIET)
 
 
 class _Tokenizer(MySQL.Tokenizer):
@@ -118,7 +151,7 @@ def classify(
     ...  classify("ROLLBACK TO SAVEPOINT p", "s").everything)
     (True, True)
     """
-    text = _EXECUTABLE_COMMENT.sub(r" \1 ", sql).strip().rstrip(";").strip()
+    text = EXECUTABLE_COMMENT.sub(r" \1 ", sql).strip().rstrip(";").strip()
     try:
         tokens = _TOKENIZERS[ansi_quotes, backslash_escapes]().tokenize(text)
     except TokenError:  # a comment or string that does not end as the tokenizer reads it
@@ -140,6 +173,9 @@ def classify(
         return Statement("dml", names.mentioned(tokens), parsed=False, everything=True)
     if first in _DML_WORDS - {"INSERT", "UPDATE", "DELETE"}:
         return Statement("dml", names.mentioned(tokens), parsed=False)
+    account = _account(tokens, first)
+    if account is not None:
+        return Statement("ddl", account)
     if first == "RENAME":  # RENAME TABLE[S] [IF EXISTS] a [WAIT n | NOWAIT] TO b, ...
         return Statement(
             "ddl", names.mentioned([t for t in tokens if t.text.upper() not in _RENAME_WORDS])
@@ -154,14 +190,38 @@ def classify(
             parsed=False,
             everything=first == "ROLLBACK",
         )
+    _QUIET.parsing.on = True
     try:
         tree = sqlglot.parse_one(text, dialect="mysql")
     except (ParseError, TokenError):
         tree = None
+    finally:
+        _QUIET.parsing.on = False
     if tree is None or isinstance(tree, exp.Command):
         kind: Kind = "dml" if first in _DML_WORDS else "ddl"
         return Statement(kind, names.mentioned(tokens), parsed=False)
     return _from_tree(tree, names, tokens)
+
+
+def _account(tokens: list[Token], first: str) -> frozenset[str] | None:
+    """The ``mysql`` tables an account or server statement changes (None: not one). Its text is
+    never parsed further: it holds passwords, and sqlglot's parser logs what it cannot read.
+
+    >>> sorted(_account(_Tokenizer().tokenize("DROP ROLE IF EXISTS r"), "DROP"))[:2]
+    ['mysql.columns_priv', 'mysql.db']
+    >>> _account(_Tokenizer().tokenize("DROP TABLE user"), "DROP") is None
+    True
+    """
+    if first in ("GRANT", "REVOKE"):
+        return ACCOUNT_TABLES
+    words = [t.text.upper() for t in tokens[1:5]]
+    if first == "SET":
+        account = words[:1] == ["PASSWORD"] or words[:2] == ["DEFAULT", "ROLE"]
+        return ACCOUNT_TABLES if account else None
+    if first not in ("CREATE", "ALTER", "DROP", "RENAME"):
+        return None
+    what = next((w for w in words if w not in _OPTION_WORDS), "")
+    return {"USER": ACCOUNT_TABLES, "ROLE": ACCOUNT_TABLES, "SERVER": SERVER_TABLES}.get(what)
 
 
 def _inner(tokens: list[Token], first: str) -> int | None:

@@ -32,6 +32,7 @@ tables in lower case whatever the statement wrote).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Literal
 
@@ -83,3 +84,55 @@ def fold(name: str, lower_case_table_names: int) -> str:
     ('shop.orders', 'Shop.Orders')
     """
     return name.lower() if lower_case_table_names else name
+
+
+#: The parts of a statement's text `redacted` tells apart: a backquoted identifier, a comment,
+#: a string in single or double quotes (backslash escapes or not), each possibly cut short.
+_IDENTIFIER = r"`(?:[^`]|``)*`?"
+_COMMENT = r"/\*.*?(?:\*/|$)|(?:--[ \t\n]|#)[^\n]*"
+_ESCAPED = r"'(?:\\.|''|[^'\\])*'?"
+_ESCAPED_DOUBLE = r'"(?:\\.|""|[^"\\])*"?'
+_PLAIN = r"'(?:''|[^'])*'?"
+_PLAIN_DOUBLE = r'"(?:""|[^"])*"?'
+
+
+def _lexemes(ansi_quotes: bool, backslash_escapes: bool) -> re.Pattern[str]:
+    """What `redacted` keeps (a name) or hides (a comment, a string) in a session of that mode:
+    with ANSI_QUOTES a double-quoted text is a name."""
+    single, double = (_ESCAPED, _ESCAPED_DOUBLE) if backslash_escapes else (_PLAIN, _PLAIN_DOUBLE)
+    names, strings = (
+        (f"{_IDENTIFIER}|{double}", single) if ansi_quotes else (_IDENTIFIER, f"{single}|{double}")
+    )
+    return re.compile(f"(?P<keep>{names})|(?P<comment>{_COMMENT})|(?P<string>{strings})", re.DOTALL)
+
+
+#: By (ANSI_QUOTES, backslash escapes).
+_LEXEMES = {(a, e): _lexemes(a, e) for a in (False, True) for e in (False, True)}
+#: MySQL's executable comments (``/*!50001 ... */``, MariaDB's ``/*M!100100 ... */``): SQL the
+#: server runs, shown as such.
+EXECUTABLE_COMMENT = re.compile(r"/\*M?!\d*(.*?)\*/", re.DOTALL)
+#: What `redacted` puts in place of a string literal and of a comment.
+HIDDEN_STRING, HIDDEN_COMMENT = "'***'", "/* *** */"
+
+
+def redacted(sql: str, *, ansi_quotes: bool = False, backslash_escapes: bool = True) -> str:
+    """``sql`` on one line with every string literal and comment hidden, as a statement read from
+    the binlog is shown in logs, re-read reasons and status: a statement's literals are data, and
+    an account statement's are passwords (``IDENTIFIED BY '...'``). Names stay. ``ansi_quotes``
+    and ``backslash_escapes``: the session's ``sql_mode``, as `classify` takes them.
+
+    >>> redacted("CREATE USER 'bob'@'%' IDENTIFIED BY 'it''s secret'")
+    "CREATE USER '***'@'***' IDENTIFIED BY '***'"
+    >>> redacted("UPDATE `it's` SET v = 'x' /* don't */ WHERE id = 1 -- 'y")
+    "UPDATE `it's` SET v = '***' /* *** */ WHERE id = 1 /* *** */"
+    >>> redacted("/*!40000 ALTER TABLE `t` DISABLE KEYS */")
+    'ALTER TABLE `t` DISABLE KEYS'
+    """
+
+    def hide(found: re.Match[str]) -> str:
+        if found.group("keep") is not None:
+            return found.group(0)
+        return HIDDEN_COMMENT if found.group("comment") is not None else HIDDEN_STRING
+
+    shown = _LEXEMES[ansi_quotes, backslash_escapes].sub(hide, EXECUTABLE_COMMENT.sub(r" \1 ", sql))
+    return " ".join(shown.split())

@@ -553,3 +553,38 @@ def test_a_change_without_row_images_inside_an_xa_transaction_counts_at_its_comm
     assert [m for m in _reread(caplog) if m.startswith(f"table {db}.t:")], _reread(caplog)
     assert_lake_equals_source(config, mariadb, [f"{db}.t", f"{db}.other"])
     assert mariadb.execute(f"SELECT n FROM {db}.t WHERE id = 30") == [(30 % 97 + 1000,)]
+
+
+def test_a_statement_read_from_the_binlog_is_shown_without_its_literals(
+    mariadb: LocalMariaDB, tmp_path: Path
+) -> None:
+    """An account statement's password and a statement-format change's literals stay out of
+    ``tidemark run``'s output, its log file and the state store: the statement is named with its
+    strings hidden. A user named like a run table (``other``) is no change of that table."""
+    db = "chg_secrets"
+    config = _setup(mariadb, tmp_path, db)
+    _run(config)
+    other_before = _stats(config, f"{db}.other")
+    secret = "pw-8f3a-never-shown"
+    try:
+        mariadb.execute(
+            f"CREATE USER other IDENTIFIED BY '{secret}'",
+            f"ALTER USER other IDENTIFIED BY '{secret}-2'",
+            "SET SESSION binlog_format = 'STATEMENT'",
+            f"UPDATE t SET n = n + 1 WHERE v <> '{secret}' AND id <= 9",
+            database=db,
+        )
+        run = start_run(tmp_path / "p.yaml")
+        out, err = run.communicate(timeout=300)
+    finally:
+        mariadb.execute("DROP USER IF EXISTS other")
+
+    assert run.returncode == 0, err
+    assert_lake_equals_source(config, mariadb, [f"{db}.t", f"{db}.other"])
+    named = f"table {db}.t: a statement-format change `UPDATE t SET n = n + 1 WHERE v <> '***'"
+    assert named in out + err, out + err
+    assert secret not in out + err
+    written = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert any(p.suffix == ".log" for p in written) and any(p.name == "state.db" for p in written)
+    assert not [p for p in written if secret.encode() in p.read_bytes()]
+    assert _stats(config, f"{db}.other") == other_before  # not re-read
