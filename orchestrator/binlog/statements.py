@@ -11,10 +11,11 @@ DML of sessions logging in STATEMENT (or MIXED) format. Its kinds:
 * ``begin``/``commit``/``rollback`` - transaction framing;
 * ``truncate`` - every row of the named tables is deleted at that position;
 * ``ddl`` - CREATE/DROP/RENAME/ALTER (and CREATE/DROP INDEX) of the named tables,
-  ``DROP DATABASE`` of every table of the named databases;
+  ``DROP DATABASE`` of every table of the named databases; an account statement (CREATE USER,
+  GRANT, SET PASSWORD...) of the ``mysql`` tables it writes, whatever names it mentions;
 * ``dml`` - INSERT/UPDATE/DELETE/REPLACE/LOAD DATA logged as a statement;
 * ``xa`` - ``XA START/END/PREPARE/COMMIT/ROLLBACK`` with the transaction's xid;
-* ``other`` - nothing a table's rows depend on (SET, GRANT, CREATE DATABASE...).
+* ``other`` - nothing a table's rows depend on (SET, OPTIMIZE, CREATE DATABASE...).
 
 A statement whose effect cannot be told from its text has ``everything`` set and touches
 every table: a function call logged as ``SELECT f()`` or ``DO f()`` (a stored function
