@@ -14,8 +14,8 @@ replica writes what it replicates to its binlog (`orchestrator.binlog.topology`)
 cascades that can change the tables' rows and what Tidemark does with each
 (`orchestrator.app.cascade_checks`). `doctor`
 (not the run's preflight, whose failures mean "source not ready") also checks where a run
-writes: output and staging writable, their free space, the state store
-(`orchestrator.app.preflight`); and that every position the state store goes on from is
+writes: output and staging writable, their free space, the state store and the Iceberg
+catalog (`orchestrator.app.preflight`); and that every position the state store goes on from is
 still on the server and is its own, or can be carried to it by GTID.
 """
 

@@ -15,6 +15,7 @@ import shutil
 from collections.abc import Sequence
 
 from orchestrator.config import PipelineConfig, objectstore
+from orchestrator.errors import RunFailed
 from orchestrator.lake import storage
 from orchestrator.lake.manifest import current_uri
 from orchestrator.source.check import Check
@@ -157,6 +158,28 @@ def state_store(config: PipelineConfig) -> Check:
     return Check("state store", True, "opens and is writable")
 
 
+def iceberg_catalog(config: PipelineConfig) -> Check:
+    """Whether the Iceberg catalog every table is committed to opens: a SQL catalog connects
+    (its tables created when new, as the state store's are), a REST catalog answers for its
+    configuration. A run that cannot open it fails where it first commits, after its reads."""
+    from orchestrator.lake import iceberg  # pyiceberg: imported by doctor, not by every command
+
+    name = config.output.catalog.name
+    try:
+        iceberg.open_catalog(config)
+    except RunFailed as exc:
+        cause = exc.__cause__ if exc.__cause__ is not None else exc
+        return Check(
+            "Iceberg catalog",
+            False,
+            f"`{name}` cannot be opened ({type(cause).__name__}: {_why(cause)})",
+            "check output.catalog's type and uri, and that its server is up and reachable",
+        )
+    finally:
+        iceberg.close_catalogs()
+    return Check("Iceberg catalog", True, f"`{name}` opens")
+
+
 def lake_checks(config: PipelineConfig, source: Source, tables: Sequence[str]) -> list[Check]:
     """Every check of where a run writes (``tables``: the pipeline's, patterns expanded)."""
     checks = [writable("output", "output.path", config.output.path)]
@@ -164,4 +187,5 @@ def lake_checks(config: PipelineConfig, source: Source, tables: Sequence[str]) -
         checks.append(writable("staging", "output.staging", config.staging_path))
     checks += free_space(config, to_snapshot_bytes(config, source, tables))
     checks.append(state_store(config))
+    checks.append(iceberg_catalog(config))
     return checks

@@ -12,6 +12,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any, TextIO
+from urllib.parse import urlsplit
 
 from orchestrator.app import steps
 from orchestrator.app.early import start_spark_early
@@ -217,7 +218,8 @@ def after_start(config: PipelineConfig, exc: BaseException, run_id: str | None) 
     if isinstance(exc, ConfigError | RunLocked | LockLost):
         return exc
     what = f"run {run_id} failed" if run_id else "planning failed"
-    cause = root_cause(exc, f"{config.source.host}:{config.source.port}")
+    source = f"{config.source.host}:{config.source.port}"
+    cause = root_cause(exc, source, {k: v for k, v in other_servers(config).items() if k != source})
     text = (
         str(cause)
         if cause
@@ -228,6 +230,30 @@ def after_start(config: PipelineConfig, exc: BaseException, run_id: str | None) 
     return RunFailed(
         f"{what}: {text}; state is kept: `tidemark run --config {config.path}` resumes{where}"
     )
+
+
+#: The port a URL's scheme means when it names none.
+_DEFAULT_PORTS = {"postgresql": 5432, "mysql": 3306, "mariadb": 3306, "http": 80, "https": 443}
+
+
+def other_servers(config: PipelineConfig) -> dict[str, str]:
+    """The servers a run talks to besides the source, ``host:port`` -> what it is, so that a
+    lost connection to one is not taken for the source's (`root_cause`).
+    """
+    found: dict[str, str] = {}
+    named = (
+        (config.state.url, "the state store (state.url)"),
+        (config.output.catalog.properties.get("uri"), "the Iceberg catalog (output.catalog's uri)"),
+    )
+    for url, what in named:
+        parts = urlsplit(url or "")
+        try:
+            port = parts.port or _DEFAULT_PORTS.get(parts.scheme.split("+")[0])
+        except ValueError:  # not a number: not a server's URL
+            continue
+        if parts.hostname and port:
+            found.setdefault(f"{parts.hostname}:{port}", what)
+    return found
 
 
 def execute(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from orchestrator.errors import SourceTimeout
@@ -22,8 +22,19 @@ log = logging.getLogger(__name__)
 _PATH = re.compile(r"(?:file:)?(/[^\s'\"(),:]+)")
 _HOST_PORT = re.compile(
     r"host=(?P<h1>[^)\s]+)\)\(port=(?P<p1>\d+)|"
-    r"\b(?:to|at) (?:address |host )?'?(?P<h2>[\w.-]+)'?:(?P<p2>\d{2,5})\b"
+    r"\b(?:to|at) (?:address |host )?'?(?P<h2>[\w.-]+)'?:(?P<p2>\d{2,5})\b|"
+    # libpq (PostgreSQL): connection to server at "db" (10.0.0.5), port 5432 failed
+    r"\bserver at \"(?P<h3>[^\"]+)\"(?: \([^)]*\))?, port (?P<p3>\d+)"
 )
+
+
+def _host_port(message: str) -> str | None:
+    """The first ``host:port`` a driver's message names, in the forms the drivers write it."""
+    match = _HOST_PORT.search(message)
+    if match is None:
+        return None
+    host = match["h1"] or match["h2"] or match["h3"]
+    return f"{host}:{match['p1'] or match['p2'] or match['p3']}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,17 +74,18 @@ def _not_dir(message: str) -> Cause:
     )
 
 
+#: What `_connection` tells to check: the source, unless the lost server is another one the
+#: run talks to (`root_cause`'s ``servers``).
+_SOURCE_FIX = "check that the source is up (`tidemark doctor`), then rerun"
+
+
 def _connection(message: str) -> Cause:
-    match = _HOST_PORT.search(message)
-    where = f" to {match['h1'] or match['h2']}:{match['p1'] or match['p2']}" if match else ""
-    return Cause(
-        f"connection lost{where}", "check that the source is up (`tidemark doctor`), then rerun"
-    )
+    where = _host_port(message)
+    return Cause(f"connection lost{f' to {where}' if where else ''}", _SOURCE_FIX)
 
 
 def _timeout(message: str) -> Cause:
-    match = _HOST_PORT.search(message)
-    where = f" {match['h1'] or match['h2']}:{match['p1'] or match['p2']}" if match else ""
+    where = f" {found}" if (found := _host_port(message)) else ""
     return Cause(
         f"no answer from the source{where} within source.read_timeout",
         "check that the server is not hung or overloaded (or raise source.read_timeout), "
@@ -184,10 +196,14 @@ def messages(exc: BaseException) -> list[str]:
     return out
 
 
-def root_cause(exc: BaseException, source: str | None = None) -> Cause | None:
+def root_cause(
+    exc: BaseException, source: str | None = None, servers: Mapping[str, str] | None = None
+) -> Cause | None:
     """The innermost cause of ``exc`` a user can act on, or None when none is known.
 
     ``source`` (``host:port``) names the server of a lost connection whose messages do not.
+    ``servers``: the other servers the run talks to (``host:port`` -> what it is: the state
+    store, the Iceberg catalog); a lost connection to one of them names it, not the source.
 
     >>> err = OSError(28, "No space left on device")
     >>> str(root_cause(RuntimeError("An error occurred while calling o150.parquet")))
@@ -207,6 +223,12 @@ def root_cause(exc: BaseException, source: str | None = None) -> Cause | None:
         for pattern, cause in CAUSES:
             if pattern.search(message):  # the details (a path, host:port) from the nearest message
                 found = cause("\n".join(chain[i:]))
+                lost = found.what.removeprefix("connection lost to ")
+                if servers and lost in servers:
+                    return Cause(
+                        f"connection lost to {servers[lost]} at {lost}",
+                        "check that it is up and reachable, then rerun",
+                    )
                 if found.what == "connection lost" and source:
                     return Cause(f"connection lost to {source}", found.fix)
                 if found.what.endswith("from the source within source.read_timeout") and source:

@@ -112,10 +112,12 @@ def test_good_server_and_minimal_grants_pass(
 
     assert doctor_command(config) == 0
     out, err = capsys.readouterr()
-    # the source's checks, then where the run writes (output, its free space, the state store),
-    # that the binlog the state store goes on from is kept and is the source's, the summary
-    assert len(out.strip().splitlines()) == len(checks) + 5 + 1
+    # the source's checks, then where the run writes (output, its free space, the state store,
+    # the Iceberg catalog), that the binlog the state store goes on from is kept and is the
+    # source's, the summary
+    assert len(out.strip().splitlines()) == len(checks) + 6 + 1
     assert "PASS  output:" in out and "PASS  state store:" in out and "PASS  binlog kept" in out
+    assert "PASS  Iceberg catalog: `tidemark` opens" in out
     assert "PASS  server identity: every position the state store goes on from is" in out
     assert (
         "PASS  replica binlog:" in out
@@ -146,7 +148,7 @@ def test_select_only_user_fails_naming_the_privileges(
     out, err = capsys.readouterr()
     assert "FAIL  privilege REPLICATION SLAVE: 'tm_doc_select'@'%' lacks REPLICATION SLAVE" in out
     assert err.strip() == (
-        "tidemark: error: doctor: 2 of 29 checks failed: "  # the 29th: foreign-key cascades
+        "tidemark: error: doctor: 2 of 30 checks failed: "  # the 30th: foreign-key cascades
         "privilege REPLICATION SLAVE, privilege REPLICATION CLIENT"
     )
 
@@ -412,6 +414,27 @@ def test_cli_wrong_password_is_one_clear_line(good: LocalMariaDB, tmp_path: Path
     )
     assert "Traceback" not in result.stdout + result.stderr
     assert secret not in result.stdout + result.stderr
+
+
+def test_an_iceberg_catalog_that_cannot_be_opened_fails_doctor(
+    good: LocalMariaDB, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A SQL catalog whose server refuses connections fails doctor naming output.catalog, its
+    password not shown; before, doctor passed and the run failed at its first commit."""
+    data = pipeline_config(tmp_path, good, TABLES, name="doctor")
+    data["output"]["catalog"] = {
+        "type": "sql",
+        "uri": f"postgresql+psycopg://u:{GOOD_PASSWORD}@127.0.0.1:1/x",
+    }
+    config = parse_config(data)
+    assert doctor_command(config) == 3  # not ready, as for the source's own checks
+    out, _ = capsys.readouterr()
+    line = next(x for x in out.splitlines() if "Iceberg catalog" in x)
+    assert (
+        line.startswith("FAIL  Iceberg catalog: `tidemark` cannot be opened (") and "port 1" in line
+    )
+    assert "check output.catalog's type and uri" in out
+    assert GOOD_PASSWORD not in out
 
 
 def test_cli_good_user_passes(good: LocalMariaDB, tmp_path: Path) -> None:

@@ -10,7 +10,9 @@ import pymysql
 import pytest
 
 from orchestrator.app.logs import prune_logs
-from orchestrator.errors import source_timeout
+from orchestrator.app.run import other_servers
+from orchestrator.config.pipeline import parse_config
+from orchestrator.errors import RunFailed, source_timeout
 from orchestrator.services.failures import describe, root_cause
 
 
@@ -132,6 +134,57 @@ def test_lost_connection_names_the_source_its_messages_do_not() -> None:
         "(2003, \"Can't connect to MySQL server on '127.0.0.1' ([Errno 111] Connection refused)\")"
     )
     assert root_cause(exc, "127.0.0.1:3306").what == "connection lost to 127.0.0.1:3306"
+
+
+#: A lost PostgreSQL server as SQLAlchemy raises it over psycopg (libpq's message).
+POSTGRES_DOWN = (
+    '(psycopg.OperationalError) connection failed: connection to server at "pg.internal" '
+    "(10.0.0.5), port 6543 failed: Connection refused\n\tIs the server running on that host "
+    "and accepting TCP/IP connections?"
+)
+
+
+@pytest.mark.parametrize(
+    ("url", "named"),
+    [
+        ("postgresql+psycopg://u:pw@pg.internal:6543/state", "the state store (state.url)"),
+        ("", "the Iceberg catalog (output.catalog's uri)"),
+    ],
+)
+def test_a_lost_state_store_or_catalog_is_named_not_taken_for_the_source(
+    tmp_path: Path, url: str, named: str
+) -> None:
+    """The run's one line names the server it lost: a PostgreSQL state store or SQL catalog
+    refusing connections is not "connection lost to <the source>; check that the source is up"."""
+    catalog = "" if url else "postgresql+psycopg://u:pw@pg.internal:6543/catalog"
+    config = parse_config(
+        {
+            "pipeline": "p",
+            "source": {"host": "db.internal", "port": 3306, "user": "u", "server_id": 7},
+            "output": {"path": str(tmp_path), **({"catalog": {"uri": catalog}} if catalog else {})},
+            "state": {"url": url or f"sqlite:///{tmp_path}/s.db"},
+            "tables": [{"name": "a.b"}],
+        },
+        check_env=False,
+    )
+    servers = other_servers(config)
+    assert servers["pg.internal:6543"] == named
+    error = chained(
+        RunFailed("cannot open the Iceberg catalog `tidemark` (output.catalog): ..."),
+        Exception(POSTGRES_DOWN),
+    )
+    cause = root_cause(error, "db.internal:3306", servers)
+    assert cause is not None
+    assert cause.what == f"connection lost to {named} at pg.internal:6543"
+    assert "source" not in cause.fix
+    # without the servers it is read as before: a lost connection, the source's fix
+    assert str(root_cause(error, "db.internal:3306")).startswith("connection lost to pg.internal")
+    # the source's own lost connection still names the source
+    source_lost = pymysql.err.OperationalError(2013, "Lost connection to server during query")
+    assert root_cause(source_lost, "db.internal:3306", servers) == root_cause(
+        source_lost, "db.internal:3306"
+    )
+    assert "db.internal:3306" in str(root_cause(source_lost, "db.internal:3306", servers))
 
 
 def test_a_hung_source_says_what_was_waited_for_not_connection_lost() -> None:
