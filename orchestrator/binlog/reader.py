@@ -516,7 +516,8 @@ class EventReader:
         )
         if difference is None:
             return None
-        self._reshaped[body] = how = f"a TABLE_MAP of another shape ({difference})"
+        how = difference if info.versioned else f"a TABLE_MAP of another shape ({difference})"
+        self._reshaped[body] = how
         return name, how
 
     def _rows(

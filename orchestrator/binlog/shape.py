@@ -58,7 +58,13 @@ _FIELD_TYPES: dict[str, frozenset[int]] = {
 
 
 def shape_difference(info: TableInfo, table_map: ev.TableMap) -> str | None:
-    """How a TABLE_MAP differs from the planned `TableInfo` (None: it has the planned shape)."""
+    """How a TABLE_MAP differs from the planned `TableInfo` (None: it has the planned shape).
+
+    A system-versioned table's rows events never have its shape: beside the current rows they
+    hold the history rows its changes make (the old version of each updated or deleted row, with
+    its period's end), which are not the table's (docs/limits.md)."""
+    if info.versioned:
+        return "a system-versioned table: its rows events hold history rows"
     if len(table_map.types) != len(info.columns):
         return (
             f"{len(table_map.types)} columns in the binlog but {len(info.columns)} when "

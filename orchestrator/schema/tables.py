@@ -73,6 +73,9 @@ class TableInfo:
     unique_not_null_keys: tuple[tuple[str, ...], ...]
     row_estimate: int
     engine: str | None = None
+    #: MariaDB's system versioning (``WITH SYSTEM VERSIONING``): its rows events hold history
+    #: rows beside the current ones (`orchestrator.binlog.shape.shape_difference`).
+    versioned: bool = False
 
     @property
     def name(self) -> str:
@@ -115,6 +118,7 @@ def table_info_to_json(info: TableInfo) -> dict[str, Any]:
         "unique_not_null_keys": [list(k) for k in info.unique_not_null_keys],
         "row_estimate": info.row_estimate,
         "engine": info.engine,
+        "versioned": info.versioned,
     }
 
 
@@ -128,6 +132,7 @@ def table_info_from_json(data: dict[str, Any]) -> TableInfo:
         unique_not_null_keys=tuple(tuple(k) for k in data["unique_not_null_keys"]),
         row_estimate=int(data["row_estimate"]),
         engine=data.get("engine"),
+        versioned=bool(data.get("versioned", False)),
     )
 
 

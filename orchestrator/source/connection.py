@@ -47,7 +47,7 @@ _INDEXES_SQL = (
     " ORDER BY INDEX_NAME, SEQ_IN_INDEX"
 )
 _TABLE_SQL = (
-    "SELECT TABLE_ROWS, ENGINE FROM information_schema.TABLES"
+    "SELECT TABLE_ROWS, ENGINE, TABLE_TYPE FROM information_schema.TABLES"
     " WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s"
 )
 _NO_BINLOG = 1381  # ER_NO_BINARY_LOGGING: "You are not using binary logging"
@@ -394,7 +394,7 @@ class Source:
                 f"`{self.config.user}`); check the table name in the config's tables list "
                 "and that the user has SELECT on it"
             )
-        rows, engine = found[0]
+        rows, engine, kind = found[0]
         info = shaped(
             database,
             table,
@@ -402,6 +402,7 @@ class Source:
             self.query(_INDEXES_SQL, (database, table)),
             rows,
             engine,
+            kind,
         )
         return self.with_srids(info)
 
@@ -433,9 +434,10 @@ def shaped(
     index_rows: Sequence[Row],
     rows: Any,
     engine: Any,
+    kind: Any = None,
 ) -> TableInfo:
     """A table's `TableInfo` from its ``information_schema`` rows (COLUMNS, STATISTICS) and
-    TABLES' row estimate and engine, its key columns marked (`mark_keys`)."""
+    TABLES' row estimate, engine and type, its key columns marked (`mark_keys`)."""
     columns = tuple(_column(r) for r in column_rows)
     primary, uniques = _keys(list(index_rows), columns)
     return TableInfo(
@@ -446,6 +448,7 @@ def shaped(
         unique_not_null_keys=uniques,
         row_estimate=int(rows or 0),
         engine=None if engine is None else str(engine),
+        versioned=_text(kind) == "SYSTEM VERSIONED",
     )
 
 

@@ -83,7 +83,9 @@ def table_set(config: PipelineConfig, source: Source) -> TableSet:
 
 # --------------------------------------------------------------------------- shapes in bulk
 
-_BULK_TABLES = "SELECT TABLE_SCHEMA, TABLE_NAME, TABLE_ROWS, ENGINE FROM information_schema.TABLES"
+_BULK_TABLES = (
+    "SELECT TABLE_SCHEMA, TABLE_NAME, TABLE_ROWS, ENGINE, TABLE_TYPE FROM information_schema.TABLES"
+)
 _BULK_COLUMNS = (
     "SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE,"
     " NUMERIC_PRECISION, NUMERIC_SCALE, DATETIME_PRECISION, CHARACTER_SET_NAME, COLLATION_NAME"
@@ -116,10 +118,10 @@ def tables_info(source: Source, names: Sequence[str]) -> dict[str, TableInfo]:
         key = _key_of(name, tables)
         if key is None:
             continue
-        rows, engine = tables[key][0]
+        rows, engine, kind = tables[key][0]
         database, _, table = name.partition(".")
         out[name] = source.with_srids(
-            shaped(database, table, columns.get(key, []), indexes.get(key, []), rows, engine)
+            shaped(database, table, columns.get(key, []), indexes.get(key, []), rows, engine, kind)
         )
     return out
 

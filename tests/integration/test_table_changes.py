@@ -588,3 +588,48 @@ def test_a_statement_read_from_the_binlog_is_shown_without_its_literals(
     assert any(p.suffix == ".log" for p in written) and any(p.name == "state.db" for p in written)
     assert not [p for p in written if secret.encode() in p.read_bytes()]
     assert _stats(config, f"{db}.other") == other_before  # not re-read
+
+
+VERSIONED = {
+    "explicit": "CREATE TABLE {db}.{name} (id INT PRIMARY KEY, v VARCHAR(40), n INT,"
+    " rs TIMESTAMP(6) GENERATED ALWAYS AS ROW START, re TIMESTAMP(6) GENERATED ALWAYS AS ROW END,"
+    " PERIOD FOR SYSTEM_TIME(rs, re)) WITH SYSTEM VERSIONING",
+    "implicit": "CREATE TABLE {db}.{name} (id INT PRIMARY KEY, v VARCHAR(40), n INT)"
+    " WITH SYSTEM VERSIONING",
+}
+
+
+@pytest.mark.parametrize("periods", list(VERSIONED))
+def test_a_system_versioned_table_is_re_read_not_given_its_history_rows(
+    mariadb: LocalMariaDB, tmp_path: Path, caplog: pytest.LogCaptureFixture, periods: str
+) -> None:
+    """An update or delete of a system-versioned table logs a history row (the old version,
+    its period ended) beside the current one. Applied as rows, they made the lake hold the
+    history (keyed by id and period end: every version of a row) while the source's table holds
+    the current rows: a wrong table with exit 0, for explicit period columns. The table is
+    re-read instead, and is published equal to the source."""
+    db = f"chg_versioned_{periods}"
+    fill = FILL.replace("{name} SELECT", "{name} (id, v, n) SELECT")
+    config = two_table_pipeline(mariadb, tmp_path, db, VERSIONED[periods], fill, (3000, 2000))
+    _run(config)
+    mariadb.execute(
+        "UPDATE t SET n = n + 1000 WHERE id <= 20",
+        "DELETE FROM t WHERE id BETWEEN 100 AND 110",
+        "INSERT INTO t (id, v, n) VALUES (5001, 'new', 1)",
+        "UPDATE t SET v = 'again' WHERE id = 1",
+        database=db,
+    )
+    caplog.set_level(logging.INFO)
+    caplog.clear()
+    _run(config)
+
+    assert_lake_equals_source(config, mariadb, [f"{db}.t", f"{db}.other"])
+    assert any(
+        r.getMessage().startswith(
+            f"table {db}.t: a system-versioned table: its rows events hold history rows at binlog."
+        )
+        and r.getMessage().endswith(": re-read")
+        for r in caplog.records
+    ), [r.getMessage() for r in caplog.records]
+    assert _manifest(config, f"{db}.t")["rows"] == 3000 - 11 + 1
+    assert _manifest(config, f"{db}.other")["version"] == 1

@@ -4,12 +4,14 @@ hand from the format description; the real server's are in integration/test_binl
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from orchestrator.binlog import metadata as md
 from orchestrator.binlog import rowdecode as rd
 from orchestrator.binlog.events import TableMap
-from orchestrator.binlog.shape import metadata_difference
+from orchestrator.binlog.shape import metadata_difference, shape_difference
 from orchestrator.schema.tables import ColumnInfo, TableInfo
 
 COLLATIONS = {"utf8mb4_general_ci": 45, "latin1_swedish_ci": 8, "utf8mb4_bin": 46}
@@ -93,6 +95,15 @@ def test_the_full_block_parses() -> None:
     assert found.collations == (45, 8, 63)
     assert found.enum_set_collations == (45, 8)
     assert found.enum_labels == ((b"a", b"b"),) and found.set_labels == ((b"x", b"y"),)
+
+
+def test_a_system_versioned_table_never_has_its_shape() -> None:
+    """Its rows events hold history rows, whatever their columns: the table is re-read."""
+    table_map = TableMap(18, "d.t", TYPES, META, b"")
+    assert shape_difference(INFO, table_map) is None
+    assert shape_difference(replace(INFO, versioned=True), table_map) == (
+        "a system-versioned table: its rows events hold history rows"
+    )
 
 
 def test_the_planned_shape_has_no_difference() -> None:

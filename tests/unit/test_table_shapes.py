@@ -28,6 +28,7 @@ SHAPE = TableInfo(
     (("id",),),
     1234,
     "InnoDB",
+    versioned=True,
 )
 
 
