@@ -441,7 +441,13 @@ def _one_table_checks(
         Check(
             f"table {table.name}",
             True,
-            f"{len(info.columns)} columns, about {info.row_estimate} rows, engine {info.engine}",
+            f"{len(info.columns)} columns, about {info.row_estimate} rows, engine {info.engine}"
+            + (
+                "; system-versioned: its rows events hold history rows, so each change re-reads "
+                "it whole (docs/limits.md)"
+                if info.versioned
+                else ""
+            ),
         ),
         chunk_key_check(
             table,

@@ -200,6 +200,23 @@ def test_missing_table_and_table_without_key(good: LocalMariaDB, tmp_path: Path)
     assert preflight(config, [f"{DB}.orders"]).failing == {}
 
 
+def test_a_system_versioned_table_passes_saying_it_is_re_read(
+    good: LocalMariaDB, tmp_path: Path
+) -> None:
+    good.execute(
+        f"CREATE TABLE IF NOT EXISTS {DB}.history (id INT PRIMARY KEY, v INT)"
+        " WITH SYSTEM VERSIONING"
+    )
+    tables = [{"name": f"{DB}.history"}, {"name": f"{DB}.orders"}]
+    checks = by_name(run_checks(make_config(tmp_path, good, tables)))
+    table = checks[f"table {DB}.history"]
+    assert table.ok and table.detail.endswith(
+        "; system-versioned: its rows events hold history rows, so each change re-reads it "
+        "whole (docs/limits.md)"
+    )
+    assert "system-versioned" not in checks[f"table {DB}.orders"].detail
+
+
 @pytest.mark.parametrize(
     ("chunk_key", "ok", "expected"),
     [
