@@ -130,11 +130,20 @@ def _release_on_failure(config: PipelineConfig) -> Callable[[Context], None]:
                 _release_held(config, holder)
             return
         exc = context.get("exception")
-        error = f"task {task_id}: {describe(exc) if isinstance(exc, BaseException) else 'failed'}"
+        what = _described(config, exc) if isinstance(exc, BaseException) else "failed"
+        error = f"task {task_id}: {what}"
         log.error("%s", error)  # the same one line as `status` shows, in the task log
         steps.fail_run(config, str(run), error, holder=holder)
 
     return callback
+
+
+def _described(config: PipelineConfig, exc: BaseException) -> str:
+    """A task's failure in one line, as the CLI says it: a lost connection names its server
+    (the source, the state store, the Iceberg catalog)."""
+    from orchestrator.app.run import other_servers
+
+    return describe(exc, f"{config.source.host}:{config.source.port}", other_servers(config))
 
 
 def _release_held(config: PipelineConfig, holder: str) -> None:

@@ -218,8 +218,7 @@ def after_start(config: PipelineConfig, exc: BaseException, run_id: str | None) 
     if isinstance(exc, ConfigError | RunLocked | LockLost):
         return exc
     what = f"run {run_id} failed" if run_id else "planning failed"
-    source = f"{config.source.host}:{config.source.port}"
-    cause = root_cause(exc, source, {k: v for k, v in other_servers(config).items() if k != source})
+    cause = root_cause(exc, f"{config.source.host}:{config.source.port}", other_servers(config))
     text = (
         str(cause)
         if cause
@@ -238,7 +237,8 @@ _DEFAULT_PORTS = {"postgresql": 5432, "mysql": 3306, "mariadb": 3306, "http": 80
 
 def other_servers(config: PipelineConfig) -> dict[str, str]:
     """The servers a run talks to besides the source, ``host:port`` -> what it is, so that a
-    lost connection to one is not taken for the source's (`root_cause`).
+    lost connection to one is not taken for the source's (`root_cause`); one at the source's
+    own address is left to the source.
     """
     found: dict[str, str] = {}
     named = (
@@ -253,6 +253,7 @@ def other_servers(config: PipelineConfig) -> dict[str, str]:
             continue
         if parts.hostname and port:
             found.setdefault(f"{parts.hostname}:{port}", what)
+    found.pop(f"{config.source.host}:{config.source.port}", None)
     return found
 
 

@@ -249,13 +249,16 @@ def _source_timeout(exc: BaseException) -> SourceTimeout | None:
     return None
 
 
-def describe(exc: BaseException) -> str:
-    """One line for ``exc``: its root cause and the fix, else its first line.
+def describe(
+    exc: BaseException, source: str | None = None, servers: Mapping[str, str] | None = None
+) -> str:
+    """One line for ``exc``: its root cause and the fix (``source``, ``servers``: as
+    `root_cause` takes them), else its first line.
 
     >>> describe(ValueError("bad value\\n  at line 3"))
     'bad value'
     """
-    cause = root_cause(exc)
+    cause = root_cause(exc, source, servers)
     if cause is not None:
         return str(cause)
     lines = str(exc).strip().splitlines()

@@ -11,6 +11,7 @@ import pytest
 
 from orchestrator.app.logs import prune_logs
 from orchestrator.app.run import other_servers
+from orchestrator.config import PipelineConfig
 from orchestrator.config.pipeline import parse_config
 from orchestrator.errors import RunFailed, source_timeout
 from orchestrator.services.failures import describe, root_cause
@@ -136,6 +137,22 @@ def test_lost_connection_names_the_source_its_messages_do_not() -> None:
     assert root_cause(exc, "127.0.0.1:3306").what == "connection lost to 127.0.0.1:3306"
 
 
+def _config(tmp_path: Path, state_url: str) -> PipelineConfig:
+    """A pipeline whose state store is at ``state_url`` or, without one, in a SQLite file with
+    its Iceberg catalog on PostgreSQL at pg.internal:6543."""
+    catalog = "" if state_url else "postgresql+psycopg://u:pw@pg.internal:6543/catalog"
+    return parse_config(
+        {
+            "pipeline": "p",
+            "source": {"host": "db.internal", "port": 3306, "user": "u", "server_id": 7},
+            "output": {"path": str(tmp_path), **({"catalog": {"uri": catalog}} if catalog else {})},
+            "state": {"url": state_url or f"sqlite:///{tmp_path}/s.db"},
+            "tables": [{"name": "a.b"}],
+        },
+        check_env=False,
+    )
+
+
 #: A lost PostgreSQL server as SQLAlchemy raises it over psycopg (libpq's message).
 POSTGRES_DOWN = (
     '(psycopg.OperationalError) connection failed: connection to server at "pg.internal" '
@@ -156,17 +173,7 @@ def test_a_lost_state_store_or_catalog_is_named_not_taken_for_the_source(
 ) -> None:
     """The run's one line names the server it lost: a PostgreSQL state store or SQL catalog
     refusing connections is not "connection lost to <the source>; check that the source is up"."""
-    catalog = "" if url else "postgresql+psycopg://u:pw@pg.internal:6543/catalog"
-    config = parse_config(
-        {
-            "pipeline": "p",
-            "source": {"host": "db.internal", "port": 3306, "user": "u", "server_id": 7},
-            "output": {"path": str(tmp_path), **({"catalog": {"uri": catalog}} if catalog else {})},
-            "state": {"url": url or f"sqlite:///{tmp_path}/s.db"},
-            "tables": [{"name": "a.b"}],
-        },
-        check_env=False,
-    )
+    config = _config(tmp_path, url)
     servers = other_servers(config)
     assert servers["pg.internal:6543"] == named
     error = chained(
@@ -185,6 +192,16 @@ def test_a_lost_state_store_or_catalog_is_named_not_taken_for_the_source(
         source_lost, "db.internal:3306"
     )
     assert "db.internal:3306" in str(root_cause(source_lost, "db.internal:3306", servers))
+
+
+def test_a_failed_airflow_task_names_the_lost_server_as_the_cli_does(tmp_path: Path) -> None:
+    from orchestrator.app.airflow_dags import _described
+
+    error = chained(RunFailed("cannot open the Iceberg catalog"), Exception(POSTGRES_DOWN))
+    assert _described(_config(tmp_path, ""), error) == (
+        "connection lost to the Iceberg catalog (output.catalog's uri) at pg.internal:6543; "
+        "check that it is up and reachable, then rerun"
+    )
 
 
 def test_a_hung_source_says_what_was_waited_for_not_connection_lost() -> None:
