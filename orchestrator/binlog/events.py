@@ -208,9 +208,10 @@ def table_id(packet: bytes, fmt: Format, kind: int) -> int:
 # --------------------------------------------------------------------------- table maps
 
 # Column types (enum_field_types) whose TABLE_MAP metadata is 1 or 2 bytes; others have none.
-_META_ONE = frozenset({4, 5, 17, 18, 19, 245, 252, 255, 141})  # float double *2 json blob geometry
+# MariaDB's COMPRESSED columns: 140 is a BLOB's (one byte), 141 a VARCHAR's (two).
+_META_ONE = frozenset({4, 5, 17, 18, 19, 245, 252, 255, 140})  # float double *2 json blob geometry
 _META_TWO = frozenset(
-    {15, 16, 246, 247, 248, 253, 254, 140}
+    {15, 16, 246, 247, 248, 253, 254, 141}
 )  # varchar bit newdecimal enum set strings
 
 

@@ -26,11 +26,11 @@ NUMERIC = frozenset(
     {rd.TINY, rd.SHORT, rd.INT24, rd.LONG, rd.LONGLONG, rd.NEWDECIMAL, rd.FLOAT, rd.DOUBLE, rd.YEAR}
 )
 #: Binlog types with a charset in the character-column fields (binary ones: collation 63);
-#: MariaDB counts GEOMETRY among them too.
+#: MariaDB counts GEOMETRY and its COMPRESSED columns among them too.
 CHARACTER = frozenset(
     {rd.STRING, rd.VAR_STRING, rd.VARCHAR, rd.BLOB, rd.TINY_BLOB, rd.MEDIUM_BLOB, rd.LONG_BLOB}
 )
-MARIADB_CHARACTER = CHARACTER | {rd.GEOMETRY}
+MARIADB_CHARACTER = CHARACTER | {rd.GEOMETRY, rd.BLOB_COMPRESSED, rd.VARCHAR_COMPRESSED}
 
 
 @dataclass(frozen=True, slots=True)

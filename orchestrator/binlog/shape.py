@@ -33,13 +33,14 @@ _BLOBS = frozenset({rd.BLOB, rd.TINY_BLOB, rd.MEDIUM_BLOB, rd.LONG_BLOB})
 _FIELD_TYPES: dict[str, frozenset[int]] = {
     **{t: frozenset({_INTEGER_FIELDS[bits]}) for t, bits in INTEGER_BITS.items()},
     **dict.fromkeys(DECIMAL_TYPES, frozenset({rd.NEWDECIMAL})),
-    **dict.fromkeys(TEXT_TYPES | BINARY_TYPES, _BLOBS),  # the TEXTs and BLOBs; CHAR, VARCHAR below
+    # the TEXTs and BLOBs (MariaDB's COMPRESSED ones too); CHAR, VARCHAR below
+    **dict.fromkeys(TEXT_TYPES | BINARY_TYPES, _BLOBS | {rd.BLOB_COMPRESSED}),
     **dict.fromkeys(SPATIAL_TYPES, frozenset({rd.GEOMETRY})),
     **{
         data_type: frozenset(kinds)
         for data_types, kinds in (
             ("char binary", [rd.STRING]),
-            ("varchar varbinary", [rd.VARCHAR, rd.VAR_STRING]),
+            ("varchar varbinary", [rd.VARCHAR, rd.VAR_STRING, rd.VARCHAR_COMPRESSED]),
             ("float", [rd.FLOAT]),
             ("double real", [rd.DOUBLE]),
             ("bit", [rd.BIT]),

@@ -198,10 +198,72 @@ def test_update_images_keep_only_the_key_of_before_images() -> None:
 
 
 def test_unreadable_columns_are_refused_by_name() -> None:
-    with pytest.raises(RunFailed, match=r"column `c` of db\.t is a COMPRESSED column"):
-        rd.field(rd.BLOB_COMPRESSED, b"\x02", False, "`c` of db.t")
     with pytest.raises(RunFailed, match="binlog type 6"):
         rd.field(6, b"", False)
+
+
+def test_compressed_columns_are_read_as_the_server_stores_them() -> None:
+    """MariaDB's TABLE_MAP of (id INT, a VARCHAR(10) COMPRESSED, b VARCHAR(10), c TEXT
+    COMPRESSED, e VARCHAR(5)) as a 10.11 server wrote it: 141 a VARCHAR's two bytes of
+    metadata (its length plus the header byte), 140 a BLOB's one. Their values: a header byte,
+    then the value as it is or a zlib stream (`rowdecode.stored_value`)."""
+    types = bytes([rd.LONG, 141, rd.VARCHAR, 140, rd.VARCHAR])
+    parsed = events.parse_table_map(
+        table_map_packet(types, bytes.fromhex("0b002800020500")), Format(checksum=4)
+    )
+    assert parsed.meta == (b"", b"\x0b\x00", b"\x28\x00", b"\x02", b"\x05\x00")
+    fields = [rd.field(k, m, False) for k, m in zip(parsed.types, parsed.meta, strict=True)]
+    assert [(f.kind, f.length_size) for f in fields] == [
+        (rd.LONG, 0),
+        (rd.VARCHAR_COMPRESSED, 1),
+        (rd.VARCHAR, 1),
+        (rd.BLOB_COMPRESSED, 2),
+        (rd.VARCHAR, 1),
+    ]
+    raw = zlib.compressobj(wbits=-zlib.MAX_WBITS)
+    long = bytes([0x89, 200]) + raw.compress(b"w" * 200) + raw.flush()
+    data = (
+        bytes([0])  # no NULL
+        + (7).to_bytes(4, "little")
+        + bytes([3])
+        + b"\x00ab"  # stored as it is
+        + bytes([1])
+        + b"b"
+        + len(long).to_bytes(2, "little")
+        + long
+        + bytes([0])  # empty: no header byte either
+    )
+    info = TableInfo(
+        "db",
+        "t",
+        (
+            col("id", "int(11)"),
+            col("a", "varchar(10)", "latin1"),
+            col("b", "varchar(10)", "utf8mb4"),
+            col("c", "text", "cp1250"),
+            col("e", "varchar(5)", "greek"),
+        ),
+        ("id",),
+        (),
+        0,
+    )
+    [row] = rd.TableDecoder(info, parsed, [0]).images(data, 0, len(data))
+    assert row == (7, b"ab", b"b", b"w" * 200, b"")
+
+
+@pytest.mark.parametrize(
+    ("stored", "message"),
+    [
+        (bytes([0x91, 3]) + b"abc", "compression method 9"),
+        (bytes([0x89, 3]) + b"not deflate", "does not inflate"),
+        (bytes([0x81, 9]) + zlib.compress(b"abc"), "inflates to 3 bytes, not the 9"),
+    ],
+)
+def test_a_compressed_value_that_does_not_read_fails_not_guesses(
+    stored: bytes, message: str
+) -> None:
+    with pytest.raises(RunFailed, match=message):
+        rd.stored_value(stored)
 
 
 # --------------------------------------------------------------------------- DECIMAL
