@@ -12,7 +12,7 @@ One database of seventeen tables, each there for a family of changes the binlog 
   ``binlog_row_image=MINIMAL``, a column retyped;
 - ``nk``: no key at all;
 - ``ci``: a text key in ``utf8mb4_general_ci`` changed in case and trailing spaces, rebuilt by
-  OPTIMIZE;
+  OPTIMIZE; its ``note`` a MariaDB COMPRESSED TEXT (stored as it is under 100 bytes, zlib over);
 - ``j``: JSON, BLOB and POINT values, also from a session with ``binlog_row_image=NOBLOB``;
 - ``dk``, ``dt``, ``bn``: DECIMAL, DATETIME(6) and BINARY(16) keys, changed (``dt`` also from a
   MINIMAL-image session; ``j``, ``dt``, ``bn`` and ``nk`` see no DDL or statement-format write,
@@ -91,7 +91,7 @@ SCHEMA = (
     " e ENUM('x','y','z'), n VARCHAR(30))",
     "CREATE TABLE big (id INT PRIMARY KEY, v INT, w VARCHAR(40))",
     "CREATE TABLE nk (x INT, y VARCHAR(10))",
-    "CREATE TABLE ci (code VARCHAR(20) PRIMARY KEY, v INT, note TEXT)",
+    "CREATE TABLE ci (code VARCHAR(20) PRIMARY KEY, v INT, note TEXT COMPRESSED)",
     "CREATE TABLE j (id INT PRIMARY KEY, doc JSON, b BLOB, pt POINT NULL)",
     "CREATE TABLE r (id INT PRIMARY KEY, v INT)",
     "CREATE TABLE dk (id DECIMAL(12,3) PRIMARY KEY, v INT, w DOUBLE)",
@@ -118,7 +118,7 @@ FILL = (
     " 1 + seq % 3, CONCAT('n', seq) FROM seq_1_to_300",
     "INSERT INTO big SELECT seq, seq, REPEAT('w', seq % 40) FROM seq_1_to_{big}",
     "INSERT INTO nk SELECT seq % 30, CONCAT('y', seq % 7) FROM seq_1_to_200",
-    "INSERT INTO ci SELECT CONCAT('c', seq), seq, REPEAT('n', seq % 9) FROM seq_1_to_500",
+    "INSERT INTO ci SELECT CONCAT('c', seq), seq, REPEAT('n', seq % 9 * 30) FROM seq_1_to_500",
     "INSERT INTO j SELECT seq, JSON_OBJECT('a', seq, 'b', CONCAT('x', seq)),"
     " REPEAT(CHAR(seq % 256), seq % 50), IF(seq % 3 = 0, POINT(seq, seq / 2), NULL)"
     " FROM seq_1_to_400",
