@@ -43,6 +43,8 @@ class Cause:
 
     what: str
     fix: str
+    #: The ``host:port`` a lost connection's message names (`_connection`), if it names one.
+    server: str | None = None
 
     def __str__(self) -> str:
         return f"{self.what}; {self.fix}"
@@ -81,7 +83,7 @@ _SOURCE_FIX = "check that the source is up (`tidemark doctor`), then rerun"
 
 def _connection(message: str) -> Cause:
     where = _host_port(message)
-    return Cause(f"connection lost{f' to {where}' if where else ''}", _SOURCE_FIX)
+    return Cause(f"connection lost{f' to {where}' if where else ''}", _SOURCE_FIX, where)
 
 
 def _timeout(message: str) -> Cause:
@@ -223,14 +225,15 @@ def root_cause(
         for pattern, cause in CAUSES:
             if pattern.search(message):  # the details (a path, host:port) from the nearest message
                 found = cause("\n".join(chain[i:]))
-                lost = found.what.removeprefix("connection lost to ")
-                if servers and lost in servers:
+                lost = found.server
+                if servers and lost is not None and lost in servers:
                     return Cause(
                         f"connection lost to {servers[lost]} at {lost}",
                         "check that it is up and reachable, then rerun",
+                        lost,
                     )
                 if found.what == "connection lost" and source:
-                    return Cause(f"connection lost to {source}", found.fix)
+                    return Cause(f"connection lost to {source}", found.fix, source)
                 if found.what.endswith("from the source within source.read_timeout") and source:
                     return Cause(found.what.replace("source ", f"source {source} ", 1), found.fix)
                 return found
