@@ -434,7 +434,7 @@ def shaped(
     index_rows: Sequence[Row],
     rows: Any,
     engine: Any,
-    kind: Any = None,
+    kind: Any,
 ) -> TableInfo:
     """A table's `TableInfo` from its ``information_schema`` rows (COLUMNS, STATISTICS) and
     TABLES' row estimate, engine and type, its key columns marked (`mark_keys`)."""
