@@ -163,6 +163,10 @@ def _run(args: argparse.Namespace, config: PipelineConfig) -> int:
         names = [t.name for t in config.select_tables(args.table or None)]
     except ConfigError:
         names = []  # run_command reports it
+    if not args.snapshot:  # the files a rewrite may read, on the core the start leaves idle
+        from orchestrator.lake import readahead, storage
+
+        readahead.start([storage.table_dir(config.output.path, name) for name in names])
     # the JVM starts before the rest of the engine is imported: both take seconds
     spark = start_spark_early(config, names, args.snapshot) if names else None
     from orchestrator.app.run import run_command
@@ -197,6 +201,7 @@ def _run(args: argparse.Namespace, config: PipelineConfig) -> int:
                 progress=False,
                 spark=pending.pop("spark", None),
                 planned=planned,
+                read_ahead=False,  # warm: the first run's reading ahead was started above
             )
         except Exception as exc:
             gone = _jvm_gone()

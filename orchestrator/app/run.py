@@ -26,7 +26,8 @@ from orchestrator.errors import (
     TidemarkError,
     first_line,
 )
-from orchestrator.pipeline.context import hold_lock, open_store
+from orchestrator.lake import readahead
+from orchestrator.pipeline.context import hold_lock, open_store, table_dir
 from orchestrator.pipeline.failed import TablesFailed
 from orchestrator.pipeline.plan.step import takes_out
 from orchestrator.services.failures import root_cause
@@ -98,6 +99,7 @@ def run_command(
     progress: bool = True,
     spark: Future[Any] | None = None,
     planned: Callable[[], None] = lambda: None,
+    read_ahead: bool = True,
 ) -> int:
     """The CLI verb. Resumes an unfinished run first, then does what was asked if that differs.
 
@@ -105,19 +107,24 @@ def run_command(
     write (`orchestrator.state.lease`): a run whose lock was taken over stops with `LockLost`.
     ``spark``: a session already starting (`orchestrator.app.early`); by default it is
     started here, in the background, when the run will read chunks. ``planned`` is called once
-    the run asked for is planned (or found unfinished: resumed).
+    the run asked for is planned (or found unfinished: resumed). ``read_ahead``: an incremental
+    run reads its tables' published files while it starts (`orchestrator.lake.readahead`; the
+    CLI starts that before its imports), unless this is false.
     """
     started = time.monotonic()
     holder = cli_holder()
-    names = steps.requested_tables(config, tables or None)
-    # the JVM starts while preflight and planning talk to the source, when the run will read
-    session: Any = spark or start_spark_early(config, names, snapshot)
-    checked = steps.preflight(config, tables or None)
-    for table, why in sorted(checked.failing.items()):
-        log.warning("table %s is left out of this run: %s", table, why)
-    if snapshot:
-        _announce_fresh(config, names)
     with ExitStack() as held:
+        held.callback(readahead.stop, False)  # files read ahead (`cli`) and not taken: dropped
+        names = steps.requested_tables(config, tables or None)
+        if read_ahead and not snapshot:
+            readahead.start([table_dir(config, name) for name in names])
+        # the JVM starts while preflight and planning talk to the source, when the run will read
+        session: Any = spark or start_spark_early(config, names, snapshot)
+        checked = steps.preflight(config, tables or None)
+        for table, why in sorted(checked.failing.items()):
+            log.warning("table %s is left out of this run: %s", table, why)
+        if snapshot:
+            _announce_fresh(config, names)
         held.callback(_close_catalogs)
         try:
             held.enter_context(hold_lock(config, holder))
@@ -301,6 +308,7 @@ def execute(
     if isinstance(spark, Future) and spark.done() and spark.exception() is None:
         spark = spark.result()
     steps.reconcile(config, handle.run_id, spark=None if isinstance(spark, Future) else spark)
+    readahead.stop(wait=False)  # the rewrites are done: what they did not take is not kept
     return spark, steps.publish(config, handle.run_id, holder=holder)
 
 

@@ -65,6 +65,8 @@ TARGET_FILE_BYTES = 32 * 1024 * 1024
 #: tail inserts leave behind.
 SMALL_FILE_BYTES = 1024 * 1024
 DATA_DIR = "data"
+#: A table dir's directory of manifests (`orchestrator.lake.manifest`).
+META_DIR = "_tidemark"
 #: Rows per record batch when converting or copying data files.
 BATCH_ROWS = 65536
 #: The hand-over from reconcile to publish, in the reconciled staging dir

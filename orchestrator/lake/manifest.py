@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from orchestrator.errors import RunFailed
 from orchestrator.lake import storage
-from orchestrator.lake.layout import DATA_DIR, FileRange
+from orchestrator.lake.layout import DATA_DIR, META_DIR, FileRange
 from orchestrator.lake.writer import FIELD_ID, file_version, with_field_ids
 from orchestrator.schema.families import SPATIAL_TYPES
 from orchestrator.schema.tables import ColumnInfo
@@ -36,7 +36,6 @@ from orchestrator.schema.values import staging_nullable
 
 log = logging.getLogger(__name__)
 
-META_DIR = "_tidemark"
 _VERSION_FILE = re.compile(r"^(\d{6})\.json$")
 _PENDING_FILE = re.compile(r"^(\d{6})-[0-9a-f]+\.json$")
 

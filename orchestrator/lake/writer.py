@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 
 from chunking import encode_key
 from orchestrator.config import lakes
-from orchestrator.lake import layout, storage
+from orchestrator.lake import layout, readahead, storage
 from orchestrator.lake.layout import DATA_DIR, FileRange, Part, PlannedFile, piece_rows, planned
 
 #: Parquet options of every data file Tidemark writes with pyarrow: zstd without dictionary
@@ -243,7 +243,11 @@ def read_published(
     uri: str, schema: pa.Schema, *, use_threads: bool = False
 ) -> Iterator[pa.RecordBatch]:
     """The rows of a data or staging file as record batches in ``schema``'s types
-    (`to_published`)."""
+    (`to_published`); those of a file read ahead (`orchestrator.lake.readahead`) from memory."""
+    ahead = readahead.take(uri)
+    if ahead is not None and (not ahead or set(schema.names) <= set(ahead[0].schema.names)):
+        yield from (to_published(batch, schema) for batch in ahead)
+        return
     with storage.open_parquet(uri) as handle:
         reader = pq.ParquetFile(handle)
         for batch in reader.iter_batches(

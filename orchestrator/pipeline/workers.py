@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from orchestrator.config import PipelineConfig
 from orchestrator.errors import RunFailed, TidemarkError
-from orchestrator.lake import storage
+from orchestrator.lake import readahead, storage
 from orchestrator.pipeline.context import open_catalog
 from orchestrator.services import faults, lean
 from orchestrator.services.failures import root_cause
@@ -149,6 +149,7 @@ def each_group(
     from concurrent.futures.process import BrokenProcessPool
 
     lean.preloaded()  # no import under way in another thread while the workers fork
+    readahead.stop()  # nor a read
     pool = ProcessPoolExecutor(
         count,
         mp_context=multiprocessing.get_context("fork"),

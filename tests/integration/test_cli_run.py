@@ -21,6 +21,7 @@ from orchestrator.errors import RunLocked
 from orchestrator.lake.iceberg import open_catalog
 from orchestrator.state.store import StateStore
 from tests.conftest import assert_lake_equals_source, pipeline_config, write_config
+from tests.integration.conftest import fresh_database
 
 pytestmark = pytest.mark.integration
 
@@ -222,3 +223,38 @@ def test_every_keeps_the_lake_current_through_failed_runs_until_sigterm(
     logs = list((tmp_path / "logs").glob("every-*.log"))  # the process's, every run of it
     assert len(logs) == 1 and logs[0].read_text().count("every_db.t: published version") == 3
     assert "stopped after" in logs[0].read_text()
+
+
+def test_an_incremental_run_reads_the_files_it_rewrites_ahead(
+    mariadb: LocalMariaDB, tmp_path: Path
+) -> None:
+    """`tidemark run` reads a table's published files while it starts
+    (`orchestrator.lake.readahead`); the rewrite takes each file it rewrites from there, and the
+    table is published equal to the source."""
+    fresh_database(mariadb, "cli_ahead")
+    mariadb.execute(
+        "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(30), n INT)",
+        "INSERT INTO t SELECT seq, CONCAT('row ', seq), seq FROM seq_1_to_6000",
+        database="cli_ahead",
+    )
+    config = write_config(
+        tmp_path / "ahead.yaml",
+        pipeline_config(tmp_path, mariadb, [{"name": "cli_ahead.t"}], name="ahead"),
+    )
+    first = tidemark("run", "--config", str(config), "--no-progress", "--snapshot")
+    assert first.returncode == 0, first.stderr[-2000:]
+    mariadb.execute(
+        "UPDATE t SET n = -n WHERE id % 700 = 3",  # in every file
+        "DELETE FROM t WHERE id % 1100 = 5",
+        "INSERT INTO t VALUES (6001, 'new', 1), (2500000, 'far', 2)",
+        database="cli_ahead",
+    )
+    second = tidemark("run", "--config", str(config), "--no-progress", "--debug")
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert_lake_equals_source(config, mariadb, ["cli_ahead.t"])
+    out = second.stdout + second.stderr
+    rewrote = re.search(r"the driver \(pyarrow\) rewrote (\d+) of (\d+) file", out)
+    ahead = re.search(r"read ahead (\d+) file\(s\), (\d+) taken by the rewrite", out)
+    assert rewrote and ahead, out[-3000:]
+    assert int(rewrote[1]) == int(rewrote[2]) == 6  # 6,000 rows in files of 1,000
+    assert int(ahead[2]) == 6, ahead[0]

@@ -44,7 +44,7 @@ import pyarrow as pa
 
 from chunking import decode_key
 from orchestrator.errors import RunFailed
-from orchestrator.lake import layout, storage
+from orchestrator.lake import layout, readahead, storage
 from orchestrator.lake.layout import FileRange, Part, VersionPlan
 from orchestrator.lake.manifest import Manifest, newest_field_ids, published_schema, read_manifest
 from orchestrator.lake.order import ascending_disjoint, python_key
@@ -294,7 +294,11 @@ def rewrite(
         layout.SMALL_FILE_BYTES if base_version is not None else 0
     )  # a snapshot's chunks stay as read
     groups = layout.group_parts(parts, small)
-    writes = any(len(g) > 1 or parts[g[0]].kept is None for g in groups)
+    written = [parts[i] for g in groups if len(g) > 1 or parts[g[0]].kept is None for i in g]
+    readahead.settle(  # what pyarrow reads here: the rest is Spark's, or stays as it is
+        [uri for uri, _ in base], {p.uri for p in written if rewriter == "local" or p.slot is None}
+    )
+    writes = bool(written)
     schema = target.schema if writes else pa.schema([])  # every file kept as it is: none is written
     files = write_parts(
         target.out_dir,
