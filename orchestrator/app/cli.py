@@ -154,19 +154,19 @@ def _run(args: argparse.Namespace, config: PipelineConfig) -> int:
 
     system_allocator()
     arrow_without_pandas()  # before the engine's imports: one converts at import time
+    try:
+        names = [t.name for t in config.select_tables(args.table or None)]
+    except ConfigError:
+        names = []  # run_command reports it
+    if not args.snapshot:  # the files a rewrite may read, while the engine's imports are made
+        from orchestrator.lake import readahead, storage
+
+        readahead.start([storage.table_dir(config.output.path, name) for name in names])
     from orchestrator.app.early import start_spark_early
     from orchestrator.app.logs import open_log
 
     logfile = open_log(config)
     log.debug("full log of this run: %s", logfile)
-    try:
-        names = [t.name for t in config.select_tables(args.table or None)]
-    except ConfigError:
-        names = []  # run_command reports it
-    if not args.snapshot:  # the files a rewrite may read, on the core the start leaves idle
-        from orchestrator.lake import readahead, storage
-
-        readahead.start([storage.table_dir(config.output.path, name) for name in names])
     # the JVM starts before the rest of the engine is imported: both take seconds
     spark = start_spark_early(config, names, args.snapshot) if names else None
     from orchestrator.app.run import run_command

@@ -246,7 +246,8 @@ def read_published(
     (`to_published`); those of a file read ahead (`orchestrator.lake.readahead`) from memory."""
     ahead = readahead.take(uri)
     if ahead is not None and (not ahead or set(schema.names) <= set(ahead[0].schema.names)):
-        yield from (to_published(batch, schema) for batch in ahead)
+        while ahead:  # each batch let go once converted: the merge holds one at a time
+            yield to_published(ahead.pop(0), schema)
         return
     with storage.open_parquet(uri) as handle:
         reader = pq.ParquetFile(handle)
