@@ -159,9 +159,9 @@ def _run(args: argparse.Namespace, config: PipelineConfig) -> int:
     except ConfigError:
         names = []  # run_command reports it
     if not args.snapshot:  # the files a rewrite may read, while the engine's imports are made
-        from orchestrator.lake import readahead, storage
+        from orchestrator.app.ahead import read_ahead
 
-        readahead.start([storage.table_dir(config.output.path, name) for name in names])
+        read_ahead(config, names)
     from orchestrator.app.early import start_spark_early
     from orchestrator.app.logs import open_log
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 from urllib.parse import urlsplit
 
-from orchestrator.app import steps
+from orchestrator.app import ahead, steps
 from orchestrator.app.early import start_spark_early
 from orchestrator.app.logs import current_log, record_trace
 from orchestrator.config import PipelineConfig
@@ -27,7 +27,7 @@ from orchestrator.errors import (
     first_line,
 )
 from orchestrator.lake import readahead
-from orchestrator.pipeline.context import hold_lock, open_store, table_dir
+from orchestrator.pipeline.context import hold_lock, open_store
 from orchestrator.pipeline.failed import TablesFailed
 from orchestrator.pipeline.plan.step import takes_out
 from orchestrator.services.failures import root_cause
@@ -117,7 +117,7 @@ def run_command(
         held.callback(readahead.stop, False)  # files read ahead (`cli`) and not taken: dropped
         names = steps.requested_tables(config, tables or None)
         if read_ahead and not snapshot:
-            readahead.start([table_dir(config, name) for name in names])
+            ahead.read_ahead(config, names)
         # the JVM starts while preflight and planning talk to the source, when the run will read
         session: Any = spark or start_spark_early(config, names, snapshot)
         checked = steps.preflight(config, tables or None)

@@ -78,6 +78,25 @@ def dump_settings(source: SourceConfig, password: str) -> dict[str, Any]:
     }
 
 
+def binlog_end(source: SourceConfig, password: str) -> tuple[str, int]:
+    """Where the binlog of ``source`` ends now: its binlog status row's file and offset, asked on
+    a connection of its own (``SELECT VERSION()`` picks the statement: `Dialect`)."""
+    from orchestrator.source.connect import connect
+
+    conn = connect(**dump_settings(source, password))
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT VERSION()")
+            (version,) = cur.fetchone()
+            cur.execute(Dialect.from_version(str(version)).binlog_status_sql)
+            row = cur.fetchone()
+    finally:
+        conn.close()
+    if row is None:
+        raise RuntimeError("the source's binary log is off")
+    return str(row[0]), int(row[1])
+
+
 class DumpStream:
     """Raw events from ``file:pos`` to the end of the binlog, as one replica connection.
 

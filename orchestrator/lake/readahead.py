@@ -25,7 +25,7 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -67,8 +67,14 @@ class _Held:
 class ReadAhead:
     """The reading ahead of a process (`start`); its methods are safe from any thread."""
 
-    def __init__(self, table_dirs: Sequence[str], limit: int) -> None:
+    def __init__(
+        self,
+        table_dirs: Sequence[str],
+        limit: int,
+        binlog_end: Callable[[], tuple[str, int]] | None = None,
+    ) -> None:
         self._dirs = list(table_dirs[:MAX_TABLES])
+        self._binlog_end = binlog_end
         self._limit = limit
         self._lock = threading.Condition()
         self._files: dict[str, _Held | None] = {}  # None: the rewrite reads it itself
@@ -84,17 +90,34 @@ class ReadAhead:
         return self
 
     def _work(self) -> None:
+        tables = []
         for tdir in self._dirs:
             try:  # read only: a missing manifest is the run's to recover (`manifest.find_manifest`)
                 data = storage.read_if_exists(storage.join(tdir, layout.META_DIR, "current.json"))
-                names = json.loads(data)["files"] if data is not None else []
+                if data is not None:
+                    manifest = json.loads(data)
+                    tables.append((tdir, manifest["files"], _at(manifest["position"])))
             except Exception as exc:  # the run reads it again and reports it
                 log.debug("reading ahead: no manifest of %s: %s", tdir, exc)
-                continue
+        if tables and self._unmoved({at for _, _, at in tables}):
+            return
+        for tdir, names, _ in tables:
             files = [storage.join(tdir, name) for name in names]
             for uri in files[-1:] + files[:-1]:
                 if not self._read(uri):
                     return
+
+    def _unmoved(self, published: set[tuple[str, int]]) -> bool:
+        """Whether the source's binlog ends where every table's version was taken (nothing to
+        rewrite: the run has no change to apply); False when that is not known."""
+        if self._binlog_end is None or len(published) != 1:
+            return False
+        try:
+            end = self._binlog_end()
+        except Exception as exc:  # the run's own connection reports it
+            log.debug("reading ahead: the binlog's end unknown (%s)", type(exc).__name__)
+            return False
+        return published == {end}
 
     def _read(self, uri: str) -> bool:
         """Read one file ahead unless the rewrite claimed or dropped it; False once stopped."""
@@ -197,19 +220,30 @@ class ReadAhead:
             return self._held
 
 
+def _at(position: dict[str, object]) -> tuple[str, int]:
+    """A manifest's position as the binlog's (file, offset)."""
+    return str(position["file"]), int(str(position["pos"]))
+
+
 _current: ReadAhead | None = None
 _current_lock = threading.Lock()
 
 
-def start(table_dirs: Sequence[str], limit: int | None = None) -> ReadAhead | None:
+def start(
+    table_dirs: Sequence[str],
+    limit: int | None = None,
+    binlog_end: Callable[[], tuple[str, int]] | None = None,
+) -> ReadAhead | None:
     """Start reading ahead the published files of ``table_dirs``' tables (see the module
-    docstring); None where it does not (one core, or one is running)."""
+    docstring); None where it does not (one core, or one is running). ``binlog_end``: where
+    the source's binlog ends now (file, offset): when every table's version was taken there,
+    nothing was written since and nothing is read."""
     global _current
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     with _current_lock:
         if _current is not None or (cores or 1) < 2 or not table_dirs:
             return None
-        _current = ReadAhead(table_dirs, budget() if limit is None else limit).begin()
+        _current = ReadAhead(table_dirs, budget() if limit is None else limit, binlog_end).begin()
         return _current
 
 

@@ -258,3 +258,13 @@ def test_an_incremental_run_reads_the_files_it_rewrites_ahead(
     assert rewrote and ahead, out[-3000:]
     assert int(rewrote[1]) == int(rewrote[2]) == 6  # 6,000 rows in files of 1,000
     assert int(ahead[2]) == 6, ahead[0]
+
+    # nothing written since: the binlog ends where the version was taken, nothing is read
+    quiet = tidemark("run", "--config", str(config), "--no-progress", "--debug")
+    assert quiet.returncode == 0, quiet.stderr[-2000:]
+    assert "read ahead" not in quiet.stdout + quiet.stderr
+    mariadb.execute("UPDATE t SET n = 0 WHERE id = 6001", database="cli_ahead")
+    moved = tidemark("run", "--config", str(config), "--no-progress", "--debug")
+    assert moved.returncode == 0, moved.stderr[-2000:]
+    assert re.search(r"read ahead \d+ file\(s\), 1 taken by the rewrite", moved.stderr)
+    assert_lake_equals_source(config, mariadb, ["cli_ahead.t"])

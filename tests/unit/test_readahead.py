@@ -174,3 +174,31 @@ def test_read_published_takes_the_files_read_ahead(
     readahead.stop()
     assert readahead._current is None and ahead.held_bytes == 0
     assert readahead.take(uris[1]) is None  # none is running
+
+
+def test_nothing_is_read_when_the_binlog_ends_where_the_versions_were_taken(
+    tmp_path: Path,
+) -> None:
+    """A run with nothing to apply reads nothing ahead: the source's binlog ends at the position
+    every table's version was taken at. Anywhere else, or when that is not known (the question
+    fails), the files are read."""
+    published(tmp_path / "a", 2, 500)
+    published(tmp_path / "b", 1, 500)
+    dirs = [str(tmp_path / "a"), str(tmp_path / "b")]
+
+    def ended(at: tuple[str, int]) -> int:
+        ahead = ReadAhead(dirs, 1 << 30, lambda: at).begin()
+        ahead._thread.join(30)
+        ahead.stop()
+        return ahead.read
+
+    def unknown() -> tuple[str, int]:
+        raise OSError("connection refused")
+
+    assert ended(("binlog.000001", 4)) == 0
+    assert ended(("binlog.000001", 5)) == 3
+    assert ended(("binlog.000002", 4)) == 3
+    ahead = ReadAhead(dirs, 1 << 30, unknown).begin()
+    ahead._thread.join(30)
+    assert ahead.read == 3
+    ahead.stop()
