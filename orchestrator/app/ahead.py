@@ -12,6 +12,10 @@ from collections.abc import Callable, Sequence
 
 from orchestrator.config import PipelineConfig
 
+#: The longest the reading ahead waits for the source's answer (a step about to fork waits for
+#: the reading thread: `orchestrator.pipeline.workers`).
+ASK_SECONDS = 5
+
 
 def read_ahead(config: PipelineConfig, tables: Sequence[str]) -> None:
     """Start reading ahead the published files of ``tables`` (`readahead.start`)."""
@@ -33,6 +37,6 @@ def _binlog_end(config: PipelineConfig) -> Callable[[], tuple[str, int]] | None:
     def end() -> tuple[str, int]:
         from orchestrator.binlog.stream import binlog_end
 
-        return binlog_end(config.source, config.resolve_password())
+        return binlog_end(config.source, config.resolve_password(), ASK_SECONDS)
 
     return end

@@ -78,12 +78,16 @@ def dump_settings(source: SourceConfig, password: str) -> dict[str, Any]:
     }
 
 
-def binlog_end(source: SourceConfig, password: str) -> tuple[str, int]:
+def binlog_end(source: SourceConfig, password: str, timeout: int) -> tuple[str, int]:
     """Where the binlog of ``source`` ends now: its binlog status row's file and offset, asked on
-    a connection of its own (``SELECT VERSION()`` picks the statement: `Dialect`)."""
+    a connection of its own (``SELECT VERSION()`` picks the statement: `Dialect`), each wait at
+    most ``timeout`` seconds (or ``source.connect_timeout`` to connect, if less)."""
     from orchestrator.source.connect import connect
 
-    conn = connect(**dump_settings(source, password))
+    settings = dump_settings(source, password)
+    settings["connect_timeout"] = min(timeout, source.connect_timeout)
+    settings["read_timeout"] = settings["write_timeout"] = timeout
+    conn = connect(**settings)
     try:
         with conn.cursor() as cur:
             cur.execute("SELECT VERSION()")

@@ -16,7 +16,9 @@ rewrite would read, whenever it was read. A file that fails to read ahead is lef
 rewrite's own read, which reports what it finds; the reading ahead never fails a run.
 
 Only a process with a second core reads ahead, for at most `MAX_TABLES` tables (a run of
-thousands of small tables gains nothing from it), and never a snapshot (it reads no base file).
+thousands of small tables gains nothing from it), never for a snapshot (it reads no base file),
+and nothing when the source's binlog ends where every table's version was taken (``binlog_end``,
+asked first: a run with nothing to apply would read for nothing).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import os
 import threading
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -96,7 +99,7 @@ class ReadAhead:
                 data = storage.read_if_exists(storage.join(tdir, layout.META_DIR, "current.json"))
                 if data is not None:
                     manifest = json.loads(data)
-                    tables.append((tdir, manifest["files"], _at(manifest["position"])))
+                    tables.append((tdir, manifest["files"], _at(manifest.get("position"))))
             except Exception as exc:  # the run reads it again and reports it
                 log.debug("reading ahead: no manifest of %s: %s", tdir, exc)
         if tables and self._unmoved({at for _, _, at in tables}):
@@ -107,10 +110,10 @@ class ReadAhead:
                 if not self._read(uri):
                     return
 
-    def _unmoved(self, published: set[tuple[str, int]]) -> bool:
+    def _unmoved(self, published: set[tuple[str, int] | None]) -> bool:
         """Whether the source's binlog ends where every table's version was taken (nothing to
         rewrite: the run has no change to apply); False when that is not known."""
-        if self._binlog_end is None or len(published) != 1:
+        if self._binlog_end is None or len(published) != 1 or None in published:
             return False
         try:
             end = self._binlog_end()
@@ -220,9 +223,12 @@ class ReadAhead:
             return self._held
 
 
-def _at(position: dict[str, object]) -> tuple[str, int]:
-    """A manifest's position as the binlog's (file, offset)."""
-    return str(position["file"]), int(str(position["pos"]))
+def _at(position: Any) -> tuple[str, int] | None:
+    """A manifest's position as the binlog's (file, offset); None when it has none."""
+    try:
+        return str(position["file"]), int(position["pos"])
+    except (TypeError, KeyError, ValueError):
+        return None
 
 
 _current: ReadAhead | None = None
