@@ -60,6 +60,17 @@ def config_path(mariadb: LocalMariaDB, tmp_path_factory: pytest.TempPathFactory)
     return write_config(tmp / "cli.yaml", config)
 
 
+def one_table(mariadb: LocalMariaDB, tmp_path: Path, name: str, create: str, fill: str) -> Path:
+    """Pipeline ``name`` of table ``<name>_db.t`` (made anew by ``create`` and ``fill``): its
+    config file."""
+    fresh_database(mariadb, f"{name}_db")
+    mariadb.execute(create, fill, database=f"{name}_db")
+    return write_config(
+        tmp_path / f"{name}.yaml",
+        pipeline_config(tmp_path, mariadb, [{"name": f"{name}_db.t"}], name=name),
+    )
+
+
 def test_run_status_reset(config_path: Path, mariadb: LocalMariaDB) -> None:
     env = {"CLI_TEST_PASSWORD": PASSWORD}
     first = tidemark("run", "--config", str(config_path), "--no-progress", env=env)
@@ -156,15 +167,12 @@ def _until(
 def test_every_keeps_the_lake_current_through_failed_runs_until_sigterm(
     mariadb: LocalMariaDB, tmp_path: Path
 ) -> None:
-    mariadb.execute("CREATE DATABASE every_db")
-    mariadb.execute(
+    config_path = one_table(
+        mariadb,
+        tmp_path,
+        "every",
         "CREATE TABLE t (id INT PRIMARY KEY, v INT)",
         "INSERT INTO t SELECT seq, seq FROM seq_1_to_500",
-        database="every_db",
-    )
-    config_path = write_config(
-        tmp_path / "every.yaml",
-        pipeline_config(tmp_path, mariadb, [{"name": "every_db.t"}], name="every"),
     )
     current = tmp_path / "lake" / "every_db" / "t" / "_tidemark" / "current.json"
     proc = subprocess.Popen(
@@ -231,15 +239,12 @@ def test_an_incremental_run_reads_the_files_it_rewrites_ahead(
     """`tidemark run` reads a table's published files while it starts
     (`orchestrator.lake.readahead`); the rewrite takes each file it rewrites from there, and the
     table is published equal to the source."""
-    fresh_database(mariadb, "cli_ahead")
-    mariadb.execute(
+    config = one_table(
+        mariadb,
+        tmp_path,
+        "ahead",
         "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(30), n INT)",
         "INSERT INTO t SELECT seq, CONCAT('row ', seq), seq FROM seq_1_to_6000",
-        database="cli_ahead",
-    )
-    config = write_config(
-        tmp_path / "ahead.yaml",
-        pipeline_config(tmp_path, mariadb, [{"name": "cli_ahead.t"}], name="ahead"),
     )
     first = tidemark("run", "--config", str(config), "--no-progress", "--snapshot")
     assert first.returncode == 0, first.stderr[-2000:]
@@ -247,11 +252,11 @@ def test_an_incremental_run_reads_the_files_it_rewrites_ahead(
         "UPDATE t SET n = -n WHERE id % 700 = 3",  # in every file
         "DELETE FROM t WHERE id % 1100 = 5",
         "INSERT INTO t VALUES (6001, 'new', 1), (2500000, 'far', 2)",
-        database="cli_ahead",
+        database="ahead_db",
     )
     second = tidemark("run", "--config", str(config), "--no-progress", "--debug")
     assert second.returncode == 0, second.stderr[-2000:]
-    assert_lake_equals_source(config, mariadb, ["cli_ahead.t"])
+    assert_lake_equals_source(config, mariadb, ["ahead_db.t"])
     out = second.stdout + second.stderr
     rewrote = re.search(r"the driver \(pyarrow\) rewrote (\d+) of (\d+) file", out)
     ahead = re.search(r"read ahead (\d+) file\(s\), (\d+) taken by the rewrite", out)
@@ -263,8 +268,8 @@ def test_an_incremental_run_reads_the_files_it_rewrites_ahead(
     quiet = tidemark("run", "--config", str(config), "--no-progress", "--debug")
     assert quiet.returncode == 0, quiet.stderr[-2000:]
     assert "read ahead" not in quiet.stdout + quiet.stderr
-    mariadb.execute("UPDATE t SET n = 0 WHERE id = 6001", database="cli_ahead")
+    mariadb.execute("UPDATE t SET n = 0 WHERE id = 6001", database="ahead_db")
     moved = tidemark("run", "--config", str(config), "--no-progress", "--debug")
     assert moved.returncode == 0, moved.stderr[-2000:]
     assert re.search(r"read ahead \d+ file\(s\), 1 taken by the rewrite", moved.stderr)
-    assert_lake_equals_source(config, mariadb, ["cli_ahead.t"])
+    assert_lake_equals_source(config, mariadb, ["ahead_db.t"])
