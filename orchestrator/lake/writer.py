@@ -53,14 +53,26 @@ PARQUET_OPTIONS: dict[str, Any] = {
 INTEGER_ENCODING: str | None = "DELTA_BINARY_PACKED"
 
 
+#: The encoding of every whole-number DECIMAL wider than 18 digits (a BIGINT UNSIGNED is
+#: published as DECIMAL(20, 0)), which Parquet stores as fixed-length big-endian bytes, under
+#: the same ``output.integer_encoding: delta``: each value as the length of the bytes it shares
+#: with the one before and the rest. Neighbouring keys share all but their last bytes. Measured
+#: on 4M rows of shop.orders, whose key is a BIGINT UNSIGNED (docs/performance.md): that column
+#: 19x smaller (it was 55% of the files' bytes), written 1.3x as fast. pyarrow, DuckDB, Trino
+#: and Spark read it; BYTE_STREAM_SPLIT, smaller still, DuckDB refuses for a DECIMAL.
+WIDE_INTEGER_ENCODING = "DELTA_BYTE_ARRAY"
+
+
 def parquet_options(schema: pa.Schema, uri: str) -> dict[str, Any]:
     """The pyarrow writer options of a data file of ``schema`` at ``uri``: `PARQUET_OPTIONS`, and
-    `INTEGER_ENCODING` for each top-level column stored as a Parquet INT32 or INT64 unless the
-    config whose lake or staging path holds ``uri`` says ``output.integer_encoding: plain``.
+    `INTEGER_ENCODING` for each top-level column stored as a Parquet INT32 or INT64
+    (`WIDE_INTEGER_ENCODING` for a whole-number DECIMAL stored as bytes) unless the config whose
+    lake or staging path holds ``uri`` says ``output.integer_encoding: plain``.
 
-    >>> schema = pa.schema([("id", pa.int64()), ("name", pa.string())])
+    >>> schema = pa.schema([("id", pa.int64()), ("name", pa.string()),
+    ...                     ("u", pa.decimal128(20, 0)), ("d", pa.decimal128(30, 2))])
     >>> parquet_options(schema, "/nowhere/t/data/f.parquet")["column_encoding"]
-    {'id': 'DELTA_BINARY_PACKED'}
+    {'id': 'DELTA_BINARY_PACKED', 'u': 'DELTA_BYTE_ARRAY'}
     """
     if INTEGER_ENCODING is None or lakes.integer_encoding(uri) == "plain":
         return dict(PARQUET_OPTIONS)
@@ -74,7 +86,12 @@ def parquet_options(schema: pa.Schema, uri: str) -> dict[str, Any]:
         or pa.types.is_timestamp(f.type)
         or (pa.types.is_decimal(f.type) and f.type.precision <= decimals)
     }
-    return {**PARQUET_OPTIONS, "column_encoding": integers}
+    wide = {
+        f.name: WIDE_INTEGER_ENCODING
+        for f in schema
+        if pa.types.is_decimal(f.type) and f.type.scale == 0 and f.name not in integers
+    }
+    return {**PARQUET_OPTIONS, "column_encoding": {**integers, **wide}}
 
 
 #: How a part's rows are read: record batches in published types, in key order.

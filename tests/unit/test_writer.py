@@ -42,12 +42,23 @@ INTEGERS = {
     "nothing": pa.array([None, None, None], pa.int64()),
 }
 
+#: Whole-number DECIMALs too wide for INT64, stored as fixed-length bytes: DELTA_BYTE_ARRAY.
+WIDE = {
+    "huge": pa.array(
+        [decimal.Decimal(0), decimal.Decimal(2**64 - 1), None], pa.decimal128(20, 0)
+    ),  # BIGINT UNSIGNED
+    "vast": pa.array(
+        [decimal.Decimal(-(10**37) + 1), decimal.Decimal(10**37 - 1), None], pa.decimal128(38, 0)
+    ),
+}
+
 #: Columns stored otherwise: PLAIN.
 OTHERS = {
     "id": pa.array([1, 2, 3], pa.int64()),  # the key; an integer too
-    "huge": pa.array(
-        [decimal.Decimal(0), decimal.Decimal(2**64 - 1), None], pa.decimal128(20, 0)
-    ),  # BIGINT UNSIGNED keys: fixed-length bytes
+    "fraction": pa.array(
+        [decimal.Decimal("-0.00001"), decimal.Decimal("123456789012345.12345"), None],
+        pa.decimal128(30, 5),
+    ),
     "name": pa.array(["a", "é", None]),
     "ratio": pa.array([0.5, -1.0, None], pa.float64()),
     "flag": pa.array([True, False, None]),
@@ -56,7 +67,7 @@ OTHERS = {
 
 
 def _table() -> pa.Table:
-    columns = {**OTHERS, **INTEGERS}
+    columns = {**OTHERS, **INTEGERS, **WIDE}
     return pa.table(list(columns.values()), names=list(columns))
 
 
@@ -89,6 +100,8 @@ def test_integer_columns_are_delta_encoded_and_read_back_equal(how: str, tmp_pat
     encodings = _encodings(path)
     delta = {name for name, used in encodings.items() if "DELTA_BINARY_PACKED" in used}
     assert delta == set(INTEGERS) | {"id"}
+    wide = {name for name, used in encodings.items() if "DELTA_BYTE_ARRAY" in used}
+    assert wide == set(WIDE)
     assert all("PLAIN" in encodings[name] for name in set(OTHERS) - {"id"})
     assert pq.read_table(path).equals(table)
     con = duckdb_connection()
