@@ -80,8 +80,8 @@ def dump_settings(source: SourceConfig, password: str) -> dict[str, Any]:
 
 def binlog_end(source: SourceConfig, password: str, timeout: int) -> tuple[str, int]:
     """Where the binlog of ``source`` ends now: its binlog status row's file and offset, asked on
-    a connection of its own (``SELECT VERSION()`` picks the statement: `Dialect`), each wait at
-    most ``timeout`` seconds (or ``source.connect_timeout`` to connect, if less)."""
+    a connection of its own (the version its handshake gave picks the statement: `Dialect`),
+    each wait at most ``timeout`` seconds (or ``source.connect_timeout`` to connect, if less)."""
     from orchestrator.source.connect import connect
 
     settings = dump_settings(source, password)
@@ -90,9 +90,7 @@ def binlog_end(source: SourceConfig, password: str, timeout: int) -> tuple[str, 
     conn = connect(**settings)
     try:
         with conn.cursor() as cur:
-            cur.execute("SELECT VERSION()")
-            (version,) = cur.fetchone()
-            cur.execute(Dialect.from_version(str(version)).binlog_status_sql)
+            cur.execute(Dialect.from_version(conn.get_server_info()).binlog_status_sql)
             row = cur.fetchone()
     finally:
         conn.close()

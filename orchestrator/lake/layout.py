@@ -181,6 +181,11 @@ class Part:
         return self.kept is None
 
 
+def current_uri(tdir: str) -> str:
+    """The table dir's current manifest (`orchestrator.lake.manifest`)."""
+    return storage.join(tdir, META_DIR, "current.json")
+
+
 # --------------------------------------------------------------------------- manifest ranges
 
 

@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from orchestrator.errors import RunFailed
 from orchestrator.lake import storage
-from orchestrator.lake.layout import DATA_DIR, META_DIR, FileRange
+from orchestrator.lake.layout import DATA_DIR, META_DIR, FileRange, current_uri
 from orchestrator.lake.writer import FIELD_ID, file_version, with_field_ids
 from orchestrator.schema.families import SPATIAL_TYPES
 from orchestrator.schema.tables import ColumnInfo
@@ -90,10 +90,6 @@ class Manifest(TypedDict):
 
 
 # --------------------------------------------------------------------------- paths and schema
-
-
-def current_uri(tdir: str) -> str:
-    return storage.join(tdir, META_DIR, "current.json")
 
 
 def version_uri(tdir: str, version: int) -> str:

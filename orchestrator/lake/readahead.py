@@ -96,7 +96,7 @@ class ReadAhead:
         tables = []
         for tdir in self._dirs:
             try:  # read only: a missing manifest is the run's to recover (`manifest.find_manifest`)
-                data = storage.read_if_exists(storage.join(tdir, layout.META_DIR, "current.json"))
+                data = storage.read_if_exists(layout.current_uri(tdir))
                 if data is not None:
                     manifest = json.loads(data)
                     tables.append((tdir, manifest["files"], _at(manifest.get("position"))))
