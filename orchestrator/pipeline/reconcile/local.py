@@ -262,7 +262,9 @@ def _merge_batch(
         keep = np.ones(n, dtype=bool)
         keep[at[hit]] = False
         puts = is_put.to_numpy(zero_copy_only=False)
-        dropped_before = np.concatenate([[0], np.cumsum(~keep)])[at[puts]]
+        # each put goes where its key is among the kept rows: its place among the base rows
+        # less the rows dropped before it (``at`` ascends with the events' keys)
+        dropped_before = np.searchsorted(at[hit], at[puts], side="left")
         taken: Any = np.insert(
             np.flatnonzero(keep),
             at[puts] - dropped_before,
@@ -270,10 +272,17 @@ def _merge_batch(
         )
     else:
         taken = _taken(batch, events, is_put, key)
-    out = pa.concat_tables(
-        [pa.Table.from_batches([batch], schema=schema), _puts(events, schema)]
-    ).take(taken)
-    return pa.RecordBatch.from_arrays([c.combine_chunks() for c in out.columns], schema=schema)
+    # one copy per column: the base batch and the puts as one array, then the rows taken from it
+    # (a table's take of two chunks copies them into one first, and its result was copied again)
+    rows = pa.array(taken, pa.int64())
+    puts_table = _puts(events, schema)
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.concat_arrays([batch.column(i), *puts_table.column(i).chunks]).take(rows)
+            for i in range(len(schema))
+        ],
+        schema=schema,
+    )
 
 
 def _taken(batch: pa.RecordBatch, events: pa.Table, is_put: Any, key: Sequence[str]) -> pa.Array:
