@@ -38,7 +38,7 @@ from orchestrator.pipeline import keyless
 from orchestrator.pipeline.changes import RESERVED_PREFIX, reserved_columns
 from orchestrator.pipeline.plan.keys import choose_chunk_key
 from orchestrator.schema.families import SPATIAL_TYPES
-from orchestrator.schema.tables import TableInfo
+from orchestrator.schema.tables import TableInfo, unkept
 from orchestrator.schema.types import UnsupportedType, arrow_type
 from orchestrator.source.check import Check
 from orchestrator.source.connection import Source
@@ -435,6 +435,17 @@ def _one_table_checks(
                 f"table {table.name} does not exist on {source.address} "
                 f"(as seen by user `{source.config.user}`)",
                 f"check tables[{index}].name, and that the user has SELECT on the table",
+            )
+        ]
+    elsewhere = unkept(info)
+    if elsewhere is not None:
+        return [
+            Check(
+                f"table {table.name}",
+                False,
+                f"{table.name} is {elsewhere}; no run could keep it equal to the source",
+                (_exclude_fix(table, index) if pattern else "leave it out of the pipeline")
+                + " (docs/limits.md says what to keep instead)",
             )
         ]
     return [

@@ -76,6 +76,9 @@ class TableInfo:
     #: MariaDB's system versioning (``WITH SYSTEM VERSIONING``): its rows events hold history
     #: rows beside the current ones (`orchestrator.binlog.shape.shape_difference`).
     versioned: bool = False
+    #: ``information_schema.TABLES.TABLE_TYPE`` (``BASE TABLE``, ``VIEW``, ``SEQUENCE``...);
+    #: None where it was not read (a plan stored before it was).
+    kind: str | None = None
 
     @property
     def name(self) -> str:
@@ -103,6 +106,51 @@ def mark_keys(
     return tuple(replace(c, in_key=True) if c.name.lower() in names else c for c in columns)
 
 
+#: Engines whose rows are not the rows this server's binlog logs under the table's name, each
+#: with why (docs/limits.md, "Tables the binlog does not keep"). A pattern leaves them out
+#: (`orchestrator.source.listing`); a table named in the config fails its checks.
+ROWS_ELSEWHERE: dict[str, str] = {
+    "BLACKHOLE": "keeps no rows, while the binlog logs the rows written to it",
+    "MRG_MYISAM": (
+        "shows the rows of the tables its UNION names, whose changes the binlog logs under "
+        "their own names"
+    ),
+    "FEDERATED": (
+        "shows the rows of a table on another server (or another table), whose changes are "
+        "not logged under its name"
+    ),
+    "CONNECT": "shows rows kept outside the server's tables (files, other servers)",
+    "SPIDER": "shows the rows of tables on other servers",
+    "OQGRAPH": "computes its rows from another table",
+    "SPHINX": "shows the answers of a Sphinx search server",
+}
+
+
+def unkept(info: TableInfo) -> str | None:
+    """Why the binlog cannot keep the table in step with its source (its rows are not what the
+    binlog logs under its name), or None: it can.
+
+    >>> t = TableInfo("shop", "v", (), (), (), 0, kind="VIEW")
+    >>> print(unkept(t))
+    a VIEW: the binlog logs the changes of its base tables, never rows of the view
+    >>> print(unkept(replace(t, kind="BASE TABLE", engine="Mrg_MyISAM"))[:40])
+    a MRG_MYISAM table: it shows the rows of
+    >>> print(unkept(replace(t, kind="BASE TABLE", engine="InnoDB")))
+    None
+    """
+    if info.kind == "VIEW":
+        return "a VIEW: the binlog logs the changes of its base tables, never rows of the view"
+    if info.kind == "SEQUENCE":
+        return (
+            "a SEQUENCE: the binlog logs its one row anew at each change, as a row added, "
+            "not replaced"
+        )
+    engine = (info.engine or "").upper()
+    if engine in ROWS_ELSEWHERE:
+        return f"a {engine} table: it {ROWS_ELSEWHERE[engine]}"
+    return None
+
+
 #: `ColumnInfo`'s fields, all plain values: a column is stored as a flat mapping of them (what
 #: `dataclasses.asdict` gives, without its deep copy: 2,000 tables' plans took 0.4 s of it).
 _COLUMN_FIELDS = tuple(f.name for f in fields(ColumnInfo))
@@ -119,6 +167,7 @@ def table_info_to_json(info: TableInfo) -> dict[str, Any]:
         "row_estimate": info.row_estimate,
         "engine": info.engine,
         "versioned": info.versioned,
+        "kind": info.kind,
     }
 
 
@@ -133,6 +182,7 @@ def table_info_from_json(data: dict[str, Any]) -> TableInfo:
         row_estimate=int(data["row_estimate"]),
         engine=data.get("engine"),
         versioned=bool(data.get("versioned", False)),
+        kind=data.get("kind"),
     )
 
 

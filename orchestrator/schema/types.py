@@ -81,7 +81,7 @@ def arrow_type(column: ColumnInfo) -> pa.DataType:
             return _TEMPORAL[t]
     raise UnsupportedType(
         f"column `{column.name}` has type {column.column_type}, which Tidemark does not map; "
-        "exclude the table or cast the column in a view"
+        "leave the table out of the pipeline, or change the column's type"
     )
 
 

@@ -449,6 +449,7 @@ def shaped(
         row_estimate=int(rows or 0),
         engine=None if engine is None else str(engine),
         versioned=_text(kind) == "SYSTEM VERSIONED",
+        kind=_text(kind),
     )
 
 

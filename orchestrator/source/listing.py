@@ -19,7 +19,7 @@ from orchestrator.config import PipelineConfig, TableConfig
 from orchestrator.config.patterns import SYSTEM_SCHEMAS, TableSet, expand, explicit_set, is_glob
 from orchestrator.errors import SourceNotReady
 from orchestrator.positions import BinlogPosition
-from orchestrator.schema.tables import TableInfo
+from orchestrator.schema.tables import ROWS_ELSEWHERE, TableInfo
 from orchestrator.source.connection import Source, shaped
 
 log = logging.getLogger("tidemark.planning")
@@ -29,8 +29,13 @@ BULK_FROM = 20
 #: Names per ``IN (...)`` list of one query.
 IN_LIST = 1000
 
+#: Base tables whose engine keeps their rows where the binlog logs them (`ROWS_ELSEWHERE`: not a
+#: MERGE, FEDERATED or BLACKHOLE table...).
 _TABLES_SQL = (
     "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = 'BASE TABLE'"
+    " AND (ENGINE IS NULL OR UPPER(ENGINE) NOT IN ("
+    + ", ".join(f"'{engine}'" for engine in sorted(ROWS_ELSEWHERE))
+    + "))"
 )
 
 

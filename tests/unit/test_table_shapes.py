@@ -29,6 +29,7 @@ SHAPE = TableInfo(
     1234,
     "InnoDB",
     versioned=True,
+    kind="SYSTEM VERSIONED",
 )
 
 

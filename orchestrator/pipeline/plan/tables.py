@@ -16,6 +16,7 @@ from typing import Any
 from chunking import TablePlan, chunk_predicate, encode_key
 from orchestrator.binlog.failover import Follower
 from orchestrator.config import PipelineConfig, TableConfig
+from orchestrator.errors import RunFailed
 from orchestrator.lake.manifest import Manifest, Manifests, find_manifest
 from orchestrator.pipeline.capture.filtering import compile_table_filter
 from orchestrator.pipeline.capture.xa import XA_FOREIGN, XA_KNOWN
@@ -27,7 +28,7 @@ from orchestrator.pipeline.plan.cascades import table_cascades
 from orchestrator.pipeline.plan.chunks import check_escaping, plan_table
 from orchestrator.pipeline.segments import void_mark
 from orchestrator.positions import BinlogPosition, file_index
-from orchestrator.schema.tables import TableInfo, table_info_text
+from orchestrator.schema.tables import TableInfo, table_info_text, unkept
 from orchestrator.schema.types import arrow_type
 from orchestrator.source.connection import Source
 from orchestrator.source.listing import Shapes, tables_info
@@ -412,11 +413,18 @@ def replan_snapshot(
     start = source.current_position()
     time.sleep(config.defaults.read_margin_seconds)  # P0_T's margin, as P0's
     table_config = config.with_chunk_size(run.options.get("chunk_size")).table(table)
+    info = source.table_info(table)
+    elsewhere = unkept(info)
+    if elsewhere is not None:  # an ALTER made it one: the run's checks did not see it
+        raise RunFailed(
+            f"{table} is now {elsewhere}; no run could keep it equal to the source: leave it "
+            "out of the pipeline (docs/limits.md)"
+        )
     draft = _snapshot_draft(
         config,
         run,
         table_config,
-        source.table_info(table),
+        info,
         source,
         start=start.to_json(),
         reread={**reason, "from": start.to_json()},
