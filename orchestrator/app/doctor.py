@@ -37,6 +37,7 @@ from orchestrator.errors import ConfigError, RunFailed, SourceNotReady
 from orchestrator.pipeline import keyless
 from orchestrator.pipeline.changes import RESERVED_PREFIX, reserved_columns
 from orchestrator.pipeline.plan.keys import choose_chunk_key
+from orchestrator.schema import charsets
 from orchestrator.schema.families import SPATIAL_TYPES
 from orchestrator.schema.tables import TableInfo, unkept
 from orchestrator.schema.types import UnsupportedType, arrow_type
@@ -468,7 +469,7 @@ def _one_table_checks(
             time_zone=source.config.time_zone,
             snapshot=lambda: how_to_snapshot(source, lock_allowed=table.keyless_lock),
         ),
-        _types(info, index, pattern),
+        _types(info, index, pattern, source),
         _column_names(info, index, pattern),
     ]
 
@@ -541,13 +542,20 @@ def _exclude_fix(table: TableConfig, index: int) -> str:
     return f"add {table.name} to tables[{index}].exclude to leave it out of the pattern"
 
 
-def _types(info: TableInfo, index: int, pattern: bool) -> Check:
+def _types(info: TableInfo, index: int, pattern: bool, source: Source) -> Check:
     problems = []
     for column in info.columns:
         try:
             arrow_type(column)
         except UnsupportedType as exc:
             problems.append(str(exc).split(";")[0])
+    # text in a non-Unicode set: how the server reads it, asked now (once a process)
+    unreadable = charsets.load(source, charsets.used_by([info]))
+    problems += [
+        f"column `{c.name}`: {unreadable[c.charset.lower()].split(';')[0]}"
+        for c in info.columns
+        if c.charset and c.charset.lower() in unreadable
+    ]
     if problems:
         fix = (
             f"add {info.name} to tables[{index}].exclude"

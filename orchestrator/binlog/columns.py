@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 
 from orchestrator.binlog import rowdecode as rd
 from orchestrator.binlog.temporal import big_endian, temporal_finisher, u64
+from orchestrator.schema import charsets
 from orchestrator.schema.families import (
     BINARY_TYPES,
     DECIMAL_TYPES,
@@ -46,29 +47,6 @@ Finisher = Callable[[Sequence[Any]], pa.Array]
 JsonParser = Callable[[bytes], str]
 
 _UTF8 = frozenset({"utf8mb4", "utf8mb3", "utf8"})
-#: Character sets of one byte per character whose bytes below 0x80 are ASCII.
-_SINGLE_BYTE = frozenset(
-    {
-        "latin1",
-        "latin2",
-        "latin5",
-        "latin7",
-        "ascii",
-        "greek",
-        "hebrew",
-        "cp1250",
-        "cp1251",
-        "cp1256",
-        "cp1257",
-        "cp850",
-        "cp852",
-        "cp866",
-        "koi8r",
-        "koi8u",
-        "macroman",
-        "tis620",
-    }
-)
 
 
 def _each(convert: Callable[[Any], Any], arrow: pa.DataType) -> Finisher:
@@ -220,8 +198,9 @@ def _small_decimal(precision: int, scale: int, size: int, arrow: pa.DataType) ->
 
 
 def _text(column: ColumnInfo, strip_pad: bool) -> Finisher:
-    """Text columns: UTF-8 checked by Arrow; single-byte charsets by Arrow where a value is
-    ASCII (the same text in every one of them) and by Python's codec otherwise."""
+    """Text columns: UTF-8 checked by Arrow; a set whose bytes below 0x80 are ASCII to the
+    server (`charsets.ascii_compatible`) by Arrow where a value is ASCII, by the server's own
+    answers otherwise (`orchestrator.schema.charsets`); the rest value by value."""
     charset = (column.charset or "utf8mb4").lower()
     decode = text_decoder(column)
 
@@ -248,7 +227,7 @@ def _text(column: ColumnInfo, strip_pad: bool) -> Finisher:
 
     if charset in _UTF8:
         return utf8
-    return single_byte if charset in _SINGLE_BYTE else per_value
+    return single_byte if charsets.ascii_compatible(charset) else per_value
 
 
 def _enum(column: ColumnInfo) -> Finisher:

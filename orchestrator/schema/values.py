@@ -16,7 +16,6 @@ casts it back).
 
 from __future__ import annotations
 
-import codecs
 import datetime as dt
 import json
 from collections.abc import Callable, Sequence
@@ -25,6 +24,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from orchestrator.schema import charsets
 from orchestrator.schema.families import (
     BINARY_TYPES,
     DECIMAL_TYPES,
@@ -40,66 +40,6 @@ Converter = Callable[[Any], Any]
 
 _UTC = dt.UTC
 _US_PER_DAY = 86_400_000_000
-
-#: MySQL character set -> Python codec, where the names differ.
-_CODECS = {
-    "utf8mb4": "utf-8",
-    "utf8mb3": "utf-8",
-    "utf8": "utf-8",
-    "ascii": "ascii",
-    "latin1": "cp1252",
-    "latin2": "iso8859-2",
-    "latin5": "iso8859-9",
-    "latin7": "iso8859-13",
-    "greek": "iso8859-7",
-    "hebrew": "iso8859-8",
-    "cp1250": "cp1250",
-    "cp1251": "cp1251",
-    "cp1256": "cp1256",
-    "cp1257": "cp1257",
-    "cp850": "cp850",
-    "cp852": "cp852",
-    "cp866": "cp866",
-    "koi8r": "koi8_r",
-    "koi8u": "koi8_u",
-    "ucs2": "utf-16-be",
-    "utf16": "utf-16-be",
-    "utf16le": "utf-16-le",
-    "utf32": "utf-32-be",
-    "sjis": "shift_jis",
-    "cp932": "cp932",
-    "ujis": "euc_jp",
-    "eucjpms": "euc_jis_2004",
-    "euckr": "euc_kr",
-    "gb2312": "gb2312",
-    "gbk": "gbk",
-    "gb18030": "gb18030",
-    "big5": "big5",
-    "tis620": "tis_620",
-    "macroman": "mac_roman",
-}
-
-
-def _latin1_errors(error: UnicodeError) -> tuple[str, int]:
-    """MySQL's latin1 is cp1252 whose five undefined bytes map to the C1 controls."""
-    if not isinstance(error, UnicodeDecodeError):
-        raise error
-    raw = error.object[error.start : error.end]
-    return "".join(chr(b) for b in raw), error.end
-
-
-codecs.register_error("tidemark-latin1", _latin1_errors)
-
-
-def _unmapped_errors(error: UnicodeError) -> tuple[str, int]:
-    """A byte another single-byte character set leaves undefined (cp1250's 0x81): ``?``, as
-    the server converts it for a client, so the snapshot and the binlog agree."""
-    if not isinstance(error, UnicodeDecodeError):
-        raise error
-    return "?", error.start + 1
-
-
-codecs.register_error("tidemark-unmapped", _unmapped_errors)
 
 
 def staging_type(column: ColumnInfo) -> pa.DataType:
@@ -316,25 +256,18 @@ def _unsigned(bits: int) -> Converter:
 
 
 def text_decoder(column: ColumnInfo) -> Callable[[bytes], str]:
-    """The function decoding a text column's bytes with its character set, as the server does.
+    """The function decoding a text column's bytes with its character set, as the server does:
+    a Unicode set by Python's codec, any other by the server's own answers
+    (`orchestrator.schema.charsets`, which the capture loads before it decodes).
 
     Raises:
-        ValueError: Python has no codec for the column's character set.
+        CharsetError: a non-Unicode set not loaded in this process.
     """
     charset = (column.charset or "utf8mb4").lower()
-    if charset == "latin1":
-        return lambda raw: raw.decode("cp1252", "tidemark-latin1")
-    name = _CODECS.get(charset, charset)
-    try:
-        codecs.lookup(name)
-    except LookupError as exc:
-        raise ValueError(
-            f"column `{column.name}` uses character set {charset}, which Tidemark cannot decode "
-            "from the binlog; convert the column to utf8mb4"
-        ) from exc
-    if name.replace("-", "").replace("_", "").lower().startswith("utf"):
-        return lambda raw: raw.decode(name)  # the server refuses to store invalid UTF: corrupt
-    return lambda raw: raw.decode(name, "tidemark-unmapped")
+    if charsets.from_server(charset) or charset in charsets.BUILT_IN:
+        return charsets.decoder(charset)
+    name = charsets.UNICODE.get(charset, "utf-8")
+    return lambda raw: raw.decode(name)  # the server refuses to store invalid Unicode: corrupt
 
 
 def _text(column: ColumnInfo, *, strip_pad: bool) -> Converter:

@@ -252,6 +252,18 @@ def test_definition_labels(column_type: str, labels: tuple[str, ...]) -> None:
     assert definition_labels(column_type) == labels
 
 
-def test_unknown_charset_is_refused_by_name() -> None:
-    with pytest.raises(ValueError, match="column `c` uses character set swe7"):
+def test_a_charset_the_server_was_not_asked_about_is_refused_by_name() -> None:
+    """A non-Unicode set is decoded only as the server reads it (`charsets.load`, which the
+    capture calls first): never by a guess."""
+    with pytest.raises(ValueError, match="character set swe7 was not read from the server"):
         column_converter(col("varchar(5)", charset="swe7"))
+
+
+def test_the_built_in_sets_read_as_the_server_does() -> None:
+    """latin1: cp1252, its five undefined bytes the C1 controls; ascii: any byte from 0x80 ``?``
+    (each checked against the server by tests/integration/test_charsets.py)."""
+    latin1 = column_converter(col("varchar(5)", charset="latin1"))
+    ascii_ = column_converter(col("varchar(5)", charset="ascii"))
+    assert latin1 is not None and ascii_ is not None
+    assert latin1(bytes([0x80, 0x81, 0x8D, 0x9F, 0xE9])) == "€\x81\x8dŸé"
+    assert ascii_(b"a\x80z") == "a?z"

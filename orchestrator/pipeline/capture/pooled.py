@@ -32,6 +32,7 @@ from orchestrator.binlog.pool import JOB_BYTES, Decoded, DecodePool, job_of
 from orchestrator.binlog.reader import EventReader
 from orchestrator.binlog.reference import RowsEvent
 from orchestrator.pipeline.capture.buffer import CaptureTable, Drained, TableBuffer
+from orchestrator.schema import charsets
 from orchestrator.schema.values import staging_type
 
 log = logging.getLogger(__name__)
@@ -58,10 +59,14 @@ def start_pool(
 
 
 def pooled(buffers: dict[str, TableBuffer], pool: DecodePool) -> dict[str, TableBuffer]:
-    """``buffers`` (empty) with those of the fast decoder decoding in ``pool``."""
+    """``buffers`` (empty) with those of the fast decoder decoding in ``pool``; a table with text
+    in a non-Unicode character set is decoded here, with the server's reading of it that this
+    process asked for (`orchestrator.schema.charsets`), which the workers do not have."""
     assert not any(len(b) for b in buffers.values()), "no rows buffered yet"
     return {
-        name: PooledBuffer(b.table, b.decoding, pool) if isinstance(b.decoding, FastDecoding) else b
+        name: PooledBuffer(b.table, b.decoding, pool)
+        if isinstance(b.decoding, FastDecoding) and not charsets.used_by([b.table.info])
+        else b
         for name, b in buffers.items()
     }
 

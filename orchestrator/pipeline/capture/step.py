@@ -43,7 +43,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -90,6 +90,8 @@ from orchestrator.pipeline.segments import (
     segment_name,
 )
 from orchestrator.positions import BinlogPosition, file_index
+from orchestrator.schema import charsets
+from orchestrator.schema.tables import TableInfo
 from orchestrator.services import faults
 from orchestrator.state.store import StateStore
 
@@ -397,6 +399,19 @@ class _Capture:
         )
 
 
+def _load_charsets(config: PipelineConfig, infos: Sequence[TableInfo]) -> None:
+    """The server's reading of the non-Unicode character sets the tables' text is in
+    (`orchestrator.schema.charsets`), asked once a process, over a connection opened only when
+    one is not known yet."""
+    wanted = charsets.missing(charsets.used_by(infos))
+    if not wanted:
+        return
+    with open_source(config) as source:
+        failed = charsets.load(source, wanted)
+    for charset, why in sorted(failed.items()):
+        log.warning("character set %s: %s; its tables fail at their first change", charset, why)
+
+
 def capture_changes(
     config: PipelineConfig,
     store: StateStore,
@@ -437,6 +452,8 @@ def capture_changes(
     cascades = run_cascades(config, store, run_id, tables)
     if cascades is not None:
         tables = with_before(tables, cascades.keys)
+    outside = cascades.outside if cascades is not None else {}
+    _load_charsets(config, [t.info for t in (*tables.values(), *outside.values())])
     capture = _Capture(
         store=store,
         run_id=run_id,
