@@ -96,3 +96,24 @@ def both_readers(tmp_path: Path, mariadb: LocalMariaDB, db: str) -> PipelineConf
 def run_plain(config: PipelineConfig) -> None:
     """One plain ``tidemark run`` of every table, which must succeed."""
     assert run_command(config, tables=[], snapshot=False, chunk_size=None, progress=False) == 0
+
+
+def before_first_pass(
+    monkeypatch: pytest.MonkeyPatch, server: LocalMariaDB, database: str, *statements: str
+) -> list[int]:
+    """Run ``statements`` in ``database`` once, when the next run's capture ends its first pass
+    (after every read batch, after preflight and planning, before ``H`` is recorded): DDL there
+    is seen by the capture alone, which re-reads inside the run. Returns the passes counted."""
+    from orchestrator.pipeline.capture import passes
+
+    real = passes.prepare_rereads
+    calls: list[int] = []
+
+    def first(*args: Any, **kwargs: Any) -> bool:
+        if not calls:
+            server.execute(*statements, database=database)
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(passes, "prepare_rereads", first)
+    return calls

@@ -18,7 +18,7 @@ import pytest
 from orchestrator.app.demo.localdb import LocalMariaDB
 from orchestrator.config import PipelineConfig
 from tests.conftest import assert_lake_equals_source
-from tests.integration.conftest import run_plain, two_table_pipeline
+from tests.integration.conftest import before_first_pass, run_plain, two_table_pipeline
 
 pytestmark = pytest.mark.integration
 
@@ -103,21 +103,12 @@ def test_during_a_snapshot(
     case: str,
 ) -> None:
     """The ALTER between the read step and ``H``: the table is re-read inside the run."""
-    from orchestrator.pipeline.capture import passes as capture_module
-
     db = f"shape_mid_{case}"
     config = _setup(mariadb, tmp_path, db)
     alter, after = CHANGES[case]
-    real = capture_module.prepare_rereads
-    calls: list[int] = []
-
-    def alter_first(*args: Any, **kwargs: Any) -> bool:
-        if not calls:  # after every read batch, before H is recorded
-            mariadb.execute("UPDATE t SET f = f * 2 WHERE id < 50", alter, *after, database=db)
-        calls.append(1)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(capture_module, "prepare_rereads", alter_first)
+    calls = before_first_pass(
+        monkeypatch, mariadb, db, "UPDATE t SET f = f * 2 WHERE id < 50", alter, *after
+    )
     caplog.set_level(logging.INFO)
     _run(config)
     assert len(calls) == 2

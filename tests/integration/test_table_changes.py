@@ -25,7 +25,7 @@ from orchestrator.pipeline.capture.xa import XA_KNOWN, xid_text
 from orchestrator.pipeline.context import open_store, table_dir
 from orchestrator.positions import BinlogPosition
 from tests.conftest import assert_lake_equals_source, start_run
-from tests.integration.conftest import run_plain, two_table_pipeline
+from tests.integration.conftest import before_first_pass, run_plain, two_table_pipeline
 from tests.integration.test_failures import wait_until_stopped
 
 pytestmark = pytest.mark.integration
@@ -171,26 +171,17 @@ def test_ddl_after_the_reads_re_reads_inside_the_run(
 ) -> None:
     """An ALTER between the read step and H: the run re-reads the table from a new start and
     captures on to a new H, in the same run (a snapshot run, so no plan-time shape check)."""
-    from orchestrator.pipeline.capture import passes as capture_module
-
     db = "chg_midrun"
     config = _setup(mariadb, tmp_path, db)
-    real = capture_module.prepare_rereads
-    calls: list[int] = []
-
-    def alter_first(*args: Any, **kwargs: Any) -> bool:
-        if not calls:  # before the first pass: after every read batch, before H is recorded
-            mariadb.execute(
-                "INSERT INTO t VALUES (4001, 'x', 1)",
-                "ALTER TABLE t ADD COLUMN x INT NOT NULL DEFAULT 7",
-                "INSERT INTO t VALUES (4002, 'y', 2, 9)",
-                "INSERT INTO other VALUES (3001, 'o', 1)",
-                database=db,
-            )
-        calls.append(1)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(capture_module, "prepare_rereads", alter_first)
+    calls = before_first_pass(
+        monkeypatch,
+        mariadb,
+        db,
+        "INSERT INTO t VALUES (4001, 'x', 1)",
+        "ALTER TABLE t ADD COLUMN x INT NOT NULL DEFAULT 7",
+        "INSERT INTO t VALUES (4002, 'y', 2, 9)",
+        "INSERT INTO other VALUES (3001, 'o', 1)",
+    )
     caplog.set_level(logging.INFO)
     _run(config)
     assert len(calls) == 2

@@ -22,6 +22,7 @@ from orchestrator.app.demo.localdb import LocalMariaDB
 from orchestrator.config import PipelineConfig, load_config
 from orchestrator.pipeline.context import open_store, table_dir
 from tests.conftest import assert_lake_equals_source, fresh_database, pipeline_config, write_config
+from tests.integration.conftest import before_first_pass
 from tests.integration.test_resume import tidemark
 
 pytestmark = pytest.mark.integration
@@ -283,26 +284,18 @@ def test_a_column_named_like_tidemarks_own_added_during_the_run(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Added by DDL after preflight, seen by the capture: the re-read's planning fails b alone."""
-    from orchestrator.pipeline.capture import passes as capture_module
-
     db = "tf_tmcol_run"
     path = _setup(mariadb, tmp_path, db, [{"name": f"{db}.a"}, {"name": f"{db}.b"}])
     config = load_config(path)
     assert _cli(capsys, "run", "--config", str(path), "--no-progress")[0] == 0
     _change(mariadb, db, 10)
-    real, calls = capture_module.prepare_rereads, []
-
-    def alter_first(*args: Any, **kwargs: Any) -> bool:
-        if not calls:  # after preflight and planning, before the capture's first pass ends
-            mariadb.execute(
-                "ALTER TABLE b ADD COLUMN _TM_Pos INT",
-                "UPDATE b SET _TM_Pos = 1 WHERE id < 9",
-                database=db,
-            )
-        calls.append(1)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(capture_module, "prepare_rereads", alter_first)
+    calls = before_first_pass(
+        monkeypatch,
+        mariadb,
+        db,
+        "ALTER TABLE b ADD COLUMN _TM_Pos INT",
+        "UPDATE b SET _TM_Pos = 1 WHERE id < 9",
+    )
     code, _, err = _cli(capsys, "run", "--config", str(path), "--no-progress")
     assert code == 1, err
     _reserved_fails_alone(config, mariadb, db, err, "_TM_Pos")

@@ -8,7 +8,6 @@ publishing the other tables; a pattern takes none of them. Real MariaDB and its 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -20,7 +19,7 @@ from orchestrator.lake.manifest import read_manifest
 from orchestrator.pipeline.context import table_dir
 from orchestrator.pipeline.failed import TablesFailed
 from tests.conftest import assert_lake_equals_source, load_pipeline
-from tests.integration.conftest import run_plain, two_table_pipeline
+from tests.integration.conftest import before_first_pass, run_plain, two_table_pipeline
 
 pytestmark = pytest.mark.integration
 
@@ -120,8 +119,6 @@ def test_a_table_made_blackhole_during_a_run_fails_at_its_re_read(
     """``ALTER TABLE ... ENGINE=BLACKHOLE`` between a run's start and ``H``: the ALTER re-reads
     the table inside the run, which finds it one the binlog cannot keep. It fails alone, its
     last version stays as it was (equal to the source then); the other table is published."""
-    from orchestrator.pipeline.capture import passes as capture_module
-
     _plugin(mariadb, "ha_blackhole", "BLACKHOLE")
     db = "tm_unkept_alter"
     config = two_table_pipeline(
@@ -134,22 +131,15 @@ def test_a_table_made_blackhole_during_a_run_fails_at_its_re_read(
     )
     run_plain(config)
     published = read_manifest(table_dir(config, f"{db}.t"))
-    real = capture_module.prepare_rereads
-    calls: list[int] = []
-
-    def alter_first(*args: Any, **kwargs: Any) -> bool:
-        if not calls:  # before the first pass: after the reads, before H is recorded
-            mariadb.execute(
-                "UPDATE t SET v = 0 WHERE id = 1",
-                "ALTER TABLE t ENGINE=BLACKHOLE",
-                "INSERT INTO t VALUES (1001, 1), (1002, 2)",
-                "INSERT INTO other VALUES (1001, 1)",
-                database=db,
-            )
-        calls.append(1)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(capture_module, "prepare_rereads", alter_first)
+    before_first_pass(
+        monkeypatch,
+        mariadb,
+        db,
+        "UPDATE t SET v = 0 WHERE id = 1",
+        "ALTER TABLE t ENGINE=BLACKHOLE",
+        "INSERT INTO t VALUES (1001, 1), (1002, 2)",
+        "INSERT INTO other VALUES (1001, 1)",
+    )
     with pytest.raises(TablesFailed) as partial:
         run(config)
     assert list(partial.value.failed) == [f"{db}.t"]
