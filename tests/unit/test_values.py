@@ -11,6 +11,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from orchestrator.schema import charsets
 from orchestrator.schema.tables import ColumnInfo
 from orchestrator.schema.values import (
     BatchConverter,
@@ -252,9 +253,14 @@ def test_definition_labels(column_type: str, labels: tuple[str, ...]) -> None:
     assert definition_labels(column_type) == labels
 
 
-def test_a_charset_the_server_was_not_asked_about_is_refused_by_name() -> None:
+def test_a_charset_the_server_was_not_asked_about_is_refused_by_name(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """A non-Unicode set is decoded only as the server reads it (`charsets.load`, which the
-    capture calls first): never by a guess."""
+    capture calls first): never by a guess. (A process that asked, as the suite's integration
+    tests do, knows it: none asked here.)"""
+    monkeypatch.setattr(charsets, "_loaded", {})
+    monkeypatch.setattr(charsets, "_failed", {})
     with pytest.raises(ValueError, match="character set swe7 was not read from the server"):
         column_converter(col("varchar(5)", charset="swe7"))
 
