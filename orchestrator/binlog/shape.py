@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from orchestrator.binlog import events as ev
 from orchestrator.binlog import metadata as md
 from orchestrator.binlog import rowdecode as rd
+from orchestrator.schema.charsets import CharsetError
 from orchestrator.schema.families import (
     BINARY_TYPES,
     DECIMAL_TYPES,
@@ -22,7 +23,7 @@ from orchestrator.schema.families import (
     TEXT_TYPES,
 )
 from orchestrator.schema.tables import ColumnInfo, TableInfo
-from orchestrator.schema.values import definition_labels
+from orchestrator.schema.values import definition_labels, text_decoder
 
 #: Integer storage bits -> the binlog field type.
 _INTEGER_FIELDS = {8: rd.TINY, 16: rd.SHORT, 24: rd.INT24, 32: rd.LONG, 64: rd.LONGLONG}
@@ -106,18 +107,6 @@ def _planned_sizes(column: ColumnInfo) -> tuple[int, ...]:
 
 # --------------------------------------------------------------------------- row metadata
 
-#: MySQL charset -> the Python codec its ENUM/SET labels are written in (others: not compared).
-_CODECS = {
-    "utf8mb4": "utf-8",
-    "utf8mb3": "utf-8",
-    "utf8": "utf-8",
-    "latin1": "cp1252",
-    "ascii": "ascii",
-    "binary": "latin-1",
-    "ucs2": "utf-16-be",
-    "utf16": "utf-16-be",
-    "utf32": "utf-32-be",
-}
 _BINARY_COLLATION = 63
 
 
@@ -189,10 +178,17 @@ def _columns_of(
 
 
 def _same_labels(column: ColumnInfo, labels: tuple[bytes, ...]) -> bool:
-    """Whether the binlog's labels are the planned ones (their count, when the column's
-    charset has no codec here)."""
+    """Whether the binlog's labels are the planned ones, decoded as the server reads them
+    (their count, when the column's charset was not read from the server in this process)."""
     planned = list(definition_labels(column.column_type))
-    codec = _CODECS.get(column.charset or "")
-    if codec is None:
-        return len(planned) == len(labels)
-    return planned == [label.decode(codec, "replace") for label in labels]
+    if (column.charset or "").lower() == "binary":
+        decode: Callable[[bytes], str] = lambda raw: raw.decode("latin-1")  # noqa: E731
+    else:
+        try:
+            decode = text_decoder(column)
+        except CharsetError:
+            return len(planned) == len(labels)
+    try:
+        return planned == [decode(label) for label in labels]
+    except UnicodeDecodeError:  # not what the planned labels were read as: re-read
+        return False

@@ -130,10 +130,10 @@ _ascii: set[str] = set()
 
 def ascii_compatible(charset: str) -> bool:
     """Whether the server reads every byte below 0x80 of ``charset`` as that ASCII character,
-    alone and before any byte below 0x80 (a loaded set, or a Unicode one): a string of such
-    bytes is its ASCII text."""
+    alone and before any byte below 0x80 (a set built in or loaded): a string of such bytes is
+    its ASCII text."""
     name = charset.lower()
-    return name in ("utf8mb4", "utf8mb3", "utf8", *BUILT_IN) or name in _ascii
+    return name in BUILT_IN or name in _ascii
 
 
 def missing(charsets: Iterable[str]) -> set[str]:

@@ -264,9 +264,9 @@ def text_decoder(column: ColumnInfo) -> Callable[[bytes], str]:
         CharsetError: a non-Unicode set not loaded in this process.
     """
     charset = (column.charset or "utf8mb4").lower()
-    if charsets.from_server(charset) or charset in charsets.BUILT_IN:
+    name = charsets.UNICODE.get(charset, "utf-8" if charset == "binary" else None)
+    if name is None:
         return charsets.decoder(charset)
-    name = charsets.UNICODE.get(charset, "utf-8")
     return lambda raw: raw.decode(name)  # the server refuses to store invalid Unicode: corrupt
 
 

@@ -12,6 +12,7 @@ from orchestrator.binlog import metadata as md
 from orchestrator.binlog import rowdecode as rd
 from orchestrator.binlog.events import TableMap
 from orchestrator.binlog.shape import metadata_difference, shape_difference
+from orchestrator.schema import charsets
 from orchestrator.schema.tables import ColumnInfo, TableInfo
 
 COLLATIONS = {"utf8mb4_general_ci": 45, "latin1_swedish_ci": 8, "utf8mb4_bin": 46}
@@ -173,15 +174,39 @@ def test_labels_decode_in_the_columns_charset() -> None:
         )
         is None
     )
-    unknown = (latin[0], column("e", "enum", "enum('é','x')", "koi8r", "koi8r_general_ci"))
-    info = TableInfo("d", "t", unknown, ("id",), (), 0)  # no codec here: the count is compared
-    block = tlv(6, ints(2) + strings(b"\xff", b"x"))
+    # latin1's five bytes cp1252 leaves undefined are C1 controls to the server, as built in
+    c1 = (latin[0], column("e", "enum", "enum('\x81','x')", "latin1", "latin1_swedish_ci"))
+    block = tlv(6, ints(2) + strings(b"\x81", b"x")) + tlv(10, ints(8))
+    found = TableInfo("d", "t", c1, ("id",), (), 0)
     assert (
         metadata_difference(
-            info, TableMap(1, "d.t", kinds, meta, b"", block), COLLATIONS, mariadb=True
+            found, TableMap(1, "d.t", kinds, meta, b"", block), COLLATIONS, mariadb=True
         )
         is None
     )
+
+
+def test_labels_in_a_set_read_from_the_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Decoded with what the server answered (`orchestrator.schema.charsets`); the count only,
+    when the set was not read in this process."""
+    monkeypatch.setattr(charsets, "_loaded", {})
+    monkeypatch.setattr(charsets, "_failed", {})
+    kinds, meta = bytes([rd.LONG, rd.STRING]), (b"", bytes([rd.ENUM, 1]))
+    koi8r = (
+        column("id", "int", "int(11)"),
+        column("e", "enum", "enum('Ъ','x')", "koi8r", "koi8r_general_ci"),
+    )
+    info = TableInfo("d", "t", koi8r, ("id",), (), 0)
+
+    def labels(*values: bytes) -> TableMap:
+        block = tlv(6, ints(2) + strings(*values))
+        return TableMap(1, "d.t", kinds, meta, b"", block)
+
+    assert metadata_difference(info, labels(b"\xff", b"y"), COLLATIONS, mariadb=True) is None
+    charsets._loaded["koi8r"] = lambda raw: raw.decode("koi8_r")
+    assert metadata_difference(info, labels(b"\xff", b"x"), COLLATIONS, mariadb=True) is None
+    found = metadata_difference(info, labels(b"\xfe", b"x"), COLLATIONS, mariadb=True)
+    assert found is not None and "another ENUM" in found, found
 
 
 def test_geometry_is_a_character_column_in_mariadb_only() -> None:
