@@ -32,7 +32,7 @@ from orchestrator.schema.families import FAMILIES, Family
 
 #: The type families a chunk key may have (ENUM, SET, BIT and JSON are refused below).
 KEY_FAMILIES: frozenset[Family] = frozenset(
-    {"integer", "year", "decimal", "float", "text", "binary", "temporal"}
+    {"integer", "year", "decimal", "float", "text", "binary", "temporal", "packed"}
 )
 #: The families whose key values are Python ints (YEAR too): ranges of them can be computed.
 INTEGER_FAMILIES: frozenset[Family] = frozenset({"integer", "year"})
@@ -198,7 +198,7 @@ def _fits(data_type: str, value: KeyValue) -> bool:
         return True  # zero dates ('0000-00-00') come back from PyMySQL as text
     if family in INTEGER_FAMILIES:
         return isinstance(value, int) and not isinstance(value, bool)
-    if family == "text":
+    if family in ("text", "packed"):  # packed: INET6, UUID as their text
         return isinstance(value, str)
     if family == "binary":
         return isinstance(value, bytes | bytearray | memoryview)

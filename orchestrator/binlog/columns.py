@@ -24,11 +24,12 @@ import pyarrow.compute as pc
 
 from orchestrator.binlog import rowdecode as rd
 from orchestrator.binlog.temporal import big_endian, temporal_finisher, u64
-from orchestrator.schema import charsets
+from orchestrator.schema import charsets, packed
 from orchestrator.schema.families import (
     BINARY_TYPES,
     DECIMAL_TYPES,
     FLOAT_TYPES,
+    PACKED_TYPES,
     SPATIAL_TYPES,
     TEMPORAL_TYPES,
     TEXT_TYPES,
@@ -296,6 +297,8 @@ def finisher(column: ColumnInfo, field: rd.Field, parse_json: JsonParser) -> Fin
         return _json(column, field, parse_json)
     if t in BINARY_TYPES:
         return _binary(column)
+    if t in PACKED_TYPES:
+        return _each(packed.text_of(t), arrow)
     if t in SPATIAL_TYPES:  # the storage form (SRID, WKB), as a read of the column gives it
         return _each(spatial_wkb(column), arrow)
     if t in TEMPORAL_TYPES:

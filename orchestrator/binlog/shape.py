@@ -40,7 +40,7 @@ _FIELD_TYPES: dict[str, frozenset[int]] = {
     **{
         data_type: frozenset(kinds)
         for data_types, kinds in (
-            ("char binary", [rd.STRING]),
+            ("char binary inet4 inet6 uuid", [rd.STRING]),
             ("varchar varbinary", [rd.VARCHAR, rd.VAR_STRING, rd.VARCHAR_COMPRESSED]),
             ("float", [rd.FLOAT]),
             ("double real", [rd.DOUBLE]),

@@ -37,7 +37,7 @@ ACTIONS: frozenset[str] = frozenset({"CASCADE", "SET NULL", "SET DEFAULT"})
 Mode = Literal["derive", "logged"]
 #: Families whose published values compare as InnoDB compares the stored ones (one value per
 #: stored value): text only under a binary collation, below.
-_EXACT_FAMILIES = frozenset({"integer", "year", "decimal", "binary", "bit", "text"})
+_EXACT_FAMILIES = frozenset({"integer", "year", "decimal", "binary", "bit", "text", "packed"})
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,7 @@ Family = Literal[
     "json",
     "temporal",
     "spatial",
+    "packed",
 ]
 
 #: Integer types and their storage bits (signed -2**(bits-1) .. 2**(bits-1)-1, unsigned
@@ -66,6 +67,8 @@ MEMBERS: dict[Family, tuple[str, ...]] = {
         "geometrycollection",
         "geomcollection",
     ),
+    # MariaDB's types kept in 4 or 16 bytes and printed as text (orchestrator/schema/packed.py)
+    "packed": ("inet4", "inet6", "uuid"),
 }
 
 #: DATA_TYPE -> its family.
@@ -80,6 +83,7 @@ TEXT_TYPES = frozenset(MEMBERS["text"])
 BINARY_TYPES = frozenset(MEMBERS["binary"])
 TEMPORAL_TYPES = frozenset(MEMBERS["temporal"])
 SPATIAL_TYPES = frozenset(MEMBERS["spatial"])
+PACKED_TYPES = frozenset(MEMBERS["packed"])
 #: Temporal types with a zero value ('0000-00-00'), published as null even in a NOT NULL column.
 ZERO_DATE_TYPES = TEMPORAL_TYPES - {"time"}
 

@@ -73,7 +73,7 @@ def arrow_type(column: ColumnInfo) -> pa.DataType:
             return pa.float32() if t == "float" else pa.float64()
         case "bit":
             return pa.int64()
-        case "text" | "enum" | "set" | "json":
+        case "text" | "enum" | "set" | "json" | "packed":
             return pa.string()
         case "binary" | "spatial":  # spatial: OGC WKB (`values.spatial_wkb`)
             return pa.binary()

@@ -24,12 +24,13 @@ from typing import Any
 
 import pyarrow as pa
 
-from orchestrator.schema import charsets
+from orchestrator.schema import charsets, packed
 from orchestrator.schema.families import (
     BINARY_TYPES,
     DECIMAL_TYPES,
     FLOAT_TYPES,
     INTEGER_BITS,
+    PACKED_TYPES,
     SPATIAL_TYPES,
     TEXT_TYPES,
 )
@@ -353,6 +354,9 @@ def column_converter(column: ColumnInfo) -> Converter | None:
         return _binary_padded(binary_length(column.column_type))
     if t in SPATIAL_TYPES:
         return spatial_wkb(column)
+    if t in PACKED_TYPES:  # a read gives the text; the binlog's decoders, the bytes
+        printed = packed.text_of(t)
+        return lambda value: printed(value) if isinstance(value, bytes) else value
     if t in BINARY_TYPES:
         return bytes
     if t in FLOAT_TYPES:  # -0.0 as 0.0, as the server prints it (`binlog.columns._float`)

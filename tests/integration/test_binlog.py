@@ -352,7 +352,8 @@ CREATE TABLE cap_types.t (
   en ENUM('x','y','z'), st SET('b','a','c'), js JSON,
   bn BINARY(4), vb VARBINARY(10), bl BLOB,
   dd DATE, dt0 DATETIME, dt6 DATETIME(6), ts0 TIMESTAMP NULL, ts3 TIMESTAMP(3) NULL,
-  t0 TIME, t1 TIME(1), t2 TIME(2), t3 TIME(3), t4 TIME(4), t5 TIME(5), t6 TIME(6)
+  t0 TIME, t1 TIME(1), t2 TIME(2), t3 TIME(3), t4 TIME(4), t5 TIME(5), t6 TIME(6),
+  ip6 INET6, ip4 INET4, uu UUID
 ) DEFAULT CHARSET = utf8mb4
 """
 NINES = "9" * 35 + "." + "9" * 30
@@ -364,7 +365,7 @@ TYPES_ROWS = [
     " '', '', '', '1000-01-01', '1000-01-01 00:00:00', '1000-01-01 00:00:00.000000',"
     " '1970-01-01 00:00:01', '1970-01-01 00:00:01.001', '-838:59:59', '-838:59:59.9',"
     " '-838:59:59.99', '-838:59:59.999', '-838:59:59.9999', '-838:59:59.99999',"
-    " '-838:59:59.999999')",
+    " '-838:59:59.999999', '::', '0.0.0.0', '00000000-0000-0000-0000-000000000000')",
     # maximums
     "(2, 127, 255, 32767, 65535, 8388607, 16777215, 2147483647, 4294967295, 9223372036854775807,"
     f" 18446744073709551615, 2155, 99999999.99, 9999999999999999999999999999.9999999999, {NINES},"
@@ -374,26 +375,30 @@ TYPES_ROWS = [
     " '9999-12-31 23:59:59',"
     " '9999-12-31 23:59:59.999999', '2038-01-19 03:14:07', '2038-01-19 03:14:07.999', '838:59:59',"
     " '838:59:59.9', '838:59:59.99', '838:59:59.999', '838:59:59.9999', '838:59:59.99999',"
-    " '838:59:59.999999')",
+    " '838:59:59.999999', 'ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff', '255.255.255.255',"
+    " 'ffffffff-ffff-ffff-ffff-ffffffffffff')",
     # odd corners: zero dates, empty SET, invalid ENUM, NUL padding, negative fractions
     "(3, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, 0, 0, 0, 0, -0.0, 5e-324, b'1', 7, b'1000000001',"
     " x'8000000000000001', ' a', 'ñ  ', 'tab\\tnl\\n', CONVERT(x'80' USING latin1), NULL, '',"
     " 'bogus', '', '[]', x'6100', '', '', '0000-00-00', '0000-00-00 00:00:00',"
     " '0000-00-00 00:00:00', '0000-00-00 00:00:00', NULL, '00:00:00', '-00:00:00.1',"
-    " '-00:00:01.01', '-00:00:00.001', '-12:34:56.0001', '-00:00:00.00001', '-00:00:00.000001')",
+    " '-00:00:01.01', '-00:00:00.001', '-12:34:56.0001', '-00:00:00.00001', '-00:00:00.000001',"
+    " '::ffff:1.2.3.4', '10.0.0.0', '10000000-0000-1000-8000-000000000000')",
     # NULL everywhere
-    "(4" + ", NULL" * 44 + ")",
+    "(4" + ", NULL" * 47 + ")",
     # ordinary values, a DST day in New York, TIME over 24 h
     "(5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 2024, 3.14, 2.5, 1.25, 3.14159265, 2.718281828459045,"
     " b'0', 0, b'101', b'101', 'abc', 'abc', 'abc', 'abc', 'abc', 'abc', 'y', 'a', '{\"a\": 1}',"
     " 'abcd', 'abc', 'abc', '2024-02-29', '2021-03-14 02:30:00', '2021-03-14 02:30:00.5',"
     " '2021-03-14 07:30:00', '2021-03-14 07:30:00.123', '25:00:00', '-25:00:00.5', '100:00:00.25',"
-    " '-00:00:00.5', '00:00:00.0001', '-34:00:00.00001', '01:02:03.456789')",
+    " '-00:00:00.5', '00:00:00.0001', '-34:00:00.00001', '01:02:03.456789', '2001:db8::1',"
+    " '192.168.1.1', '6ccd780c-baba-1026-9564-5b8c656024db')",
 ]
 TYPES_UPDATE = (
     "UPDATE cap_types.t SET u64 = 18446744073709551614, st = 'c', en = 'x',"
     " ts3 = '2021-11-07 05:59:59.999', t6 = '-00:00:00.5', f = 16777217,"
-    " bn = x'61', js = '{\"b\": null}' WHERE id = 5"
+    " bn = x'61', js = '{\"b\": null}', ip6 = '1::',"
+    " uu = '018f1e2a-3b4c-7d5e-9f00-112233445566' WHERE id = 5"
 )
 
 
@@ -456,7 +461,7 @@ def test_every_type_equals_select(mariadb: LocalMariaDB, new_york_tz: None) -> N
         conn.close()
     stop = position(mariadb)
     info = table_info(mariadb, "cap_types.t")
-    assert len(info.columns) == 45
+    assert len(info.columns) == 48
 
     last: dict[int, tuple[Any, ...]] = {}
     for change in changes(read(mariadb, start, ["cap_types.t"], stop)):
@@ -486,3 +491,5 @@ def test_every_type_equals_select(mariadb: LocalMariaDB, new_york_tz: None) -> N
     assert (rows[3]["dd"], rows[3]["dt6"], rows[3]["ts0"]) == (None, None, None)
     assert rows[3]["b64"] == -(2**63) + 1 and rows[2]["b64"] == -1
     assert all(v is None for k, v in rows[4].items() if k != "id")
+    assert (rows[3]["ip6"], rows[3]["ip4"], rows[5]["ip6"]) == ("::ffff:1.2.3.4", "10.0.0.0", "1::")
+    assert rows[3]["uu"] == "10000000-0000-1000-8000-000000000000"  # its trailing zeros back

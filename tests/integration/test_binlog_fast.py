@@ -124,7 +124,11 @@ GENERATED = """
   FROM_UNIXTIME(seq * 100000), IF(seq % 13 = 0, NULL, FROM_UNIXTIME(1 + seq * 333333 + 0.123)),
   SEC_TO_TIME(seq * 53 - 100000), SEC_TO_TIME(seq * 1.1 - 2000), SEC_TO_TIME(seq * 1.21 - 2000),
   SEC_TO_TIME(seq * 1.234 - 2000), SEC_TO_TIME(seq * 1.2345 - 2000),
-  SEC_TO_TIME(seq * 1.23456 - 2000), SEC_TO_TIME(seq * -1.234567 + 2000)
+  SEC_TO_TIME(seq * 1.23456 - 2000), SEC_TO_TIME(seq * -1.234567 + 2000),
+  CAST(UNHEX(IF(seq % 2, LPAD(HEX(seq * 2654435761), 32, '0'), RPAD(HEX(seq), 32, '0'))) AS INET6),
+  IF(seq % 9 = 0, NULL, CAST(UNHEX(LPAD(HEX(seq * 104729 % 4294967296), 8, '0')) AS INET4)),
+  IF(seq % 6 = 0, NULL, CAST(UNHEX(CONCAT(LEFT(MD5(seq), 12), IF(seq % 2, '4', '7'),
+     SUBSTR(MD5(seq), 14, 3), '8', SUBSTR(MD5(seq), 18))) AS UUID))
 """
 
 

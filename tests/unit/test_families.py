@@ -76,6 +76,7 @@ TYPES = [
             "geomcollection",
         )
     ),
+    *((c(t, t), "packed", pa.string(), "string") for t in ("inet4", "inet6", "uuid")),
 ]
 
 
@@ -109,7 +110,7 @@ def test_chunk_keys_refuse_exactly_enum_set_bit_json_spatial_and_float(data_type
 
 
 def test_an_unknown_type_has_no_family_and_no_mapping() -> None:
-    assert family_of("vector") is None
+    assert family_of("vector") is None  # MariaDB 11.7's VECTOR
     with pytest.raises(UnsupportedType, match=r"column `c` has type vector\(3\)"):
         arrow_type(ColumnInfo("c", "vector", "vector(3)", True))
     assert unsupported_key_reason("geometry") == "geometry is not a supported chunk-key type"

@@ -40,6 +40,7 @@ T = TableInfo(
         ColumnInfo("ts", "timestamp", "timestamp", True),
         ColumnInfo("deleted", "tinyint", "tinyint(1)", False),
         ColumnInfo("e", "enum", "enum('a','b')", True),
+        ColumnInfo("ip", "inet6", "inet6", True),
     ),
     ("id",),
     (),
@@ -78,6 +79,7 @@ def test_validate_refuses_what_is_not_exact(where: str, says: str) -> None:
         ("name = 1", "write the literal in the column's type"),
         ("ts > '2020-01-01'", "column `ts` is TIMESTAMP"),
         ("e = 'a'", "column `e` is ENUM"),
+        ("ip = '::1'", "column `ip` is INET6"),  # the server reads '0::1' as the same address
         ("deleted = 1", "compare it with 0 only"),
         ("day > '2020/01/01'", "is not a date in the form"),
         ("nope = 1", "table db.t has no column `nope`"),

@@ -21,7 +21,7 @@ from typing import Literal
 import pyarrow as pa
 
 from chunking.mysql import quote_identifier, quote_table
-from orchestrator.schema.families import DECIMAL_TYPES, SPATIAL_TYPES
+from orchestrator.schema.families import DECIMAL_TYPES, PACKED_TYPES, SPATIAL_TYPES
 from orchestrator.schema.tables import ColumnInfo, TableInfo
 from orchestrator.schema.types import is_boolean
 from orchestrator.schema.values import staging_type
@@ -110,7 +110,7 @@ def column_sql(column: ColumnInfo) -> ColumnSql:
         # (without trailing spaces, as the binlog holds them: Tidemark's sessions leave
         # PAD_CHAR_TO_FULL_LENGTH out of their sql_mode, `chunking.mysql.SESSION_SQL_MODE`).
         return ColumnSql(f"CAST({q} AS CHAR)", "text")
-    if t in ("enum", "set"):
+    if t in ("enum", "set") or t in PACKED_TYPES:  # INET6 as CHAR(39) would be padded too
         return ColumnSql(f"CAST({q} AS CHAR)", "text")
     if t in SPATIAL_TYPES:
         # As stored, not ST_AsBinary: the binlog holds the storage form, and MySQL 8's
