@@ -12,6 +12,7 @@ import logging
 import random
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -41,22 +42,26 @@ CREATE TABLE {db}.all_types (
   t_char CHAR(5), t_varchar VARCHAR(50), t_text TEXT, t_enum ENUM('a', 'b b', 'c'), \
 t_set SET('x', 'y', 'z'),
   t_json JSON, t_binary BINARY(4), t_varbinary VARBINARY(20), t_blob BLOB,
-  t_date DATE, t_datetime DATETIME(6), t_timestamp TIMESTAMP(3) NULL, t_time TIME(6)
+  t_date DATE, t_datetime DATETIME(6), t_timestamp TIMESTAMP(3) NULL, t_time TIME(6),
+  t_inet6 INET6, t_uuid UUID
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4
 """
+#: A table keyed by a UUID, chunked in the server's order of UUIDs (their stored, swapped form).
+BY_UUID = "CREATE TABLE {db}.by_uuid (id UUID PRIMARY KEY, n INT NOT NULL, ip INET4)"
+
 
 _COLUMNS = (
     "id, t_tiny, t_tiny_u, t_small, t_small_u, t_medium, t_medium_u, t_int, t_int_u, t_big,"
     " t_big_u, t_year, t_dec, t_dec_wide, t_float, t_double, t_bool, t_bit1, t_bit, t_char,"
     " t_varchar, t_text, t_enum, t_set, t_json, t_binary, t_varbinary, t_blob, t_date, t_datetime,"
-    " t_timestamp, t_time"
+    " t_timestamp, t_time, t_inet6, t_uuid"
 )
 
 
 def type_row(i: int, rng: random.Random) -> tuple[Any, ...]:
     """A row exercising edge values; every 7th row is all NULL but the key."""
     if i % 7 == 0:
-        return (i,) + (None,) * 31
+        return (i,) + (None,) * 33
     edge = i % 3
     return (
         i,
@@ -91,7 +96,15 @@ def type_row(i: int, rng: random.Random) -> tuple[Any, ...]:
         ["9999-12-31 23:59:59.999999", "1000-01-01 00:00:00.000001", "2024-06-30 12:00:00.5"][edge],
         ["1970-01-01 00:00:01.000", "2038-01-19 03:14:07.999", "2024-03-10 02:30:00.123"][edge],
         ["-838:59:59.000000", "838:59:59.000000", "-00:00:01.250000"][edge],
+        [f"::ffff:10.0.{i % 256}.1", "::", f"2001:db8::{i:x}:0"][edge],
+        random_uuid(rng),
     )
+
+
+def random_uuid(rng: random.Random) -> str:
+    """A UUID the server stores swapped (version 1, 4) or not (version 7)."""
+    value = rng.getrandbits(128) & ~(0xF << 76) & ~(0x3 << 62) | (1 << 63)  # variant 10
+    return str(uuid.UUID(int=value | (rng.choice((1, 4, 7)) << 76)))
 
 
 class TypesWriter(threading.Thread):
@@ -114,7 +127,7 @@ class TypesWriter(threading.Thread):
                     action = rng.random()
                     if action < 0.3:
                         cur.execute(
-                            f"INSERT INTO all_types ({_COLUMNS}) VALUES ({', '.join(['%s'] * 32)})",
+                            f"INSERT INTO all_types ({_COLUMNS}) VALUES ({', '.join(['%s'] * 34)})",
                             type_row(self.next, rng),
                         )
                         self.next += 1
@@ -122,9 +135,9 @@ class TypesWriter(threading.Thread):
                         row = type_row(k + 1, rng)
                         cur.execute(
                             "UPDATE all_types SET t_varchar = %s, t_dec = %s, t_time = %s,"
-                            " t_json = %s, t_big_u = %s, t_bit = %s, t_timestamp = %s"
-                            " WHERE id = %s",
-                            (row[20], row[12], row[31], row[24], row[10], row[18], row[30], k),
+                            " t_json = %s, t_big_u = %s, t_bit = %s, t_timestamp = %s,"
+                            " t_inet6 = %s, t_uuid = %s WHERE id = %s",
+                            (*(row[c] for c in (20, 12, 31, 24, 10, 18, 30, 32, 33)), k),
                         )
                     elif action < 0.75:
                         cur.execute("DELETE FROM all_types WHERE id = %s", (k,))
@@ -138,10 +151,30 @@ class TypesWriter(threading.Thread):
                             " WHERE id = %s",
                             (k,),
                         )
+                    self._by_uuid(cur, rng)
                     self.stop_event.wait(0.002)
             conn.close()
         except BaseException as exc:  # surfaced by the test
             self.error = exc
+
+    def _by_uuid(self, cur: Any, rng: random.Random) -> None:
+        """One change to ``by_uuid``: a row inserted, changed, deleted or given another key."""
+        cur.execute("SELECT id FROM by_uuid ORDER BY id LIMIT 1 OFFSET %s", (rng.randrange(100),))
+        found = cur.fetchone()
+        action = rng.random()
+        if found is None or action < 0.3:
+            cur.execute(
+                "INSERT IGNORE INTO by_uuid VALUES (%s, %s, %s)",
+                (random_uuid(rng), self.next, f"10.{self.next % 256}.0.0"),
+            )
+        elif action < 0.6:
+            cur.execute("UPDATE by_uuid SET n = n + 1, ip = NULL WHERE id = %s", found)
+        elif action < 0.8:
+            cur.execute("DELETE FROM by_uuid WHERE id = %s", found)
+        else:
+            cur.execute(
+                "UPDATE IGNORE by_uuid SET id = %s WHERE id = %s", (random_uuid(rng), *found)
+            )
 
 
 #: The Iceberg type of every all_types column (docs/types.md, Iceberg column).
@@ -178,6 +211,8 @@ ALL_TYPES_ICEBERG = {
     "t_datetime": "timestamp",
     "t_timestamp": "timestamptz",
     "t_time": "long",
+    "t_inet6": "string",
+    "t_uuid": "string",
 }
 
 
@@ -204,7 +239,8 @@ def load_tables(
     mariadb: LocalMariaDB, db: str, *, orders: int, typed_rows: int, seed: int
 ) -> list[str]:
     """The shop tables (``orders`` orders) and ``all_types`` (ids 1 to ``typed_rows - 1``,
-    random edge values from ``seed``) in ``db``; returns their names."""
+    random edge values from ``seed``) and ``by_uuid`` (as many rows) in ``db``; returns their
+    names."""
     root = connect("127.0.0.1", mariadb.port, "root", "")
     try:
         load_shop(root, orders, db=db)
@@ -213,12 +249,17 @@ def load_tables(
             cur.execute("SET time_zone = '+00:00', sql_mode = ''")
             rng = random.Random(seed)
             cur.executemany(
-                f"INSERT INTO {db}.all_types ({_COLUMNS}) VALUES ({', '.join(['%s'] * 32)})",
+                f"INSERT INTO {db}.all_types ({_COLUMNS}) VALUES ({', '.join(['%s'] * 34)})",
                 [type_row(i, rng) for i in range(1, typed_rows)],
+            )
+            cur.execute(BY_UUID.format(db=db))
+            cur.executemany(
+                f"INSERT INTO {db}.by_uuid VALUES (%s, %s, %s)",
+                [(random_uuid(rng), i, f"10.0.{i % 256}.0") for i in range(1, typed_rows)],
             )
     finally:
         root.close()
-    return [f"{db}.{t}" for t in (*SHOP_TABLES, "all_types")]
+    return [f"{db}.{t}" for t in (*SHOP_TABLES, "all_types", "by_uuid")]
 
 
 def run_under_writers(
