@@ -185,7 +185,13 @@ def test_an_error_that_fails_the_run_lets_the_tables_in_hand_finish(
         "the tables other workers had in hand were finished and handed over"
     )
     assert "db.t0" in seen, "so was the table published in the same group as the failing one"
-    assert len(seen) < len(tables) - 10, f"tables not started yet were not started: {seen}"
+    # The groups already handed to the pool (running, or in its call queue: at most twice the
+    # workers and one) still end; the rest are cancelled. How many had started by the time the
+    # run saw the failure depends on the machine's load (one run in twelve saw 11 of 15 groups
+    # started), so only the last two groups are certain never to start.
+    groups = workers.groups(tables, workers.worker_count(len(tables)))
+    never = {table for group in groups[-2:] for table in group}
+    assert not never & set(seen), f"tables not started yet were not started: {seen}"
 
 
 @pytest.mark.parametrize("released", [True, False])
