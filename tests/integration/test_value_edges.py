@@ -20,7 +20,7 @@ from orchestrator.app.demo.localdb import LocalMariaDB
 from orchestrator.config import PipelineConfig
 from orchestrator.lake.manifest import read_published
 from orchestrator.pipeline.context import table_dir
-from tests.conftest import fresh_database
+from tests.conftest import assert_lake_equals_source, fresh_database
 from tests.integration.conftest import both_readers, run_plain
 
 pytestmark = pytest.mark.integration
@@ -199,3 +199,36 @@ def test_a_negative_zero_is_zero_on_both_paths(
     }
     for table in ("spark", "driver"):
         assert _signs(config, f"{db}.{table}") == expected, table
+
+
+def test_a_float_or_double_with_decimals_is_its_stored_value(
+    mariadb: LocalMariaDB, tmp_path: Path, spark: object
+) -> None:
+    """A DOUBLE(M, D) or FLOAT(M, D) stores the value rounded by the server's arithmetic, which
+    need not be the double nearest the D-digit decimal it prints (4/3 in a DOUBLE(20, 10) is
+    stored as 1.3333333330000001, printed as 1.3333333330). The snapshot reads the stored value
+    (its columns come through a derived table, which prints every digit) and the binlog holds it:
+    the lake has it on both paths, and the verify oracle compares it with the stored value too
+    (before, it read the printed one and `tidemark verify` called such a table different)."""
+    db = "double_decimals"
+    values = ", ".join(f"({n}, {n} / 3.0 + 1e-11, {n} / 7.0 + 0.0005)" for n in range(1, 40))
+    both_tables(mariadb, db, "id INT PRIMARY KEY, d DOUBLE(20,10), f FLOAT(7,3)", values)
+    config = both_readers(tmp_path, mariadb, db)
+    run_plain(config)
+    for table in ("spark", "driver"):  # the same values by the binlog
+        mariadb.execute(
+            f"INSERT INTO {table} SELECT id + 100, d, f FROM {table} WHERE id < 40", database=db
+        )
+    run_plain(config)
+    printed = dict(mariadb.execute("SELECT id, d FROM spark WHERE id < 40", database=db))
+    stored = dict(
+        mariadb.execute("SELECT id, CAST(d AS DOUBLE) FROM spark WHERE id < 40", database=db)
+    )
+    assert printed[4] != stored[4] == 1.3333333330000001  # the case is here
+    for table in ("spark", "driver"):
+        found = published(config, f"{db}.{table}", "d")
+        assert {k: v for (k, v) in found.items() if k < 40} == {k: (v,) for k, v in stored.items()}
+        assert {k - 100: v for (k, v) in found.items() if k > 100} == {
+            k: (v,) for k, v in stored.items()
+        }
+    assert_lake_equals_source(config, mariadb, [f"{db}.spark", f"{db}.driver"])

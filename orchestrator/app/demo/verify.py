@@ -23,6 +23,7 @@ from orchestrator.lake.manifest import read_manifest, read_published
 from orchestrator.schema.families import (
     BINARY_TYPES,
     DECIMAL_TYPES,
+    FLOAT_TYPES,
     SPATIAL_TYPES,
     ZERO_DATE_TYPES,
 )
@@ -196,7 +197,7 @@ def _selected(column: ColumnInfo) -> str:
     WKB (the lake's, for the x/y order MariaDB stores; MySQL 8's ST_AsBinary puts a geographic
     SRID's latitude first)."""
     name = quote_identifier(column.name)
-    if column.data_type == "float":
+    if column.data_type in FLOAT_TYPES:
         return f"CAST({name} AS DOUBLE)"
     if column.data_type in SPATIAL_TYPES:
         return f"ST_AsBinary({name})"

@@ -21,7 +21,7 @@ from typing import Literal
 import pyarrow as pa
 
 from chunking.mysql import quote_identifier, quote_table
-from orchestrator.schema.families import DECIMAL_TYPES, PACKED_TYPES, SPATIAL_TYPES
+from orchestrator.schema.families import DECIMAL_TYPES, FLOAT_TYPES, PACKED_TYPES, SPATIAL_TYPES
 from orchestrator.schema.tables import ColumnInfo, TableInfo
 from orchestrator.schema.types import is_boolean
 from orchestrator.schema.values import staging_type
@@ -79,8 +79,10 @@ def column_sql(column: ColumnInfo) -> ColumnSql:
         return ColumnSql(f"CAST({q} AS SIGNED)", "bits")
     if t in DECIMAL_TYPES and pa.types.is_string(staging_type(column)):  # precision over 38
         return ColumnSql(f"CAST({q} AS CHAR)", "text")
-    if t == "float":
-        # The text protocol prints FLOAT with 6 digits; widened to DOUBLE it is exact.
+    if t in FLOAT_TYPES:
+        # The text protocol prints FLOAT with 6 digits, and a FLOAT(M, D) or DOUBLE(M, D) with
+        # its D decimals, which need not read back as the value stored (4/3 in a DOUBLE(20, 10)
+        # is stored as 1.3333333330000001: the binlog's value); as DOUBLE, every digit is printed.
         return ColumnSql(f"CAST({q} AS DOUBLE)", "double")
     if t == "date":
         # Zero and partly-zero dates give NULL here; so do dates in year 0, which no date type
