@@ -31,6 +31,7 @@ import pymysql
 
 from orchestrator.app.cascade_checks import cascade_checks
 from orchestrator.app.preflight import lake_checks
+from orchestrator.binlog import versioned
 from orchestrator.binlog.topology import identity_checks, replica_check
 from orchestrator.config import PipelineConfig, TableConfig
 from orchestrator.errors import ConfigError, RunFailed, SourceNotReady
@@ -454,12 +455,7 @@ def _one_table_checks(
             f"table {table.name}",
             True,
             f"{len(info.columns)} columns, about {info.row_estimate} rows, engine {info.engine}"
-            + (
-                "; system-versioned: its rows events hold history rows, so each change re-reads "
-                "it whole (docs/limits.md)"
-                if info.versioned
-                else ""
-            ),
+            + versioned.note(info),
         ),
         chunk_key_check(
             table,

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from orchestrator.binlog import events as ev
 from orchestrator.binlog import metadata as md
 from orchestrator.binlog import rowdecode as rd
+from orchestrator.binlog import versioned
 from orchestrator.schema.charsets import CharsetError
 from orchestrator.schema.families import (
     BINARY_TYPES,
@@ -62,10 +63,11 @@ _FIELD_TYPES: dict[str, frozenset[int]] = {
 def shape_difference(info: TableInfo, table_map: ev.TableMap) -> str | None:
     """How a TABLE_MAP differs from the planned `TableInfo` (None: it has the planned shape).
 
-    A system-versioned table's rows events never have its shape: beside the current rows they
-    hold the history rows its changes make (the old version of each updated or deleted row, with
-    its period's end), which are not the table's (docs/limits.md)."""
-    if info.versioned:
+    A system-versioned table's rows events hold the history rows its changes make beside the
+    current rows (the old version of each updated or deleted row, its period ended): they are
+    applied as its current rows where ``info`` is their shape (`versioned.logged`, a TIMESTAMP
+    period end), else the table is re-read (docs/limits.md)."""
+    if info.versioned and not versioned.applied(info):
         return "a system-versioned table: its rows events hold history rows"
     if len(table_map.types) != len(info.columns):
         return (

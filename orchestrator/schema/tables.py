@@ -79,6 +79,10 @@ class TableInfo:
     #: ``information_schema.TABLES.TABLE_TYPE`` (``BASE TABLE``, ``VIEW``, ``SEQUENCE``...);
     #: None where it was not read (a plan stored before it was).
     kind: str | None = None
+    #: A system-versioned table's ``GENERATED ALWAYS AS ROW END`` column, when it declares its
+    #: period columns (None: it does not, and the server logs its hidden ``row_end`` after the
+    #: planned columns; `orchestrator.binlog.versioned`).
+    row_end: str | None = None
 
     @property
     def name(self) -> str:
@@ -168,6 +172,7 @@ def table_info_to_json(info: TableInfo) -> dict[str, Any]:
         "engine": info.engine,
         "versioned": info.versioned,
         "kind": info.kind,
+        "row_end": info.row_end,
     }
 
 
@@ -183,6 +188,7 @@ def table_info_from_json(data: dict[str, Any]) -> TableInfo:
         engine=data.get("engine"),
         versioned=bool(data.get("versioned", False)),
         kind=data.get("kind"),
+        row_end=data.get("row_end"),
     )
 
 

@@ -37,7 +37,7 @@ Row = tuple[Any, ...]
 
 _COLUMNS_SQL = (
     "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE, NUMERIC_PRECISION, NUMERIC_SCALE,"
-    " DATETIME_PRECISION, CHARACTER_SET_NAME, COLLATION_NAME"
+    " DATETIME_PRECISION, CHARACTER_SET_NAME, COLLATION_NAME, GENERATION_EXPRESSION"
     " FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s"
     " ORDER BY ORDINAL_POSITION"
 )
@@ -439,6 +439,9 @@ def shaped(
     """A table's `TableInfo` from its ``information_schema`` rows (COLUMNS, STATISTICS) and
     TABLES' row estimate, engine and type, its key columns marked (`mark_keys`)."""
     columns = tuple(_column(r) for r in column_rows)
+    versioned = _text(kind) == "SYSTEM VERSIONED"
+    # MariaDB gives a declared period column the generation expression ROW START or ROW END
+    ends = [c.name for c, r in zip(columns, column_rows, strict=True) if _text(r[9]) == "ROW END"]
     primary, uniques = _keys(list(index_rows), columns)
     return TableInfo(
         database=database,
@@ -448,8 +451,9 @@ def shaped(
         unique_not_null_keys=uniques,
         row_estimate=int(rows or 0),
         engine=None if engine is None else str(engine),
-        versioned=_text(kind) == "SYSTEM VERSIONED",
+        versioned=versioned,
         kind=_text(kind),
+        row_end=ends[0] if versioned and ends else None,
     )
 
 
@@ -464,7 +468,9 @@ def _int(value: Any) -> int | None:
 
 
 def _column(row: Row) -> ColumnInfo:
-    name, data_type, column_type, nullable, precision, scale, dt_precision, charset, collation = row
+    name, data_type, column_type, nullable, precision, scale, dt_precision, charset, collation = (
+        row[:9]
+    )
     return ColumnInfo(
         name=_text(name) or "",
         data_type=(_text(data_type) or "").lower(),

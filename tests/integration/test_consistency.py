@@ -46,8 +46,12 @@ t_set SET('x', 'y', 'z'),
   t_inet6 INET6, t_uuid UUID
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4
 """
-#: A table keyed by a UUID, chunked in the server's order of UUIDs (their stored, swapped form).
-BY_UUID = "CREATE TABLE {db}.by_uuid (id UUID PRIMARY KEY, n INT NOT NULL, ip INET4)"
+#: A table keyed by a UUID, chunked in the server's order of UUIDs (their stored, swapped form),
+#: and system-versioned: its rows events hold history rows, which are not its rows.
+BY_UUID = (
+    "CREATE TABLE {db}.by_uuid (id UUID PRIMARY KEY, n INT NOT NULL, ip INET4)"
+    " WITH SYSTEM VERSIONING"
+)
 
 
 _COLUMNS = (
@@ -321,7 +325,7 @@ def test_small_tables_read_by_the_driver_under_concurrent_writes_equal_source(
 
 
 def test_snapshot_under_concurrent_writes_equals_source(
-    mariadb: LocalMariaDB, tmp_path: Path
+    mariadb: LocalMariaDB, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     db = "cons_shop"
     tables = load_tables(mariadb, db, orders=12_000, typed_rows=1500, seed=5)
@@ -349,3 +353,5 @@ def test_snapshot_under_concurrent_writes_equals_source(
     assert run_command(config, tables=[], snapshot=False, chunk_size=None, progress=False) == 0
     _verify_all(config_path, tables)
     snapshots_per_version(config_path, tables)
+    rereads = [r.getMessage() for r in caplog.records if "re-read" in r.getMessage()]
+    assert not rereads, "the system-versioned by_uuid too is applied, not re-read"

@@ -200,19 +200,27 @@ def test_missing_table_and_table_without_key(good: LocalMariaDB, tmp_path: Path)
     assert preflight(config, [f"{DB}.orders"]).failing == {}
 
 
-def test_a_system_versioned_table_passes_saying_it_is_re_read(
+def test_a_system_versioned_table_passes_saying_how_its_changes_are_applied(
     good: LocalMariaDB, tmp_path: Path
 ) -> None:
     good.execute(
         f"CREATE TABLE IF NOT EXISTS {DB}.history (id INT PRIMARY KEY, v INT)"
-        " WITH SYSTEM VERSIONING"
+        " WITH SYSTEM VERSIONING",
+        f"CREATE TABLE IF NOT EXISTS {DB}.by_trx (id INT PRIMARY KEY, v INT,"
+        " rs BIGINT UNSIGNED GENERATED ALWAYS AS ROW START,"
+        " re BIGINT UNSIGNED GENERATED ALWAYS AS ROW END,"
+        " PERIOD FOR SYSTEM_TIME(rs, re)) ENGINE=InnoDB WITH SYSTEM VERSIONING",
     )
-    tables = [{"name": f"{DB}.history"}, {"name": f"{DB}.orders"}]
+    tables = [{"name": f"{DB}.history"}, {"name": f"{DB}.by_trx"}, {"name": f"{DB}.orders"}]
     checks = by_name(run_checks(make_config(tmp_path, good, tables)))
     table = checks[f"table {DB}.history"]
     assert table.ok and table.detail.endswith(
-        "; system-versioned: its rows events hold history rows, so each change re-reads it "
-        "whole (docs/limits.md)"
+        "; system-versioned: its history rows are left out of the changes applied"
+    )
+    by_trx = checks[f"table {DB}.by_trx"]
+    assert by_trx.ok and by_trx.detail.endswith(
+        "; system-versioned by transaction ids: logged as statements, so each change re-reads "
+        "it whole (docs/limits.md)"
     )
     assert "system-versioned" not in checks[f"table {DB}.orders"].detail
 

@@ -585,20 +585,27 @@ VERSIONED = {
     "explicit": "CREATE TABLE {db}.{name} (id INT PRIMARY KEY, v VARCHAR(40), n INT,"
     " rs TIMESTAMP(6) GENERATED ALWAYS AS ROW START, re TIMESTAMP(6) GENERATED ALWAYS AS ROW END,"
     " PERIOD FOR SYSTEM_TIME(rs, re)) WITH SYSTEM VERSIONING",
+    "invisible": "CREATE TABLE {db}.{name} (id INT PRIMARY KEY, v VARCHAR(40), n INT,"
+    " rs TIMESTAMP(6) GENERATED ALWAYS AS ROW START INVISIBLE,"
+    " re TIMESTAMP(6) GENERATED ALWAYS AS ROW END INVISIBLE,"
+    " PERIOD FOR SYSTEM_TIME(rs, re)) WITH SYSTEM VERSIONING",
     "implicit": "CREATE TABLE {db}.{name} (id INT PRIMARY KEY, v VARCHAR(40), n INT)"
     " WITH SYSTEM VERSIONING",
+    "keyless": "CREATE TABLE {db}.{name} (id INT, v VARCHAR(40), n INT) WITH SYSTEM VERSIONING",
 }
 
 
 @pytest.mark.parametrize("periods", list(VERSIONED))
-def test_a_system_versioned_table_is_re_read_not_given_its_history_rows(
+def test_a_system_versioned_table_is_applied_as_its_current_rows(
     mariadb: LocalMariaDB, tmp_path: Path, caplog: pytest.LogCaptureFixture, periods: str
 ) -> None:
     """An update or delete of a system-versioned table logs a history row (the old version,
     its period ended) beside the current one. Applied as rows, they made the lake hold the
     history (keyed by id and period end: every version of a row) while the source's table holds
-    the current rows: a wrong table with exit 0, for explicit period columns. The table is
-    re-read instead, and is published equal to the source."""
+    the current rows: a wrong table with exit 0, for explicit period columns; then the table was
+    re-read whole at every change. Its rows events are applied as its current rows: the history
+    rows left out, a row whose period ends deleted; the hidden period columns of a table that
+    declares none are not published."""
     db = f"chg_versioned_{periods}"
     fill = FILL.replace("{name} SELECT", "{name} (id, v, n) SELECT")
     config = two_table_pipeline(mariadb, tmp_path, db, VERSIONED[periods], fill, (3000, 2000))
@@ -608,6 +615,18 @@ def test_a_system_versioned_table_is_re_read_not_given_its_history_rows(
         "DELETE FROM t WHERE id BETWEEN 100 AND 110",
         "INSERT INTO t (id, v, n) VALUES (5001, 'new', 1)",
         "UPDATE t SET v = 'again' WHERE id = 1",
+        "UPDATE t SET id = 6000 WHERE id = 30",  # a key change
+        "REPLACE INTO t (id, v, n) VALUES (40, 'replaced', 4)",
+        "INSERT INTO t (id, v, n) VALUES (41, 'x', 0) ON DUPLICATE KEY UPDATE n = 4141",
+        "DELETE HISTORY FROM t BEFORE SYSTEM_TIME NOW(6)",
+        database=db,
+    )
+    mariadb.execute(  # in one transaction: the row's history and its end, one after the other
+        "BEGIN",
+        "UPDATE t SET n = 1 WHERE id = 50",
+        "UPDATE t SET n = 2 WHERE id = 50",
+        "DELETE FROM t WHERE id = 50",
+        "COMMIT",
         database=db,
     )
     caplog.set_level(logging.INFO)
@@ -615,15 +634,40 @@ def test_a_system_versioned_table_is_re_read_not_given_its_history_rows(
     _run(config)
 
     assert_lake_equals_source(config, mariadb, [f"{db}.t", f"{db}.other"])
-    assert any(
-        r.getMessage().startswith(
-            f"table {db}.t: a system-versioned table: its rows events hold history rows at binlog."
-        )
-        and r.getMessage().endswith(": re-read")
-        for r in caplog.records
-    ), [r.getMessage() for r in caplog.records]
-    assert _manifest(config, f"{db}.t")["rows"] == 3000 - 11 + 1
+    messages = [r.getMessage() for r in caplog.records]
+    assert not any("re-read" in m or "snapshot," in m for m in messages), messages
+    # 11 deleted, one inserted, one deleted in a transaction; keyless, REPLACE and ON DUPLICATE
+    # KEY UPDATE insert a row each
+    rows = 3000 - 11 + 1 - 1 + (2 if periods == "keyless" else 0)
+    assert _manifest(config, f"{db}.t")["rows"] == rows
     assert _manifest(config, f"{db}.other")["version"] == 1
+    published = [c["name"] for c in _manifest(config, f"{db}.t")["columns"]]
+    assert published == (
+        ["id", "v", "n"] if periods in ("implicit", "keyless") else ["id", "v", "n", "rs", "re"]
+    )
+
+
+def test_a_table_versioned_by_transaction_ids_is_re_read(
+    mariadb: LocalMariaDB, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """MariaDB logs a table whose periods are transaction ids as statements, whatever the
+    session's binlog format: its changes re-read it."""
+    db = "chg_versioned_trx"
+    create = (
+        "CREATE TABLE {db}.{name} (id INT PRIMARY KEY, v VARCHAR(40), n INT,"
+        " rs BIGINT UNSIGNED GENERATED ALWAYS AS ROW START,"
+        " re BIGINT UNSIGNED GENERATED ALWAYS AS ROW END,"
+        " PERIOD FOR SYSTEM_TIME(rs, re)) ENGINE=InnoDB WITH SYSTEM VERSIONING"
+    )
+    fill = FILL.replace("{name} SELECT", "{name} (id, v, n) SELECT")
+    config = two_table_pipeline(mariadb, tmp_path, db, create, fill, (300, 200))
+    _run(config)
+    mariadb.execute("UPDATE t SET n = n + 1000 WHERE id <= 20", database=db)
+    caplog.set_level(logging.INFO)
+    caplog.clear()
+    _run(config)
+    assert_lake_equals_source(config, mariadb, [f"{db}.t", f"{db}.other"])
+    assert any("re-read" in r.getMessage() for r in caplog.records)
 
 
 def test_compressed_columns_are_applied_from_the_binlog(

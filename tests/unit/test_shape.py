@@ -10,6 +10,7 @@ import pytest
 
 from orchestrator.binlog import metadata as md
 from orchestrator.binlog import rowdecode as rd
+from orchestrator.binlog import versioned
 from orchestrator.binlog.events import TableMap
 from orchestrator.binlog.shape import metadata_difference, shape_difference
 from orchestrator.schema import charsets
@@ -104,6 +105,24 @@ def test_a_system_versioned_table_never_has_its_shape() -> None:
     assert shape_difference(INFO, table_map) is None
     assert shape_difference(replace(INFO, versioned=True), table_map) == (
         "a system-versioned table: its rows events hold history rows"
+    )
+
+
+def test_a_system_versioned_table_has_the_shape_its_rows_are_applied_in() -> None:
+    """Its period end a TIMESTAMP(6): declared (planned), or hidden and logged after its columns
+    (`versioned.logged`); by transaction ids, never (its changes are statements anyway)."""
+    implicit = replace(INFO, versioned=True)
+    logged = versioned.logged(implicit)
+    assert [c.name for c in logged.columns[-2:]] == ["row_start", "row_end"]
+    kinds = TYPES + bytes([rd.TIMESTAMP2, rd.TIMESTAMP2])
+    table_map = TableMap(18, "d.t", kinds, (*META, b"\x06", b"\x06"), b"")
+    assert shape_difference(logged, table_map) is None
+    assert versioned.end_index(implicit) == len(COLUMNS) + 1
+    ends = column("re", "bigint", "bigint(20) unsigned")
+    by_trx = replace(INFO, columns=(*COLUMNS, ends), versioned=True, row_end="re")
+    assert not versioned.applied(versioned.logged(by_trx))
+    assert shape_difference(
+        by_trx, TableMap(18, "d.t", TYPES + bytes([rd.LONGLONG]), (*META, b""), b"")
     )
 
 

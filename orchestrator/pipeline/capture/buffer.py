@@ -14,6 +14,7 @@ from typing import Any, TypedDict
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from orchestrator.binlog import versioned
 from orchestrator.binlog.batch import Decoding
 from orchestrator.binlog.reference import RowsEvent
 from orchestrator.pipeline.capture.xa import XA_KNOWN
@@ -239,6 +240,48 @@ class TableBuffer:
         table = pa.Table.from_arrays([*meta, *data[:kept]], schema=self.schema)
         before = dict(zip(self.before_names, data[kept:], strict=True))
         return Drained(table, before, flags)
+
+
+class VersionedBuffer(TableBuffer):
+    """`TableBuffer` of a system-versioned table (`orchestrator.binlog.versioned`): history rows
+    left out, an update that ended a row's period a delete of its before image; the hidden
+    period columns of a table that declares none are decoded (``decoding`` is made for
+    `versioned.logged`'s shape), then dropped."""
+
+    def __init__(self, table: CaptureTable, decoding: Decoding) -> None:
+        super().__init__(table, decoding)
+        self.end = versioned.end_index(table.info)
+        self.hidden = len(versioned.logged(table.info).columns) - len(table.info.columns)
+        self.before_at = before_indexes(table)
+
+    def add(self, event: RowsEvent, file: int, first: int, base: int = 0) -> int:
+        shape, images, keys = self.decoding.rows(event)
+        ops = versioned.classify(event.op, [image[self.end] for image in images])
+        kept = [i for i in range(first, len(images)) if ops[i] is not None]
+        if not kept:
+            return 0
+        if not self.shapes or self.shapes[-1][0] != shape:
+            self.shapes.append((shape, len(self.images)))
+        for i in kept:
+            image = images[i]
+            if event.op == "U" and ops[i] == "D":  # the before image: the key's values are its
+                row = list(image)
+                for j, at in enumerate(self.before_at):
+                    row[at] = keys[i][j]
+                image = tuple(row)
+            self.images.append(image)
+            self.keys.append(keys[i])
+        count = len(kept)
+        self.files += [file] * count
+        self.positions += [event.end] * count
+        self.rows += [base + i for i in kept]
+        self.ops += [ops[i] or "" for i in kept]
+        self.flags += [event.rows.flags] * count
+        return count
+
+    def assemble(self, meta: list[Any], data: list[Any], flags: Sequence[int]) -> Drained:
+        columns = len(self.table.info.columns)
+        return super().assemble(meta, [*data[:columns], *data[columns + self.hidden :]], flags)
 
 
 def since(

@@ -61,11 +61,14 @@ def start_pool(
 def pooled(buffers: dict[str, TableBuffer], pool: DecodePool) -> dict[str, TableBuffer]:
     """``buffers`` (empty) with those of the fast decoder decoding in ``pool``; a table with text
     in a non-Unicode character set is decoded here, with the server's reading of it that this
-    process asked for (`orchestrator.schema.charsets`), which the workers do not have."""
+    process asked for (`orchestrator.schema.charsets`), which the workers do not have, and so is
+    a system-versioned table (`VersionedBuffer`: its rows are picked by their images)."""
     assert not any(len(b) for b in buffers.values()), "no rows buffered yet"
     return {
         name: PooledBuffer(b.table, b.decoding, pool)
-        if isinstance(b.decoding, FastDecoding) and not charsets.used_by([b.table.info])
+        if type(b) is TableBuffer
+        and isinstance(b.decoding, FastDecoding)
+        and not charsets.used_by([b.table.info])
         else b
         for name, b in buffers.items()
     }

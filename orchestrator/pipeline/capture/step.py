@@ -45,11 +45,12 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import pyarrow.fs as pafs
 
+from orchestrator.binlog import versioned
 from orchestrator.binlog.batch import Decoding, FastDecoding
 from orchestrator.binlog.jsonb import json_text
 from orchestrator.binlog.pool import POOL_BYTES, DecodeWorkerLost
@@ -69,6 +70,7 @@ from orchestrator.pipeline.capture.buffer import (
     CaptureTable,
     Drained,
     TableBuffer,
+    VersionedBuffer,
     before_indexes,
     since,
 )
@@ -168,6 +170,10 @@ class _Capture:
         )
         for name, table in captured.items():
             key = before_indexes(table)
+            if library is None and versioned.applied(versioned.logged(table.info)):
+                logged = FastDecoding(versioned.logged(table.info), key, json_text)
+                self.buffers[name] = VersionedBuffer(table, logged)
+                continue
             decoding: Decoding = (
                 FastDecoding(table.info, key, json_text)
                 if library is None
@@ -399,6 +405,15 @@ class _Capture:
         )
 
 
+def _logged(info: TableInfo, decoder: Decoder) -> TableInfo:
+    """The shape the reader checks a table's TABLE_MAPs against: a system-versioned table's
+    rows events as `CaptureStep`'s buffer applies them (Tidemark's decoder only; the reference
+    decoder's re-reads it)."""
+    if decoder == "fast":
+        return versioned.logged(info)
+    return replace(info, row_end=None) if info.versioned else info
+
+
 def _load_charsets(config: PipelineConfig, infos: Sequence[TableInfo]) -> None:
     """The server's reading of the non-Unicode character sets the tables' text is in
     (`orchestrator.schema.charsets`), asked once a process, over a connection opened only when
@@ -491,7 +506,7 @@ def capture_changes(
             config.source,
             config.resolve_password(),
             begin,
-            {name: t.info for name, t in read.items()},
+            {name: _logged(t.info, decoder) for name, t in read.items()},
             stop=stop,
         )
         with reader, capture.filters, ExitStack() as stack:
