@@ -37,7 +37,7 @@ Row = tuple[Any, ...]
 
 _COLUMNS_SQL = (
     "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE, NUMERIC_PRECISION, NUMERIC_SCALE,"
-    " DATETIME_PRECISION, CHARACTER_SET_NAME, COLLATION_NAME, GENERATION_EXPRESSION"
+    " DATETIME_PRECISION, CHARACTER_SET_NAME, COLLATION_NAME"
     " FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s"
     " ORDER BY ORDINAL_POSITION"
 )
@@ -49,6 +49,11 @@ _INDEXES_SQL = (
 _TABLE_SQL = (
     "SELECT TABLE_ROWS, ENGINE, TABLE_TYPE FROM information_schema.TABLES"
     " WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s"
+)
+#: MariaDB gives a declared period column the generation expression ROW START or ROW END.
+_ROW_END_SQL = (
+    "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s"
+    " AND TABLE_NAME = %s AND GENERATION_EXPRESSION = 'ROW END'"
 )
 _NO_BINLOG = 1381  # ER_NO_BINARY_LOGGING: "You are not using binary logging"
 _UNKNOWN_TIME_ZONE = 1298
@@ -404,7 +409,15 @@ class Source:
             engine,
             kind,
         )
-        return self.with_srids(info)
+        return self.with_row_end(self.with_srids(info))
+
+    def with_row_end(self, info: TableInfo) -> TableInfo:
+        """``info`` with the ``GENERATED ALWAYS AS ROW END`` column a system-versioned table
+        declares (`TableInfo.row_end`); one query, and only for such a table."""
+        if not info.versioned:
+            return info
+        found = self.query(_ROW_END_SQL, (info.database, info.table))
+        return dataclasses.replace(info, row_end=_text(found[0][0]) if found else None)
 
     def with_srids(self, info: TableInfo) -> TableInfo:
         """``info`` with the SRID each spatial column declares (`ColumnInfo.srid`); one query, and
@@ -439,9 +452,6 @@ def shaped(
     """A table's `TableInfo` from its ``information_schema`` rows (COLUMNS, STATISTICS) and
     TABLES' row estimate, engine and type, its key columns marked (`mark_keys`)."""
     columns = tuple(_column(r) for r in column_rows)
-    versioned = _text(kind) == "SYSTEM VERSIONED"
-    # MariaDB gives a declared period column the generation expression ROW START or ROW END
-    ends = [c.name for c, r in zip(columns, column_rows, strict=True) if _text(r[9]) == "ROW END"]
     primary, uniques = _keys(list(index_rows), columns)
     return TableInfo(
         database=database,
@@ -451,9 +461,8 @@ def shaped(
         unique_not_null_keys=uniques,
         row_estimate=int(rows or 0),
         engine=None if engine is None else str(engine),
-        versioned=versioned,
+        versioned=_text(kind) == "SYSTEM VERSIONED",
         kind=_text(kind),
-        row_end=ends[0] if versioned and ends else None,
     )
 
 
@@ -468,9 +477,7 @@ def _int(value: Any) -> int | None:
 
 
 def _column(row: Row) -> ColumnInfo:
-    name, data_type, column_type, nullable, precision, scale, dt_precision, charset, collation = (
-        row[:9]
-    )
+    name, data_type, column_type, nullable, precision, scale, dt_precision, charset, collation = row
     return ColumnInfo(
         name=_text(name) or "",
         data_type=(_text(data_type) or "").lower(),

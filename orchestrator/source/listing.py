@@ -93,8 +93,8 @@ _BULK_TABLES = (
 )
 _BULK_COLUMNS = (
     "SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE,"
-    " NUMERIC_PRECISION, NUMERIC_SCALE, DATETIME_PRECISION, CHARACTER_SET_NAME, COLLATION_NAME,"
-    " GENERATION_EXPRESSION FROM information_schema.COLUMNS"
+    " NUMERIC_PRECISION, NUMERIC_SCALE, DATETIME_PRECISION, CHARACTER_SET_NAME, COLLATION_NAME"
+    " FROM information_schema.COLUMNS"
 )
 _BULK_INDEXES = (
     "SELECT TABLE_SCHEMA, TABLE_NAME, INDEX_NAME, NON_UNIQUE, COLUMN_NAME, SUB_PART"
@@ -125,8 +125,12 @@ def tables_info(source: Source, names: Sequence[str]) -> dict[str, TableInfo]:
             continue
         rows, engine, kind = tables[key][0]
         database, _, table = name.partition(".")
-        out[name] = source.with_srids(
-            shaped(database, table, columns.get(key, []), indexes.get(key, []), rows, engine, kind)
+        out[name] = source.with_row_end(
+            source.with_srids(
+                shaped(
+                    database, table, columns.get(key, []), indexes.get(key, []), rows, engine, kind
+                )
+            )
         )
     return out
 

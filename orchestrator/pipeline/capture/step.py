@@ -407,8 +407,8 @@ class _Capture:
 
 def _logged(info: TableInfo, decoder: Decoder) -> TableInfo:
     """The shape the reader checks a table's TABLE_MAPs against: a system-versioned table's
-    rows events as `CaptureStep`'s buffer applies them (Tidemark's decoder only; the reference
-    decoder's re-reads it)."""
+    rows events as its `VersionedBuffer` applies them (Tidemark's decoder only: with the
+    reference decoder such a table is re-read)."""
     if decoder == "fast":
         return versioned.logged(info)
     return replace(info, row_end=None) if info.versioned else info
