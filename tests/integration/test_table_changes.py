@@ -716,3 +716,41 @@ def test_compressed_columns_are_applied_from_the_binlog(
     assert not [r.getMessage() for r in caplog.records if "re-read" in r.getMessage()]
     assert _manifest(config, f"{db}.t")["version"] == 2
     assert _manifest(config, f"{db}.other")["version"] == 1
+
+
+@pytest.mark.parametrize("metadata", ["NO_LOG", "MINIMAL", "FULL"])
+def test_enum_labels_information_schema_cannot_print_are_read_by_the_server(
+    mariadb: LocalMariaDB, tmp_path: Path, caplog: pytest.LogCaptureFixture, metadata: str
+) -> None:
+    """information_schema (and SHOW CREATE TABLE) print an ENUM or SET label's four-byte
+    characters as '?'. A binlog value is the label's index, so the binlog path published 'é?'
+    where the source and the snapshot hold 'é😀' (with MINIMAL row metadata, and MariaDB's
+    default NO_LOG: a wrong table with exit 0). Such a table's rows events re-read it unless the
+    binlog's own labels are there to compare (FULL: they differ, so it is re-read too)."""
+    db = f"chg_enum_labels_{metadata.lower()}"
+    create = (
+        "CREATE TABLE {db}.{name} (id INT PRIMARY KEY, e ENUM('é😀', 'x') CHARACTER SET utf8mb4,"
+        " s SET('?', '😀y') CHARACTER SET utf8mb4, n INT)"
+    )
+    fill = (
+        "INSERT INTO {db}.{name} SELECT seq, IF(seq % 2, 'x', 'é😀'), '?', seq FROM seq_1_to_{rows}"
+    )
+    config = two_table_pipeline(mariadb, tmp_path, db, create, fill, (300, 200))
+    _run(config)
+    try:
+        mariadb.execute(f"SET GLOBAL binlog_row_metadata = {metadata}")
+        mariadb.execute(
+            "INSERT INTO t VALUES (1001, 'é😀', '😀y,?', 1)",
+            "UPDATE t SET e = 'é😀', s = '😀y' WHERE id <= 5",
+            database=db,
+        )
+        caplog.set_level(logging.INFO)
+        caplog.clear()
+        _run(config)
+    finally:
+        mariadb.execute("SET GLOBAL binlog_row_metadata = FULL")
+    assert_lake_equals_source(config, mariadb, [f"{db}.t", f"{db}.other"])
+    assert any(
+        "column `e`" in r.getMessage() and r.getMessage().endswith(": re-read")
+        for r in caplog.records
+    ), [r.getMessage() for r in caplog.records]

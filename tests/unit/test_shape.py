@@ -246,3 +246,40 @@ def test_a_damaged_block_is_an_error_not_a_pass(block: bytes) -> None:
 def test_damaged_metadata_is_a_difference() -> None:
     found = difference(charsets=tlv(2, ints(45, 9, 8)))
     assert found == "optional metadata that does not parse: a charset for character column 9 of 3"
+
+
+def test_labels_information_schema_lost_need_the_binlogs_own() -> None:
+    """information_schema prints an ENUM label's four-byte characters as '?': a binlog value
+    (an index) of such a column is named only by the binlog's labels (FULL metadata), and
+    compared with them; without them the table is re-read. A literal '?' label the binlog
+    confirms is no difference."""
+    kinds, meta = bytes([rd.LONG, rd.STRING]), (b"", bytes([rd.ENUM, 1]))
+    emoji = (
+        column("id", "int", "int(11)"),
+        column("e", "enum", "enum('é?','x')", "utf8mb4", "utf8mb4_general_ci"),
+    )
+    info = TableInfo("d", "t", emoji, ("id",), (), 0)
+    bare = TableMap(1, "d.t", kinds, meta, b"")
+    found = metadata_difference(info, bare, COLLATIONS, mariadb=True)
+    assert found is not None and "column `e` has ENUM labels that information_schema" in found
+    minimal = TableMap(1, "d.t", kinds, meta, b"", tlv(1, bytes([0])))  # signedness only
+    assert metadata_difference(info, minimal, COLLATIONS, mariadb=True) == found
+    literal = tlv(6, ints(2) + strings("é?".encode(), b"x"))
+    assert (
+        metadata_difference(
+            info, TableMap(1, "d.t", kinds, meta, b"", literal), COLLATIONS, mariadb=True
+        )
+        is None
+    )
+    four = tlv(6, ints(2) + strings("é😀".encode(), b"x"))
+    found = metadata_difference(
+        info, TableMap(1, "d.t", kinds, meta, b"", four), COLLATIONS, mariadb=True
+    )
+    assert found is not None and "another ENUM" in found
+    latin = (emoji[0], column("e", "enum", "enum('é?','x')", "latin1", "latin1_swedish_ci"))
+    assert (
+        metadata_difference(
+            TableInfo("d", "t", latin, ("id",), (), 0), bare, COLLATIONS, mariadb=True
+        )
+        is None
+    )
