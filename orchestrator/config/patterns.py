@@ -4,9 +4,10 @@ An entry's ``name`` is ``database.table`` or a glob over the two parts (``crm.*`
 ``*.orders_20??``, ``shop.[a-m]*``: ``*``, ``?`` and ``[...]`` as in shell globs, each part
 matched on its own, so no glob crosses the dot), with optional ``exclude`` globs. A glob in
 the database part never matches the server's own schemas (`SYSTEM_SCHEMAS`); a pattern
-matches base tables only (not views, sequences or system-versioned tables: name a
-system-versioned table explicitly), and none whose engine keeps its rows elsewhere
-(`orchestrator.schema.tables.ROWS_ELSEWHERE`: a MERGE, FEDERATED or BLACKHOLE table).
+matches base tables only, MariaDB's system-versioned ones among them (not views or sequences,
+nor a system-versioned table whose periods are transaction ids: name such a table explicitly),
+and none whose engine keeps its rows elsewhere (`orchestrator.schema.tables.ROWS_ELSEWHERE`: a
+MERGE, FEDERATED or BLACKHOLE table).
 
 Two questions, two functions. *Which tables* a pipeline has is fixed when a run is planned
 (`expand`, over the list of tables the source has): it needs the source. *How one table is

@@ -110,6 +110,9 @@ def mark_keys(
     return tuple(replace(c, in_key=True) if c.name.lower() in names else c for c in columns)
 
 
+#: ``information_schema.TABLES.TABLE_TYPE`` of MariaDB's system-versioned tables.
+VERSIONED = "SYSTEM VERSIONED"
+
 #: Engines whose rows are not the rows this server's binlog logs under the table's name, each
 #: with why (docs/limits.md, "Tables the binlog does not keep"). A pattern leaves them out
 #: (`orchestrator.source.listing`); a table named in the config fails its checks.

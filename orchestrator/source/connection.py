@@ -26,7 +26,7 @@ from orchestrator.config import PipelineConfig, SourceConfig
 from orchestrator.errors import RunFailed, SourceNotReady, source_timeout
 from orchestrator.positions import BinlogPosition, ServerIdentity
 from orchestrator.schema.families import SPATIAL_TYPES
-from orchestrator.schema.tables import ColumnInfo, TableInfo, mark_keys
+from orchestrator.schema.tables import VERSIONED, ColumnInfo, TableInfo, mark_keys
 from orchestrator.source.connect import connect
 from orchestrator.source.dialect import Dialect
 from orchestrator.source.retry import error_code, is_connection_lost, is_timeout, transient_retry
@@ -461,7 +461,7 @@ def shaped(
         unique_not_null_keys=uniques,
         row_estimate=int(rows or 0),
         engine=None if engine is None else str(engine),
-        versioned=_text(kind) == "SYSTEM VERSIONED",
+        versioned=_text(kind) == VERSIONED,
         kind=_text(kind),
     )
 

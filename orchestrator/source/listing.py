@@ -19,7 +19,7 @@ from orchestrator.config import PipelineConfig, TableConfig
 from orchestrator.config.patterns import SYSTEM_SCHEMAS, TableSet, expand, explicit_set, is_glob
 from orchestrator.errors import SourceNotReady
 from orchestrator.positions import BinlogPosition
-from orchestrator.schema.tables import ROWS_ELSEWHERE, TableInfo
+from orchestrator.schema.tables import ROWS_ELSEWHERE, VERSIONED, TableInfo
 from orchestrator.source.connection import Source, shaped
 
 log = logging.getLogger("tidemark.planning")
@@ -29,13 +29,20 @@ BULK_FROM = 20
 #: Names per ``IN (...)`` list of one query.
 IN_LIST = 1000
 
-#: Base tables whose engine keeps their rows where the binlog logs them (`ROWS_ELSEWHERE`: not a
-#: MERGE, FEDERATED or BLACKHOLE table...).
+#: Base tables, MariaDB's system-versioned ones among them, whose engine keeps their rows where
+#: the binlog logs them (`ROWS_ELSEWHERE`: not a MERGE, FEDERATED or BLACKHOLE table...).
 _TABLES_SQL = (
-    "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = 'BASE TABLE'"
+    "SELECT TABLE_SCHEMA, TABLE_NAME, TABLE_TYPE FROM information_schema.TABLES"
+    f" WHERE TABLE_TYPE IN ('BASE TABLE', '{VERSIONED}')"
     " AND (ENGINE IS NULL OR UPPER(ENGINE) NOT IN ("
     + ", ".join(f"'{engine}'" for engine in sorted(ROWS_ELSEWHERE))
     + "))"
+)
+#: A system-versioned table's period end, if it is a transaction id (``BIGINT UNSIGNED``): such a
+#: table is logged as statements (`orchestrator.binlog.versioned`), so a pattern does not take it.
+_BY_TRANSACTIONS_SQL = (
+    "SELECT 1 FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s"
+    " AND GENERATION_EXPRESSION = 'ROW END' AND DATA_TYPE = 'bigint'"
 )
 
 
@@ -48,22 +55,29 @@ def folds_names(source: Source) -> bool:
 def base_tables(source: Source, entries: Sequence[TableConfig]) -> list[str]:
     """``database.table`` of every base table the pattern entries could match (one query: the
     databases they name, or every database but the server's own when a glob is in the database
-    part)."""
+    part), but a system-versioned table whose periods are transaction ids (one query each
+    versioned table: docs/config.md, "Table patterns")."""
     rows = _base_tables(source, {t.name.partition(".")[0] for t in entries if t.pattern}, "")
-    return [f"{_text(schema)}.{_text(name)}" for schema, name in rows]
+    return [
+        f"{_text(schema)}.{_text(name)}"
+        for schema, name, kind in rows
+        if _text(kind) != VERSIONED or not source.query(_BY_TRANSACTIONS_SQL, (schema, name))
+    ]
 
 
 def table_rows(source: Source, entries: Sequence[TableConfig]) -> dict[str, int]:
     """The server's row estimate (``TABLE_ROWS``) of every base table in the databases the
     entries name (one query, as `base_tables`), by ``database.table``."""
     rows = _base_tables(source, {t.name.partition(".")[0] for t in entries}, ", TABLE_ROWS")
-    return {f"{_text(schema)}.{_text(name)}": int(estimate or 0) for schema, name, estimate in rows}
+    return {
+        f"{_text(schema)}.{_text(name)}": int(estimate or 0) for schema, name, _, estimate in rows
+    }
 
 
 def _base_tables(source: Source, databases: set[str], more: str) -> list[tuple[Any, ...]]:
-    """``TABLE_SCHEMA, TABLE_NAME`` (and the ``more`` columns) of the base tables in ``databases``
-    (every database but the server's own when one is a glob)."""
-    sql = _TABLES_SQL.replace("TABLE_NAME FROM", f"TABLE_NAME{more} FROM")
+    """``TABLE_SCHEMA, TABLE_NAME, TABLE_TYPE`` (and the ``more`` columns) of the base tables in
+    ``databases`` (every database but the server's own when one is a glob)."""
+    sql = _TABLES_SQL.replace("TABLE_TYPE FROM", f"TABLE_TYPE{more} FROM")
     if any(is_glob(d) for d in databases):
         marks = ", ".join(["%s"] * len(SYSTEM_SCHEMAS))
         return source.query(f"{sql} AND TABLE_SCHEMA NOT IN ({marks})", sorted(SYSTEM_SCHEMAS))

@@ -140,3 +140,50 @@ def test_a_pattern_follows_the_tables_of_the_source(
         x for x in status.split("published:", 1)[1].splitlines() if x.strip().startswith(orders)
     )
     assert "dropped at the source: kept as last published" in line
+
+
+def test_a_pattern_takes_a_system_versioned_table_unless_versioned_by_transaction_ids(
+    mariadb: LocalMariaDB, tmp_path: Path
+) -> None:
+    """A table versioned by timestamps is applied from the binlog as its current rows, so a
+    pattern takes it, its period columns declared or not; one versioned by transaction ids is
+    logged as statements (each change re-reads it whole), so it is named or left out."""
+    db = "pat_versioned"
+    mariadb.execute(f"CREATE DATABASE {db}")
+    tables = {
+        "plain": "CREATE TABLE plain (id INT PRIMARY KEY, v INT)",
+        "implicit": "CREATE TABLE implicit (id INT PRIMARY KEY, v INT) WITH SYSTEM VERSIONING",
+        "declared": "CREATE TABLE declared (id INT PRIMARY KEY, v INT,"
+        " rs TIMESTAMP(6) GENERATED ALWAYS AS ROW START INVISIBLE,"
+        " re TIMESTAMP(6) GENERATED ALWAYS AS ROW END INVISIBLE,"
+        " PERIOD FOR SYSTEM_TIME(rs, re)) WITH SYSTEM VERSIONING",
+        "trx": "CREATE TABLE trx (id INT PRIMARY KEY, v INT,"
+        " rs BIGINT UNSIGNED GENERATED ALWAYS AS ROW START INVISIBLE,"
+        " re BIGINT UNSIGNED GENERATED ALWAYS AS ROW END INVISIBLE,"
+        " PERIOD FOR SYSTEM_TIME(rs, re)) ENGINE=InnoDB WITH SYSTEM VERSIONING",
+    }
+    mariadb.execute(
+        *tables.values(),
+        *(f"INSERT INTO {t} (id, v) SELECT seq, seq FROM seq_1_to_50" for t in tables),
+        database=db,
+    )
+    config = load_pipeline(tmp_path, mariadb, [{"name": f"{db}.*"}], name="versioned")
+    taken = [f"{db}.{t}" for t in ("declared", "implicit", "plain")]
+    checks = {c.name: c for c in run_checks(config)}
+    assert checks[f"pattern {db}.*"].detail.startswith(
+        f"{db}.* matches 3 table(s): {', '.join(taken)}"
+    ), checks[f"pattern {db}.*"].detail
+    run(config)
+    assert_lake_equals_source(config, mariadb, taken)
+
+    mariadb.execute(
+        *(f"UPDATE {t} SET v = v + 100 WHERE id <= 10" for t in tables),
+        *(f"DELETE FROM {t} WHERE id > 45" for t in tables),
+        *(f"INSERT INTO {t} (id, v) VALUES (60, 60)" for t in tables),
+        database=db,
+    )
+    run(config)
+    assert latest_modes(config) == dict.fromkeys(taken, "incremental")
+    assert_lake_equals_source(config, mariadb, taken)
+    assert read_manifest(table_dir(config, f"{db}.implicit"))["rows"] == 46
+    assert not Path(table_dir(config, f"{db}.trx")).exists()
