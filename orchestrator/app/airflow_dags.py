@@ -343,7 +343,10 @@ def build_dag(config: PipelineConfig) -> DAG:
                 get_current_context()["ti"].xcom_push(key="run_id", value=handle.run_id)
                 _warn_if_not_asked(config, handle, request)
                 if handle.batches:
-                    return [support.batch_xcom(b) for b in handle.batches]
+                    from airflow.sdk import conf  # the worker's config, read once needed
+
+                    limit = conf.getint("core", "max_map_length", fallback=1024)
+                    return support.batches_xcom(handle.run_id, handle.batches, limit)
                 published, failed = _run_rest(config, handle.run_id, holder)
             _announce(_events(config, handle.run_id, published, failed, assets, aliases), caught_up)
             skip = [*DONE_IN_PLAN]

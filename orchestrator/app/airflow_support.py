@@ -21,7 +21,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -387,6 +387,36 @@ def execution_timeouts(config: PipelineConfig) -> dict[str, timedelta]:
 def batch_xcom(batch: BatchRef) -> dict[str, Any]:
     """A batch as the JSON a mapped read task gets (ids and a label only, no secrets)."""
     return asdict(batch)
+
+
+def batches_xcom(
+    run_id: str, batches: Sequence[BatchRef], max_map_length: int
+) -> list[dict[str, Any]]:
+    """What ``plan`` returns for the mapped ``read`` tasks: one `batch_xcom` per batch.
+
+    Raises:
+        ConfigError: more batches than Airflow maps from one task's return value (``[core]
+            max_map_length``): Airflow would fail ``plan`` with no word of why, at every retry.
+            The run stays planned, so raising the limit and clearing ``plan`` resumes it.
+
+    >>> refs = [BatchRef(i, "d.t", 16, f"d.t chunks {16 * i}-{16 * i + 15}") for i in range(3)]
+    >>> [b["label"] for b in batches_xcom("r1", refs, 3)]
+    ['d.t chunks 0-15', 'd.t chunks 16-31', 'd.t chunks 32-47']
+    >>> batches_xcom("r1", refs, 2)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    orchestrator.errors.ConfigError: run r1 has 3 batches to read, ... max_map_length = 2): ...
+    """
+    if len(batches) > max_map_length:
+        raise ConfigError(
+            f"run {run_id} has {len(batches)} batches to read, one mapped read task each, more "
+            f"than Airflow maps ([core] max_map_length = {max_map_length}): raise it above "
+            f"{len(batches)} (AIRFLOW__CORE__MAX_MAP_LENGTH, on the scheduler, API server and "
+            "workers) and clear the plan task, which resumes the run; or finish the run with "
+            "`tidemark run` (no such limit). Later snapshots make fewer batches with a larger "
+            "chunk_size or batch_chunks"
+        )
+    return [batch_xcom(b) for b in batches]
 
 
 def asset_uri(config: PipelineConfig, table: str) -> str:

@@ -7,6 +7,9 @@
 - A failed DAG run leaves the pipeline lock free, so the next trigger is not refused for a
   whole lease: a mapped ``read`` that starts after a sibling failed for good, and a ``plan``
   that failed after taking the lock, both release it; another run's live lock is kept.
+- A run of more batches than Airflow maps from one task (``[core] max_map_length``) fails
+  ``plan`` saying so; the run stays planned, and once the limit is raised the next DAG run
+  resumes it.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from tests.dags.test_dag_run import load_dag_of, task_states
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.usefixtures("airflow_home")]
 
-PARTIAL, LOCKED = "tm_dagpartial", "tm_daglock"
+PARTIAL, LOCKED, MAPPED = "tm_dagpartial", "tm_daglock", "tm_dagmapped"
 CONN_ID = "tidemark_dagfail_source"
 
 
@@ -289,3 +292,44 @@ def test_a_snapshot_trigger_leaves_a_failed_run_behind(
     for table in (f"{ESCAPE}.t1", f"{ESCAPE}.t2"):
         assert manifest(lake, table)["run_id"] == new, f"{table} is the new run's snapshot"  # type: ignore[index]
         assert published_rows(lake, table) == source_rows(mariadb, table)
+
+
+def test_more_batches_than_airflow_maps_fail_plan_saying_so_and_a_raised_limit_resumes(
+    mariadb: LocalMariaDB,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """Before, Airflow's API server refused ``plan``'s return value ("pushed value is too large
+    to map") at every retry, naming neither the limit nor the fix: a pipeline of many batches
+    (a large table, a small ``chunk_size``) could never snapshot under Airflow."""
+    reason = engine_missing()
+    if reason:
+        pytest.skip(reason)
+    create_tables(mariadb, MAPPED)
+    t1 = f"{MAPPED}.t1"
+    configs = pipeline(monkeypatch, tmp_path, mariadb, MAPPED, [t1])  # two batches
+    monkeypatch.setenv("AIRFLOW__CORE__MAX_MAP_LENGTH", "1")
+    refused = load_dag_of(monkeypatch, configs, f"tidemark_{MAPPED}").test()
+
+    states = task_states(refused)
+    assert refused.state == "failed" and states["plan[-1]"] == "failed", states
+    assert states["read[-1]"] == "upstream_failed", states
+    out, err = capfd.readouterr()
+    assert "has 2 batches to read" in out + err and "max_map_length = 1" in out + err
+    assert "pushed value is too large" not in out + err
+    store = state(tmp_path)
+    try:
+        (planned,) = store.runs(MAPPED)
+        assert store.lock_info(MAPPED) is None, "the refused plan kept the pipeline lock"
+    finally:
+        store.close()
+    assert manifest(tmp_path / "lake", t1) is None
+
+    monkeypatch.setenv("AIRFLOW__CORE__MAX_MAP_LENGTH", "2")
+    resumed = load_dag_of(monkeypatch, configs, f"tidemark_{MAPPED}").test()
+
+    assert resumed.state == "success", task_states(resumed)
+    assert sorted(k for k in task_states(resumed) if k.startswith("read")) == ["read[0]", "read[1]"]
+    assert published_rows(tmp_path / "lake", t1) == source_rows(mariadb, t1)
+    assert manifest(tmp_path / "lake", t1)["run_id"] == planned.run_id  # type: ignore[index]
