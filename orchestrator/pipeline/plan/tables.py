@@ -16,7 +16,7 @@ from typing import Any
 from chunking import TablePlan, chunk_predicate, encode_key
 from orchestrator.binlog.failover import Follower
 from orchestrator.config import PipelineConfig, TableConfig
-from orchestrator.errors import RunFailed
+from orchestrator.errors import RunFailed, StateError
 from orchestrator.lake.manifest import Manifest, Manifests, find_manifest
 from orchestrator.pipeline.capture.filtering import compile_table_filter
 from orchestrator.pipeline.capture.xa import XA_FOREIGN, XA_KNOWN
@@ -210,7 +210,11 @@ def _plan_one(
             if _not_behind(table.name, manifest, checkpoint.version)
             else None
         )
-        if since is not None and _same_shape(table.name, manifest, info):
+        if (
+            since is not None
+            and _same_shape(table.name, manifest, info)
+            and _version_holds(config.pipeline, store, table.name, since, checkpoint, manifest)
+        ):
             assert manifest is not None, "_not_behind: there is one"
             version = _held_before(since, checkpoint, manifest)
             marks = _xa_marks(since, checkpoint)
@@ -262,6 +266,54 @@ def _not_behind(table: str, manifest: Manifest | None, version: int) -> bool:
         version,
     )
     return False
+
+
+def _version_holds(
+    pipeline: str,
+    store: StateStore,
+    table: str,
+    since: BinlogPosition,
+    checkpoint: TableCheckpoint,
+    manifest: Manifest | None,
+) -> bool:
+    """Whether ``current.json``'s version can take the changes from ``since``: it is the source
+    at ``since`` or later (replaying from before a version is exact; from after it misses what
+    changed between). A version of the pipeline's own runs always is: the checkpoint's, or a
+    later one whose record a crash took back. One another writer published (another pipeline
+    given the same table and lake, whose state store or name this one does not share) may be
+    older than ``since``: it holds only if its position is at or after ``since`` on the same
+    server; otherwise the table is re-read. Either way a WARNING says so."""
+    assert manifest is not None, "_not_behind: there is one"
+    run_id = manifest.get("run_id")
+    if run_id == checkpoint.run_id or _runs_of(store, pipeline, run_id):
+        return True
+    version = BinlogPosition.from_json(dict(manifest["position"]))
+    server = since.server
+    holds = server is not None and server.wrote(version) is True and not version < since
+    log.warning(
+        "table %s: its current version %d (at %s) was published by run %s, which is not one of "
+        "pipeline %s's: is another pipeline writing this table? (each table belongs in one "
+        "pipeline's output). %s",
+        table,
+        manifest["version"],
+        version,
+        run_id,
+        pipeline,
+        f"It is at or after {since}, where this pipeline's version goes on: applied on it"
+        if holds
+        else f"It may be older than {since}, where this pipeline's version goes on: re-read",
+    )
+    return holds
+
+
+def _runs_of(store: StateStore, pipeline: str, run_id: str | None) -> bool:
+    """Whether ``run_id`` is a run of ``pipeline`` in ``store``."""
+    if not run_id:
+        return False
+    try:
+        return store.get_run(run_id).pipeline == pipeline
+    except StateError:  # not in this state store
+        return False
 
 
 def _keyless_version(manifest: Manifest | None) -> bool:

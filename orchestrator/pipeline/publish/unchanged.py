@@ -116,6 +116,29 @@ def check_base(table: str, current: Manifest | None, plan: layout.VersionPlan) -
     return current
 
 
+def check_not_newer(table: str, current: Manifest | None, position: BinlogPosition) -> None:
+    """A RunFailed when the current version is the source at a later position than ``position``
+    (this run's, on the same server). A pipeline's versions of a table follow each other in
+    binlog order, its runs one at a time; a later one in the lake was published by another
+    writer meanwhile (another pipeline given the same table and lake). Publishing over it would
+    take the table back in time, and that writer's next run would apply its changes from its own
+    later position to this older version."""
+    if current is None:
+        return
+    theirs = BinlogPosition.from_json(dict(current["position"]))
+    server = position.server
+    if server is None or server.wrote(theirs) is not True or not position < theirs:
+        return
+    raise RunFailed(
+        f"table {table}: version {current['version']} in the lake, of run {current['run_id']}, "
+        f"is the table at {theirs}, later than this run's {position}: another writer published "
+        "it meanwhile (is another pipeline writing this table? Each table belongs in one "
+        "pipeline's output: take it out of the other pipeline's tables, or give the pipelines "
+        "different output paths); this run's version would take the table back. "
+        + resnapshot_hint(table)
+    )
+
+
 def unchanged(
     current: Manifest, plan: layout.VersionPlan, table_info: TableInfo, key: Sequence[str]
 ) -> bool:

@@ -83,6 +83,7 @@ from orchestrator.pipeline.publish.switch import retain, switch
 from orchestrator.pipeline.publish.unchanged import (
     Publishing,
     check_base,
+    check_not_newer,
     kept_version,
     seen,
 )
@@ -335,6 +336,7 @@ def _stage(
         )
         return switch(config, catalog, tdir, recovered, committed.entry, guard)
     version = current["version"] + 1 if current is not None else 1
+    check_not_newer(table_info.name, current, position)
     if plan is not None and plan.base_version is not None:
         current = check_base(table_info.name, current, plan)
     guard()
