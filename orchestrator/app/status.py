@@ -282,7 +282,7 @@ def reset_command(
             for name, d in dirs.items():
                 from orchestrator.lake import iceberg  # pyiceberg: for `reset --purge-output`
 
-                iceberg.drop_table(config, name)
+                iceberg.drop_table(config, name, d)
                 storage.delete_tree(d)
         if names is None:
             storage.delete_tree(config.staging_path)

@@ -42,6 +42,7 @@ from orchestrator.lake.iceberg_avro import remember_avro_schemas
 from orchestrator.lake.iceberg_catalog import parsing_once
 from orchestrator.lake.iceberg_create import NewTable
 from orchestrator.lake.iceberg_io import DURABLE_FILE_IO
+from orchestrator.lake.iceberg_owner import check_owned, owns
 from orchestrator.lake.manifest import DOC, published_schema
 from orchestrator.lake.writer import with_field_ids
 from orchestrator.schema.tables import TableInfo
@@ -247,6 +248,7 @@ def prepare_table(
         return first, NewTable(
             table, table_uri(tdir), iceberg_schema(first, schema), _TABLE_PROPERTIES
         )
+    check_owned(loaded, table, tdir)
     wanted = _wanted(loaded, schema)
     fields = loaded.schema().fields
     if wanted is not None:
@@ -463,13 +465,23 @@ def _promotable(old: IcebergType, new: IcebergType) -> bool:
     return True
 
 
-def drop_table(config: PipelineConfig, table: str) -> bool:
-    """Remove ``table`` from the catalog (its files are the caller's); False when it was not
-    there."""
-    try:
-        open_catalog(config).drop_table(table)
-    except NoSuchTableError:
+def drop_table(config: PipelineConfig, table: str, tdir: str) -> bool:
+    """Remove ``table`` from the catalog when it is the table at ``tdir`` (its files are the
+    caller's); False when it was not there, or is at another location: another pipeline's
+    (`iceberg_owner`), left alone with a WARNING."""
+    catalog = open_catalog(config)
+    loaded = load(catalog, table)
+    if loaded is None:
         return False
+    if not owns(loaded, tdir):
+        log.warning(
+            "Iceberg table %s is at %s, not %s: another pipeline's; left in the catalog",
+            table,
+            loaded.location(),
+            tdir,
+        )
+        return False
+    catalog.drop_table(table)
     return True
 
 

@@ -6,8 +6,14 @@ Before, a snapshot of the second pipeline that finished after the first had publ
 version put the table back in time, and the first pipeline's next run applied the changes from
 its own later position to that older version: a wrong table with exit 0 (the changes between
 the two positions were lost). Now that publish fails the table, naming the likely cause, and a
-run that goes on from a version another writer published says so. Real MariaDB, `tidemark run`
-processes (one killed at a failpoint)."""
+run that goes on from a version another writer published says so.
+
+Two pipelines with their own ``output.path`` but one Iceberg catalog (by default the state
+store's database: one state store for both) share the catalog's name of a table they both
+write. Before, the second one's versions were committed to the first one's Iceberg table, so a
+catalog reader got either pipeline's rows; now such a table fails alone, naming the fix, and
+``reset --purge-output`` leaves another pipeline's catalog table alone. Real MariaDB, `tidemark`
+processes (one killed at a failpoint), pyiceberg reading the catalog."""
 
 from __future__ import annotations
 
@@ -19,8 +25,11 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from orchestrator.app.demo.localdb import LocalMariaDB
+from orchestrator.config import load_config
+from orchestrator.lake.iceberg import open_catalog
 from tests.conftest import assert_lake_equals_source, pipeline_config, write_config
 
 pytestmark = pytest.mark.integration
@@ -29,7 +38,9 @@ DB = "two_pipes"
 TABLE = f"{DB}.t"
 
 
-def _configs(mariadb: LocalMariaDB, tmp_path: Path) -> tuple[Path, Path]:
+def _configs(mariadb: LocalMariaDB, tmp_path: Path, *, own_lake: bool = False) -> tuple[Path, Path]:
+    """Pipelines ``first`` and ``second`` of one table: one lake and two state stores, or
+    (``own_lake``) one state store, and so one catalog, and two lakes."""
     mariadb.execute(f"DROP DATABASE IF EXISTS {DB}", f"CREATE DATABASE {DB}")
     mariadb.execute(
         "CREATE TABLE t (id INT PRIMARY KEY, v INT)",
@@ -39,7 +50,10 @@ def _configs(mariadb: LocalMariaDB, tmp_path: Path) -> tuple[Path, Path]:
     first = pipeline_config(tmp_path, mariadb, [{"name": TABLE}], "first")
     second = copy.deepcopy(first)
     second["pipeline"] = "second"
-    second["state"] = {"url": f"sqlite:///{tmp_path / 'second.db'}"}
+    if own_lake:
+        second["output"] = {"path": str(tmp_path / "second-lake")}
+    else:
+        second["state"] = {"url": f"sqlite:///{tmp_path / 'second.db'}"}
     return write_config(tmp_path / "first.yaml", first), write_config(
         tmp_path / "second.yaml", second
     )
@@ -103,3 +117,51 @@ def test_a_later_version_another_pipeline_published_is_gone_on_from_with_a_warni
     assert "is another pipeline writing this table?" in went_on.stdout + went_on.stderr
     assert "where this pipeline's version goes on: applied on it" in went_on.stdout + went_on.stderr
     assert_lake_equals_source(first, mariadb, [TABLE])
+
+
+def _catalog_table(config: Path) -> tuple[str, set[str]]:
+    """The catalog's table of TABLE: its location and the run ids of its snapshots."""
+    loaded = open_catalog(load_config(config)).load_table(TABLE)
+    runs = {s.summary.get("tidemark.run-id") for s in loaded.snapshots() if s.summary}
+    return loaded.location(), {r for r in runs if r}
+
+
+def test_a_table_of_another_lake_in_the_same_catalog_is_left_alone(
+    mariadb: LocalMariaDB, tmp_path: Path
+) -> None:
+    first, second = _configs(mariadb, tmp_path, own_lake=True)
+    assert _run(first).returncode == 0
+    location, runs = _catalog_table(first)
+
+    refused = _run(second)
+
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert f"the Iceberg catalog's table {TABLE} is at {location}" in refused.stderr
+    assert "give one of them its own output.catalog.name" in refused.stderr
+    assert _catalog_table(first) == (location, runs), "the first pipeline's table was written"
+    reset = subprocess.run(
+        [
+            *(sys.executable, "-m", "orchestrator", "reset", "--config", str(second)),
+            *("--purge-output", "--yes"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert reset.returncode == 0, reset.stdout + reset.stderr
+    assert "another pipeline's; left in the catalog" in reset.stdout + reset.stderr
+    assert _catalog_table(first) == (location, runs), "reset dropped the first pipeline's table"
+
+    # the fix: a catalog name of its own
+    data = yaml.safe_load(second.read_text())
+    data["output"]["catalog"] = {"name": "second"}
+    write_config(second, data)
+    assert load_config(second).output.catalog.name == "second"
+    mariadb.execute("UPDATE t SET v = -1 WHERE id < 10", database=DB)
+    assert _run(second).returncode == 0
+    assert _run(first).returncode == 0
+    assert_lake_equals_source(first, mariadb, [TABLE])
+    assert_lake_equals_source(second, mariadb, [TABLE])
+    assert _catalog_table(second)[0] == f"file://{tmp_path / 'second-lake' / DB / 't'}"
+    assert _catalog_table(first)[0] == location
