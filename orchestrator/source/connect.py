@@ -1,4 +1,10 @@
-"""``pymysql.connect`` with one TLS context per process instead of one per connection.
+"""``pymysql.connect`` with one TLS context per process instead of one per connection, and the
+password sent as UTF-8.
+
+pymysql sends a password given as text in latin-1 (1.1), so a password with a character
+outside ASCII did not log in (one outside latin-1 failed to encode): the server checks the bytes
+it was set with, UTF-8 from a utf8mb4 client, and MySQL's and MariaDB's clients and Connector/J
+(Spark's reads) send those. `connect` hands pymysql the UTF-8 bytes.
 
 Given no TLS option, pymysql (1.1 and later) asks for TLS when the server offers
 it (its PREFERRED mode, without verifying the certificate) and builds a new
@@ -53,4 +59,7 @@ def _unverified() -> ssl.SSLContext:
 
 def connect(**settings: Any) -> pymysql.connections.Connection[Any]:
     """A connection, as ``pymysql.connect(**settings)`` opens it (see the module docstring)."""
+    password = settings.get("password")
+    if isinstance(password, str):
+        settings = {**settings, "password": password.encode("utf-8")}
     return _Connection(**settings)

@@ -14,6 +14,7 @@ import pytest
 import tenacity
 
 from orchestrator.app.demo.localdb import LocalMariaDB, free_port
+from orchestrator.app.run import run_command
 from orchestrator.binlog.failover import Follower, continues_at
 from orchestrator.binlog.gtid import parse_mariadb, same_set
 from orchestrator.config import SourceConfig
@@ -21,7 +22,7 @@ from orchestrator.errors import RunFailed, SourceNotReady
 from orchestrator.positions import BinlogPosition
 from orchestrator.source.connection import Source
 from orchestrator.source.retry import is_transient, transient_retry
-from tests.conftest import HAVE_MARIADB, fresh_database, load_pipeline
+from tests.conftest import HAVE_MARIADB, assert_lake_equals_source, fresh_database, load_pipeline
 
 pytestmark = pytest.mark.integration
 
@@ -492,3 +493,47 @@ def test_binlogs_oldest_first(crashy: LocalMariaDB) -> None:
         assert all(size > 0 for _, size in logs)
         assert src.oldest_binlog() == logs[0][0]
         assert src.current_position().file == logs[-1][0]
+
+
+def test_a_password_with_characters_outside_ascii_logs_in_everywhere(
+    mariadb: LocalMariaDB, tmp_path: Path
+) -> None:
+    """pymysql sends a text password in latin-1, MariaDB's clients and Connector/J in UTF-8, the
+    bytes the server set it from: such a user could not log in before (its password was refused,
+    or failed to encode). The source's connections and the binlog's (a snapshot read by the
+    driver, then a change applied) log in."""
+    secret = "pässwörd-ß-\U0001f511"
+    database = "tm_source_utf8_password"
+    fresh_database(
+        mariadb,
+        database,
+        f"CREATE TABLE {database}.t (id INT PRIMARY KEY, v INT)",
+        f"INSERT INTO {database}.t SELECT seq, seq FROM seq_1_to_100",
+    )
+    conn = mariadb.connect()
+    try:
+        with conn.cursor() as cur:
+            cur.execute("CREATE USER IF NOT EXISTS 'tm_utf8'@'%%' IDENTIFIED BY %s", (secret,))
+            cur.execute(
+                "GRANT SELECT, RELOAD, REPLICATION CLIENT, REPLICATION SLAVE ON *.*"
+                " TO 'tm_utf8'@'%'"
+            )
+    finally:
+        conn.close()
+    with Source(config_for(mariadb, user="tm_utf8"), secret) as source:
+        assert source.query("SELECT CURRENT_USER()")[0][0].startswith("tm_utf8@")
+    config = load_pipeline(
+        tmp_path,
+        mariadb,
+        [{"name": f"{database}.t"}],
+        name="utf8pw",
+        source=mariadb.source_config(user="tm_utf8", password=secret),
+    )
+
+    def run() -> int:
+        return run_command(config, tables=[], snapshot=False, chunk_size=None, progress=False)
+
+    assert run() == 0
+    mariadb.execute(f"UPDATE {database}.t SET v = -v WHERE id <= 10")
+    assert run() == 0
+    assert_lake_equals_source(config, mariadb, [f"{database}.t"])
