@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 import logging
 import re
+import threading
 from collections.abc import Iterator, Sequence
 from types import TracebackType
 from typing import Any
@@ -438,6 +439,23 @@ class Source:
                 for c in info.columns
             ),
         )
+
+
+_tls_offered: dict[tuple[str, int], bool] = {}
+_tls_lock = threading.Lock()
+
+
+def offers_tls(config: PipelineConfig) -> bool:
+    """Whether the source gives its clients TLS: this process's connections have it (pymysql's
+    PREFERRED mode), asked once a process of the session status ``Ssl_cipher``. The Spark reads
+    then ask for it too (`orchestrator.pipeline.read.jdbc.jdbc_url`)."""
+    key = (config.source.host, config.source.port)
+    with _tls_lock:
+        if key not in _tls_offered:
+            with Source.from_pipeline(config, known_good=True) as source:
+                rows = source.query("SHOW SESSION STATUS LIKE 'Ssl_cipher'")
+            _tls_offered[key] = bool(rows and rows[0][1])
+        return _tls_offered[key]
 
 
 def shaped(

@@ -31,6 +31,7 @@ from __future__ import annotations
 import functools
 import logging
 import re
+import urllib.parse
 import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -52,6 +53,7 @@ from orchestrator.schema.tables import ColumnInfo, TableInfo
 from orchestrator.schema.values import srid_mismatch, staging_schema, staging_type
 from orchestrator.services.failures import error_chain
 from orchestrator.services.spark import apply_required_conf, job_description, spark_type
+from orchestrator.source.connection import offers_tls
 from orchestrator.source.dialect import MARIADB_DRIVER, MYSQL_DRIVER
 
 log = logging.getLogger(__name__)
@@ -191,9 +193,12 @@ def driver_class(jar: str) -> str:
     raise RunFailed(f"source.jdbc_driver_jar: {jar} holds neither MariaDB nor MySQL Connector/J")
 
 
-def jdbc_url(config: PipelineConfig, driver: str) -> str:
+def jdbc_url(config: PipelineConfig, driver: str, *, tls: bool = False) -> str:
     """``jdbc:mysql://host:port/?<Connector/J settings>`` plus the config's ``jdbc_url_params``;
-    never a credential.
+    never a credential. ``tls``: the source offers TLS (`offers_tls`), so the reads ask for it,
+    as every other connection of the run does (pymysql's PREFERRED mode: no certificate check);
+    MariaDB's Connector/J asks for none unless told, and a server that requires it
+    (``require_secure_transport``) refused every chunk read.
 
     Connector/J's own settings are in the URL: Spark's read with ``predicates`` (every chunk
     read) did not pass connection properties with upper-case letters on to the driver (seen in
@@ -224,9 +229,20 @@ def jdbc_url(config: PipelineConfig, driver: str) -> str:
         **(
             {"useCursorFetch": "true"} if driver == MYSQL_DRIVER else {"useServerPrepStmts": "true"}
         ),
+        **(_TLS[driver] if tls else {}),
         **{k: v for k, v in src.jdbc_url_params.items() if k.lower() not in ("user", "password")},
     }
+    if driver == MYSQL_DRIVER:  # it URL-decodes each value: time_zone='+02:00' read ' 02:00'
+        params = {k: urllib.parse.quote(v, safe="") for k, v in params.items()}
     return f"jdbc:mysql://{src.host}:{src.port}/?" + "&".join(f"{k}={v}" for k, v in params.items())
+
+
+#: Each driver's settings for TLS without a certificate check (`jdbc_url`'s ``tls``): MariaDB's
+#: Connector/J 2 (``useSsl``, ``trustServerCertificate``) and 3 (``sslMode``), MySQL's.
+_TLS = {
+    MARIADB_DRIVER: {"useSsl": "true", "trustServerCertificate": "true", "sslMode": "trust"},
+    MYSQL_DRIVER: {"sslMode": "PREFERRED"},
+}
 
 
 def jdbc_properties(config: PipelineConfig, driver: str) -> dict[str, str]:
@@ -267,9 +283,8 @@ def batch_frame(
         f"{a} {r.jdbc_type.simpleString()}" for a, r in zip(aliases, reads, strict=True)
     )
     derived = source_query(table, aliases, [r.sql for r in reads])
-    df = spark.read.jdbc(
-        jdbc_url(config, driver), derived, predicates=list(predicates), properties=props
-    )
+    url = jdbc_url(config, driver, tls=offers_tls(config))
+    df = spark.read.jdbc(url, derived, predicates=list(predicates), properties=props)
     fields = schema if schema is not None else staging_schema(table.columns)
     columns = []
     for a, r, f in zip(aliases, reads, fields, strict=True):
