@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -31,6 +30,7 @@ from orchestrator.app.demo.localdb import LocalMariaDB
 from orchestrator.config import load_config
 from orchestrator.lake.iceberg import open_catalog
 from tests.conftest import assert_lake_equals_source, pipeline_config, write_config
+from tests.integration.test_resume import tidemark
 
 pytestmark = pytest.mark.integration
 
@@ -59,20 +59,6 @@ def _configs(mariadb: LocalMariaDB, tmp_path: Path, *, own_lake: bool = False) -
     )
 
 
-def _run(config: Path, failpoint: str = "") -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "TIDEMARK_FAILPOINT"}
-    if failpoint:
-        env["TIDEMARK_FAILPOINT"] = failpoint
-    return subprocess.run(
-        [sys.executable, "-m", "orchestrator", "run", "--config", str(config), "--no-progress"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-        check=False,
-    )
-
-
 def _current(tmp_path: Path) -> dict[str, object]:
     return dict(
         json.loads((tmp_path / "lake" / DB / "t" / "_tidemark" / "current.json").read_text())
@@ -83,22 +69,22 @@ def test_a_version_older_than_the_lakes_is_not_published(
     mariadb: LocalMariaDB, tmp_path: Path
 ) -> None:
     first, second = _configs(mariadb, tmp_path)
-    assert _run(first).returncode == 0
+    assert tidemark(first).returncode == 0
     mariadb.execute("UPDATE t SET v = -1 WHERE id < 10", database=DB)
     # the second pipeline's snapshot reads and reconciles, then dies before publishing
-    assert _run(second, "reconcile.table_done:1").returncode != 0
+    assert tidemark(second, failpoint="reconcile.table_done:1").returncode != 0
     mariadb.execute("UPDATE t SET v = -2 WHERE id > 90", database=DB)
-    assert _run(first).returncode == 0  # a later version: the table with both changes
+    assert tidemark(first).returncode == 0  # a later version: the table with both changes
     later = _current(tmp_path)
 
-    resumed = _run(second)
+    resumed = tidemark(second)
 
     assert resumed.returncode == 1, resumed.stdout + resumed.stderr
     assert "later than this run's" in resumed.stderr
     assert "is another pipeline writing this table?" in resumed.stderr
     assert _current(tmp_path) == later, "the lake was taken back"
     mariadb.execute("UPDATE t SET v = -3 WHERE id = 50", database=DB)
-    assert _run(first).returncode == 0
+    assert tidemark(first).returncode == 0
     assert_lake_equals_source(first, mariadb, [TABLE])
 
 
@@ -106,12 +92,12 @@ def test_a_later_version_another_pipeline_published_is_gone_on_from_with_a_warni
     mariadb: LocalMariaDB, tmp_path: Path
 ) -> None:
     first, second = _configs(mariadb, tmp_path)
-    assert _run(first).returncode == 0
+    assert tidemark(first).returncode == 0
     mariadb.execute("UPDATE t SET v = -1 WHERE id < 10", database=DB)
-    assert _run(second).returncode == 0  # a snapshot: a later version, of a run not the first's
+    assert tidemark(second).returncode == 0  # a snapshot: a later version, of a run not the first's
     mariadb.execute("UPDATE t SET v = -2 WHERE id > 90", database=DB)
 
-    went_on = _run(first)
+    went_on = tidemark(first)
 
     assert went_on.returncode == 0, went_on.stderr[-3000:]
     assert "is another pipeline writing this table?" in went_on.stdout + went_on.stderr
@@ -130,10 +116,10 @@ def test_a_table_of_another_lake_in_the_same_catalog_is_left_alone(
     mariadb: LocalMariaDB, tmp_path: Path
 ) -> None:
     first, second = _configs(mariadb, tmp_path, own_lake=True)
-    assert _run(first).returncode == 0
+    assert tidemark(first).returncode == 0
     location, runs = _catalog_table(first)
 
-    refused = _run(second)
+    refused = tidemark(second)
 
     assert refused.returncode == 1, refused.stdout + refused.stderr
     assert f"the Iceberg catalog's table {TABLE} is at {location}" in refused.stderr
@@ -159,8 +145,8 @@ def test_a_table_of_another_lake_in_the_same_catalog_is_left_alone(
     write_config(second, data)
     assert load_config(second).output.catalog.name == "second"
     mariadb.execute("UPDATE t SET v = -1 WHERE id < 10", database=DB)
-    assert _run(second).returncode == 0
-    assert _run(first).returncode == 0
+    assert tidemark(second).returncode == 0
+    assert tidemark(first).returncode == 0
     assert_lake_equals_source(first, mariadb, [TABLE])
     assert_lake_equals_source(second, mariadb, [TABLE])
     assert _catalog_table(second)[0] == f"file://{tmp_path / 'second-lake' / DB / 't'}"
