@@ -18,6 +18,7 @@ from orchestrator.config import PipelineConfig, objectstore
 from orchestrator.errors import RunFailed
 from orchestrator.lake import storage
 from orchestrator.lake.manifest import current_uri
+from orchestrator.pipeline.context import table_dir
 from orchestrator.source.check import Check
 from orchestrator.source.connection import Source
 from orchestrator.state.store import StateStore
@@ -158,15 +159,18 @@ def state_store(config: PipelineConfig) -> Check:
     return Check("state store", True, "opens and is writable")
 
 
-def iceberg_catalog(config: PipelineConfig) -> Check:
+def iceberg_catalog(config: PipelineConfig, tables: Sequence[str] = ()) -> Check:
     """Whether the Iceberg catalog every table is committed to opens: a SQL catalog connects
     (its tables created when new, as the state store's are), a REST catalog answers for its
-    configuration. A run that cannot open it fails where it first commits, after its reads."""
+    configuration. A run that cannot open it fails where it first commits, after its reads. And,
+    in a SQL catalog, that none of ``tables`` is a name the catalog has at another location
+    (another lake's table: `orchestrator.lake.iceberg_owner`), which would fail at publish."""
     from orchestrator.lake import iceberg  # pyiceberg: imported by doctor, not by every command
+    from orchestrator.lake.iceberg_owner import elsewhere
 
     name = config.output.catalog.name
     try:
-        iceberg.open_catalog(config)
+        taken = elsewhere(iceberg.open_catalog(config), {t: table_dir(config, t) for t in tables})
     except RunFailed as exc:
         cause = exc.__cause__ if exc.__cause__ is not None else exc
         return Check(
@@ -177,6 +181,17 @@ def iceberg_catalog(config: PipelineConfig) -> Check:
         )
     finally:
         iceberg.close_catalogs()
+    if taken:
+        first = sorted(taken)[0]
+        return Check(
+            "Iceberg catalog",
+            False,
+            f"`{name}` has {len(taken)} of the pipeline's tables at another location, another "
+            f"lake's: {first} at {taken[first]}"
+            + (f" (and {len(taken) - 1} more)" if len(taken) > 1 else ""),
+            "give this pipeline its own output.catalog.name (pipelines writing different output "
+            "paths need catalogs of their own); their publish would fail",
+        )
     return Check("Iceberg catalog", True, f"`{name}` opens")
 
 
@@ -187,5 +202,5 @@ def lake_checks(config: PipelineConfig, source: Source, tables: Sequence[str]) -
         checks.append(writable("staging", "output.staging", config.staging_path))
     checks += free_space(config, to_snapshot_bytes(config, source, tables))
     checks.append(state_store(config))
-    checks.append(iceberg_catalog(config))
+    checks.append(iceberg_catalog(config, tables))
     return checks

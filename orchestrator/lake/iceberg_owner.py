@@ -11,7 +11,13 @@ other's, whichever pipeline published last.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+from pyiceberg.catalog import Catalog
+from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
 from pyiceberg.table import Table
+from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from orchestrator.errors import RunFailed
 from orchestrator.lake import storage
@@ -36,9 +42,7 @@ def place(uri: str) -> str:
 
 def owns(loaded: Table, tdir: str) -> bool:
     """Whether the catalog's table is the one at table dir ``tdir``."""
-    return place(loaded.location()) == place(
-        storage.local_path(tdir) if storage.is_local(tdir) else tdir
-    )
+    return place(loaded.location()) == place(_uri(tdir))
 
 
 def check_owned(loaded: Table, table: str, tdir: str) -> None:
@@ -53,3 +57,33 @@ def check_owned(loaded: Table, table: str, tdir: str) -> None:
         "own: give one of them its own output.catalog.name); if that location is this "
         f"pipeline's former output.path, drop the catalog's table {table} and run again"
     )
+
+
+def elsewhere(catalog: Catalog, tdirs: Mapping[str, str]) -> dict[str, str] | None:
+    """The tables of ``tdirs`` (identifier: table dir) whose name the catalog already has at
+    another location, with the metadata file it names: what `check_owned` would fail at
+    publish, found before any read (doctor). One query a namespace of a SQL catalog's rows, no
+    table loaded; None for another catalog (publish checks each table it loads)."""
+    if not isinstance(catalog, SqlCatalog):
+        return None
+    by_namespace: dict[str, dict[str, str]] = {}
+    for identifier, tdir in tdirs.items():
+        namespace, _, name = identifier.partition(".")
+        by_namespace.setdefault(namespace, {})[name] = tdir
+    found: dict[str, str] = {}
+    with Session(catalog.engine) as session:
+        for namespace, names in by_namespace.items():
+            query = select(IcebergTables.table_name, IcebergTables.metadata_location).where(
+                IcebergTables.catalog_name == catalog.name,
+                IcebergTables.table_namespace == namespace,
+                IcebergTables.table_name.in_(list(names)),
+            )
+            for name, metadata in session.execute(query).tuples():
+                mine = place(_uri(names[name])) + "/"
+                if metadata is not None and not place(metadata).startswith(mine):
+                    found[f"{namespace}.{name}"] = metadata
+    return found
+
+
+def _uri(tdir: str) -> str:
+    return storage.local_path(tdir) if storage.is_local(tdir) else tdir

@@ -11,8 +11,9 @@ run that goes on from a version another writer published says so.
 Two pipelines with their own ``output.path`` but one Iceberg catalog (by default the state
 store's database: one state store for both) share the catalog's name of a table they both
 write. Before, the second one's versions were committed to the first one's Iceberg table, so a
-catalog reader got either pipeline's rows; now such a table fails alone, naming the fix, and
-``reset --purge-output`` leaves another pipeline's catalog table alone. Real MariaDB, `tidemark`
+catalog reader got either pipeline's rows; now `doctor` finds such a table before any read,
+it fails alone at publish, naming the fix, and ``reset --purge-output`` leaves another
+pipeline's catalog table alone. Real MariaDB, `tidemark`
 processes (one killed at a failpoint), pyiceberg reading the catalog."""
 
 from __future__ import annotations
@@ -105,6 +106,16 @@ def test_a_later_version_another_pipeline_published_is_gone_on_from_with_a_warni
     assert_lake_equals_source(first, mariadb, [TABLE])
 
 
+def _doctor(config: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator", "doctor", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
 def _catalog_table(config: Path) -> tuple[str, set[str]]:
     """The catalog's table of TABLE: its location and the run ids of its snapshots."""
     loaded = open_catalog(load_config(config)).load_table(TABLE)
@@ -118,6 +129,10 @@ def test_a_table_of_another_lake_in_the_same_catalog_is_left_alone(
     first, second = _configs(mariadb, tmp_path, own_lake=True)
     assert tidemark(first).returncode == 0
     location, runs = _catalog_table(first)
+    doctor = _doctor(second)
+    assert doctor.returncode == 3, doctor.stdout + doctor.stderr
+    (line,) = [x for x in doctor.stdout.splitlines() if x.startswith("FAIL  Iceberg catalog")]
+    assert f"{TABLE} at {location}/metadata/" in line and "its own output.catalog.name" in line
 
     refused = tidemark(second)
 
@@ -150,4 +165,5 @@ def test_a_table_of_another_lake_in_the_same_catalog_is_left_alone(
     assert_lake_equals_source(first, mariadb, [TABLE])
     assert_lake_equals_source(second, mariadb, [TABLE])
     assert _catalog_table(second)[0] == f"file://{tmp_path / 'second-lake' / DB / 't'}"
+    assert _doctor(second).returncode == 0
     assert _catalog_table(first)[0] == location
