@@ -17,16 +17,9 @@ import pytest
 from orchestrator.app.demo.localdb import LocalMariaDB
 from orchestrator.app.run import run_command
 from orchestrator.config import DEFAULT_JDBC_JAR, PipelineConfig, parse_config
-from orchestrator.services.jars import MYSQL_CONNECTOR_J, jar_path
 from tests.conftest import fresh_database, load_pipeline
 
-#: MySQL's Connector/J, fetched by .ci/setup beside Debian's MariaDB Connector/J: on the test
-#: session's class path too, so that a test reads with either (``source.jdbc_driver_jar``).
-MYSQL_JDBC_JAR = jar_path(MYSQL_CONNECTOR_J)
-
 SPARK_CONF = {
-    "spark.jars": MYSQL_JDBC_JAR,
-    "spark.driver.extraClassPath": MYSQL_JDBC_JAR,
     "spark.ui.enabled": "false",
     "spark.sql.shuffle.partitions": "4",
     "spark.default.parallelism": "2",

@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from orchestrator.app.demo.localdb import LocalMariaDB
-from orchestrator.config import DEFAULT_JDBC_JAR, PipelineConfig
+from orchestrator.config import PipelineConfig
 from orchestrator.errors import RunFailed, TransientReadError
 from orchestrator.pipeline.read.jdbc import jdbc_properties, jdbc_url, read_chunks, required
 from orchestrator.schema.tables import ColumnInfo, TableInfo
@@ -26,7 +26,7 @@ from orchestrator.schema.types import is_boolean
 from orchestrator.schema.values import staging_schema
 from orchestrator.source.connection import Source
 from tests.conftest import fresh_database
-from tests.integration.conftest import MYSQL_JDBC_JAR, spark_test_config
+from tests.integration.conftest import spark_test_config
 
 pytestmark = pytest.mark.integration
 
@@ -176,13 +176,10 @@ def _config(
     user: str = "spk_reader",
     password: str = PASSWORD,
     port: int | None = None,
-    jar: str | None = None,
 ) -> PipelineConfig:
     source = {**server.source_config(user=user, password=password), "connect_timeout": 3}
     if port is not None:
         source["port"] = port
-    if jar is not None:
-        source["jdbc_driver_jar"] = jar
     return spark_test_config(tmp_path, source=source)
 
 
@@ -286,14 +283,12 @@ def select_expected(server: LocalMariaDB, table: TableInfo) -> dict[int, dict[st
     }
 
 
-@pytest.mark.parametrize("jar", [DEFAULT_JDBC_JAR, MYSQL_JDBC_JAR], ids=["mariadb", "mysql"])
 def test_every_type_reads_as_staging_type_and_value(
-    spark: Any, mariadb: LocalMariaDB, types_table: TableInfo, tmp_path: Path, jar: str
+    spark: Any, mariadb: LocalMariaDB, types_table: TableInfo, tmp_path: Path
 ) -> None:
     """Each chunk's file is a data file: published types and values, sorted by key, the field IDs
-    of the (new) Iceberg table, NOT NULL columns required; with MariaDB's Connector/J and with
-    MySQL's (which read no chunk before: it URL-decodes the session's ``time_zone='+00:00'``)."""
-    config = _config(tmp_path, mariadb, jar=jar)
+    of the (new) Iceberg table, NOT NULL columns required."""
+    config = _config(tmp_path, mariadb)
     dirs = {0: str(tmp_path / "chunk-000000"), 1: str(tmp_path / "chunk-000001")}
     result = read_chunks(
         spark, config, types_table, [(0, "`id` < 3"), (1, "`id` >= 3")], dirs.__getitem__, ("id",)
