@@ -109,7 +109,8 @@ COLUMNS = (
 VALUES = (
     "seq * 1000003, seq / 7, seq / 3, seq / 11, seq % 2, 1901 + seq % 255,"
     " TIMESTAMP '2024-01-01 00:00:00' + INTERVAL seq SECOND + INTERVAL seq % 1000 MICROSECOND,"
-    " TIMESTAMP '2024-06-01 12:00:00.123', SEC_TO_TIME(CAST(seq % 3000 AS SIGNED) - 1500) + INTERVAL 5 MICROSECOND,"
+    " TIMESTAMP '2024-06-01 12:00:00.123',"
+    " SEC_TO_TIME(CAST(seq % 3000 AS SIGNED) - 1500) + INTERVAL 5 MICROSECOND,"
     " DATE '2000-01-01' + INTERVAL seq % 9000 DAY, IF(seq % 3 = 0, 'b', 'a'),"
     " IF(seq % 2 = 0, 'x,y', 'y'), JSON_OBJECT('n', seq), UNHEX(HEX(seq)), seq % 1024,"
     " CONCAT('é', seq, '😀')"
