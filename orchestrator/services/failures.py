@@ -95,6 +95,15 @@ def _timeout(message: str) -> Cause:
     )
 
 
+def _certificate(message: str) -> Cause:
+    where = f" {found}" if (found := _host_port(message)) else ""
+    return Cause(
+        f"the TLS certificate of the source{where} failed the check the JDBC settings ask for",
+        "give the CA that signed it (source.jdbc_url_params serverSslCert, docs/limits.md), or "
+        "check that the certificate names the host the config connects to, then rerun",
+    )
+
+
 def _out_of_memory(message: str) -> Cause:
     side = "executor" if "executor" in message.lower() else "driver"
     return Cause(
@@ -147,6 +156,14 @@ CAUSES: tuple[tuple[re.Pattern[str], Callable[[str], Cause]], ...] = (
         _denied,
     ),
     (re.compile(r"OutOfMemoryError|Java heap space|GC overhead limit", re.I), _out_of_memory),
+    (  # before `_connection`: Connector/J words a failed check "Could not connect to ..."
+        re.compile(
+            r"PKIX path building failed|unable to find valid certification path|"
+            r"SSLHandshakeException|No subject alternative|CERTIFICATE_VERIFY_FAILED",
+            re.I,
+        ),
+        _certificate,
+    ),
     (
         re.compile(
             r"\(timed out\)|Read timed out|SocketTimeoutException|max_statement_time|"

@@ -102,6 +102,17 @@ CASES = [
         ),
         "no answer from the source within source.read_timeout",
     ),
+    (  # Debian's MariaDB Connector/J 2.7 against a CA it was not given (seen here)
+        RuntimeError(
+            "read of d.big chunks 4..7 failed: java.sql.SQLNonTransientConnectionException: "
+            "Could not connect to address=(host=127.0.0.1)(port=40307)(type=master) : Could "
+            "not connect to 127.0.0.1:40307 : PKIX path building failed: "
+            "sun.security.provider.certpath.SunCertPathBuilderException: unable to find valid "
+            "certification path to requested target"
+        ),
+        "the TLS certificate of the source 127.0.0.1:40307 failed the check the JDBC settings"
+        " ask for",
+    ),
 ]
 
 
