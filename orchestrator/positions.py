@@ -143,6 +143,20 @@ class BinlogPosition:
         mine, theirs = self._ordered(other)
         return mine >= theirs
 
+    def before(self, other: BinlogPosition) -> bool | None:
+        """Whether this position comes before ``other`` in one server's binlog; None when they
+        cannot be ordered by offset: not both recorded with their server, or two servers'.
+
+        >>> a = BinlogPosition("b.000001", 4, server_id=1)
+        >>> b = BinlogPosition("b.000002", 4, server_id=1)
+        >>> a.before(b), b.before(a), a.before(BinlogPosition("b.000002", 4, server_id=2))
+        (True, False, None)
+        """
+        server = self.server
+        if server is None or server.wrote(other) is not True:
+            return None
+        return self.key < other.key
+
     def to_json(self) -> dict[str, Any]:
         return {
             "file": self.file,

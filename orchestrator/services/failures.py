@@ -86,19 +86,23 @@ def _connection(message: str) -> Cause:
     return Cause(f"connection lost{f' to {where}' if where else ''}", _SOURCE_FIX, where)
 
 
+def _at(message: str) -> str:
+    """`` <host:port>`` of the server ``message`` names, or ``""``."""
+    return f" {found}" if (found := _host_port(message)) else ""
+
+
 def _timeout(message: str) -> Cause:
-    where = f" {found}" if (found := _host_port(message)) else ""
     return Cause(
-        f"no answer from the source{where} within source.read_timeout",
+        f"no answer from the source{_at(message)} within source.read_timeout",
         "check that the server is not hung or overloaded (or raise source.read_timeout), "
         "then rerun: the run resumes",
     )
 
 
 def _certificate(message: str) -> Cause:
-    where = f" {found}" if (found := _host_port(message)) else ""
     return Cause(
-        f"the TLS certificate of the source{where} failed the check the JDBC settings ask for",
+        f"the TLS certificate of the source{_at(message)} failed the check the JDBC settings "
+        "ask for",
         "give the CA that signed it (source.jdbc_url_params serverSslCert, docs/limits.md), or "
         "check that the certificate names the host the config connects to, then rerun",
     )

@@ -288,8 +288,7 @@ def _version_holds(
     if run_id == checkpoint.run_id or _runs_of(store, pipeline, run_id):
         return True
     version = BinlogPosition.from_json(dict(manifest["position"]))
-    server = since.server
-    holds = server is not None and server.wrote(version) is True and not version < since
+    holds = version.before(since) is False
     log.warning(
         "table %s: its current version %d (at %s) was published by run %s, which is not one of "
         "pipeline %s's: is another pipeline writing this table? (each table belongs in one "
@@ -390,10 +389,9 @@ def _held_before(
     ``since`` (applying again what the version has is exact, docs/design.md)."""
     recorded = BinlogPosition.from_json(checkpoint.position)
     version = BinlogPosition.from_json(dict(manifest["position"]))
-    server = since.server
-    if since.key != recorded.key or server is None or server.wrote(version) is not True:
+    if since.key != recorded.key or since.before(version) is not True:
         return None
-    return dict(manifest["position"]) if since < version else None
+    return dict(manifest["position"])
 
 
 def _xa_marks(since: BinlogPosition, checkpoint: TableCheckpoint) -> dict[str, Any]:

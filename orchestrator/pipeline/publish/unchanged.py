@@ -126,8 +126,7 @@ def check_not_newer(table: str, current: Manifest | None, position: BinlogPositi
     if current is None:
         return
     theirs = BinlogPosition.from_json(dict(current["position"]))
-    server = position.server
-    if server is None or server.wrote(theirs) is not True or not position < theirs:
+    if position.before(theirs) is not True:
         return
     raise RunFailed(
         f"table {table}: version {current['version']} in the lake, of run {current['run_id']}, "
