@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from orchestrator.schema.tables import ColumnInfo, TableInfo
+from orchestrator.schema.tables import PERIOD_BY_TIME, ColumnInfo, TableInfo
 
 #: The period columns the server adds to a table that declares none, logged after its columns.
 HIDDEN = (
@@ -63,7 +63,7 @@ def applied(info: TableInfo) -> bool:
         end = info.column(info.row_end)
     except KeyError:
         return False
-    return end.column_type == "timestamp(6)"
+    return end.column_type == PERIOD_BY_TIME
 
 
 def end_index(info: TableInfo) -> int:

@@ -112,6 +112,9 @@ def mark_keys(
 
 #: ``information_schema.TABLES.TABLE_TYPE`` of MariaDB's system-versioned tables.
 VERSIONED = "SYSTEM VERSIONED"
+#: The ``COLUMN_TYPE`` of a system-versioned table's period end when its periods are times (the
+#: hidden one a table declaring none gets too); a ``BIGINT UNSIGNED`` one holds transaction ids.
+PERIOD_BY_TIME = "timestamp(6)"
 
 #: Engines whose rows are not the rows this server's binlog logs under the table's name, each
 #: with why (docs/limits.md, "Tables the binlog does not keep"). A pattern leaves them out

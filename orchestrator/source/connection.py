@@ -53,7 +53,7 @@ _TABLE_SQL = (
 )
 #: MariaDB gives a declared period column the generation expression ROW START or ROW END.
 _ROW_END_SQL = (
-    "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s"
+    "SELECT COLUMN_NAME, COLUMN_TYPE FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s"
     " AND TABLE_NAME = %s AND GENERATION_EXPRESSION = 'ROW END'"
 )
 _NO_BINLOG = 1381  # ER_NO_BINARY_LOGGING: "You are not using binary logging"
@@ -417,8 +417,18 @@ class Source:
         declares (`TableInfo.row_end`); one query, and only for such a table."""
         if not info.versioned:
             return info
-        found = self.query(_ROW_END_SQL, (info.database, info.table))
-        return dataclasses.replace(info, row_end=_text(found[0][0]) if found else None)
+        found = self.period_end(info.database, info.table)
+        return dataclasses.replace(info, row_end=found[0] if found else None)
+
+    def period_end(self, database: str, table: str) -> tuple[str, str] | None:
+        """The name and ``COLUMN_TYPE`` of the ``GENERATED ALWAYS AS ROW END`` column a
+        system-versioned table declares; None when it declares none (its hidden one is a
+        `orchestrator.schema.tables.PERIOD_BY_TIME`)."""
+        found = self.query(_ROW_END_SQL, (database, table))
+        if not found:
+            return None
+        name, column_type = found[0]
+        return _text(name) or "", (_text(column_type) or "").lower()
 
     def with_srids(self, info: TableInfo) -> TableInfo:
         """``info`` with the SRID each spatial column declares (`ColumnInfo.srid`); one query, and

@@ -19,7 +19,7 @@ from orchestrator.config import PipelineConfig, TableConfig
 from orchestrator.config.patterns import SYSTEM_SCHEMAS, TableSet, expand, explicit_set, is_glob
 from orchestrator.errors import SourceNotReady
 from orchestrator.positions import BinlogPosition
-from orchestrator.schema.tables import ROWS_ELSEWHERE, VERSIONED, TableInfo
+from orchestrator.schema.tables import PERIOD_BY_TIME, ROWS_ELSEWHERE, VERSIONED, TableInfo
 from orchestrator.source.connection import Source, shaped
 
 log = logging.getLogger("tidemark.planning")
@@ -38,12 +38,6 @@ _TABLES_SQL = (
     + ", ".join(f"'{engine}'" for engine in sorted(ROWS_ELSEWHERE))
     + "))"
 )
-#: A system-versioned table's period end, if it is a transaction id (``BIGINT UNSIGNED``): such a
-#: table is logged as statements (`orchestrator.binlog.versioned`), so a pattern does not take it.
-_BY_TRANSACTIONS_SQL = (
-    "SELECT 1 FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s"
-    " AND GENERATION_EXPRESSION = 'ROW END' AND DATA_TYPE = 'bigint'"
-)
 
 
 def folds_names(source: Source) -> bool:
@@ -61,8 +55,15 @@ def base_tables(source: Source, entries: Sequence[TableConfig]) -> list[str]:
     return [
         f"{_text(schema)}.{_text(name)}"
         for schema, name, kind in rows
-        if _text(kind) != VERSIONED or not source.query(_BY_TRANSACTIONS_SQL, (schema, name))
+        if _text(kind) != VERSIONED or _by_time(source.period_end(_text(schema), _text(name)))
     ]
+
+
+def _by_time(period_end: tuple[str, str] | None) -> bool:
+    """Whether a system-versioned table's periods are times, not transaction ids: a table
+    versioned by transaction ids is logged as statements (`orchestrator.binlog.versioned`), each
+    change re-reading it, so a pattern does not take it."""
+    return period_end is None or period_end[1] == PERIOD_BY_TIME
 
 
 def table_rows(source: Source, entries: Sequence[TableConfig]) -> dict[str, int]:
