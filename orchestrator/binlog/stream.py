@@ -42,6 +42,7 @@ from orchestrator.errors import (
     source_timeout,
 )
 from orchestrator.source.dialect import Dialect
+from orchestrator.source.tls import pymysql_settings
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +76,7 @@ def dump_settings(source: SourceConfig, password: str) -> dict[str, Any]:
         "read_timeout": source.read_timeout,
         "write_timeout": source.read_timeout,
         "charset": "utf8mb4",
+        **pymysql_settings(source.tls),
     }
 
 

@@ -30,6 +30,7 @@ from orchestrator.config.sections import (
     SparkConfig,
     StateConfig,
     TableConfig,
+    TlsConfig,
 )
 
 __all__ = [
@@ -47,6 +48,7 @@ __all__ = [
     "SparkConfig",
     "StateConfig",
     "TableConfig",
+    "TlsConfig",
     "load_config",
     "parse_config",
 ]

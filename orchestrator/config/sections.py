@@ -40,6 +40,22 @@ def storage_uri(value: str) -> str | None:
 TABLE_NAME = re.compile(r"^[A-Za-z0-9_$]+\.[A-Za-z0-9_$]+$")
 
 
+#: ``source.tls.mode``: how every connection to the source takes TLS, named as the MySQL
+#: client's ``--ssl-mode`` (`orchestrator.source.tls`, docs/source.md).
+TLS_MODES = ("disabled", "preferred", "required", "verify_ca", "verify_identity")
+#: The modes that check the source's certificate (and take ``source.tls.ca``).
+TLS_VERIFYING = ("verify_ca", "verify_identity")
+
+
+@dataclass(frozen=True, slots=True)
+class TlsConfig:
+    """``source.tls``: ``mode`` one of `TLS_MODES`; ``ca`` the PEM file of the CA certificates
+    a verifying mode trusts (none: the system's)."""
+
+    mode: str = "preferred"
+    ca: str | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class SourceConfig:
     host: str
@@ -54,6 +70,7 @@ class SourceConfig:
     time_zone: str = "+00:00"
     connect_timeout: int = 10
     read_timeout: int = 600  # seconds any query, JDBC read or binlog packet may take
+    tls: TlsConfig = field(default_factory=TlsConfig)
 
 
 @dataclass(frozen=True, slots=True)

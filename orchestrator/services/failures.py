@@ -101,10 +101,9 @@ def _timeout(message: str) -> Cause:
 
 def _certificate(message: str) -> Cause:
     return Cause(
-        f"the TLS certificate of the source{_at(message)} failed the check the JDBC settings "
-        "ask for",
-        "give the CA that signed it (source.jdbc_url_params serverSslCert, docs/limits.md), or "
-        "check that the certificate names the host the config connects to, then rerun",
+        f"the TLS certificate of the source{_at(message)} failed the check source.tls asks for",
+        "give the CA that signed it in source.tls.ca (docs/source.md, TLS), or check that the "
+        "certificate names source.host, then rerun",
     )
 
 

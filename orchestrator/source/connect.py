@@ -16,7 +16,8 @@ same every time, so `connect` builds it once and every later connection reuses
 it. It is pymysql's context without the CA certificates: PREFERRED mode verifies
 neither the certificate nor the host name, so they were loaded (21 ms, once a
 process) and never used; what each connection negotiates is unchanged. A
-connection given TLS options of its own builds its context as before.
+connection given TLS options of its own (``source.tls``, `orchestrator.source.tls`) builds its
+context as before.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ import threading
 from typing import Any
 
 import pymysql
+
+from orchestrator.source.tls import unverified
 
 _lock = threading.Lock()
 _preferred: ssl.SSLContext | None = None
@@ -41,20 +44,8 @@ class _Connection(pymysql.connections.Connection):
             return context
         with _lock:
             if _preferred is None:
-                _preferred = _unverified()
+                _preferred = unverified()
             return _preferred
-
-
-def _unverified() -> ssl.SSLContext:
-    """The context pymysql builds for a connection without TLS options (its PREFERRED mode), but
-    for the CA certificates it loads and never consults: the protocol, options and verify flags
-    of ``ssl.create_default_context()``, no certificate or host name check."""
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_NONE
-    context.verify_flags &= ~ssl.VERIFY_X509_STRICT
-    context.options |= ssl.OP_NO_SSLv2 | ssl.OP_NO_SSLv3
-    return context
 
 
 def connect(**settings: Any) -> pymysql.connections.Connection[Any]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import re
 import threading
 from collections.abc import Iterator, Sequence
 from types import TracebackType
@@ -30,7 +29,9 @@ from orchestrator.schema.families import SPATIAL_TYPES
 from orchestrator.schema.tables import VERSIONED, ColumnInfo, TableInfo, mark_keys
 from orchestrator.source.connect import connect
 from orchestrator.source.dialect import Dialect
+from orchestrator.source.login import login_problem
 from orchestrator.source.retry import error_code, is_connection_lost, is_timeout, transient_retry
+from orchestrator.source.tls import pymysql_settings
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +145,7 @@ class Source:
                 write_timeout=cfg.read_timeout,
                 charset="utf8mb4",
                 autocommit=True,
+                **pymysql_settings(cfg.tls),
             )
         except pymysql.err.MySQLError as exc:
             if is_timeout(exc):  # accepted the connection, never greeted: hung, not restarting
@@ -543,54 +545,3 @@ def _keys(
             primary = key
         keys.append(key)
     return primary, tuple(keys)
-
-
-def _password_source(cfg: SourceConfig) -> str:
-    if cfg.password_env is not None:
-        return f"source.password_env {cfg.password_env}"
-    if cfg.password is not None:
-        return "source.password in the config"
-    if cfg.airflow_conn_id is not None:
-        return f"Airflow connection `{cfg.airflow_conn_id}`"
-    return "none is configured: set source.password_env"
-
-
-_REASON = re.compile(r"\((.*)\)\s*$")
-
-
-def login_problem(cfg: SourceConfig, exc: pymysql.err.MySQLError) -> str:
-    """One line saying why connecting failed and what to check; never the password.
-
-    Args:
-        cfg: the source config (host, port, user, where the password comes from).
-        exc: the PyMySQL error from ``connect``.
-    """
-    where = f"MySQL at {cfg.host}:{cfg.port}"
-    code = error_code(exc)
-    message = str(exc.args[1]) if len(exc.args) > 1 else str(exc)
-    if code == 1045:
-        return (
-            f"cannot log in to {where} as user `{cfg.user}`: access denied; "
-            f"check source.user and the password ({_password_source(cfg)})"
-        )
-    if code == 1130:
-        return (
-            f"cannot log in to {where} as user `{cfg.user}`: the server does not allow this "
-            f"user from this machine; create the user for this client host (e.g. '{cfg.user}'@'%')"
-        )
-    if code in (2002, 2003):
-        match = _REASON.search(message)
-        reason = match.group(1) if match else message
-        return (
-            f"cannot reach {where}: {reason}; check source.host and source.port, that the "
-            "server is running and listening on TCP, and that no firewall blocks it"
-        )
-    if code == 2013:
-        return (
-            f"cannot connect to {where}: the server dropped the connection during login "
-            f"({message}); check source.port points at a MySQL server"
-        )
-    return (
-        f"cannot connect to {where} as user `{cfg.user}`: {message} (error {code}); "
-        "check the source section of the config"
-    )

@@ -12,11 +12,11 @@ snapshot read by Spark and by the driver, then a change applied from the binlog.
 from __future__ import annotations
 
 import datetime as dt
-import ipaddress
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pymysql
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -24,10 +24,15 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from orchestrator.app.demo.localdb import GOOD_BINLOG, LocalMariaDB
-from orchestrator.config import DEFAULT_JDBC_JAR
+from orchestrator.binlog.stream import binlog_end
+from orchestrator.config import DEFAULT_JDBC_JAR, SourceConfig, TlsConfig
+from orchestrator.errors import SourceNotReady
 from orchestrator.pipeline.read.local import LOCAL_ROWS
 from orchestrator.services.jars import MYSQL_CONNECTOR_J, jar_path
-from tests.conftest import assert_lake_equals_source, pipeline_config, write_config
+from orchestrator.source.connection import Source
+from orchestrator.source.dialect import MYSQL_DRIVER
+from orchestrator.source.tls import jdbc_settings
+from tests.conftest import assert_lake_equals_source, load_pipeline, pipeline_config, write_config
 from tests.integration.test_resume import tidemark
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -36,7 +41,8 @@ DB = "tm_tls"
 
 
 def _certificates(directory: Path) -> dict[str, str]:
-    """A CA and a server certificate it signed (for 127.0.0.1 and localhost), as PEM files."""
+    """A CA and a server certificate it signed (for the name localhost, not for 127.0.0.1), and
+    another CA, as PEM files."""
     now = dt.datetime.now(dt.UTC)
 
     def certificate(subject: str, key: Any, issuer: x509.Name, signer: Any, ca: bool) -> Any:
@@ -52,9 +58,7 @@ def _certificates(directory: Path) -> dict[str, str]:
         )
         if not ca:
             builder = builder.add_extension(
-                x509.SubjectAlternativeName(
-                    [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-                ),
+                x509.SubjectAlternativeName([x509.DNSName("localhost")]),
                 critical=False,
             )
         return builder.sign(signer, hashes.SHA256())
@@ -66,7 +70,10 @@ def _certificates(directory: Path) -> dict[str, str]:
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "tidemark test CA")])
     ca = certificate("tidemark test CA", ca_key, ca_name, ca_key, True)
     server = certificate("localhost", server_key, ca_name, ca_key, False)
+    other_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "another CA")])
+    other = certificate("another CA", server_key, other_name, server_key, True)
     files = {
+        "other-ca": other.public_bytes(serialization.Encoding.PEM),
         "ssl-ca": ca.public_bytes(serialization.Encoding.PEM),
         "ssl-cert": server.public_bytes(serialization.Encoding.PEM),
         "ssl-key": server_key.private_bytes(
@@ -91,12 +98,18 @@ def tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalMariaD
         **_certificates(work),
         "require-secure-transport": "ON",
     }
+    del settings["other-ca"]  # beside ssl-ca: `_ca`
     server = LocalMariaDB.create(settings, base_dir=work)
     server.start()
     try:
         yield server
     finally:
         server.destroy()
+
+
+def _ca(server: LocalMariaDB, which: str = "ssl-ca") -> str:
+    """The PEM file of the CA that signed the server's certificate, or of ``other-ca``."""
+    return str(Path(str(server.settings["ssl-ca"])).with_name(f"{which}.pem"))
 
 
 #: Columns of every family the Spark read maps, beside the key: each driver's reading is checked
@@ -162,3 +175,117 @@ def test_a_source_that_requires_tls_is_read_over_tls(
     )
     assert tidemark(config).returncode == 0
     assert_lake_equals_source(config, tls_server, tables)
+
+
+def _checked_config(
+    path: Path, server: LocalMariaDB, db: str, jar: str, host: str, **source: Any
+) -> Path:
+    return write_config(
+        path / "p.yaml",
+        pipeline_config(
+            path,
+            server,
+            [{"name": f"{db}.big"}, {"name": f"{db}.small"}],
+            name=db,
+            source={**server.source_config(), "host": host, "jdbc_driver_jar": jar, **source},
+            defaults={"chunk_size": 20000, "batch_chunks": 2, "read_margin_seconds": 0.0},
+        ),
+    )
+
+
+@pytest.mark.parametrize(
+    "jar", [DEFAULT_JDBC_JAR, jar_path(MYSQL_CONNECTOR_J)], ids=["mariadb", "mysql"]
+)
+def test_source_tls_verify_identity_checks_the_certificate_on_every_connection(
+    tls_server: LocalMariaDB, tmp_path: Path, jar: str
+) -> None:
+    """``source.tls.mode: verify_identity`` with the CA that signed the server's certificate,
+    which names localhost only: reached as 127.0.0.1 the run stops before any read, naming the
+    fix; the Spark reads check the certificate too (given another CA through
+    ``jdbc_url_params`` they fail the run, which a rerun resumes); reached as localhost the
+    snapshot, Spark reads included, and a binlog change are published equal to the source."""
+    mysql = "mysql" in Path(jar).name
+    db = f"{DB}_verify_{'mysql' if mysql else 'mariadb'}"
+    tls_server.execute(f"DROP DATABASE IF EXISTS {db}", f"CREATE DATABASE {db}")
+    tls_server.execute(
+        "CREATE TABLE big (id INT PRIMARY KEY, v VARCHAR(20), d DECIMAL(12, 2))",
+        f"INSERT INTO big SELECT seq, CONCAT('v', seq), seq / 4 FROM seq_1_to_{LOCAL_ROWS + 2000}",
+        "CREATE TABLE small (id INT PRIMARY KEY, v INT)",
+        "INSERT INTO small SELECT seq, seq FROM seq_1_to_10",
+        "ANALYZE TABLE big",
+        database=db,
+    )
+    tls = {"mode": "verify_identity", "ca": _ca(tls_server)}
+
+    by_address = tidemark(_checked_config(tmp_path, tls_server, db, jar, "127.0.0.1", tls=tls))
+    assert by_address.returncode == 3, by_address.stderr[-2000:]
+    assert "its TLS certificate does not name source.host (127.0.0.1)" in by_address.stderr
+
+    other = _ca(tls_server, "other-ca")
+    wrong_for_spark = (
+        {
+            "trustCertificateKeyStoreUrl": jdbc_settings(
+                TlsConfig("verify_ca", other), MYSQL_DRIVER, lambda: True
+            )["trustCertificateKeyStoreUrl"]
+        }
+        if mysql
+        else {"serverSslCert": other}
+    )
+    config = _checked_config(
+        tmp_path, tls_server, db, jar, "localhost", tls=tls, jdbc_url_params=wrong_for_spark
+    )
+    spark_refused = tidemark(config)
+    assert spark_refused.returncode == 1, spark_refused.stderr[-2000:]
+    assert "the TLS certificate of the source" in spark_refused.stderr
+    assert "failed the check source.tls asks for" in spark_refused.stderr
+
+    config = _checked_config(tmp_path, tls_server, db, jar, "localhost", tls=tls)
+    resumed = tidemark(config)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resuming the unfinished run" in resumed.stdout + resumed.stderr
+    tables = [f"{db}.big", f"{db}.small"]
+    assert_lake_equals_source(config, tls_server, tables)
+    tls_server.execute(
+        "UPDATE big SET v = 'changed' WHERE id % 1000 = 0", "DELETE FROM small", database=db
+    )
+    assert tidemark(config).returncode == 0
+    assert_lake_equals_source(config, tls_server, tables)
+
+
+def test_source_tls_modes_refuse_a_connection_they_do_not_allow(
+    tls_server: LocalMariaDB, mariadb: LocalMariaDB, tmp_path: Path
+) -> None:
+    """Each mode's refusal names the cause and the fix, for the source and binlog connections:
+    ``required`` of a server that offers no TLS, ``verify_ca`` of a certificate another CA
+    signed, ``disabled`` at a server that requires TLS; ``verify_ca`` with the right CA
+    connects by address (it does not check the name)."""
+    assert not mariadb.execute("SHOW SESSION STATUS LIKE 'Ssl_cipher'")[0][1], "TLS here"
+
+    def source(server: LocalMariaDB, **tls: str) -> SourceConfig:
+        return load_pipeline(
+            tmp_path, server, [{"name": "a.b"}], source={**server.source_config(), "tls": tls}
+        ).source
+
+    def refusal(config: SourceConfig) -> tuple[str, str]:
+        with pytest.raises(SourceNotReady) as by_source, Source(config, "") as connection:
+            connection.query("SELECT 1")
+        with pytest.raises(pymysql.err.OperationalError) as by_binlog:
+            binlog_end(config, "", 5)
+        return str(by_source.value), str(by_binlog.value)
+
+    plain, binlog = refusal(source(mariadb, mode="required"))
+    assert "the server offers no TLS, which source.tls.mode required requires" in plain
+    assert "doesn't support" in binlog
+    signed_elsewhere = source(tls_server, mode="verify_ca", ca=_ca(tls_server, "other-ca"))
+    plain, binlog = refusal(signed_elsewhere)
+    assert "its TLS certificate failed the check source.tls.mode verify_ca" in plain
+    assert f"against the CA file {_ca(tls_server, 'other-ca')}" in plain
+    assert "CERTIFICATE_VERIFY_FAILED" in binlog
+    plain, _ = refusal(source(tls_server, mode="disabled"))
+    assert "access denied" in plain and "requires TLS" in plain
+    assert "source.tls.mode is disabled" in plain
+
+    checked = source(tls_server, mode="verify_ca", ca=_ca(tls_server))
+    with Source(checked, "") as connection:
+        assert connection.query("SHOW SESSION STATUS LIKE 'Ssl_cipher'")[0][1]
+    assert binlog_end(checked, "", 5)[1] > 0

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import copy
+import datetime as dt
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from orchestrator.config import (
     Defaults,
@@ -16,6 +21,7 @@ from orchestrator.config import (
     Secret,
     SourceConfig,
     SparkConfig,
+    TlsConfig,
     load_config,
     parse_config,
 )
@@ -398,6 +404,58 @@ def test_jdbc_url_params_may_not_replace_the_timeouts_tidemark_derives(
     assert any(f"source.jdbc_url_params.{key}: is set from {setting}" in line for line in found), (
         found
     )
+
+
+@pytest.mark.parametrize(
+    ("tls", "params", "expected"),
+    [
+        ({"mode": "verify-full"}, {}, "source.tls.mode: expected one of disabled, preferred,"),
+        ({"mode": "required", "ca": "/ca.pem"}, {}, "source.tls.ca: is used only to verify"),
+        ({"mode": "verify_ca", "ca": "/no/such/ca.pem"}, {}, "source.tls.ca: cannot load CA"),
+        ({"mode": "verify_ca", "ca": "NOT_PEM"}, {}, "source.tls.ca: cannot load CA"),
+        ({"mode": "required"}, {"trustServerCertificate": "true"}, "is set from source.tls.mode"),
+        ({"mode": "verify_identity", "cert": "/c.pem"}, {}, "source.tls.cert: unknown key"),
+    ],
+)
+def test_source_tls_is_checked_by_validate(
+    tmp_path: Path, tls: dict[str, str], params: dict[str, str], expected: str
+) -> None:
+    """A mode Tidemark does not know, a CA beside a mode that checks no certificate, a CA file
+    Python's ``ssl`` does not load, and a Connector/J setting that would undo the mode."""
+    not_pem = tmp_path / "not.pem"
+    not_pem.write_text("not a certificate")
+    tls = {k: str(not_pem) if v == "NOT_PEM" else v for k, v in tls.items()}
+    found = problems(mutated(("source.tls", tls), ("source.jdbc_url_params", params)))
+    assert len(found) == 1 and expected in found[0], found
+
+
+def test_source_tls_defaults_to_preferred_and_keeps_a_ca_it_loads(tmp_path: Path) -> None:
+    assert parse_config(GOOD).source.tls == TlsConfig("preferred", None)
+    ca = _a_ca(tmp_path)
+    checked = parse_config(mutated(("source.tls", {"mode": "verify_identity", "ca": ca})))
+    assert checked.source.tls == TlsConfig("verify_identity", ca)
+    preferred = mutated(("source.jdbc_url_params", {"trustServerCertificate": "false"}))
+    assert parse_config(preferred).source.jdbc_url_params == {"trustServerCertificate": "false"}
+
+
+def _a_ca(directory: Path) -> str:
+    """A self-signed CA certificate as a PEM file."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test CA")])
+    now = dt.datetime.now(dt.UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(1)
+        .not_valid_before(now)
+        .not_valid_after(now + dt.timedelta(days=1))
+        .sign(key, hashes.SHA256())
+    )
+    path = directory / "ca.pem"
+    path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    return str(path)
 
 
 def test_a_nested_spark_conf_value_is_refused() -> None:

@@ -110,8 +110,7 @@ CASES = [
             "sun.security.provider.certpath.SunCertPathBuilderException: unable to find valid "
             "certification path to requested target"
         ),
-        "the TLS certificate of the source 127.0.0.1:40307 failed the check the JDBC settings"
-        " ask for",
+        "the TLS certificate of the source 127.0.0.1:40307 failed the check source.tls asks for",
     ),
 ]
 

@@ -55,6 +55,7 @@ from orchestrator.services.failures import error_chain
 from orchestrator.services.spark import apply_required_conf, job_description, spark_type
 from orchestrator.source.connection import offers_tls
 from orchestrator.source.dialect import MARIADB_DRIVER, MYSQL_DRIVER
+from orchestrator.source.tls import jdbc_settings
 
 log = logging.getLogger(__name__)
 
@@ -193,12 +194,12 @@ def driver_class(jar: str) -> str:
     raise RunFailed(f"source.jdbc_driver_jar: {jar} holds neither MariaDB nor MySQL Connector/J")
 
 
-def jdbc_url(config: PipelineConfig, driver: str, *, tls: bool = False) -> str:
+def jdbc_url(config: PipelineConfig, driver: str) -> str:
     """``jdbc:mysql://host:port/?<Connector/J settings>`` plus the config's ``jdbc_url_params``;
-    never a credential. ``tls``: the source offers TLS (`offers_tls`), so the reads ask for it,
-    as every other connection of the run does (pymysql's PREFERRED mode: no certificate check);
-    MariaDB's Connector/J asks for none unless told, and a server that requires it
-    (``require_secure_transport``) refused every chunk read.
+    never a credential. TLS as ``source.tls`` says (`orchestrator.source.tls.jdbc_settings`): in
+    its default mode, the reads ask for it when the source offers it (`offers_tls`), as every
+    other connection of the run does; MariaDB's Connector/J asks for none unless told, and a
+    server that requires it (``require_secure_transport``) refused every chunk read.
 
     Connector/J's own settings are in the URL: Spark's read with ``predicates`` (every chunk
     read) did not pass connection properties with upper-case letters on to the driver (seen in
@@ -229,20 +230,12 @@ def jdbc_url(config: PipelineConfig, driver: str, *, tls: bool = False) -> str:
         **(
             {"useCursorFetch": "true"} if driver == MYSQL_DRIVER else {"useServerPrepStmts": "true"}
         ),
-        **(_TLS[driver] if tls else {}),
+        **jdbc_settings(src.tls, driver, lambda: offers_tls(config)),
         **{k: v for k, v in src.jdbc_url_params.items() if k.lower() not in ("user", "password")},
     }
     if driver == MYSQL_DRIVER:  # it URL-decodes each value: time_zone='+02:00' read ' 02:00'
         params = {k: urllib.parse.quote(v, safe="") for k, v in params.items()}
     return f"jdbc:mysql://{src.host}:{src.port}/?" + "&".join(f"{k}={v}" for k, v in params.items())
-
-
-#: Each driver's settings for TLS without a certificate check (`jdbc_url`'s ``tls``): MariaDB's
-#: Connector/J 2 (``useSsl``, ``trustServerCertificate``) and 3 (``sslMode``), MySQL's.
-_TLS = {
-    MARIADB_DRIVER: {"useSsl": "true", "trustServerCertificate": "true", "sslMode": "trust"},
-    MYSQL_DRIVER: {"sslMode": "PREFERRED"},
-}
 
 
 def jdbc_properties(config: PipelineConfig, driver: str) -> dict[str, str]:
@@ -283,7 +276,7 @@ def batch_frame(
         f"{a} {r.jdbc_type.simpleString()}" for a, r in zip(aliases, reads, strict=True)
     )
     derived = source_query(table, aliases, [r.sql for r in reads])
-    url = jdbc_url(config, driver, tls=offers_tls(config))
+    url = jdbc_url(config, driver)
     df = spark.read.jdbc(url, derived, predicates=list(predicates), properties=props)
     fields = schema if schema is not None else staging_schema(table.columns)
     columns = []

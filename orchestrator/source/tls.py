@@ -1,0 +1,153 @@
+"""How every connection to the source takes TLS: ``source.tls`` (docs/source.md, "TLS").
+
+The modes are the MySQL client's ``--ssl-mode``:
+
+- ``preferred`` (the default): TLS when the server offers it, its certificate not checked;
+- ``required``: TLS, or no connection; the certificate not checked;
+- ``verify_ca``: required, and the certificate signed by a CA of ``source.tls.ca`` (without
+  it, one the system trusts: Python's default CAs for the run's own connections, Java's for
+  the Spark reads);
+- ``verify_identity``: verify_ca, and the certificate names ``source.host``;
+- ``disabled``: never TLS.
+
+The run's own connections (pymysql: the source, the binlog) get an ``ssl.SSLContext`` built
+once a process (`pymysql_settings`); given a context, pymysql refuses a server that offers no
+TLS. The Spark reads get each driver's settings (`jdbc_settings`): MariaDB's Connector/J 2
+(``useSsl``, ``trustServerCertificate``, ``serverSslCert``, ``disableSslHostnameVerification``)
+and 3 (``sslMode``) at once, each ignoring the other's; MySQL's ``sslMode``, with the CA in
+a trust store of its own (`_trust_store`): it reads no PEM file.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import os
+import shutil
+import ssl
+import tempfile
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from orchestrator.config import TlsConfig
+from orchestrator.config.sections import TLS_VERIFYING
+from orchestrator.errors import ConfigError
+from orchestrator.source.dialect import MARIADB_DRIVER, MYSQL_DRIVER
+
+#: Each driver's settings for TLS without a certificate check: MariaDB's Connector/J 2
+#: (``useSsl``, ``trustServerCertificate``) and 3 (``sslMode``), MySQL's.
+_UNCHECKED = {
+    MARIADB_DRIVER: {"useSsl": "true", "trustServerCertificate": "true", "sslMode": "trust"},
+    MYSQL_DRIVER: {"sslMode": "REQUIRED"},
+}
+
+
+def unverified() -> ssl.SSLContext:
+    """The context pymysql builds for a connection without TLS options (its PREFERRED mode), but
+    for the CA certificates it loads and never consults: the protocol, options and verify flags
+    of ``ssl.create_default_context()``, no certificate or host name check."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    context.verify_flags &= ~ssl.VERIFY_X509_STRICT
+    context.options |= ssl.OP_NO_SSLv2 | ssl.OP_NO_SSLv3
+    return context
+
+
+def pymysql_settings(tls: TlsConfig) -> dict[str, object]:
+    """``pymysql.connect``'s TLS arguments for ``tls``: none for ``preferred`` (pymysql's own
+    mode, `orchestrator.source.connect`), else a context pymysql requires TLS with."""
+    if tls.mode == "preferred":
+        return {}
+    if tls.mode == "disabled":
+        return {"ssl_disabled": True}
+    return {"ssl": _context(tls.mode, tls.ca, _modified(tls.ca))}
+
+
+def _modified(path: str | None) -> float:
+    """The CA file's modification time: a file replaced (a rotated CA) is loaded again."""
+    try:
+        return os.stat(path).st_mtime if path else 0.0
+    except OSError:
+        return 0.0  # loading it names the problem
+
+
+@functools.lru_cache(maxsize=8)
+def _context(mode: str, ca: str | None, _mtime: float) -> ssl.SSLContext:
+    if mode not in TLS_VERIFYING:
+        return unverified()
+    try:
+        context = ssl.create_default_context(cafile=ca) if ca else ssl.create_default_context()
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(
+            f"source.tls.ca: cannot load CA certificates from {ca} ({exc}); give a PEM file of them"
+        ) from exc
+    context.check_hostname = mode == "verify_identity"
+    # As pymysql's: a server's own self-signed CA (MySQL makes one) often misses the key usage
+    # that Python 3.13's strict flag asks of a CA.
+    context.verify_flags &= ~ssl.VERIFY_X509_STRICT
+    return context
+
+
+def jdbc_settings(tls: TlsConfig, driver: str, offered: Callable[[], bool]) -> dict[str, str]:
+    """The Connector/J URL settings for ``tls``; ``offered`` says whether the source offers TLS
+    (asked only in ``preferred`` mode: the reads then ask for it, as pymysql's connections do)."""
+    mysql = driver == MYSQL_DRIVER
+    if tls.mode == "disabled":
+        return {"sslMode": "DISABLED"} if mysql else {}
+    if tls.mode == "preferred":
+        return _UNCHECKED[driver] if offered() else {}
+    if tls.mode == "required":
+        return dict(_UNCHECKED[driver])
+    identity = tls.mode == "verify_identity"
+    if mysql:
+        settings = {"sslMode": "VERIFY_IDENTITY" if identity else "VERIFY_CA"}
+        if tls.ca:
+            settings["trustCertificateKeyStoreUrl"] = _trust_store(tls.ca, _modified(tls.ca))
+            settings["trustCertificateKeyStoreType"] = "PKCS12"
+        return settings
+    settings = {
+        "useSsl": "true",
+        "trustServerCertificate": "false",
+        "disableSslHostnameVerification": "false" if identity else "true",
+        "sslMode": "verify-full" if identity else "verify-ca",
+    }
+    if tls.ca:
+        settings["serverSslCert"] = tls.ca
+    return settings
+
+
+_store_lock = threading.Lock()
+_store_dir: str | None = None
+
+
+@functools.lru_cache(maxsize=8)
+def _trust_store(ca: str, _mtime: float) -> str:
+    """A ``file:`` URL of a PKCS12 trust store holding the CA certificates of the PEM file
+    ``ca``, for MySQL's Connector/J; in a directory of this process, removed at its exit.
+
+    Java takes a certificate of a PKCS12 store as trusted only with the attribute
+    `cryptography` writes for a Java trust store; the store has no password (it holds no
+    secret). `cryptography` is imported here: few runs need it."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives.serialization import NoEncryption, pkcs12
+
+    global _store_dir
+    try:
+        certificates = x509.load_pem_x509_certificates(Path(ca).read_bytes())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(
+            f"source.tls.ca: cannot load CA certificates from {ca} ({exc}); give a PEM file of them"
+        ) from exc
+    store = pkcs12.serialize_java_truststore(
+        [pkcs12.PKCS12Certificate(c, f"ca{i}".encode()) for i, c in enumerate(certificates)],
+        NoEncryption(),
+    )
+    with _store_lock:
+        if _store_dir is None:
+            _store_dir = tempfile.mkdtemp(prefix="tidemark-tls-")
+            atexit.register(shutil.rmtree, _store_dir, True)
+        path = Path(_store_dir) / f"ca-{len(os.listdir(_store_dir))}.p12"
+        path.write_bytes(store)
+    return path.as_uri()
