@@ -68,11 +68,20 @@ S3A: tuple[Artifact, ...] = (HADOOP_AWS, AWS_SDK_BUNDLE, ANALYTICS_ACCELERATOR)
 #: Iceberg's Spark runtime for Spark 4.x, Scala 2.13 (the newest Spark line Iceberg builds for).
 ICEBERG_SPARK = Artifact("org.apache.iceberg", "iceberg-spark-runtime-4.1_2.13", "1.12.0")
 MYSQL_CONNECTOR_J = Artifact("com.mysql", "mysql-connector-j", "9.5.0")
+#: MariaDB's JDBC driver as Maven Central serves it, newer than Debian's 2.7 (the default
+#: ``source.jdbc_driver_jar``): the tests read with both.
+MARIADB_CONNECTOR_J = Artifact("org.mariadb.jdbc", "mariadb-java-client", "4.0.0")
 #: PostgreSQL's JDBC driver: Iceberg's ``JdbcCatalog`` over a state store on PostgreSQL.
 POSTGRESQL_JDBC = Artifact("org.postgresql", "postgresql", "42.7.14")
 
 #: Everything `.ci/setup` fetches (`python -m orchestrator.services.jars` lists them).
-ALL: tuple[Artifact, ...] = (*S3A, ICEBERG_SPARK, MYSQL_CONNECTOR_J, POSTGRESQL_JDBC)
+ALL: tuple[Artifact, ...] = (
+    *S3A,
+    ICEBERG_SPARK,
+    MYSQL_CONNECTOR_J,
+    MARIADB_CONNECTOR_J,
+    POSTGRESQL_JDBC,
+)
 
 
 def repository() -> Path:

@@ -28,7 +28,7 @@ from orchestrator.binlog.stream import binlog_end
 from orchestrator.config import DEFAULT_JDBC_JAR, SourceConfig, TlsConfig
 from orchestrator.errors import SourceNotReady
 from orchestrator.pipeline.read.local import LOCAL_ROWS
-from orchestrator.services.jars import MYSQL_CONNECTOR_J, jar_path
+from orchestrator.services.jars import MARIADB_CONNECTOR_J, MYSQL_CONNECTOR_J, jar_path
 from orchestrator.source.connection import Source
 from orchestrator.source.dialect import MYSQL_DRIVER
 from orchestrator.source.tls import jdbc_settings
@@ -107,6 +107,13 @@ def tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalMariaD
         server.destroy()
 
 
+def _driver(jar: str) -> str:
+    """A name for the driver in ``jar``, for a database of its own."""
+    return {jar_path(MYSQL_CONNECTOR_J): "mysql", jar_path(MARIADB_CONNECTOR_J): "mariadb_4"}.get(
+        jar, "mariadb"
+    )
+
+
 def _ca(server: LocalMariaDB, which: str = "ssl-ca") -> str:
     """The PEM file of the CA that signed the server's certificate, or of ``other-ca``."""
     return str(Path(str(server.settings["ssl-ca"])).with_name(f"{which}.pem"))
@@ -131,7 +138,9 @@ VALUES = (
 
 
 @pytest.mark.parametrize(
-    "jar", [DEFAULT_JDBC_JAR, jar_path(MYSQL_CONNECTOR_J)], ids=["mariadb", "mysql"]
+    "jar",
+    [DEFAULT_JDBC_JAR, jar_path(MARIADB_CONNECTOR_J), jar_path(MYSQL_CONNECTOR_J)],
+    ids=["mariadb", "mariadb-4", "mysql"],
 )
 def test_a_source_that_requires_tls_is_read_over_tls(
     tls_server: LocalMariaDB, tmp_path: Path, jar: str
@@ -139,7 +148,7 @@ def test_a_source_that_requires_tls_is_read_over_tls(
     """Each run is a `tidemark run` process, whose Spark session is started with the config's
     driver jar (this process's session, if any, holds MariaDB's only)."""
     assert tls_server.execute("SHOW SESSION STATUS LIKE 'Ssl_cipher'")[0][1], "no TLS here"
-    db = f"{DB}_{Path(jar).name.split('-')[0]}"
+    db = f"{DB}_{_driver(jar)}"
     tls_server.execute(f"DROP DATABASE IF EXISTS {db}", f"CREATE DATABASE {db}")
     tls_server.execute(
         f"CREATE TABLE big (id INT PRIMARY KEY, {COLUMNS})",
@@ -194,7 +203,9 @@ def _checked_config(
 
 
 @pytest.mark.parametrize(
-    "jar", [DEFAULT_JDBC_JAR, jar_path(MYSQL_CONNECTOR_J)], ids=["mariadb", "mysql"]
+    "jar",
+    [DEFAULT_JDBC_JAR, jar_path(MARIADB_CONNECTOR_J), jar_path(MYSQL_CONNECTOR_J)],
+    ids=["mariadb", "mariadb-4", "mysql"],
 )
 def test_source_tls_verify_identity_checks_the_certificate_on_every_connection(
     tls_server: LocalMariaDB, tmp_path: Path, jar: str
@@ -204,8 +215,8 @@ def test_source_tls_verify_identity_checks_the_certificate_on_every_connection(
     fix; the Spark reads check the certificate too (given another CA through
     ``jdbc_url_params`` they fail the run, which a rerun resumes); reached as localhost the
     snapshot, Spark reads included, and a binlog change are published equal to the source."""
-    mysql = "mysql" in Path(jar).name
-    db = f"{DB}_verify_{'mysql' if mysql else 'mariadb'}"
+    mysql = jar == jar_path(MYSQL_CONNECTOR_J)
+    db = f"{DB}_verify_{_driver(jar)}"
     tls_server.execute(f"DROP DATABASE IF EXISTS {db}", f"CREATE DATABASE {db}")
     tls_server.execute(
         "CREATE TABLE big (id INT PRIMARY KEY, v VARCHAR(20), d DECIMAL(12, 2))",

@@ -207,7 +207,10 @@ def jdbc_url(config: PipelineConfig, driver: str) -> str:
     ``sql_mode``, as text rather than with server-side prepared statements, and a paused server
     hung the handshake for good (``socketTimeout``, tests/integration/test_hangs.py). The
     session variables: `SESSION_SQL_MODE` (the predicates' literals read as written) and
-    ``net_write_timeout``. MariaDB's driver streams whenever a fetch size is set, MySQL's
+    ``net_write_timeout``. ``jdbc:mysql:`` picks Spark's MySQL dialect (backquoted names); MariaDB's
+    Connector/J 3 and later take that scheme only beside ``permitMysqlScheme`` (they read no
+    chunk without it: "could not open a JDBC connection"), which version 2 ignores. MariaDB's
+    driver streams whenever a fetch size is set, MySQL's
     needs ``useCursorFetch``; both then use server-side prepared statements, whose rows come
     in the binary protocol: numbers as bytes, not text the server formats and the driver
     parses again.
@@ -228,7 +231,9 @@ def jdbc_url(config: PipelineConfig, driver: str) -> str:
         "tinyInt1isBit": "false",
         "yearIsDateType": "false",
         **(
-            {"useCursorFetch": "true"} if driver == MYSQL_DRIVER else {"useServerPrepStmts": "true"}
+            {"useCursorFetch": "true"}
+            if driver == MYSQL_DRIVER
+            else {"useServerPrepStmts": "true", "permitMysqlScheme": "true"}
         ),
         **jdbc_settings(src.tls, driver, lambda: offers_tls(config)),
         **{k: v for k, v in src.jdbc_url_params.items() if k.lower() not in ("user", "password")},
