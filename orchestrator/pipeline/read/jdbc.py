@@ -240,7 +240,8 @@ def jdbc_url(config: PipelineConfig, driver: str) -> str:
     }
     if driver == MYSQL_DRIVER:  # it URL-decodes each value: time_zone='+02:00' read ' 02:00'
         params = {k: urllib.parse.quote(v, safe="") for k, v in params.items()}
-    return f"jdbc:mysql://{src.host}:{src.port}/?" + "&".join(f"{k}={v}" for k, v in params.items())
+    host = f"[{src.host}]" if ":" in src.host else src.host  # an IPv6 address, as URLs write it
+    return f"jdbc:mysql://{host}:{src.port}/?" + "&".join(f"{k}={v}" for k, v in params.items())
 
 
 def jdbc_properties(config: PipelineConfig, driver: str) -> dict[str, str]:
