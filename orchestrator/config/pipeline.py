@@ -344,6 +344,8 @@ def _source(r: Reader, data: Any, check_env: bool) -> SourceConfig | None:
                 "which the other source connections use too; set that instead",
             )
     host = r.value(m, "host", "source.host", str, "")
+    if host.startswith("[") and host.endswith("]"):  # an IPv6 address as a URL writes it
+        host = host[1:-1]
     user = r.value(m, "user", "source.user", str, "")
     server_id = r.value(m, "server_id", "source.server_id", int, 0, positive)
     tls = _tls(r, m.get("tls"), check_env)

@@ -1,8 +1,9 @@
-"""A source reached at an IPv6 address (``source.host: "::1"``): the run's own connections take
-it as it is; the Spark reads' JDBC URL must write it in brackets (``jdbc:mysql://[::1]:3306/``),
-and every chunk read failed before ("error parsing url : Incorrect port value"), while tables
-read by the driver were published. A private MariaDB listening on 127.0.0.1 and ::1; a
-snapshot read by Spark and by the driver, then a change applied from the binlog."""
+"""A source reached at an IPv6 address (``source.host: "[::1]"``, brackets taken off): the
+run's own connections take it as it is; the Spark reads' JDBC URL must write it in brackets
+(``jdbc:mysql://[::1]:3306/``), and every chunk read failed before ("error parsing url :
+Incorrect port value"), while tables read by the driver were published. A private MariaDB
+listening on 127.0.0.1 and ::1; a snapshot read by Spark and by the driver, then a change
+applied from the binlog."""
 
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ def test_a_source_at_an_ipv6_address_is_read_by_spark_and_kept(
         database="v6",
     )
     tables = ["v6.big", "v6.small"]
-    source = {**dual_stack.source_config(), "host": "::1", "user": "tm", "password": "pw"}
+    source = {**dual_stack.source_config(), "host": "[::1]", "user": "tm", "password": "pw"}
     config = write_config(
         tmp_path / "p.yaml",
         pipeline_config(
