@@ -3,6 +3,7 @@ errors, retries."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator
 from dataclasses import replace
@@ -19,6 +20,7 @@ from orchestrator.binlog.failover import Follower, continues_at
 from orchestrator.binlog.gtid import parse_mariadb, same_set
 from orchestrator.config import SourceConfig
 from orchestrator.errors import RunFailed, SourceNotReady
+from orchestrator.pipeline.read.local import LOCAL_ROWS
 from orchestrator.positions import BinlogPosition
 from orchestrator.source.connection import Source
 from orchestrator.source.retry import is_transient, transient_retry
@@ -534,6 +536,57 @@ def test_a_password_with_characters_outside_ascii_logs_in_everywhere(
         return run_command(config, tables=[], snapshot=False, chunk_size=None, progress=False)
 
     assert run() == 0
+    mariadb.execute(f"UPDATE {database}.t SET v = -v WHERE id <= 10")
+    assert run() == 0
+    assert_lake_equals_source(config, mariadb, [f"{database}.t"])
+
+
+def test_a_user_of_mariadbs_ed25519_plugin_logs_in_everywhere(
+    mariadb: LocalMariaDB, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """MariaDB's strongest password plugin (``IDENTIFIED VIA ed25519``): pymysql signs its
+    challenge with PyNaCl, which Tidemark did not install, so every command failed with
+    "'pynacl' package is required". The source's connections, the Spark reads (Connector/J
+    signs it itself) and the binlog's: a snapshot, then a change applied."""
+    secret = "ed-pässwörd"
+    database = "tm_source_ed25519"
+    fresh_database(
+        mariadb,
+        database,
+        f"CREATE TABLE {database}.t (id INT PRIMARY KEY, v INT)",
+        f"INSERT INTO {database}.t SELECT seq, seq FROM seq_1_to_{LOCAL_ROWS + 500}",
+    )
+    if not mariadb.execute(
+        "SELECT 1 FROM information_schema.PLUGINS WHERE PLUGIN_NAME = 'ed25519'"
+    ):
+        mariadb.execute("INSTALL SONAME 'auth_ed25519'")
+    conn = mariadb.connect()
+    try:
+        with conn.cursor() as cur:
+            cur.execute(
+                "CREATE USER IF NOT EXISTS 'tm_ed'@'%%' IDENTIFIED VIA ed25519 USING PASSWORD(%s)",
+                (secret,),
+            )
+            cur.execute(
+                "GRANT SELECT, RELOAD, REPLICATION CLIENT, REPLICATION SLAVE ON *.* TO 'tm_ed'@'%'"
+            )
+    finally:
+        conn.close()
+    config = load_pipeline(
+        tmp_path,
+        mariadb,
+        [{"name": f"{database}.t"}],
+        name="ed25519",
+        source=mariadb.source_config(user="tm_ed", password=secret),
+        defaults={"chunk_size": 20000, "batch_chunks": 2, "read_margin_seconds": 0.0},
+    )
+
+    def run() -> int:
+        return run_command(config, tables=[], snapshot=False, chunk_size=None, progress=False)
+
+    with caplog.at_level(logging.INFO, logger="tidemark.planning"):
+        assert run() == 0
+    assert f"table {database}.t: snapshot, 3 chunks" in caplog.text  # read by Spark
     mariadb.execute(f"UPDATE {database}.t SET v = -v WHERE id <= 10")
     assert run() == 0
     assert_lake_equals_source(config, mariadb, [f"{database}.t"])
