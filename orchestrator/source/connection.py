@@ -160,7 +160,7 @@ class Source:
             raise SourceNotReady(login_problem(cfg, exc)) from exc
         try:
             with conn.cursor() as cur:
-                cur.execute("SET time_zone = %s, sql_mode = %s", (cfg.time_zone, SESSION_SQL_MODE))
+                cur.execute(*_session_settings(cfg, conn.get_server_info()))
         except pymysql.err.MySQLError as exc:
             conn.close()
             if error_code(exc) == _UNKNOWN_TIME_ZONE:
@@ -453,21 +453,37 @@ class Source:
         )
 
 
-_tls_offered: dict[tuple[str, int], bool] = {}
-_tls_lock = threading.Lock()
+def _session_settings(cfg: SourceConfig, version: str) -> tuple[str, tuple[object, ...]]:
+    """The ``SET`` of each source session: its time zone, `SESSION_SQL_MODE`, and no statement
+    time limit (`Dialect.statement_limit`)."""
+    limit = Dialect.from_version(version).statement_limit
+    unlimited = f", {limit} = 0" if limit else ""
+    return f"SET time_zone = %s, sql_mode = %s{unlimited}", (cfg.time_zone, SESSION_SQL_MODE)
 
 
-def offers_tls(config: PipelineConfig) -> bool:
-    """Whether the source gives its clients TLS: this process's connections have it (pymysql's
-    PREFERRED mode), asked once a process of the session status ``Ssl_cipher``. The Spark reads
-    then ask for it too (`orchestrator.pipeline.read.jdbc.jdbc_url`)."""
+@dataclasses.dataclass(frozen=True, slots=True)
+class ReadSession:
+    """What the Spark reads' sessions follow from the source (`reads_session`): its dialect,
+    and whether it gives its clients TLS (this process's connections have it)."""
+
+    dialect: Dialect
+    tls: bool
+
+
+_read_sessions: dict[tuple[str, int], ReadSession] = {}
+_read_sessions_lock = threading.Lock()
+
+
+def reads_session(config: PipelineConfig) -> ReadSession:
+    """The source's `ReadSession`, asked once a process (its version, the session status
+    ``Ssl_cipher``) for the Spark reads' settings (`orchestrator.pipeline.read.jdbc.jdbc_url`)."""
     key = (config.source.host, config.source.port)
-    with _tls_lock:
-        if key not in _tls_offered:
+    with _read_sessions_lock:
+        if key not in _read_sessions:
             with Source.from_pipeline(config, known_good=True) as source:
                 rows = source.query("SHOW SESSION STATUS LIKE 'Ssl_cipher'")
-            _tls_offered[key] = bool(rows and rows[0][1])
-        return _tls_offered[key]
+                _read_sessions[key] = ReadSession(source.dialect, bool(rows and rows[0][1]))
+        return _read_sessions[key]
 
 
 def shaped(

@@ -75,6 +75,25 @@ class Dialect:
         return "SHOW MASTER STATUS"
 
     @property
+    def statement_limit(self) -> str | None:
+        """The session variable that bounds a statement's time: MariaDB's ``max_statement_time``
+        (any statement), MySQL's ``max_execution_time`` (a SELECT; from 5.7.8); None before.
+
+        Tidemark's sessions set it to 0, no limit, as MariaDB's ``mariadb-dump`` does: a global
+        limit a DBA set against runaway queries cut a long read short (a table read whole by
+        the driver, a chunk), and the run failed as if the source were hung, at every rerun.
+        ``source.read_timeout`` bounds each wait instead, and a chunk's statement.
+
+        >>> Dialect("mariadb", (10, 11)).statement_limit, Dialect("mysql", (8, 0)).statement_limit
+        ('max_statement_time', 'max_execution_time')
+        >>> Dialect("mysql", (5, 6, 40)).statement_limit is None
+        True
+        """
+        if self.flavor == "mariadb":
+            return "max_statement_time"
+        return "max_execution_time" if self.version >= (5, 7, 8) else None
+
+    @property
     def gtid_position_sql(self) -> str | None:
         """The query of the GTID set at a binlog position (``%s`` for file and position);
         None on MySQL, whose binlog status row carries it as ``Executed_Gtid_Set``."""

@@ -53,7 +53,7 @@ from orchestrator.schema.tables import ColumnInfo, TableInfo
 from orchestrator.schema.values import srid_mismatch, staging_schema, staging_type
 from orchestrator.services.failures import error_chain
 from orchestrator.services.spark import apply_required_conf, job_description, spark_type
-from orchestrator.source.connection import offers_tls
+from orchestrator.source.connection import reads_session
 from orchestrator.source.dialect import MARIADB_DRIVER, MYSQL_DRIVER
 from orchestrator.source.tls import jdbc_settings
 
@@ -197,7 +197,7 @@ def driver_class(jar: str) -> str:
 def jdbc_url(config: PipelineConfig, driver: str) -> str:
     """``jdbc:mysql://host:port/?<Connector/J settings>`` plus the config's ``jdbc_url_params``;
     never a credential. TLS as ``source.tls`` says (`orchestrator.source.tls.jdbc_settings`): in
-    its default mode, the reads ask for it when the source offers it (`offers_tls`), as every
+    its default mode, the reads ask for it when the source offers it (`reads_session`), as every
     other connection of the run does; MariaDB's Connector/J asks for none unless told, and a
     server that requires it (``require_secure_transport``) refused every chunk read.
 
@@ -206,16 +206,19 @@ def jdbc_url(config: PipelineConfig, driver: str) -> str:
     the server's general log), so the chunks were read without the session's ``time_zone`` and
     ``sql_mode``, as text rather than with server-side prepared statements, and a paused server
     hung the handshake for good (``socketTimeout``, tests/integration/test_hangs.py). The
-    session variables: `SESSION_SQL_MODE` (the predicates' literals read as written) and
-    ``net_write_timeout``. ``jdbc:mysql:`` picks Spark's MySQL dialect (backquoted names); MariaDB's
-    Connector/J 3 and later take that scheme only beside ``permitMysqlScheme`` (they read no
-    chunk without it: "could not open a JDBC connection"), which version 2 ignores. MariaDB's
-    driver streams whenever a fetch size is set, MySQL's
-    needs ``useCursorFetch``; both then use server-side prepared statements, whose rows come
-    in the binary protocol: numbers as bytes, not text the server formats and the driver
-    parses again.
+    session variables: `SESSION_SQL_MODE` (the predicates' literals read as written),
+    ``net_write_timeout``, and no statement time limit (`Dialect.statement_limit`: a chunk's
+    statement is bounded by ``queryTimeout`` instead). ``jdbc:mysql:`` picks Spark's MySQL
+    dialect (backquoted names); MariaDB's Connector/J 3 and later take that scheme only beside
+    ``permitMysqlScheme`` (they read no chunk without it: "could not open a JDBC
+    connection"), which version 2 ignores. MariaDB's driver streams whenever a fetch size is
+    set, MySQL's needs ``useCursorFetch``; both then use server-side prepared statements, whose
+    rows come in the binary protocol: numbers as bytes, not text the server formats and the
+    driver parses again.
     """
     src = config.source
+    session = reads_session(config)
+    unlimited = f",{session.dialect.statement_limit}=0" if session.dialect.statement_limit else ""
     if not TIME_ZONE.fullmatch(src.time_zone):  # checked by validate too
         raise ConfigError(
             f"source.time_zone: expected an offset like +00:00 or a zone name, "
@@ -226,7 +229,7 @@ def jdbc_url(config: PipelineConfig, driver: str) -> str:
         "connectTimeout": str(src.connect_timeout * 1000),
         "sessionVariables": (
             f"time_zone='{src.time_zone}',sql_mode='{SESSION_SQL_MODE}',"
-            f"net_write_timeout={NET_WRITE_TIMEOUT}"
+            f"net_write_timeout={NET_WRITE_TIMEOUT}{unlimited}"
         ),
         "tinyInt1isBit": "false",
         "yearIsDateType": "false",
@@ -235,7 +238,7 @@ def jdbc_url(config: PipelineConfig, driver: str) -> str:
             if driver == MYSQL_DRIVER
             else {"useServerPrepStmts": "true", "permitMysqlScheme": "true"}
         ),
-        **jdbc_settings(src.tls, driver, lambda: offers_tls(config)),
+        **jdbc_settings(src.tls, driver, lambda: session.tls),
         **{k: v for k, v in src.jdbc_url_params.items() if k.lower() not in ("user", "password")},
     }
     if driver == MYSQL_DRIVER:  # it URL-decodes each value: time_zone='+02:00' read ' 02:00'
