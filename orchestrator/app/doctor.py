@@ -44,6 +44,7 @@ from orchestrator.schema.tables import TableInfo, unkept
 from orchestrator.schema.types import UnsupportedType, arrow_type
 from orchestrator.source.check import Check
 from orchestrator.source.connection import Source
+from orchestrator.source.connection_limit import connection_limit_check
 from orchestrator.source.grants import privilege_checks
 from orchestrator.source.kept import binlog_kept_checks
 from orchestrator.source.listing import Shapes, shapes_at, table_set, tables_info
@@ -90,6 +91,7 @@ def _checks(
         checks.append(replica_check(source))
         checks.append(_retention(source, config.defaults.expected_run_hours))
         checks.append(_server_id(source, config.source.server_id))
+        checks.append(connection_limit_check(config, source))
         checks += privilege_checks(source, selected)
         names = [t.name for t in selected]
         try:  # read after a position, so that the run's plan may use them (`Shapes`)

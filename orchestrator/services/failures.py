@@ -107,6 +107,19 @@ def _certificate(message: str) -> Cause:
     )
 
 
+def _user_connections(message: str) -> Cause:
+    found = re.search(r"User '([^']*)'.*current value: (\d+)", message)
+    who = f" `{found.group(1)}`" if found else ""
+    limit = f" ({found.group(2)})" if found else ""
+    return Cause(
+        f"the source user{who} opened more connections than it may hold at once{limit}, "
+        "MAX_USER_CONNECTIONS",
+        "raise it, or read with fewer Spark tasks at once (spark.master local[N], a cluster's "
+        "cores; under Airflow, fewer tasks at once: airflow.pool_slots); `tidemark doctor` "
+        "says what a run holds; then rerun: the run resumes",
+    )
+
+
 def _out_of_memory(message: str) -> Cause:
     side = "executor" if "executor" in message.lower() else "driver"
     return Cause(
@@ -159,6 +172,10 @@ CAUSES: tuple[tuple[re.Pattern[str], Callable[[str], Cause]], ...] = (
         _denied,
     ),
     (re.compile(r"OutOfMemoryError|Java heap space|GC overhead limit", re.I), _out_of_memory),
+    (  # before `_connection`: Connector/J words it "Could not connect to ..."
+        re.compile(r"exceeded the 'max_user_connections' resource", re.I),
+        _user_connections,
+    ),
     (  # before `_connection`: Connector/J words a failed check "Could not connect to ..."
         re.compile(
             r"PKIX path building failed|unable to find valid certification path|"

@@ -11,6 +11,8 @@ from orchestrator.source.retry import error_code
 
 #: pymysql's error for a server that offers no TLS to a connection that requires it.
 _TLS_REFUSED = 2026
+#: ER_TOO_MANY_USER_CONNECTIONS: the account's MAX_USER_CONNECTIONS are all in use.
+_USER_CONNECTIONS = 1226
 
 
 def _password_source(cfg: SourceConfig) -> str:
@@ -51,6 +53,12 @@ def login_problem(cfg: SourceConfig, exc: pymysql.err.MySQLError) -> str:
         return (
             f"cannot log in to {where} as user `{cfg.user}`: the server does not allow this "
             f"user from this machine; create the user for this client host (e.g. '{cfg.user}'@'%')"
+        )
+    if code == _USER_CONNECTIONS:
+        return (
+            f"cannot connect to {where} as user `{cfg.user}`: {message}; the user holds as many "
+            "connections as it may at once (MAX_USER_CONNECTIONS): raise it, or stop what "
+            "else connects as this user (another run?); `tidemark doctor` says what a run holds"
         )
     if code == _TLS_REFUSED or "SSL" in message:
         return tls_problem(cfg, where, message)

@@ -112,6 +112,15 @@ CASES = [
         ),
         "the TLS certificate of the source 127.0.0.1:40307 failed the check source.tls asks for",
     ),
+    (  # a Spark read over the user's MAX_USER_CONNECTIONS (seen here, Connector/J 2.7)
+        RuntimeError(
+            "read of d.big chunks 0..3 failed: java.sql.SQLSyntaxErrorException: Could not "
+            "connect to address=(host=127.0.0.1)(port=47899)(type=master) : (conn=21) User 'tm' "
+            "has exceeded the 'max_user_connections' resource (current value: 3)"
+        ),
+        "the source user `tm` opened more connections than it may hold at once (3), "
+        "MAX_USER_CONNECTIONS",
+    ),
 ]
 
 
