@@ -14,7 +14,9 @@ import pytest
 from orchestrator.app.demo.localdb import LocalMariaDB
 from orchestrator.app.doctor import run_checks
 from orchestrator.config import load_config
+from orchestrator.errors import SourceNotReady
 from orchestrator.pipeline.read.local import LOCAL_ROWS
+from orchestrator.source.connection import Source
 from tests.conftest import assert_lake_equals_source, fresh_database, pipeline_config, write_config
 from tests.integration.test_resume import tidemark
 
@@ -69,3 +71,14 @@ def test_a_user_limited_to_fewer_connections_than_a_run_holds_is_named_with_the_
     mariadb.execute(f"UPDATE {DB}.t SET v = -v WHERE id % 100 = 0", f"DELETE FROM {DB}.nokey")
     assert tidemark(fixed).returncode == 0
     assert_lake_equals_source(fixed, mariadb, tables)
+
+    held = [mariadb.connect(user="tm_limited", password="pw") for _ in range(4)]
+    try:  # every connection the user may hold is taken: a run's first one is refused, saying so
+        with (
+            pytest.raises(SourceNotReady, match="holds as many connections as it may at once"),
+            Source(load_config(fixed).source, "pw") as source,
+        ):
+            source.query("SELECT 1")
+    finally:
+        for conn in held:
+            conn.close()
