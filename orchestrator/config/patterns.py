@@ -25,8 +25,6 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from orchestrator.config.sections import (
-    IDENTIFIER,
-    TABLE_NAME,
     Defaults,
     Reader,
     TableConfig,
@@ -34,13 +32,14 @@ from orchestrator.config.sections import (
     kind_name,
     positive,
     section_keys,
+    table_name_problem,
 )
 from orchestrator.errors import ConfigError
 
 #: Schemas of the server itself: a glob in the database part never matches them.
 SYSTEM_SCHEMAS = frozenset({"information_schema", "mysql", "performance_schema", "sys"})
 
-_PART = r"(?:[A-Za-z0-9_$*?]|\[!?[A-Za-z0-9_$-]+\])+"
+_PART = r"(?:[^.\[\]/\\]|\[!?[^\]/\\]+\])+"
 GLOB = re.compile(rf"^{_PART}\.{_PART}$")
 #: How many table names a message lists before it says "and N more".
 SHOWN = 8
@@ -305,13 +304,7 @@ def parse_tables(r: Reader, data: Any, defaults: Defaults) -> tuple[TableConfig,
             f"{key}.name",
             str,
             "",
-            lambda v: (
-                check_glob(v)
-                if is_glob(v)
-                else None
-                if TABLE_NAME.match(v)
-                else f"expected `database.table` (letters, digits, _ and $), found {v!r}"
-            ),
+            lambda v: check_glob(v) if is_glob(v) else table_name_problem(v),
         )
         if name and name in seen:
             r.problem(f"{key}.name", f"table {name} is listed twice")
@@ -323,7 +316,7 @@ def parse_tables(r: Reader, data: Any, defaults: Defaults) -> tuple[TableConfig,
         if chunk_key is not None and (
             not isinstance(chunk_key, list)
             or not chunk_key
-            or not all(isinstance(c, str) and IDENTIFIER.match(c) for c in chunk_key)
+            or not all(isinstance(c, str) and c.strip() for c in chunk_key)
         ):
             r.problem(
                 f"{key}.chunk_key",

@@ -37,7 +37,39 @@ def storage_uri(value: str) -> str | None:
     return None
 
 
-TABLE_NAME = re.compile(r"^[A-Za-z0-9_$]+\.[A-Za-z0-9_$]+$")
+def lake_safe(*parts: str) -> bool:
+    """Whether database and table names can be directories of the lake (``<output>/<database>/
+    <table>``): MySQL and MariaDB take ``..``, ``.`` and names with ``/`` too, which would name
+    the lake's root, the database's directory or one inside another table's.
+
+    >>> lake_safe("shop-prod", "order items"), lake_safe(".."), lake_safe("shop", "a/b")
+    (True, False, False)
+    """
+    return all(p not in (".", "..") and not any(c in p for c in "/\\\0") for p in parts)
+
+
+def table_name_problem(name: str) -> str | None:
+    """What is wrong with a table's name as the config gives it, or None: ``database.table``,
+    parted at the first dot, each part any name the server takes (``shop-prod.order-items``)
+    that `lake_safe` allows.
+
+    >>> table_name_problem("shop-prod.order items"), table_name_problem("shop.orders.v2")
+    (None, None)
+    >>> table_name_problem("orders")
+    "expected `database.table`, found 'orders'"
+    >>> print(table_name_problem("shop..."))
+    table `shop...`: `..` cannot be a directory of the lake; rename it at the source
+    """
+    database, dot, table = name.partition(".")
+    if not (database and dot and table) or name != name.strip():
+        return f"expected `database.table`, found {name!r}"
+    unsafe = [p for p in (database, table) if not lake_safe(p)]
+    if unsafe:
+        return (
+            f"table `{name}`: `{unsafe[0]}` cannot be a directory of the lake; rename it at the "
+            "source"
+        )
+    return None
 
 
 #: ``source.tls.mode``: how every connection to the source takes TLS, named as the MySQL

@@ -17,6 +17,7 @@ from typing import Any
 
 from orchestrator.config import PipelineConfig, TableConfig
 from orchestrator.config.patterns import SYSTEM_SCHEMAS, TableSet, expand, explicit_set, is_glob
+from orchestrator.config.sections import lake_safe
 from orchestrator.errors import SourceNotReady
 from orchestrator.positions import BinlogPosition
 from orchestrator.schema.tables import PERIOD_BY_TIME, ROWS_ELSEWHERE, VERSIONED, TableInfo
@@ -46,16 +47,29 @@ def folds_names(source: Source) -> bool:
     return value not in (None, "0")
 
 
+#: The tables `base_tables` left out for their names, said once a process.
+_left_out: set[str] = set()
+
+
 def base_tables(source: Source, entries: Sequence[TableConfig]) -> list[str]:
     """``database.table`` of every base table the pattern entries could match (one query: the
     databases they name, or every database but the server's own when a glob is in the database
     part), but a system-versioned table whose periods are transaction ids (one query each
     versioned table: docs/config.md, "Table patterns")."""
     rows = _base_tables(source, {t.name.partition(".")[0] for t in entries if t.pattern}, "")
+    unsafe = [f"{_text(d)}.{_text(t)}" for d, t, _ in rows if not lake_safe(_text(d), _text(t))]
+    if set(unsafe) - _left_out:  # once a process (a run lists them at preflight and planning)
+        _left_out.update(unsafe)
+        log.warning(
+            "patterns leave out %s: a name `.`, `..` or with `/` cannot be a directory of the "
+            "lake; rename the table at the source",
+            ", ".join(f"`{n}`" for n in unsafe),
+        )
     return [
         f"{_text(schema)}.{_text(name)}"
         for schema, name, kind in rows
-        if _text(kind) != VERSIONED or _by_time(source.period_end(_text(schema), _text(name)))
+        if lake_safe(_text(schema), _text(name))
+        and (_text(kind) != VERSIONED or _by_time(source.period_end(_text(schema), _text(name))))
     ]
 
 

@@ -7,6 +7,7 @@ published. Real MariaDB, local Spark; every published table compared with its so
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from orchestrator.app.plan import plan_command
 from orchestrator.app.run import run_command
 from orchestrator.app.status import status_command
 from orchestrator.config import PipelineConfig
+from orchestrator.errors import ConfigError
 from orchestrator.lake.manifest import read_manifest
 from orchestrator.pipeline.context import open_store, table_dir
 from orchestrator.pipeline.failed import TablesFailed
@@ -187,3 +189,65 @@ def test_a_pattern_takes_a_system_versioned_table_unless_versioned_by_transactio
     assert_lake_equals_source(config, mariadb, taken)
     assert read_manifest(table_dir(config, f"{db}.implicit"))["rows"] == 46
     assert not Path(table_dir(config, f"{db}.trx")).exists()
+
+
+def test_names_outside_letters_and_digits_are_taken_by_name_and_unsafe_ones_by_nothing(
+    mariadb: LocalMariaDB, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A database and tables whose names have a hyphen, a space, a dot or letters outside ASCII,
+    which the server takes, can be named in the config, and so can a ``chunk_key`` of columns
+    with spaces (validate refused every name outside ``[A-Za-z0-9_$]``, while a glob took
+    them): a snapshot and a change. A table named `..`
+    (or `.`, or with a `/`) would be the lake's root, or a directory inside another table's:
+    naming it is refused, and a pattern leaves it out, saying so."""
+    db = "tm-odd names"
+    mariadb.execute(f"DROP DATABASE IF EXISTS `{db}`", f"CREATE DATABASE `{db}`")
+    try:
+        mariadb.execute(
+            "CREATE TABLE `order-items` (id INT PRIMARY KEY, v INT)",
+            "INSERT INTO `order-items` SELECT seq, seq FROM seq_1_to_50",
+            "CREATE TABLE `my table.v2` (id INT PRIMARY KEY, v VARCHAR(5))",
+            "INSERT INTO `my table.v2` VALUES (1, 'a'), (2, 'b')",
+            "CREATE TABLE `Ünïcode` (id INT PRIMARY KEY)",
+            "INSERT INTO `Ünïcode` VALUES (1)",
+            "CREATE TABLE `line items` (`order id` INT NOT NULL, `line no` INT NOT NULL, v INT,"
+            " UNIQUE KEY (`order id`, `line no`))",
+            "INSERT INTO `line items` SELECT seq % 7, seq, seq FROM seq_1_to_30",
+            "CREATE TABLE `..` (id INT PRIMARY KEY)",
+            "CREATE TABLE `a/b` (id INT PRIMARY KEY)",
+            database=db,
+        )
+        named = [f"{db}.order-items", f"{db}.my table.v2", f"{db}.Ünïcode", f"{db}.line items"]
+        entries: list[dict[str, object]] = [{"name": n} for n in named[:3]]
+        entries.append({"name": named[3], "chunk_key": ["order id", "line no"]})
+        config = load_pipeline(tmp_path, mariadb, entries, name="odd")
+        run(config)
+        mariadb.execute(
+            "UPDATE `order-items` SET v = -v WHERE id < 10",
+            "DELETE FROM `my table.v2` WHERE id = 1",
+            "INSERT INTO `Ünïcode` VALUES (2)",
+            "UPDATE `line items` SET v = 0 WHERE `line no` < 5",
+            database=db,
+        )
+        run(config)
+        assert_lake_equals_source(config, mariadb, named)
+        assert (tmp_path / "lake" / db / "my table.v2" / "_tidemark" / "current.json").is_file()
+
+        (tmp_path / "bad").mkdir()
+        (tmp_path / "glob").mkdir()
+        with pytest.raises(ConfigError) as refused:
+            load_pipeline(tmp_path / "bad", mariadb, [{"name": f"{db}..."}], name="bad")
+        assert f"table `{db}...`: `..` cannot be a directory of the lake" in str(refused.value)
+        pattern = load_pipeline(
+            tmp_path / "glob",
+            mariadb,
+            [{"name": "tm-odd*.*", "exclude": ["*.line items"]}],
+            name="glob",
+        )
+        with caplog.at_level(logging.WARNING, logger="tidemark.planning"):
+            run(pattern)
+        assert caplog.text.count(f"patterns leave out `{db}.a/b`, `{db}...`: a name") == 1
+        assert_lake_equals_source(pattern, mariadb, named[:3])
+        assert not (tmp_path / "glob" / "lake" / db / "a").exists()
+    finally:
+        mariadb.execute(f"DROP DATABASE `{db}`")

@@ -114,7 +114,11 @@ BAD = [
         [("tables[0].name", "orders")],
         "tables[0].name: expected `database.table`",
     ),
-    ("table name with a space", [("tables[0].name", "shop.my orders")], "tables[0].name"),
+    (
+        "table name that cannot be a directory",
+        [("tables[0].name", "shop.a/b")],
+        "tables[0].name: table `shop.a/b`: `a/b` cannot be a directory of the lake",
+    ),
     (
         "duplicate table",
         [("tables[1]", {"name": "shop.orders"})],

@@ -60,7 +60,7 @@ def problems(tables: list[dict[str, Any]]) -> list[str]:
             "p.yaml: tables[0].name: expected `database.table` or a glob over both",
         ),
         (
-            [{"name": "crm.a;b*"}],
+            [{"name": "crm.a/b*"}],
             "p.yaml: tables[0].name: expected `database.table` or a glob over both",
         ),
         (
