@@ -107,6 +107,15 @@ def tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalMariaD
         server.destroy()
 
 
+#: Debian's MariaDB Connector/J 2.7, MariaDB's 4 and MySQL's, each read with in a process of its
+#: own (`tidemark`).
+EACH_DRIVER = pytest.mark.parametrize(
+    "jar",
+    [DEFAULT_JDBC_JAR, jar_path(MARIADB_CONNECTOR_J), jar_path(MYSQL_CONNECTOR_J)],
+    ids=["mariadb", "mariadb-4", "mysql"],
+)
+
+
 def _driver(jar: str) -> str:
     """A name for the driver in ``jar``, for a database of its own."""
     return {jar_path(MYSQL_CONNECTOR_J): "mysql", jar_path(MARIADB_CONNECTOR_J): "mariadb_4"}.get(
@@ -137,11 +146,7 @@ VALUES = (
 )
 
 
-@pytest.mark.parametrize(
-    "jar",
-    [DEFAULT_JDBC_JAR, jar_path(MARIADB_CONNECTOR_J), jar_path(MYSQL_CONNECTOR_J)],
-    ids=["mariadb", "mariadb-4", "mysql"],
-)
+@EACH_DRIVER
 def test_a_source_that_requires_tls_is_read_over_tls(
     tls_server: LocalMariaDB, tmp_path: Path, jar: str
 ) -> None:
@@ -202,11 +207,7 @@ def _checked_config(
     )
 
 
-@pytest.mark.parametrize(
-    "jar",
-    [DEFAULT_JDBC_JAR, jar_path(MARIADB_CONNECTOR_J), jar_path(MYSQL_CONNECTOR_J)],
-    ids=["mariadb", "mariadb-4", "mysql"],
-)
+@EACH_DRIVER
 def test_source_tls_verify_identity_checks_the_certificate_on_every_connection(
     tls_server: LocalMariaDB, tmp_path: Path, jar: str
 ) -> None:
