@@ -50,6 +50,7 @@ from orchestrator.source.kept import binlog_kept_checks
 from orchestrator.source.listing import Shapes, shapes_at, table_set, tables_info
 from orchestrator.source.retry import transient_retry
 from orchestrator.source.snapshot import SnapshotMethod, how_to_snapshot
+from orchestrator.source.tls import TLS_STATUS, tls_check
 
 # --------------------------------------------------------------------------- entry points
 
@@ -92,6 +93,7 @@ def _checks(
         checks.append(_retention(source, config.defaults.expected_run_hours))
         checks.append(_server_id(source, config.source.server_id))
         checks.append(connection_limit_check(config, source))
+        checks.append(tls_check(config.source, dict(source.query(TLS_STATUS))))
         checks += privilege_checks(source, selected)
         names = [t.name for t in selected]
         try:  # read after a position, so that the run's plan may use them (`Shapes`)

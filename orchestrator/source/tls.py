@@ -30,9 +30,10 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from orchestrator.config import TlsConfig
+from orchestrator.config import SourceConfig, TlsConfig
 from orchestrator.config.sections import TLS_VERIFYING
 from orchestrator.errors import ConfigError
+from orchestrator.source.check import Check
 from orchestrator.source.dialect import MARIADB_DRIVER, MYSQL_DRIVER
 
 #: Each driver's settings for TLS without a certificate check: MariaDB's Connector/J 2
@@ -88,6 +89,27 @@ def _context(mode: str, ca: str | None, _mtime: float) -> ssl.SSLContext:
     # that Python 3.13's strict flag asks of a CA.
     context.verify_flags &= ~ssl.VERIFY_X509_STRICT
     return context
+
+
+#: The session's TLS, for `tls_check`.
+TLS_STATUS = "SHOW SESSION STATUS WHERE Variable_name IN ('Ssl_version', 'Ssl_cipher')"
+
+
+def tls_check(config: SourceConfig, status: dict[str, str]) -> Check:
+    """`doctor`'s line of what the connection it made has: TLS and its version, and what
+    checked the certificate; ``status``: the session's ``Ssl_version`` and ``Ssl_cipher``. It
+    passes: a connection ``source.tls`` does not allow is refused before (`login`)."""
+    tls = config.tls
+    if not status.get("Ssl_cipher"):
+        why = "the server offers none" if tls.mode == "preferred" else "source.tls.mode disabled"
+        return Check("TLS", True, f"none: {why}; the connections are not encrypted")
+    if tls.mode in TLS_VERIFYING:
+        against = f"the CA file {tls.ca}" if tls.ca else "the system's CA certificates"
+        name = f", and names {config.host}" if tls.mode == "verify_identity" else ""
+        checked = f"its certificate checked against {against}{name}"
+    else:
+        checked = f"its certificate not checked (source.tls.mode {tls.mode})"
+    return Check("TLS", True, f"{status.get('Ssl_version')} ({status['Ssl_cipher']}), {checked}")
 
 
 def jdbc_settings(tls: TlsConfig, driver: str, offered: Callable[[], bool]) -> dict[str, str]:

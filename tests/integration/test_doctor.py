@@ -148,7 +148,7 @@ def test_select_only_user_fails_naming_the_privileges(
     out, err = capsys.readouterr()
     assert "FAIL  privilege REPLICATION SLAVE: 'tm_doc_select'@'%' lacks REPLICATION SLAVE" in out
     assert err.strip() == (
-        "tidemark: error: doctor: 2 of 31 checks failed: "  # the 31st: foreign-key cascades
+        "tidemark: error: doctor: 2 of 32 checks failed: "  # the 32nd: foreign-key cascades
         "privilege REPLICATION SLAVE, privilege REPLICATION CLIENT"
     )
 

@@ -24,8 +24,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from orchestrator.app.demo.localdb import GOOD_BINLOG, LocalMariaDB
+from orchestrator.app.doctor import run_checks
 from orchestrator.binlog.stream import binlog_end
-from orchestrator.config import DEFAULT_JDBC_JAR, SourceConfig, TlsConfig
+from orchestrator.config import DEFAULT_JDBC_JAR, PipelineConfig, SourceConfig, TlsConfig
 from orchestrator.errors import SourceNotReady
 from orchestrator.pipeline.read.local import LOCAL_ROWS
 from orchestrator.services.jars import MARIADB_CONNECTOR_J, MYSQL_CONNECTOR_J, jar_path
@@ -273,10 +274,18 @@ def test_source_tls_modes_refuse_a_connection_they_do_not_allow(
     connects by address (it does not check the name)."""
     assert not mariadb.execute("SHOW SESSION STATUS LIKE 'Ssl_cipher'")[0][1], "TLS here"
 
-    def source(server: LocalMariaDB, **tls: str) -> SourceConfig:
+    def pipeline(server: LocalMariaDB, **tls: str) -> PipelineConfig:
         return load_pipeline(
             tmp_path, server, [{"name": "a.b"}], source={**server.source_config(), "tls": tls}
-        ).source
+        )
+
+    def source(server: LocalMariaDB, **tls: str) -> SourceConfig:
+        return pipeline(server, **tls).source
+
+    def tls_line(config: PipelineConfig) -> str:
+        (line,) = [c for c in run_checks(config) if c.name == "TLS"]
+        assert line.ok
+        return line.detail
 
     def refusal(config: SourceConfig) -> tuple[str, str]:
         with pytest.raises(SourceNotReady) as by_source, Source(config, "") as connection:
@@ -301,3 +310,7 @@ def test_source_tls_modes_refuse_a_connection_they_do_not_allow(
     with Source(checked, "") as connection:
         assert connection.query("SHOW SESSION STATUS LIKE 'Ssl_cipher'")[0][1]
     assert binlog_end(checked, "", 5)[1] > 0
+    said = tls_line(pipeline(tls_server, mode="verify_ca", ca=_ca(tls_server)))  # doctor's line
+    assert said.startswith("TLSv1.") and f"checked against the CA file {_ca(tls_server)}" in said
+    assert "not checked (source.tls.mode preferred)" in tls_line(pipeline(tls_server))
+    assert tls_line(pipeline(mariadb)).startswith("none: the server offers none")
