@@ -454,11 +454,14 @@ class Source:
 
 
 def _session_settings(cfg: SourceConfig, version: str) -> tuple[str, tuple[object, ...]]:
-    """The ``SET`` of each source session: its time zone, `SESSION_SQL_MODE`, and no statement
-    time limit (`Dialect.statement_limit`)."""
-    limit = Dialect.from_version(version).statement_limit
-    unlimited = f", {limit} = 0" if limit else ""
-    return f"SET time_zone = %s, sql_mode = %s{unlimited}", (cfg.time_zone, SESSION_SQL_MODE)
+    """The ``SET`` of each source session: its time zone, `SESSION_SQL_MODE`, REPEATABLE READ
+    (`Dialect.isolation`) and no statement time limit (`Dialect.statement_limit`)."""
+    dialect = Dialect.from_version(version)
+    limit = f", {dialect.statement_limit} = 0" if dialect.statement_limit else ""
+    return (
+        f"SET time_zone = %s, sql_mode = %s, {dialect.isolation} = 'REPEATABLE-READ'{limit}",
+        (cfg.time_zone, SESSION_SQL_MODE),
+    )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

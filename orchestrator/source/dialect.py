@@ -75,6 +75,20 @@ class Dialect:
         return "SHOW MASTER STATUS"
 
     @property
+    def isolation(self) -> str:
+        """The session variable of the transaction isolation level: ``tx_isolation`` on MariaDB
+        before 11.1 and MySQL before 5.7.20, ``transaction_isolation`` since (MySQL 8 has only
+        it). Tidemark's sessions set it to REPEATABLE-READ, the server's default: a global READ
+        UNCOMMITTED read rows a transaction then rolled back into the lake, READ COMMITTED takes
+        no consistent snapshot (`orchestrator.source.snapshot`).
+
+        >>> Dialect("mariadb", (10, 11, 6)).isolation, Dialect("mysql", (8, 0, 36)).isolation
+        ('tx_isolation', 'transaction_isolation')
+        """
+        newer = (11, 1) if self.flavor == "mariadb" else (5, 7, 20)
+        return "transaction_isolation" if self.version >= newer else "tx_isolation"
+
+    @property
     def statement_limit(self) -> str | None:
         """The session variable that bounds a statement's time: MariaDB's ``max_statement_time``
         (any statement), MySQL's ``max_execution_time`` (a SELECT; from 5.7.8); None before.

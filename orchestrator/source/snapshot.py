@@ -37,7 +37,18 @@ from orchestrator.source.connection import Source
 SnapshotMethod = Literal["snapshot", "quiet", "lock"]
 
 START = "START TRANSACTION WITH CONSISTENT SNAPSHOT"
+#: Asked before `START`: only REPEATABLE READ takes the snapshot. A server (or user) whose
+#: transactions read committed rows (``transaction_isolation`` READ-COMMITTED) ignores ``WITH
+#: CONSISTENT SNAPSHOT``, and a write committed after the snapshot's position but before the
+#: read was read, then applied again from the binlog: a row counted twice.
+REPEATABLE = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"
 _STATUS = "SHOW STATUS LIKE 'binlog_snapshot_%'"
+
+
+def _start(source: Source) -> None:
+    """Begin the snapshot's transaction, REPEATABLE READ whatever the session's default."""
+    source.query(REPEATABLE)
+    source.query(START)
 
 
 def _snapshot_status(source: Source) -> tuple[str, int] | None:
@@ -86,7 +97,7 @@ def begin_snapshot(source: Source) -> BinlogPosition:
         RuntimeError: the server gives no snapshot position (use `how_to_snapshot` first).
     """
     connections = _connected(source)
-    source.query(START)
+    _start(source)
     found = _snapshot_status(source)
     if found is None:
         raise RuntimeError(f"{source.address} gives no binlog_snapshot_position")
@@ -109,7 +120,7 @@ def begin_window(source: Source, margin: float) -> tuple[BinlogPosition, BinlogP
     connections = _connected(source)
     low = source.current_position()
     time.sleep(margin)
-    source.query(START)
+    _start(source)
     high = source.current_position()
     _began(source, connections)
     return low, high
@@ -122,7 +133,7 @@ def begin_locked(source: Source, locker: Source, table: str) -> BinlogPosition:
     connections = _connected(source)
     locker.query(f"LOCK TABLES {quote_table(table)} READ")
     try:
-        source.query(START)
+        _start(source)
         position = source.current_position()
     finally:
         locker.query("UNLOCK TABLES")

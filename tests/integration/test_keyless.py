@@ -32,9 +32,16 @@ from orchestrator.lake import layout
 from orchestrator.pipeline.context import table_dir
 from orchestrator.pipeline.failed import TablesFailed
 from orchestrator.pipeline.read import keyless as keyless_read
+from orchestrator.pipeline.read.local import LOCAL_ROWS
 from orchestrator.schema.tables import ColumnInfo
 from orchestrator.source.connection import Source
-from tests.conftest import fresh_database, pipeline_config, start_run, write_config
+from tests.conftest import (
+    assert_lake_equals_source,
+    fresh_database,
+    pipeline_config,
+    start_run,
+    write_config,
+)
 from tests.iceberg_readers import pyiceberg_table
 
 pytestmark = pytest.mark.integration
@@ -516,3 +523,84 @@ def test_an_empty_table_then_rows(mariadb: LocalMariaDB, tmp_path: Path) -> None
     assert _run(config) == 0
     _assert_same(config, name)
     assert _manifest(config, name)["rows"] == 1
+
+
+def test_a_server_reading_committed_rows_still_gives_the_snapshot_its_position(
+    mariadb: LocalMariaDB, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server whose transactions read committed rows (``transaction_isolation`` READ-COMMITTED,
+    a common setting against gap locks): ``START TRANSACTION WITH CONSISTENT SNAPSHOT`` takes no
+    snapshot there, only REPEATABLE READ does, so a write committed after the snapshot's binlog
+    position and before the read was read, then applied again from the binlog: a row twice in
+    the lake, with exit 0. The snapshot's transaction now asks for REPEATABLE READ. The write
+    comes right after the snapshot begins (`begin_snapshot`)."""
+    db = "keyless_read_committed"
+    config = _pipeline(mariadb, tmp_path, db)
+    name = f"{db}.log"
+    began = keyless_read.begin_snapshot
+
+    def then_a_write(source: Source) -> Any:
+        position = began(source)
+        mariadb.execute(f"INSERT INTO {name} (a, b) VALUES (-1, 'after')")
+        return position
+
+    monkeypatch.setattr(keyless_read, "begin_snapshot", then_a_write)
+    mariadb.execute("SET GLOBAL TRANSACTION ISOLATION LEVEL READ COMMITTED")
+    try:
+        assert _run(config) == 0
+        monkeypatch.setattr(keyless_read, "begin_snapshot", began)
+        assert _run(config) == 0
+    finally:
+        mariadb.execute("SET GLOBAL TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+    _assert_same(config, name)
+    assert _lake(config, name)[(-1, "after", None, None, None)] == 1
+
+
+def test_rows_a_transaction_has_not_committed_are_never_read(
+    mariadb: LocalMariaDB, tmp_path: Path
+) -> None:
+    """A server whose transactions read uncommitted rows (``transaction_isolation``
+    READ-UNCOMMITTED): the snapshot's reads, by Spark and by the driver, took a row another
+    transaction had written and then rolled back, which no binlog event ever took out: a row in
+    the lake the source never had, with exit 0. Tidemark's sessions read REPEATABLE READ."""
+    db = "read_uncommitted"
+    fresh_database(
+        mariadb,
+        db,
+        f"CREATE TABLE {db}.big (id INT PRIMARY KEY, v INT)",
+        f"INSERT INTO {db}.big SELECT seq, seq FROM seq_1_to_{LOCAL_ROWS + 1000}",
+        f"CREATE TABLE {db}.small (id INT PRIMARY KEY, v INT)",
+        f"INSERT INTO {db}.small VALUES (1, 1)",
+        f"ANALYZE TABLE {db}.big",
+        LOG.format(db=db),
+        FILL.format(db=db),
+    )
+    tables = [f"{db}.big", f"{db}.small", f"{db}.log"]
+    config = load_config(
+        write_config(
+            tmp_path / "p.yaml",
+            pipeline_config(
+                tmp_path,
+                mariadb,
+                [{"name": t} for t in tables],
+                name=db,
+                defaults={"chunk_size": 20000, "batch_chunks": 2, "read_margin_seconds": 0.0},
+            ),
+        )
+    )
+    writer = mariadb.connect()
+    mariadb.execute("SET GLOBAL TRANSACTION ISOLATION LEVEL READ UNCOMMITTED")
+    try:
+        with writer.cursor() as cur:
+            cur.execute("BEGIN")
+            cur.execute(f"INSERT INTO {db}.big VALUES (-1, -1)")
+            cur.execute(f"INSERT INTO {db}.small VALUES (-1, -1)")
+            cur.execute(f"INSERT INTO {db}.log (a, b) VALUES (-1, 'uncommitted')")
+        assert _run(config) == 0
+        writer.rollback()
+        assert _run(config) == 0
+    finally:
+        mariadb.execute("SET GLOBAL TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        writer.close()
+    assert_lake_equals_source(config, mariadb, tables[:2])
+    _assert_same(config, tables[2])

@@ -207,7 +207,8 @@ def jdbc_url(config: PipelineConfig, driver: str) -> str:
     ``sql_mode``, as text rather than with server-side prepared statements, and a paused server
     hung the handshake for good (``socketTimeout``, tests/integration/test_hangs.py). The
     session variables: `SESSION_SQL_MODE` (the predicates' literals read as written),
-    ``net_write_timeout``, and no statement time limit (`Dialect.statement_limit`: a chunk's
+    ``net_write_timeout``, REPEATABLE READ (`Dialect.isolation`: never rows a transaction
+    has not committed), and no statement time limit (`Dialect.statement_limit`: a chunk's
     statement is bounded by ``queryTimeout`` instead). ``jdbc:mysql:`` picks Spark's MySQL
     dialect (backquoted names); MariaDB's Connector/J 3 and later take that scheme only beside
     ``permitMysqlScheme`` (they read no chunk without it: "could not open a JDBC
@@ -218,7 +219,8 @@ def jdbc_url(config: PipelineConfig, driver: str) -> str:
     """
     src = config.source
     session = reads_session(config)
-    unlimited = f",{session.dialect.statement_limit}=0" if session.dialect.statement_limit else ""
+    dialect = session.dialect
+    unlimited = f",{dialect.statement_limit}=0" if dialect.statement_limit else ""
     if not TIME_ZONE.fullmatch(src.time_zone):  # checked by validate too
         raise ConfigError(
             f"source.time_zone: expected an offset like +00:00 or a zone name, "
@@ -229,7 +231,8 @@ def jdbc_url(config: PipelineConfig, driver: str) -> str:
         "connectTimeout": str(src.connect_timeout * 1000),
         "sessionVariables": (
             f"time_zone='{src.time_zone}',sql_mode='{SESSION_SQL_MODE}',"
-            f"net_write_timeout={NET_WRITE_TIMEOUT}{unlimited}"
+            f"net_write_timeout={NET_WRITE_TIMEOUT},{dialect.isolation}='REPEATABLE-READ'"
+            f"{unlimited}"
         ),
         "tinyInt1isBit": "false",
         "yearIsDateType": "false",
