@@ -194,6 +194,14 @@ def driver_class(jar: str) -> str:
     raise RunFailed(f"source.jdbc_driver_jar: {jar} holds neither MariaDB nor MySQL Connector/J")
 
 
+#: The reads' character sets, in ``sessionVariables``: each driver asks for utf8mb4 in its
+#: handshake, but a server's ``init_connect`` runs after it (``SET NAMES utf8``, a classic of
+#: my.cnf files), and a 4-byte character was then read as ``?``.
+UTF8MB4 = ",".join(
+    f"character_set_{part}='utf8mb4'" for part in ("client", "connection", "results")
+)
+
+
 def jdbc_url(config: PipelineConfig, driver: str) -> str:
     """``jdbc:mysql://host:port/?<Connector/J settings>`` plus the config's ``jdbc_url_params``;
     never a credential. TLS as ``source.tls`` says (`orchestrator.source.tls.jdbc_settings`): in
@@ -208,7 +216,7 @@ def jdbc_url(config: PipelineConfig, driver: str) -> str:
     hung the handshake for good (``socketTimeout``, tests/integration/test_hangs.py). The
     session variables: `SESSION_SQL_MODE` (the predicates' literals read as written),
     ``net_write_timeout``, REPEATABLE READ (`Dialect.isolation`: never rows a transaction
-    has not committed), and no statement time limit (`Dialect.statement_limit`: a chunk's
+    has not committed), `UTF8MB4`, and no statement time limit (`Dialect.statement_limit`: a chunk's
     statement is bounded by ``queryTimeout`` instead). ``jdbc:mysql:`` picks Spark's MySQL
     dialect (backquoted names); MariaDB's Connector/J 3 and later take that scheme only beside
     ``permitMysqlScheme`` (they read no chunk without it: "could not open a JDBC
@@ -232,7 +240,7 @@ def jdbc_url(config: PipelineConfig, driver: str) -> str:
         "sessionVariables": (
             f"time_zone='{src.time_zone}',sql_mode='{SESSION_SQL_MODE}',"
             f"net_write_timeout={NET_WRITE_TIMEOUT},{dialect.isolation}='REPEATABLE-READ'"
-            f"{unlimited}"
+            f"{unlimited},{UTF8MB4}"
         ),
         "tinyInt1isBit": "false",
         "yearIsDateType": "false",
