@@ -21,7 +21,7 @@ from typing import Any
 import pymysql
 import tenacity
 
-from chunking.mysql import SESSION_SQL_MODE
+from chunking.mysql import SESSION_SQL_MODE, UNBOUNDED_SELECTS
 from orchestrator.config import PipelineConfig, SourceConfig
 from orchestrator.errors import RunFailed, SourceNotReady, source_timeout
 from orchestrator.positions import BinlogPosition, ServerIdentity
@@ -455,11 +455,14 @@ class Source:
 
 def _session_settings(cfg: SourceConfig, version: str) -> tuple[str, tuple[object, ...]]:
     """The ``SET`` of each source session: its time zone, `SESSION_SQL_MODE`, REPEATABLE READ
-    (`Dialect.isolation`) and no statement time limit (`Dialect.statement_limit`)."""
+    (`Dialect.isolation`), no statement time limit (`Dialect.statement_limit`) and
+    `UNBOUNDED_SELECTS`."""
     dialect = Dialect.from_version(version)
     limit = f", {dialect.statement_limit} = 0" if dialect.statement_limit else ""
+    unbounded = "".join(f", {k} = {v}" for k, v in UNBOUNDED_SELECTS.items())
     return (
-        f"SET time_zone = %s, sql_mode = %s, {dialect.isolation} = 'REPEATABLE-READ'{limit}",
+        f"SET time_zone = %s, sql_mode = %s, {dialect.isolation} = 'REPEATABLE-READ'{limit}"
+        f"{unbounded}",
         (cfg.time_zone, SESSION_SQL_MODE),
     )
 

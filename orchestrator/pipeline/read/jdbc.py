@@ -43,7 +43,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from chunking.mysql import SESSION_SQL_MODE
+from chunking.mysql import SESSION_SQL_MODE, UNBOUNDED_SELECTS
 from orchestrator.config import TIME_ZONE, PipelineConfig
 from orchestrator.errors import ConfigError, RunFailed, TransientReadError, source_timeout
 from orchestrator.lake import iceberg, storage
@@ -202,6 +202,9 @@ UTF8MB4 = ",".join(
 )
 
 
+UNBOUNDED = ",".join(f"{k}={v}" for k, v in UNBOUNDED_SELECTS.items())
+
+
 def jdbc_url(config: PipelineConfig, driver: str) -> str:
     """``jdbc:mysql://host:port/?<Connector/J settings>`` plus the config's ``jdbc_url_params``;
     never a credential. TLS as ``source.tls`` says (`orchestrator.source.tls.jdbc_settings`): in
@@ -216,8 +219,9 @@ def jdbc_url(config: PipelineConfig, driver: str) -> str:
     hung the handshake for good (``socketTimeout``, tests/integration/test_hangs.py). The
     session variables: `SESSION_SQL_MODE` (the predicates' literals read as written),
     ``net_write_timeout``, REPEATABLE READ (`Dialect.isolation`: never rows a transaction
-    has not committed), `UTF8MB4`, and no statement time limit (`Dialect.statement_limit`: a chunk's
-    statement is bounded by ``queryTimeout`` instead). ``jdbc:mysql:`` picks Spark's MySQL
+    has not committed), `UTF8MB4`, `UNBOUNDED_SELECTS`, and no statement time limit
+    (`Dialect.statement_limit`: a chunk's statement is bounded by ``queryTimeout`` instead).
+    ``jdbc:mysql:`` picks Spark's MySQL
     dialect (backquoted names); MariaDB's Connector/J 3 and later take that scheme only beside
     ``permitMysqlScheme`` (they read no chunk without it: "could not open a JDBC
     connection"), which version 2 ignores. MariaDB's driver streams whenever a fetch size is
@@ -240,7 +244,7 @@ def jdbc_url(config: PipelineConfig, driver: str) -> str:
         "sessionVariables": (
             f"time_zone='{src.time_zone}',sql_mode='{SESSION_SQL_MODE}',"
             f"net_write_timeout={NET_WRITE_TIMEOUT},{dialect.isolation}='REPEATABLE-READ'"
-            f"{unlimited},{UTF8MB4}"
+            f"{unlimited},{UTF8MB4},{UNBOUNDED}"
         ),
         "tinyInt1isBit": "false",
         "yearIsDateType": "false",
