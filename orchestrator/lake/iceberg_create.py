@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -296,21 +296,29 @@ def known(catalog: Catalog, identifiers: Sequence[str]) -> set[str] | None:
     """Which of ``identifiers`` the catalog has a table (or view) of, in one query a namespace;
     None for a catalog other than SQL (each table is then looked up by loading it). Listing a
     namespace instead would read every name of it for each group of a publish."""
+    rows = catalog_rows(catalog, identifiers)
+    return None if rows is None else set(rows)
+
+
+def catalog_rows(catalog: Catalog, identifiers: Iterable[str]) -> dict[str, str | None] | None:
+    """The metadata location a SQL catalog's row holds for each of ``identifiers`` it has (one
+    query a namespace, no table loaded); None for a catalog other than SQL."""
     if not isinstance(catalog, SqlCatalog):
         return None
-    by_namespace: dict[str, list[str]] = {}
+    by_namespace: dict[str, dict[str, str]] = {}
     for identifier in identifiers:
         namespace, name = _split(identifier)
-        by_namespace.setdefault(namespace, []).append(name)
-    found: set[str] = set()
+        by_namespace.setdefault(namespace, {})[name] = identifier
+    found: dict[str, str | None] = {}
     with Session(catalog.engine) as session:
         for namespace, names in by_namespace.items():
-            query = select(IcebergTables.table_name).where(
+            query = select(IcebergTables.table_name, IcebergTables.metadata_location).where(
                 IcebergTables.catalog_name == catalog.name,
                 IcebergTables.table_namespace == namespace,
-                IcebergTables.table_name.in_(names),
+                IcebergTables.table_name.in_(list(names)),
             )
-            found.update(f"{namespace}.{name}" for name in session.scalars(query))
+            for name, metadata in session.execute(query).tuples():
+                found[names[name]] = metadata
     return found
 
 

@@ -14,13 +14,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from pyiceberg.catalog import Catalog
-from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
 from pyiceberg.table import Table
-from sqlalchemy import select
-from sqlalchemy.orm import Session
 
 from orchestrator.errors import RunFailed
 from orchestrator.lake import storage
+from orchestrator.lake.iceberg_create import catalog_rows
 
 
 def place(uri: str) -> str:
@@ -64,25 +62,15 @@ def elsewhere(catalog: Catalog, tdirs: Mapping[str, str]) -> dict[str, str] | No
     another location, with the metadata file it names: what `check_owned` would fail at
     publish, found before any read (doctor). One query a namespace of a SQL catalog's rows, no
     table loaded; None for another catalog (publish checks each table it loads)."""
-    if not isinstance(catalog, SqlCatalog):
+    rows = catalog_rows(catalog, tdirs)
+    if rows is None:
         return None
-    by_namespace: dict[str, dict[str, str]] = {}
-    for identifier, tdir in tdirs.items():
-        namespace, _, name = identifier.partition(".")
-        by_namespace.setdefault(namespace, {})[name] = tdir
-    found: dict[str, str] = {}
-    with Session(catalog.engine) as session:
-        for namespace, names in by_namespace.items():
-            query = select(IcebergTables.table_name, IcebergTables.metadata_location).where(
-                IcebergTables.catalog_name == catalog.name,
-                IcebergTables.table_namespace == namespace,
-                IcebergTables.table_name.in_(list(names)),
-            )
-            for name, metadata in session.execute(query).tuples():
-                mine = place(_uri(names[name])) + "/"
-                if metadata is not None and not place(metadata).startswith(mine):
-                    found[f"{namespace}.{name}"] = metadata
-    return found
+    return {
+        identifier: metadata
+        for identifier, metadata in rows.items()
+        if metadata is not None
+        and not place(metadata).startswith(place(_uri(tdirs[identifier])) + "/")
+    }
 
 
 def _uri(tdir: str) -> str:
