@@ -161,6 +161,26 @@ def pipeline_config(
     return config
 
 
+def chunked_config(
+    tmp_path: Path,
+    server: LocalMariaDB,
+    tables: Iterable[str],
+    name: str = "test",
+    **overrides: Any,
+) -> Path:
+    """`pipeline_config` of the tables named ``tables``, written to ``tmp_path/p.yaml``, in
+    chunks of 20,000 rows two to a batch with no read margin: a table of more rows than a
+    run reads through the driver (``LOCAL_ROWS``) is read by Spark in a few chunks.
+    ``overrides`` go to `pipeline_config` (``source=``, or other ``defaults=``)."""
+    overrides.setdefault(
+        "defaults", {"chunk_size": 20000, "batch_chunks": 2, "read_margin_seconds": 0.0}
+    )
+    return write_config(
+        tmp_path / "p.yaml",
+        pipeline_config(tmp_path, server, [{"name": t} for t in tables], name, **overrides),
+    )
+
+
 def assert_lake_equals_source(
     config: PipelineConfig | Path, server: LocalMariaDB, tables: Iterable[str]
 ) -> None:

@@ -14,7 +14,7 @@ The run's own connections (pymysql: the source, the binlog) get an ``ssl.SSLCont
 once a process (`pymysql_settings`); given a context, pymysql refuses a server that offers no
 TLS. The Spark reads get each driver's settings (`jdbc_settings`): MariaDB's Connector/J 2
 (``useSsl``, ``trustServerCertificate``, ``serverSslCert``, ``disableSslHostnameVerification``)
-and 3 (``sslMode``) at once, each ignoring the other's; MySQL's ``sslMode``, with the CA in
+and 3 and 4 (``sslMode``) at once, each ignoring the other's; MySQL's ``sslMode``, with the CA in
 a trust store of its own (`_trust_store`): it reads no PEM file.
 """
 
@@ -37,7 +37,7 @@ from orchestrator.source.check import Check
 from orchestrator.source.dialect import MARIADB_DRIVER, MYSQL_DRIVER
 
 #: Each driver's settings for TLS without a certificate check: MariaDB's Connector/J 2
-#: (``useSsl``, ``trustServerCertificate``) and 3 (``sslMode``), MySQL's.
+#: (``useSsl``, ``trustServerCertificate``) and 3 and 4 (``sslMode``), MySQL's.
 _UNCHECKED = {
     MARIADB_DRIVER: {"useSsl": "true", "trustServerCertificate": "true", "sslMode": "trust"},
     MYSQL_DRIVER: {"sslMode": "REQUIRED"},

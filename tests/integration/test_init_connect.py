@@ -14,7 +14,7 @@ from orchestrator.app.demo.localdb import LocalMariaDB
 from orchestrator.config import DEFAULT_JDBC_JAR
 from orchestrator.pipeline.read.local import LOCAL_ROWS
 from orchestrator.services.jars import MYSQL_CONNECTOR_J, jar_path
-from tests.conftest import assert_lake_equals_source, fresh_database, pipeline_config, write_config
+from tests.conftest import assert_lake_equals_source, chunked_config, fresh_database
 from tests.integration.test_resume import tidemark
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -42,17 +42,7 @@ def test_an_init_connect_setting_names_does_not_change_what_is_read(
     )
     tables = [f"{db}.big", f"{db}.small"]
     source = {**mariadb.source_config(user="tm_plain", password="pw"), "jdbc_driver_jar": jar}
-    config = write_config(
-        tmp_path / "p.yaml",
-        pipeline_config(
-            tmp_path,
-            mariadb,
-            [{"name": t} for t in tables],
-            name=db,
-            source=source,
-            defaults={"chunk_size": 20000, "batch_chunks": 2, "read_margin_seconds": 0.0},
-        ),
-    )
+    config = chunked_config(tmp_path, mariadb, tables, name=db, source=source)
     mariadb.execute("SET GLOBAL init_connect = 'SET NAMES utf8'")
     try:
         snapshot = tidemark(config)

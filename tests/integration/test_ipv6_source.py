@@ -14,7 +14,7 @@ import pytest
 
 from orchestrator.app.demo.localdb import GOOD_BINLOG, LocalMariaDB
 from orchestrator.pipeline.read.local import LOCAL_ROWS
-from tests.conftest import assert_lake_equals_source, pipeline_config, write_config
+from tests.conftest import assert_lake_equals_source, chunked_config
 from tests.integration.test_resume import tidemark
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -46,16 +46,7 @@ def test_a_source_at_an_ipv6_address_is_read_by_spark_and_kept(
     )
     tables = ["v6.big", "v6.small"]
     source = {**dual_stack.source_config(), "host": "[::1]", "user": "tm", "password": "pw"}
-    config = write_config(
-        tmp_path / "p.yaml",
-        pipeline_config(
-            tmp_path,
-            dual_stack,
-            [{"name": t} for t in tables],
-            source=source,
-            defaults={"chunk_size": 20000, "batch_chunks": 2, "read_margin_seconds": 0.0},
-        ),
-    )
+    config = chunked_config(tmp_path, dual_stack, tables, source=source)
 
     snapshot = tidemark(config)
     assert snapshot.returncode == 0, snapshot.stderr[-3000:]

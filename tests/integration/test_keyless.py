@@ -37,6 +37,7 @@ from orchestrator.schema.tables import ColumnInfo
 from orchestrator.source.connection import Source
 from tests.conftest import (
     assert_lake_equals_source,
+    chunked_config,
     fresh_database,
     pipeline_config,
     start_run,
@@ -576,18 +577,7 @@ def test_rows_a_transaction_has_not_committed_are_never_read(
         FILL.format(db=db),
     )
     tables = [f"{db}.big", f"{db}.small", f"{db}.log"]
-    config = load_config(
-        write_config(
-            tmp_path / "p.yaml",
-            pipeline_config(
-                tmp_path,
-                mariadb,
-                [{"name": t} for t in tables],
-                name=db,
-                defaults={"chunk_size": 20000, "batch_chunks": 2, "read_margin_seconds": 0.0},
-            ),
-        )
-    )
+    config = load_config(chunked_config(tmp_path, mariadb, tables, name=db))
     writer = mariadb.connect()
     mariadb.execute("SET GLOBAL TRANSACTION ISOLATION LEVEL READ UNCOMMITTED")
     try:

@@ -18,13 +18,19 @@ from orchestrator.app.demo.localdb import LocalMariaDB, free_port
 from orchestrator.app.run import run_command
 from orchestrator.binlog.failover import Follower, continues_at
 from orchestrator.binlog.gtid import parse_mariadb, same_set
-from orchestrator.config import SourceConfig
+from orchestrator.config import SourceConfig, load_config
 from orchestrator.errors import RunFailed, SourceNotReady
 from orchestrator.pipeline.read.local import LOCAL_ROWS
 from orchestrator.positions import BinlogPosition
 from orchestrator.source.connection import Source
 from orchestrator.source.retry import is_transient, transient_retry
-from tests.conftest import HAVE_MARIADB, assert_lake_equals_source, fresh_database, load_pipeline
+from tests.conftest import (
+    HAVE_MARIADB,
+    assert_lake_equals_source,
+    chunked_config,
+    fresh_database,
+    load_pipeline,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -572,13 +578,14 @@ def test_a_user_of_mariadbs_ed25519_plugin_logs_in_everywhere(
             )
     finally:
         conn.close()
-    config = load_pipeline(
-        tmp_path,
-        mariadb,
-        [{"name": f"{database}.t"}],
-        name="ed25519",
-        source=mariadb.source_config(user="tm_ed", password=secret),
-        defaults={"chunk_size": 20000, "batch_chunks": 2, "read_margin_seconds": 0.0},
+    config = load_config(
+        chunked_config(
+            tmp_path,
+            mariadb,
+            [f"{database}.t"],
+            "ed25519",
+            source=mariadb.source_config(user="tm_ed", password=secret),
+        )
     )
 
     def run() -> int:

@@ -18,7 +18,7 @@ from orchestrator.config import load_config
 from orchestrator.pipeline.read.local import LOCAL_ROWS
 from orchestrator.services.jars import MYSQL_CONNECTOR_J, jar_path
 from orchestrator.source.connection import Source
-from tests.conftest import assert_lake_equals_source, fresh_database, pipeline_config, write_config
+from tests.conftest import assert_lake_equals_source, chunked_config, fresh_database
 from tests.iceberg_readers import pyiceberg_table
 from tests.integration.test_resume import tidemark
 
@@ -48,16 +48,13 @@ def test_reads_longer_than_the_servers_statement_limit_complete(
     finally:
         timed.close()
     tables = [f"{DB}.keyed", f"{DB}.keyless"]
-    config = write_config(
-        tmp_path / "p.yaml",
-        pipeline_config(
-            tmp_path,
-            mariadb,
-            [{"name": t} for t in tables],
-            name=DB,
-            source={**mariadb.source_config(), "jdbc_driver_jar": jar_path(MYSQL_CONNECTOR_J)},
-            defaults={"chunk_size": 150000, "batch_chunks": 2, "read_margin_seconds": 0.0},
-        ),
+    config = chunked_config(
+        tmp_path,
+        mariadb,
+        tables,
+        DB,
+        source={**mariadb.source_config(), "jdbc_driver_jar": jar_path(MYSQL_CONNECTOR_J)},
+        defaults={"chunk_size": 150000, "batch_chunks": 2, "read_margin_seconds": 0.0},
     )
 
     def run_limited() -> None:
@@ -96,16 +93,7 @@ def test_a_global_select_limit_or_join_size_does_not_cut_or_refuse_reads(
         f"ANALYZE TABLE {db}.keyed",
     )
     tables = [f"{db}.keyed", f"{db}.small", f"{db}.keyless"]
-    config = write_config(
-        tmp_path / "p.yaml",
-        pipeline_config(
-            tmp_path,
-            mariadb,
-            [{"name": t} for t in tables],
-            name=db,
-            defaults={"chunk_size": 20000, "batch_chunks": 2, "read_margin_seconds": 0.0},
-        ),
-    )
+    config = chunked_config(tmp_path, mariadb, tables, name=db)
 
     def run_limited(variable: str) -> None:
         mariadb.execute(f"SET GLOBAL {variable} = 1000")

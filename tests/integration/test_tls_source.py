@@ -33,7 +33,7 @@ from orchestrator.services.jars import MARIADB_CONNECTOR_J, MYSQL_CONNECTOR_J, j
 from orchestrator.source.connection import Source
 from orchestrator.source.dialect import MYSQL_DRIVER
 from orchestrator.source.tls import jdbc_settings
-from tests.conftest import assert_lake_equals_source, load_pipeline, pipeline_config, write_config
+from tests.conftest import assert_lake_equals_source, chunked_config, load_pipeline
 from tests.integration.test_resume import tidemark
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -167,17 +167,7 @@ def test_a_source_that_requires_tls_is_read_over_tls(
     )
     tables = [f"{db}.big", f"{db}.small"]
     source = {**tls_server.source_config(), "jdbc_driver_jar": jar, "time_zone": "+02:00"}
-    config = write_config(
-        tmp_path / "p.yaml",
-        pipeline_config(
-            tmp_path,
-            tls_server,
-            [{"name": t} for t in tables],
-            name=db,
-            source=source,
-            defaults={"chunk_size": 20000, "batch_chunks": 2, "read_margin_seconds": 0.0},
-        ),
-    )
+    config = chunked_config(tmp_path, tls_server, tables, name=db, source=source)
 
     snapshot = tidemark(config)
     assert snapshot.returncode == 0, snapshot.stderr[-3000:]
@@ -195,16 +185,12 @@ def test_a_source_that_requires_tls_is_read_over_tls(
 def _checked_config(
     path: Path, server: LocalMariaDB, db: str, jar: str, host: str, **source: Any
 ) -> Path:
-    return write_config(
-        path / "p.yaml",
-        pipeline_config(
-            path,
-            server,
-            [{"name": f"{db}.big"}, {"name": f"{db}.small"}],
-            name=db,
-            source={**server.source_config(), "host": host, "jdbc_driver_jar": jar, **source},
-            defaults={"chunk_size": 20000, "batch_chunks": 2, "read_margin_seconds": 0.0},
-        ),
+    return chunked_config(
+        path,
+        server,
+        [f"{db}.big", f"{db}.small"],
+        db,
+        source={**server.source_config(), "host": host, "jdbc_driver_jar": jar, **source},
     )
 
 
