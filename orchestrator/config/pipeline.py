@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -23,8 +22,6 @@ from orchestrator.config.patterns import is_glob, listed, parse_tables, resolve
 from orchestrator.config.sections import (
     DEFAULT_JDBC_JAR,
     IDENTIFIER,
-    TLS_MODES,
-    TLS_VERIFYING,
     AirflowConfig,
     CatalogConfig,
     Defaults,
@@ -34,7 +31,6 @@ from orchestrator.config.sections import (
     SparkConfig,
     StateConfig,
     TableConfig,
-    TlsConfig,
     chunk_rows,
     field_default,
     kind_name,
@@ -42,6 +38,7 @@ from orchestrator.config.sections import (
     section_keys,
     storage_uri,
 )
+from orchestrator.config.tls import tls_section
 from orchestrator.errors import ConfigError
 
 __all__ = [
@@ -69,20 +66,6 @@ DAG_ID_PREFIX = "tidemark_"
 #: Connector/J settings `orchestrator.pipeline.read.jdbc.jdbc_url` sets, lower-cased.
 _SET_BY_TIDEMARK = frozenset({"sessionvariables", "tinyint1isbit", "yearisdatetype"})
 #: Connector/J timeouts `jdbc_url` derives from the source's settings (every connection uses those).
-#: Connector/J settings that say whether and how TLS is checked: ``source.tls.mode`` sets them
-#: (`orchestrator.source.tls`), so they are refused beside a mode other than ``preferred``.
-#: Where the CA is (``serverSslCert``, ``trustCertificateKeyStore*``) may be given: on a cluster
-#: its path on the executors.
-_TLS_PARAMS = frozenset(
-    {
-        "usessl",
-        "sslmode",
-        "trustservercertificate",
-        "disablesslhostnameverification",
-        "requiressl",
-        "verifyservercertificate",
-    }
-)
 _TIMEOUTS = {"sockettimeout": "source.read_timeout", "connecttimeout": "source.connect_timeout"}
 
 #: Further checks of a config's output and state (origin, output, state -> problem lines).
@@ -348,51 +331,10 @@ def _source(r: Reader, data: Any, check_env: bool) -> SourceConfig | None:
         host = host[1:-1]
     user = r.value(m, "user", "source.user", str, "")
     server_id = r.value(m, "server_id", "source.server_id", int, 0, positive)
-    tls = _tls(r, m.get("tls"), check_env)
-    if tls.mode != "preferred":
-        for key in params:
-            if str(key).lower() in _TLS_PARAMS:
-                r.problem(
-                    f"source.jdbc_url_params.{key}",
-                    f"is set from source.tls.mode ({tls.mode}), which every source connection "
-                    "follows; remove it",
-                )
+    tls = tls_section(r, m.get("tls"), params, check_env)
     if not isinstance(data, dict):
         return None
     return replace(_source_obj(r, m, host, user, server_id, password, env, params), tls=tls)
-
-
-def _tls(r: Reader, data: Any, check_env: bool) -> TlsConfig:
-    """``source.tls``: a known mode; a CA file only with a mode that verifies, and (when
-    ``check_env``) one Python's ``ssl`` loads."""
-    if data is None:
-        return TlsConfig()
-    m = r.mapping(data, "source.tls", section_keys(TlsConfig), set())
-    mode = r.setting(
-        m,
-        "source.tls.mode",
-        TlsConfig,
-        str,
-        lambda v: (
-            None if v in TLS_MODES else f"expected one of {', '.join(TLS_MODES)}, found {v!r}"
-        ),
-    )
-    ca = r.value(m, "ca", "source.tls.ca", str)
-    if ca is not None and mode not in TLS_VERIFYING:
-        r.problem(
-            "source.tls.ca",
-            f"is used only to verify the certificate; set source.tls.mode to "
-            f"{' or '.join(TLS_VERIFYING)}, or remove it",
-        )
-    elif ca is not None and check_env:
-        try:
-            ssl.create_default_context(cafile=ca)
-        except (OSError, ssl.SSLError) as exc:
-            r.problem(
-                "source.tls.ca",
-                f"cannot load CA certificates from {ca} ({exc}); give a PEM file of them",
-            )
-    return TlsConfig(mode=mode if mode in TLS_MODES else "preferred", ca=ca)
 
 
 def _source_obj(

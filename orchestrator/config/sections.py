@@ -82,10 +82,13 @@ TLS_VERIFYING = ("verify_ca", "verify_identity")
 @dataclass(frozen=True, slots=True)
 class TlsConfig:
     """``source.tls``: ``mode`` one of `TLS_MODES`; ``ca`` the PEM file of the CA certificates
-    a verifying mode trusts (none: the system's)."""
+    a verifying mode trusts (none: the system's); ``cert`` and ``key`` the PEM files of the
+    client certificate shown to the server and of its private key (`orchestrator.config.tls`)."""
 
     mode: str = "preferred"
     ca: str | None = None
+    cert: str | None = None
+    key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

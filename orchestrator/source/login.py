@@ -41,13 +41,7 @@ def login_problem(cfg: SourceConfig, exc: pymysql.err.MySQLError) -> str:
     if code == 1045:
         return (
             f"cannot log in to {where} as user `{cfg.user}`: access denied; "
-            f"check source.user and the password ({_password_source(cfg)})"
-            + (
-                "; a server that requires TLS (require_secure_transport) refuses a connection "
-                "without it in these words: source.tls.mode is disabled"
-                if cfg.tls.mode == "disabled"
-                else ""
-            )
+            f"check source.user and the password ({_password_source(cfg)})" + _denied_hint(cfg)
         )
     if code == 1130:
         return (
@@ -78,6 +72,29 @@ def login_problem(cfg: SourceConfig, exc: pymysql.err.MySQLError) -> str:
         f"cannot connect to {where} as user `{cfg.user}`: {message} (error {code}); "
         "check the source section of the config"
     )
+
+
+def _denied_hint(cfg: SourceConfig) -> str:
+    """What else a server says "access denied" for: a connection without TLS where it requires
+    one, a user required to show a client certificate (``REQUIRE X509``, ``ISSUER``,
+    ``SUBJECT``) that showed none or another."""
+    if cfg.tls.mode == "disabled":
+        return (
+            "; a server that requires TLS (require_secure_transport) refuses a connection "
+            "without it in these words: source.tls.mode is disabled"
+        )
+    if cfg.tls.cert:
+        return (
+            f"; a user required to show a client certificate of another issuer or subject is "
+            f"refused in these words too: check that {cfg.tls.cert} is the one the user requires "
+            "(SHOW GRANTS)"
+        )
+    if cfg.tls.mode != "preferred":  # TLS asked for: the server may want a certificate too
+        return (
+            "; a user required to show a client certificate (REQUIRE X509, ISSUER or SUBJECT) "
+            "is refused in these words too: give it in source.tls.cert and source.tls.key"
+        )
+    return ""
 
 
 def tls_problem(cfg: SourceConfig, where: str, message: str) -> str:

@@ -16,6 +16,10 @@ TLS. The Spark reads get each driver's settings (`jdbc_settings`): MariaDB's Con
 (``useSsl``, ``trustServerCertificate``, ``serverSslCert``, ``disableSslHostnameVerification``)
 and 3 and 4 (``sslMode``) at once, each ignoring the other's; MySQL's ``sslMode``, with the CA in
 a trust store of its own (`_trust_store`): it reads no PEM file.
+
+A client certificate (``source.tls.cert`` and ``key``, for a user created ``REQUIRE X509``) is
+loaded into the pymysql context, and put in a PKCS12 key store for both Connector/Js
+(`_key_store`).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from __future__ import annotations
 import atexit
 import functools
 import os
+import secrets
 import shutil
 import ssl
 import tempfile
@@ -32,6 +37,7 @@ from pathlib import Path
 
 from orchestrator.config import SourceConfig, TlsConfig
 from orchestrator.config.sections import TLS_VERIFYING
+from orchestrator.config.tls import load_client_certificate
 from orchestrator.errors import ConfigError
 from orchestrator.source.check import Check
 from orchestrator.source.dialect import MARIADB_DRIVER, MYSQL_DRIVER
@@ -63,11 +69,13 @@ def pymysql_settings(tls: TlsConfig) -> dict[str, object]:
         return {}
     if tls.mode == "disabled":
         return {"ssl_disabled": True}
-    return {"ssl": _context(tls.mode, tls.ca, _modified(tls.ca))}
+    client = (tls.cert, tls.key, _modified(tls.cert) + _modified(tls.key))
+    return {"ssl": _context(tls.mode, tls.ca, _modified(tls.ca), *client)}
 
 
 def _modified(path: str | None) -> float:
-    """The CA file's modification time: a file replaced (a rotated CA) is loaded again."""
+    """A file's modification time: a file replaced (a rotated CA or client certificate) is
+    loaded again."""
     try:
         return os.stat(path).st_mtime if path else 0.0
     except OSError:
@@ -75,19 +83,33 @@ def _modified(path: str | None) -> float:
 
 
 @functools.lru_cache(maxsize=8)
-def _context(mode: str, ca: str | None, _mtime: float) -> ssl.SSLContext:
+def _context(
+    mode: str,
+    ca: str | None,
+    _mtime: float,
+    cert: str | None = None,
+    key: str | None = None,
+    _client_mtime: float = 0.0,
+) -> ssl.SSLContext:
     if mode not in TLS_VERIFYING:
-        return unverified()
-    try:
-        context = ssl.create_default_context(cafile=ca) if ca else ssl.create_default_context()
-    except (OSError, ssl.SSLError) as exc:
-        raise ConfigError(
-            f"source.tls.ca: cannot load CA certificates from {ca} ({exc}); give a PEM file of them"
-        ) from exc
-    context.check_hostname = mode == "verify_identity"
-    # As pymysql's: a server's own self-signed CA (MySQL makes one) often misses the key usage
-    # that Python 3.13's strict flag asks of a CA.
-    context.verify_flags &= ~ssl.VERIFY_X509_STRICT
+        context = unverified()
+    else:
+        try:
+            context = ssl.create_default_context(cafile=ca) if ca else ssl.create_default_context()
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(
+                f"source.tls.ca: cannot load CA certificates from {ca} ({exc}); "
+                "give a PEM file of them"
+            ) from exc
+        context.check_hostname = mode == "verify_identity"
+        # As pymysql's: a server's own self-signed CA (MySQL makes one) often misses the key
+        # usage that Python 3.13's strict flag asks of a CA.
+        context.verify_flags &= ~ssl.VERIFY_X509_STRICT
+    if cert and key:
+        try:
+            load_client_certificate(context, cert, key)
+        except ValueError as exc:
+            raise ConfigError(f"source.tls.cert: {exc}") from exc
     return context
 
 
@@ -109,17 +131,27 @@ def tls_check(config: SourceConfig, status: dict[str, str]) -> Check:
         checked = f"its certificate checked against {against}{name}"
     else:
         checked = f"its certificate not checked (source.tls.mode {tls.mode})"
+    if tls.cert:
+        checked += f"; the client certificate {tls.cert} shown"
     return Check("TLS", True, f"{status.get('Ssl_version')} ({status['Ssl_cipher']}), {checked}")
 
 
 def jdbc_settings(tls: TlsConfig, driver: str, offered: Callable[[], bool]) -> dict[str, str]:
     """The Connector/J URL settings for ``tls``; ``offered`` says whether the source offers TLS
-    (asked only in ``preferred`` mode: the reads then ask for it, as pymysql's connections do)."""
+    (asked only in ``preferred`` mode: the reads then ask for it, as pymysql's connections do).
+    With a client certificate, the key store that shows it (`_client_settings`)."""
+    settings = _server_settings(tls, driver, offered)
+    if tls.cert and tls.key:
+        settings.update(_client_settings(tls.cert, tls.key, driver))
+    return settings
+
+
+def _server_settings(tls: TlsConfig, driver: str, offered: Callable[[], bool]) -> dict[str, str]:
     mysql = driver == MYSQL_DRIVER
     if tls.mode == "disabled":
         return {"sslMode": "DISABLED"} if mysql else {}
     if tls.mode == "preferred":
-        return _UNCHECKED[driver] if offered() else {}
+        return dict(_UNCHECKED[driver]) if offered() else {}
     if tls.mode == "required":
         return dict(_UNCHECKED[driver])
     identity = tls.mode == "verify_identity"
@@ -140,8 +172,69 @@ def jdbc_settings(tls: TlsConfig, driver: str, offered: Callable[[], bool]) -> d
     return settings
 
 
+def _client_settings(cert: str, key: str, driver: str) -> dict[str, str]:
+    """Each driver's settings for the PKCS12 key store of the client certificate: MariaDB's
+    Connector/J (2 to 4) takes a path, MySQL's a URL."""
+    path, password = _key_store(cert, key, _modified(cert) + _modified(key))
+    if driver == MYSQL_DRIVER:
+        return {
+            "clientCertificateKeyStoreUrl": path.as_uri(),
+            "clientCertificateKeyStoreType": "PKCS12",
+            "clientCertificateKeyStorePassword": password,
+        }
+    return {"keyStore": str(path), "keyStoreType": "PKCS12", "keyStorePassword": password}
+
+
 _store_lock = threading.Lock()
 _store_dir: str | None = None
+
+
+def _kept(data: bytes, prefix: str) -> Path:
+    """``data`` in a new file of this process's store directory (its user's only, removed at
+    the process's exit)."""
+    global _store_dir
+    with _store_lock:
+        if _store_dir is None:
+            _store_dir = tempfile.mkdtemp(prefix="tidemark-tls-")
+            atexit.register(shutil.rmtree, _store_dir, True)
+        path = Path(_store_dir) / f"{prefix}-{len(os.listdir(_store_dir))}.p12"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+    return path
+
+
+@functools.lru_cache(maxsize=8)
+def _key_store(cert: str, key: str, _mtime: float) -> tuple[Path, str]:
+    """A PKCS12 key store of the client certificate ``cert`` (and any chain after it in the
+    file) and its private key ``key``, and the store's password: Java's PKCS12 store keeps a
+    key only encrypted, so the key is, under a password made for this process. The password
+    guards no more than the PEM key file beside it does; it is in the JDBC URL, which Spark
+    redacts from plans and its UI (``spark.sql.redaction.options.regex``)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives.serialization import (
+        BestAvailableEncryption,
+        load_pem_private_key,
+        pkcs12,
+    )
+
+    try:
+        chain = x509.load_pem_x509_certificates(Path(cert).read_bytes())
+        private = load_pem_private_key(Path(key).read_bytes(), password=None)
+    except (OSError, ValueError, TypeError) as exc:
+        raise ConfigError(
+            f"source.tls.cert: cannot make a key store of {cert} and {key} ({exc}); give PEM "
+            "files of a certificate and of its private key, without a passphrase"
+        ) from exc
+    password = secrets.token_urlsafe(24)
+    store = pkcs12.serialize_key_and_certificates(
+        b"client",
+        private,  # type: ignore[arg-type]
+        chain[0],
+        chain[1:] or None,
+        BestAvailableEncryption(password.encode()),
+    )
+    return _kept(store, "client"), password
 
 
 @functools.lru_cache(maxsize=8)
@@ -155,7 +248,6 @@ def _trust_store(ca: str, _mtime: float) -> str:
     from cryptography import x509
     from cryptography.hazmat.primitives.serialization import NoEncryption, pkcs12
 
-    global _store_dir
     try:
         certificates = x509.load_pem_x509_certificates(Path(ca).read_bytes())
     except (OSError, ValueError) as exc:
@@ -166,10 +258,4 @@ def _trust_store(ca: str, _mtime: float) -> str:
         [pkcs12.PKCS12Certificate(c, f"ca{i}".encode()) for i, c in enumerate(certificates)],
         NoEncryption(),
     )
-    with _store_lock:
-        if _store_dir is None:
-            _store_dir = tempfile.mkdtemp(prefix="tidemark-tls-")
-            atexit.register(shutil.rmtree, _store_dir, True)
-        path = Path(_store_dir) / f"ca-{len(os.listdir(_store_dir))}.p12"
-        path.write_bytes(store)
-    return path.as_uri()
+    return _kept(store, "ca").as_uri()

@@ -42,8 +42,8 @@ DB = "tm_tls"
 
 
 def _certificates(directory: Path) -> dict[str, str]:
-    """A CA and a server certificate it signed (for the name localhost, not for 127.0.0.1), and
-    another CA, as PEM files."""
+    """A CA, a server certificate it signed (for the name localhost, not for 127.0.0.1) and a
+    client certificate it signed, with their keys, and another CA, as PEM files."""
     now = dt.datetime.now(dt.UTC)
 
     def certificate(subject: str, key: Any, issuer: x509.Name, signer: Any, ca: bool) -> Any:
@@ -64,13 +64,11 @@ def _certificates(directory: Path) -> dict[str, str]:
             )
         return builder.sign(signer, hashes.SHA256())
 
-    ca_key, server_key = (
-        ec.generate_private_key(ec.SECP256R1()),
-        ec.generate_private_key(ec.SECP256R1()),
-    )
+    ca_key, server_key, client_key = (ec.generate_private_key(ec.SECP256R1()) for _ in range(3))
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "tidemark test CA")])
     ca = certificate("tidemark test CA", ca_key, ca_name, ca_key, True)
     server = certificate("localhost", server_key, ca_name, ca_key, False)
+    client = certificate("tidemark", client_key, ca_name, ca_key, False)
     other_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "another CA")])
     other = certificate("another CA", server_key, other_name, server_key, True)
     files = {
@@ -80,6 +78,12 @@ def _certificates(directory: Path) -> dict[str, str]:
         "ssl-key": server_key.private_bytes(
             serialization.Encoding.PEM,
             serialization.PrivateFormat.TraditionalOpenSSL,
+            serialization.NoEncryption(),
+        ),
+        "client-cert": client.public_bytes(serialization.Encoding.PEM),
+        "client-key": client_key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
             serialization.NoEncryption(),
         ),
     }
@@ -99,7 +103,8 @@ def tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalMariaD
         **_certificates(work),
         "require-secure-transport": "ON",
     }
-    del settings["other-ca"]  # beside ssl-ca: `_ca`
+    for beside in ("other-ca", "client-cert", "client-key"):  # beside ssl-ca: `_ca`
+        del settings[beside]
     server = LocalMariaDB.create(settings, base_dir=work)
     server.start()
     try:
@@ -125,7 +130,8 @@ def _driver(jar: str) -> str:
 
 
 def _ca(server: LocalMariaDB, which: str = "ssl-ca") -> str:
-    """The PEM file of the CA that signed the server's certificate, or of ``other-ca``."""
+    """The PEM file of the CA that signed the server's certificate, or of ``other-ca``,
+    ``client-cert`` or ``client-key``."""
     return str(Path(str(server.settings["ssl-ca"])).with_name(f"{which}.pem"))
 
 
@@ -300,3 +306,65 @@ def test_source_tls_modes_refuse_a_connection_they_do_not_allow(
     assert said.startswith("TLSv1.") and f"checked against the CA file {_ca(tls_server)}" in said
     assert "not checked (source.tls.mode preferred)" in tls_line(pipeline(tls_server))
     assert tls_line(pipeline(mariadb)).startswith("none: the server offers none")
+    client = {"cert": _ca(tls_server, "client-cert"), "key": _ca(tls_server, "client-key")}
+    shown = tls_line(pipeline(tls_server, mode="required", **client))
+    assert shown.endswith(
+        f"not checked (source.tls.mode required); the client certificate {client['cert']} shown"
+    )
+
+
+@EACH_DRIVER
+def test_a_user_that_must_show_a_client_certificate_is_read_with_it(
+    tls_server: LocalMariaDB, tmp_path: Path, jar: str
+) -> None:
+    """A user created ``REQUIRE X509``: without ``source.tls.cert`` the run stops before any
+    read, naming it; with the client certificate and its key every connection shows it (the
+    Spark reads from a PKCS12 key store made of the PEM files): a snapshot read by Spark and
+    by the driver, then a change from the binlog, published equal to the source. The key
+    store's password is in no output."""
+    db = f"{DB}_x509_{_driver(jar)}"
+    tls_server.execute(f"DROP DATABASE IF EXISTS {db}", f"CREATE DATABASE {db}")
+    tls_server.execute(
+        "CREATE TABLE big (id INT PRIMARY KEY, v VARCHAR(20))",
+        f"INSERT INTO big SELECT seq, CONCAT('v', seq) FROM seq_1_to_{LOCAL_ROWS + 2000}",
+        "CREATE TABLE small (id INT PRIMARY KEY, v INT)",
+        "INSERT INTO small SELECT seq, seq FROM seq_1_to_10",
+        "ANALYZE TABLE big",
+        database=db,
+    )
+    tls_server.execute(
+        "CREATE USER IF NOT EXISTS tm_x509@'%' IDENTIFIED BY 'pw' REQUIRE X509",
+        "GRANT SELECT, RELOAD, REPLICATION CLIENT, REPLICATION SLAVE ON *.* TO tm_x509@'%'",
+    )
+    login = {"user": "tm_x509", "password": "pw"}
+
+    without = tidemark(
+        _checked_config(
+            tmp_path, tls_server, db, jar, "localhost", tls={"mode": "required"}, **login
+        )
+    )
+    assert without.returncode == 3, without.stderr[-2000:]
+    assert "as user `tm_x509`: access denied" in without.stderr
+    assert "give it in source.tls.cert and source.tls.key" in without.stderr
+
+    tls = {
+        "mode": "verify_identity",
+        "ca": _ca(tls_server),
+        "cert": _ca(tls_server, "client-cert"),
+        "key": _ca(tls_server, "client-key"),
+    }
+    config = _checked_config(tmp_path, tls_server, db, jar, "localhost", tls=tls, **login)
+    snapshot = tidemark(config)
+    assert snapshot.returncode == 0, snapshot.stderr[-3000:]
+    assert f"table {db}.big: snapshot, 3 chunks" in snapshot.stdout + snapshot.stderr
+    tables = [f"{db}.big", f"{db}.small"]
+    assert_lake_equals_source(config, tls_server, tables)
+    tls_server.execute(
+        "UPDATE big SET v = 'changed' WHERE id % 1000 = 0", "DELETE FROM small", database=db
+    )
+    change = tidemark(config)
+    assert change.returncode == 0, change.stderr[-3000:]
+    assert_lake_equals_source(config, tls_server, tables)
+    said = "".join(r.stdout + r.stderr for r in (snapshot, change))
+    said += "".join(p.read_text(errors="replace") for p in tmp_path.rglob("*.log"))
+    assert "StorePassword" not in said

@@ -418,17 +418,33 @@ def test_jdbc_url_params_may_not_replace_the_timeouts_tidemark_derives(
         ({"mode": "verify_ca", "ca": "/no/such/ca.pem"}, {}, "source.tls.ca: cannot load CA"),
         ({"mode": "verify_ca", "ca": "NOT_PEM"}, {}, "source.tls.ca: cannot load CA"),
         ({"mode": "required"}, {"trustServerCertificate": "true"}, "is set from source.tls.mode"),
-        ({"mode": "verify_identity", "cert": "/c.pem"}, {}, "source.tls.cert: unknown key"),
+        (
+            {"mode": "verify_identity", "cert": "CERT"},
+            {},
+            "source.tls.cert: goes with source.tls.key",
+        ),
+        ({"mode": "required", "key": "KEY"}, {}, "source.tls.key: goes with source.tls.cert"),
+        ({"cert": "CERT", "key": "KEY"}, {}, "source.tls.cert: is shown over TLS only"),
+        ({"mode": "required", "cert": "CERT", "key": "LOCKED"}, {}, "has a passphrase; give it"),
+        ({"mode": "required", "cert": "CERT", "key": "OTHER"}, {}, "cannot load the client cert"),
+        ({"mode": "required", "cert": "/no/c.pem", "key": "KEY"}, {}, "cannot load the client"),
+        ({"mode": "verify_ca", "bundle": "/b.pem"}, {}, "source.tls.bundle: unknown key"),
     ],
 )
 def test_source_tls_is_checked_by_validate(
     tmp_path: Path, tls: dict[str, str], params: dict[str, str], expected: str
 ) -> None:
     """A mode Tidemark does not know, a CA beside a mode that checks no certificate, a CA file
-    Python's ``ssl`` does not load, and a Connector/J setting that would undo the mode."""
+    Python's ``ssl`` does not load, a Connector/J setting that would undo the mode, a client
+    certificate without its key (or the other way), beside a mode that may not take TLS, with a
+    key under a passphrase (never asked for on the terminal) or another certificate's key."""
     not_pem = tmp_path / "not.pem"
     not_pem.write_text("not a certificate")
-    tls = {k: str(not_pem) if v == "NOT_PEM" else v for k, v in tls.items()}
+    cert, key = _a_client(tmp_path, "c")
+    files = {"NOT_PEM": str(not_pem), "CERT": cert, "KEY": key}
+    files["LOCKED"] = _a_client(tmp_path, "locked", passphrase=b"s3cret")[1]
+    files["OTHER"] = _a_client(tmp_path, "other")[1]
+    tls = {k: files.get(v, v) for k, v in tls.items()}
     found = problems(mutated(("source.tls", tls), ("source.jdbc_url_params", params)))
     assert len(found) == 1 and expected in found[0], found
 
@@ -440,6 +456,38 @@ def test_source_tls_defaults_to_preferred_and_keeps_a_ca_it_loads(tmp_path: Path
     assert checked.source.tls == TlsConfig("verify_identity", ca)
     preferred = mutated(("source.jdbc_url_params", {"trustServerCertificate": "false"}))
     assert parse_config(preferred).source.jdbc_url_params == {"trustServerCertificate": "false"}
+    cert, key = _a_client(tmp_path, "c")
+    shown = parse_config(mutated(("source.tls", {"mode": "required", "cert": cert, "key": key})))
+    assert shown.source.tls == TlsConfig("required", None, cert, key)
+
+
+def _a_client(directory: Path, name: str, passphrase: bytes | None = None) -> tuple[str, str]:
+    """A self-signed client certificate and its key (under ``passphrase``, if given), as PEM
+    files ``<name>-cert.pem`` and ``<name>-key.pem``."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = dt.datetime.now(dt.UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(2)
+        .not_valid_before(now)
+        .not_valid_after(now + dt.timedelta(days=1))
+        .sign(key, hashes.SHA256())
+    )
+    cert, key_file = directory / f"{name}-cert.pem", directory / f"{name}-key.pem"
+    cert.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    encryption = (
+        serialization.BestAvailableEncryption(passphrase)
+        if passphrase
+        else serialization.NoEncryption()
+    )
+    key_file.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption)
+    )
+    return str(cert), str(key_file)
 
 
 def _a_ca(directory: Path) -> str:
