@@ -218,7 +218,8 @@ def stopped_at_exit(conf: Mapping[str, str], master: str) -> bool:
 
 def _stop(spark: SparkSession) -> None:
     """``spark.stop()`` at exit (registered after PySpark's own handler, so run before it ends
-    the JVM); a JVM already gone (killed for its memory) has nothing left to finish."""
+    the JVM); a JVM already gone (killed for its memory) has nothing left to finish. A Spark
+    Connect session is released on its server, which would keep it, idle, for an hour."""
     started = time.monotonic()
     try:
         spark.stop()
@@ -255,6 +256,7 @@ def remote_session(remote: str, conf: Mapping[str, str]) -> SparkSession:
         )
     apply_required_conf(spark)
     log.info("spark session attached to %s in %.1fs", remote, time.monotonic() - started)
+    atexit.register(_stop, spark)  # the server keeps a session until released (or idle an hour)
     return spark
 
 

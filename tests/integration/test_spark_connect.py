@@ -2,11 +2,13 @@
 
 The server is pyspark's own (`tests/spark_connect.py`). `tidemark run` (its own process)
 snapshots a table through it, then applies changes; the lake equals the source both times and
-the run's log shows no local session.
+the run's log shows no local session. The run releases its session on the server as it exits
+(the server kept it an hour, idle, before).
 """
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -23,9 +25,11 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
-def connect_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with connect_server(tmp_path_factory.mktemp("connect")) as url:
-        yield url
+def connect_work(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """The server's ``sc://`` URL and its log file."""
+    work = tmp_path_factory.mktemp("connect")
+    with connect_server(work) as url:
+        yield url, work / "connect-server.log"
 
 
 def _run(config: Path) -> str:
@@ -43,8 +47,9 @@ def _run(config: Path) -> str:
 
 
 def test_a_run_through_spark_connect(
-    connect_url: str, mariadb: LocalMariaDB, tmp_path: Path
+    connect_work: tuple[str, Path], mariadb: LocalMariaDB, tmp_path: Path
 ) -> None:
+    connect_url, server_log = connect_work
     db = "connect_db"
     mariadb.execute(f"CREATE DATABASE {db}")
     mariadb.execute(
@@ -68,6 +73,12 @@ def test_a_run_through_spark_connect(
         f"spark session attached to {connect_url}" in first and "spark session started" not in first
     )
     assert_lake_equals_source(load_config(config_path), mariadb, [f"{db}.t"])
+    (session,) = set(
+        re.findall(r"Session with userId: \S* and sessionId: ([-\w]+)", server_log.read_text())
+    )
+    assert re.search(
+        rf"Closing session with userId: \S* and sessionId: {session}", server_log.read_text()
+    )
     mariadb.execute(
         "UPDATE t SET v = 'changed' WHERE id % 70 = 0",
         "DELETE FROM t WHERE id BETWEEN 100 AND 300",
