@@ -33,6 +33,8 @@ from pyiceberg.table import CommitTableResponse, Table
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.update import TableRequirement, TableUpdate
 
+from orchestrator.state.store import unprepared
+
 
 class ParsingOnce(SqlCatalog):
     """`SqlCatalog`, reusing a table's parsed metadata while its row names the same file."""
@@ -90,4 +92,5 @@ def parsing_once(catalog: Catalog) -> Catalog:
         once = cast(ParsingOnce, catalog)
         once._parsed = {}
         once._parsed_lock = threading.Lock()
+        unprepared(once.engine)  # as the state store's, which it often shares a database with
     return catalog

@@ -23,10 +23,11 @@ from sqlalchemy import (
     insert,
     inspect,
     select,
+    text,
     type_coerce,
     update,
 )
-from sqlalchemy.engine import URL, make_url
+from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
 from orchestrator.errors import StateError
@@ -60,16 +61,13 @@ log = logging.getLogger("tidemark.state")
 #: Seconds `peek_table_set` waits for a state store to connect and to answer: DAG parsing waits
 #: for it, for every pipeline of a configs folder (libpq's ``connect_timeout`` counts 2 at least).
 PEEK_TIMEOUT_SECONDS = 2
-#: The driver arguments that bound a peek's waits, by DBAPI driver (others: none known).
+#: The driver arguments that bound a peek's waits, by DBAPI driver (others: none known). On
+#: PostgreSQL the statements' wait is bounded by a ``SET LOCAL statement_timeout`` in the peek's
+#: transaction, not by the ``options`` of the connection's start: PgBouncer refuses a connection
+#: that names ``options`` ("unsupported startup parameter") unless told to ignore it.
 _PEEK_CONNECT_ARGS: dict[str, dict[str, Any]] = {
-    "psycopg": {
-        "connect_timeout": PEEK_TIMEOUT_SECONDS,
-        "options": f"-c statement_timeout={PEEK_TIMEOUT_SECONDS * 1000}",
-    },
-    "psycopg2": {
-        "connect_timeout": PEEK_TIMEOUT_SECONDS,
-        "options": f"-c statement_timeout={PEEK_TIMEOUT_SECONDS * 1000}",
-    },
+    "psycopg": {"connect_timeout": PEEK_TIMEOUT_SECONDS},
+    "psycopg2": {"connect_timeout": PEEK_TIMEOUT_SECONDS},
     "pg8000": {"timeout": PEEK_TIMEOUT_SECONDS},
     "pymysql": {
         "connect_timeout": PEEK_TIMEOUT_SECONDS,
@@ -413,7 +411,11 @@ def peek_table_set(url: str, pipeline: str) -> TableSetRecord | None:
         parsed = make_url(url)
         if parsed.get_backend_name() == "sqlite" and not os.path.isfile(parsed.database or ""):
             return None  # connecting would create the file
-        engine = create_engine(parsed, connect_args=_peek_connect_args(parsed), poolclass=NullPool)
+        engine = create_engine(
+            parsed,
+            connect_args=dict(_PEEK_CONNECT_ARGS.get(parsed.get_driver_name(), {})),
+            poolclass=NullPool,
+        )
     except Exception:  # an unusable URL or driver: nothing to peek at (validate reports it)
         return None
     key = parsed.render_as_string(hide_password=True)
@@ -421,6 +423,8 @@ def peek_table_set(url: str, pipeline: str) -> TableSetRecord | None:
         return None
     try:
         with engine.connect() as conn:
+            if parsed.get_backend_name() == "postgresql":  # this transaction's statements
+                conn.execute(text(f"SET LOCAL statement_timeout = {PEEK_TIMEOUT_SECONDS * 1000}"))
             if not inspect(conn).has_table(TABLE_SETS.name):
                 return None
             row = conn.execute(select(TABLE_SETS).where(TABLE_SETS.c.pipeline == pipeline)).first()
@@ -437,21 +441,3 @@ def peek_table_set(url: str, pipeline: str) -> TableSetRecord | None:
         return None
     finally:
         engine.dispose()
-
-
-def _peek_connect_args(url: URL) -> dict[str, Any]:
-    """The driver's timeouts for a peek (`_PEEK_CONNECT_ARGS`); PostgreSQL ``options`` of the URL
-    are kept, the statement timeout added to them.
-
-    >>> _peek_connect_args(make_url("postgresql+psycopg://u@h/d?options=-csearch_path%3Dtm"))["options"]
-    '-csearch_path=tm -c statement_timeout=2000'
-    >>> _peek_connect_args(make_url("sqlite:////tmp/s.db"))
-    {'timeout': 2}
-    """
-    args = dict(_PEEK_CONNECT_ARGS.get(url.get_driver_name(), {}))
-    given = url.query.get("options")
-    if "options" in args and given:
-        args["options"] = (
-            f"{given if isinstance(given, str) else ' '.join(given)} {args['options']}"
-        )
-    return args

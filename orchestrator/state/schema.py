@@ -370,7 +370,7 @@ os.register_at_fork(after_in_child=_forget_engines)
 
 def _make_engine(url: URL) -> Engine:
     if url.get_backend_name() != "sqlite":
-        return create_engine(url, pool_pre_ping=True)
+        return unprepared(create_engine(url, pool_pre_ping=True))
     database = url.database or ""
     if database and database != ":memory:" and not database.startswith("file:"):
         Path(database).parent.mkdir(parents=True, exist_ok=True)
@@ -378,6 +378,24 @@ def _make_engine(url: URL) -> Engine:
     event.listen(engine, "connect", _sqlite_connect)
     event.listen(engine, "begin", _sqlite_begin)
     return engine
+
+
+def unprepared(engine: Engine) -> Engine:
+    """``engine``, whose connections send every statement unprepared where the driver would
+    prepare it on the server: psycopg 3 does at a statement's fifth run on a connection
+    (``prepare_threshold``). Behind a pooler in transaction mode (PgBouncer before 1.21, which
+    Airflow's Helm chart puts before its database) the next transaction may run on another
+    server connection, which lacks the statement or holds another client's of the same name:
+    every run failed with 'prepared statement "_pg3_0" does not exist' (or "already exists").
+    A state store's statements are few and small. Connections opened before are closed."""
+    if engine.dialect.driver == "psycopg":
+        event.listen(engine, "connect", _no_server_prepare)
+        engine.dispose()
+    return engine
+
+
+def _no_server_prepare(dbapi_connection: Any, _record: Any) -> None:
+    dbapi_connection.prepare_threshold = None
 
 
 def _insert_ignore(conn: Connection, table: Table, values: dict[str, Any]) -> None:

@@ -88,6 +88,7 @@ from orchestrator.state.schema import (
     engine_for,
     ensure_schema,
     forget_engine,
+    unprepared,
 )
 from orchestrator.state.tables import RunTablesMixin
 
@@ -121,6 +122,7 @@ __all__ = [
     "TableStatus",
     "code_schema_version",
     "log",
+    "unprepared",
 ]
 
 log = logging.getLogger("tidemark.state")
