@@ -88,7 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DURATION",
         help="keep running: a run every DURATION (30, 90s, 5m, 1h) until SIGTERM",
     )
-    verb("status", "runs, tables, chunks done/total, positions, lag")
+    p = verb("status", "runs, tables, chunks done/total, positions, lag")
+    p.add_argument("--json", action="store_true", help="machine-readable status")
     verb(
         "airflow-pool", "create or update the pipeline's Airflow pool with airflow.pool_slots slots"
     )
@@ -246,7 +247,7 @@ def _status(args: argparse.Namespace, config: PipelineConfig) -> int:
     from orchestrator.app.status import status_command
 
     _imported()
-    return status_command(config)
+    return status_command(config, as_json=args.json)
 
 
 def _airflow_pool(args: argparse.Namespace, config: PipelineConfig) -> int:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
+from datetime import datetime
+from typing import Any
 
 from orchestrator.config import PipelineConfig
 from orchestrator.config.patterns import PatternMatch, resolve, takes
@@ -55,97 +58,183 @@ def lag_text(
     ...     " 0-2-5 (`tidemark doctor` checks it)")
     True
     """
+    return _lag(position, binlogs, server)[1]
+
+
+def _lag(
+    position: BinlogPosition,
+    binlogs: list[tuple[str, int]] | None,
+    server: ServerIdentity | None,
+) -> tuple[int | None, str]:
+    """`bytes_behind` where the source's binlog holds ``position`` (else None), and `lag_text`."""
     if binlogs is None:
-        return "lag unknown (source not reachable)"
+        return None, "lag unknown (source not reachable)"
     if server is not None and server.wrote(position) is False:
         how = (
             f"the next run goes on from GTID set {position.gtid_set} (`tidemark doctor` checks it)"
             if position.gtid_set
             else "no GTID set was recorded: the next run reads it again"
         )
-        return f"recorded on {position.server}, the source is {server}: {how}"
+        return None, f"recorded on {position.server}, the source is {server}: {how}"
     if binlogs and position.file not in {name for name, _ in binlogs}:
-        return (
+        return None, (
             f"needs a re-read: binlog {position.file} was purged (the next run snapshots it again)"
         )
-    return f"{bytes_behind(position, binlogs):,} binlog bytes behind"
+    behind = bytes_behind(position, binlogs)
+    return behind, f"{behind:,} binlog bytes behind"
 
 
-def status_command(config: PipelineConfig) -> int:
-    """Print runs, tables of the latest run, chunk progress, published positions and lag."""
+def _when(moment: datetime | None) -> str | None:
+    return moment.isoformat(timespec="seconds") if moment else None
+
+
+def status_report(config: PipelineConfig) -> dict[str, Any]:
+    """What `status` says, as JSON values (``status --json``, docs/cli.md): the patterns' last
+    matches, recent runs newest first, the latest run's tables, the pipeline lock, and each
+    published table's version, position and lag (``binlog_bytes_behind``: None when the source
+    is not reachable, the position is another server's, or its binlog was purged)."""
     store = open_store(config)
     try:
         runs = store.runs(config.pipeline, limit=5)
         checkpoints = store.table_checkpoints(config.pipeline)
-        out = sys.stdout
         lag, server = _binlogs(config) if checkpoints or runs else (None, None)
         rereads = _unfinished_rereads(store, config, lag, server)
-        print(f"pipeline {config.pipeline}", file=out)
         found = store.table_set(config.pipeline) if config.has_patterns else None
         dropped = set(found.dropped) if found else set()
-        if found is not None:
-            for match in found.patterns:
-                print(
-                    f"  pattern {PatternMatch.from_json(match)} "
-                    f"(when run {found.run_id} was planned)",
-                    file=out,
-                )
-        if not runs:
-            print("  no runs yet", file=out)
-        for i, run in enumerate(runs):  # newest first; the latest run's tables under it
-            finished = run.finished_at.isoformat(timespec="seconds") if run.finished_at else "-"
-            print(
-                f"  run {run.run_id}  {run.status:<9} "
-                f"started {run.created_at.isoformat(timespec='seconds')}"
-                f"  finished {finished}" + (f"  error: {run.error}" if run.error else ""),
-                file=out,
-            )
-            if i == 0:
-                failed = {
-                    r.table: r.info.get("failure", {})
-                    for r in store.run_tables(run.run_id)
-                    if r.status == "failed"
+        report: dict[str, Any] = {
+            "pipeline": config.pipeline,
+            "source_reachable": lag is not None,
+            "patterns": [
+                {"summary": str(PatternMatch.from_json(m)), "planned_by_run": found.run_id, **m}
+                for m in found.patterns
+            ]
+            if found
+            else [],
+            "runs": [
+                {
+                    "run_id": run.run_id,
+                    "status": run.status,
+                    "started_at": _when(run.created_at),
+                    "finished_at": _when(run.finished_at),
+                    "error": run.error,
                 }
-                for t in store.status_rows(config.pipeline):  # the latest run's tables, one query
-                    detail = (
-                        f"chunks {t.chunks_done}/{t.chunks_total}, {t.rows_read:,} rows read"
-                        if t.chunks_total
-                        else "binlog only"
-                    )
-                    if t.table in failed:  # the next run retries it
-                        detail = (
-                            f"failed at {failed[t.table].get('step')}: "
-                            f"{failed[t.table].get('reason')}"
-                        )
-                    print(
-                        f"    {t.table:<32} {t.mode:<11} {t.status:<10} "
-                        f"{detail}{rereads.get(t.table, '')}",
-                        file=out,
-                    )
+                for run in runs
+            ],
+            "latest_run_tables": [],
+            "lock": None,
+            "published": [],
+        }
+        if runs:
+            failed = {
+                r.table: r.info.get("failure", {})
+                for r in store.run_tables(runs[0].run_id)
+                if r.status == "failed"
+            }
+            report["latest_run_tables"] = [
+                {
+                    "table": t.table,
+                    "mode": t.mode,
+                    "status": t.status,
+                    "chunks_done": t.chunks_done,
+                    "chunks_total": t.chunks_total,
+                    "rows_read": t.rows_read,
+                    "failure": failed.get(t.table),
+                    "needs_reread": rereads.get(t.table),
+                }
+                for t in store.status_rows(config.pipeline)  # the latest run's, one query
+            ]
         lock = store.lock_info(config.pipeline)
         if lock is not None:
-            print(
-                f"  locked by {lock.holder} on {lock.hostname} (pid {lock.pid}) since "
-                f"{lock.acquired_at.isoformat(timespec='seconds')}, last renewed "
-                f"{lock.refreshed_at.isoformat(timespec='seconds')} (lease {lock.lease_seconds} s)",
-                file=out,
-            )
-        print("published:", file=out)
-        if not checkpoints:
-            print("  nothing published yet", file=out)
+            report["lock"] = {
+                "holder": lock.holder,
+                "hostname": lock.hostname,
+                "pid": lock.pid,
+                "acquired_at": _when(lock.acquired_at),
+                "refreshed_at": _when(lock.refreshed_at),
+                "lease_seconds": lock.lease_seconds,
+            }
         for cp in checkpoints:
             position = BinlogPosition.from_json(cp.position)
-            behind = lag_text(position, lag, server)
+            behind, text = _lag(position, lag, server)
             manifest = load_manifest(cp.manifest) if storage.exists(cp.manifest) else None
-            print(
-                f"  {cp.table:<32} v{cp.version:<5} {cp.rows:>12,} rows  at {position}  "
-                f"{cp.published_at.isoformat(timespec='seconds')}  {behind}  {_snapshot(manifest)}"
-                f"{_checked(manifest, position)}{_DROPPED if cp.table in dropped else ''}",
-                file=out,
+            iceberg = manifest.get("iceberg") if manifest is not None else None
+            report["published"].append(
+                {
+                    "table": cp.table,
+                    "version": cp.version,
+                    "rows": cp.rows,
+                    "position": dict(cp.position),
+                    "published_at": _when(cp.published_at),
+                    "binlog_bytes_behind": behind,
+                    "lag": text,
+                    "iceberg_snapshot_id": iceberg["snapshot_id"] if iceberg else None,
+                    "note": _checked(manifest, position).strip() or None,
+                    "dropped_at_source": cp.table in dropped,
+                }
             )
-        return 0
+        return report
     finally:
         store.close()
+
+
+def status_command(config: PipelineConfig, *, as_json: bool = False) -> int:
+    """Print runs, tables of the latest run, chunk progress, published positions and lag; with
+    ``as_json``, `status_report` as one JSON document."""
+    report = status_report(config)
+    out = sys.stdout
+    if as_json:
+        json.dump(report, out, indent=2, default=str)
+        print(file=out)
+        return 0
+    print(f"pipeline {report['pipeline']}", file=out)
+    for match in report["patterns"]:
+        print(
+            f"  pattern {match['summary']} (when run {match['planned_by_run']} was planned)",
+            file=out,
+        )
+    if not report["runs"]:
+        print("  no runs yet", file=out)
+    for i, run in enumerate(report["runs"]):  # newest first; the latest run's tables under it
+        print(
+            f"  run {run['run_id']}  {run['status']:<9} started {run['started_at']}"
+            f"  finished {run['finished_at'] or '-'}"
+            + (f"  error: {run['error']}" if run["error"] else ""),
+            file=out,
+        )
+        for t in report["latest_run_tables"] if i == 0 else []:
+            detail = (
+                f"chunks {t['chunks_done']}/{t['chunks_total']}, {t['rows_read']:,} rows read"
+                if t["chunks_total"]
+                else "binlog only"
+            )
+            if t["failure"] is not None:  # the next run retries it
+                detail = f"failed at {t['failure'].get('step')}: {t['failure'].get('reason')}"
+            reread = f"  {t['needs_reread']}" if t["needs_reread"] else ""
+            print(
+                f"    {t['table']:<32} {t['mode']:<11} {t['status']:<10} {detail}{reread}", file=out
+            )
+    lock = report["lock"]
+    if lock is not None:
+        print(
+            f"  locked by {lock['holder']} on {lock['hostname']} (pid {lock['pid']}) since "
+            f"{lock['acquired_at']}, last renewed {lock['refreshed_at']} "
+            f"(lease {lock['lease_seconds']} s)",
+            file=out,
+        )
+    print("published:", file=out)
+    if not report["published"]:
+        print("  nothing published yet", file=out)
+    for cp in report["published"]:
+        snapshot = cp["iceberg_snapshot_id"]
+        print(
+            f"  {cp['table']:<32} v{cp['version']:<5} {cp['rows']:>12,} rows  "
+            f"at {BinlogPosition.from_json(cp['position'])}  {cp['published_at']}  {cp['lag']}  "
+            + (f"iceberg snapshot {snapshot}" if snapshot is not None else "no iceberg snapshot")
+            + (f"  {cp['note']}" if cp["note"] else "")
+            + (_DROPPED if cp["dropped_at_source"] else ""),
+            file=out,
+        )
+    return 0
 
 
 _DROPPED = "  dropped at the source: kept as last published"
@@ -157,7 +246,7 @@ def _unfinished_rereads(
     binlogs: list[tuple[str, int]] | None,
     server: ServerIdentity | None,
 ) -> dict[str, str]:
-    """The unfinished run's tables whose binlog was purged: ``{table: "  needs a re-read..."}``."""
+    """The unfinished run's tables whose binlog was purged: ``{table: "needs a re-read..."}``."""
     if not binlogs:
         return {}
     gone = purged(
@@ -166,16 +255,11 @@ def _unfinished_rereads(
         server,
     )
     return {
-        n.table: f"  needs a re-read: binlog {n.position.file} was purged "
-        "(the next run reads it again)"
+        n.table: (
+            f"needs a re-read: binlog {n.position.file} was purged (the next run reads it again)"
+        )
         for n in gone
     }
-
-
-def _snapshot(manifest: Manifest | None) -> str:
-    """The Iceberg snapshot id ``current.json`` names, as status prints it."""
-    entry = manifest.get("iceberg") if manifest is not None else None
-    return f"iceberg snapshot {entry['snapshot_id']}" if entry else "no iceberg snapshot"
 
 
 def _checked(manifest: Manifest | None, position: BinlogPosition) -> str:

@@ -95,6 +95,16 @@ def test_run_status_reset(config_path: Path, mariadb: LocalMariaDB) -> None:
         and "binlog bytes behind" in status.stdout
     )
     assert f"iceberg snapshot {manifest['iceberg']['snapshot_id']}" in status.stdout
+    report = json.loads(tidemark("status", "--config", str(config_path), "--json", env=env).stdout)
+    assert [r["status"] for r in report["runs"]] == ["succeeded", "succeeded"]
+    (items,) = report["published"]
+    assert (items["table"], items["version"], items["rows"]) == ("cli_db.items", 2, 2999)
+    assert items["iceberg_snapshot_id"] == manifest["iceberg"]["snapshot_id"]
+    assert report["source_reachable"] and isinstance(items["binlog_bytes_behind"], int)
+    assert f"{items['binlog_bytes_behind']:,} binlog bytes behind" in status.stdout
+    assert items["position"]["file"] == manifest["position"]["file"]
+    (latest,) = report["latest_run_tables"]
+    assert latest["table"] == "cli_db.items" and latest["failure"] is None
 
     dry = tidemark("reset", "--config", str(config_path), "--purge-output", env=env)
     assert dry.returncode == 0 and "add --yes" in dry.stdout

@@ -16,7 +16,7 @@ from orchestrator.app.demo.localdb import LocalMariaDB
 from orchestrator.app.doctor import run_checks
 from orchestrator.app.plan import plan_command
 from orchestrator.app.run import run_command
-from orchestrator.app.status import status_command
+from orchestrator.app.status import status_command, status_report
 from orchestrator.config import PipelineConfig
 from orchestrator.errors import ConfigError
 from orchestrator.lake.manifest import read_manifest
@@ -142,6 +142,9 @@ def test_a_pattern_follows_the_tables_of_the_source(
         x for x in status.split("published:", 1)[1].splitlines() if x.strip().startswith(orders)
     )
     assert "dropped at the source: kept as last published" in line
+    report = status_report(config)  # status --json
+    assert report["patterns"][0]["tables"] == [accounts, fresh, heap]
+    assert [p["table"] for p in report["published"] if p["dropped_at_source"]] == [orders]
 
 
 def test_a_pattern_takes_a_system_versioned_table_unless_versioned_by_transaction_ids(

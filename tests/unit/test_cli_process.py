@@ -22,7 +22,7 @@ PROBE = """
 import gc, sys
 import orchestrator.app.status as status
 seen = {}
-def command(config):
+def command(config, **options):
     seen.update(enabled=gc.isenabled(), frozen=gc.get_freeze_count())
     return 0
 status.status_command = command
@@ -66,7 +66,7 @@ def test_main_leaves_the_collector_alone(tmp_path: Path, monkeypatch: pytest.Mon
     monkeypatch.setattr(gc, "freeze", lambda: calls.append("freeze"))
     monkeypatch.setattr(gc, "disable", lambda: calls.append("disable"))
 
-    def command(config: object) -> int:
+    def command(config: object, **options: object) -> int:
         seen.update(enabled=gc.isenabled())
         return 0
 
@@ -242,7 +242,7 @@ import orchestrator.app.status as status
 def late():
     time.sleep(0.5)
     (out / "thread").write_text("ran")
-def command(config):
+def command(config, **options):
     atexit.register(lambda: (out / "during").write_text("ran"))
     threading.Thread(target=late).start()
     pools.append(concurrent.futures.ThreadPoolExecutor(2))  # left idle, never shut down
