@@ -188,6 +188,21 @@ def test_a_source_that_requires_tls_is_read_over_tls(
     assert_lake_equals_source(config, tls_server, tables)
 
 
+def _big_and_small(server: LocalMariaDB, db: str) -> str:
+    """Database ``db`` made anew with ``big``, Spark's to read (a few chunks), and ``small``,
+    the driver's; its name."""
+    server.execute(f"DROP DATABASE IF EXISTS {db}", f"CREATE DATABASE {db}")
+    server.execute(
+        "CREATE TABLE big (id INT PRIMARY KEY, v VARCHAR(20), d DECIMAL(12, 2))",
+        f"INSERT INTO big SELECT seq, CONCAT('v', seq), seq / 4 FROM seq_1_to_{LOCAL_ROWS + 2000}",
+        "CREATE TABLE small (id INT PRIMARY KEY, v INT)",
+        "INSERT INTO small SELECT seq, seq FROM seq_1_to_10",
+        "ANALYZE TABLE big",
+        database=db,
+    )
+    return db
+
+
 def _checked_config(
     path: Path, server: LocalMariaDB, db: str, jar: str, host: str, **source: Any
 ) -> Path:
@@ -210,16 +225,7 @@ def test_source_tls_verify_identity_checks_the_certificate_on_every_connection(
     ``jdbc_url_params`` they fail the run, which a rerun resumes); reached as localhost the
     snapshot, Spark reads included, and a binlog change are published equal to the source."""
     mysql = jar == jar_path(MYSQL_CONNECTOR_J)
-    db = f"{DB}_verify_{_driver(jar)}"
-    tls_server.execute(f"DROP DATABASE IF EXISTS {db}", f"CREATE DATABASE {db}")
-    tls_server.execute(
-        "CREATE TABLE big (id INT PRIMARY KEY, v VARCHAR(20), d DECIMAL(12, 2))",
-        f"INSERT INTO big SELECT seq, CONCAT('v', seq), seq / 4 FROM seq_1_to_{LOCAL_ROWS + 2000}",
-        "CREATE TABLE small (id INT PRIMARY KEY, v INT)",
-        "INSERT INTO small SELECT seq, seq FROM seq_1_to_10",
-        "ANALYZE TABLE big",
-        database=db,
-    )
+    db = _big_and_small(tls_server, f"{DB}_verify_{_driver(jar)}")
     tls = {"mode": "verify_identity", "ca": _ca(tls_server)}
 
     by_address = tidemark(_checked_config(tmp_path, tls_server, db, jar, "127.0.0.1", tls=tls))
@@ -322,16 +328,7 @@ def test_a_user_that_must_show_a_client_certificate_is_read_with_it(
     Spark reads from a PKCS12 key store made of the PEM files): a snapshot read by Spark and
     by the driver, then a change from the binlog, published equal to the source. The key
     store's password is in no output."""
-    db = f"{DB}_x509_{_driver(jar)}"
-    tls_server.execute(f"DROP DATABASE IF EXISTS {db}", f"CREATE DATABASE {db}")
-    tls_server.execute(
-        "CREATE TABLE big (id INT PRIMARY KEY, v VARCHAR(20))",
-        f"INSERT INTO big SELECT seq, CONCAT('v', seq) FROM seq_1_to_{LOCAL_ROWS + 2000}",
-        "CREATE TABLE small (id INT PRIMARY KEY, v INT)",
-        "INSERT INTO small SELECT seq, seq FROM seq_1_to_10",
-        "ANALYZE TABLE big",
-        database=db,
-    )
+    db = _big_and_small(tls_server, f"{DB}_x509_{_driver(jar)}")
     tls_server.execute(
         "CREATE USER IF NOT EXISTS tm_x509@'%' IDENTIFIED BY 'pw' REQUIRE X509",
         "GRANT SELECT, RELOAD, REPLICATION CLIENT, REPLICATION SLAVE ON *.* TO tm_x509@'%'",

@@ -464,19 +464,7 @@ def test_source_tls_defaults_to_preferred_and_keeps_a_ca_it_loads(tmp_path: Path
 def _a_client(directory: Path, name: str, passphrase: bytes | None = None) -> tuple[str, str]:
     """A self-signed client certificate and its key (under ``passphrase``, if given), as PEM
     files ``<name>-cert.pem`` and ``<name>-key.pem``."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-    now = dt.datetime.now(dt.UTC)
-    certificate = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(subject)
-        .public_key(key.public_key())
-        .serial_number(2)
-        .not_valid_before(now)
-        .not_valid_after(now + dt.timedelta(days=1))
-        .sign(key, hashes.SHA256())
-    )
+    certificate, key = _self_signed(name)
     cert, key_file = directory / f"{name}-cert.pem", directory / f"{name}-key.pem"
     cert.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
     encryption = (
@@ -492,22 +480,27 @@ def _a_client(directory: Path, name: str, passphrase: bytes | None = None) -> tu
 
 def _a_ca(directory: Path) -> str:
     """A self-signed CA certificate as a PEM file."""
+    path = directory / "ca.pem"
+    path.write_bytes(_self_signed("test CA")[0].public_bytes(serialization.Encoding.PEM))
+    return str(path)
+
+
+def _self_signed(name: str) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    """A certificate for ``name``, signed by its own new key, valid for a day; and the key."""
     key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test CA")])
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
     now = dt.datetime.now(dt.UTC)
     certificate = (
         x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
+        .subject_name(subject)
+        .issuer_name(subject)
         .public_key(key.public_key())
-        .serial_number(1)
+        .serial_number(x509.random_serial_number())
         .not_valid_before(now)
         .not_valid_after(now + dt.timedelta(days=1))
         .sign(key, hashes.SHA256())
     )
-    path = directory / "ca.pem"
-    path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
-    return str(path)
+    return certificate, key
 
 
 def test_a_nested_spark_conf_value_is_refused() -> None:
