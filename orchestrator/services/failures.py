@@ -120,6 +120,23 @@ def _user_connections(message: str) -> Cause:
     )
 
 
+def _access_denied(message: str) -> Cause:
+    denied = re.search(r"user '([^']*)'@'([^']*)'", message)
+    host = re.search(r"Host '([^']*)' is not allowed", message)
+    if denied:
+        what = f"the source refused the login of user `{denied.group(1)}` from {denied.group(2)}"
+    else:
+        what = f"the source refused a login from {host.group(1) if host else 'this host'}"
+    return Cause(
+        f"{what} (access denied)",
+        "the run's own connections had logged in: a Spark executor logs in from its own host "
+        "(grant the user from the executors' hosts too, e.g. 'user'@'%'); a user created "
+        "REQUIRE X509 shows source.tls.cert, which on a cluster needs the executors' key "
+        "store in source.jdbc_url_params (docs/source.md, TLS); a password changed since the "
+        "run began needs the new one; then rerun: the run resumes",
+    )
+
+
 def _out_of_memory(message: str) -> Cause:
     side = "executor" if "executor" in message.lower() else "driver"
     return Cause(
@@ -175,6 +192,10 @@ CAUSES: tuple[tuple[re.Pattern[str], Callable[[str], Cause]], ...] = (
     (  # before `_connection`: Connector/J words it "Could not connect to ..."
         re.compile(r"exceeded the 'max_user_connections' resource", re.I),
         _user_connections,
+    ),
+    (  # before `_connection`: Connector/J words it "Could not connect to ..."
+        re.compile(r"Access denied for user '|Host '[^']*' is not allowed to connect", re.I),
+        _access_denied,
     ),
     (  # before `_connection`: Connector/J words a failed check "Could not connect to ..."
         re.compile(

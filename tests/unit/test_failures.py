@@ -121,6 +121,20 @@ CASES = [
         "the source user `tm` opened more connections than it may hold at once (3), "
         "MAX_USER_CONNECTIONS",
     ),
+    (  # a Spark read of a user created REQUIRE X509, without its certificate (seen here)
+        RuntimeError(
+            "read of d.big chunks 0..1 failed: java.sql.SQLException: Access denied for user "
+            "'tm_x509'@'127.0.0.1' (using password: YES)"
+        ),
+        "the source refused the login of user `tm_x509` from 127.0.0.1 (access denied)",
+    ),
+    (  # executors on a host the user's grants leave out (MariaDB's words, error 1130)
+        RuntimeError(
+            "read of d.big chunks 0..1 failed: java.sql.SQLException: Host '10.0.1.7' is not "
+            "allowed to connect to this MariaDB server"
+        ),
+        "the source refused a login from 10.0.1.7 (access denied)",
+    ),
 ]
 
 
