@@ -216,18 +216,42 @@ def stopped_at_exit(conf: Mapping[str, str], master: str) -> bool:
     return logged or not master.strip().startswith("local")
 
 
+#: Seconds the process's exit waits for its Spark session to stop (`_stop`): a cluster manager
+#: that does not answer must not hold a finished run (or Airflow task) up.
+STOP_WAIT_SECONDS = 60.0
+
+
 def _stop(spark: SparkSession) -> None:
     """``spark.stop()`` at exit (registered after PySpark's own handler, so run before it ends
-    the JVM); a JVM already gone (killed for its memory) has nothing left to finish. A Spark
-    Connect session is released on its server, which would keep it, idle, for an hour."""
+    the JVM), waited for `STOP_WAIT_SECONDS` at most; a JVM already gone (killed for its
+    memory) has nothing left to finish. A Spark Connect session is released on its server,
+    which would keep it, idle, for an hour."""
     started = time.monotonic()
+    failed: list[BaseException] = []
+
+    def stop() -> None:
+        try:
+            spark.stop()
+        except Exception as exc:  # the process is exiting: say it, go on
+            failed.append(exc)
+
+    stopping = threading.Thread(target=stop, name="tidemark-spark-stop", daemon=True)
     try:
-        spark.stop()
-    except Exception as exc:  # the process is exiting: say it, go on
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        stopping.start()
+    except RuntimeError:  # Python 3.12+ starts no thread while the interpreter finalizes
+        stop()
+    else:
+        stopping.join(STOP_WAIT_SECONDS)
+    if stopping.is_alive():
+        log.warning(
+            "spark session not stopped within %.0f s at exit; the process ends without it",
+            STOP_WAIT_SECONDS,
+        )
+    elif failed:
+        first = str(failed[0]).splitlines()[0] if str(failed[0]) else type(failed[0]).__name__
         log.warning("spark session not stopped cleanly at exit: %s", first)
-        return
-    log.info("spark session stopped in %.1fs", time.monotonic() - started)
+    else:
+        log.info("spark session stopped in %.1fs", time.monotonic() - started)
 
 
 def remote_session(remote: str, conf: Mapping[str, str]) -> SparkSession:
