@@ -20,7 +20,7 @@ import pymysql
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import NameOID
 
 from orchestrator.app.demo.localdb import GOOD_BINLOG, LocalMariaDB
@@ -43,7 +43,8 @@ DB = "tm_tls"
 
 def _certificates(directory: Path) -> dict[str, str]:
     """A CA, a server certificate it signed (for the name localhost, not for 127.0.0.1) and a
-    client certificate it signed, with their keys, and another CA, as PEM files."""
+    client certificate it signed (RSA, its key in PKCS#1 as MySQL makes one), with their keys,
+    and another CA, as PEM files."""
     now = dt.datetime.now(dt.UTC)
 
     def certificate(subject: str, key: Any, issuer: x509.Name, signer: Any, ca: bool) -> Any:
@@ -64,7 +65,9 @@ def _certificates(directory: Path) -> dict[str, str]:
             )
         return builder.sign(signer, hashes.SHA256())
 
-    ca_key, server_key, client_key = (ec.generate_private_key(ec.SECP256R1()) for _ in range(3))
+    ca_key, server_key = (ec.generate_private_key(ec.SECP256R1()) for _ in range(2))
+    # as mysql_ssl_rsa_setup and MySQL's auto_generate_certs make a client's: RSA, PKCS#1 PEM
+    client_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "tidemark test CA")])
     ca = certificate("tidemark test CA", ca_key, ca_name, ca_key, True)
     server = certificate("localhost", server_key, ca_name, ca_key, False)
@@ -83,7 +86,7 @@ def _certificates(directory: Path) -> dict[str, str]:
         "client-cert": client.public_bytes(serialization.Encoding.PEM),
         "client-key": client_key.private_bytes(
             serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
+            serialization.PrivateFormat.TraditionalOpenSSL,
             serialization.NoEncryption(),
         ),
     }
