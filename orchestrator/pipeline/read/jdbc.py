@@ -207,10 +207,12 @@ UNBOUNDED = ",".join(f"{k}={v}" for k, v in UNBOUNDED_SELECTS.items())
 
 def jdbc_url(config: PipelineConfig, driver: str) -> str:
     """``jdbc:mysql://host:port/?<Connector/J settings>`` plus the config's ``jdbc_url_params``;
-    never a credential. TLS as ``source.tls`` says (`orchestrator.source.tls.jdbc_settings`): in
-    its default mode, the reads ask for it when the source offers it (`reads_session`), as every
-    other connection of the run does; MariaDB's Connector/J asks for none unless told, and a
-    server that requires it (``require_secure_transport``) refused every chunk read.
+    never the user's password (with a client certificate, the password this process gave its
+    key store: `orchestrator.source.tls._key_store`). TLS as ``source.tls`` says
+    (`orchestrator.source.tls.jdbc_settings`): in its default mode, the reads ask for it when
+    the source offers it (`reads_session`), as every other connection of the run does;
+    MariaDB's Connector/J asks for none unless told, and a server that requires it
+    (``require_secure_transport``) refused every chunk read.
 
     Connector/J's own settings are in the URL: Spark's read with ``predicates`` (every chunk
     read) did not pass connection properties with upper-case letters on to the driver (seen in
