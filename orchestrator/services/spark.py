@@ -190,10 +190,14 @@ def get_session(settings: SessionSettings) -> SparkSession:
         log.info(
             "spark session started in %.1fs (master %s, %d cores)",
             time.monotonic() - started,
-            spark.sparkContext.master,
+            spark.sparkContext.master or settings.master,
             spark.sparkContext.defaultParallelism,
         )
-        if stopped_at_exit(conf, settings.master):
+        started_conf = spark.sparkContext.getConf()  # spark-defaults.conf's settings too
+        if stopped_at_exit(
+            {"spark.eventLog.enabled": started_conf.get("spark.eventLog.enabled", "false")},
+            spark.sparkContext.master or settings.master,
+        ):
             atexit.register(_stop, spark)
     apply_required_conf(spark)
     return spark
@@ -201,7 +205,8 @@ def get_session(settings: SessionSettings) -> SparkSession:
 
 def stopped_at_exit(conf: Mapping[str, str], master: str) -> bool:
     """Whether the session is stopped when the process exits, rather than its JVM ended with
-    it: when it writes an event log (``spark.eventLog.enabled``), which only a stop finishes
+    it (``conf``: the started session's, ``spark-defaults.conf`` included): when it writes an
+    event log (``spark.eventLog.enabled``), which only a stop finishes
     (a history server lists it as incomplete for good, and a rolling log keeps its
     ``.inprogress`` status), or when its executors are a cluster's, whose manager then sees the
     application finish rather than its driver vanish. A local run without an event log ends

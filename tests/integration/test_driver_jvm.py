@@ -35,10 +35,11 @@ def test_the_driver_jvm_runs_with_the_session_options(spark: Any) -> None:
 
 @pytest.mark.slow
 def test_a_run_that_writes_a_spark_event_log_finishes_it(
-    mariadb: LocalMariaDB, tmp_path: Path
+    mariadb: LocalMariaDB, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``spark.eventLog.enabled``: the log of a run's session was left in progress for good (a
-    history server lists it as incomplete): the process ended its JVM without stopping it."""
+    history server lists it as incomplete): the process ended its JVM without stopping it. Set
+    where clusters set it, in ``spark-defaults.conf`` (``SPARK_CONF_DIR``), not the pipeline."""
     db = "tm_event_log"
     fresh_database(
         mariadb,
@@ -47,11 +48,14 @@ def test_a_run_that_writes_a_spark_event_log_finishes_it(
         f"INSERT INTO big SELECT seq, seq FROM seq_1_to_{LOCAL_ROWS + 2000}",
         "ANALYZE TABLE big",
     )
-    events = tmp_path / "events"
+    events, defaults = tmp_path / "events", tmp_path / "spark-conf"
     events.mkdir()
-    conf = {"spark.ui.enabled": "false", "spark.eventLog.enabled": "true"}
-    spark = {"master": "local[2]", "conf": {**conf, "spark.eventLog.dir": str(events)}}
-    config = chunked_config(tmp_path, mariadb, [f"{db}.big"], db, spark=spark)
+    defaults.mkdir()
+    (defaults / "spark-defaults.conf").write_text(
+        f"spark.eventLog.enabled true\nspark.eventLog.dir {events}\n"
+    )
+    monkeypatch.setenv("SPARK_CONF_DIR", str(defaults))
+    config = chunked_config(tmp_path, mariadb, [f"{db}.big"], db)
 
     run = tidemark(config)
     assert run.returncode == 0, run.stderr[-3000:]
