@@ -35,12 +35,18 @@ def pg_database(postgres: LocalPostgres) -> Iterator[str]:
         admin.close()
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", "postgresql", "mariadb"])
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A URL to an empty store: a SQLite file in a directory that does not exist yet,
-    or a fresh PostgreSQL schema (through ``search_path``) in the session's database."""
+    """A URL to an empty store: a SQLite file in a directory that does not exist yet, a fresh
+    PostgreSQL schema (through ``search_path``) in the session's database, or a fresh database
+    of the session's MariaDB."""
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'state' / 'state.db'}"
+    if request.param == "mariadb":
+        server = request.getfixturevalue("mariadb")
+        name = f"tm_state_{uuid.uuid4().hex[:12]}"
+        server.execute(f"CREATE DATABASE {name}")
+        return f"mysql+pymysql://root@127.0.0.1:{server.port}/{name}"
     import psycopg
 
     database = request.getfixturevalue("pg_database")
