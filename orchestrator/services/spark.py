@@ -198,7 +198,7 @@ def get_session(settings: SessionSettings) -> SparkSession:
             {"spark.eventLog.enabled": started_conf.get("spark.eventLog.enabled", "false")},
             spark.sparkContext.master or settings.master,
         ):
-            atexit.register(_stop, spark)
+            _stop_at_exit(spark)
     apply_required_conf(spark)
     return spark
 
@@ -219,6 +219,17 @@ def stopped_at_exit(conf: Mapping[str, str], master: str) -> bool:
     """
     logged = str(conf.get("spark.eventLog.enabled", "false")).strip().lower() == "true"
     return logged or not master.strip().startswith("local")
+
+
+_STOPPED_AT_EXIT: set[int] = set()
+
+
+def _stop_at_exit(spark: SparkSession) -> None:
+    """`_stop` registered for the process's exit, once a session (a `run --every` process asks
+    for its session at every run)."""
+    if id(spark) not in _STOPPED_AT_EXIT:
+        _STOPPED_AT_EXIT.add(id(spark))
+        atexit.register(_stop, spark)
 
 
 #: Seconds the process's exit waits for its Spark session to stop (`_stop`): a cluster manager
@@ -285,7 +296,7 @@ def remote_session(remote: str, conf: Mapping[str, str]) -> SparkSession:
         )
     apply_required_conf(spark)
     log.info("spark session attached to %s in %.1fs", remote, time.monotonic() - started)
-    atexit.register(_stop, spark)  # the server keeps a session until released (or idle an hour)
+    _stop_at_exit(spark)  # the server keeps a session until released (or idle an hour)
     return spark
 
 
