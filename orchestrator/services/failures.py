@@ -193,8 +193,13 @@ CAUSES: tuple[tuple[re.Pattern[str], Callable[[str], Cause]], ...] = (
         re.compile(r"exceeded the 'max_user_connections' resource", re.I),
         _user_connections,
     ),
-    (  # before `_connection`: Connector/J words it "Could not connect to ..."
-        re.compile(r"Access denied for user '|Host '[^']*' is not allowed to connect", re.I),
+    (  # a JDBC driver's (a Spark read's) only: a state store on MySQL words its refusal alike;
+        # before `_connection`: Connector/J words it "Could not connect to ..."
+        re.compile(
+            r"SQL\w*Exception: [^\n]*?"
+            r"(?:Access denied for user '|Host '[^']*' is not allowed to connect)",
+            re.I,
+        ),
         _access_denied,
     ),
     (  # before `_connection`: Connector/J words a failed check "Could not connect to ..."

@@ -13,7 +13,7 @@ from orchestrator.app.logs import prune_logs
 from orchestrator.app.run import other_servers
 from orchestrator.config import PipelineConfig
 from orchestrator.config.pipeline import parse_config
-from orchestrator.errors import RunFailed, source_timeout
+from orchestrator.errors import RunFailed, StateError, source_timeout
 from orchestrator.services.failures import describe, root_cause
 
 
@@ -150,6 +150,17 @@ def test_innermost_cause_wins() -> None:
         RuntimeError("Connection reset while writing"), OSError("No space left on device")
     )
     assert describe(exc).startswith("no space left on device")
+
+
+def test_a_state_store_on_mysql_refusing_its_login_is_not_taken_for_a_spark_read() -> None:
+    """A MySQL or MariaDB state store words a wrong password as the source does; only a JDBC
+    driver's refusal is a Spark read's."""
+    refused = StateError(
+        "state store at mysql+pymysql://st:***@127.0.0.1:57011/tmstate is unreachable or "
+        "unusable: (1045, \"Access denied for user 'st'@'127.0.0.1' (using password: YES)\")"
+    )
+    cause = root_cause(refused)
+    assert cause is None or "source refused" not in cause.what
 
 
 def test_unknown_failure_is_its_first_line() -> None:
